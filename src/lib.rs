@@ -3,4 +3,19 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod body;
+mod dialect;
+pub mod layer;
+pub mod ledger;
+pub mod recovery;
 pub mod refusal;
+pub mod replay;
+pub mod service;
+pub mod sse;
+pub mod telemetry;
+
+pub use body::GuardBody;
+pub use layer::RefusalGuardLayer;
+pub use refusal::{Outcome, Refusal, RefusalHandle};
+pub use replay::ReplayBody;
+pub use service::RefusalGuard;

@@ -1,0 +1,324 @@
+//! Anthropic Messages: `POST /v1/messages` (under any base-path prefix) and
+//! Claude on Vertex AI (`.../publishers/anthropic/models/{model}:rawPredict`
+//! and `:streamRawPredict`, model in the path).
+
+use http::{HeaderMap, Method, Uri};
+use serde_json::{json, Map, Value};
+
+use super::{
+    is_real_text, merge_list_header, path_segments, str_field, Dialect, Observation, RefusalInfo,
+    RewriteError, ServerFallback, StreamInspector,
+};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::sse::Frame;
+
+/// The provider caps the server-side `fallbacks` list at three models.
+pub(crate) const MAX_SERVER_FALLBACKS: usize = 3;
+
+/// The header that carries beta opt-ins.
+pub(crate) const BETA_HEADER: &str = "anthropic-beta";
+
+/// Beta value that enables the server-side `fallbacks` list form.
+pub(crate) const SERVER_FALLBACK_BETA: &str = "server-side-fallback-2026-07-01";
+
+/// Beta value that makes a refusal carry a fallback credit token.
+pub(crate) const FALLBACK_CREDIT_BETA: &str = "fallback-credit-2026-07-01";
+
+#[derive(Debug)]
+pub(crate) struct AnthropicMessages;
+
+/// Block types that are a tool call: real output even if their input never
+/// finishes.
+fn is_tool_call_block(kind: &str) -> bool {
+    matches!(kind, "tool_use" | "server_tool_use" | "mcp_tool_use")
+}
+
+/// Real output in a content block as it starts (or, in JSON, as it is).
+fn block_is_output(block: &Value) -> bool {
+    match block.get("type").and_then(Value::as_str) {
+        Some("text") => block
+            .get("text")
+            .and_then(Value::as_str)
+            .is_some_and(is_real_text),
+        Some(kind) => is_tool_call_block(kind),
+        None => false,
+    }
+}
+
+fn server_fallback(block: &Value) -> Option<ServerFallback> {
+    if block.get("type").and_then(Value::as_str) != Some("fallback") {
+        return None;
+    }
+    let model = |key: &str| block.get(key).and_then(|m| str_field(m, "model"));
+    Some(ServerFallback {
+        from: model("from"),
+        to: model("to"),
+        category: block.get("trigger").and_then(|t| str_field(t, "category")),
+    })
+}
+
+/// A refusal in a `message_delta.delta` or a whole message.
+fn refusal(carrier: &Value) -> Option<RefusalInfo> {
+    if carrier.get("stop_reason").and_then(Value::as_str) != Some("refusal") {
+        return None;
+    }
+    let details = carrier.get("stop_details").unwrap_or(&Value::Null);
+    Some(RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: str_field(details, "category"),
+        explanation: str_field(details, "explanation"),
+        credit_token: str_field(details, "fallback_credit_token"),
+    })
+}
+
+/// Where the model sits in a Vertex AI path: the segment after `models`,
+/// written `{model}:{method}`.
+fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
+    let segments = path_segments(uri);
+    let at = segments.iter().position(|s| *s == "models")? + 1;
+    let (model, method) = segments.get(at)?.split_once(':')?;
+    let publisher = segments.get(at.checked_sub(2)?)?;
+    (*publisher == "anthropic" && matches!(method, "rawPredict" | "streamRawPredict"))
+        .then_some((at, model, method))
+}
+
+impl Dialect for AnthropicMessages {
+    fn provider(&self) -> Provider {
+        Provider::Anthropic
+    }
+
+    fn wire_api(&self) -> WireApi {
+        WireApi::AnthropicMessages
+    }
+
+    fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
+        if method != Method::POST {
+            return None;
+        }
+        if let Some((_, model, _)) = vertex_model_segment(uri) {
+            return Some(Some(model.to_owned()));
+        }
+        // `/v1/messages` under any prefix; `/v1/messages/count_tokens` and
+        // batches are other endpoints and pass through.
+        let path = uri.path().trim_end_matches('/');
+        path.ends_with("/v1/messages").then_some(None)
+    }
+
+    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
+        path_model
+            .map(str::to_owned)
+            .or_else(|| str_field(body, "model"))
+    }
+
+    fn is_streaming(&self, uri: &Uri, body: &Value) -> bool {
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+            || vertex_model_segment(uri).is_some_and(|(_, _, m)| m == "streamRawPredict")
+    }
+
+    fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
+        let first_user = body
+            .get("messages")?
+            .as_array()?
+            .iter()
+            .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
+        let system = body.get("system").unwrap_or(&Value::Null);
+        serde_json::to_vec(&(system, first_user)).ok()
+    }
+
+    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+        Box::new(AnthropicStream)
+    }
+
+    fn inspect_json(&self, body: &Value) -> Observation {
+        let mut seen = Observation {
+            model: str_field(body, "model"),
+            error: body.get("type").and_then(Value::as_str) == Some("error"),
+            ..Observation::default()
+        };
+        for block in body
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            seen.real_output |= block_is_output(block);
+            if seen.server_fallback.is_none() {
+                seen.server_fallback = server_fallback(block);
+            }
+        }
+        seen.refusal = refusal(body);
+        seen
+    }
+
+    fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
+        let messages = body
+            .get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("request has no messages array"))?;
+        let note_block = json!({"type": "text", "text": note});
+        match messages.last_mut() {
+            // The API merges consecutive user turns anyway; appending to the
+            // last one keeps any `tool_result` blocks first, as it requires.
+            Some(last) if last.get("role").and_then(Value::as_str) == Some("user") => {
+                let content = last
+                    .get_mut("content")
+                    .ok_or(RewriteError("user message has no content"))?;
+                match content {
+                    Value::String(text) => {
+                        let text = std::mem::take(text);
+                        *content = json!([{"type": "text", "text": text}, note_block]);
+                    }
+                    Value::Array(blocks) => blocks.push(note_block),
+                    _ => return Err(RewriteError("user content is neither text nor blocks")),
+                }
+            }
+            _ => messages.push(json!({"role": "user", "content": [note_block]})),
+        }
+        Ok(())
+    }
+
+    fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {
+        if let Some((at, _, method)) = vertex_model_segment(uri) {
+            let mut segments: Vec<String> =
+                path_segments(uri).into_iter().map(str::to_owned).collect();
+            segments[at] = format!("{model}:{method}");
+            let mut path = format!("/{}", segments.join("/"));
+            if let Some(query) = uri.query() {
+                path = format!("{path}?{query}");
+            }
+            let mut parts = uri.clone().into_parts();
+            parts.path_and_query = Some(
+                path.parse()
+                    .map_err(|_| RewriteError("model does not fit in a URL path"))?,
+            );
+            *uri = Uri::from_parts(parts).map_err(|_| RewriteError("rebuilt URL is invalid"))?;
+            return Ok(());
+        }
+        let object = body
+            .as_object_mut()
+            .ok_or(RewriteError("request body is not an object"))?;
+        object.insert("model".into(), Value::String(model.to_owned()));
+        Ok(())
+    }
+
+    fn request_fallback_credit(&self, headers: &mut HeaderMap) {
+        merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
+    }
+
+    fn attach_credit_token(&self, headers: &mut HeaderMap, body: &mut Value, token: &str) {
+        merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
+        if let Some(object) = body.as_object_mut() {
+            // The object form with `best_effort`: a bare string turns any
+            // token-layer failure into a 400 for the whole hop.
+            object.insert(
+                "fallback_credit_token".into(),
+                json!({"token": token, "mode": "best_effort"}),
+            );
+        }
+    }
+
+    fn retarget_fallbacks(
+        &self,
+        headers: &mut HeaderMap,
+        body: &mut Value,
+        models: &[String],
+        own_model: Option<&str>,
+        inject: bool,
+    ) -> bool {
+        let Some(object) = body.as_object_mut() else {
+            return false;
+        };
+        if !object.contains_key("fallbacks") && !inject {
+            return false;
+        }
+        // Keep the client's own per-model options (max_tokens, thinking, ...)
+        // for models it already listed.
+        let existing: Vec<Value> = object
+            .get("fallbacks")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut chosen: Vec<Value> = Vec::new();
+        for model in models {
+            if Some(model.as_str()) == own_model
+                || chosen
+                    .iter()
+                    .any(|c| str_field(c, "model").as_deref() == Some(model))
+            {
+                continue;
+            }
+            if chosen.len() == MAX_SERVER_FALLBACKS {
+                break;
+            }
+            let entry = existing
+                .iter()
+                .find(|e| str_field(e, "model").as_deref() == Some(model))
+                .cloned()
+                .unwrap_or_else(|| {
+                    let mut entry = Map::new();
+                    entry.insert("model".into(), Value::String(model.clone()));
+                    Value::Object(entry)
+                });
+            chosen.push(entry);
+        }
+        if chosen.is_empty() {
+            return false;
+        }
+        let chosen = Value::Array(chosen);
+        if object.get("fallbacks") == Some(&chosen) {
+            return false;
+        }
+        if inject && !object.contains_key("fallbacks") {
+            merge_list_header(headers, BETA_HEADER, SERVER_FALLBACK_BETA);
+        }
+        object.insert("fallbacks".into(), chosen);
+        true
+    }
+}
+
+/// Anthropic streams are stateless to inspect: every event names its type
+/// and carries what it means.
+struct AnthropicStream;
+
+impl StreamInspector for AnthropicStream {
+    fn observe(&mut self, frame: &Frame) -> Observation {
+        let mut seen = Observation::default();
+        let Some(data) = frame.data() else {
+            return seen;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            // Broken JSON inside an event is passed through, not judged.
+            return seen;
+        };
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .or(frame.event())
+            .unwrap_or_default();
+        match kind {
+            "message_start" => {
+                seen.model = event.get("message").and_then(|m| str_field(m, "model"));
+            }
+            "content_block_start" => {
+                if let Some(block) = event.get("content_block") {
+                    seen.real_output = block_is_output(block);
+                    seen.server_fallback = server_fallback(block);
+                }
+            }
+            "content_block_delta" => {
+                let delta = event.get("delta").unwrap_or(&Value::Null);
+                seen.real_output = delta.get("type").and_then(Value::as_str) == Some("text_delta")
+                    && delta
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .is_some_and(is_real_text);
+            }
+            "message_delta" => {
+                seen.refusal = event.get("delta").and_then(refusal);
+            }
+            "error" => seen.error = true,
+            _ => {}
+        }
+        seen
+    }
+}

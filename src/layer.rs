@@ -1,0 +1,327 @@
+//! [`RefusalGuardLayer`]: all configuration of the guard, as a builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::HeaderName;
+use serde_json::Value;
+use tower_layer::Layer;
+
+use crate::ledger::{MemoryLedger, RescueLedger};
+use crate::recovery::{Budget, FallbackChains, RescueModel, RescueNote, RescueSwitch};
+use crate::service::RefusalGuard;
+use crate::telemetry::TelemetrySink;
+
+/// A user hook that names the conversation a request belongs to.
+type ConversationFn = dyn Fn(&http::request::Parts, &Value) -> Option<String> + Send + Sync;
+
+/// Everything the service needs, shared by every clone.
+pub(crate) struct Config {
+    pub(crate) rescue: RescueSwitch,
+    pub(crate) rescue_note: RescueNote,
+    pub(crate) rescue_cap: u32,
+    pub(crate) rescue_model: RescueModel,
+    pub(crate) ledger: Arc<dyn RescueLedger>,
+    pub(crate) telemetry: Arc<dyn TelemetrySink>,
+    pub(crate) conversation_header: Option<HeaderName>,
+    pub(crate) conversation_fn: Option<Arc<ConversationFn>>,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) max_hold_bytes: usize,
+    pub(crate) max_hold_frames: usize,
+    pub(crate) retarget: Vec<String>,
+    pub(crate) inject_fallbacks: bool,
+    pub(crate) chains: FallbackChains,
+    pub(crate) fallback_credit: bool,
+    pub(crate) budget: Budget,
+    pub(crate) sticky_ttl: Option<Duration>,
+    pub(crate) handoff_marker: bool,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("rescue", &self.rescue.is_on())
+            .field("rescue_cap", &self.rescue_cap)
+            .field("rescue_model", &self.rescue_model)
+            .field("conversation_header", &self.conversation_header)
+            .field("max_request_body", &self.max_request_body)
+            .field("max_response_body", &self.max_response_body)
+            .field("max_hold_bytes", &self.max_hold_bytes)
+            .field("max_hold_frames", &self.max_hold_frames)
+            .field("retarget", &self.retarget)
+            .field("inject_fallbacks", &self.inject_fallbacks)
+            .field("chains", &self.chains)
+            .field("fallback_credit", &self.fallback_credit)
+            .field("budget", &self.budget)
+            .field("sticky_ttl", &self.sticky_ttl)
+            .field("handoff_marker", &self.handoff_marker)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wraps an HTTP client service so that provider refusals are seen, told
+/// apart (empty or partial), recovered where possible and recorded.
+///
+/// Every limit has a default that suits a single agent or a small proxy; each
+/// builder method documents its own.
+///
+/// ```
+/// use std::time::Duration;
+/// use refusal_guard::{recovery::RescueNote, telemetry::TelemetrySink, RefusalGuardLayer};
+///
+/// let layer = RefusalGuardLayer::new()
+///     .rescue_note(RescueNote::template("Declined ({category}). Restate defensively or say what you cannot do."))
+///     .max_hold_bytes(2 << 20)
+///     .telemetry(|record: &refusal_guard::telemetry::RefusalRecord| {
+///         eprintln!("refusal: {:?}", record.refusal().outcome);
+///     });
+/// # let _ = layer;
+/// ```
+#[derive(Clone)]
+pub struct RefusalGuardLayer {
+    config: Arc<Config>,
+}
+
+impl fmt::Debug for RefusalGuardLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RefusalGuardLayer")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Default for RefusalGuardLayer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RefusalGuardLayer {
+    /// Default cap on a buffered request body (16 MiB). A larger request is
+    /// forwarded unguarded.
+    pub const DEFAULT_MAX_REQUEST_BODY: usize = 16 << 20;
+    /// Default cap on a buffered non-streaming response body (16 MiB).
+    pub const DEFAULT_MAX_RESPONSE_BODY: usize = 16 << 20;
+    /// Default cap on the bytes of a stream held back before real output (4 MiB).
+    pub const DEFAULT_MAX_HOLD_BYTES: usize = 4 << 20;
+    /// Default cap on the SSE frames held back before real output.
+    pub const DEFAULT_MAX_HOLD_FRAMES: usize = 20_000;
+    /// The request header that names a conversation explicitly, unless
+    /// configured otherwise. It is removed before the request goes upstream.
+    pub const DEFAULT_CONVERSATION_HEADER: &'static str = "x-refusal-guard-conversation";
+
+    /// A guard with rescue on, no fallbacks, an in-memory ledger and no
+    /// telemetry.
+    pub fn new() -> Self {
+        RefusalGuardLayer {
+            config: Arc::new(Config {
+                rescue: RescueSwitch::default(),
+                rescue_note: RescueNote::default(),
+                rescue_cap: 1,
+                rescue_model: RescueModel::Original,
+                ledger: Arc::new(MemoryLedger::new()),
+                telemetry: Arc::new(()),
+                conversation_header: Some(HeaderName::from_static(
+                    Self::DEFAULT_CONVERSATION_HEADER,
+                )),
+                conversation_fn: None,
+                max_request_body: Self::DEFAULT_MAX_REQUEST_BODY,
+                max_response_body: Self::DEFAULT_MAX_RESPONSE_BODY,
+                max_hold_bytes: Self::DEFAULT_MAX_HOLD_BYTES,
+                max_hold_frames: Self::DEFAULT_MAX_HOLD_FRAMES,
+                retarget: Vec::new(),
+                inject_fallbacks: false,
+                chains: FallbackChains::new(),
+                fallback_credit: true,
+                budget: Budget::default(),
+                sticky_ttl: None,
+                handoff_marker: false,
+            }),
+        }
+    }
+
+    fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        match Arc::get_mut(&mut self.config) {
+            Some(config) => change(config),
+            None => {
+                let old = &*self.config;
+                let mut config = Config {
+                    rescue: old.rescue.clone(),
+                    rescue_note: old.rescue_note.clone(),
+                    rescue_cap: old.rescue_cap,
+                    rescue_model: old.rescue_model,
+                    ledger: old.ledger.clone(),
+                    telemetry: old.telemetry.clone(),
+                    conversation_header: old.conversation_header.clone(),
+                    conversation_fn: old.conversation_fn.clone(),
+                    max_request_body: old.max_request_body,
+                    max_response_body: old.max_response_body,
+                    max_hold_bytes: old.max_hold_bytes,
+                    max_hold_frames: old.max_hold_frames,
+                    retarget: old.retarget.clone(),
+                    inject_fallbacks: old.inject_fallbacks,
+                    chains: old.chains.clone(),
+                    fallback_credit: old.fallback_credit,
+                    budget: old.budget,
+                    sticky_ttl: old.sticky_ttl,
+                    handoff_marker: old.handoff_marker,
+                };
+                change(&mut config);
+                self.config = Arc::new(config);
+            }
+        }
+        self
+    }
+
+    /// Turns the rescue step on or off (on by default). See also
+    /// [`rescue_switch`](Self::rescue_switch) to flip it while running.
+    pub fn rescue(self, on: bool) -> Self {
+        self.config.rescue.set(on);
+        self
+    }
+
+    /// Uses `switch` as the rescue on/off switch, shared with whoever holds it.
+    pub fn rescue_switch_from(self, switch: crate::recovery::RescueSwitch) -> Self {
+        self.with(|c| c.rescue = switch)
+    }
+
+    /// The switch that turns rescue on and off for every service this layer
+    /// built or will build.
+    pub fn rescue_switch(&self) -> RescueSwitch {
+        self.config.rescue.clone()
+    }
+
+    /// The note the rescue appends (default: [`RescueNote::default`]).
+    pub fn rescue_note(self, note: RescueNote) -> Self {
+        self.with(|c| c.rescue_note = note)
+    }
+
+    /// How many rescues a conversation may have before it produces real
+    /// output again (default 1).
+    pub fn rescue_cap(self, cap: u32) -> Self {
+        self.with(|c| c.rescue_cap = cap)
+    }
+
+    /// Which model the rescue asks once a fallback chain is exhausted
+    /// (default: the one the client asked for).
+    pub fn rescue_model(self, model: RescueModel) -> Self {
+        self.with(|c| c.rescue_model = model)
+    }
+
+    /// Keeps per-conversation state in `ledger` (default: a [`MemoryLedger`]).
+    pub fn ledger(self, ledger: impl RescueLedger) -> Self {
+        self.with(|c| c.ledger = Arc::new(ledger))
+    }
+
+    /// Sends one record per refusal to `sink` (default: `()`, nowhere).
+    pub fn telemetry(self, sink: impl TelemetrySink) -> Self {
+        self.with(|c| c.telemetry = Arc::new(sink))
+    }
+
+    /// The request header that names a conversation (default
+    /// `x-refusal-guard-conversation`); `None` turns the header off. The guard
+    /// removes the header before forwarding.
+    pub fn conversation_header(self, header: Option<HeaderName>) -> Self {
+        self.with(|c| c.conversation_header = header)
+    }
+
+    /// Names the conversation of a request with a closure over its head and
+    /// JSON body; `None` falls back to the header, then to the default key (a
+    /// hash of the system prompt and the first user turn).
+    pub fn conversation_key<F>(self, key: F) -> Self
+    where
+        F: Fn(&http::request::Parts, &Value) -> Option<String> + Send + Sync + 'static,
+    {
+        self.with(|c| c.conversation_fn = Some(Arc::new(key)))
+    }
+
+    /// Largest request body the guard buffers to read (default 16 MiB). A
+    /// larger request is forwarded unguarded, never failed.
+    pub fn max_request_body(self, bytes: usize) -> Self {
+        self.with(|c| c.max_request_body = bytes)
+    }
+
+    /// Largest non-streaming response body the guard buffers to inspect
+    /// (default 16 MiB). A larger one is passed through unjudged.
+    pub fn max_response_body(self, bytes: usize) -> Self {
+        self.with(|c| c.max_response_body = bytes)
+    }
+
+    /// Most stream bytes held back while no real output has been seen
+    /// (default 4 MiB). Past it the guard commits to the stream as it is.
+    pub fn max_hold_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.max_hold_bytes = bytes)
+    }
+
+    /// Most SSE frames held back while no real output has been seen (default
+    /// 20 000). Past it the guard commits to the stream as it is.
+    pub fn max_hold_frames(self, frames: usize) -> Self {
+        self.with(|c| c.max_hold_frames = frames)
+    }
+
+    /// Replaces the Anthropic server-side `fallbacks` list of requests that
+    /// carry one with these models (at most three; the request's own model is
+    /// left out). Requests without the list are left byte-identical unless
+    /// [`inject_server_fallbacks`](Self::inject_server_fallbacks) is on.
+    pub fn retarget_fallbacks<I, M>(self, models: I) -> Self
+    where
+        I: IntoIterator<Item = M>,
+        M: Into<String>,
+    {
+        let models = models.into_iter().map(Into::into).collect();
+        self.with(|c| c.retarget = models)
+    }
+
+    /// Also adds the retarget list, and its beta header, to Anthropic
+    /// requests that carry no `fallbacks` (off by default).
+    pub fn inject_server_fallbacks(self, inject: bool) -> Self {
+        self.with(|c| c.inject_fallbacks = inject)
+    }
+
+    /// Client-side fallback chains: on an empty refusal, the request is sent
+    /// again to each model of its chain in turn.
+    pub fn fallback_chains(self, chains: FallbackChains) -> Self {
+        self.with(|c| c.chains = chains)
+    }
+
+    /// Asks Anthropic for fallback credit tokens on requests that have a
+    /// chain, and presents them on the next hop (on by default).
+    pub fn fallback_credit(self, on: bool) -> Self {
+        self.with(|c| c.fallback_credit = on)
+    }
+
+    /// Most requests sent upstream for one call, the original included
+    /// (default 4).
+    pub fn max_attempts(self, attempts: u32) -> Self {
+        self.with(|c| c.budget.max_attempts = attempts.max(1))
+    }
+
+    /// Time after which no recovery attempt starts or continues (default 10
+    /// minutes from the original request).
+    pub fn recovery_deadline(self, deadline: Duration) -> Self {
+        self.with(|c| c.budget.deadline = deadline)
+    }
+
+    /// Once a fallback served a conversation, sends its later requests
+    /// straight to that model for `ttl` (off by default).
+    pub fn sticky_fallback(self, ttl: Duration) -> Self {
+        self.with(|c| c.sticky_ttl = Some(ttl))
+    }
+
+    /// Marks a client-side fallback inside the served Anthropic stream with a
+    /// `fallback` content block, as the provider marks its own (off by
+    /// default: clients that predate the block type may reject it).
+    pub fn handoff_marker(self, on: bool) -> Self {
+        self.with(|c| c.handoff_marker = on)
+    }
+}
+
+impl<S> Layer<S> for RefusalGuardLayer {
+    type Service = RefusalGuard<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RefusalGuard::new(inner, self.config.clone())
+    }
+}
