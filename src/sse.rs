@@ -1,0 +1,828 @@
+//! Incremental Server-Sent Events framing that keeps every frame's raw bytes.
+//!
+//! The guard has to do two things with a streamed response at once: read the
+//! events (to spot a refusal) and forward the stream to the client
+//! byte-for-byte, comments, odd line endings and all. Event-stream parsers
+//! yield decoded events and throw the original bytes away, so a proxy built
+//! on one would have to re-serialise the events and could not promise an
+//! unchanged stream. No maintained crate hands back each frame's raw bytes
+//! next to its parsed fields, so this module is written by hand.
+//!
+//! [`SseFramer`] follows the WHATWG `text/event-stream` parsing rules, with one
+//! change: instead of dispatching only events that carry data, it cuts the
+//! input into [`Frame`]s at every blank line, so that concatenating the
+//! [`Frame::raw`] bytes of every frame (plus the tail returned by
+//! [`SseFramer::finish`]) gives back exactly the bytes that were pushed, for
+//! any split of the input into chunks.
+//!
+//! Parsing rules:
+//! - Lines end in CRLF, LF or CR. A CR at the end of a chunk is a line end,
+//!   but a frame is not cut there until the next byte shows whether it is
+//!   half of a CRLF.
+//! - A blank line ends a frame; the frame's raw bytes include it.
+//! - A line starting with `:` is a comment. Otherwise the text before the
+//!   first `:` is the field name and the rest is the value, with one leading
+//!   space removed. A line without a colon is a field with an empty value.
+//! - `data` lines are joined with `\n`; the last `event` and `id` win
+//!   (an `id` containing NUL is ignored); `retry` counts only if it is all
+//!   ASCII digits. Other field names are ignored.
+//! - A UTF-8 byte order mark at the very start of the stream is ignored for
+//!   parsing (it stays in the first frame's raw bytes).
+//! - Invalid UTF-8 in a value is decoded lossily.
+
+use std::collections::VecDeque;
+use std::fmt;
+
+use bytes::{Bytes, BytesMut};
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// One event-stream frame: the raw bytes up to and including the blank line
+/// that ended it, and the fields parsed from them.
+///
+/// A frame that holds only comments (or nothing but the blank line) is still
+/// a frame, so that no byte of the stream is dropped; see
+/// [`Frame::is_comment_only`].
+///
+/// ```
+/// use bytes::Bytes;
+/// use refusal_guard::sse::SseFramer;
+///
+/// let mut framer = SseFramer::new();
+/// framer
+///     .push(Bytes::from_static(b"event: ping\ndata: {}\n\n"))
+///     .unwrap();
+/// let frame = framer.next_frame().unwrap();
+/// assert_eq!(frame.event(), Some("ping"));
+/// assert_eq!(frame.data(), Some("{}"));
+/// assert_eq!(frame.raw().as_ref(), b"event: ping\ndata: {}\n\n");
+/// assert!(!frame.is_comment_only());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    raw: Bytes,
+    event: Option<String>,
+    data: Option<String>,
+    id: Option<String>,
+    retry: Option<u64>,
+    has_fields: bool,
+}
+
+impl Frame {
+    /// Every byte of input from the end of the previous frame up to and
+    /// including the blank line that ended this one (for the frame returned
+    /// by [`SseFramer::finish`]: exactly the trailing bytes).
+    pub fn raw(&self) -> &Bytes {
+        &self.raw
+    }
+
+    /// The value of the last `event:` field, if the frame had one. An
+    /// `event:` line with an empty value gives `Some("")`.
+    pub fn event(&self) -> Option<&str> {
+        self.event.as_deref()
+    }
+
+    /// The values of all `data:` lines joined with `\n`, or `None` if the
+    /// frame had no `data` line. A single empty `data:` line gives `Some("")`.
+    pub fn data(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+
+    /// The value of the last `id:` field in this frame (not carried over from
+    /// earlier frames), if any. An `id` whose value contains NUL is ignored.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The value of the last `retry:` field whose value was all ASCII digits
+    /// (and fits in a `u64`), if any.
+    pub fn retry(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// `true` if the frame has no field lines at all: only comments and the
+    /// blank line. A line with an unknown field name counts as a field.
+    pub fn is_comment_only(&self) -> bool {
+        !self.has_fields
+    }
+
+    /// The raw bytes of the frame, consuming it.
+    pub fn into_raw(self) -> Bytes {
+        self.raw
+    }
+}
+
+/// The error returned by [`SseFramer::push`] when a frame grows past the
+/// framer's byte limit.
+///
+/// The bytes are kept, so nothing is lost: the caller can keep pushing (the
+/// frames still come out, and the error repeats while the oversized frame is
+/// incomplete) or give up inspecting and pass the stream through.
+///
+/// ```
+/// use bytes::Bytes;
+/// use refusal_guard::sse::{FrameTooLarge, SseFramer};
+///
+/// let mut framer = SseFramer::with_max_frame_bytes(8);
+/// let err = framer.push(Bytes::from_static(b"data: 0123456789")).unwrap_err();
+/// assert_eq!(err, FrameTooLarge { limit: 8 });
+/// assert_eq!(framer.pending_len(), 16);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameTooLarge {
+    /// The limit, in bytes, that the frame exceeded.
+    pub limit: usize,
+}
+
+impl fmt::Display for FrameTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "server-sent event frame larger than {} bytes (no blank line within the limit)",
+            self.limit
+        )
+    }
+}
+
+impl std::error::Error for FrameTooLarge {}
+
+/// Fields of the frame being parsed.
+#[derive(Debug, Default)]
+struct Fields {
+    event: Option<String>,
+    data: Option<String>,
+    id: Option<String>,
+    retry: Option<u64>,
+    has_fields: bool,
+}
+
+/// Incremental event-stream framer: push network chunks in, pull [`Frame`]s
+/// out.
+///
+/// Each pushed chunk is scanned once. A frame that lies wholly inside one
+/// chunk is returned as a zero-copy slice of it; a frame that spans chunks is
+/// copied into one buffer.
+///
+/// ```
+/// use bytes::Bytes;
+/// use refusal_guard::sse::SseFramer;
+///
+/// let mut framer = SseFramer::new();
+/// // A frame split across chunks, with CRLF line ends and a trailing comment.
+/// framer.push(Bytes::from_static(b"data: {\"a\":\r\ndata: 1}\r")).unwrap();
+/// assert!(framer.next_frame().is_none());
+/// framer.push(Bytes::from_static(b"\n\r\n: bye")).unwrap();
+///
+/// let frame = framer.next_frame().unwrap();
+/// assert_eq!(frame.data(), Some("{\"a\":\n1}"));
+/// assert_eq!(frame.raw().as_ref(), b"data: {\"a\":\r\ndata: 1}\r\n\r\n");
+/// assert!(framer.next_frame().is_none());
+///
+/// // End of input: the bytes that never got a blank line.
+/// let tail = framer.finish().unwrap();
+/// assert!(tail.is_comment_only());
+/// assert_eq!(tail.raw().as_ref(), b": bye");
+/// assert!(framer.finish().is_none());
+/// ```
+#[derive(Debug)]
+pub struct SseFramer {
+    max_frame_bytes: usize,
+    /// Complete frames not yet pulled.
+    ready: VecDeque<Frame>,
+    /// Bytes of the incomplete frame that came in earlier chunks.
+    held: Vec<Bytes>,
+    /// Total length of `held`.
+    held_len: usize,
+    /// Total length of the raw bytes of `ready`.
+    ready_len: usize,
+    /// Start of a line that began in an earlier chunk (a copy).
+    line: Vec<u8>,
+    fields: Fields,
+    /// The last byte scanned was a CR: an LF right after it is part of the
+    /// same line end.
+    after_cr: bool,
+    /// The current frame was ended by a blank line whose terminator is that
+    /// CR; it is cut once the next byte (or the end of input) is known.
+    cut_after_cr: bool,
+    /// No line has ended yet in this stream (a BOM may start it).
+    first_line: bool,
+}
+
+impl Default for SseFramer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SseFramer {
+    /// The default limit on the size of one frame: 1 MiB.
+    ///
+    /// Provider frames are usually well under a kilobyte; the largest seen in
+    /// practice carry a whole tool input, or inline image data from image
+    /// models, which can exceed this. The limit only bounds how much the
+    /// framer buffers while looking for a blank line: going over it makes
+    /// [`SseFramer::push`] return [`FrameTooLarge`] but drops nothing.
+    pub const DEFAULT_MAX_FRAME_BYTES: usize = 1 << 20;
+
+    /// A framer with [`SseFramer::DEFAULT_MAX_FRAME_BYTES`] as its limit.
+    pub fn new() -> Self {
+        Self::with_max_frame_bytes(Self::DEFAULT_MAX_FRAME_BYTES)
+    }
+
+    /// A framer that reports [`FrameTooLarge`] once a frame is longer than
+    /// `limit` bytes.
+    pub fn with_max_frame_bytes(limit: usize) -> Self {
+        SseFramer {
+            max_frame_bytes: limit,
+            ready: VecDeque::new(),
+            held: Vec::new(),
+            held_len: 0,
+            ready_len: 0,
+            line: Vec::new(),
+            fields: Fields::default(),
+            after_cr: false,
+            cut_after_cr: false,
+            first_line: true,
+        }
+    }
+
+    /// Appends a network chunk and frames as much of it as possible.
+    ///
+    /// Returns [`FrameTooLarge`] if a frame completed by this chunk, or the
+    /// frame still incomplete after it, is longer than the limit. The bytes
+    /// are kept either way: complete frames are still returned by
+    /// [`SseFramer::next_frame`] and the rest by later pushes or
+    /// [`SseFramer::finish`].
+    pub fn push(&mut self, chunk: Bytes) -> Result<(), FrameTooLarge> {
+        let mut oversized = false;
+        let len = chunk.len();
+        // Start of the current frame's bytes in `chunk`.
+        let mut frame_start = 0;
+        // Start of the current line in `chunk`.
+        let mut line_start = 0;
+
+        if len > 0 && self.after_cr {
+            self.after_cr = false;
+            if chunk[0] == b'\n' {
+                line_start = 1;
+            }
+            if self.cut_after_cr {
+                self.cut_after_cr = false;
+                oversized |= self.cut(&chunk, 0, line_start);
+                frame_start = line_start;
+            }
+        }
+
+        let mut scan = line_start;
+        while let Some(off) = chunk[scan..].iter().position(|&b| b == b'\n' || b == b'\r') {
+            let eol = scan + off;
+            let mut next = eol + 1;
+            // A CR as the chunk's last byte may be half of a CRLF.
+            let mut undecided_cr = false;
+            if chunk[eol] == b'\r' {
+                if next < len {
+                    if chunk[next] == b'\n' {
+                        next += 1;
+                    }
+                } else {
+                    undecided_cr = true;
+                }
+            }
+            let blank = self.end_line(&chunk[line_start..eol]);
+            line_start = next;
+            scan = next;
+            if undecided_cr {
+                self.after_cr = true;
+                self.cut_after_cr = blank;
+            } else if blank {
+                oversized |= self.cut(&chunk, frame_start, next);
+                frame_start = next;
+            }
+        }
+
+        if line_start < len {
+            self.line.extend_from_slice(&chunk[line_start..]);
+        }
+        if frame_start < len {
+            self.held_len += len - frame_start;
+            self.held.push(chunk.slice(frame_start..));
+        }
+        if oversized || self.held_len > self.max_frame_bytes {
+            Err(FrameTooLarge {
+                limit: self.max_frame_bytes,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Pulls the next complete frame, in input order, or `None` if no frame
+    /// has been completed by a blank line yet.
+    pub fn next_frame(&mut self) -> Option<Frame> {
+        let frame = self.ready.pop_front()?;
+        self.ready_len -= frame.raw.len();
+        Some(frame)
+    }
+
+    /// Bytes pushed but not yet handed out by [`SseFramer::next_frame`] or
+    /// [`SseFramer::finish`]: complete frames waiting to be pulled plus the
+    /// incomplete frame.
+    pub fn pending_len(&self) -> usize {
+        self.ready_len + self.held_len
+    }
+
+    /// Ends the input: returns the trailing bytes that never got a blank line
+    /// as a frame (its raw bytes are exactly those bytes, and a final line
+    /// without a line end is parsed as a line), or `None` if nothing is
+    /// pending. A CR at the very end counts as a line end.
+    ///
+    /// Call it once [`SseFramer::next_frame`] has returned `None`. If complete
+    /// frames are still waiting, it returns the oldest of them instead (the
+    /// tail is queued behind them), so calling it until `None` never reorders
+    /// the stream. Afterwards the framer starts a new stream (a leading BOM is
+    /// recognised again).
+    pub fn finish(&mut self) -> Option<Frame> {
+        self.after_cr = false;
+        if std::mem::take(&mut self.cut_after_cr) {
+            self.cut(&Bytes::new(), 0, 0);
+        }
+        if self.held_len > 0 {
+            if !self.line.is_empty() {
+                let line = std::mem::take(&mut self.line);
+                process_line(&mut self.fields, &mut self.first_line, &line);
+            }
+            self.cut(&Bytes::new(), 0, 0);
+        }
+        self.line.clear();
+        self.fields = Fields::default();
+        self.first_line = true;
+        self.next_frame()
+    }
+
+    /// Handles the end of a line whose bytes in the current chunk are `tail`
+    /// (the line may have started in an earlier chunk). Returns `true` for a
+    /// blank line.
+    fn end_line(&mut self, tail: &[u8]) -> bool {
+        if self.line.is_empty() {
+            process_line(&mut self.fields, &mut self.first_line, tail)
+        } else {
+            self.line.extend_from_slice(tail);
+            let blank = process_line(&mut self.fields, &mut self.first_line, &self.line);
+            self.line.clear();
+            blank
+        }
+    }
+
+    /// Ends the current frame: its raw bytes are `held` followed by
+    /// `chunk[start..end]`. Returns `true` if the frame is over the limit.
+    fn cut(&mut self, chunk: &Bytes, start: usize, end: usize) -> bool {
+        let raw = if self.held.is_empty() {
+            chunk.slice(start..end)
+        } else if self.held.len() == 1 && start == end {
+            self.held.pop().unwrap_or_default()
+        } else {
+            let mut buf = BytesMut::with_capacity(self.held_len + (end - start));
+            for piece in self.held.drain(..) {
+                buf.extend_from_slice(&piece);
+            }
+            buf.extend_from_slice(&chunk[start..end]);
+            buf.freeze()
+        };
+        self.held.clear();
+        self.held_len = 0;
+        let fields = std::mem::take(&mut self.fields);
+        let oversized = raw.len() > self.max_frame_bytes;
+        self.ready_len += raw.len();
+        self.ready.push_back(Frame {
+            raw,
+            event: fields.event,
+            data: fields.data,
+            id: fields.id,
+            retry: fields.retry,
+            has_fields: fields.has_fields,
+        });
+        oversized
+    }
+}
+
+/// Applies one complete line (without its line end) to `fields`. Returns
+/// `true` if the line is blank.
+fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> bool {
+    if std::mem::take(first_line) {
+        if let Some(rest) = line.strip_prefix(BOM) {
+            line = rest;
+        }
+    }
+    if line.is_empty() {
+        return true;
+    }
+    if line[0] == b':' {
+        return false;
+    }
+    let (name, value) = match line.iter().position(|&b| b == b':') {
+        Some(colon) => {
+            let value = &line[colon + 1..];
+            (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+        }
+        None => (line, &b""[..]),
+    };
+    fields.has_fields = true;
+    match name {
+        b"event" => fields.event = Some(lossy(value)),
+        b"data" => match &mut fields.data {
+            Some(data) => {
+                data.push('\n');
+                data.push_str(&String::from_utf8_lossy(value));
+            }
+            None => fields.data = Some(lossy(value)),
+        },
+        b"id" if !value.contains(&0) => fields.id = Some(lossy(value)),
+        b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+            // All digits, so this fails only on overflow.
+            if let Ok(retry) = lossy(value).parse() {
+                fields.retry = Some(retry);
+            }
+        }
+        _ => {}
+    }
+    false
+}
+
+fn lossy(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Frames from pushing `chunks` in order, then `finish`.
+    fn frames_of(chunks: &[&[u8]]) -> Vec<Frame> {
+        let mut framer = SseFramer::new();
+        let mut frames = Vec::new();
+        for chunk in chunks {
+            framer
+                .push(Bytes::copy_from_slice(chunk))
+                .expect("within limit");
+            while let Some(frame) = framer.next_frame() {
+                frames.push(frame);
+            }
+        }
+        while let Some(frame) = framer.finish() {
+            frames.push(frame);
+        }
+        assert_eq!(framer.pending_len(), 0);
+        frames
+    }
+
+    fn frames(input: &[u8]) -> Vec<Frame> {
+        frames_of(&[input])
+    }
+
+    /// Parses `input` whole, then split at every position and byte at a time,
+    /// asserting the results are identical and the raw bytes add up.
+    fn frames_any_split(input: &[u8]) -> Vec<Frame> {
+        let whole = frames(input);
+        let joined: Vec<u8> = whole.iter().flat_map(|f| f.raw().to_vec()).collect();
+        assert_eq!(joined, input);
+        for at in 0..=input.len() {
+            let (a, b) = input.split_at(at);
+            assert_eq!(frames_of(&[a, b]), whole, "split at {at}");
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(frames_of(&bytes), whole, "byte at a time");
+        whole
+    }
+
+    fn raws(frames: &[Frame]) -> Vec<&[u8]> {
+        frames.iter().map(|f| f.raw().as_ref()).collect()
+    }
+
+    #[test]
+    fn lf_line_ends() {
+        let f = frames_any_split(b"event: a\ndata: 1\n\ndata: 2\n\n");
+        assert_eq!(raws(&f), [&b"event: a\ndata: 1\n\n"[..], b"data: 2\n\n"]);
+        assert_eq!(f[0].event(), Some("a"));
+        assert_eq!(f[0].data(), Some("1"));
+        assert_eq!(f[1].event(), None);
+        assert_eq!(f[1].data(), Some("2"));
+    }
+
+    #[test]
+    fn crlf_line_ends() {
+        let f = frames_any_split(b"event: a\r\ndata: 1\r\n\r\ndata: 2\r\n\r\n");
+        assert_eq!(
+            raws(&f),
+            [&b"event: a\r\ndata: 1\r\n\r\n"[..], b"data: 2\r\n\r\n"]
+        );
+        assert_eq!(f[0].event(), Some("a"));
+        assert_eq!(f[0].data(), Some("1"));
+        assert_eq!(f[1].data(), Some("2"));
+    }
+
+    #[test]
+    fn cr_line_ends() {
+        let f = frames_any_split(b"event: a\rdata: 1\r\rdata: 2\r\r");
+        assert_eq!(raws(&f), [&b"event: a\rdata: 1\r\r"[..], b"data: 2\r\r"]);
+        assert_eq!(f[0].event(), Some("a"));
+        assert_eq!(f[0].data(), Some("1"));
+        assert_eq!(f[1].data(), Some("2"));
+    }
+
+    #[test]
+    fn mixed_line_ends() {
+        // LF CR is two line ends (a blank line), CR LF is one.
+        let f = frames_any_split(b"data: a\n\rdata: b\r\n\ndata: c\r\r\n");
+        assert_eq!(
+            raws(&f),
+            [&b"data: a\n\r"[..], b"data: b\r\n\n", b"data: c\r\r\n"]
+        );
+        assert_eq!(f[0].data(), Some("a"));
+        assert_eq!(f[1].data(), Some("b"));
+        assert_eq!(f[2].data(), Some("c"));
+    }
+
+    #[test]
+    fn cr_at_chunk_end_waits_for_next_byte() {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from_static(b"data: x\r\n\r")).unwrap();
+        // The blank line's CR may be the first half of a CRLF: no cut yet.
+        assert!(framer.next_frame().is_none());
+        framer.push(Bytes::new()).unwrap();
+        assert!(framer.next_frame().is_none());
+        framer.push(Bytes::from_static(b"\ndata: y\n\n")).unwrap();
+        let first = framer.next_frame().unwrap();
+        assert_eq!(first.raw().as_ref(), b"data: x\r\n\r\n");
+        assert_eq!(first.data(), Some("x"));
+        let second = framer.next_frame().unwrap();
+        assert_eq!(second.raw().as_ref(), b"data: y\n\n");
+        assert!(framer.next_frame().is_none());
+        assert!(framer.finish().is_none());
+    }
+
+    #[test]
+    fn cr_at_chunk_end_then_other_byte_cuts_before_it() {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from_static(b"data: x\r\r")).unwrap();
+        assert!(framer.next_frame().is_none());
+        framer.push(Bytes::from_static(b"data: y\r\r")).unwrap();
+        assert_eq!(framer.next_frame().unwrap().raw().as_ref(), b"data: x\r\r");
+        assert!(framer.next_frame().is_none());
+        // At the end of input the trailing CR is a line end.
+        let last = framer.finish().unwrap();
+        assert_eq!(last.raw().as_ref(), b"data: y\r\r");
+        assert_eq!(last.data(), Some("y"));
+    }
+
+    #[test]
+    fn crlf_split_inside_a_line_is_one_line_end() {
+        // If the LF after a chunk-final CR were taken as a second line end,
+        // it would be a blank line and cut the frame after `event: a`.
+        let f = frames_of(&[b"event: a\r", b"\ndata: 1\r", b"\n\r\n"]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].event(), Some("a"));
+        assert_eq!(f[0].data(), Some("1"));
+        assert_eq!(f[0].raw().as_ref(), b"event: a\r\ndata: 1\r\n\r\n");
+    }
+
+    #[test]
+    fn bom_at_stream_start_is_ignored() {
+        let f = frames_any_split(b"\xEF\xBB\xBFevent: a\ndata: 1\n\n");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].event(), Some("a"));
+        assert_eq!(f[0].raw().as_ref(), b"\xEF\xBB\xBFevent: a\ndata: 1\n\n");
+    }
+
+    #[test]
+    fn bom_alone_on_first_line_is_a_blank_line() {
+        let f = frames_any_split(b"\xEF\xBB\xBF\ndata: 1\n\n");
+        assert_eq!(raws(&f), [&b"\xEF\xBB\xBF\n"[..], b"data: 1\n\n"]);
+        assert!(f[0].is_comment_only());
+    }
+
+    #[test]
+    fn bom_later_in_stream_is_not_ignored() {
+        // Only the first line may start with the BOM; later it is part of the
+        // field name, so `\u{feff}data` is an unknown field.
+        let f = frames_any_split(b"data: 1\n\n\xEF\xBB\xBFdata: 2\n\n");
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[1].data(), None);
+        assert!(!f[1].is_comment_only());
+    }
+
+    #[test]
+    fn bom_recognised_again_after_finish() {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from_static(b"data: 1")).unwrap();
+        assert_eq!(framer.finish().unwrap().data(), Some("1"));
+        framer
+            .push(Bytes::from_static(b"\xEF\xBB\xBFdata: 2\n\n"))
+            .unwrap();
+        assert_eq!(framer.next_frame().unwrap().data(), Some("2"));
+    }
+
+    #[test]
+    fn comments_are_not_fields() {
+        let f = frames_any_split(b": hello\n:\n\n: keep-alive\ndata: x\n: trailing\n\n");
+        assert_eq!(f.len(), 2);
+        assert!(f[0].is_comment_only());
+        assert_eq!(f[0].raw().as_ref(), b": hello\n:\n\n");
+        assert_eq!(f[0].data(), None);
+        assert!(!f[1].is_comment_only());
+        assert_eq!(f[1].data(), Some("x"));
+    }
+
+    #[test]
+    fn every_blank_line_ends_a_frame() {
+        let f = frames_any_split(b"data: x\n\n\n\r\n");
+        assert_eq!(raws(&f), [&b"data: x\n\n"[..], b"\n", b"\r\n"]);
+        assert!(f[1].is_comment_only() && f[2].is_comment_only());
+    }
+
+    #[test]
+    fn line_without_colon_is_field_with_empty_value() {
+        let f = frames_any_split(b"data\n\nevent\ndata\ndata\n\n");
+        assert_eq!(f[0].data(), Some(""));
+        assert_eq!(f[1].event(), Some(""));
+        assert_eq!(f[1].data(), Some("\n"));
+    }
+
+    #[test]
+    fn only_one_leading_space_is_stripped() {
+        let f = frames_any_split(b"data:  two\nevent:none\n\ndata:\t tab\n\n");
+        assert_eq!(f[0].data(), Some(" two"));
+        assert_eq!(f[0].event(), Some("none"));
+        assert_eq!(f[1].data(), Some("\t tab"));
+    }
+
+    #[test]
+    fn value_keeps_later_colons_and_trailing_spaces() {
+        let f = frames_any_split(b"data: {\"a\": \"b:c\"}  \n\n");
+        assert_eq!(f[0].data(), Some("{\"a\": \"b:c\"}  "));
+    }
+
+    #[test]
+    fn multiple_data_lines_join_with_newline() {
+        let f = frames_any_split(b"data: a\ndata:\ndata: c\n\n");
+        assert_eq!(f[0].data(), Some("a\n\nc"));
+    }
+
+    #[test]
+    fn last_event_and_id_win() {
+        let f = frames_any_split(b"event: a\nevent: b\nid: 1\nid: 2\ndata: x\n\n");
+        assert_eq!(f[0].event(), Some("b"));
+        assert_eq!(f[0].id(), Some("2"));
+    }
+
+    #[test]
+    fn id_is_per_frame_and_ignores_nul() {
+        let f = frames_any_split(b"id: 7\n\ndata: x\n\nid: 8\nid: a\0b\n\n");
+        assert_eq!(f[0].id(), Some("7"));
+        assert_eq!(f[1].id(), None);
+        assert_eq!(f[2].id(), Some("8"));
+    }
+
+    #[test]
+    fn retry_only_if_all_ascii_digits() {
+        let f = frames_any_split(
+            b"retry: 1500\n\nretry: 15s\n\nretry: -1\n\nretry:\n\nretry: 99999999999999999999999\n\nretry: 10\nretry: x\n\n",
+        );
+        assert_eq!(f[0].retry(), Some(1500));
+        assert_eq!(f[1].retry(), None);
+        assert_eq!(f[2].retry(), None);
+        assert_eq!(f[3].retry(), None);
+        assert_eq!(f[4].retry(), None, "overflows u64");
+        assert_eq!(f[5].retry(), Some(10), "invalid later value is ignored");
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored_but_kept_in_raw() {
+        let input = b"foo: bar\nDATA: upper\nevent: e\n\n";
+        let f = frames_any_split(input);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].event(), Some("e"));
+        assert_eq!(f[0].data(), None, "field names are case-sensitive");
+        assert_eq!(f[0].raw().as_ref(), input);
+
+        let f = frames_any_split(b"foo: bar\n\n");
+        assert_eq!(f[0].event(), None);
+        assert_eq!(f[0].data(), None);
+        assert!(!f[0].is_comment_only());
+    }
+
+    #[test]
+    fn empty_data_frame() {
+        let f = frames_any_split(b"data:\n\ndata: \n\n");
+        assert_eq!(f.len(), 2);
+        assert_eq!(f[0].data(), Some(""));
+        assert_eq!(f[1].data(), Some(""));
+        assert!(!f[0].is_comment_only());
+    }
+
+    #[test]
+    fn finish_returns_tail_without_blank_line() {
+        let mut framer = SseFramer::new();
+        framer
+            .push(Bytes::from_static(b"data: 1\n\nevent: end\ndata: 2"))
+            .unwrap();
+        assert_eq!(framer.next_frame().unwrap().data(), Some("1"));
+        assert!(framer.next_frame().is_none());
+        assert_eq!(framer.pending_len(), b"event: end\ndata: 2".len());
+        let tail = framer.finish().unwrap();
+        assert_eq!(tail.raw().as_ref(), b"event: end\ndata: 2");
+        assert_eq!(tail.event(), Some("end"));
+        assert_eq!(tail.data(), Some("2"), "unterminated last line is parsed");
+        assert_eq!(framer.pending_len(), 0);
+        assert!(framer.finish().is_none());
+    }
+
+    #[test]
+    fn finish_with_single_line_end_tail() {
+        let f = frames_any_split(b"data: 1\n\ndata: 2\n");
+        assert_eq!(raws(&f), [&b"data: 1\n\n"[..], b"data: 2\n"]);
+        assert_eq!(f[1].data(), Some("2"));
+    }
+
+    #[test]
+    fn finish_with_nothing_pending() {
+        let mut framer = SseFramer::new();
+        assert!(framer.finish().is_none());
+        framer.push(Bytes::from_static(b"data: 1\n\n")).unwrap();
+        assert!(framer.next_frame().is_some());
+        assert!(framer.finish().is_none());
+    }
+
+    #[test]
+    fn finish_does_not_reorder_queued_frames() {
+        let mut framer = SseFramer::new();
+        framer
+            .push(Bytes::from_static(b"data: 1\n\ndata: 2"))
+            .unwrap();
+        assert_eq!(framer.finish().unwrap().data(), Some("1"));
+        assert_eq!(framer.finish().unwrap().data(), Some("2"));
+        assert!(framer.finish().is_none());
+    }
+
+    #[test]
+    fn invalid_utf8_is_lossy() {
+        let f = frames_any_split(b"event: \xFF\ndata: a\xC3\ndata: \xE2\x82\xAC\n\n");
+        assert_eq!(f[0].event(), Some("\u{FFFD}"));
+        assert_eq!(f[0].data(), Some("a\u{FFFD}\n\u{20AC}"));
+    }
+
+    #[test]
+    fn single_chunk_frames_are_zero_copy() {
+        let chunk = Bytes::from_static(b"data: 1\n\ndata: 2\n\n");
+        let mut framer = SseFramer::new();
+        framer.push(chunk.clone()).unwrap();
+        let first = framer.next_frame().unwrap();
+        let second = framer.next_frame().unwrap();
+        assert_eq!(first.raw().as_ptr(), chunk.as_ptr());
+        assert_eq!(second.raw().as_ptr(), chunk[9..].as_ptr());
+    }
+
+    #[test]
+    fn pending_len_counts_queued_and_incomplete_bytes() {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from_static(b"data: 1\n\ndata")).unwrap();
+        assert_eq!(framer.pending_len(), 13);
+        framer.next_frame().unwrap();
+        assert_eq!(framer.pending_len(), 4);
+        framer.push(Bytes::from_static(b": 2\r")).unwrap();
+        assert_eq!(framer.pending_len(), 8);
+        framer.push(Bytes::from_static(b"\r")).unwrap();
+        assert_eq!(framer.pending_len(), 9);
+        assert!(framer.next_frame().is_none());
+        framer.push(Bytes::from_static(b"\n")).unwrap();
+        assert_eq!(
+            framer.next_frame().unwrap().raw().as_ref(),
+            b"data: 2\r\r\n"
+        );
+        assert_eq!(framer.pending_len(), 0);
+    }
+
+    #[test]
+    fn over_limit_is_reported_and_nothing_is_lost() {
+        let mut framer = SseFramer::with_max_frame_bytes(10);
+        assert_eq!(framer.push(Bytes::from_static(b"data: 12")), Ok(()));
+        assert_eq!(
+            framer.push(Bytes::from_static(b"345")),
+            Err(FrameTooLarge { limit: 10 })
+        );
+        assert_eq!(framer.pending_len(), 11);
+        // The frame completes in this push and is still too large.
+        assert_eq!(
+            framer.push(Bytes::from_static(b"\n\ndata: 6\n\n")),
+            Err(FrameTooLarge { limit: 10 })
+        );
+        assert_eq!(framer.next_frame().unwrap().data(), Some("12345"));
+        assert_eq!(framer.next_frame().unwrap().data(), Some("6"));
+        assert_eq!(framer.push(Bytes::from_static(b"data: 7\n\n")), Ok(()));
+    }
+
+    #[test]
+    fn error_message_names_the_limit() {
+        let msg = FrameTooLarge { limit: 4096 }.to_string();
+        assert!(msg.contains("4096"), "{msg}");
+    }
+}
