@@ -1,0 +1,110 @@
+//! The append-only JSONL log.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::{RefusalRecord, TelemetrySink};
+
+/// Appends each record to a file as one JSON line.
+///
+/// Safe to share between threads and between processes writing the same file:
+/// the file is opened in append mode and each record is written with a single
+/// `write` of the whole line (serialised first, ending in `\n`), so lines never
+/// interleave; within a process a mutex serialises writers as well.
+///
+/// The file is reopened for every record. Refusals are rare, so the cost is
+/// small, and it means that a log deleted while the sink is alive (for example
+/// by `refusals clear`) or moved away by log rotation is simply recreated,
+/// instead of records silently going to the old, unlinked file.
+///
+/// Failures (a full disk, a removed directory, no permission) are reported with
+/// `tracing::warn!` and the record is dropped; [`TelemetrySink::record`] never
+/// panics and never fails the request.
+///
+/// ```
+/// use refusal_guard::telemetry::{JsonlSink, Report};
+///
+/// let dir = std::env::temp_dir().join(format!("rg-doc-jsonl-{}", std::process::id()));
+/// let sink = JsonlSink::open(dir.join("logs/refusals.jsonl"))?;
+/// assert!(sink.path().exists());
+/// let (report, skipped) = Report::read_path(sink.path())?;
+/// assert_eq!((report.total, skipped), (0, 0));
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct JsonlSink {
+    path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl JsonlSink {
+    /// Opens (creating it and its parent directories if needed) the log at
+    /// `path` for appending.
+    ///
+    /// Fails if the directories cannot be created or the file cannot be
+    /// opened for appending (for example, `path` is a directory).
+    pub fn open(path: impl Into<PathBuf>) -> io::Result<Self> {
+        let path = path.into();
+        open_append(&path)?;
+        Ok(JsonlSink {
+            path,
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// `~/.refusal-guard/refusals.jsonl`, the log pi-refusal-guard also
+    /// writes; `None` when `$HOME` is unset or empty.
+    ///
+    /// ```
+    /// if let Some(path) = refusal_guard::telemetry::JsonlSink::default_path() {
+    ///     assert!(path.ends_with(".refusal-guard/refusals.jsonl"));
+    /// }
+    /// ```
+    pub fn default_path() -> Option<PathBuf> {
+        let home = std::env::var_os("HOME").filter(|home| !home.is_empty())?;
+        Some(
+            PathBuf::from(home)
+                .join(".refusal-guard")
+                .join("refusals.jsonl"),
+        )
+    }
+
+    /// The path of the log.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn append(&self, line: &[u8]) -> io::Result<()> {
+        // A writer that panicked held no state worth distrusting: keep going.
+        let _guard = self
+            .lock
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut file = open_append(&self.path)?;
+        file.write_all(line)
+    }
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        fs::create_dir_all(parent)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+impl TelemetrySink for JsonlSink {
+    fn record(&self, record: &RefusalRecord) {
+        let line = record.to_json_line();
+        if let Err(error) = self.append(&line) {
+            tracing::warn!(
+                target: "refusal_guard::telemetry",
+                path = %self.path.display(),
+                %error,
+                "could not append refusal record to log"
+            );
+        }
+    }
+}

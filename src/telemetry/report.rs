@@ -1,0 +1,231 @@
+//! A summary of logged refusals.
+
+use std::cmp::Reverse;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::RefusalRecord;
+use crate::refusal::Outcome;
+
+/// The key used for a record with no category, model or dead reason.
+const NONE: &str = "(none)";
+
+/// How many records [`Report::recent`] holds.
+const RECENT: usize = 5;
+
+/// Counts of refusals by category, model, outcome and dead reason, plus the
+/// most recent ones.
+///
+/// The maps are ordered by key so that the JSON form is deterministic; the
+/// [`Display`](fmt::Display) form lists each table by count, largest first.
+///
+/// ```
+/// use refusal_guard::telemetry::Report;
+///
+/// let log = concat!(
+///     r#"{"ts":"2026-11-29T17:44:06.123Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"dead"}"#, "\n",
+///     "{\"ts\":\"2026-11-29T17:4\n", // a torn line
+///     r#"{"ts":"2026-11-29T18:00:00.000Z","model":"claude-x","category":null,"explanation":null,"outcome":"rescued"}"#, "\n",
+/// );
+/// let (report, skipped) = Report::from_jsonl_reader(log.as_bytes());
+/// assert_eq!((report.total, report.recovered, skipped), (2, 1, 1));
+/// assert_eq!(report.by_category["cyber"], 1);
+/// assert_eq!(report.by_category["(none)"], 1);
+/// assert_eq!(report.recent[0].ts, "2026-11-29T18:00:00.000Z");
+/// println!("{report}");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// How many refusals were read.
+    pub total: usize,
+    /// How many ended `fallback` or `rescued`.
+    pub recovered: usize,
+    /// Count per outcome word (`fallback`, `rescued`, `partial`, `dead`).
+    pub by_outcome: BTreeMap<String, usize>,
+    /// Count per provider category; `(none)` when the provider gave none.
+    pub by_category: BTreeMap<String, usize>,
+    /// Count per refusing model; `(none)` when unknown.
+    pub by_model: BTreeMap<String, usize>,
+    /// For dead refusals only: count per dead reason (`rescue_cap`, ...);
+    /// `(none)` when the record does not say.
+    pub by_reason: BTreeMap<String, usize>,
+    /// Up to five most recent records, newest first. Ordered by `ts` (the
+    /// fixed-width UTC format sorts as text); records with the same `ts`
+    /// keep log order, later first.
+    pub recent: Vec<RefusalRecord>,
+}
+
+impl Report {
+    /// Summarises `records`, given in log order.
+    pub fn from_records<I>(records: I) -> Report
+    where
+        I: IntoIterator<Item = RefusalRecord>,
+    {
+        let mut builder = Builder::default();
+        for record in records {
+            builder.add(record);
+        }
+        builder.finish()
+    }
+
+    /// Summarises a JSONL log, returning the report and how many lines were
+    /// skipped because they did not hold a record (torn by a crash mid-write,
+    /// invalid UTF-8 or JSON, or missing `ts` / `outcome`). Blank lines are
+    /// ignored and not counted.
+    ///
+    /// Reading stops at the first I/O error, which is logged with
+    /// `tracing::warn!` and counted as one skipped line.
+    pub fn from_jsonl_reader(mut reader: impl BufRead) -> (Report, usize) {
+        let mut builder = Builder::default();
+        let mut skipped = 0;
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(
+                        target: "refusal_guard::telemetry",
+                        %error,
+                        "stopped reading refusal log"
+                    );
+                    skipped += 1;
+                    break;
+                }
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<RefusalRecord>(&line) {
+                Ok(record) => builder.add(record),
+                Err(_) => skipped += 1,
+            }
+        }
+        (builder.finish(), skipped)
+    }
+
+    /// Reads and summarises the JSONL log at `path`, as
+    /// [`Report::from_jsonl_reader`] does. Fails only if the file cannot be
+    /// opened (a missing log is [`io::ErrorKind::NotFound`]).
+    pub fn read_path(path: impl AsRef<Path>) -> io::Result<(Report, usize)> {
+        let file = File::open(path)?;
+        Ok(Report::from_jsonl_reader(BufReader::new(file)))
+    }
+
+    /// Whether no refusals were read.
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    report: Report,
+    /// `(position in the log, record)`, newest first.
+    recent: Vec<(usize, RefusalRecord)>,
+}
+
+impl Builder {
+    fn add(&mut self, record: RefusalRecord) {
+        let report = &mut self.report;
+        let position = report.total;
+        report.total += 1;
+        if matches!(record.outcome, Outcome::Fallback | Outcome::Rescued) {
+            report.recovered += 1;
+        }
+        bump(&mut report.by_outcome, record.outcome.as_str());
+        bump(
+            &mut report.by_category,
+            record.category.as_deref().unwrap_or(NONE),
+        );
+        bump(
+            &mut report.by_model,
+            record.model.as_deref().unwrap_or(NONE),
+        );
+        if record.outcome == Outcome::Dead {
+            bump(
+                &mut report.by_reason,
+                record.reason.map(|r| r.as_str()).unwrap_or(NONE),
+            );
+        }
+
+        // Newest first: a kept record stays ahead of the new one when it has a
+        // later `ts`, or the same `ts` and a later position in the log.
+        let at = self.recent.partition_point(|(pos, kept)| {
+            (kept.ts.as_str(), *pos) > (record.ts.as_str(), position)
+        });
+        if at < RECENT {
+            self.recent.insert(at, (position, record));
+            self.recent.truncate(RECENT);
+        }
+    }
+
+    fn finish(mut self) -> Report {
+        self.report.recent = self.recent.into_iter().map(|(_, r)| r).collect();
+        self.report
+    }
+}
+
+fn bump(map: &mut BTreeMap<String, usize>, key: &str) {
+    *map.entry(key.to_owned()).or_default() += 1;
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.total == 0 {
+            return writeln!(f, "No refusals recorded.");
+        }
+        let percent = self.recovered * 100 / self.total;
+        writeln!(
+            f,
+            "{} refusal{} recorded; {} recovered by a fallback or a rescue ({percent}%).",
+            self.total,
+            if self.total == 1 { "" } else { "s" },
+            self.recovered,
+        )?;
+        table(f, "By outcome", &self.by_outcome)?;
+        table(f, "By category", &self.by_category)?;
+        table(f, "By model", &self.by_model)?;
+        if !self.by_reason.is_empty() {
+            table(f, "Why dead", &self.by_reason)?;
+        }
+        writeln!(f)?;
+        writeln!(f, "Most recent:")?;
+        for record in &self.recent {
+            write!(
+                f,
+                "  {}  {}  [{}]  {}",
+                record.ts,
+                record.model.as_deref().unwrap_or(NONE),
+                record.category.as_deref().unwrap_or(NONE),
+                record.outcome,
+            )?;
+            if let Some(reason) = record.reason {
+                write!(f, " ({reason})")?;
+            }
+            if let Some(explanation) = &record.explanation {
+                write!(f, ": {explanation}")?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
+}
+
+fn table(f: &mut fmt::Formatter<'_>, title: &str, counts: &BTreeMap<String, usize>) -> fmt::Result {
+    let mut rows: Vec<(&String, &usize)> = counts.iter().collect();
+    // Largest first; the map already orders equal counts by name.
+    rows.sort_by_key(|(_, count)| Reverse(**count));
+    writeln!(f)?;
+    writeln!(f, "{title}:")?;
+    for (name, count) in rows {
+        writeln!(f, "  {count:>6}  {name}")?;
+    }
+    Ok(())
+}
