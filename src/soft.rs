@@ -272,9 +272,14 @@ fn finish(
             span: Some(span),
         };
     }
+    let kind = if reason == SoftReason::OffTopicDeflection {
+        SoftKind::Deflection
+    } else {
+        SoftKind::Refusal
+    };
     Detection {
         refusal: true,
-        kind: Some(SoftKind::Refusal),
+        kind: Some(kind),
         reason: Some(reason),
         span: Some(span),
     }
@@ -523,7 +528,7 @@ fn tokenize(
                 '\u{201c}' => double_open = true,
                 '\u{201d}' => double_open = false,
                 '\'' | '\u{2018}' | '\u{2019}' => {
-                    let at_word_start = prev.is_none_or(|p| {
+                    let at_word_start = prev.map_or(true, |p| {
                         p.is_whitespace() || matches!(p, '(' | '[' | '"' | '\u{201c}' | '-')
                     });
                     if at_word_start
@@ -745,16 +750,22 @@ const CONDITIONAL: &[&str] = &[
 ];
 
 /// Finds a refusal cue; returns its reason and first/last token indices.
+/// A specific phrase ("I can't help") wins over a generic apology cue
+/// ("sorry, but I ... not") in the same sentence, so the span points at it.
 fn find_cue(toks: &[Tok<'_>]) -> Option<(SoftReason, usize, usize)> {
+    let mut apology = None;
     for i in 0..toks.len() {
         if toks[i].quoted {
             continue;
         }
         if let Some(hit) = cue_at(toks, i) {
-            return Some(hit);
+            if !matches!(toks[i].w, "sorry" | "apologize" | "apologise" | "apologies") {
+                return Some(hit);
+            }
+            apology.get_or_insert(hit);
         }
     }
-    None
+    apology
 }
 
 /// Length (in tokens) of a first-person inability phrase starting at `i`.
@@ -770,6 +781,7 @@ fn inability_at(toks: &[Tok<'_>], i: usize) -> Option<usize> {
             "can" | "will" | "should" if c == "not" => Some(3),
             "am" => match c {
                 "unable" if d == "to" => Some(4),
+                "not" if d == "comfortable" => Some(3),
                 "not"
                     if matches!(
                         d,
@@ -801,6 +813,7 @@ fn inability_at(toks: &[Tok<'_>], i: usize) -> Option<usize> {
         },
         "i'm" => match b {
             "unable" if c == "to" => Some(3),
+            "not" if c == "comfortable" => Some(2),
             "not"
                 if matches!(
                     c,
@@ -935,6 +948,9 @@ fn cue_at(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)> {
         }
         if matches!(w(toks, j), "not" | "never") {
             j += 1;
+            if w(toks, j) == "be" {
+                j += 1;
+            }
             let mut saw_moral = false;
             let mut k = j;
             while k < toks.len() && k < j + 6 {
@@ -964,8 +980,6 @@ fn cue_at(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)> {
                         | "idea"
                         | "advisable"
                 ) {
-                } else if t == "to" || t == "for" {
-                    break;
                 } else if !matches!(
                     t,
                     "accurate"
@@ -1338,7 +1352,7 @@ fn next_sentence_from(
         let c = bytes[i];
         if c == b'\n'
             || (matches!(c, b'.' | b'!' | b'?' | b':')
-                && bytes.get(i + 1).is_none_or(|b| b.is_ascii_whitespace()))
+                && bytes.get(i + 1).map_or(true, |b| b.is_ascii_whitespace()))
         {
             return Some(i + 1);
         }
