@@ -11,6 +11,7 @@ pub mod recovery;
 pub mod refusal;
 pub mod replay;
 pub mod service;
+pub mod soft;
 pub mod sse;
 pub mod telemetry;
 
