@@ -53,6 +53,12 @@ pub enum Reply {
     Json(Bytes),
     /// This status with a JSON body.
     Status(u16, Bytes),
+    /// Any status and content type, these chunks.
+    Raw {
+        status: u16,
+        content_type: String,
+        chunks: Vec<Bytes>,
+    },
     /// The inner service fails.
     Fail,
 }
@@ -139,16 +145,23 @@ impl Upstream {
                     .unwrap()
                     .pop_front()
                     .expect("the mock upstream ran out of scripted replies");
-                let (status, kind, body) = match reply {
-                    Reply::Sse(chunks) => (200, "text/event-stream", Chunked::new(chunks)),
+                let (status, kind, body): (u16, String, Chunked) = match reply {
+                    Reply::Raw {
+                        status,
+                        content_type,
+                        chunks,
+                    } => (status, content_type, Chunked::new(chunks)),
+                    Reply::Sse(chunks) => (200, "text/event-stream".into(), Chunked::new(chunks)),
                     Reply::SseThenError(chunks) => (
                         200,
-                        "text/event-stream",
+                        "text/event-stream".into(),
                         Chunked::with_error(chunks, "connection reset"),
                     ),
-                    Reply::Json(bytes) => (200, "application/json", Chunked::new(vec![bytes])),
+                    Reply::Json(bytes) => {
+                        (200, "application/json".into(), Chunked::new(vec![bytes]))
+                    }
                     Reply::Status(code, bytes) => {
-                        (code, "application/json", Chunked::new(vec![bytes]))
+                        (code, "application/json".into(), Chunked::new(vec![bytes]))
                     }
                     Reply::Fail => {
                         return Err::<Response<Chunked>, BoxError>("connection refused".into())
