@@ -143,7 +143,7 @@ pub(crate) struct Guarded<R> {
 
 enum Kind<R> {
     Passthrough(Pin<Box<R>>),
-    Guarded(Guarded<R>),
+    Guarded(Box<Guarded<R>>),
 }
 
 /// The response body of a [`RefusalGuard`](crate::RefusalGuard).
@@ -182,7 +182,7 @@ impl<R> GuardBody<R> {
     ) -> Self {
         let output_before = watch.as_ref().is_some_and(|w| w.findings.output);
         GuardBody {
-            kind: Kind::Guarded(Guarded {
+            kind: Kind::Guarded(Box::new(Guarded {
                 held,
                 rest,
                 error,
@@ -191,7 +191,7 @@ impl<R> GuardBody<R> {
                     output_before,
                     settle,
                 },
-            }),
+            })),
         }
     }
 }
@@ -262,7 +262,7 @@ where
             Kind::Guarded(g) => {
                 g.held.is_empty()
                     && g.error.is_none()
-                    && g.rest.as_ref().is_none_or(|r| r.is_end_stream())
+                    && g.rest.as_ref().map_or(true, |r| r.is_end_stream())
             }
         }
     }
