@@ -12,7 +12,7 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::dialect::{Observation, RefusalInfo, ServerFallback, StreamInspector};
+use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
 use crate::sse::SseFramer;
 
 /// The error type of [`GuardBody`]: the inner body's error, boxed.
@@ -104,6 +104,57 @@ impl StreamWatch {
     }
 }
 
+/// Rewrites the served stream frame by frame (splicing).
+pub(crate) struct Splice {
+    framer: SseFramer,
+    rewrite: Box<dyn FrameRewrite>,
+    /// A frame outgrew the framer: the rest goes out as it comes.
+    raw: bool,
+}
+
+impl Splice {
+    pub(crate) fn new(rewrite: Box<dyn FrameRewrite>, max_frame_bytes: usize) -> Self {
+        Splice {
+            framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
+            rewrite,
+            raw: false,
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>, end: bool) {
+        loop {
+            let frame = if end {
+                self.framer.finish()
+            } else {
+                self.framer.next_frame()
+            };
+            let Some(frame) = frame else { break };
+            match (self.raw, self.rewrite.rewrite(&frame)) {
+                (false, Some(bytes)) => out.extend_from_slice(&bytes),
+                _ => out.extend_from_slice(frame.raw()),
+            }
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Bytes {
+        let mut out = Vec::new();
+        if self.framer.push(chunk).is_err() {
+            // Hand out everything held, unchanged, and stop rewriting.
+            self.raw = true;
+            self.emit(&mut out, true);
+            return Bytes::from(out);
+        }
+        self.emit(&mut out, self.raw);
+        Bytes::from(out)
+    }
+
+    pub(crate) fn finish(&mut self) -> Bytes {
+        let mut out = Vec::new();
+        self.emit(&mut out, true);
+        Bytes::from(out)
+    }
+}
+
 /// Called once when a guarded body ends or is dropped, with what the
 /// stream showed after the guard let it through.
 pub(crate) trait Settle: Send + 'static {
@@ -136,6 +187,7 @@ impl Drop for Finish {
 
 pub(crate) struct Guarded<R> {
     held: VecDeque<Frame<Bytes>>,
+    splice: Option<Splice>,
     rest: Option<Pin<Box<R>>>,
     error: Option<BoxError>,
     finish: Finish,
@@ -179,11 +231,23 @@ impl<R> GuardBody<R> {
         error: Option<BoxError>,
         watch: Option<StreamWatch>,
         settle: Option<Box<dyn Settle>>,
+        mut splice: Option<Splice>,
     ) -> Self {
         let output_before = watch.as_ref().is_some_and(|w| w.findings.output);
+        let held = match splice.as_mut() {
+            None => held,
+            Some(splice) => held
+                .into_iter()
+                .map(|frame| match frame.into_data() {
+                    Ok(data) => Frame::data(splice.push(data)),
+                    Err(frame) => frame,
+                })
+                .collect(),
+        };
         GuardBody {
             kind: Kind::Guarded(Box::new(Guarded {
                 held,
+                splice,
                 rest,
                 error,
                 finish: Finish {
@@ -219,7 +283,7 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes)).map_err(Into::into)))
             }
-            Kind::Guarded(g) => {
+            Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {
                     return Poll::Ready(Some(Ok(frame)));
                 }
@@ -228,6 +292,11 @@ where
                     return Poll::Ready(Some(Err(error)));
                 }
                 let Some(rest) = g.rest.as_mut() else {
+                    if let Some(tail) = g.splice.take().map(|mut s| s.finish()) {
+                        if !tail.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(tail))));
+                        }
+                    }
                     g.finish.run();
                     return Poll::Ready(None);
                 };
@@ -239,20 +308,29 @@ where
                         {
                             watch.feed(data);
                         }
-                        Poll::Ready(Some(Ok(frame)))
+                        let frame = match (g.splice.as_mut(), frame.into_data()) {
+                            (Some(splice), Ok(data)) => {
+                                let out = splice.push(data);
+                                if out.is_empty() {
+                                    // The frame is not complete yet.
+                                    continue;
+                                }
+                                Frame::data(out)
+                            }
+                            (_, Ok(data)) => Frame::data(data),
+                            (_, Err(frame)) => frame,
+                        };
+                        return Poll::Ready(Some(Ok(frame)));
                     }
                     Some(Err(error)) => {
                         g.rest = None;
                         g.finish.run();
-                        Poll::Ready(Some(Err(error.into())))
+                        return Poll::Ready(Some(Err(error.into())));
                     }
-                    None => {
-                        g.rest = None;
-                        g.finish.run();
-                        Poll::Ready(None)
-                    }
+                    // Emit any spliced tail, then end.
+                    None => g.rest = None,
                 }
-            }
+            },
         }
     }
 
@@ -262,6 +340,7 @@ where
             Kind::Guarded(g) => {
                 g.held.is_empty()
                     && g.error.is_none()
+                    && g.splice.is_none()
                     && g.rest.as_ref().map_or(true, |r| r.is_end_stream())
             }
         }
@@ -270,6 +349,8 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passthrough(body) => body.size_hint(),
+            // A rewritten stream's length is not known ahead.
+            Kind::Guarded(g) if g.splice.is_some() => SizeHint::new(),
             Kind::Guarded(g) => {
                 let held: u64 = g
                     .held

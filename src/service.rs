@@ -21,8 +21,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Settle, StreamWatch};
-use crate::dialect::{self, Dialect, RefusalInfo};
+use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
+use crate::dialect::{self, Dialect, Handoff, RefusalInfo};
 use crate::layer::Config;
 use crate::ledger::ConversationKey;
 use crate::recovery::RescueModel;
@@ -712,6 +712,7 @@ fn serve<R>(
     call: &Call,
     settle: Option<Watched>,
     decided: Option<&Refusal>,
+    splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
     R: Body + Send + 'static,
@@ -728,7 +729,7 @@ where
     let settle = settle.map(|s| Box::new(s) as Box<dyn Settle>);
     let mut response = Response::from_parts(
         parts,
-        GuardBody::guarded(frames, rest, error, watch, settle),
+        GuardBody::guarded(frames, rest, error, watch, settle, splice),
     );
     response.extensions_mut().insert(call.handle.clone());
     if let Some(refusal) = decided {
@@ -744,6 +745,7 @@ fn serve_settled<R>(
     call: &Call,
     refusal: Option<Refusal>,
     attempts: Vec<Attempt>,
+    splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
     R: Body + Send + 'static,
@@ -756,7 +758,7 @@ where
     let mut held = held;
     // The decision is made; nothing more to watch.
     held.watch = None;
-    serve(held, call, None, refusal.as_ref())
+    serve(held, call, None, refusal.as_ref(), splice)
 }
 
 async fn guard<S, B, R>(
@@ -913,11 +915,11 @@ where
             let watch = None;
             let mut held = held;
             held.watch = watch;
-            Ok(serve(held, &call, None, Some(&refusal)))
+            Ok(serve(held, &call, None, Some(&refusal), None))
         }
         Verdict::Pass => {
             call.handle.settle(None);
-            Ok(serve(held, &call, None, None))
+            Ok(serve(held, &call, None, None, None))
         }
         _ => {
             let output = matches!(held.verdict, Verdict::Output);
@@ -926,7 +928,13 @@ where
             }
             if let Some(findings) = held.judged.clone() {
                 let refusal = judge_findings(&call, &findings, request_id, false);
-                return Ok(serve_settled(held, &call, refusal, vec![original_attempt]));
+                return Ok(serve_settled(
+                    held,
+                    &call,
+                    refusal,
+                    vec![original_attempt],
+                    None,
+                ));
             }
             let settle = Watched {
                 call: call.clone(),
@@ -934,7 +942,7 @@ where
                 attempts: vec![original_attempt],
                 recovery: None,
             };
-            Ok(serve(held, &call, Some(settle), None))
+            Ok(serve(held, &call, Some(settle), None, None))
         }
     }
 }
@@ -949,6 +957,29 @@ where
 {
     let response = upstream.send(request).await?;
     Ok(response.map(GuardBody::passthrough))
+}
+
+/// Marks a handoff inside a whole (already read) JSON body.
+fn mark_json<R>(held: &mut Held<R>, dialect: &'static dyn Dialect, handoff: &Handoff<'_>) {
+    if held.rest.is_some() {
+        return;
+    }
+    let mut whole = BytesMut::new();
+    for frame in &held.frames {
+        if let Some(data) = frame.data_ref() {
+            whole.extend_from_slice(data);
+        }
+    }
+    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
+        return;
+    };
+    if dialect.handoff_json(&mut json, handoff) {
+        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
+        held.parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        held.frames = VecDeque::from([Frame::data(bytes)]);
+    }
 }
 
 /// One rung of the ladder.
@@ -1104,6 +1135,28 @@ where
                 {
                     config.ledger.set_sticky_model(key, model, ttl);
                 }
+                let mut held = held;
+                let mut splice = None;
+                if let (true, Outcome::Fallback, Some(from), Some(to)) = (
+                    config.handoff_marker,
+                    success,
+                    call.model.as_deref(),
+                    step_model.as_deref(),
+                ) {
+                    let handoff = Handoff {
+                        from,
+                        to,
+                        category: info.category.as_deref(),
+                    };
+                    if held.watch.is_some() {
+                        splice = dialect
+                            .handoff_stream(&handoff)
+                            .map(|rewrite| Splice::new(rewrite, config.max_hold_bytes.max(1)));
+                        held.parts.headers.remove(CONTENT_LENGTH);
+                    } else {
+                        mark_json(&mut held, dialect, &handoff);
+                    }
+                }
                 let refusal = call.refusal(
                     &info,
                     RefusalKind::Empty,
@@ -1113,7 +1166,7 @@ where
                     served_model,
                     request_id,
                 );
-                return serve_settled(held, &call, Some(refusal), attempts);
+                return serve_settled(held, &call, Some(refusal), attempts, splice);
             }
             Verdict::Limit => {
                 // Held as long as allowed without a decision: serve it and
@@ -1126,7 +1179,7 @@ where
                     attempts,
                     recovery: Some((info.clone(), success, served_model)),
                 };
-                return serve(held, &call, Some(settle), None);
+                return serve(held, &call, Some(settle), None, None);
             }
             Verdict::Refused { info: again, .. } => {
                 record.result = AttemptResult::Refused;
@@ -1157,5 +1210,5 @@ where
         call.model.clone(),
         original_request_id,
     );
-    serve_settled(original, &call, Some(refusal), attempts)
+    serve_settled(original, &call, Some(refusal), attempts, None)
 }

@@ -4,6 +4,7 @@
 //! body only ask a [`Dialect`] what a request is, what an event or a body
 //! says, and how to build a recovery request.
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
@@ -59,6 +60,20 @@ pub(crate) trait StreamInspector: Send {
     fn observe(&mut self, frame: &Frame) -> Observation;
 }
 
+/// Rewrites a served stream frame by frame: the guard's splicing hook.
+pub(crate) trait FrameRewrite: Send {
+    /// The bytes to send instead of this frame, or `None` to send it as it is.
+    fn rewrite(&mut self, frame: &Frame) -> Option<Bytes>;
+}
+
+/// Who handed a turn to whom, for a handoff marker.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff<'a> {
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+    pub(crate) category: Option<&'a str>,
+}
+
 /// Why a request could not be rewritten for a recovery attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RewriteError(pub(crate) &'static str);
@@ -108,6 +123,15 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
         _own_model: Option<&str>,
         _inject: bool,
     ) -> bool {
+        false
+    }
+    /// A rewrite that marks a client-side fallback inside the served stream,
+    /// the way the provider marks its own (Anthropic only).
+    fn handoff_stream(&self, _handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
+        None
+    }
+    /// The same mark in a whole JSON body. Returns whether the body changed.
+    fn handoff_json(&self, _body: &mut Value, _handoff: &Handoff<'_>) -> bool {
         false
     }
     /// The provider's request id in the response headers.
