@@ -31,10 +31,56 @@ pub(crate) struct Findings {
     pub(crate) model: Option<String>,
     /// A provider error event arrived.
     pub(crate) error: bool,
+    /// A tool call was started.
+    pub(crate) tool_call: bool,
+    /// The opening of the answer's text, up to [`Findings::TEXT_KEPT`] bytes.
+    pub(crate) text: String,
 }
 
 impl Findings {
+    /// Runs the text detector on an answer made of text alone, and records a
+    /// prose refusal as an empty refusal of kind text.
+    pub(crate) fn judge_text(&mut self) {
+        if self.tool_call || self.empty_refusal.is_some() || self.partial_refusal.is_some() {
+            return;
+        }
+        let detection = crate::soft::detect(&self.text);
+        if detection.is_refusal() {
+            let span = detection.span.clone().unwrap_or(0..0);
+            let said: String = self
+                .text
+                .get(span)
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect();
+            self.empty_refusal = Some(RefusalInfo {
+                signal: Some(crate::refusal::RefusalSignal::Text),
+                category: Some("text_refusal".to_owned()),
+                explanation: Some(match detection.reason {
+                    Some(reason) => format!("{}: {said}", reason.as_str()),
+                    None => said,
+                }),
+                credit_token: None,
+            });
+            self.output = false;
+        }
+    }
+
+    /// Most answer text kept for the text detector; it only ever reads the
+    /// opening, so more would be memory for nothing.
+    pub(crate) const TEXT_KEPT: usize = 64 << 10;
+
     pub(crate) fn absorb(&mut self, seen: Observation) {
+        if self.text.len() < Self::TEXT_KEPT {
+            let room = Self::TEXT_KEPT - self.text.len();
+            let mut end = seen.text.len().min(room);
+            while !seen.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.push_str(&seen.text[..end]);
+        }
+        self.tool_call |= seen.tool_call;
         // Output inside the same event comes before a refusal in it.
         self.output |= seen.real_output;
         if let Some(refusal) = seen.refusal {

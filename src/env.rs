@@ -224,7 +224,7 @@ impl RefusalGuardLayer {
     ///
     /// ```no_run
     /// let layer = refusal_guard::RefusalGuardLayer::from_env()?;
-    /// # Ok::<_, Box<dyn std::error::Error>>(())
+    /// # Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
     /// ```
     pub fn from_env() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         Ok(EnvConfig::from_env()?.apply(RefusalGuardLayer::new())?)

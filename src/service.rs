@@ -31,6 +31,7 @@ use crate::refusal::{
     RefusalSignal,
 };
 use crate::replay::ReplayBody;
+use crate::soft::PrefixVerdict;
 use crate::telemetry::RefusalRecord;
 
 /// How long a fallback credit token stays redeemable after its refusal.
@@ -457,6 +458,8 @@ where
 {
     let mut watch = StreamWatch::new(dialect.stream_inspector(), config.max_hold_bytes.max(1));
     let mut bytes = 0usize;
+    // Whether the text detector still has to rule on this answer.
+    let mut text_pending = config.text_detection && dialect.reports_text();
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -465,6 +468,9 @@ where
             None => {
                 held.rest = None;
                 watch.finish();
+                if text_pending {
+                    watch.findings.judge_text();
+                }
                 break match &watch.findings.empty_refusal {
                     Some(info) => Verdict::Refused {
                         info: info.clone(),
@@ -495,9 +501,24 @@ where
                     watch.feed(data);
                 }
                 held.frames.push_back(frame);
+                if text_pending {
+                    let findings = &mut watch.findings;
+                    if findings.tool_call || findings.empty_refusal.is_some() {
+                        text_pending = false;
+                    } else if findings.output {
+                        // Text alone so far: commit as soon as its opening
+                        // rules a prose refusal out, else hold up to the cap.
+                        if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+                            text_pending = false;
+                        } else if findings.text.len() >= config.text_hold_bytes {
+                            text_pending = false;
+                            findings.judge_text();
+                        }
+                    }
+                }
                 let findings = &watch.findings;
                 if findings.empty_refusal.is_none() {
-                    if findings.output {
+                    if findings.output && !text_pending {
                         break Verdict::Output;
                     }
                     if findings.error {
@@ -580,6 +601,9 @@ async fn hold_json<R>(
     }
     let mut findings = crate::body::Findings::default();
     findings.absorb(dialect.inspect_json(&json));
+    if config.text_detection && dialect.reports_text() {
+        findings.judge_text();
+    }
     held.verdict = match &findings.empty_refusal {
         Some(info) => Verdict::Refused {
             info: info.clone(),

@@ -46,6 +46,13 @@ fn block_is_output(block: &Value) -> bool {
     }
 }
 
+fn block_is_tool_call(block: &Value) -> bool {
+    block
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(is_tool_call_block)
+}
+
 fn server_fallback(block: &Value) -> Option<ServerFallback> {
     if block.get("type").and_then(Value::as_str) != Some("fallback") {
         return None;
@@ -143,6 +150,12 @@ impl Dialect for AnthropicMessages {
             .flatten()
         {
             seen.real_output |= block_is_output(block);
+            seen.tool_call |= block_is_tool_call(block);
+            if block.get("type").and_then(Value::as_str) == Some("text") {
+                if let Some(text) = block.get("text").and_then(Value::as_str) {
+                    seen.text.push_str(text);
+                }
+            }
             if seen.server_fallback.is_none() {
                 seen.server_fallback = server_fallback(block);
             }
@@ -200,6 +213,10 @@ impl Dialect for AnthropicMessages {
             .ok_or(RewriteError("request body is not an object"))?;
         object.insert("model".into(), Value::String(model.to_owned()));
         Ok(())
+    }
+
+    fn reports_text(&self) -> bool {
+        true
     }
 
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
@@ -381,16 +398,19 @@ impl StreamInspector for AnthropicStream {
             "content_block_start" => {
                 if let Some(block) = event.get("content_block") {
                     seen.real_output = block_is_output(block);
+                    seen.tool_call = block_is_tool_call(block);
+                    if block.get("type").and_then(Value::as_str) == Some("text") {
+                        seen.text = str_field(block, "text").unwrap_or_default();
+                    }
                     seen.server_fallback = server_fallback(block);
                 }
             }
             "content_block_delta" => {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
-                seen.real_output = delta.get("type").and_then(Value::as_str) == Some("text_delta")
-                    && delta
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .is_some_and(is_real_text);
+                if delta.get("type").and_then(Value::as_str) == Some("text_delta") {
+                    seen.text = str_field(delta, "text").unwrap_or_default();
+                    seen.real_output = is_real_text(&seen.text);
+                }
             }
             "message_delta" => {
                 seen.refusal = event.get("delta").and_then(refusal);

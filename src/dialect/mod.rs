@@ -46,6 +46,10 @@ pub(crate) struct ServerFallback {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Observation {
     pub(crate) real_output: bool,
+    /// Text this event added to the answer (for the opt-in text detector).
+    pub(crate) text: String,
+    /// The event started a tool call.
+    pub(crate) tool_call: bool,
     pub(crate) refusal: Option<RefusalInfo>,
     pub(crate) server_fallback: Option<ServerFallback>,
     /// The model the response says served it.
@@ -132,6 +136,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// The same mark in a whole JSON body. Returns whether the body changed.
     fn handoff_json(&self, _body: &mut Value, _handoff: &Handoff<'_>) -> bool {
+        false
+    }
+    /// Whether observations carry the answer's text and tool calls, which
+    /// the opt-in text detector needs.
+    fn reports_text(&self) -> bool {
         false
     }
     /// The provider's request id in the response headers.
