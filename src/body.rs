@@ -108,6 +108,9 @@ pub(crate) struct StreamWatch {
     pub(crate) frames: usize,
     /// The framer gave up (a frame over its limit): nothing more is judged.
     pub(crate) blind: bool,
+    /// The response is being let through: once it has also shown real
+    /// output, only a later refusal still matters.
+    pub(crate) committed: bool,
 }
 
 impl StreamWatch {
@@ -118,6 +121,7 @@ impl StreamWatch {
             findings: Findings::default(),
             frames: 0,
             blind: false,
+            committed: false,
         }
     }
 
@@ -132,7 +136,8 @@ impl StreamWatch {
         }
         while let Some(frame) = self.framer.next_frame() {
             self.frames += 1;
-            let seen = self.inspector.observe(&frame);
+            let settled = self.committed && self.findings.output;
+            let seen = self.inspector.observe(&frame, settled);
             self.findings.absorb(seen);
         }
     }
@@ -144,7 +149,8 @@ impl StreamWatch {
         }
         while let Some(frame) = self.framer.finish() {
             self.frames += 1;
-            let seen = self.inspector.observe(&frame);
+            let settled = self.committed && self.findings.output;
+            let seen = self.inspector.observe(&frame, settled);
             self.findings.absorb(seen);
         }
     }
@@ -275,11 +281,14 @@ impl<R> GuardBody<R> {
         held: VecDeque<Frame<Bytes>>,
         rest: Option<Pin<Box<R>>>,
         error: Option<BoxError>,
-        watch: Option<StreamWatch>,
+        mut watch: Option<StreamWatch>,
         settle: Option<Box<dyn Settle>>,
         mut splice: Option<Splice>,
     ) -> Self {
         let output_before = watch.as_ref().is_some_and(|w| w.findings.output);
+        if let Some(watch) = watch.as_mut() {
+            watch.committed = true;
+        }
         let held = match splice.as_mut() {
             None => held,
             Some(splice) => held

@@ -377,8 +377,13 @@ impl FrameRewrite for HandoffStream {
 struct AnthropicStream;
 
 impl StreamInspector for AnthropicStream {
-    fn observe(&mut self, frame: &Frame) -> Observation {
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
         let mut seen = Observation::default();
+        // Deltas and pings are most of a long stream and never carry a stop
+        // reason: once committed, skip parsing them.
+        if committed && matches!(frame.event(), Some("content_block_delta" | "ping")) {
+            return seen;
+        }
         let Some(data) = frame.data() else {
             return seen;
         };

@@ -60,8 +60,11 @@ pub(crate) struct Observation {
 
 /// Per-response state for reading a stream event by event.
 pub(crate) trait StreamInspector: Send {
-    /// Looks at one complete SSE frame.
-    fn observe(&mut self, frame: &Frame) -> Observation;
+    /// Looks at one complete SSE frame. `committed` is true once the
+    /// response is being let through: then only refusals (for a partial
+    /// record) still matter, so an inspector may skip events that cannot
+    /// carry one.
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation;
 }
 
 /// Rewrites a served stream frame by frame: the guard's splicing hook.

@@ -1,0 +1,141 @@
+//! The guard against the bare inner service, measured in the same run.
+//!
+//! `cargo bench --bench layer`. Each group has a `bare` baseline (the mock
+//! inner service alone) and the same traffic through `RefusalGuard`; the
+//! README reports the ratio guarded / bare.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http_body_util::{BodyExt, Full};
+use refusal_guard::RefusalGuardLayer;
+use serde_json::json;
+use tower::{Layer, Service, ServiceExt};
+
+/// A body that yields prepared chunks, as a network client would.
+struct Chunks(VecDeque<Bytes>);
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|c| Ok(http_body::Frame::data(c))))
+    }
+}
+
+fn long_stream() -> Vec<Bytes> {
+    let mut out = String::new();
+    let event =
+        |v: serde_json::Value| format!("event: {}\ndata: {}\n\n", v["type"].as_str().unwrap(), v);
+    out += &event(
+        json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"claude","usage":{"input_tokens":1,"output_tokens":1}}}),
+    );
+    out += &event(
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+    );
+    for i in 0..4000 {
+        out += &event(
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("token {i} of a long answer ")}}),
+        );
+        if i % 200 == 0 {
+            out += &event(json!({"type":"ping"}));
+        }
+    }
+    out += &event(json!({"type":"content_block_stop","index":0}));
+    out += &event(
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4000}}),
+    );
+    out += &event(json!({"type":"message_stop"}));
+    let bytes = Bytes::from(out);
+    // 1 KiB network chunks, cut anywhere.
+    (0..bytes.len())
+        .step_by(1024)
+        .map(|at| bytes.slice(at..(at + 1024).min(bytes.len())))
+        .collect()
+}
+
+fn json_body() -> Vec<Bytes> {
+    let text: String = (0..4000).map(|i| format!("word{i} ")).collect();
+    let body = json!({"id":"m","type":"message","role":"assistant","model":"claude","content":[{"type":"text","text":text}],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":4000}});
+    vec![Bytes::from(body.to_string())]
+}
+
+fn request(stream: bool) -> http::Request<Full<Bytes>> {
+    let body = json!({"model":"claude","max_tokens":1024,"stream":stream,"messages":[{"role":"user","content":"Write a long answer."}]});
+    http::Request::post("https://api.anthropic.com/v1/messages")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+fn inner(
+    chunks: Vec<Bytes>,
+    content_type: &'static str,
+) -> impl Service<
+    http::Request<Full<Bytes>>,
+    Response = http::Response<Chunks>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |_request: http::Request<Full<Bytes>>| {
+        let chunks = chunks.clone();
+        async move {
+            Ok(http::Response::builder()
+                .header("content-type", content_type)
+                .body(Chunks(chunks.into()))
+                .unwrap())
+        }
+    })
+}
+
+async fn drive<S, B>(service: S, stream: bool) -> usize
+where
+    S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let response = service.oneshot(request(stream)).await.unwrap();
+    response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .len()
+}
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    for (name, chunks, content_type, stream) in [
+        ("long_stream", long_stream(), "text/event-stream", true),
+        ("json", json_body(), "application/json", false),
+    ] {
+        let total: usize = chunks.iter().map(Bytes::len).sum();
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Bytes(total as u64));
+        let bare = inner(chunks.clone(), content_type);
+        group.bench_function("bare", |b| {
+            b.to_async(&runtime).iter(|| drive(bare.clone(), stream))
+        });
+        let guarded = RefusalGuardLayer::new().layer(inner(chunks.clone(), content_type));
+        group.bench_function("guarded", |b| {
+            b.to_async(&runtime).iter(|| drive(guarded.clone(), stream))
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
