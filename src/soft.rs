@@ -288,7 +288,7 @@ fn finish(
     let rest = &text[after..];
     let limit = floor_char_boundary(text, (after + DEFAULT_PREFIX_BYTES).min(text.len()));
     let cue_sentence_end = next_sentence_from(text, after, limit, fences).unwrap_or(after);
-    if false_premise(&text[cue_sentence_end..]) {
+    if false_premise(&text[span.start..]) || false_premise(&text[cue_sentence_end..]) {
         return Detection::NONE;
     }
     // The offer must come right away: in the rest of the cue sentence or
@@ -1265,9 +1265,20 @@ fn policy_other(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)
                 "toxic",
                 "derogatory",
             ];
-            if let Some(k) = toks[i + 1..toks.len().min(i + 9)]
-                .iter()
-                .position(|t| any(t.w, HARM))
+            // "promotes discrimination": the noun names the harm only as
+            // the object of such a verb ("is about discrimination law" is
+            // not a judgement).
+            let end = toks.len().min(i + 9);
+            if let Some(k) = (i + 1..end)
+                .find(|&k| {
+                    any(toks[k].w, HARM)
+                        || (matches!(toks[k].w, "discrimination" | "hatred" | "violence")
+                            && matches!(
+                                w(toks, k - 1),
+                                "promotes" | "perpetuates" | "encourages" | "incites" | "endorses"
+                            ))
+                })
+                .map(|k| k - i - 1)
             {
                 return Some((SoftReason::PolicyRefusal, i - 1, i + 1 + k));
             }
@@ -1333,13 +1344,12 @@ const ATTRIBUTION: &[&str] = &[
     "famously",
     "slogan",
     "motto",
-    "saying",
     "phrase",
     "claimed",
     "claims",
 ];
 
-/// Adjectives that condemn an act on moral or legal grounds.
+/// Adjectives that condemn an act on moral grounds.
 const CONDEMN: &[&str] = &[
     "appropriate",
     "acceptable",
@@ -1348,7 +1358,34 @@ const CONDEMN: &[&str] = &[
     "ok",
     "justified",
     "justifiable",
-    "legal",
+];
+
+/// Harm done to people, named by a condemnation.
+const HARM_ACTS: &[&str] = &[
+    "violence",
+    "violent",
+    "harm",
+    "harming",
+    "hurt",
+    "hurting",
+    "abuse",
+    "abusing",
+    "assault",
+    "attack",
+    "attacking",
+    "kill",
+    "killing",
+    "murder",
+    "torture",
+    "discrimination",
+    "discriminating",
+    "harassment",
+    "bullying",
+    "hatred",
+    "racism",
+    "punishment",
+    "weapon",
+    "weapons",
 ];
 
 /// Finds a lecture; returns whether it condemns the act itself (strong)
@@ -1360,6 +1397,10 @@ const CONDEMN: &[&str] = &[
 /// * weak: "X is illegal", "not a healthy or productive way to ...".
 fn find_lecture(toks: &[Tok<'_>]) -> Option<(bool, usize, usize)> {
     let attributed = toks.iter().any(|t| any(t.w, ATTRIBUTION));
+    // "never acceptable" alone is also said of bad engineering practice
+    // ("hard-coding secrets is never acceptable"); as a condemnation it
+    // names the harm.
+    let harm = !attributed && toks.iter().any(|t| any(t.w, HARM_ACTS));
     let mut weak = None;
     for i in 0..toks.len() {
         if toks[i].quoted {
@@ -1369,10 +1410,10 @@ fn find_lecture(toks: &[Tok<'_>]) -> Option<(bool, usize, usize)> {
         // "never acceptable", "never the answer"
         if a == "never" {
             if any(b, CONDEMN) {
-                return Some((!attributed, i, i + 1));
+                return Some((harm, i, i + 1));
             }
             if b == "the" && c == "answer" {
-                return Some((!attributed, i, i + 2));
+                return Some((harm, i, i + 2));
             }
         }
         if matches!(a, "is" | "are") {
@@ -1438,7 +1479,7 @@ fn find_lecture(toks: &[Tok<'_>]) -> Option<(bool, usize, usize)> {
                 }
             }
             if adjs > 0 && matches!(w(toks, k), "way" | "solution" | "approach" | "response") {
-                if moral && !attributed {
+                if moral && harm {
                     return Some((true, i, k));
                 }
                 weak.get_or_insert((false, i, k));
