@@ -12,7 +12,7 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::dialect::{Observation, RefusalInfo, ServerFallback, StreamInspector};
+use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
 use crate::sse::SseFramer;
 
 /// The error type of [`GuardBody`]: the inner body's error, boxed.
@@ -31,10 +31,56 @@ pub(crate) struct Findings {
     pub(crate) model: Option<String>,
     /// A provider error event arrived.
     pub(crate) error: bool,
+    /// A tool call was started.
+    pub(crate) tool_call: bool,
+    /// The opening of the answer's text, up to [`Findings::TEXT_KEPT`] bytes.
+    pub(crate) text: String,
 }
 
 impl Findings {
+    /// Runs the text detector on an answer made of text alone, and records a
+    /// prose refusal as an empty refusal of kind text.
+    pub(crate) fn judge_text(&mut self) {
+        if self.tool_call || self.empty_refusal.is_some() || self.partial_refusal.is_some() {
+            return;
+        }
+        let detection = crate::soft::detect(&self.text);
+        if detection.is_refusal() {
+            let span = detection.span.clone().unwrap_or(0..0);
+            let said: String = self
+                .text
+                .get(span)
+                .unwrap_or_default()
+                .chars()
+                .take(200)
+                .collect();
+            self.empty_refusal = Some(RefusalInfo {
+                signal: Some(crate::refusal::RefusalSignal::Text),
+                category: Some("text_refusal".to_owned()),
+                explanation: Some(match detection.reason {
+                    Some(reason) => format!("{}: {said}", reason.as_str()),
+                    None => said,
+                }),
+                credit_token: None,
+            });
+            self.output = false;
+        }
+    }
+
+    /// Most answer text kept for the text detector; it only ever reads the
+    /// opening, so more would be memory for nothing.
+    pub(crate) const TEXT_KEPT: usize = 64 << 10;
+
     pub(crate) fn absorb(&mut self, seen: Observation) {
+        if self.text.len() < Self::TEXT_KEPT {
+            let room = Self::TEXT_KEPT - self.text.len();
+            let mut end = seen.text.len().min(room);
+            while !seen.text.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.text.push_str(&seen.text[..end]);
+        }
+        self.tool_call |= seen.tool_call;
         // Output inside the same event comes before a refusal in it.
         self.output |= seen.real_output;
         if let Some(refusal) = seen.refusal {
@@ -104,6 +150,57 @@ impl StreamWatch {
     }
 }
 
+/// Rewrites the served stream frame by frame (splicing).
+pub(crate) struct Splice {
+    framer: SseFramer,
+    rewrite: Box<dyn FrameRewrite>,
+    /// A frame outgrew the framer: the rest goes out as it comes.
+    raw: bool,
+}
+
+impl Splice {
+    pub(crate) fn new(rewrite: Box<dyn FrameRewrite>, max_frame_bytes: usize) -> Self {
+        Splice {
+            framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
+            rewrite,
+            raw: false,
+        }
+    }
+
+    fn emit(&mut self, out: &mut Vec<u8>, end: bool) {
+        loop {
+            let frame = if end {
+                self.framer.finish()
+            } else {
+                self.framer.next_frame()
+            };
+            let Some(frame) = frame else { break };
+            match (self.raw, self.rewrite.rewrite(&frame)) {
+                (false, Some(bytes)) => out.extend_from_slice(&bytes),
+                _ => out.extend_from_slice(frame.raw()),
+            }
+        }
+    }
+
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Bytes {
+        let mut out = Vec::new();
+        if self.framer.push(chunk).is_err() {
+            // Hand out everything held, unchanged, and stop rewriting.
+            self.raw = true;
+            self.emit(&mut out, true);
+            return Bytes::from(out);
+        }
+        self.emit(&mut out, self.raw);
+        Bytes::from(out)
+    }
+
+    pub(crate) fn finish(&mut self) -> Bytes {
+        let mut out = Vec::new();
+        self.emit(&mut out, true);
+        Bytes::from(out)
+    }
+}
+
 /// Called once when a guarded body ends or is dropped, with what the
 /// stream showed after the guard let it through.
 pub(crate) trait Settle: Send + 'static {
@@ -136,6 +233,7 @@ impl Drop for Finish {
 
 pub(crate) struct Guarded<R> {
     held: VecDeque<Frame<Bytes>>,
+    splice: Option<Splice>,
     rest: Option<Pin<Box<R>>>,
     error: Option<BoxError>,
     finish: Finish,
@@ -143,7 +241,7 @@ pub(crate) struct Guarded<R> {
 
 enum Kind<R> {
     Passthrough(Pin<Box<R>>),
-    Guarded(Guarded<R>),
+    Guarded(Box<Guarded<R>>),
 }
 
 /// The response body of a [`RefusalGuard`](crate::RefusalGuard).
@@ -179,11 +277,23 @@ impl<R> GuardBody<R> {
         error: Option<BoxError>,
         watch: Option<StreamWatch>,
         settle: Option<Box<dyn Settle>>,
+        mut splice: Option<Splice>,
     ) -> Self {
         let output_before = watch.as_ref().is_some_and(|w| w.findings.output);
+        let held = match splice.as_mut() {
+            None => held,
+            Some(splice) => held
+                .into_iter()
+                .map(|frame| match frame.into_data() {
+                    Ok(data) => Frame::data(splice.push(data)),
+                    Err(frame) => frame,
+                })
+                .collect(),
+        };
         GuardBody {
-            kind: Kind::Guarded(Guarded {
+            kind: Kind::Guarded(Box::new(Guarded {
                 held,
+                splice,
                 rest,
                 error,
                 finish: Finish {
@@ -191,7 +301,7 @@ impl<R> GuardBody<R> {
                     output_before,
                     settle,
                 },
-            }),
+            })),
         }
     }
 }
@@ -219,7 +329,7 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes)).map_err(Into::into)))
             }
-            Kind::Guarded(g) => {
+            Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {
                     return Poll::Ready(Some(Ok(frame)));
                 }
@@ -228,6 +338,11 @@ where
                     return Poll::Ready(Some(Err(error)));
                 }
                 let Some(rest) = g.rest.as_mut() else {
+                    if let Some(tail) = g.splice.take().map(|mut s| s.finish()) {
+                        if !tail.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(tail))));
+                        }
+                    }
                     g.finish.run();
                     return Poll::Ready(None);
                 };
@@ -239,20 +354,29 @@ where
                         {
                             watch.feed(data);
                         }
-                        Poll::Ready(Some(Ok(frame)))
+                        let frame = match (g.splice.as_mut(), frame.into_data()) {
+                            (Some(splice), Ok(data)) => {
+                                let out = splice.push(data);
+                                if out.is_empty() {
+                                    // The frame is not complete yet.
+                                    continue;
+                                }
+                                Frame::data(out)
+                            }
+                            (_, Ok(data)) => Frame::data(data),
+                            (_, Err(frame)) => frame,
+                        };
+                        return Poll::Ready(Some(Ok(frame)));
                     }
                     Some(Err(error)) => {
                         g.rest = None;
                         g.finish.run();
-                        Poll::Ready(Some(Err(error.into())))
+                        return Poll::Ready(Some(Err(error.into())));
                     }
-                    None => {
-                        g.rest = None;
-                        g.finish.run();
-                        Poll::Ready(None)
-                    }
+                    // Emit any spliced tail, then end.
+                    None => g.rest = None,
                 }
-            }
+            },
         }
     }
 
@@ -262,7 +386,8 @@ where
             Kind::Guarded(g) => {
                 g.held.is_empty()
                     && g.error.is_none()
-                    && g.rest.as_ref().is_none_or(|r| r.is_end_stream())
+                    && g.splice.is_none()
+                    && g.rest.as_ref().map_or(true, |r| r.is_end_stream())
             }
         }
     }
@@ -270,6 +395,8 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passthrough(body) => body.size_hint(),
+            // A rewritten stream's length is not known ahead.
+            Kind::Guarded(g) if g.splice.is_some() => SizeHint::new(),
             Kind::Guarded(g) => {
                 let held: u64 = g
                     .held

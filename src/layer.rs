@@ -37,6 +37,8 @@ pub(crate) struct Config {
     pub(crate) budget: Budget,
     pub(crate) sticky_ttl: Option<Duration>,
     pub(crate) handoff_marker: bool,
+    pub(crate) text_detection: bool,
+    pub(crate) text_hold_bytes: usize,
 }
 
 impl fmt::Debug for Config {
@@ -57,6 +59,8 @@ impl fmt::Debug for Config {
             .field("budget", &self.budget)
             .field("sticky_ttl", &self.sticky_ttl)
             .field("handoff_marker", &self.handoff_marker)
+            .field("text_detection", &self.text_detection)
+            .field("text_hold_bytes", &self.text_hold_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -106,6 +110,9 @@ impl RefusalGuardLayer {
     pub const DEFAULT_MAX_RESPONSE_BODY: usize = 16 << 20;
     /// Default cap on the bytes of a stream held back before real output (4 MiB).
     pub const DEFAULT_MAX_HOLD_BYTES: usize = 4 << 20;
+    /// Default cap on the answer text held back while the opt-in text
+    /// detector cannot yet rule out a prose refusal (2 KiB).
+    pub const DEFAULT_TEXT_HOLD_BYTES: usize = 2 << 10;
     /// Default cap on the SSE frames held back before real output.
     pub const DEFAULT_MAX_HOLD_FRAMES: usize = 20_000;
     /// The request header that names a conversation explicitly, unless
@@ -138,6 +145,8 @@ impl RefusalGuardLayer {
                 budget: Budget::default(),
                 sticky_ttl: None,
                 handoff_marker: false,
+                text_detection: false,
+                text_hold_bytes: Self::DEFAULT_TEXT_HOLD_BYTES,
             }),
         }
     }
@@ -167,6 +176,8 @@ impl RefusalGuardLayer {
                     budget: old.budget,
                     sticky_ttl: old.sticky_ttl,
                     handoff_marker: old.handoff_marker,
+                    text_detection: old.text_detection,
+                    text_hold_bytes: old.text_hold_bytes,
                 };
                 change(&mut config);
                 self.config = Arc::new(config);
@@ -308,6 +319,25 @@ impl RefusalGuardLayer {
     /// straight to that model for `ttl` (off by default).
     pub fn sticky_fallback(self, ttl: Duration) -> Self {
         self.with(|c| c.sticky_ttl = Some(ttl))
+    }
+
+    /// Treats an answer written as a prose refusal ("I can't help with
+    /// that") as an empty refusal of kind text (category `text_refusal`), so
+    /// the ladder applies (off by default: a false positive would throw a
+    /// valid answer away). See [`crate::soft`] for the detector.
+    ///
+    /// Streams are held while their opening text could still be a refusal:
+    /// an ordinary answer is let through as soon as its opening rules a
+    /// refusal out (typically within its first sentence or two), and never
+    /// later than [`text_hold_bytes`](Self::text_hold_bytes) of text. Answers
+    /// with a tool call are never judged.
+    pub fn detect_text_refusals(self, on: bool) -> Self {
+        self.with(|c| c.text_detection = on)
+    }
+
+    /// Most answer text held back for the text detector (default 2 KiB).
+    pub fn text_hold_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.text_hold_bytes = bytes.max(1))
     }
 
     /// Marks a client-side fallback inside the served Anthropic stream with a

@@ -5,6 +5,7 @@
 
 pub mod body;
 mod dialect;
+pub mod env;
 pub mod layer;
 pub mod ledger;
 pub mod recovery;

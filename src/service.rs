@@ -21,8 +21,8 @@ use serde_json::Value;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Settle, StreamWatch};
-use crate::dialect::{self, Dialect, RefusalInfo};
+use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
+use crate::dialect::{self, Dialect, Handoff, RefusalInfo};
 use crate::layer::Config;
 use crate::ledger::ConversationKey;
 use crate::recovery::RescueModel;
@@ -31,6 +31,7 @@ use crate::refusal::{
     RefusalSignal,
 };
 use crate::replay::ReplayBody;
+use crate::soft::PrefixVerdict;
 use crate::telemetry::RefusalRecord;
 
 /// How long a fallback credit token stays redeemable after its refusal.
@@ -203,7 +204,7 @@ impl<S> Upstream<S> {
         S: Service<Request<B>, Response = Response<R>>,
     {
         if !std::mem::take(&mut self.primed) {
-            (&mut self.inner).ready().await?;
+            self.inner.ready().await?;
         }
         self.inner.call(request).await
     }
@@ -457,6 +458,8 @@ where
 {
     let mut watch = StreamWatch::new(dialect.stream_inspector(), config.max_hold_bytes.max(1));
     let mut bytes = 0usize;
+    // Whether the text detector still has to rule on this answer.
+    let mut text_pending = config.text_detection && dialect.reports_text();
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -465,6 +468,9 @@ where
             None => {
                 held.rest = None;
                 watch.finish();
+                if text_pending {
+                    watch.findings.judge_text();
+                }
                 break match &watch.findings.empty_refusal {
                     Some(info) => Verdict::Refused {
                         info: info.clone(),
@@ -495,9 +501,24 @@ where
                     watch.feed(data);
                 }
                 held.frames.push_back(frame);
+                if text_pending {
+                    let findings = &mut watch.findings;
+                    if findings.tool_call || findings.empty_refusal.is_some() {
+                        text_pending = false;
+                    } else if findings.output {
+                        // Text alone so far: commit as soon as its opening
+                        // rules a prose refusal out, else hold up to the cap.
+                        if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+                            text_pending = false;
+                        } else if findings.text.len() >= config.text_hold_bytes {
+                            text_pending = false;
+                            findings.judge_text();
+                        }
+                    }
+                }
                 let findings = &watch.findings;
                 if findings.empty_refusal.is_none() {
-                    if findings.output {
+                    if findings.output && !text_pending {
                         break Verdict::Output;
                     }
                     if findings.error {
@@ -580,6 +601,9 @@ async fn hold_json<R>(
     }
     let mut findings = crate::body::Findings::default();
     findings.absorb(dialect.inspect_json(&json));
+    if config.text_detection && dialect.reports_text() {
+        findings.judge_text();
+    }
     held.verdict = match &findings.empty_refusal {
         Some(info) => Verdict::Refused {
             info: info.clone(),
@@ -712,6 +736,7 @@ fn serve<R>(
     call: &Call,
     settle: Option<Watched>,
     decided: Option<&Refusal>,
+    splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
     R: Body + Send + 'static,
@@ -728,7 +753,7 @@ where
     let settle = settle.map(|s| Box::new(s) as Box<dyn Settle>);
     let mut response = Response::from_parts(
         parts,
-        GuardBody::guarded(frames, rest, error, watch, settle),
+        GuardBody::guarded(frames, rest, error, watch, settle, splice),
     );
     response.extensions_mut().insert(call.handle.clone());
     if let Some(refusal) = decided {
@@ -744,6 +769,7 @@ fn serve_settled<R>(
     call: &Call,
     refusal: Option<Refusal>,
     attempts: Vec<Attempt>,
+    splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
     R: Body + Send + 'static,
@@ -756,7 +782,7 @@ where
     let mut held = held;
     // The decision is made; nothing more to watch.
     held.watch = None;
-    serve(held, call, None, refusal.as_ref())
+    serve(held, call, None, refusal.as_ref(), splice)
 }
 
 async fn guard<S, B, R>(
@@ -913,11 +939,11 @@ where
             let watch = None;
             let mut held = held;
             held.watch = watch;
-            Ok(serve(held, &call, None, Some(&refusal)))
+            Ok(serve(held, &call, None, Some(&refusal), None))
         }
         Verdict::Pass => {
             call.handle.settle(None);
-            Ok(serve(held, &call, None, None))
+            Ok(serve(held, &call, None, None, None))
         }
         _ => {
             let output = matches!(held.verdict, Verdict::Output);
@@ -926,7 +952,13 @@ where
             }
             if let Some(findings) = held.judged.clone() {
                 let refusal = judge_findings(&call, &findings, request_id, false);
-                return Ok(serve_settled(held, &call, refusal, vec![original_attempt]));
+                return Ok(serve_settled(
+                    held,
+                    &call,
+                    refusal,
+                    vec![original_attempt],
+                    None,
+                ));
             }
             let settle = Watched {
                 call: call.clone(),
@@ -934,7 +966,7 @@ where
                 attempts: vec![original_attempt],
                 recovery: None,
             };
-            Ok(serve(held, &call, Some(settle), None))
+            Ok(serve(held, &call, Some(settle), None, None))
         }
     }
 }
@@ -949,6 +981,29 @@ where
 {
     let response = upstream.send(request).await?;
     Ok(response.map(GuardBody::passthrough))
+}
+
+/// Marks a handoff inside a whole (already read) JSON body.
+fn mark_json<R>(held: &mut Held<R>, dialect: &'static dyn Dialect, handoff: &Handoff<'_>) {
+    if held.rest.is_some() {
+        return;
+    }
+    let mut whole = BytesMut::new();
+    for frame in &held.frames {
+        if let Some(data) = frame.data_ref() {
+            whole.extend_from_slice(data);
+        }
+    }
+    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
+        return;
+    };
+    if dialect.handoff_json(&mut json, handoff) {
+        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
+        held.parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        held.frames = VecDeque::from([Frame::data(bytes)]);
+    }
 }
 
 /// One rung of the ladder.
@@ -1104,6 +1159,28 @@ where
                 {
                     config.ledger.set_sticky_model(key, model, ttl);
                 }
+                let mut held = held;
+                let mut splice = None;
+                if let (true, Outcome::Fallback, Some(from), Some(to)) = (
+                    config.handoff_marker,
+                    success,
+                    call.model.as_deref(),
+                    step_model.as_deref(),
+                ) {
+                    let handoff = Handoff {
+                        from,
+                        to,
+                        category: info.category.as_deref(),
+                    };
+                    if held.watch.is_some() {
+                        splice = dialect
+                            .handoff_stream(&handoff)
+                            .map(|rewrite| Splice::new(rewrite, config.max_hold_bytes.max(1)));
+                        held.parts.headers.remove(CONTENT_LENGTH);
+                    } else {
+                        mark_json(&mut held, dialect, &handoff);
+                    }
+                }
                 let refusal = call.refusal(
                     &info,
                     RefusalKind::Empty,
@@ -1113,7 +1190,7 @@ where
                     served_model,
                     request_id,
                 );
-                return serve_settled(held, &call, Some(refusal), attempts);
+                return serve_settled(held, &call, Some(refusal), attempts, splice);
             }
             Verdict::Limit => {
                 // Held as long as allowed without a decision: serve it and
@@ -1126,7 +1203,7 @@ where
                     attempts,
                     recovery: Some((info.clone(), success, served_model)),
                 };
-                return serve(held, &call, Some(settle), None);
+                return serve(held, &call, Some(settle), None, None);
             }
             Verdict::Refused { info: again, .. } => {
                 record.result = AttemptResult::Refused;
@@ -1157,5 +1234,5 @@ where
         call.model.clone(),
         original_request_id,
     );
-    serve_settled(original, &call, Some(refusal), attempts)
+    serve_settled(original, &call, Some(refusal), attempts, None)
 }

@@ -2,12 +2,13 @@
 //! Claude on Vertex AI (`.../publishers/anthropic/models/{model}:rawPredict`
 //! and `:streamRawPredict`, model in the path).
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, Uri};
 use serde_json::{json, Map, Value};
 
 use super::{
-    is_real_text, merge_list_header, path_segments, str_field, Dialect, Observation, RefusalInfo,
-    RewriteError, ServerFallback, StreamInspector,
+    is_real_text, merge_list_header, path_segments, str_field, Dialect, FrameRewrite, Handoff,
+    Observation, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
@@ -43,6 +44,13 @@ fn block_is_output(block: &Value) -> bool {
         Some(kind) => is_tool_call_block(kind),
         None => false,
     }
+}
+
+fn block_is_tool_call(block: &Value) -> bool {
+    block
+        .get("type")
+        .and_then(Value::as_str)
+        .is_some_and(is_tool_call_block)
 }
 
 fn server_fallback(block: &Value) -> Option<ServerFallback> {
@@ -142,6 +150,12 @@ impl Dialect for AnthropicMessages {
             .flatten()
         {
             seen.real_output |= block_is_output(block);
+            seen.tool_call |= block_is_tool_call(block);
+            if block.get("type").and_then(Value::as_str) == Some("text") {
+                if let Some(text) = block.get("text").and_then(Value::as_str) {
+                    seen.text.push_str(text);
+                }
+            }
             if seen.server_fallback.is_none() {
                 seen.server_fallback = server_fallback(block);
             }
@@ -199,6 +213,27 @@ impl Dialect for AnthropicMessages {
             .ok_or(RewriteError("request body is not an object"))?;
         object.insert("model".into(), Value::String(model.to_owned()));
         Ok(())
+    }
+
+    fn reports_text(&self) -> bool {
+        true
+    }
+
+    fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
+        Some(Box::new(HandoffStream {
+            marker: handoff_block(handoff),
+            inserted: false,
+        }))
+    }
+
+    fn handoff_json(&self, body: &mut Value, handoff: &Handoff<'_>) -> bool {
+        match body.get_mut("content").and_then(Value::as_array_mut) {
+            Some(content) => {
+                content.insert(0, handoff_block(handoff));
+                true
+            }
+            None => false,
+        }
     }
 
     fn request_fallback_credit(&self, headers: &mut HeaderMap) {
@@ -276,6 +311,67 @@ impl Dialect for AnthropicMessages {
     }
 }
 
+/// The `fallback` content block the provider uses to mark its own
+/// server-side fallbacks.
+fn handoff_block(handoff: &Handoff<'_>) -> Value {
+    json!({
+        "type": "fallback",
+        "from": {"model": handoff.from},
+        "to": {"model": handoff.to},
+        "trigger": {"type": "refusal", "category": handoff.category},
+    })
+}
+
+fn event_bytes(event: &Value) -> String {
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    format!("event: {kind}\ndata: {event}\n\n")
+}
+
+/// Puts the marker block at index 0, right after `message_start`, and moves
+/// every served block one index up, so the stream stays one valid message.
+struct HandoffStream {
+    marker: Value,
+    inserted: bool,
+}
+
+impl HandoffStream {
+    fn marker_events(&mut self) -> String {
+        self.inserted = true;
+        let start =
+            json!({"type": "content_block_start", "index": 0, "content_block": self.marker});
+        let stop = json!({"type": "content_block_stop", "index": 0});
+        event_bytes(&start) + &event_bytes(&stop)
+    }
+}
+
+impl FrameRewrite for HandoffStream {
+    fn rewrite(&mut self, frame: &Frame) -> Option<Bytes> {
+        let mut event: Value = serde_json::from_str(frame.data()?).ok()?;
+        match event.get("type").and_then(Value::as_str)? {
+            "message_start" if !self.inserted => {
+                let mut out = String::from_utf8_lossy(frame.raw()).into_owned();
+                out.push_str(&self.marker_events());
+                Some(Bytes::from(out))
+            }
+            "content_block_start" | "content_block_delta" | "content_block_stop" => {
+                let index = event.get("index")?.as_u64()?;
+                event["index"] = json!(index + 1);
+                let mut out = if self.inserted {
+                    String::new()
+                } else {
+                    self.marker_events()
+                };
+                out.push_str(&event_bytes(&event));
+                Some(Bytes::from(out))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// Anthropic streams are stateless to inspect: every event names its type
 /// and carries what it means.
 struct AnthropicStream;
@@ -302,16 +398,19 @@ impl StreamInspector for AnthropicStream {
             "content_block_start" => {
                 if let Some(block) = event.get("content_block") {
                     seen.real_output = block_is_output(block);
+                    seen.tool_call = block_is_tool_call(block);
+                    if block.get("type").and_then(Value::as_str) == Some("text") {
+                        seen.text = str_field(block, "text").unwrap_or_default();
+                    }
                     seen.server_fallback = server_fallback(block);
                 }
             }
             "content_block_delta" => {
                 let delta = event.get("delta").unwrap_or(&Value::Null);
-                seen.real_output = delta.get("type").and_then(Value::as_str) == Some("text_delta")
-                    && delta
-                        .get("text")
-                        .and_then(Value::as_str)
-                        .is_some_and(is_real_text);
+                if delta.get("type").and_then(Value::as_str) == Some("text_delta") {
+                    seen.text = str_field(delta, "text").unwrap_or_default();
+                    seen.real_output = is_real_text(&seen.text);
+                }
             }
             "message_delta" => {
                 seen.refusal = event.get("delta").and_then(refusal);

@@ -4,6 +4,7 @@
 //! body only ask a [`Dialect`] what a request is, what an event or a body
 //! says, and how to build a recovery request.
 
+use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
@@ -45,6 +46,10 @@ pub(crate) struct ServerFallback {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Observation {
     pub(crate) real_output: bool,
+    /// Text this event added to the answer (for the opt-in text detector).
+    pub(crate) text: String,
+    /// The event started a tool call.
+    pub(crate) tool_call: bool,
     pub(crate) refusal: Option<RefusalInfo>,
     pub(crate) server_fallback: Option<ServerFallback>,
     /// The model the response says served it.
@@ -57,6 +62,20 @@ pub(crate) struct Observation {
 pub(crate) trait StreamInspector: Send {
     /// Looks at one complete SSE frame.
     fn observe(&mut self, frame: &Frame) -> Observation;
+}
+
+/// Rewrites a served stream frame by frame: the guard's splicing hook.
+pub(crate) trait FrameRewrite: Send {
+    /// The bytes to send instead of this frame, or `None` to send it as it is.
+    fn rewrite(&mut self, frame: &Frame) -> Option<Bytes>;
+}
+
+/// Who handed a turn to whom, for a handoff marker.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff<'a> {
+    pub(crate) from: &'a str,
+    pub(crate) to: &'a str,
+    pub(crate) category: Option<&'a str>,
 }
 
 /// Why a request could not be rewritten for a recovery attempt.
@@ -108,6 +127,20 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
         _own_model: Option<&str>,
         _inject: bool,
     ) -> bool {
+        false
+    }
+    /// A rewrite that marks a client-side fallback inside the served stream,
+    /// the way the provider marks its own (Anthropic only).
+    fn handoff_stream(&self, _handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
+        None
+    }
+    /// The same mark in a whole JSON body. Returns whether the body changed.
+    fn handoff_json(&self, _body: &mut Value, _handoff: &Handoff<'_>) -> bool {
+        false
+    }
+    /// Whether observations carry the answer's text and tool calls, which
+    /// the opt-in text detector needs.
+    fn reports_text(&self) -> bool {
         false
     }
     /// The provider's request id in the response headers.

@@ -1,0 +1,731 @@
+//! The recovery ladder (issue 3): retarget, fallback chains, budget, sticky
+//! routing, handoff marker, fallback credit and environment configuration.
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::events::*;
+use common::*;
+use refusal_guard::env::{EnvConfig, LogSetting};
+use refusal_guard::recovery::{FallbackChains, RescueModel};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason};
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use serde_json::{json, Value};
+use tower::Layer;
+
+const OPUS: &str = "claude-opus-4-7";
+const SONNET: &str = "claude-sonnet-4-5";
+const HAIKU: &str = "claude-haiku-4-5";
+
+fn refusal_stream() -> Bytes {
+    anthropic_stream(&think_then_refuse(OPUS, "cyber"))
+}
+
+fn refusal_with_token(token: &str) -> Bytes {
+    anthropic_stream(&[
+        message_start(OPUS),
+        json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_details":{"type":"refusal","category":"cyber","explanation":null,"fallback_credit_token":token,"fallback_has_prefill_claim":false}},"usage":{"output_tokens":0}}),
+        message_stop(),
+    ])
+}
+
+fn answer(model: &str) -> Bytes {
+    anthropic_stream(&text_answer(model, &format!("answer from {model}")))
+}
+
+fn chains() -> FallbackChains {
+    FallbackChains::new().chain(OPUS, [SONNET, HAIKU])
+}
+
+// ---- retarget -------------------------------------------------------------
+
+fn with_fallbacks(models: &[&str]) -> Value {
+    let mut request = messages_request(OPUS, true, "x");
+    request["fallbacks"] = json!(models
+        .iter()
+        .map(|m| json!({"model": m}))
+        .collect::<Vec<_>>());
+    request
+}
+
+#[tokio::test]
+async fn retarget_replaces_an_existing_fallbacks_list() {
+    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
+    let mut guard = RefusalGuardLayer::new()
+        .retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"])
+        .layer(upstream.service());
+    call(
+        &mut guard,
+        post("/v1/messages", &with_fallbacks(&["old-model"])),
+    )
+    .await;
+    let sent = upstream.seen()[0].json();
+    assert_eq!(
+        sent["fallbacks"],
+        json!([{"model": SONNET}, {"model": HAIKU}, {"model": "claude-a"}]),
+        "own model dropped, capped at three"
+    );
+    assert!(upstream.seen()[0].headers.get("anthropic-beta").is_none());
+}
+
+#[tokio::test]
+async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
+    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
+    let mut guard = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .layer(upstream.service());
+    let mut request = messages_request(OPUS, true, "x");
+    request["fallbacks"] = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
+    call(&mut guard, post("/v1/messages", &request)).await;
+    assert_eq!(
+        upstream.seen()[0].json()["fallbacks"],
+        json!([{"model": SONNET, "max_tokens": 99}])
+    );
+}
+
+#[tokio::test]
+async fn retarget_leaves_a_request_without_fallbacks_byte_identical() {
+    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
+    let mut guard = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .layer(upstream.service());
+    let request = messages_request(OPUS, true, "x");
+    call(&mut guard, post("/v1/messages", &request)).await;
+    assert_eq!(
+        upstream.seen()[0].body,
+        Bytes::from(serde_json::to_vec(&request).unwrap())
+    );
+}
+
+#[tokio::test]
+async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
+    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
+    let mut guard = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .inject_server_fallbacks(true)
+        .layer(upstream.service());
+    let mut request = post("/v1/messages", &messages_request(OPUS, true, "x"));
+    request.headers_mut().insert(
+        "anthropic-beta",
+        "prompt-caching-2024-07-31".parse().unwrap(),
+    );
+    call(&mut guard, request).await;
+    let seen = &upstream.seen()[0];
+    assert_eq!(seen.json()["fallbacks"], json!([{"model": SONNET}]));
+    assert_eq!(
+        seen.headers["anthropic-beta"],
+        "prompt-caching-2024-07-31,server-side-fallback-2026-07-01"
+    );
+    // The mock checks Content-Length against the body for every request.
+    assert_eq!(
+        seen.headers["content-length"],
+        seen.body.len().to_string().as_str()
+    );
+}
+
+// ---- client-side chains ---------------------------------------------------
+
+#[tokio::test]
+async fn the_first_hop_that_answers_is_served() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(SONNET)),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, answer(SONNET));
+    let seen = upstream.seen();
+    assert_eq!(seen[1].json()["model"], SONNET);
+    assert_eq!(
+        seen[1].json()["messages"],
+        seen[0].json()["messages"],
+        "same request, no note"
+    );
+    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.served_model.as_deref(), Some(SONNET));
+    assert_eq!(refusal.model.as_deref(), Some(OPUS));
+    assert_eq!(sink.records()[0].attempts[1].step, AttemptStep::Fallback);
+}
+
+#[tokio::test]
+async fn every_hop_refusing_leads_to_the_rescue_then_dead_with_every_attempt_listed() {
+    let original = refusal_stream();
+    let upstream = Upstream::new(vec![
+        Reply::sse(&original),
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&refusal_stream()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, original);
+    let record = &sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::StillRefused));
+    let attempts: Vec<_> = record
+        .attempts
+        .iter()
+        .map(|a| (a.step, a.model.clone().unwrap(), a.result))
+        .collect();
+    assert_eq!(
+        attempts,
+        [
+            (
+                AttemptStep::Original,
+                OPUS.to_owned(),
+                AttemptResult::Refused
+            ),
+            (
+                AttemptStep::Fallback,
+                SONNET.to_owned(),
+                AttemptResult::Refused
+            ),
+            (
+                AttemptStep::Fallback,
+                HAIKU.to_owned(),
+                AttemptResult::Refused
+            ),
+            (AttemptStep::Rescue, OPUS.to_owned(), AttemptResult::Refused),
+        ]
+    );
+    // The rescue goes to the original model by default, with the note.
+    let rescue = upstream.seen()[3].json();
+    assert_eq!(rescue["model"], OPUS);
+    assert!(rescue.to_string().contains("[refusal-guard]"));
+}
+
+#[tokio::test]
+async fn the_rescue_can_ask_the_last_fallback() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(HAIKU)),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .rescue_model(RescueModel::LastFallback)
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, answer(HAIKU));
+    assert_eq!(upstream.seen()[3].json()["model"], HAIKU);
+    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn a_failing_hop_moves_on_to_the_next_step() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::Status(
+            429,
+            Bytes::from_static(
+                br#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#,
+            ),
+        ),
+        Reply::Status(
+            500,
+            Bytes::from_static(
+                br#"{"type":"error","error":{"type":"api_error","message":"boom"}}"#,
+            ),
+        ),
+        Reply::sse(&answer(OPUS)),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, answer(OPUS));
+    let record = &sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Rescued);
+    let statuses: Vec<_> = record
+        .attempts
+        .iter()
+        .map(|a| (a.result, a.status))
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            (AttemptResult::Refused, Some(200)),
+            (AttemptResult::HttpError, Some(429)),
+            (AttemptResult::HttpError, Some(500)),
+            (AttemptResult::Served, Some(200)),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn nothing_succeeding_delivers_the_original() {
+    let original = refusal_stream();
+    let upstream = Upstream::new(vec![
+        Reply::sse(&original),
+        Reply::Fail,
+        Reply::Fail,
+        Reply::Fail,
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, original);
+    assert_eq!(parts.status, 200);
+    assert_eq!(sink.records()[0].reason, Some(DeadReason::UpstreamError));
+}
+
+#[tokio::test]
+async fn the_attempt_budget_stops_the_ladder() {
+    let original = refusal_stream();
+    let upstream = Upstream::new(vec![Reply::sse(&original), Reply::sse(&refusal_stream())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .max_attempts(2)
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, original);
+    assert_eq!(upstream.seen().len(), 2);
+    let record = &sink.records()[0];
+    assert_eq!(record.reason, Some(DeadReason::BudgetExhausted));
+    assert_eq!(record.attempts.len(), 2);
+}
+
+#[tokio::test]
+async fn the_deadline_abandons_a_slow_attempt() {
+    let original = refusal_stream();
+    let slow = tower::service_fn({
+        let original = original.clone();
+        let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        move |_req: http::Request<http_body_util::Full<Bytes>>| {
+            let original = original.clone();
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n > 0 {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+                Ok::<_, tower::BoxError>(
+                    http::Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(Chunked::new(vec![original]))
+                        .unwrap(),
+                )
+            }
+        }
+    });
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .recovery_deadline(Duration::from_millis(100))
+        .telemetry(sink.clone())
+        .layer(slow);
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, original);
+    assert_eq!(sink.records()[0].reason, Some(DeadReason::BudgetExhausted));
+}
+
+// ---- sticky ---------------------------------------------------------------
+
+#[tokio::test]
+async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(SONNET)),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .sticky_fallback(Duration::from_millis(400))
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let request = || {
+        post(
+            "/v1/messages",
+            &messages_request(OPUS, true, "same conversation"),
+        )
+    };
+    call(&mut guard, request()).await;
+    // Within the TTL: straight to the fallback.
+    upstream.push(Reply::sse(&answer(SONNET)));
+    call(&mut guard, request()).await;
+    assert_eq!(upstream.seen()[2].json()["model"], SONNET);
+    // Another conversation is not routed.
+    upstream.push(Reply::sse(&answer(OPUS)));
+    call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "other")),
+    )
+    .await;
+    assert_eq!(upstream.seen()[3].json()["model"], OPUS);
+    // After the TTL: back to the model asked for.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    upstream.push(Reply::sse(&answer(OPUS)));
+    call(&mut guard, request()).await;
+    assert_eq!(upstream.seen()[4].json()["model"], OPUS);
+}
+
+// ---- handoff marker -------------------------------------------------------
+
+fn events_of(body: &Bytes) -> Vec<Value> {
+    String::from_utf8(body.to_vec())
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
+    let served = fixture("anthropic/anthropic-sdk-python/tool_use_response.txt");
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::Sse(split_at(&served, &[7, 100, 101, 555, 900])),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .handoff_marker(true)
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    let events = events_of(&body);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "message_delta").count(), 1);
+    assert_eq!(kinds.iter().filter(|k| **k == "message_stop").count(), 1);
+    assert_eq!(kinds[0], "message_start");
+    assert_eq!(events[1]["content_block"]["type"], "fallback");
+    assert_eq!(events[1]["content_block"]["from"]["model"], OPUS);
+    assert_eq!(events[1]["content_block"]["to"]["model"], SONNET);
+    assert_eq!(events[1]["content_block"]["trigger"]["category"], "cyber");
+    // Block indices start at 0 and are contiguous, each started and stopped.
+    let starts: Vec<u64> = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .map(|e| e["index"].as_u64().unwrap())
+        .collect();
+    let original_blocks = events_of(&served)
+        .iter()
+        .filter(|e| e["type"] == "content_block_start")
+        .count();
+    assert_eq!(starts, (0..=original_blocks as u64).collect::<Vec<_>>());
+    let stops = events
+        .iter()
+        .filter(|e| e["type"] == "content_block_stop")
+        .count();
+    assert_eq!(stops, starts.len());
+}
+
+#[tokio::test]
+async fn the_handoff_marker_in_json_goes_first_in_content() {
+    let refusal = fixture("anthropic/vercel-ai/anthropic-refusal.json");
+    let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
+    let upstream = Upstream::new(vec![Reply::Json(refusal), Reply::Json(answer.clone())]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .handoff_marker(true)
+        .layer(upstream.service());
+    let (parts, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, false, "x")),
+    )
+    .await;
+    let json: Value = serde_json::from_slice(&body).unwrap();
+    let original: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(json["content"][0]["type"], "fallback");
+    assert_eq!(json["content"][1], original["content"][0]);
+    assert_eq!(
+        parts.headers["content-length"],
+        body.len().to_string().as_str()
+    );
+}
+
+#[tokio::test]
+async fn without_the_marker_the_hop_is_served_as_sent() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(SONNET)),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, answer(SONNET));
+}
+
+// ---- fallback credit ------------------------------------------------------
+
+#[tokio::test]
+async fn a_chain_asks_for_credit_and_the_token_goes_to_the_next_hop_once() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_with_token("tok-1")),
+        Reply::sse(&refusal_stream()), // mints no token
+        Reply::sse(&answer(HAIKU)),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let mut request = post("/v1/messages", &messages_request(OPUS, true, "x"));
+    request.headers_mut().insert(
+        "anthropic-beta",
+        "fallback-credit-2026-07-01,other-beta".parse().unwrap(),
+    );
+    let (_, body) = call(&mut guard, request).await;
+    assert_eq!(body, answer(HAIKU));
+    let seen = upstream.seen();
+    assert_eq!(
+        seen[0].headers["anthropic-beta"], "fallback-credit-2026-07-01,other-beta",
+        "never duplicated"
+    );
+    assert_eq!(
+        seen[1].json()["fallback_credit_token"],
+        json!({"token": "tok-1", "mode": "best_effort"})
+    );
+    assert!(seen[1].headers["anthropic-beta"]
+        .to_str()
+        .unwrap()
+        .contains("fallback-credit-2026-07-01"));
+    assert!(
+        seen[2].json().get("fallback_credit_token").is_none(),
+        "a token is redeemed once"
+    );
+}
+
+#[tokio::test]
+async fn credit_is_requested_only_with_a_chain_and_can_be_turned_off() {
+    for (chain, credit, expect) in [
+        (true, true, true),
+        (false, true, false),
+        (true, false, false),
+    ] {
+        let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
+        let mut layer = RefusalGuardLayer::new().fallback_credit(credit);
+        if chain {
+            layer = layer.fallback_chains(chains());
+        }
+        let mut guard = layer.layer(upstream.service());
+        call(
+            &mut guard,
+            post("/v1/messages", &messages_request(OPUS, true, "x")),
+        )
+        .await;
+        let beta = upstream.seen()[0]
+            .headers
+            .get("anthropic-beta")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            beta.as_deref() == Some("fallback-credit-2026-07-01"),
+            expect,
+            "{chain} {credit}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_without_a_token_still_falls_back() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(SONNET)),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert!(upstream.seen()[1]
+        .json()
+        .get("fallback_credit_token")
+        .is_none());
+}
+
+// ---- server-side fallback -------------------------------------------------
+
+#[tokio::test]
+async fn a_provider_fallback_block_is_recorded_and_passed_through() {
+    let stream = fixture("anthropic/anthropic-sdk-python/fallback_response.txt");
+    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    assert_eq!(body, stream);
+    let record = &sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Fallback);
+    assert_eq!(record.model.as_deref(), Some("claude-opus-4-7"));
+    assert_eq!(record.served_model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(upstream.seen().len(), 1);
+}
+
+// ---- environment ----------------------------------------------------------
+
+#[test]
+fn every_variable_is_read() {
+    let config = EnvConfig::from_vars([
+        ("REFUSAL_GUARD_RESCUE", "off"),
+        ("REFUSAL_GUARD_FALLBACKS", "a, b"),
+        ("REFUSAL_GUARD_LOG", "~/logs/r.jsonl"),
+        ("REFUSAL_GUARD_CHAIN", "m1=f1,f2; m2=f3"),
+        ("HOME", "/home/u"),
+    ])
+    .unwrap();
+    assert_eq!(config.rescue, Some(false));
+    assert_eq!(config.retarget, Some(vec!["a".to_owned(), "b".to_owned()]));
+    assert_eq!(
+        config.log,
+        Some(LogSetting::Path("/home/u/logs/r.jsonl".into()))
+    );
+    let chains = config.chains.unwrap();
+    assert_eq!(chains.for_model("m1"), ["f1".to_owned(), "f2".to_owned()]);
+    assert_eq!(chains.for_model("m2"), ["f3".to_owned()]);
+}
+
+#[test]
+fn compatibility_prefixes_and_precedence() {
+    for (vars, expect) in [
+        (vec![("PI_REFUSAL_RESCUE", "no")], Some(false)),
+        (vec![("OMP_REFUSAL_RESCUE", "YES")], Some(true)),
+        (
+            vec![("PI_REFUSAL_RESCUE", "on"), ("OMP_REFUSAL_RESCUE", "0")],
+            Some(false),
+        ),
+        (
+            vec![
+                ("OMP_REFUSAL_RESCUE", "false"),
+                ("REFUSAL_GUARD_RESCUE", "True"),
+            ],
+            Some(true),
+        ),
+        (vec![], None),
+    ] {
+        assert_eq!(
+            EnvConfig::from_vars(vars.clone()).unwrap().rescue,
+            expect,
+            "{vars:?}"
+        );
+    }
+    let config =
+        EnvConfig::from_vars([("PI_REFUSAL_FALLBACKS", "x"), ("OMP_REFUSAL_LOG", "OFF")]).unwrap();
+    assert_eq!(config.retarget, Some(vec!["x".to_owned()]));
+    assert_eq!(config.log, Some(LogSetting::Off));
+    // A shadowed variable is not read, so its bad value does not matter.
+    let config = EnvConfig::from_vars([
+        ("PI_REFUSAL_RESCUE", "garbage"),
+        ("OMP_REFUSAL_RESCUE", "on"),
+    ])
+    .unwrap();
+    assert_eq!(config.rescue, Some(true));
+    // CHAIN has no compatibility names.
+    assert_eq!(
+        EnvConfig::from_vars([("OMP_REFUSAL_CHAIN", "a=b")])
+            .unwrap()
+            .chains,
+        None
+    );
+    // Off values empty the lists.
+    let config = EnvConfig::from_vars([
+        ("REFUSAL_GUARD_FALLBACKS", "off"),
+        ("REFUSAL_GUARD_CHAIN", "0"),
+    ])
+    .unwrap();
+    assert_eq!(config.retarget, Some(vec![]));
+    assert!(config.chains.unwrap().is_empty());
+}
+
+#[test]
+fn invalid_values_name_the_variable() {
+    for (variable, value) in [
+        ("REFUSAL_GUARD_RESCUE", "maybe"),
+        ("OMP_REFUSAL_RESCUE", ""),
+        ("PI_REFUSAL_FALLBACKS", "a,,b"),
+        ("REFUSAL_GUARD_LOG", "  "),
+        ("REFUSAL_GUARD_CHAIN", "no-equals-sign"),
+        ("REFUSAL_GUARD_CHAIN", "=f1"),
+        ("REFUSAL_GUARD_CHAIN", "m1="),
+    ] {
+        let error = EnvConfig::from_vars([(variable, value)]).unwrap_err();
+        assert_eq!(error.variable, variable);
+        assert_eq!(error.value, value);
+        assert!(error.to_string().starts_with(variable), "{error}");
+    }
+}
+
+#[tokio::test]
+async fn env_settings_apply_to_a_layer() {
+    let dir = std::env::temp_dir().join(format!("rg-env-{}", std::process::id()));
+    let log = dir.join("refusals.jsonl");
+    let config = EnvConfig::from_vars([
+        ("REFUSAL_GUARD_RESCUE", "off"),
+        ("REFUSAL_GUARD_LOG", log.to_str().unwrap()),
+    ])
+    .unwrap();
+    let layer = config.apply(RefusalGuardLayer::new()).unwrap();
+    assert!(!layer.rescue_switch().is_on());
+    let upstream = Upstream::new(vec![Reply::sse(&refusal_stream())]);
+    let mut guard = layer.layer(upstream.service());
+    call(
+        &mut guard,
+        post("/v1/messages", &messages_request(OPUS, true, "x")),
+    )
+    .await;
+    let written = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(written.lines().count(), 1);
+    assert!(written.contains("\"rescue_off\""));
+    std::fs::remove_dir_all(dir).unwrap();
+}

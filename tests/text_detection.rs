@@ -1,0 +1,235 @@
+//! The opt-in text refusal detector inside the layer (issue 6).
+mod common;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use common::events::*;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use refusal_guard::refusal::{RefusalKind, RefusalSignal};
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use serde_json::json;
+use tower::{Layer, ServiceExt};
+
+const PROSE_REFUSAL: &str = "I'm sorry, but I can't help with creating malware. It could be used to harm systems you do not own.";
+
+fn text_stream(text_parts: &[&str]) -> Bytes {
+    let mut events = vec![
+        message_start("m"),
+        block_start(0, json!({"type":"text","text":""})),
+    ];
+    for part in text_parts {
+        events.push(text_delta(0, part));
+    }
+    events.extend([block_stop(0), stop("end_turn"), message_stop()]);
+    anthropic_stream(&events)
+}
+
+fn layer(sink: &MemorySink) -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .detect_text_refusals(true)
+        .telemetry(sink.clone())
+}
+
+#[tokio::test]
+async fn a_prose_refusal_is_recovered_under_any_chunking() {
+    let refusal = text_stream(&[
+        "I'm sorry, but ",
+        "I can't help with creating malware.",
+        " It could be used to harm systems you do not own.",
+    ]);
+    let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let mut rng = Rng::new(7);
+    let mut chunkings: Vec<Vec<Bytes>> = (1..refusal.len())
+        .step_by(7)
+        .map(|cut| split_at(&refusal, &[cut]))
+        .collect();
+    chunkings.extend((0..20).map(|_| split_at(&refusal, &rng.cuts(refusal.len(), 40))));
+    for chunks in chunkings {
+        let upstream = Upstream::new(vec![Reply::Sse(chunks), Reply::sse(&answer)]);
+        let sink = MemorySink::new();
+        let mut guard = layer(&sink).layer(upstream.service());
+        let (parts, body) = call(
+            &mut guard,
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        assert_eq!(body, answer);
+        let refusal = parts.extensions.get::<Refusal>().unwrap();
+        assert_eq!(refusal.signal, RefusalSignal::Text);
+        assert_eq!(refusal.category.as_deref(), Some("text_refusal"));
+        assert_eq!(refusal.kind, RefusalKind::Empty);
+        assert_eq!(refusal.outcome, Outcome::Rescued);
+        assert!(upstream.seen()[1]
+            .json()
+            .to_string()
+            .contains("text_refusal"));
+    }
+}
+
+#[tokio::test]
+async fn with_detection_off_nothing_changes() {
+    let refusal = text_stream(&[PROSE_REFUSAL]);
+    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request("m", true, "x")),
+    )
+    .await;
+    assert_eq!(body, refusal);
+    assert_eq!(upstream.seen().len(), 1);
+    assert!(sink.records().is_empty());
+}
+
+#[tokio::test]
+async fn ordinary_answers_and_tool_calls_pass_through() {
+    let answer = fixture("anthropic/anthropic-sdk-python/tool_use_response.txt");
+    let with_tool = anthropic_stream(&[
+        message_start("m"),
+        block_start(
+            0,
+            json!({"type":"tool_use","id":"t","name":"lookup","input":{}}),
+        ),
+        block_stop(0),
+        block_start(1, json!({"type":"text","text":""})),
+        text_delta(1, PROSE_REFUSAL),
+        block_stop(1),
+        stop("tool_use"),
+        message_stop(),
+    ]);
+    for stream in [
+        answer,
+        with_tool,
+        text_stream(&["Sure! Here is how TLS works: ", "the client says hello..."]),
+    ] {
+        let upstream = Upstream::new(vec![Reply::sse(&stream)]);
+        let sink = MemorySink::new();
+        let mut guard = layer(&sink).layer(upstream.service());
+        let (_, body) = call(
+            &mut guard,
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        assert_eq!(body, stream);
+        assert_eq!(upstream.seen().len(), 1);
+        assert!(sink.records().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_json_prose_refusal_is_recovered() {
+    let refusal = json!({"id":"msg","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":PROSE_REFUSAL}],"stop_reason":"end_turn"});
+    let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
+    let upstream = Upstream::new(vec![
+        Reply::Json(Bytes::from(refusal.to_string())),
+        Reply::Json(answer.clone()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = layer(&sink).layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request("m", false, "x")),
+    )
+    .await;
+    assert_eq!(body, answer);
+    assert_eq!(sink.records()[0].signal, Some(RefusalSignal::Text));
+}
+
+/// A stream body that counts the bytes the guard has pulled from it.
+struct Counted {
+    chunks: std::collections::VecDeque<Bytes>,
+    pulled: Arc<AtomicUsize>,
+}
+
+impl http_body::Body for Counted {
+    type Data = Bytes;
+    type Error = tower::BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let chunk = self.chunks.pop_front();
+        if let Some(chunk) = &chunk {
+            self.pulled.fetch_add(chunk.len(), Ordering::SeqCst);
+        }
+        Poll::Ready(chunk.map(|c| Ok(http_body::Frame::data(c))))
+    }
+}
+
+/// Bytes pulled from upstream before the guard answered.
+async fn held_before_answer(stream: Bytes, chunk: usize, detection: bool) -> (usize, Bytes) {
+    let pulled = Arc::new(AtomicUsize::new(0));
+    let chunks: std::collections::VecDeque<Bytes> = (0..stream.len())
+        .step_by(chunk)
+        .map(|at| stream.slice(at..(at + chunk).min(stream.len())))
+        .collect();
+    let upstream = tower::service_fn({
+        let pulled = pulled.clone();
+        move |_req: http::Request<Full<Bytes>>| {
+            let body = Counted {
+                chunks: chunks.clone(),
+                pulled: pulled.clone(),
+            };
+            async move {
+                Ok::<_, tower::BoxError>(
+                    http::Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(body)
+                        .unwrap(),
+                )
+            }
+        }
+    });
+    let guard = RefusalGuardLayer::new()
+        .detect_text_refusals(detection)
+        .layer(upstream);
+    let response = guard
+        .oneshot(post("/v1/messages", &messages_request("m", true, "x")))
+        .await
+        .unwrap();
+    let held = pulled.load(Ordering::SeqCst);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (held, body)
+}
+
+#[tokio::test]
+async fn an_ordinary_answer_is_committed_as_soon_as_its_opening_rules_a_refusal_out() {
+    let long_answer: Vec<String> = (0..200)
+        .map(|i| format!("Step {i}: check the configuration file. "))
+        .collect();
+    let mut parts = vec!["Sure, here is the procedure. ".to_owned()];
+    parts.extend(long_answer);
+    let refs: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let stream = text_stream(&refs);
+    let (without, body) = held_before_answer(stream.clone(), 64, false).await;
+    assert_eq!(body, stream);
+    let (with, body) = held_before_answer(stream.clone(), 64, true).await;
+    assert_eq!(body, stream);
+    // Without detection the guard commits on the first text delta; with it,
+    // only a little more is held, far from the whole answer or the cap.
+    assert!(with >= without);
+    assert!(
+        with - without <= 1024,
+        "held {with} bytes with detection, {without} without"
+    );
+    assert!(with < stream.len() / 4, "held {with} of {}", stream.len());
+}
+
+#[tokio::test]
+async fn a_refusal_is_held_until_decided_and_never_leaks() {
+    let stream = text_stream(&["I'm sorry, ", "but I can't ", "help with that."]);
+    let (held, body) = held_before_answer(stream.clone(), 16, true).await;
+    // The service_fn answers the rescue with the same refusal: both were held
+    // whole before the guard answered, and the client gets the original.
+    assert_eq!(held, 2 * stream.len());
+    assert_eq!(body, stream);
+}
