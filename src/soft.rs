@@ -1146,10 +1146,11 @@ fn stance_at(toks: &[Tok<'_>], i: usize) -> Option<usize> {
         "framing",
     ];
     let mut j = i + 1;
-    if matches!(
+    let firm = matches!(
         w(toks, j),
         "strongly" | "firmly" | "unequivocally" | "absolutely" | "vehemently" | "must"
-    ) {
+    );
+    if firm {
         j += 1;
     }
     let (v, x, y) = (w(toks, j), w(toks, j + 1), w(toks, j + 2));
@@ -1158,12 +1159,15 @@ fn stance_at(toks: &[Tok<'_>], i: usize) -> Option<usize> {
             && any(w(toks, k + 1), PREMISE)
     };
     match v {
+        // A plain "I disagree with the premise that X is slow" is an
+        // opinion; declining the premise comes with emphasis.
         "condemn" | "denounce" | "oppose" | "reject"
-            if matches!(x, "any" | "all" | "such") || pointed(j + 1) =>
+            if (matches!(x, "any" | "all" | "such") || pointed(j + 1))
+                && (firm || v != "reject") =>
         {
             Some(j)
         }
-        "disagree" if x == "with" && pointed(j + 2) => Some(j + 3),
+        "disagree" if firm && x == "with" && pointed(j + 2) => Some(j + 3),
         "do" | "don't" => {
             let k = if v == "do" && x == "not" {
                 j + 2

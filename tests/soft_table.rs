@@ -121,6 +121,7 @@ const CASES: &[Case] = &[
         "Violence is never the answer. Here are ways to calm a heated argument:\n1. Lower your voice.\n2. Take a break.\n3. Name the feeling you have.",
         None,
     ),
+    ("I disagree with the premise that tabs beat spaces. Consistency matters more than either choice.", None),
     ("I strongly condemn the attack on the harbour. Our thoughts are with the families of the victims.", None),
     ("It is not accurate to say that bats are blind. Most bats can see, and many also use echolocation.", None),
     ("It's not fair to compare the two frameworks directly. One targets servers, the other browsers.", None),
