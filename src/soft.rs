@@ -20,6 +20,17 @@
 //!   **lead-in** (first person, apology, "As an AI", or moral/safety
 //!   vocabulary: a refusal may follow), or **neutral**. The first neutral
 //!   sentence ends the search: the text is an answer.
+//! * A response whose opening condemns the act itself and then only
+//!   lectures or redirects ("violence towards anyone is never acceptable",
+//!   "X is not only illegal, but also dangerous and unethical", "X is
+//!   illegal and unethical") is a policy refusal, unless a list of steps or
+//!   an offer with substance follows. "Never acceptable" counts as a
+//!   condemnation only when the sentence names harm to people (violence,
+//!   abuse, discrimination, ...) and does not report someone else's view
+//!   ("Gandhi believed ..."). Stances against the premise ("I strongly
+//!   condemn any form of ...", "I strongly disagree with that sentiment",
+//!   "I do not condone ...", "it is not accurate or fair to say ...") are
+//!   cues.
 //! * Not cues: idioms ("can't help but", "I can't stress enough", "I'm sorry
 //!   to hear that", "cannot recommend it highly enough"), phrases inside
 //!   quotation marks, conditional clauses ("if I can't help"), capability
@@ -215,12 +226,12 @@ fn analyze(text: &str, complete: bool) -> Outcome {
     }
     let window_end = floor_char_boundary(text, DEFAULT_PREFIX_BYTES.min(text.len()));
     let mut pos = 0;
-    let mut lectured = false;
+    let mut lecture = Lecture::default();
     for _ in 0..MAX_SENTENCES {
         let Some(sentence) = next_sentence(text, pos, window_end, &fences.regions, complete) else {
             // The window (or the text) holds no further complete sentence.
             if complete || text.len() >= DEFAULT_PREFIX_BYTES {
-                return Outcome::Decided(Detection::NONE);
+                return conclude(text, &lecture, complete, &fences.regions);
             }
             return Outcome::NeedMore;
         };
@@ -228,7 +239,7 @@ fn analyze(text: &str, complete: bool) -> Outcome {
             return Outcome::NeedMore;
         }
         pos = sentence.range.end;
-        match classify(text, sentence.range.clone(), &mut lectured) {
+        match classify(text, sentence.range.clone(), &mut lecture) {
             Class::Neutral => return Outcome::Decided(Detection::NONE),
             Class::LeadIn => continue,
             Class::Cue(reason, span) => {
@@ -240,7 +251,41 @@ fn analyze(text: &str, complete: bool) -> Outcome {
             }
         }
     }
-    Outcome::Decided(Detection::NONE)
+    conclude(text, &lecture, complete, &fences.regions)
+}
+
+/// The opening window held no cue and no neutral sentence. A response that
+/// opens by condemning the act itself ("violence is never acceptable") and
+/// only lectures or redirects from there is a policy refusal, unless
+/// substance (a list of steps, an offer with content) follows.
+fn conclude(text: &str, lecture: &Lecture, complete: bool, fences: &[Range<usize>]) -> Outcome {
+    let Some(span) = lecture.strong.clone() else {
+        return Outcome::Decided(Detection::NONE);
+    };
+    if !complete {
+        return Outcome::NeedMore;
+    }
+    let tail_end = floor_char_boundary(text, (span.end + 4 * DEFAULT_PREFIX_BYTES).min(text.len()));
+    if has_list(&text[span.end..tail_end]) {
+        return Outcome::Decided(Detection::NONE);
+    }
+    Outcome::Decided(finish(
+        text,
+        span.end,
+        SoftReason::PolicyRefusal,
+        span,
+        fences,
+    ))
+}
+
+/// What the opening sentences said by way of a lecture.
+#[derive(Default)]
+struct Lecture {
+    /// Some sentence lectured ("X is illegal", "not a healthy way to ...").
+    seen: bool,
+    /// Span of the first condemnation of the act itself ("is never
+    /// acceptable", "not only illegal but also unethical").
+    strong: Option<Range<usize>>,
 }
 
 /// Turns a cue into a verdict, looking at what follows for substance.
@@ -254,7 +299,7 @@ fn finish(
     let rest = &text[after..];
     let limit = floor_char_boundary(text, (after + DEFAULT_PREFIX_BYTES).min(text.len()));
     let cue_sentence_end = next_sentence_from(text, after, limit, fences).unwrap_or(after);
-    if false_premise(&text[cue_sentence_end..]) {
+    if false_premise(&text[span.start..]) || false_premise(&text[cue_sentence_end..]) {
         return Detection::NONE;
     }
     // The offer must come right away: in the rest of the cue sentence or
@@ -562,7 +607,7 @@ enum Class {
     Cue(SoftReason, Range<usize>),
 }
 
-fn classify(text: &str, range: Range<usize>, lectured: &mut bool) -> Class {
+fn classify(text: &str, range: Range<usize>, lecture: &mut Lecture) -> Class {
     let mut buf = String::with_capacity(range.len());
     let raw = tokenize(text, range, &mut buf);
     let toks: Vec<Tok<'_>> = raw
@@ -578,14 +623,22 @@ fn classify(text: &str, range: Range<usize>, lectured: &mut bool) -> Class {
     if let Some((reason, a, b)) = find_cue(&toks) {
         return Class::Cue(reason, toks[a].start..toks[b].end);
     }
-    // A safety lecture followed by a referral elsewhere is a redirect.
-    if *lectured {
+    if lecture.seen {
+        // A safety lecture followed by a referral elsewhere is a redirect.
         if let Some((a, b)) = find_referral(&toks) {
             return Class::Cue(SoftReason::OffTopicDeflection, toks[a].start..toks[b].end);
         }
+        // "If you're feeling frustrated, ..." after a lecture speaks to the
+        // asker's state, not to the request.
+        if emotional_conditional(&toks) {
+            return Class::LeadIn;
+        }
     }
-    if is_lecture(&toks) {
-        *lectured = true;
+    if let Some((strong, a, b)) = find_lecture(&toks) {
+        lecture.seen = true;
+        if strong && lecture.strong.is_none() {
+            lecture.strong = Some(toks[a].start..toks[b].end);
+        }
         return Class::LeadIn;
     }
     if is_lead_in(&toks) {
@@ -934,6 +987,27 @@ fn cue_at(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)> {
         }
     }
 
+    // --- first-person stance against the premise -------------------------
+    if a == "i" && !conditional {
+        if let Some(end) = stance_at(toks, i) {
+            return Some((SoftReason::PolicyRefusal, i, end));
+        }
+    }
+
+    // --- "X is not an appropriate question" ------------------------------
+    if a == "not"
+        && matches!(prev, "is" | "was" | "isn't")
+        && matches!(w(toks, i + 1), "a" | "an")
+        && matches!(
+            w(toks, i + 2),
+            "appropriate" | "acceptable" | "ethical" | "responsible"
+        )
+        && matches!(w(toks, i + 3), "question" | "request" | "thing")
+        && !conditional
+    {
+        return Some((SoftReason::PolicyRefusal, i, i + 3));
+    }
+
     // --- policy / ethics framing: "it is not appropriate ... to" --------
     if matches!(a, "it's" | "it" | "that's" | "that" | "this") && !conditional {
         let mut j = i + 1;
@@ -952,9 +1026,15 @@ fn cue_at(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)> {
                 j += 1;
             }
             let mut saw_moral = false;
+            // "not accurate or fair to say": the pair rejects a premise as
+            // both false and unjust; either word alone is ordinary.
+            let (mut accurate, mut fair) = (false, false);
             let mut k = j;
             while k < toks.len() && k < j + 6 {
                 let t = w(toks, k);
+                accurate |= t == "accurate";
+                fair |= t == "fair";
+                saw_moral |= accurate && fair;
                 if matches!(
                     t,
                     "appropriate"
@@ -1045,6 +1125,63 @@ fn cue_at(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)> {
         }
     }
     policy_other(toks, i)
+}
+
+/// "I strongly condemn any form of ...", "I strongly disagree with that
+/// sentiment", "I do not condone ...": the model takes a stand against
+/// the request instead of answering it. Returns the last token index.
+fn stance_at(toks: &[Tok<'_>], i: usize) -> Option<usize> {
+    const PREMISE: &[&str] = &[
+        "sentiment",
+        "statement",
+        "premise",
+        "idea",
+        "notion",
+        "view",
+        "claim",
+        "assertion",
+        "assumption",
+        "suggestion",
+        "characterization",
+        "framing",
+    ];
+    let mut j = i + 1;
+    let firm = matches!(
+        w(toks, j),
+        "strongly" | "firmly" | "unequivocally" | "absolutely" | "vehemently" | "must"
+    );
+    if firm {
+        j += 1;
+    }
+    let (v, x, y) = (w(toks, j), w(toks, j + 1), w(toks, j + 2));
+    let pointed = |k: usize| {
+        matches!(w(toks, k), "that" | "this" | "the" | "your" | "such")
+            && any(w(toks, k + 1), PREMISE)
+    };
+    match v {
+        // A plain "I disagree with the premise that X is slow" is an
+        // opinion; declining the premise comes with emphasis.
+        "condemn" | "denounce" | "oppose" | "reject"
+            if (matches!(x, "any" | "all" | "such") || pointed(j + 1))
+                && (firm || v != "reject") =>
+        {
+            Some(j)
+        }
+        "disagree" if firm && x == "with" && pointed(j + 2) => Some(j + 3),
+        "do" | "don't" => {
+            let k = if v == "do" && x == "not" {
+                j + 2
+            } else {
+                j + 1
+            };
+            if v == "do" && x != "not" {
+                return None;
+            }
+            let _ = y;
+            matches!(w(toks, k), "condone" | "endorse").then_some(k)
+        }
+        _ => None,
+    }
 }
 
 /// "goes against my guidelines", "violates the policy", "my guidelines
@@ -1143,9 +1280,20 @@ fn policy_other(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)
                 "toxic",
                 "derogatory",
             ];
-            if let Some(k) = toks[i + 1..toks.len().min(i + 9)]
-                .iter()
-                .position(|t| any(t.w, HARM))
+            // "promotes discrimination": the noun names the harm only as
+            // the object of such a verb ("is about discrimination law" is
+            // not a judgement).
+            let end = toks.len().min(i + 9);
+            if let Some(k) = (i + 1..end)
+                .find(|&k| {
+                    any(toks[k].w, HARM)
+                        || (matches!(toks[k].w, "discrimination" | "hatred" | "violence")
+                            && matches!(
+                                w(toks, k - 1),
+                                "promotes" | "perpetuates" | "encourages" | "incites" | "endorses"
+                            ))
+                })
+                .map(|k| k - i - 1)
             {
                 return Some((SoftReason::PolicyRefusal, i - 1, i + 1 + k));
             }
@@ -1192,24 +1340,209 @@ fn policy_other(toks: &[Tok<'_>], i: usize) -> Option<(SoftReason, usize, usize)
     None
 }
 
-/// "violence is never acceptable", "X is illegal", "not an appropriate way".
-fn is_lecture(toks: &[Tok<'_>]) -> bool {
-    (0..toks.len()).any(|i| {
-        let (a, b, c, d) = (w(toks, i), w(toks, i + 1), w(toks, i + 2), w(toks, i + 3));
-        (a == "never"
-            && (matches!(
-                b,
-                "acceptable" | "okay" | "ok" | "justified" | "appropriate"
-            ) || (b == "the" && c == "answer")))
-            || (matches!(a, "is" | "are") && b == "illegal")
-            || (a == "not"
-                && matches!(b, "a" | "an")
-                && matches!(
-                    c,
-                    "appropriate" | "healthy" | "effective" | "productive" | "acceptable"
-                )
-                && matches!(d, "way" | "question" | "solution" | "approach"))
-    })
+/// Words that attribute a view to someone else: a lecture inside such a
+/// sentence reports it ("Gandhi believed violence is never the answer").
+const ATTRIBUTION: &[&str] = &[
+    "said",
+    "says",
+    "believed",
+    "believes",
+    "argued",
+    "argues",
+    "wrote",
+    "writes",
+    "according",
+    "quote",
+    "quoted",
+    "taught",
+    "teaches",
+    "famously",
+    "slogan",
+    "motto",
+    "phrase",
+    "claimed",
+    "claims",
+];
+
+/// Adjectives that condemn an act on moral grounds.
+const CONDEMN: &[&str] = &[
+    "appropriate",
+    "acceptable",
+    "ethical",
+    "okay",
+    "ok",
+    "justified",
+    "justifiable",
+];
+
+/// Harm done to people, named by a condemnation.
+const HARM_ACTS: &[&str] = &[
+    "violence",
+    "violent",
+    "harm",
+    "harming",
+    "hurt",
+    "hurting",
+    "abuse",
+    "abusing",
+    "assault",
+    "attack",
+    "attacking",
+    "kill",
+    "killing",
+    "murder",
+    "torture",
+    "discrimination",
+    "discriminating",
+    "harassment",
+    "bullying",
+    "hatred",
+    "racism",
+    "punishment",
+    "weapon",
+    "weapons",
+];
+
+/// Finds a lecture; returns whether it condemns the act itself (strong)
+/// and its first/last token indices.
+///
+/// * strong: "X is never acceptable / okay / justified / the answer",
+///   "X is not only illegal ... but also unethical", "X is illegal and
+///   unethical", "not an appropriate or acceptable way to ...";
+/// * weak: "X is illegal", "not a healthy or productive way to ...".
+fn find_lecture(toks: &[Tok<'_>]) -> Option<(bool, usize, usize)> {
+    let attributed = toks.iter().any(|t| any(t.w, ATTRIBUTION));
+    // "never acceptable" alone is also said of bad engineering practice
+    // ("hard-coding secrets is never acceptable"); as a condemnation it
+    // names the harm.
+    let harm = !attributed && toks.iter().any(|t| any(t.w, HARM_ACTS));
+    let mut weak = None;
+    for i in 0..toks.len() {
+        if toks[i].quoted {
+            continue;
+        }
+        let (a, b, c) = (w(toks, i), w(toks, i + 1), w(toks, i + 2));
+        // "never acceptable", "never the answer"
+        if a == "never" {
+            if any(b, CONDEMN) {
+                return Some((harm, i, i + 1));
+            }
+            if b == "the" && c == "answer" {
+                return Some((harm, i, i + 2));
+            }
+        }
+        if matches!(a, "is" | "are") {
+            let mut j = i + 1;
+            if matches!(w(toks, j), "both" | "also") {
+                j += 1;
+            }
+            // "is not only illegal ..., but (it is also) ... unethical"
+            if w(toks, j) == "not" && w(toks, j + 1) == "only" {
+                let k = j + 2;
+                let first = w(toks, k);
+                if matches!(first, "illegal" | "unethical" | "immoral" | "wrong") {
+                    let end = toks.len().min(k + 12);
+                    if let Some(m) = (k + 1..end).find(|&m| {
+                        toks[m].w == "but"
+                            && toks[m + 1..end].iter().any(|t| {
+                                matches!(
+                                    t.w,
+                                    "unethical" | "immoral" | "dangerous" | "harmful" | "illegal"
+                                )
+                            })
+                    }) {
+                        return Some((!attributed, i, m));
+                    }
+                }
+            }
+            // "is illegal and unethical", "is unethical and illegal"
+            let x = w(toks, j);
+            let y = w(toks, j + 2);
+            if matches!(x, "illegal" | "unethical" | "immoral")
+                && w(toks, j + 1) == "and"
+                && matches!(y, "illegal" | "unethical" | "immoral" | "unacceptable")
+                && x != y
+            {
+                return Some((!attributed, i, j + 2));
+            }
+            if x == "illegal" {
+                weak.get_or_insert((false, i, j));
+            }
+        }
+        // "not a/an ADJ (or ADJ) way/solution/approach"
+        if a == "not" && matches!(b, "a" | "an") {
+            const ADJ: &[&str] = &[
+                "appropriate",
+                "acceptable",
+                "ethical",
+                "healthy",
+                "effective",
+                "productive",
+                "constructive",
+                "safe",
+                "responsible",
+            ];
+            let mut k = i + 2;
+            let mut moral = false;
+            let mut adjs = 0;
+            while any(w(toks, k), ADJ) {
+                moral |= any(w(toks, k), CONDEMN);
+                adjs += 1;
+                k += 1;
+                if matches!(w(toks, k), "or" | "and" | "nor") && any(w(toks, k + 1), ADJ) {
+                    k += 1;
+                }
+            }
+            if adjs > 0 && matches!(w(toks, k), "way" | "solution" | "approach" | "response") {
+                if moral && harm {
+                    return Some((true, i, k));
+                }
+                weak.get_or_insert((false, i, k));
+            }
+        }
+    }
+    weak
+}
+
+/// "If you're feeling overwhelmed ...", "If you feel threatened ...".
+fn emotional_conditional(toks: &[Tok<'_>]) -> bool {
+    let mut i = 0;
+    if matches!(w(toks, i), "and" | "but" | "so" | "also" | "however") {
+        i += 1;
+    }
+    if w(toks, i) != "if" {
+        return false;
+    }
+    i += 1;
+    match w(toks, i) {
+        "you're" => i += 1,
+        "you" if w(toks, i + 1) == "are" => i += 2,
+        "you" => i += 1,
+        _ => return false,
+    }
+    matches!(
+        w(toks, i),
+        "feel" | "feeling" | "struggling" | "experiencing" | "having" | "going"
+    )
+}
+
+/// Whether `tail` holds a list of at least three items.
+fn has_list(tail: &str) -> bool {
+    tail.lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            t.starts_with("- ")
+                || t.starts_with("* ")
+                || t.starts_with("• ")
+                || t.split_once(['.', ')']).is_some_and(|(n, r)| {
+                    !n.is_empty()
+                        && n.len() <= 2
+                        && n.bytes().all(|b| b.is_ascii_digit())
+                        && r.starts_with(' ')
+                })
+        })
+        .count()
+        >= 3
 }
 
 /// "seek professional help", "reach out to a crisis hotline".
@@ -1233,9 +1566,24 @@ fn find_referral(toks: &[Tok<'_>]) -> Option<(usize, usize)> {
     (0..toks.len()).find_map(|i| {
         if !matches!(
             toks[i].w,
-            "seek" | "reach" | "talk" | "speak" | "consult" | "contact"
+            "seek"
+                | "seeking"
+                | "reach"
+                | "reaching"
+                | "talk"
+                | "talking"
+                | "speak"
+                | "speaking"
+                | "consult"
+                | "consulting"
+                | "contact"
+                | "contacting"
         ) {
             return None;
+        }
+        // "seek help", "seeking help"
+        if toks[i].w.starts_with("seek") && w(toks, i + 1) == "help" {
+            return Some((i, i + 1));
         }
         toks[i + 1..toks.len().min(i + 10)]
             .iter()
@@ -1437,22 +1785,7 @@ fn find_pivot(rest: &str) -> Option<usize> {
 /// 250 bytes of prose.
 fn has_substance(tail: &str, fences: &[Range<usize>], base: usize) -> bool {
     let _ = (fences, base);
-    let items = tail
-        .lines()
-        .filter(|l| {
-            let t = l.trim_start();
-            t.starts_with("- ")
-                || t.starts_with("* ")
-                || t.starts_with("• ")
-                || t.split_once(['.', ')']).is_some_and(|(n, r)| {
-                    !n.is_empty()
-                        && n.len() <= 2
-                        && n.bytes().all(|b| b.is_ascii_digit())
-                        && r.starts_with(' ')
-                })
-        })
-        .count();
-    if items >= 3 {
+    if has_list(tail) {
         return true;
     }
     let sentences = tail
