@@ -7,10 +7,15 @@ pub mod body;
 mod dialect;
 pub mod layer;
 pub mod ledger;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod service;
+pub mod simulate;
 pub mod sse;
 pub mod telemetry;
 
