@@ -9,10 +9,10 @@
 //! ```no_run
 //! use refusal_guard::reqwest::ReqwestService;
 //! use refusal_guard::RefusalGuardLayer;
-//! use tower::{Service, ServiceBuilder, ServiceExt};
+//! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let mut client = ServiceBuilder::new()
+//! let client = ServiceBuilder::new()
 //!     .layer(RefusalGuardLayer::new())
 //!     .service(ReqwestService::new(reqwest::Client::new()));
 //!
@@ -23,7 +23,7 @@
 //!     .header("anthropic-version", "2023-06-01")
 //!     .header("content-type", "application/json")
 //!     .body(reqwest::Body::from(body))?;
-//! let response = client.ready().await?.call(request).await?;
+//! let response = client.oneshot(request).await?;
 //! println!("{}", response.status());
 //! # Ok(())
 //! # }
