@@ -292,6 +292,35 @@ async fn hop_by_hop_request_headers_are_dropped() {
 }
 
 #[tokio::test]
+async fn credentials_never_follow_a_redirect() {
+    let mock = MockUpstream::start().await.unwrap();
+    let elsewhere = MockUpstream::start().await.unwrap();
+    let proxy = start_proxy(&mock.url(), RefusalGuardLayer::new()).await;
+    let script = format!("redirect={}/v1/messages", elsewhere.url());
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let response = client
+        .post(format!("{}/v1/messages", proxy.url))
+        .header("x-api-key", "sk-must-stay")
+        .header("x-mock-script", script)
+        .body(messages("m", false, "x").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        307,
+        "the redirect goes back to the client"
+    );
+    assert_eq!(mock.seen().len(), 1);
+    assert!(elsewhere.seen().is_empty(), "the proxy followed a redirect");
+    proxy.shutdown().await;
+}
+
+#[tokio::test]
 async fn unreachable_upstream_is_a_502_in_the_provider_shape() {
     // A port nothing listens on.
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -11,7 +11,8 @@
 //!   files are served as `application/json`, anything else as
 //!   `text/event-stream`, split at frame boundaries and sent as separate
 //!   chunks), or `marker` (a text stream of 20 chunks, 2 ms apart, that
-//!   repeats the `x-mock-marker` header, for load tests);
+//!   repeats the `x-mock-marker` header, for load tests), or
+//!   `redirect=URL` (a 307 to URL);
 //! - `x-mock-id: ID`: which requests count as one script run (default: the
 //!   script itself).
 //!
@@ -251,6 +252,17 @@ async fn serve(
             &format!("script `{script}` has no reply for request {}", nth + 1),
         );
     };
+    if let Some(location) = entry.strip_prefix("redirect=") {
+        let mut response = reply(
+            StatusCode::TEMPORARY_REDIRECT,
+            "application/json",
+            http_body_util::Full::new(Bytes::new()).boxed(),
+        );
+        response
+            .headers_mut()
+            .insert("location", location.parse().unwrap());
+        return response;
+    }
     if entry == "marker" {
         return reply(
             StatusCode::OK,
