@@ -8,10 +8,15 @@ mod dialect;
 pub mod env;
 pub mod layer;
 pub mod ledger;
+#[cfg(feature = "proxy")]
+pub mod proxy;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
+#[cfg(feature = "reqwest")]
+pub mod reqwest;
 pub mod service;
+pub mod simulate;
 pub mod soft;
 pub mod sse;
 pub mod telemetry;

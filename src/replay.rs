@@ -50,11 +50,19 @@ impl ReplayBody for Full<Bytes> {
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn chain<B>(prefix: Bytes, rest: B) -> impl Body<Data = Bytes, Error = B::Error> + Send + 'static
+/// The already-read bytes of a body, typed as that body's error.
+pub(crate) type Head<E> = http_body_util::combinators::MapErr<Full<Bytes>, fn(Infallible) -> E>;
+
+fn never<E>(never: Infallible) -> E {
+    match never {}
+}
+
+/// `prefix`, then `rest`. A named type, so that it is `Sync` whenever `B` is.
+pub(crate) fn chain<B>(prefix: Bytes, rest: B) -> Chain<Head<B::Error>, B>
 where
     B: Body<Data = Bytes> + Send + 'static,
 {
-    let head = Full::new(prefix).map_err(|never: Infallible| match never {});
+    let head = Full::new(prefix).map_err(never::<B::Error> as fn(Infallible) -> B::Error);
     Chain {
         head: Some(head),
         rest,
@@ -62,7 +70,8 @@ where
 }
 
 pin_project_lite::pin_project! {
-    struct Chain<H, B> {
+    /// Bytes already read (`H`), then the rest of the body (`B`).
+    pub(crate) struct Chain<H, B> {
         #[pin]
         head: Option<H>,
         #[pin]

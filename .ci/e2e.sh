@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# End-to-end checks of the proxy with real clients, all on loopback:
+#   1. the demo (no network) shows a rescue;
+#   2. the load check: 200 concurrent streams x 3 rounds through the proxy
+#      binary against the mock upstream; reports the proxy's peak RSS;
+#   3. examples/agent (reqwest + the layer) through `proxy --simulate`;
+#   4. the Claude Code CLI headless through `proxy --simulate`, if it can be
+#      installed from npm (skipped with a clear message if not; set
+#      REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 to skip on purpose);
+#   5. pytest with the pinned official anthropic and openai SDKs
+#      (tests/e2e/requirements.txt, installed into .venv).
+# Exits non-zero on any failure; pytest finding no tests counts as a failure.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
+TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+EXAMPLES=$TARGET/debug/examples
+CLAUDE_CODE_VERSION=2.1.332
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Starts `proxy --simulate` on a free loopback port; sets SIM_URL and SIM_PID.
+start_simulated_proxy() {
+    local err=$WORK/proxy-$1.err
+    "$EXAMPLES/proxy" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$1.jsonl" 2>"$err" &
+    SIM_PID=$!
+    PIDS+=("$SIM_PID")
+    for _ in $(seq 100); do
+        SIM_URL=$(grep -o 'listening on http://[0-9.:]*' "$err" | head -1 | sed 's/listening on //') || true
+        [ -n "$SIM_URL" ] && return 0
+        sleep 0.1
+    done
+    echo "proxy --simulate did not start:"; cat "$err"; return 1
+}
+
+step "build the examples"
+cargo build --examples
+
+step "demo (no network, no key)"
+"$EXAMPLES/demo" | tee "$WORK/demo.out"
+grep -q 'outcome":"rescued"' "$WORK/demo.out"
+
+step "load: 200 concurrent streams through the proxy"
+"$EXAMPLES/load" --requests 200 --rounds 3
+
+step "examples/agent through proxy --simulate"
+start_simulated_proxy agent
+ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
+grep -q 'Simulated answer' "$WORK/agent.out"
+grep -q 'rescued(cyber)' "$WORK/proxy-agent.err"
+"$EXAMPLES/refusals" --log "$WORK/refusals-agent.jsonl"
+
+step "Claude Code CLI headless through proxy --simulate"
+if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then
+    echo "SKIPPED: REFUSAL_GUARD_E2E_SKIP_CLAUDE=1"
+elif ! command -v npm >/dev/null; then
+    echo "SKIPPED: npm is not installed, so the Claude Code CLI cannot be installed"
+elif ! npm install --prefix "$WORK/claude" --no-audit --no-fund \
+        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >"$WORK/npm.log" 2>&1; then
+    echo "SKIPPED: npm could not install @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION:"
+    tail -20 "$WORK/npm.log"
+else
+    # The npm package ships the native CLI as a per-platform optional
+    # dependency; its postinstall (which npm may not run) only copies it.
+    CLAUDE=$(ls "$WORK"/claude/node_modules/@anthropic-ai/claude-code-*/claude 2>/dev/null | head -1 || true)
+    if [ -z "$CLAUDE" ]; then
+        echo "SKIPPED: no native Claude Code binary for this platform in the npm install"
+    else
+        start_simulated_proxy claude
+        mkdir -p "$WORK/claude-home"
+        HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="$SIM_URL" ANTHROPIC_API_KEY=sk-ant-dummy \
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+            timeout 120 "$CLAUDE" -p "Check my SSH config for weaknesses" --output-format json \
+            </dev/null >"$WORK/claude.json" 2>"$WORK/claude.err" || {
+                echo "Claude Code failed:"; cat "$WORK/claude.err" "$WORK/claude.json"; exit 1; }
+        python3 - "$WORK/claude.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))
+assert out.get("is_error") is False, out
+assert out["result"].startswith("Simulated answer"), out["result"]
+print("Claude Code received the rescued answer:", out["result"][:60], "...")
+PY
+        grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
+        cat "$WORK/proxy-claude.err"
+    fi
+fi
+
+step "Python SDK tests (anthropic, openai) through the proxy"
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
+status=0
+REFUSAL_GUARD_E2E_HARNESS="$EXAMPLES/e2e_harness" .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: failing"
+    exit 1
+fi
+exit "$status"

@@ -1,0 +1,110 @@
+//! Test harness for clients in other languages (the Python SDK tests in
+//! `tests/e2e/`): starts, on loopback, the scripted mock upstream, a proxy in
+//! front of it, a proxy over the simulated provider and one whose upstream is
+//! down, prints their URLs as
+//! one JSON line on stdout, and runs until stdin closes or it gets SIGINT /
+//! SIGTERM.
+//!
+//! ```text
+//! cargo run --example e2e_harness -- [--log PATH]
+//! {"mock":"http://127.0.0.1:…","proxy":"…","simulated":"…","unreachable":"…","log":"…"}
+//! ```
+//!
+//! The proxy in front of the mock is configured as the tests expect: rescue
+//! on, `--retarget claude-retarget-a,claude-retarget-b` and
+//! `--chain claude-chain-source=claude-chain-target`.
+#[path = "../tests/support/mock_upstream.rs"]
+mod mock;
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use refusal_guard::proxy::{Proxy, Upstream};
+use refusal_guard::recovery::FallbackChains;
+use refusal_guard::simulate::Simulator;
+use refusal_guard::telemetry::JsonlSink;
+use refusal_guard::RefusalGuardLayer;
+use tokio::io::AsyncReadExt;
+use tower::Layer;
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let mut log =
+        std::env::temp_dir().join(format!("refusal-guard-e2e-{}.jsonl", std::process::id()));
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--log" => log = PathBuf::from(args.next().ok_or("--log needs a path")?),
+            other => {
+                eprintln!("e2e_harness: unknown argument `{other}`");
+                std::process::exit(2);
+            }
+        }
+    }
+
+    let mock = mock::MockUpstream::start().await?;
+    let layer = RefusalGuardLayer::new()
+        .telemetry(JsonlSink::open(&log)?)
+        .retarget_fallbacks(["claude-retarget-a", "claude-retarget-b"])
+        .fallback_chains(
+            FallbackChains::new().chain("claude-chain-source", ["claude-chain-target"]),
+        );
+    let proxy = Proxy::new(Upstream::parse(&mock.url())?, &layer)?;
+    let simulated = Proxy::with_service(
+        Upstream::parse("http://simulated.invalid")?,
+        RefusalGuardLayer::new().layer(Simulator::new()),
+    );
+
+    // A proxy whose upstream is a loopback port nothing listens on.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let closed_url = format!("http://{}", closed.local_addr()?);
+    drop(closed);
+    let unreachable = Proxy::new(Upstream::parse(&closed_url)?, &RefusalGuardLayer::new())?;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let down_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let line = serde_json::json!({
+        "mock": mock.url(),
+        "proxy": format!("http://{}", listener.local_addr()?),
+        "simulated": format!("http://{}", sim_listener.local_addr()?),
+        "unreachable": format!("http://{}", down_listener.local_addr()?),
+        "log": log,
+    });
+
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let servers = tokio::spawn(async move {
+        let a = proxy.serve(listener, wait(stopped.clone()));
+        let b = simulated.serve(sim_listener, wait(stopped.clone()));
+        let c = unreachable.serve(down_listener, wait(stopped));
+        let (a, b, c) = tokio::join!(a, b, c);
+        a.and(b).and(c)
+    });
+
+    println!("{line}");
+    std::io::stdout().flush()?;
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut stdin = tokio::io::stdin();
+    let mut buffer = [0u8; 64];
+    let stdin_closed = async {
+        loop {
+            match stdin.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    tokio::select! {
+        _ = stdin_closed => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    let _ = stop.send(true);
+    servers.await??;
+    drop(mock);
+    Ok(())
+}

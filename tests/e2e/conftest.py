@@ -1,0 +1,68 @@
+"""Starts the Rust e2e harness (mock upstream + proxies on loopback) once per session."""
+
+import json
+import os
+import subprocess
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def harness_binary() -> Path:
+    explicit = os.environ.get("REFUSAL_GUARD_E2E_HARNESS")
+    if explicit:
+        return Path(explicit)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return target / "debug" / "examples" / "e2e_harness"
+
+
+class Harness:
+    def __init__(self, info: dict):
+        self.mock = info["mock"]
+        self.proxy = info["proxy"]
+        self.simulated = info["simulated"]
+        self.unreachable = info["unreachable"]
+        self.log = Path(info["log"])
+
+    def seen(self, script_id: str) -> list:
+        """What the mock upstream received for this script id."""
+        with urllib.request.urlopen(f"{self.mock}/__mock/seen?id={script_id}", timeout=10) as r:
+            seen = json.load(r)
+        for request in seen:
+            request["json"] = json.loads(request["body"]) if request["body"] else None
+            request["header"] = {k.lower(): v for k, v in request["headers"]}
+        return seen
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    binary = harness_binary()
+    if not binary.exists():
+        pytest.fail(f"{binary} is missing: run `cargo build --example e2e_harness` first")
+    log = tmp_path_factory.mktemp("log") / "refusals.jsonl"
+    process = subprocess.Popen(
+        [str(binary), "--log", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if not line:
+        process.kill()
+        pytest.fail("the e2e harness exited before printing its addresses")
+    yield Harness(json.loads(line))
+    process.stdin.close()  # the harness stops when stdin closes
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+
+
+@pytest.fixture
+def script_id() -> str:
+    return f"py-{uuid.uuid4().hex[:12]}"

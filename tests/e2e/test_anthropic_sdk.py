@@ -1,0 +1,155 @@
+"""The official `anthropic` SDK through the proxy, streaming and not."""
+
+import json
+
+import anthropic
+import pytest
+
+MODEL = "claude-opus-4-7"
+TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
+EMPTY_REFUSAL = "anthropic/anthropic-sdk-python/refusal_response.txt"
+PARTIAL = "anthropic/anthropic-sdk-python/stream-a-refusal.sse"
+TOOL_USE = "anthropic/anthropic-sdk-python/tool_use_response.txt"
+NOTE = "[refusal-guard]"
+
+
+def client(base_url: str, script: str, script_id: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(
+        base_url=base_url,
+        api_key="sk-ant-dummy-key",
+        max_retries=0,
+        timeout=30,
+        default_headers={"x-mock-script": script, "x-mock-id": script_id},
+    )
+
+
+def stream_final(c: anthropic.Anthropic, model: str = MODEL, **extra):
+    with c.messages.stream(
+        model=model,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Check my SSH setup"}],
+        **extra,
+    ) as stream:
+        return stream.get_final_message()
+
+
+def create(c: anthropic.Anthropic, model: str = MODEL, **extra):
+    return c.messages.create(
+        model=model,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Check my SSH setup"}],
+        **extra,
+    )
+
+
+@pytest.mark.parametrize("script,call", [(TEXT, stream_final), ("e2e/message_text.json", create)])
+def test_normal_traffic_parses_as_without_the_proxy(harness, script_id, script, call):
+    through = call(client(harness.proxy, script, script_id))
+    direct = call(client(harness.mock, script, script_id + "-direct"))
+    assert through.model_dump() == direct.model_dump()
+    assert through.stop_reason == "end_turn"
+    assert through.content[0].type == "text" and through.content[0].text.strip()
+    seen = harness.seen(script_id)
+    assert len(seen) == 1
+    # Credentials reach the configured upstream (this SDK version sends a
+    # bearer token; older ones send x-api-key).
+    auth = seen[0]["header"].get("x-api-key") or seen[0]["header"].get("authorization", "")
+    assert auth.endswith("sk-ant-dummy-key")
+    assert seen[0]["header"]["host"] == harness.mock.removeprefix("http://")
+
+
+def test_normal_stream_events_unchanged(harness, script_id):
+    """The raw event sequence, not just the final message, is the provider's."""
+
+    def events(base, sid):
+        c = client(base, TEXT, sid)
+        stream = c.messages.create(
+            model=MODEL, max_tokens=64, stream=True, messages=[{"role": "user", "content": "hi"}]
+        )
+        return [event.model_dump() for event in stream]
+
+    assert events(harness.proxy, script_id) == events(harness.mock, script_id + "-direct")
+
+
+def assert_rescue_continuation(harness, script_id):
+    seen = harness.seen(script_id)
+    assert len(seen) == 2, "the original, then one rescue continuation"
+    first, rescue = seen[0]["json"], seen[1]["json"]
+    assert NOTE not in json.dumps(first)
+    assert NOTE in json.dumps(rescue) and "cyber" in json.dumps(rescue)
+    assert rescue["model"] == MODEL
+    assert rescue["messages"][-1]["role"] == "user"
+
+
+def test_empty_refusal_stream_reaches_the_sdk_rescued(harness, script_id):
+    message = stream_final(client(harness.proxy, f"{EMPTY_REFUSAL},{TOOL_USE}", script_id))
+    assert message.stop_reason == "tool_use"
+    kinds = [block.type for block in message.content]
+    assert kinds == ["text", "tool_use"]
+    tool = message.content[1]
+    assert tool.name == "get_weather"
+    assert tool.input == {"location": "San Francisco, CA", "unit": "fahrenheit"} or tool.input
+    assert_rescue_continuation(harness, script_id)
+
+
+def test_empty_refusal_json_reaches_the_sdk_rescued(harness, script_id):
+    c = client(harness.proxy, "e2e/anthropic-refusal.json,e2e/message_tool_use.json", script_id)
+    message = create(c)
+    assert message.stop_reason == "tool_use"
+    assert message.content[0].text == "I'll check the SSH configuration."
+    assert message.content[1].type == "tool_use"
+    assert message.content[1].input == {"path": "/etc/ssh/sshd_config"}
+    assert_rescue_continuation(harness, script_id)
+
+
+def test_partial_refusal_stream_arrives_as_sent(harness, script_id):
+    through = stream_final(client(harness.proxy, PARTIAL, script_id))
+    direct = stream_final(client(harness.mock, PARTIAL, script_id + "-direct"))
+    assert through.stop_reason == "refusal"
+    assert through.model_dump() == direct.model_dump()
+    assert len(harness.seen(script_id)) == 1, "a partial refusal is never retried"
+
+
+def test_partial_refusal_json_arrives_as_sent(harness, script_id):
+    message = create(client(harness.proxy, "e2e/message_partial_refusal.json", script_id))
+    assert message.stop_reason == "refusal"
+    assert message.content[0].text == "Here is the start of an answer"
+    assert len(harness.seen(script_id)) == 1
+
+
+def test_retarget_and_chain_models_are_as_configured(harness, script_id):
+    c = client(harness.proxy, f"{EMPTY_REFUSAL},{TEXT}", script_id)
+    message = stream_final(
+        c, model="claude-chain-source", extra_body={"fallbacks": [{"model": "claude-own-choice"}]}
+    )
+    assert message.content[0].text == "Hello there!"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    first, hop = seen[0]["json"], seen[1]["json"]
+    assert [f["model"] for f in first["fallbacks"]] == ["claude-retarget-a", "claude-retarget-b"]
+    assert first["model"] == "claude-chain-source"
+    assert hop["model"] == "claude-chain-target", "the chain's next model answers"
+    assert NOTE not in json.dumps(hop), "a fallback hop is the same request on another model"
+
+
+def test_refusals_are_logged(harness, script_id):
+    stream_final(client(harness.proxy, f"{EMPTY_REFUSAL},{TEXT}", script_id))
+    lines = [json.loads(l) for l in harness.log.read_text().splitlines() if l.strip()]
+    assert any(l["outcome"] == "rescued" and l["category"] == "cyber" for l in lines)
+    assert all("sk-ant" not in json.dumps(l) for l in lines), "no keys in the log"
+
+
+def test_simulated_provider_is_rescued(harness):
+    c = anthropic.Anthropic(base_url=harness.simulated, api_key="dummy", max_retries=0)
+    message = stream_final(c)
+    assert message.stop_reason == "end_turn"
+    assert message.content[0].text.startswith("Simulated answer")
+
+
+def test_unreachable_upstream_is_a_typed_sdk_error(harness):
+    c = anthropic.Anthropic(base_url=harness.unreachable, api_key="dummy", max_retries=0)
+    with pytest.raises(anthropic.APIStatusError) as raised:
+        create(c)
+    assert raised.value.status_code == 502
+    assert raised.value.body["error"]["type"] == "api_error"
+    assert "unreachable" in raised.value.body["error"]["message"]

@@ -1,0 +1,389 @@
+//! A scripted mock provider: a real HTTP server on loopback that serves
+//! recorded fixtures and records every request it receives.
+//!
+//! Shared (through `#[path]`) by `tests/proxy_e2e.rs`, `examples/e2e_harness.rs`
+//! and `examples/load.rs`; not part of the crate's API.
+//!
+//! Each request names its script in headers:
+//!
+//! - `x-mock-script: a,b,c`: the replies for the 1st, 2nd, 3rd request of
+//!   this script id, each a fixture path under `tests/fixtures/` (`.json`
+//!   files are served as `application/json`, anything else as
+//!   `text/event-stream`, split at frame boundaries and sent as separate
+//!   chunks), or `marker` (a text stream of 20 chunks, 2 ms apart, that
+//!   repeats the `x-mock-marker` header, for load tests), or
+//!   `redirect=URL` (a 307 to URL);
+//! - `x-mock-id: ID`: which requests count as one script run (default: the
+//!   script itself).
+//!
+//! `GET /__mock/seen[?id=ID]` returns what was received as JSON (method,
+//! path, headers, body), so clients in other languages can check it too.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use serde_json::{json, Value};
+
+/// One request the mock received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub id: String,
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or(Value::Null)
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "method": self.method,
+            "path": self.path,
+            "headers": self.headers.iter().map(|(n, v)| json!([n, v])).collect::<Vec<_>>(),
+            "body": String::from_utf8_lossy(&self.body),
+        })
+    }
+}
+
+#[derive(Default)]
+struct State {
+    seen: Vec<SeenRequest>,
+}
+
+/// The running mock. Dropping it stops accepting connections.
+pub struct MockUpstream {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for MockUpstream {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+pub fn fixture(name: &str) -> Bytes {
+    let path = fixtures_dir().join(name);
+    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+}
+
+impl MockUpstream {
+    /// Starts the mock on `127.0.0.1`, on a free port.
+    pub async fn start() -> std::io::Result<MockUpstream> {
+        Self::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    pub async fn start_on(addr: SocketAddr) -> std::io::Result<MockUpstream> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(Mutex::new(State::default()));
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let shared = state.clone();
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = &mut stopped => break,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let state = shared.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(serve(state, request).await) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(MockUpstream {
+            addr,
+            state,
+            stop: Some(stop),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn seen(&self) -> Vec<SeenRequest> {
+        self.state.lock().unwrap().seen.clone()
+    }
+
+    pub fn seen_for(&self, id: &str) -> Vec<SeenRequest> {
+        self.seen().into_iter().filter(|s| s.id == id).collect()
+    }
+}
+
+type MockBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn reply(status: StatusCode, content_type: &str, body: MockBody) -> Response<MockBody> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        // Hop-by-hop headers the proxy must not pass on.
+        .header("keep-alive", "timeout=30")
+        .header("x-mock-hop", "1")
+        .header("connection", "x-mock-hop")
+        .body(body)
+        .unwrap()
+}
+
+fn error(status: StatusCode, message: &str) -> Response<MockBody> {
+    let body = json!({"type":"error","error":{"type":"mock_error","message":message}});
+    reply(
+        status,
+        "application/json",
+        http_body_util::Full::new(Bytes::from(body.to_string())).boxed(),
+    )
+}
+
+async fn serve(
+    state: Arc<Mutex<State>>,
+    request: Request<hyper::body::Incoming>,
+) -> Response<MockBody> {
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return error(StatusCode::BAD_REQUEST, "request body failed"),
+    };
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".to_owned());
+    if parts.uri.path() == "/__mock/seen" {
+        let want = parts
+            .uri
+            .query()
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("id=")))
+            .map(str::to_owned);
+        let seen: Vec<Value> = state
+            .lock()
+            .unwrap()
+            .seen
+            .iter()
+            .filter(|s| want.as_ref().map_or(true, |want| *want == s.id))
+            .map(SeenRequest::to_json)
+            .collect();
+        return reply(
+            StatusCode::OK,
+            "application/json",
+            http_body_util::Full::new(Bytes::from(Value::from(seen).to_string())).boxed(),
+        );
+    }
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let Some(script) = header("x-mock-script") else {
+        return error(StatusCode::BAD_REQUEST, "no x-mock-script header");
+    };
+    let id = header("x-mock-id").unwrap_or_else(|| script.clone());
+    let marker = header("x-mock-marker").unwrap_or_default();
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let nth = {
+        let mut state = state.lock().unwrap();
+        let nth = state.seen.iter().filter(|s| s.id == id).count();
+        state.seen.push(SeenRequest {
+            id: id.clone(),
+            method: parts.method.to_string(),
+            path,
+            headers,
+            body,
+        });
+        nth
+    };
+    let Some(entry) = script.split(',').map(str::trim).nth(nth) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("script `{script}` has no reply for request {}", nth + 1),
+        );
+    };
+    if let Some(location) = entry.strip_prefix("redirect=") {
+        let mut response = reply(
+            StatusCode::TEMPORARY_REDIRECT,
+            "application/json",
+            http_body_util::Full::new(Bytes::new()).boxed(),
+        );
+        response
+            .headers_mut()
+            .insert("location", location.parse().unwrap());
+        return response;
+    }
+    if entry == "marker" {
+        return reply(
+            StatusCode::OK,
+            "text/event-stream",
+            Drip::new(marker_stream(&marker), Duration::from_millis(2)).boxed(),
+        );
+    }
+    let path = fixtures_dir().join(entry);
+    let Ok(bytes) = std::fs::read(&path) else {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("no fixture `{entry}`"),
+        );
+    };
+    let bytes = Bytes::from(bytes);
+    if entry.ends_with(".json") {
+        return reply(
+            StatusCode::OK,
+            "application/json",
+            http_body_util::Full::new(bytes).boxed(),
+        );
+    }
+    reply(
+        StatusCode::OK,
+        "text/event-stream",
+        Drip::new(frames(&bytes), Duration::from_millis(1)).boxed(),
+    )
+}
+
+/// Splits a stream after each blank line, keeping every byte.
+pub fn frames(bytes: &Bytes) -> Vec<Bytes> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] == b'\n' && bytes[i + 1] == b'\n' {
+            chunks.push(bytes.slice(start..i + 2));
+            start = i + 2;
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    if start < bytes.len() {
+        chunks.push(bytes.slice(start..));
+    }
+    chunks
+}
+
+/// The Anthropic text stream the `marker` script serves.
+pub fn marker_stream(marker: &str) -> Vec<Bytes> {
+    let event = |name: &str, data: Value| Bytes::from(format!("event: {name}\ndata: {data}\n\n"));
+    let mut chunks = vec![
+        event(
+            "message_start",
+            json!({"type":"message_start","message":{"id":"msg_marker","type":"message","role":"assistant","content":[],"model":"claude-opus-4-7","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":1}}}),
+        ),
+        event(
+            "content_block_start",
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+    ];
+    for i in 0..20 {
+        chunks.push(event(
+            "content_block_delta",
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("{marker}-{i} ")}}),
+        ));
+    }
+    chunks.push(event(
+        "content_block_stop",
+        json!({"type":"content_block_stop","index":0}),
+    ));
+    chunks.push(event("message_delta", json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":20}})));
+    chunks.push(event("message_stop", json!({"type":"message_stop"})));
+    chunks
+}
+
+/// The text a client assembles from the `marker` stream.
+pub fn marker_text(marker: &str) -> String {
+    (0..20).map(|i| format!("{marker}-{i} ")).collect()
+}
+
+/// A body that sends its chunks one at a time, `gap` apart.
+pub struct Drip {
+    chunks: VecDeque<Bytes>,
+    gap: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Drip {
+    pub fn new(chunks: Vec<Bytes>, gap: Duration) -> Self {
+        Drip {
+            chunks: chunks.into(),
+            gap,
+            sleep: None,
+        }
+    }
+}
+
+impl Body for Drip {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(sleep) = self.sleep.as_mut() {
+            if sleep.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.sleep = None;
+        }
+        match self.chunks.pop_front() {
+            None => Poll::Ready(None),
+            Some(chunk) => {
+                if !self.chunks.is_empty() && !self.gap.is_zero() {
+                    self.sleep = Some(Box::pin(tokio::time::sleep(self.gap)));
+                }
+                Poll::Ready(Some(Ok(Frame::data(chunk))))
+            }
+        }
+    }
+}
