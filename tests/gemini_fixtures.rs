@@ -440,6 +440,16 @@ data: {\"promptFeedback\": {\"blockReason\": \"OTHER\"},\"modelVersion\": \"gemi
 const HAND_EMPTY_SAFETY: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Thinking about it.\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}]}\n\n\
 data: {\"candidates\": [{\"finishReason\": \"SAFETY\",\"index\": 0,\"safetyRatings\": [{\"category\": \"HARM_CATEGORY_DANGEROUS_CONTENT\",\"probability\": \"HIGH\",\"blocked\": true}]}]}\n\n";
 
+/// Hand-written (not recorded): a function call (no text), then a SAFETY
+/// stop in a later chunk. The call is real output, so the refusal is partial.
+const HAND_CALL_THEN_SAFETY: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\": \"run_scan\",\"args\": {}}}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \"model\"},\"finishReason\": \"SAFETY\",\"index\": 0}]}\r\n\r\n";
+
+/// Hand-written (not recorded): a refusal chunk followed by a stray text
+/// chunk. The refusal came first, so nothing real preceded it: empty.
+const HAND_REFUSAL_THEN_TEXT: &[u8] = b"data: {\"candidates\": [{\"finishReason\": \"BLOCKLIST\",\"index\": 0}]}\n\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"stray\"}],\"role\": \"model\"},\"index\": 0}]}\n\n";
+
 const HAND_WRITTEN: &[(&str, &[u8], Verdict)] = &[
     (
         "hand-written late blockReason",
@@ -455,6 +465,16 @@ const HAND_WRITTEN: &[(&str, &[u8], Verdict)] = &[
         "hand-written empty SAFETY stream",
         HAND_EMPTY_SAFETY,
         EmptyRefusal(Some("SAFETY")),
+    ),
+    (
+        "hand-written function call then SAFETY",
+        HAND_CALL_THEN_SAFETY,
+        PartialRefusal("SAFETY"),
+    ),
+    (
+        "hand-written refusal then stray text",
+        HAND_REFUSAL_THEN_TEXT,
+        EmptyRefusal(Some("BLOCKLIST")),
     ),
 ];
 
@@ -675,12 +695,61 @@ async fn judge_everywhere(name: &str, bytes: &Bytes, streaming: bool, verdict: V
     }
 }
 
+/// The fixtures of one directory, one streaming kind, under every chunking.
+async fn judge_fixtures(dir: &str, streaming: bool) {
+    let mut judged = 0;
+    for &(d, file, s, verdict) in FIXTURES {
+        if d != dir || s != streaming {
+            continue;
+        }
+        let bytes = load(d, file);
+        judge_everywhere(&format!("{d}{file}"), &bytes, streaming, verdict).await;
+        judged += 1;
+    }
+    assert!(judged > 0);
+}
+
+// Split by directory and kind so the test harness can run them in parallel.
+
 #[tokio::test]
-async fn every_fixture_gets_its_verdict_under_every_chunking() {
-    for &(dir, file, streaming, verdict) in FIXTURES {
-        let bytes = load(dir, file);
-        let name = format!("{dir}{file}");
-        judge_everywhere(&name, &bytes, streaming, verdict).await;
+async fn googleai_streams_get_their_verdicts_under_every_chunking() {
+    judge_fixtures(G, true).await;
+}
+
+#[tokio::test]
+async fn googleai_bodies_get_their_verdicts_under_every_chunking() {
+    judge_fixtures(G, false).await;
+}
+
+#[tokio::test]
+async fn vertexai_streams_get_their_verdicts_under_every_chunking() {
+    judge_fixtures(V, true).await;
+}
+
+#[tokio::test]
+async fn vertexai_bodies_get_their_verdicts_under_every_chunking() {
+    judge_fixtures(V, false).await;
+}
+
+#[tokio::test]
+async fn vercel_fixtures_get_their_verdicts_under_every_chunking() {
+    judge_fixtures(VERCEL, true).await;
+    judge_fixtures(VERCEL, false).await;
+}
+
+#[test]
+fn the_table_covers_every_chat_fixture_once() {
+    assert_eq!(FIXTURES.len(), 124);
+    let mut names: Vec<String> = FIXTURES.iter().map(|f| format!("{}{}", f.0, f.1)).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), FIXTURES.len());
+    for name in &names {
+        let path = format!(
+            "{}/tests/fixtures/gemini/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        assert!(std::path::Path::new(&path).is_file(), "{path}");
     }
 }
 
