@@ -608,3 +608,36 @@ async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
         assert_eq!(records[0].attempts[1].result, AttemptResult::HttpError);
     }
 }
+
+#[tokio::test]
+async fn recognised_under_any_version_and_base_path() {
+    let cases = [
+        (
+            "https://gateway.example.com/google/v1alpha/models/gemini-2.5-pro:generateContent?key=k",
+            "https://gateway.example.com/google/v1alpha/models/gemini-2.5-flash:generateContent?key=k",
+        ),
+        (
+            // A client that percent-encodes the method colon.
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro%3AgenerateContent",
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash%3AgenerateContent",
+        ),
+        (
+            "https://aiplatform.googleapis.com/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:generateContent",
+            "https://aiplatform.googleapis.com/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-flash:generateContent",
+        ),
+    ];
+    let refused = fixture(&format!(
+        "{V}unary-failure-finish-reason-safety-no-content.json"
+    ));
+    for (url, hop) in cases {
+        let upstream = Upstream::new(vec![Reply::Json(refused.clone()), Reply::Json(ok_json())]);
+        let mut guard = RefusalGuardLayer::new()
+            .fallback_chains(chains())
+            .layer(upstream.service());
+        let (parts, out) = call(&mut guard, gemini_post(url, &body("x"))).await;
+        assert_eq!(out, ok_json(), "{url}");
+        assert_eq!(upstream.seen()[1].uri.to_string(), hop);
+        let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+        assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
+    }
+}
