@@ -641,3 +641,58 @@ async fn recognised_under_any_version_and_base_path() {
         assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
     }
 }
+
+#[tokio::test]
+async fn opt_in_text_detection_reads_gemini_text_parts() {
+    // Hand-written (not recorded): a prose refusal split over two chunks,
+    // after a thought part (kept out of the detector's text by the dialect;
+    // this test does not prove that exclusion: the detector flags it anyway).
+    let prose = Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Sure! Here is the full answer you asked for, step by step, with working code.\",\"thought\": true}],\"role\": \"model\"}}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I'm sorry, but \"}],\"role\": \"model\"}}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with creating malware.\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+    );
+    let upstream = Upstream::new(vec![Reply::sse(&prose), Reply::sse(&ok_stream())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .detect_text_refusals(true)
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, ok_stream());
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.signal, RefusalSignal::Text);
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    appended_note(&upstream.seen()[1].json(), 1);
+
+    // Off by default: the same stream passes through untouched.
+    let upstream = Upstream::new(vec![Reply::sse(&prose)]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let (_, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, prose);
+
+    // A function call is never judged as prose.
+    let call_first = Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+    );
+    let upstream = Upstream::new(vec![Reply::sse(&call_first)]);
+    let mut guard = RefusalGuardLayer::new()
+        .detect_text_refusals(true)
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, call_first);
+    assert!(parts.extensions.get::<Refusal>().is_none());
+    assert_eq!(upstream.seen().len(), 1);
+}
