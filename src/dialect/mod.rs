@@ -12,6 +12,7 @@ use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
 
 pub(crate) mod anthropic;
+pub(crate) mod gemini;
 
 /// What a request was recognised as, before its body was read.
 #[derive(Debug, Clone)]
@@ -155,7 +156,10 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 }
 
 /// Every dialect, in the order they are tried.
-static DIALECTS: &[&dyn Dialect] = &[&anthropic::AnthropicMessages];
+static DIALECTS: &[&dyn Dialect] = &[
+    &anthropic::AnthropicMessages,
+    &gemini::GeminiGenerateContent,
+];
 
 /// Finds the dialect that guards this request, if any.
 pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {

@@ -1,0 +1,372 @@
+//! Google Gemini `generateContent` / `streamGenerateContent`, on the Gemini
+//! API (`/v1/models/{model}:generateContent`, `/v1beta/...`, under any base
+//! path) and on Vertex AI
+//! (`.../projects/*/locations/*/publishers/google/models/{model}:...`).
+//!
+//! The model is in the URL path, so a fallback hop rewrites the path and
+//! keeps the query string (`alt=sse`, `key=...`) as it was.
+//!
+//! What is guarded, and what is not:
+//!
+//! - `streamGenerateContent?alt=sse` is an SSE stream of
+//!   `GenerateContentResponse` chunks (`data:` lines only, often with `\r\n`
+//!   separators, no terminator). An error after the stream started may come
+//!   as a multi-line JSON object outside SSE framing; the inspector reads it
+//!   from the frame's raw bytes.
+//! - `streamGenerateContent` without `alt=sse` answers with one JSON array of
+//!   chunks (`application/json`). It is judged as a whole JSON body, element
+//!   by element in order, so the request counts as non-streaming.
+//! - `generateContent` answers with one JSON object.
+//! - `countTokens`, `embedContent`, `batchEmbedContents`, model listings and
+//!   every other method are not recognised and pass through unguarded.
+//! - Imagen `:predict` is not a chat API (no turn to continue, no refusal stop
+//!   reason: filtered images are just missing from `predictions`), so it is
+//!   not guarded either.
+//! - Paths under another Vertex publisher (`publishers/anthropic/...`) belong
+//!   to other dialects.
+//!
+//! Refusals: `promptFeedback.blockReason` (any value, even one this file does
+//! not know, and feedback that carries only a `blockReasonMessage`) is a
+//! blocked prompt; a `candidates[].finishReason` in the safety family
+//! (`SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`,
+//! `IMAGE_SAFETY`, ...) is a refusal stop reason. Categories are the
+//! provider's own words. Unknown finish reasons are not refusals.
+
+use http::{Method, Uri};
+use serde_json::{json, Value};
+
+use super::{is_real_text, str_field, Dialect, Observation, RefusalInfo, RewriteError};
+use super::{path_segments, StreamInspector};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::sse::Frame;
+
+#[derive(Debug)]
+pub(crate) struct GeminiGenerateContent;
+
+/// Finish reasons that mean the provider stopped the output for policy
+/// reasons (safety filters, recitation, blocklists, sensitive data).
+const REFUSAL_FINISH_REASONS: &[&str] = &[
+    "SAFETY",
+    "RECITATION",
+    "BLOCKLIST",
+    "PROHIBITED_CONTENT",
+    "SPII",
+    "IMAGE_SAFETY",
+    "IMAGE_PROHIBITED_CONTENT",
+    "IMAGE_RECITATION",
+    "MODEL_ARMOR",
+];
+
+/// The two chat methods.
+const GENERATE: &str = "generateContent";
+const STREAM_GENERATE: &str = "streamGenerateContent";
+
+/// Where the model sits in the path: the last segment, written
+/// `{model}:{method}` (or with the colon percent-encoded), right after a
+/// `models` (or `tunedModels`) segment.
+struct ModelSegment<'a> {
+    /// Index of the segment among the non-empty path segments.
+    at: usize,
+    model: &'a str,
+    /// The separator as written (`:` or `%3A`).
+    separator: &'a str,
+    method: &'a str,
+}
+
+fn model_segment(uri: &Uri) -> Option<ModelSegment<'_>> {
+    let path = uri.path();
+    // A trailing slash would make it another resource.
+    if path.ends_with('/') {
+        return None;
+    }
+    let segments = path_segments(uri);
+    let at = segments.len().checked_sub(1)?;
+    let last = segments[at];
+    let (model, separator, method) = split_method(last)?;
+    if model.is_empty() || !matches!(method, GENERATE | STREAM_GENERATE) {
+        return None;
+    }
+    let collection = *segments.get(at.checked_sub(1)?)?;
+    if !matches!(collection, "models" | "tunedModels") {
+        return None;
+    }
+    // Vertex AI: only Google's own models speak this API.
+    if at >= 3 && segments[at - 3] == "publishers" && segments[at - 2] != "google" {
+        return None;
+    }
+    Some(ModelSegment {
+        at,
+        model,
+        separator,
+        method,
+    })
+}
+
+fn split_method(segment: &str) -> Option<(&str, &str, &str)> {
+    if let Some((model, method)) = segment.split_once(':') {
+        return Some((model, ":", method));
+    }
+    let lower = segment.to_ascii_lowercase();
+    let at = lower.find("%3a")?;
+    Some((&segment[..at], &segment[at..at + 3], &segment[at + 3..]))
+}
+
+/// Whether the query asks for SSE (`alt=sse`).
+fn wants_sse(uri: &Uri) -> bool {
+    uri.query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair.eq_ignore_ascii_case("alt=sse"))
+    })
+}
+
+/// Whether one part of a candidate's content is real output.
+fn part_is_output(part: &Value) -> bool {
+    if part.get("thought").and_then(Value::as_bool) == Some(true) {
+        return false;
+    }
+    if let Some(text) = part.get("text") {
+        return text.as_str().is_some_and(is_real_text);
+    }
+    // A function call counts even if its arguments are empty; code the model
+    // wrote and media it generated are output too.
+    ["functionCall", "executableCode", "inlineData", "fileData"]
+        .iter()
+        .any(|key| part.get(*key).is_some_and(|v| !v.is_null()))
+}
+
+/// Safety ratings the provider marked as the cause, as `CATEGORY (PROBABILITY)`.
+fn blocking_ratings(ratings: Option<&Value>) -> Option<String> {
+    let ratings = ratings?.as_array()?;
+    let describe = |rating: &Value| {
+        let category = str_field(rating, "category")?;
+        Some(match str_field(rating, "probability") {
+            Some(probability) => format!("{category} ({probability})"),
+            None => category,
+        })
+    };
+    let mut named: Vec<String> = ratings
+        .iter()
+        .filter(|r| r.get("blocked").and_then(Value::as_bool) == Some(true))
+        .filter_map(describe)
+        .collect();
+    if named.is_empty() {
+        named = ratings
+            .iter()
+            .filter(|r| str_field(r, "probability").as_deref() == Some("HIGH"))
+            .filter_map(describe)
+            .collect();
+    }
+    (!named.is_empty()).then(|| named.join("; "))
+}
+
+/// A blocked prompt in `promptFeedback`.
+fn prompt_block(chunk: &Value) -> Option<RefusalInfo> {
+    let feedback = chunk.get("promptFeedback")?;
+    let reason = str_field(feedback, "blockReason");
+    let message = str_field(feedback, "blockReasonMessage");
+    if reason.is_none() && message.is_none() {
+        return None;
+    }
+    Some(RefusalInfo {
+        signal: Some(RefusalSignal::BlockedPrompt),
+        category: reason,
+        explanation: message.or_else(|| blocking_ratings(feedback.get("safetyRatings"))),
+        credit_token: None,
+    })
+}
+
+/// What one `GenerateContentResponse` (a whole body or one stream chunk)
+/// shows. Output in a candidate comes before its finish reason.
+fn inspect_chunk(chunk: &Value) -> Observation {
+    let mut seen = Observation {
+        model: str_field(chunk, "modelVersion"),
+        error: chunk.get("error").is_some_and(Value::is_object),
+        ..Observation::default()
+    };
+    if let Some(block) = prompt_block(chunk) {
+        seen.refusal = Some(block);
+    }
+    for candidate in chunk
+        .get("candidates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for part in candidate
+            .get("content")
+            .and_then(|c| c.get("parts"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            seen.real_output |= part_is_output(part);
+            seen.tool_call |= part.get("functionCall").is_some_and(|v| !v.is_null());
+            if part.get("thought").and_then(Value::as_bool) != Some(true) {
+                if let Some(text) = part.get("text").and_then(Value::as_str) {
+                    seen.text.push_str(text);
+                }
+            }
+        }
+        if seen.refusal.is_some() {
+            continue;
+        }
+        let Some(reason) = str_field(candidate, "finishReason") else {
+            continue;
+        };
+        if REFUSAL_FINISH_REASONS.contains(&reason.as_str()) {
+            seen.refusal = Some(RefusalInfo {
+                signal: Some(RefusalSignal::StopReason),
+                explanation: str_field(candidate, "finishMessage")
+                    .or_else(|| blocking_ratings(candidate.get("safetyRatings"))),
+                category: Some(reason),
+                credit_token: None,
+            });
+        }
+    }
+    seen
+}
+
+impl Dialect for GeminiGenerateContent {
+    fn provider(&self) -> Provider {
+        Provider::Google
+    }
+
+    fn wire_api(&self) -> WireApi {
+        WireApi::GeminiGenerateContent
+    }
+
+    fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
+        if method != Method::POST {
+            return None;
+        }
+        model_segment(uri).map(|segment| Some(segment.model.to_owned()))
+    }
+
+    fn request_model(&self, path_model: Option<&str>, _body: &Value) -> Option<String> {
+        path_model.map(str::to_owned)
+    }
+
+    fn is_streaming(&self, uri: &Uri, _body: &Value) -> bool {
+        // Without `alt=sse` the stream method answers with one JSON array.
+        model_segment(uri).is_some_and(|s| s.method == STREAM_GENERATE) && wants_sse(uri)
+    }
+
+    fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
+        // The role may be left out on user turns.
+        let first_user = body.get("contents")?.as_array()?.iter().find(|c| {
+            matches!(
+                c.get("role").and_then(Value::as_str),
+                None | Some("user") | Some("")
+            )
+        })?;
+        let system = body
+            .get("systemInstruction")
+            .or_else(|| body.get("system_instruction"))
+            .unwrap_or(&Value::Null);
+        serde_json::to_vec(&(system, first_user)).ok()
+    }
+
+    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+        Box::new(GeminiStream)
+    }
+
+    fn inspect_json(&self, body: &Value) -> Observation {
+        let Some(chunks) = body.as_array() else {
+            return inspect_chunk(body);
+        };
+        // A `streamGenerateContent` answer without `alt=sse`: the chunks in
+        // order, up to the first refusal.
+        let mut seen = Observation::default();
+        for chunk in chunks {
+            let one = inspect_chunk(chunk);
+            seen.real_output |= one.real_output;
+            seen.tool_call |= one.tool_call;
+            seen.text.push_str(&one.text);
+            seen.error |= one.error;
+            if seen.model.is_none() {
+                seen.model = one.model;
+            }
+            if one.refusal.is_some() {
+                seen.refusal = one.refusal;
+                break;
+            }
+        }
+        seen
+    }
+
+    fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
+        let contents = body
+            .get_mut("contents")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("request has no contents array"))?;
+        contents.push(json!({"role": "user", "parts": [{"text": note}]}));
+        Ok(())
+    }
+
+    fn swap_model(
+        &self,
+        uri: &mut Uri,
+        _body: &mut Value,
+        model: &str,
+    ) -> Result<(), RewriteError> {
+        if model.is_empty()
+            || model
+                .chars()
+                .any(|c| matches!(c, '/' | '?' | '#' | ':' | '%') || c.is_whitespace())
+        {
+            return Err(RewriteError("model does not fit in a URL path segment"));
+        }
+        let segment = model_segment(uri).ok_or(RewriteError("no model in the URL path"))?;
+        let mut segments: Vec<String> = path_segments(uri).into_iter().map(str::to_owned).collect();
+        segments[segment.at] = format!("{model}{}{}", segment.separator, segment.method);
+        let mut path = format!("/{}", segments.join("/"));
+        if let Some(query) = uri.query() {
+            path = format!("{path}?{query}");
+        }
+        let mut parts = uri.clone().into_parts();
+        parts.path_and_query = Some(
+            path.parse()
+                .map_err(|_| RewriteError("model does not fit in a URL path"))?,
+        );
+        *uri = Uri::from_parts(parts).map_err(|_| RewriteError("rebuilt URL is invalid"))?;
+        Ok(())
+    }
+
+    fn reports_text(&self) -> bool {
+        true
+    }
+
+    fn request_id(&self, headers: &http::HeaderMap) -> Option<String> {
+        ["x-goog-request-id", "x-request-id", "request-id"]
+            .iter()
+            .find_map(|name| headers.get(*name)?.to_str().ok().map(str::to_owned))
+    }
+}
+
+/// Gemini chunks are self-contained: each one is a whole
+/// `GenerateContentResponse`.
+struct GeminiStream;
+
+impl StreamInspector for GeminiStream {
+    // Any chunk may carry a finish reason or prompt feedback, so every one
+    // is read, committed or not.
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
+        let text = match frame.data() {
+            Some(data) => data.to_owned(),
+            // Not SSE: an error body sent as plain (often multi-line) JSON,
+            // which the framer hands over as odd field lines.
+            None => String::from_utf8_lossy(frame.raw()).into_owned(),
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return Observation::default();
+        }
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Array(chunks)) => GeminiGenerateContent.inspect_json(&Value::Array(chunks)),
+            Ok(chunk) => inspect_chunk(&chunk),
+            // Broken JSON is passed through, not judged.
+            Err(_) => Observation::default(),
+        }
+    }
+}

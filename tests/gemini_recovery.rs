@@ -1,0 +1,698 @@
+//! The recovery ladder on Gemini and Vertex AI (and Claude on Vertex AI),
+//! through the public API.
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http::Request;
+use http_body_util::Full;
+use refusal_guard::recovery::FallbackChains;
+use refusal_guard::refusal::{
+    AttemptResult, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
+};
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use serde_json::{json, Value};
+use tower::Layer;
+
+const GEMINI_API: &str = "https://generativelanguage.googleapis.com";
+const VERTEX: &str = "https://us-central1-aiplatform.googleapis.com/v1/projects/my-project/locations/us-central1/publishers/google";
+
+const V: &str = "gemini/vertexai-sdk-test-data/vertexai/";
+const G: &str = "gemini/vertexai-sdk-test-data/googleai/";
+
+/// Hand-written (not recorded): a thought, then an empty SAFETY stop.
+const EMPTY_SAFETY_STREAM: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Thinking about it.\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}],\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n\
+data: {\"candidates\": [{\"finishReason\": \"SAFETY\",\"index\": 0,\"safetyRatings\": [{\"category\": \"HARM_CATEGORY_DANGEROUS_CONTENT\",\"probability\": \"HIGH\",\"blocked\": true}]}],\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+
+/// Hand-written (not recorded): a `promptFeedback.blockReason` that arrives
+/// after two chunks without real output.
+const LATE_BLOCK_STREAM: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Weighing the request.\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \" \"}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n\
+data: {\"promptFeedback\": {\"blockReason\": \"PROHIBITED_CONTENT\"}}\r\n\r\n";
+
+fn ok_stream() -> Bytes {
+    fixture(&format!("{G}streaming-success-basic-reply-short.txt"))
+}
+
+fn ok_json() -> Bytes {
+    fixture(&format!("{V}unary-success-basic-reply-short.json"))
+}
+
+/// A generateContent request body with a system instruction and one user turn.
+fn body(user: &str) -> Value {
+    json!({
+        "systemInstruction": {"parts": [{"text": "You are a security assistant."}]},
+        "contents": [{"role": "user", "parts": [{"text": user}]}],
+        "generationConfig": {"temperature": 0.2},
+    })
+}
+
+fn gemini_post(url: &str, body: &Value) -> Request<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap();
+    Request::post(url)
+        .header("content-type", "application/json")
+        .header("content-length", bytes.len())
+        .header("x-goog-api-key", "test-key")
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap()
+}
+
+fn stream_url(model: &str) -> String {
+    format!("{GEMINI_API}/v1beta/models/{model}:streamGenerateContent?alt=sse&key=abc")
+}
+
+fn unary_url(model: &str) -> String {
+    format!("{GEMINI_API}/v1/models/{model}:generateContent")
+}
+
+fn chains() -> FallbackChains {
+    FallbackChains::new().chain("gemini-2.5-pro", ["gemini-2.5-flash"])
+}
+
+/// The note the rescue appended: the last user turn's last text part.
+fn appended_note(request: &Value, turns_before: usize) -> String {
+    let contents = request["contents"].as_array().expect("contents array");
+    assert_eq!(contents.len(), turns_before + 1, "one turn appended");
+    let last = contents.last().unwrap();
+    assert_eq!(last["role"], "user");
+    let parts = last["parts"].as_array().expect("parts array");
+    assert_eq!(parts.len(), 1);
+    parts[0]["text"].as_str().expect("text part").to_owned()
+}
+
+#[tokio::test]
+async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        Reply::sse(&ok_stream()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let original = body("Audit my firewall rules.");
+    let url = stream_url("gemini-2.5-pro");
+    let (parts, out) = call(&mut guard, gemini_post(&url, &original)).await;
+    assert_eq!(
+        out,
+        ok_stream(),
+        "the client receives only the continuation"
+    );
+
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].uri.to_string(), url, "same model, same query");
+    let continuation = seen[1].json();
+    let note = appended_note(&continuation, 1);
+    assert!(note.contains("SAFETY"), "{note}");
+    assert!(note.contains("HARM_CATEGORY_DANGEROUS_CONTENT"), "{note}");
+    // Everything else in the request is kept.
+    assert_eq!(continuation["contents"][0], original["contents"][0]);
+    assert_eq!(
+        continuation["systemInstruction"],
+        original["systemInstruction"]
+    );
+    assert_eq!(
+        continuation["generationConfig"],
+        original["generationConfig"]
+    );
+
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(refusal.kind, RefusalKind::Empty);
+    assert_eq!(refusal.provider, Provider::Google);
+    assert_eq!(refusal.wire_api, WireApi::GeminiGenerateContent);
+    assert_eq!(refusal.signal, RefusalSignal::StopReason);
+    assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
+    assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
+    let records = sink.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Rescued);
+    assert_eq!(records[0].attempts.len(), 2);
+    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+}
+
+#[tokio::test]
+async fn empty_json_refusal_is_rescued_with_a_valid_continuation() {
+    let refused = fixture(&format!(
+        "{V}unary-failure-finish-reason-safety-no-content.json"
+    ));
+    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    // A two-turn conversation: the note goes after the last user turn.
+    let mut request = body("First question.");
+    request["contents"].as_array_mut().unwrap().extend([
+        json!({"role": "model", "parts": [{"text": "First answer."}]}),
+        json!({"role": "user", "parts": [{"text": "Second question."}]}),
+    ]);
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&unary_url("gemini-2.5-pro"), &request),
+    )
+    .await;
+    assert_eq!(out, ok_json());
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let note = appended_note(&seen[1].json(), 3);
+    assert!(note.contains("SAFETY"), "{note}");
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(sink.records()[0].category.as_deref(), Some("SAFETY"));
+}
+
+#[tokio::test]
+async fn partial_refusals_are_left_alone() {
+    let cases = [
+        (
+            stream_url("gemini-2.0-flash"),
+            Reply::sse(&fixture(&format!(
+                "{G}streaming-failure-recitation-no-content.txt"
+            ))),
+            fixture(&format!("{G}streaming-failure-recitation-no-content.txt")),
+            "RECITATION",
+        ),
+        (
+            unary_url("gemini-2.0-flash"),
+            Reply::Json(fixture(&format!(
+                "{V}unary-failure-finish-reason-safety.json"
+            ))),
+            fixture(&format!("{V}unary-failure-finish-reason-safety.json")),
+            "SAFETY",
+        ),
+    ];
+    for (url, reply, expected, category) in cases {
+        // One scripted reply only: a second request would panic the mock.
+        let upstream = Upstream::new(vec![reply]);
+        let sink = MemorySink::new();
+        let mut guard = RefusalGuardLayer::new()
+            .telemetry(sink.clone())
+            .fallback_chains(FallbackChains::new().chain("gemini-2.0-flash", ["gemini-2.5-flash"]))
+            .layer(upstream.service());
+        let (parts, out) = call(&mut guard, gemini_post(&url, &body("Quote it."))).await;
+        assert_eq!(out, expected, "{url}");
+        assert_eq!(upstream.seen().len(), 1, "{url}");
+        let records = sink.records();
+        assert_eq!(records.len(), 1, "{url}");
+        assert_eq!(records[0].outcome, Outcome::Partial);
+        assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+        assert_eq!(records[0].category.as_deref(), Some(category));
+        let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+        assert_eq!(handle.get().unwrap().outcome, Outcome::Partial);
+    }
+}
+
+#[tokio::test]
+async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        Reply::sse(&ok_stream()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let original = body("Audit my firewall rules.");
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &original),
+    )
+    .await;
+    assert_eq!(out, ok_stream());
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].uri.to_string(),
+        format!(
+            "{GEMINI_API}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=abc"
+        )
+    );
+    assert_eq!(seen[1].json(), original, "a hop sends the same body");
+    assert_eq!(seen[1].headers.get("x-goog-api-key").unwrap(), "test-key");
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    let records = sink.records();
+    assert_eq!(records[0].attempts[1].step, AttemptStep::Fallback);
+    assert_eq!(
+        records[0].attempts[1].model.as_deref(),
+        Some("gemini-2.5-flash")
+    );
+}
+
+#[tokio::test]
+async fn fallback_hop_swaps_the_model_in_the_vertex_path() {
+    let refused = fixture(&format!(
+        "{V}unary-failure-finish-reason-safety-no-content.json"
+    ));
+    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let url = format!("{VERTEX}/models/gemini-2.5-pro:generateContent?$alt=json");
+    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
+    assert_eq!(out, ok_json());
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].uri.to_string(),
+        format!("{VERTEX}/models/gemini-2.5-flash:generateContent?$alt=json")
+    );
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
+    assert_eq!(sink.records()[0].provider, Some(Provider::Google));
+}
+
+#[tokio::test]
+async fn blocked_prompts_are_recoverable_like_empty_refusals() {
+    // Recorded single-chunk block, rescued.
+    let blocked = fixture(&format!("{G}streaming-failure-prompt-blocked-safety.txt"));
+    let upstream = Upstream::new(vec![Reply::sse(&blocked), Reply::sse(&ok_stream())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, ok_stream());
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
+    let note = appended_note(&upstream.seen()[1].json(), 1);
+    assert!(note.contains("SAFETY"), "{note}");
+
+    // Hand-written late block (after chunks without output), on a fallback.
+    let upstream = Upstream::new(vec![
+        Reply::sse(LATE_BLOCK_STREAM),
+        Reply::sse(&ok_stream()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("y")),
+    )
+    .await;
+    assert_eq!(out, ok_stream());
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
+    assert!(upstream.seen()[1]
+        .uri
+        .path()
+        .ends_with("/models/gemini-2.5-flash:streamGenerateContent"));
+}
+
+#[tokio::test]
+async fn a_refused_continuation_delivers_the_original_byte_exact() {
+    let refused = fixture(&format!("{V}unary-failure-prompt-blocked-safety.json"));
+    let upstream = Upstream::new(vec![
+        Reply::Json(refused.clone()),
+        Reply::Json(fixture(&format!(
+            "{V}unary-failure-finish-reason-safety-no-content.json"
+        ))),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(
+        out, refused,
+        "the original refusal, as the provider sent it"
+    );
+    assert_eq!(upstream.seen().len(), 2);
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Dead);
+    assert_eq!(refusal.reason, Some(DeadReason::StillRefused));
+    assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    let records = sink.records();
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Refused);
+
+    // Streaming: the same, and the original stream comes back whole.
+    let upstream = Upstream::new(vec![
+        Reply::Sse(split_at(
+            &Bytes::from_static(EMPTY_SAFETY_STREAM),
+            &[7, 100, 101],
+        )),
+        Reply::sse(LATE_BLOCK_STREAM),
+    ]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let (_, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("z")),
+    )
+    .await;
+    assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
+}
+
+#[tokio::test]
+async fn one_rescue_per_conversation_until_output() {
+    // The conversation key comes from systemInstruction + the first user turn.
+    let upstream = Upstream::new(vec![
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        // Same conversation again: no rescue left, one request only.
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        // Another system instruction is another conversation.
+        Reply::sse(EMPTY_SAFETY_STREAM),
+        Reply::sse(&ok_stream()),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let url = stream_url("gemini-2.5-pro");
+    call(&mut guard, gemini_post(&url, &body("same"))).await;
+    call(&mut guard, gemini_post(&url, &body("same"))).await;
+    let mut other = body("same");
+    other["systemInstruction"] = json!({"parts": [{"text": "Another assistant."}]});
+    let (_, out) = call(&mut guard, gemini_post(&url, &other)).await;
+    assert_eq!(out, ok_stream());
+    assert_eq!(upstream.seen().len(), 5);
+    let records = sink.records();
+    assert_eq!(records[0].reason, Some(DeadReason::StillRefused));
+    assert_eq!(records[1].reason, Some(DeadReason::RescueCap));
+    assert_eq!(records[2].outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn stream_method_without_sse_is_judged_as_a_json_array() {
+    let refused = Bytes::from_static(
+        br#"[{"candidates": [{"content": {"parts": [{"text": "hmm", "thought": true}], "role": "model"}}]},
+{"candidates": [{"finishReason": "PROHIBITED_CONTENT"}]}]"#,
+    );
+    let answer = Bytes::from_static(
+        br#"[{"candidates": [{"content": {"parts": [{"text": "Here it is."}], "role": "model"}, "finishReason": "STOP"}]}]"#,
+    );
+    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(answer.clone())]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let url = format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:streamGenerateContent");
+    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
+    assert_eq!(out, answer);
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
+    assert_eq!(upstream.seen()[1].uri.to_string(), url);
+}
+
+#[tokio::test]
+async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
+    let refused = fixture("anthropic/anthropic-sdk-python/refusal_response.txt");
+    let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let upstream = Upstream::new(vec![Reply::sse(&refused), Reply::sse(&answer)]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
+        .layer(upstream.service());
+    let base = "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/publishers/anthropic/models";
+    let request = json!({
+        "anthropic_version": "vertex-2023-10-16",
+        "max_tokens": 1024,
+        "stream": true,
+        "messages": [{"role": "user", "content": "scan my host"}],
+    });
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(
+            &format!("{base}/claude-opus-4-7:streamRawPredict"),
+            &request,
+        ),
+    )
+    .await;
+    assert_eq!(out, answer);
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(
+        seen[1].uri.to_string(),
+        format!("{base}/claude-sonnet-4-5:streamRawPredict")
+    );
+    assert!(
+        seen[1].json().get("model").is_none(),
+        "model stays in the path"
+    );
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.provider, Provider::Anthropic);
+    assert_eq!(refusal.wire_api, WireApi::AnthropicMessages);
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.model.as_deref(), Some("claude-opus-4-7"));
+    assert_eq!(sink.records()[0].category.as_deref(), Some("cyber"));
+}
+
+#[tokio::test]
+async fn other_google_endpoints_pass_through_unguarded() {
+    let refused = Bytes::from_static(EMPTY_SAFETY_STREAM);
+    let urls = [
+        format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:countTokens"),
+        format!("{GEMINI_API}/v1beta/models/text-embedding-004:embedContent"),
+        format!("{GEMINI_API}/v1beta/models/text-embedding-004:batchEmbedContents"),
+        format!("{VERTEX}/models/imagen-3.0-generate-002:predict"),
+        format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:generateContent/"),
+        format!("{GEMINI_API}/v1beta/files/abc:generateContent"),
+        // Another publisher's model under the Gemini method name.
+        "https://x-aiplatform.googleapis.com/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent".to_owned(),
+    ];
+    for url in urls {
+        let upstream = Upstream::new(vec![Reply::sse(&refused)]);
+        let sink = MemorySink::new();
+        let mut guard = RefusalGuardLayer::new()
+            .telemetry(sink.clone())
+            .layer(upstream.service());
+        let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
+        assert_eq!(out, refused, "{url}");
+        assert!(
+            parts.extensions.get::<RefusalHandle>().is_none(),
+            "{url}: guarded"
+        );
+        assert!(sink.is_empty(), "{url}");
+    }
+    // A model listing (GET) is not guarded either.
+    let upstream = Upstream::new(vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let request = Request::get(format!("{GEMINI_API}/v1beta/models"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let (parts, _) = call(&mut guard, request).await;
+    assert!(parts.extensions.get::<RefusalHandle>().is_none());
+}
+
+#[tokio::test]
+async fn unknown_fields_truncation_and_errors_pass_through() {
+    // Unknown fields and part kinds: not output, not a refusal; the stream
+    // ends without real output, so it passes through as it came.
+    let unknown = Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"futurePart\": {\"x\": 1}}],\"role\": \"model\"},\"finishReason\": \"SOMETHING_NEW\",\"newField\": [1,2]}],\"surprise\": true}\r\n\r\n",
+    );
+    // A stream cut in the middle of a chunk.
+    let truncated = Bytes::copy_from_slice(&EMPTY_SAFETY_STREAM[..EMPTY_SAFETY_STREAM.len() - 60]);
+    // A raw (non-SSE) JSON error body where the stream should be.
+    let raw_error = fixture(&format!("{V}streaming-failure-api-key.txt"));
+    // Output, then a raw error body outside SSE framing.
+    let mid_error = fixture(&format!("{V}streaming-failure-error-mid-stream.txt"));
+    // Garbage and a [DONE] line the API never sends.
+    let garbage =
+        Bytes::from_static(b"data: {not json\n\ndata: [DONE]\n\n: comment\n\nevent: x\n\n");
+    for body_bytes in [unknown, truncated, raw_error, mid_error, garbage] {
+        let mut rng = Rng::new(body_bytes.len() as u64);
+        for round in 0..20 {
+            // One reply only: any recovery attempt would panic the mock.
+            let chunks = if round == 0 {
+                vec![body_bytes.clone()]
+            } else {
+                split_at(&body_bytes, &rng.cuts(body_bytes.len(), 1 + round * 5))
+            };
+            let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
+            let sink = MemorySink::new();
+            let mut guard = RefusalGuardLayer::new()
+                .telemetry(sink.clone())
+                .fallback_chains(chains())
+                .layer(upstream.service());
+            let (parts, out) = call(
+                &mut guard,
+                gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+            )
+            .await;
+            assert_eq!(out, body_bytes);
+            assert!(sink.is_empty());
+            assert_eq!(upstream.seen().len(), 1);
+            let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+            assert!(handle.is_settled());
+            assert_eq!(handle.get(), None);
+        }
+    }
+
+    // HTTP errors: the status and body as sent, no recovery.
+    let error = fixture(&format!("{V}unary-failure-quota-exceeded.json"));
+    let upstream = Upstream::new(vec![Reply::Status(429, error.clone())]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(parts.status, 429);
+    assert_eq!(out, error);
+    assert_eq!(upstream.seen().len(), 1);
+
+    // A connection that drops before any output: the error reaches the
+    // client, no recovery is attempted.
+    let upstream = Upstream::new(vec![Reply::SseThenError(vec![Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
+    )])]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let response = tower::ServiceExt::oneshot(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await
+    .unwrap();
+    let collected = http_body_util::BodyExt::collect(response.into_body()).await;
+    assert!(collected.is_err());
+    assert_eq!(upstream.seen().len(), 1);
+
+    // A request body that is not JSON is forwarded as it is.
+    let upstream = Upstream::new(vec![Reply::sse(&ok_stream())]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let request = Request::post(stream_url("gemini-2.5-pro"))
+        .body(Full::new(Bytes::from_static(b"not json")))
+        .unwrap();
+    let (_, out) = call(&mut guard, request).await;
+    assert_eq!(out, ok_stream());
+    assert_eq!(upstream.seen()[0].body, Bytes::from_static(b"not json"));
+}
+
+#[tokio::test]
+async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
+    // The continuation's stream is a plain JSON error (no SSE framing), as
+    // the API sends it: the attempt failed, it did not merely end empty.
+    for error in [
+        fixture(&format!("{V}streaming-failure-api-key.txt")),
+        fixture(&format!("{G}streaming-failure-image-rejected.txt")),
+    ] {
+        let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)]);
+        let sink = MemorySink::new();
+        let mut guard = RefusalGuardLayer::new()
+            .telemetry(sink.clone())
+            .layer(upstream.service());
+        let (_, out) = call(
+            &mut guard,
+            gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+        )
+        .await;
+        assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
+        let records = sink.records();
+        assert_eq!(records[0].outcome, Outcome::Dead);
+        assert_eq!(records[0].reason, Some(DeadReason::UpstreamError));
+        assert_eq!(records[0].attempts[1].result, AttemptResult::HttpError);
+    }
+}
+
+#[tokio::test]
+async fn recognised_under_any_version_and_base_path() {
+    let cases = [
+        (
+            "https://gateway.example.com/google/v1alpha/models/gemini-2.5-pro:generateContent?key=k",
+            "https://gateway.example.com/google/v1alpha/models/gemini-2.5-flash:generateContent?key=k",
+        ),
+        (
+            // A client that percent-encodes the method colon.
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro%3AgenerateContent",
+            "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash%3AgenerateContent",
+        ),
+        (
+            "https://aiplatform.googleapis.com/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-pro:generateContent",
+            "https://aiplatform.googleapis.com/v1beta1/projects/p/locations/global/publishers/google/models/gemini-2.5-flash:generateContent",
+        ),
+    ];
+    let refused = fixture(&format!(
+        "{V}unary-failure-finish-reason-safety-no-content.json"
+    ));
+    for (url, hop) in cases {
+        let upstream = Upstream::new(vec![Reply::Json(refused.clone()), Reply::Json(ok_json())]);
+        let mut guard = RefusalGuardLayer::new()
+            .fallback_chains(chains())
+            .layer(upstream.service());
+        let (parts, out) = call(&mut guard, gemini_post(url, &body("x"))).await;
+        assert_eq!(out, ok_json(), "{url}");
+        assert_eq!(upstream.seen()[1].uri.to_string(), hop);
+        let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+        assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
+    }
+}
+
+#[tokio::test]
+async fn opt_in_text_detection_reads_gemini_text_parts() {
+    // Hand-written (not recorded): a prose refusal split over two chunks,
+    // after a thought part (kept out of the detector's text by the dialect;
+    // this test does not prove that exclusion: the detector flags it anyway).
+    let prose = Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Sure! Here is the full answer you asked for, step by step, with working code.\",\"thought\": true}],\"role\": \"model\"}}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I'm sorry, but \"}],\"role\": \"model\"}}]}\r\n\r\n\
+data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with creating malware.\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+    );
+    let upstream = Upstream::new(vec![Reply::sse(&prose), Reply::sse(&ok_stream())]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .detect_text_refusals(true)
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, ok_stream());
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.signal, RefusalSignal::Text);
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    appended_note(&upstream.seen()[1].json(), 1);
+
+    // Off by default: the same stream passes through untouched.
+    let upstream = Upstream::new(vec![Reply::sse(&prose)]);
+    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
+    let (_, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, prose);
+
+    // A function call is never judged as prose.
+    let call_first = Bytes::from_static(
+        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+    );
+    let upstream = Upstream::new(vec![Reply::sse(&call_first)]);
+    let mut guard = RefusalGuardLayer::new()
+        .detect_text_refusals(true)
+        .layer(upstream.service());
+    let (parts, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
+    )
+    .await;
+    assert_eq!(out, call_first);
+    assert!(parts.extensions.get::<Refusal>().is_none());
+    assert_eq!(upstream.seen().len(), 1);
+}
