@@ -786,6 +786,14 @@ where
         // Not a JSON object: nothing to guard, forward the bytes as they were.
         _ => return pass(upstream, with_body(parts, bytes, false)).await,
     };
+    if let Some(reason) = dialect.unguardable(&json) {
+        tracing::debug!(
+            wire_api = %dialect.wire_api(),
+            reason,
+            "request cannot be guarded: forwarded unguarded"
+        );
+        return pass(upstream, with_body(parts, bytes, false)).await;
+    }
 
     // Which conversation: the user's closure, then the header, then a hash of
     // what stays the same across the conversation.
