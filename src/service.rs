@@ -1085,7 +1085,9 @@ where
             Ok(Ok(held)) => held,
         };
         record.status = Some(held.status());
-        if !held.parts.status.is_success() {
+        // An error status the dialect reads as a refusal (Azure's 400
+        // `content_filter`) is a refusal of this attempt, not an upstream error.
+        if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
             record.result = AttemptResult::HttpError;
             attempts.push(record);
             reason = Some(DeadReason::UpstreamError);
