@@ -55,6 +55,8 @@ pub enum Reply {
     Status(u16, Bytes),
     /// The inner service fails.
     Fail,
+    /// This status and content type, these chunks.
+    Raw(u16, &'static str, Vec<Bytes>),
 }
 
 impl Reply {
@@ -150,6 +152,7 @@ impl Upstream {
                     Reply::Status(code, bytes) => {
                         (code, "application/json", Chunked::new(vec![bytes]))
                     }
+                    Reply::Raw(code, kind, chunks) => (code, kind, Chunked::new(chunks)),
                     Reply::Fail => {
                         return Err::<Response<Chunked>, BoxError>("connection refused".into())
                     }
