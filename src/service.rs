@@ -203,7 +203,7 @@ impl<S> Upstream<S> {
         S: Service<Request<B>, Response = Response<R>>,
     {
         if !std::mem::take(&mut self.primed) {
-            (&mut self.inner).ready().await?;
+            self.inner.ready().await?;
         }
         self.inner.call(request).await
     }
