@@ -812,6 +812,14 @@ where
         // Not a JSON object: nothing to guard, forward the bytes as they were.
         _ => return pass(upstream, with_body(parts, bytes, false)).await,
     };
+    if let Some(reason) = dialect.unguardable(&json) {
+        tracing::debug!(
+            wire_api = %dialect.wire_api(),
+            reason,
+            "request cannot be guarded: forwarded unguarded"
+        );
+        return pass(upstream, with_body(parts, bytes, false)).await;
+    }
 
     // Which conversation: the user's closure, then the header, then a hash of
     // what stays the same across the conversation.
@@ -1132,7 +1140,9 @@ where
             Ok(Ok(held)) => held,
         };
         record.status = Some(held.status());
-        if !held.parts.status.is_success() {
+        // An error status the dialect reads as a refusal (Azure's 400
+        // `content_filter`) is a refusal of this attempt, not an upstream error.
+        if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
             record.result = AttemptResult::HttpError;
             attempts.push(record);
             reason = Some(DeadReason::UpstreamError);

@@ -13,6 +13,8 @@ use crate::sse::Frame;
 
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
+pub(crate) mod openai_chat;
+pub(crate) mod openai_responses;
 
 /// What a request was recognised as, before its body was read.
 #[derive(Debug, Clone)]
@@ -96,6 +98,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String>;
     /// Whether the request asks for a stream.
     fn is_streaming(&self, uri: &Uri, body: &Value) -> bool;
+    /// Why this request cannot be guarded at all, if it cannot (OpenAI
+    /// `n` > 1: one choice of several cannot be recovered alone). Such a
+    /// request is forwarded with its bytes untouched.
+    fn unguardable(&self, _body: &Value) -> Option<&'static str> {
+        None
+    }
     /// The parts of the request that stay the same for a whole conversation
     /// (the system prompt and the first user turn), for the default key.
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>>;
@@ -159,6 +167,8 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 static DIALECTS: &[&dyn Dialect] = &[
     &anthropic::AnthropicMessages,
     &gemini::GeminiGenerateContent,
+    &openai_chat::OpenAiChat,
+    &openai_responses::OpenAiResponses,
 ];
 
 /// Finds the dialect that guards this request, if any.
@@ -174,6 +184,23 @@ pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {
 /// Whether text counts as real output: anything but whitespace.
 pub(crate) fn is_real_text(text: &str) -> bool {
     !text.trim().is_empty()
+}
+
+/// The longest explanation kept from a provider's free text (a model's
+/// refusal, an error message), in bytes.
+pub(crate) const MAX_EXPLANATION_BYTES: usize = 500;
+
+/// `text` cut to [`MAX_EXPLANATION_BYTES`] at a character boundary, with an
+/// ellipsis when cut.
+pub(crate) fn truncate_explanation(text: &str) -> String {
+    if text.len() <= MAX_EXPLANATION_BYTES {
+        return text.to_owned();
+    }
+    let mut end = MAX_EXPLANATION_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 /// A string field, or `None` for null, missing or non-string values.

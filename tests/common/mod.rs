@@ -64,6 +64,15 @@ pub enum Reply {
 }
 
 impl Reply {
+    /// Any status and content type, these chunks.
+    pub fn raw(status: u16, content_type: &str, chunks: Vec<Bytes>) -> Self {
+        Reply::Raw {
+            status,
+            content_type: content_type.to_owned(),
+            chunks,
+        }
+    }
+
     pub fn sse(bytes: &[u8]) -> Self {
         Reply::Sse(vec![Bytes::copy_from_slice(bytes)])
     }

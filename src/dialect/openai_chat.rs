@@ -1,0 +1,388 @@
+//! OpenAI Chat Completions: `POST .../chat/completions` under any prefix
+//! (`/v1/chat/completions`, a proxy's own base path, Azure OpenAI's
+//! `/openai/v1/chat/completions`), and Azure OpenAI deployments
+//! (`/openai/deployments/{deployment}/chat/completions?api-version=...`).
+//!
+//! On an Azure deployment URL the deployment in the path is the model: the
+//! guard reads it from there, keys fallback chains by it, and a fallback hop
+//! swaps that path segment (and the body's `model`, if the client sent one).
+//!
+//! Refusals:
+//! - `finish_reason: "content_filter"`: the provider's filter cut the output
+//!   (signal stop reason, category `content_filter`; on Azure the
+//!   explanation names the filtered categories from `content_filter_results`).
+//! - A structured-outputs refusal: `delta.refusal` text in a stream,
+//!   `message.refusal` in a JSON body (signal model refusal, category
+//!   `model_refusal`, explanation the refusal text, truncated).
+//! - Azure's blocked prompt: HTTP 400 with `error.code: "content_filter"`
+//!   (signal blocked prompt, category `content_filter`; the explanation is
+//!   `error.message`, prefixed with `innererror.code` when present, e.g.
+//!   `ResponsibleAIPolicyViolation: ...`).
+
+use std::collections::BTreeMap;
+
+use http::{HeaderMap, Method, StatusCode, Uri};
+use serde_json::{json, Value};
+
+use super::{
+    is_real_text, path_segments, str_field, truncate_explanation, Dialect, Observation,
+    RefusalInfo, RewriteError, StreamInspector,
+};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::sse::Frame;
+
+/// The category recorded for a refusal the model wrote in its `refusal` field.
+pub(crate) const MODEL_REFUSAL: &str = "model_refusal";
+
+/// The category OpenAI and Azure use for their output and prompt filters.
+pub(crate) const CONTENT_FILTER: &str = "content_filter";
+
+#[derive(Debug)]
+pub(crate) struct OpenAiChat;
+
+/// Where an Azure deployment sits in the path: the index of the segment
+/// after `deployments`, when the path is `.../deployments/{d}/chat/completions`.
+fn azure_deployment_segment(uri: &Uri) -> Option<(usize, &str)> {
+    let segments = path_segments(uri);
+    let at = segments.iter().rposition(|s| *s == "deployments")? + 1;
+    let rest = segments.get(at + 1..)?;
+    (rest == ["chat", "completions"]).then(|| (at, segments[at]))
+}
+
+/// `uri` with path segment `at` replaced by `value`, query kept.
+pub(crate) fn with_path_segment(uri: &Uri, at: usize, value: &str) -> Result<Uri, RewriteError> {
+    let mut segments: Vec<&str> = path_segments(uri);
+    if at >= segments.len() {
+        return Err(RewriteError("no such path segment"));
+    }
+    segments[at] = value;
+    let mut path = format!("/{}", segments.join("/"));
+    if let Some(query) = uri.query() {
+        path = format!("{path}?{query}");
+    }
+    let mut parts = uri.clone().into_parts();
+    parts.path_and_query = Some(
+        path.parse()
+            .map_err(|_| RewriteError("model does not fit in a URL path"))?,
+    );
+    Uri::from_parts(parts).map_err(|_| RewriteError("rebuilt URL is invalid"))
+}
+
+/// Azure's blocked prompt: a client error whose body is
+/// `{"error": {"code": "content_filter", "message": .., "innererror": {"code": ..}}}`.
+/// Shared with the Responses dialect, which Azure blocks the same way.
+pub(crate) fn azure_blocked_prompt(status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+    if !status.is_client_error() {
+        return None;
+    }
+    let error = body.get("error")?;
+    if error.get("code").and_then(Value::as_str) != Some(CONTENT_FILTER) {
+        return None;
+    }
+    let message = str_field(error, "message");
+    let inner = error.get("innererror").and_then(|i| str_field(i, "code"));
+    let explanation = match (inner, message) {
+        (Some(code), Some(message)) => Some(format!("{code}: {message}")),
+        (code, message) => code.or(message),
+    };
+    Some(RefusalInfo {
+        signal: Some(RefusalSignal::BlockedPrompt),
+        category: Some(CONTENT_FILTER.to_owned()),
+        explanation: explanation.map(|e| truncate_explanation(&e)),
+        credit_token: None,
+    })
+}
+
+/// The request id OpenAI (`x-request-id`) or Azure (`apim-request-id`) sent.
+pub(crate) fn openai_request_id(headers: &HeaderMap) -> Option<String> {
+    ["x-request-id", "apim-request-id", "request-id"]
+        .iter()
+        .find_map(|name| headers.get(*name)?.to_str().ok().map(str::to_owned))
+}
+
+/// A non-empty model name (Azure's prompt-filter frame carries `"model": ""`).
+fn model_of(value: &Value) -> Option<String> {
+    str_field(value, "model").filter(|m| !m.is_empty())
+}
+
+/// Whether a message or delta starts a tool call.
+fn has_tool_call(carrier: &Value) -> bool {
+    carrier
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .is_some_and(|calls| !calls.is_empty())
+        || carrier.get("function_call").is_some_and(Value::is_object)
+}
+
+/// Whether `content` holds real text: a string, or (some compatible
+/// servers) an array of text parts.
+/// Appends a message's or delta's text, for the opt-in text detector.
+fn push_text(text: &mut String, carrier: &Value) {
+    match carrier.get("content") {
+        Some(Value::String(content)) => text.push_str(content),
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                if let Some(content) = part.get("text").and_then(Value::as_str) {
+                    text.push_str(content);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn has_real_content(carrier: &Value) -> bool {
+    match carrier.get("content") {
+        Some(Value::String(text)) => is_real_text(text),
+        Some(Value::Array(parts)) => parts.iter().any(|part| {
+            part.get("text")
+                .and_then(Value::as_str)
+                .is_some_and(is_real_text)
+        }),
+        _ => false,
+    }
+}
+
+/// Azure names what it filtered in `content_filter_results`:
+/// `{"violence": {"filtered": true, "severity": "medium"}, ...}`.
+fn filtered_categories(choice: &Value) -> Option<String> {
+    let results = choice.get("content_filter_results")?.as_object()?;
+    let filtered: Vec<&str> = results
+        .iter()
+        .filter(|(_, r)| r.get("filtered").and_then(Value::as_bool) == Some(true))
+        .map(|(name, _)| name.as_str())
+        .collect();
+    (!filtered.is_empty()).then(|| format!("filtered: {}", filtered.join(", ")))
+}
+
+fn filter_stop(explanation: Option<String>) -> RefusalInfo {
+    RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: Some(CONTENT_FILTER.to_owned()),
+        explanation,
+        credit_token: None,
+    }
+}
+
+fn model_refusal(text: &str) -> RefusalInfo {
+    RefusalInfo {
+        signal: Some(RefusalSignal::ModelRefusal),
+        category: Some(MODEL_REFUSAL.to_owned()),
+        explanation: Some(truncate_explanation(text.trim())),
+        credit_token: None,
+    }
+}
+
+impl Dialect for OpenAiChat {
+    fn provider(&self) -> Provider {
+        Provider::OpenAi
+    }
+
+    fn wire_api(&self) -> WireApi {
+        WireApi::OpenAiChatCompletions
+    }
+
+    fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
+        if method != Method::POST {
+            return None;
+        }
+        if let Some((_, deployment)) = azure_deployment_segment(uri) {
+            return Some(Some(deployment.to_owned()));
+        }
+        let path = uri.path().trim_end_matches('/');
+        path.ends_with("/chat/completions").then_some(None)
+    }
+
+    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
+        path_model
+            .map(str::to_owned)
+            .or_else(|| str_field(body, "model"))
+    }
+
+    fn is_streaming(&self, _uri: &Uri, body: &Value) -> bool {
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    fn unguardable(&self, body: &Value) -> Option<&'static str> {
+        // One choice of several cannot be recovered alone.
+        body.get("n")
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 1)
+            .then_some("n > 1: several choices")
+    }
+
+    fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
+        let messages = body.get("messages")?.as_array()?;
+        let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+        let first_user = messages
+            .iter()
+            .find(|m| role(m).as_deref() == Some("user"))?;
+        let system: Vec<&Value> = messages
+            .iter()
+            .filter(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
+            .collect();
+        serde_json::to_vec(&(system, first_user)).ok()
+    }
+
+    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+        Box::new(ChatStream::default())
+    }
+
+    fn reports_text(&self) -> bool {
+        true
+    }
+
+    fn inspect_json(&self, body: &Value) -> Observation {
+        let mut seen = Observation {
+            model: model_of(body),
+            error: body.get("error").is_some_and(|e| !e.is_null()),
+            ..Observation::default()
+        };
+        for choice in body
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let message = choice.get("message").unwrap_or(&Value::Null);
+            seen.real_output |= has_real_content(message) || has_tool_call(message);
+            seen.tool_call |= has_tool_call(message);
+            push_text(&mut seen.text, message);
+            if seen.refusal.is_some() {
+                continue;
+            }
+            let refusal_text = message
+                .get("refusal")
+                .and_then(Value::as_str)
+                .filter(|t| is_real_text(t));
+            if choice.get("finish_reason").and_then(Value::as_str) == Some(CONTENT_FILTER) {
+                seen.refusal = Some(filter_stop(
+                    filtered_categories(choice).or_else(|| refusal_text.map(truncate_explanation)),
+                ));
+            } else if let Some(text) = refusal_text {
+                seen.refusal = Some(model_refusal(text));
+            }
+        }
+        seen
+    }
+
+    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+        azure_blocked_prompt(status, body)
+    }
+
+    fn refuses_with_errors(&self) -> bool {
+        true
+    }
+
+    fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
+        // `tool` messages must directly follow the assistant message that
+        // called them; they already do, so the end is always a valid place.
+        body.get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("request has no messages array"))?
+            .push(json!({"role": "user", "content": note}));
+        Ok(())
+    }
+
+    fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {
+        let object = body
+            .as_object_mut()
+            .ok_or(RewriteError("request body is not an object"))?;
+        if let Some((at, _)) = azure_deployment_segment(uri) {
+            *uri = with_path_segment(uri, at, model)?;
+            // Azure ignores a body `model` on a deployment URL; keep it
+            // consistent if the client sent one.
+            if object.contains_key("model") {
+                object.insert("model".into(), Value::String(model.to_owned()));
+            }
+            return Ok(());
+        }
+        object.insert("model".into(), Value::String(model.to_owned()));
+        Ok(())
+    }
+
+    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
+        openai_request_id(headers)
+    }
+}
+
+/// Reads a Chat Completions stream. Refusal text arrives in pieces, so it
+/// is gathered per choice and reported when the choice finishes (or at
+/// `[DONE]`), with the whole text as its explanation.
+#[derive(Default)]
+struct ChatStream {
+    /// Refusal text gathered so far, per choice index.
+    refusals: BTreeMap<u64, String>,
+}
+
+impl ChatStream {
+    fn gather(&mut self, index: u64, piece: &str) {
+        let text = self.refusals.entry(index).or_default();
+        // Only the explanation needs the text: stop gathering once it is long
+        // enough to be truncated anyway.
+        if text.len() <= super::MAX_EXPLANATION_BYTES {
+            text.push_str(piece);
+        }
+    }
+
+    /// The gathered refusal of a choice, if it said anything.
+    fn take(&mut self, index: u64) -> Option<String> {
+        self.refusals.remove(&index).filter(|t| is_real_text(t))
+    }
+}
+
+impl StreamInspector for ChatStream {
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
+        let mut seen = Observation::default();
+        let Some(data) = frame.data() else {
+            return seen;
+        };
+        if data.trim() == "[DONE]" {
+            let indices: Vec<u64> = self.refusals.keys().copied().collect();
+            seen.refusal = indices
+                .into_iter()
+                .find_map(|i| self.take(i))
+                .map(|text| model_refusal(&text));
+            self.refusals.clear();
+            return seen;
+        }
+        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            // Broken JSON inside an event is passed through, not judged.
+            return seen;
+        };
+        seen.model = model_of(&chunk);
+        seen.error = chunk.get("error").is_some_and(|e| !e.is_null());
+        for choice in chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let index = choice.get("index").and_then(Value::as_u64).unwrap_or(0);
+            // Azure's asynchronous-filter frames carry no `delta`.
+            if let Some(delta) = choice.get("delta") {
+                seen.real_output |= has_real_content(delta) || has_tool_call(delta);
+                seen.tool_call |= has_tool_call(delta);
+                push_text(&mut seen.text, delta);
+                if let Some(piece) = delta.get("refusal").and_then(Value::as_str) {
+                    self.gather(index, piece);
+                }
+            }
+            let Some(finish) = choice.get("finish_reason").and_then(Value::as_str) else {
+                continue;
+            };
+            let gathered = self.take(index);
+            if seen.refusal.is_some() {
+                continue;
+            }
+            if finish == CONTENT_FILTER {
+                seen.refusal = Some(filter_stop(
+                    filtered_categories(choice).or(gathered.map(|t| truncate_explanation(&t))),
+                ));
+            } else if let Some(text) = gathered {
+                seen.refusal = Some(model_refusal(&text));
+            }
+        }
+        seen
+    }
+}

@@ -1,0 +1,337 @@
+//! OpenAI Responses: `POST .../responses` under any prefix (`/v1/responses`,
+//! Azure OpenAI's `/openai/v1/responses` and `/openai/responses?api-version=`;
+//! on Azure the body's `model` names the deployment).
+//!
+//! Refusals:
+//! - `response.incomplete` (or a JSON body with `status: "incomplete"`) whose
+//!   `incomplete_details.reason` is `content_filter` (signal stop reason,
+//!   category `content_filter`).
+//! - A content part of type `refusal` (`response.content_part.added`,
+//!   `response.refusal.delta` / `.done`; in JSON, a message's `refusal`
+//!   part): signal model refusal, category `model_refusal`, explanation the
+//!   refusal text, truncated.
+//! - Azure's blocked prompt: HTTP 400 with `error.code: "content_filter"`,
+//!   as for Chat Completions.
+//!
+//! Real output: `response.output_text.delta` with non-whitespace text, and
+//! any tool-call output item (`function_call`, `custom_tool_call`, hosted
+//! `*_call` items, `mcp_approval_request`). Reasoning items and reasoning
+//! summaries are not.
+
+use http::{HeaderMap, Method, StatusCode, Uri};
+use serde_json::{json, Value};
+
+use super::openai_chat::{azure_blocked_prompt, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL};
+use super::{
+    is_real_text, str_field, truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError,
+    StreamInspector,
+};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::sse::Frame;
+
+#[derive(Debug)]
+pub(crate) struct OpenAiResponses;
+
+/// Output item types that are a tool call: real output even if their
+/// arguments never finish.
+fn is_tool_call_item(kind: &str) -> bool {
+    kind.ends_with("_call") || kind == "mcp_approval_request"
+}
+
+fn model_refusal(text: Option<&str>) -> RefusalInfo {
+    RefusalInfo {
+        signal: Some(RefusalSignal::ModelRefusal),
+        category: Some(MODEL_REFUSAL.to_owned()),
+        explanation: text
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(truncate_explanation),
+        credit_token: None,
+    }
+}
+
+/// What one content part is.
+enum Part<'a> {
+    Output,
+    Refusal(Option<&'a str>),
+    Other,
+}
+
+fn part(part: &Value) -> Part<'_> {
+    match part.get("type").and_then(Value::as_str) {
+        Some("output_text")
+            if part
+                .get("text")
+                .and_then(Value::as_str)
+                .is_some_and(is_real_text) =>
+        {
+            Part::Output
+        }
+        Some("refusal") => Part::Refusal(part.get("refusal").and_then(Value::as_str)),
+        _ => Part::Other,
+    }
+}
+
+/// Reads one output item into `seen`: tool calls and message text are
+/// output, a message's refusal part is a refusal.
+fn scan_item(item: &Value, seen: &mut Observation) {
+    match item.get("type").and_then(Value::as_str) {
+        Some("message") => {
+            for content in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                match part(content) {
+                    Part::Output => {
+                        seen.real_output = true;
+                        if let Some(text) = content.get("text").and_then(Value::as_str) {
+                            seen.text.push_str(text);
+                        }
+                    }
+                    Part::Refusal(text) => {
+                        seen.refusal.get_or_insert_with(|| model_refusal(text));
+                    }
+                    Part::Other => {}
+                }
+            }
+        }
+        Some(kind) => {
+            seen.real_output |= is_tool_call_item(kind);
+            seen.tool_call |= is_tool_call_item(kind);
+        }
+        None => {}
+    }
+}
+
+/// Reads a whole response object (a JSON body, or the one a terminal event
+/// carries).
+fn scan_response(response: &Value, seen: &mut Observation) {
+    if seen.model.is_none() {
+        seen.model = str_field(response, "model").filter(|m| !m.is_empty());
+    }
+    for item in response
+        .get("output")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        scan_item(item, seen);
+    }
+    let filtered = response
+        .get("incomplete_details")
+        .and_then(|d| d.get("reason"))
+        .and_then(Value::as_str)
+        == Some(CONTENT_FILTER);
+    if filtered && seen.refusal.is_none() {
+        seen.refusal = Some(RefusalInfo {
+            signal: Some(RefusalSignal::StopReason),
+            category: Some(CONTENT_FILTER.to_owned()),
+            explanation: None,
+            credit_token: None,
+        });
+    }
+    seen.error |= response.get("status").and_then(Value::as_str) == Some("failed")
+        || response.get("error").is_some_and(|e| !e.is_null());
+}
+
+impl Dialect for OpenAiResponses {
+    fn provider(&self) -> Provider {
+        Provider::OpenAi
+    }
+
+    fn wire_api(&self) -> WireApi {
+        WireApi::OpenAiResponses
+    }
+
+    fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
+        // Creation only: `/responses/{id}`, `/cancel`, `/input_items` and
+        // the like are other endpoints and pass through.
+        (method == Method::POST && uri.path().trim_end_matches('/').ends_with("/responses"))
+            .then_some(None)
+    }
+
+    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
+        path_model
+            .map(str::to_owned)
+            .or_else(|| str_field(body, "model"))
+    }
+
+    fn is_streaming(&self, _uri: &Uri, body: &Value) -> bool {
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
+        // A server-side conversation names itself.
+        if let Some(conversation) = body.get("conversation").filter(|c| !c.is_null()) {
+            let id = conversation.get("id").unwrap_or(conversation);
+            return serde_json::to_vec(&("conversation", id)).ok();
+        }
+        let instructions = body.get("instructions").unwrap_or(&Value::Null);
+        let first_user = match body.get("input")? {
+            text @ Value::String(_) => text,
+            Value::Array(items) => items
+                .iter()
+                .find(|i| i.get("role").and_then(Value::as_str) == Some("user"))?,
+            _ => return None,
+        };
+        serde_json::to_vec(&(instructions, first_user)).ok()
+    }
+
+    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+        Box::new(ResponsesStream::default())
+    }
+
+    fn reports_text(&self) -> bool {
+        true
+    }
+
+    fn inspect_json(&self, body: &Value) -> Observation {
+        let mut seen = Observation::default();
+        scan_response(body, &mut seen);
+        seen
+    }
+
+    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+        azure_blocked_prompt(status, body)
+    }
+
+    fn refuses_with_errors(&self) -> bool {
+        true
+    }
+
+    fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
+        let object = body
+            .as_object_mut()
+            .ok_or(RewriteError("request body is not an object"))?;
+        let note_item = json!({"role": "user", "content": note});
+        // With `previous_response_id` the input is only the new turn; the
+        // note still belongs after it.
+        match object.get_mut("input") {
+            None | Some(Value::Null) => {
+                object.insert("input".into(), json!([note_item]));
+            }
+            Some(Value::String(text)) => {
+                let text = std::mem::take(text);
+                object.insert(
+                    "input".into(),
+                    json!([{"role": "user", "content": text}, note_item]),
+                );
+            }
+            Some(Value::Array(items)) => items.push(note_item),
+            Some(_) => return Err(RewriteError("input is neither text nor a list of items")),
+        }
+        Ok(())
+    }
+
+    fn swap_model(
+        &self,
+        _uri: &mut Uri,
+        body: &mut Value,
+        model: &str,
+    ) -> Result<(), RewriteError> {
+        body.as_object_mut()
+            .ok_or(RewriteError("request body is not an object"))?
+            .insert("model".into(), Value::String(model.to_owned()));
+        Ok(())
+    }
+
+    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
+        openai_request_id(headers)
+    }
+}
+
+/// Reads a Responses stream. A refusal part is reported once its text is
+/// known (`response.refusal.done`, the part's or item's `.done`, or the
+/// terminal event), so that the explanation is the whole text.
+#[derive(Default)]
+struct ResponsesStream {
+    /// Refusal text gathered from deltas, once a refusal part has started.
+    refusal: Option<String>,
+}
+
+impl ResponsesStream {
+    fn gather(&mut self, piece: &str) {
+        let text = self.refusal.get_or_insert_with(String::new);
+        if text.len() <= super::MAX_EXPLANATION_BYTES {
+            text.push_str(piece);
+        }
+    }
+
+    /// Reports the refusal in progress, preferring the provider's full text.
+    fn report(&mut self, full: Option<&str>, seen: &mut Observation) {
+        let gathered = self.refusal.take();
+        let text = full.or(gathered.as_deref());
+        seen.refusal.get_or_insert_with(|| model_refusal(text));
+    }
+}
+
+impl StreamInspector for ResponsesStream {
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
+        let mut seen = Observation::default();
+        let Some(data) = frame.data() else {
+            return seen;
+        };
+        let Ok(event) = serde_json::from_str::<Value>(data) else {
+            // Broken JSON inside an event is passed through, not judged.
+            return seen;
+        };
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .or(frame.event())
+            .unwrap_or_default();
+        let null = Value::Null;
+        match kind {
+            "response.created" | "response.in_progress" => {
+                if let Some(response) = event.get("response") {
+                    seen.model = str_field(response, "model").filter(|m| !m.is_empty());
+                }
+            }
+            "response.output_item.added" => {
+                scan_item(event.get("item").unwrap_or(&null), &mut seen);
+            }
+            "response.content_part.added" => match part(event.get("part").unwrap_or(&null)) {
+                Part::Output => seen.real_output = true,
+                Part::Refusal(text) => self.gather(text.unwrap_or_default()),
+                Part::Other => {}
+            },
+            "response.output_text.delta" => {
+                seen.text = str_field(&event, "delta").unwrap_or_default();
+                seen.real_output = is_real_text(&seen.text);
+            }
+            "response.refusal.delta" => {
+                self.gather(
+                    event
+                        .get("delta")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                );
+            }
+            "response.refusal.done" => {
+                self.report(event.get("refusal").and_then(Value::as_str), &mut seen);
+            }
+            "response.content_part.done" => {
+                if let Part::Refusal(text) = part(event.get("part").unwrap_or(&null)) {
+                    self.report(text, &mut seen);
+                }
+            }
+            "response.output_item.done" => {
+                scan_item(event.get("item").unwrap_or(&null), &mut seen);
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                if self.refusal.is_some() {
+                    self.report(None, &mut seen);
+                }
+                if let Some(response) = event.get("response") {
+                    scan_response(response, &mut seen);
+                }
+                seen.error |= kind == "response.failed";
+            }
+            "error" => seen.error = true,
+            _ => {}
+        }
+        seen
+    }
+}

@@ -1,0 +1,653 @@
+//! The recovery ladder on OpenAI Chat Completions, OpenAI Responses and
+//! Azure OpenAI, through the public API.
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use refusal_guard::recovery::FallbackChains;
+use refusal_guard::refusal::{
+    AttemptResult, AttemptStep, DeadReason, RefusalKind, RefusalSignal, WireApi,
+};
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use serde_json::{json, Value};
+use tower::{Layer, Service, ServiceExt};
+
+const CHAT_URL: &str = "https://api.openai.com/v1/chat/completions";
+const RESPONSES_URL: &str = "https://api.openai.com/v1/responses";
+const AZURE_URL: &str =
+    "https://example.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21";
+
+const CHAT_FILTERED: &str = "openai/hand-written/chat_content_filter_empty.sse";
+const CHAT_PARTIAL: &str = "openai/hand-written/chat_content_filter_partial.sse";
+const CHAT_REFUSAL: &str =
+    "openai/openai-python/173417d553406f034f643e5db3f8d591fb691ebac56f5ae39a22cc7d455c5353.bin";
+const CHAT_TEXT: &str =
+    "openai/openai-python/83b060bae42eb41c4f1edbb7c1542b954b37d9dfd1910b964ddebc9677e6ae85.bin";
+const RESPONSES_REFUSAL: &str = "openai/hand-written/responses_refusal.sse";
+const RESPONSES_FILTERED: &str = "openai/hand-written/responses_incomplete_content_filter.sse";
+const RESPONSES_PARTIAL: &str = "openai/hand-written/responses_incomplete_partial.sse";
+const AZURE_FILTERED: &str = "azure/hand-written/chat_stream_content_filter_empty.sse";
+const AZURE_400: &str = "azure/hand-written/chat_prompt_content_filter_400.json";
+
+fn post_to(url: &str, body: &Value) -> http::Request<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap();
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("content-length", bytes.len())
+        .header("authorization", "Bearer sk-test")
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap()
+}
+
+fn chat_request(stream: bool) -> Value {
+    json!({
+        "model": "gpt-4o",
+        "stream": stream,
+        "messages": [
+            {"role": "developer", "content": "You are a security assistant."},
+            {"role": "user", "content": "What is the weather?"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+        ],
+    })
+}
+
+fn responses_request(input: Value) -> Value {
+    json!({"model": "gpt-4o", "stream": true, "instructions": "Be brief.", "input": input})
+}
+
+/// The vercel/ai Responses text stream, framed as the API sends it.
+fn responses_text() -> Bytes {
+    let file = fixture("openai/vercel-ai/responses/openai-phase.1.chunks.txt");
+    let mut out = String::new();
+    for line in std::str::from_utf8(&file).unwrap().lines() {
+        let event: Value = serde_json::from_str(line).unwrap();
+        out.push_str(&format!(
+            "event: {}\ndata: {line}\n\n",
+            event["type"].as_str().unwrap()
+        ));
+    }
+    Bytes::from(out)
+}
+
+fn guard_with(
+    upstream: &Upstream,
+    layer: RefusalGuardLayer,
+) -> (
+    MemorySink,
+    impl Service<
+        http::Request<Full<Bytes>>,
+        Response = http::Response<refusal_guard::GuardBody<Chunked>>,
+        Error = tower::BoxError,
+    >,
+) {
+    let sink = MemorySink::new();
+    let guard = layer.telemetry(sink.clone()).layer(upstream.service());
+    (sink, guard)
+}
+
+// ---------------------------------------------------------------- rescue
+
+#[tokio::test]
+async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(CHAT_FILTERED)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let request = chat_request(true);
+    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
+    assert_eq!(body, fixture(CHAT_TEXT), "the client gets the continuation");
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].uri, CHAT_URL);
+    let continuation = seen[1].json();
+    let messages = continuation["messages"].as_array().unwrap();
+    let original = request["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), original.len() + 1);
+    assert_eq!(
+        &messages[..original.len()],
+        &original[..],
+        "history untouched"
+    );
+    let note = messages.last().unwrap();
+    assert_eq!(note["role"], "user");
+    let text = note["content"].as_str().expect("plain string content");
+    assert!(text.contains("content_filter"), "{text}");
+    assert_eq!(continuation["model"], "gpt-4o");
+    assert_eq!(continuation["stream"], true);
+
+    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(refusal.wire_api, WireApi::OpenAiChatCompletions);
+    assert_eq!(refusal.signal, RefusalSignal::StopReason);
+    let records = sink.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].attempts.len(), 2);
+    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+}
+
+#[tokio::test]
+async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(CHAT_REFUSAL)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (_, body) = call(&mut guard, post_to(CHAT_URL, &chat_request(true))).await;
+    assert_eq!(body, fixture(CHAT_TEXT));
+    let note = upstream.seen()[1].json()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(note.contains("model_refusal"), "{note}");
+    assert!(
+        note.contains("I'm sorry, I can't assist with that request."),
+        "{note}"
+    );
+    let records = sink.records();
+    assert_eq!(records[0].signal, Some(RefusalSignal::ModelRefusal));
+    assert_eq!(records[0].outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn responses_refusal_with_string_input_is_rescued_through_an_input_array() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(RESPONSES_REFUSAL)),
+        Reply::sse(&responses_text()),
+    ]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (parts, body) = call(
+        &mut guard,
+        post_to(RESPONSES_URL, &responses_request(json!("scan my host"))),
+    )
+    .await;
+    assert_eq!(body, responses_text());
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let continuation = seen[1].json();
+    let input = continuation["input"]
+        .as_array()
+        .expect("input became an array");
+    assert_eq!(input.len(), 2);
+    assert_eq!(input[0], json!({"role": "user", "content": "scan my host"}));
+    assert_eq!(input[1]["role"], "user");
+    let note = input[1]["content"].as_str().unwrap();
+    assert!(
+        note.contains("I'm sorry, but I can't help with that."),
+        "{note}"
+    );
+    assert_eq!(continuation["instructions"], "Be brief.");
+    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(refusal.wire_api, WireApi::OpenAiResponses);
+    assert_eq!(refusal.signal, RefusalSignal::ModelRefusal);
+    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn responses_filter_with_item_input_and_previous_response_is_rescued() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(RESPONSES_FILTERED)),
+        Reply::sse(&responses_text()),
+    ]);
+    let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let mut request = responses_request(json!([
+        {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
+    ]));
+    request["previous_response_id"] = json!("resp_prev");
+    let (parts, body) = call(&mut guard, post_to(RESPONSES_URL, &request)).await;
+    assert_eq!(body, responses_text());
+    let continuation = upstream.seen()[1].json();
+    assert_eq!(continuation["previous_response_id"], "resp_prev");
+    let input = continuation["input"].as_array().unwrap();
+    assert_eq!(input.len(), 2);
+    assert_eq!(input[0], request["input"][0], "the tool output stays first");
+    assert_eq!(input[1]["role"], "user");
+    assert!(input[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("content_filter"));
+    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    assert_eq!(refusal.category.as_deref(), Some("content_filter"));
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn chat_json_refusal_is_rescued_with_a_json_continuation() {
+    let upstream = Upstream::new(vec![
+        Reply::Json(fixture(
+            "openai/semantic-kernel/chat_completion_refusal_test_response.json",
+        )),
+        Reply::Json(fixture("openai/vercel-ai/chat/openai-text.json")),
+    ]);
+    let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &chat_request(false))).await;
+    assert_eq!(body, fixture("openai/vercel-ai/chat/openai-text.json"));
+    let continuation = upstream.seen()[1].json();
+    assert_eq!(continuation["stream"], false);
+    assert_eq!(
+        continuation["messages"].as_array().unwrap().last().unwrap()["role"],
+        "user"
+    );
+    assert_eq!(
+        parts.extensions.get::<Refusal>().unwrap().outcome,
+        Outcome::Rescued
+    );
+}
+
+// ---------------------------------------------------------------- partial
+
+#[tokio::test]
+async fn partial_refusals_are_left_alone() {
+    for (url, request, file) in [
+        (CHAT_URL, chat_request(true), CHAT_PARTIAL),
+        (
+            RESPONSES_URL,
+            responses_request(json!("hi")),
+            RESPONSES_PARTIAL,
+        ),
+        (
+            AZURE_URL,
+            chat_request(true),
+            "azure/hand-written/chat_stream_content_filter_partial.sse",
+        ),
+    ] {
+        let upstream = Upstream::new(vec![Reply::sse(&fixture(file))]);
+        let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+        let (parts, body) = call(&mut guard, post_to(url, &request)).await;
+        assert_eq!(body, fixture(file), "{file}");
+        assert_eq!(upstream.seen().len(), 1, "{file}: no extra request");
+        assert!(parts.extensions.get::<Refusal>().is_none());
+        let settled = parts
+            .extensions
+            .get::<RefusalHandle>()
+            .unwrap()
+            .get()
+            .expect("partial refusal recorded");
+        assert_eq!(settled.kind, RefusalKind::Partial, "{file}");
+        assert_eq!(settled.outcome, Outcome::Partial, "{file}");
+        assert_eq!(sink.records()[0].outcome, Outcome::Partial);
+    }
+}
+
+// ---------------------------------------------------------------- fallback
+
+fn chains() -> FallbackChains {
+    FallbackChains::new().chain("gpt-4o", ["gpt-4o-mini"])
+}
+
+#[tokio::test]
+async fn chat_fallback_hop_swaps_the_body_model() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(CHAT_FILTERED)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ]);
+    let (sink, mut guard) = guard_with(
+        &upstream,
+        RefusalGuardLayer::new().fallback_chains(chains()),
+    );
+    let request = chat_request(true);
+    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
+    assert_eq!(body, fixture(CHAT_TEXT));
+    let hop = upstream.seen()[1].json();
+    assert_eq!(hop["model"], "gpt-4o-mini");
+    assert_eq!(hop["messages"], request["messages"], "no note on a hop");
+    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(sink.records()[0].attempts[1].step, AttemptStep::Fallback);
+    assert_eq!(
+        sink.records()[0].attempts[1].model.as_deref(),
+        Some("gpt-4o-mini")
+    );
+}
+
+#[tokio::test]
+async fn responses_fallback_hop_swaps_the_body_model() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(RESPONSES_FILTERED)),
+        Reply::sse(&responses_text()),
+    ]);
+    let (_, mut guard) = guard_with(
+        &upstream,
+        RefusalGuardLayer::new().fallback_chains(chains()),
+    );
+    let request = responses_request(json!("hi"));
+    let (parts, body) = call(&mut guard, post_to(RESPONSES_URL, &request)).await;
+    assert_eq!(body, responses_text());
+    let hop = upstream.seen()[1].json();
+    assert_eq!(hop["model"], "gpt-4o-mini");
+    assert_eq!(hop["input"], "hi");
+    assert_eq!(
+        parts.extensions.get::<Refusal>().unwrap().outcome,
+        Outcome::Fallback
+    );
+}
+
+#[tokio::test]
+async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(AZURE_FILTERED)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ]);
+    let (sink, mut guard) = guard_with(
+        &upstream,
+        RefusalGuardLayer::new().fallback_chains(chains()),
+    );
+    let mut request = chat_request(true);
+    request.as_object_mut().unwrap().remove("model");
+    let (_, body) = call(&mut guard, post_to(AZURE_URL, &request)).await;
+    assert_eq!(body, fixture(CHAT_TEXT));
+    let seen = upstream.seen();
+    assert_eq!(
+        seen[1].uri.path(),
+        "/openai/deployments/gpt-4o-mini/chat/completions"
+    );
+    assert_eq!(seen[1].uri.query(), Some("api-version=2024-10-21"));
+    assert_eq!(seen[1].uri.host(), Some("example.openai.azure.com"));
+    assert!(
+        seen[1].json().get("model").is_none(),
+        "no model added to an Azure deployment body"
+    );
+    let record = &sink.records()[0];
+    assert_eq!(record.model.as_deref(), Some("gpt-4o"));
+    assert_eq!(record.outcome, Outcome::Fallback);
+    assert_eq!(record.explanation.as_deref(), Some("filtered: violence"));
+}
+
+// ---------------------------------------------------------------- refused again
+
+#[tokio::test]
+async fn a_refused_continuation_delivers_the_original_byte_exact() {
+    for (url, request, first, second) in [
+        (
+            CHAT_URL,
+            chat_request(true),
+            fixture(CHAT_FILTERED),
+            fixture(CHAT_REFUSAL),
+        ),
+        (
+            RESPONSES_URL,
+            responses_request(json!("hi")),
+            fixture(RESPONSES_REFUSAL),
+            fixture(RESPONSES_FILTERED),
+        ),
+    ] {
+        let upstream = Upstream::new(vec![Reply::sse(&first), Reply::sse(&second)]);
+        let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+        let (parts, body) = call(&mut guard, post_to(url, &request)).await;
+        assert_eq!(body, first, "{url}: the original, not the second refusal");
+        assert_eq!(upstream.seen().len(), 2);
+        let refusal = parts.extensions.get::<Refusal>().unwrap();
+        assert_eq!(refusal.outcome, Outcome::Dead);
+        assert_eq!(refusal.reason, Some(DeadReason::StillRefused));
+        assert_eq!(sink.records()[0].attempts[1].result, AttemptResult::Refused);
+    }
+}
+
+// ---------------------------------------------------------------- Azure 400
+
+#[tokio::test]
+async fn azure_blocked_prompt_goes_through_the_ladder() {
+    let upstream = Upstream::new(vec![
+        Reply::Status(400, fixture(AZURE_400)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
+    assert_eq!(parts.status, 200, "the rescue is served");
+    assert_eq!(body, fixture(CHAT_TEXT));
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].uri, AZURE_URL);
+    let note = seen[1].json()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(note.contains("ResponsibleAIPolicyViolation"), "{note}");
+    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    assert_eq!(refusal.category.as_deref(), Some("content_filter"));
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    assert_eq!(sink.records()[0].attempts[0].status, Some(400));
+}
+
+#[tokio::test]
+async fn azure_blocked_prompt_without_rescue_reaches_the_client_as_sent() {
+    let upstream = Upstream::new(vec![Reply::Status(400, fixture(AZURE_400))]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new().rescue(false));
+    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
+    assert_eq!(parts.status, 400);
+    assert_eq!(parts.headers["content-type"], "application/json");
+    assert_eq!(body, fixture(AZURE_400));
+    assert_eq!(upstream.seen().len(), 1);
+    let record = &sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::RescueOff));
+    assert_eq!(record.signal, Some(RefusalSignal::BlockedPrompt));
+}
+
+#[tokio::test]
+async fn azure_blocked_again_is_still_refused_and_the_first_400_is_delivered() {
+    let upstream = Upstream::new(vec![
+        Reply::Status(400, fixture(AZURE_400)),
+        Reply::Status(400, fixture(AZURE_400)),
+        Reply::Status(400, fixture(AZURE_400)),
+    ]);
+    let (sink, mut guard) = guard_with(
+        &upstream,
+        RefusalGuardLayer::new().fallback_chains(chains()),
+    );
+    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
+    assert_eq!(parts.status, 400);
+    assert_eq!(body, fixture(AZURE_400));
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 3, "original, fallback hop, rescue");
+    assert!(seen[1].uri.path().contains("/deployments/gpt-4o-mini/"));
+    let record = &sink.records()[0];
+    assert_eq!(record.reason, Some(DeadReason::StillRefused));
+    assert_eq!(record.attempts[1].result, AttemptResult::Refused);
+    assert_eq!(record.attempts[2].result, AttemptResult::Refused);
+}
+
+#[tokio::test]
+async fn other_error_statuses_pass_through_unjudged() {
+    let quota = fixture("openai/vercel-ai/responses/openai-error.1.json");
+    let upstream = Upstream::new(vec![Reply::Status(429, quota.clone())]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (parts, body) = call(
+        &mut guard,
+        post_to(RESPONSES_URL, &responses_request(json!("hi"))),
+    )
+    .await;
+    assert_eq!(parts.status, 429);
+    assert_eq!(body, quota);
+    assert_eq!(upstream.seen().len(), 1);
+    assert!(sink.records().is_empty());
+}
+
+// ---------------------------------------------------------------- n > 1
+
+#[tokio::test]
+async fn several_choices_are_not_guarded() {
+    let refusal = fixture(CHAT_FILTERED);
+    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let mut request = chat_request(true);
+    request["n"] = json!(2);
+    let sent = Bytes::from(serde_json::to_vec(&request).unwrap());
+    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
+    assert_eq!(body, refusal);
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1, "no recovery");
+    assert_eq!(seen[0].body, sent, "request bytes untouched");
+    assert!(sink.records().is_empty());
+    assert!(
+        parts.extensions.get::<RefusalHandle>().is_none(),
+        "unguarded"
+    );
+
+    // n = 1 is an ordinary guarded request.
+    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new().rescue(false));
+    request["n"] = json!(1);
+    let (parts, _) = call(&mut guard, post_to(CHAT_URL, &request)).await;
+    assert!(parts.extensions.get::<Refusal>().is_some());
+    assert_eq!(sink.records().len(), 1);
+}
+
+// ---------------------------------------------------------------- robustness
+
+async fn passes_through(url: &str, request: &Value, stream: &[u8]) {
+    let bytes = Bytes::copy_from_slice(stream);
+    let upstream = Upstream::new(vec![Reply::sse(&bytes)]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let (_, body) = call(&mut guard, post_to(url, request)).await;
+    assert_eq!(body, bytes, "{}", String::from_utf8_lossy(stream));
+    assert_eq!(upstream.seen().len(), 1);
+    assert!(sink.records().is_empty(), "{:?}", sink.records());
+}
+
+#[tokio::test]
+async fn odd_chat_frames_pass_through() {
+    let request = chat_request(true);
+    for stream in [
+        &b"data: {}\n\n"[..],
+        b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n",
+        b"data: {\"choices\":[{}]}\n\n",
+        b"data: {\"choices\":[{\"delta\":null,\"finish_reason\":null}]}\n\n",
+        b"data: {\"choices\":[{\"index\":\"x\",\"delta\":{\"content\":7,\"refusal\":[1],\"tool_calls\":{}},\"finish_reason\":3}]}\n\n",
+        b"data: {\"choices\":{}}\n\ndata: [1,2]\n\ndata: not json\n\n: comment\n\n",
+        b"event: unknown\ndata: {\"type\":\"whatever\"}\n\n",
+        b"data: [DONE]\n\n",
+        b"data: [DONE]\n\ndata: [DONE]\n\n",
+        b"",
+        // Truncated mid-frame, before any finish.
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"I can",
+        // Refusal text, then the stream just stops: nothing to judge.
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"refusal\":\"No.\"}}]}\n\n",
+        // Mid-stream error before output.
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\ndata: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+        // Whitespace is not output; a normal stop is not a refusal.
+        b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"  \\n\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+    ] {
+        passes_through(CHAT_URL, &request, stream).await;
+        passes_through(AZURE_URL, &request, stream).await;
+    }
+}
+
+#[tokio::test]
+async fn odd_responses_events_pass_through() {
+    let request = responses_request(json!("hi"));
+    for stream in [
+        &b"event: response.new_thing\ndata: {\"type\":\"response.new_thing\"}\n\n"[..],
+        b"data: {\"no_type\":true}\n\n",
+        b"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\"}\n\n",
+        b"event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"reasoning\"}}\n\n",
+        b"event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"part\":7}\n\n",
+        b"event: response.incomplete\ndata: {\"type\":\"response.incomplete\"}\n\n",
+        b"event: response.incomplete\ndata: {\"type\":\"response.incomplete\",\"response\":{\"incomplete_details\":{\"reason\":\"max_output_tokens\"}}}\n\n",
+        b"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":\"x\"}}\n\n",
+        b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\" \"}\n\n",
+        b"event: response.reasoning_summary_text.delta\ndata: {\"type\":\"response.reasoning_summary_text.delta\",\"delta\":\"thinking hard\"}\n\n",
+        b"event: response.refusal.delta\ndata: {\"type\":\"response.refusal.delta\",\"delta\":\"I can",
+        b"data: [DONE]\n\n",
+        b"event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\"}\n\n",
+    ] {
+        passes_through(RESPONSES_URL, &request, stream).await;
+    }
+}
+
+#[tokio::test]
+async fn a_connection_reset_after_refusal_text_does_not_panic() {
+    let refusal = fixture(CHAT_REFUSAL);
+    let cut = refusal.len() / 2;
+    let upstream = Upstream::new(vec![Reply::SseThenError(vec![refusal.slice(..cut)])]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let response = guard
+        .ready()
+        .await
+        .unwrap()
+        .call(post_to(CHAT_URL, &chat_request(true)))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let mut got = Vec::new();
+    let mut failed = false;
+    while let Some(frame) = body.frame().await {
+        match frame {
+            Ok(frame) => got.extend_from_slice(frame.data_ref().unwrap()),
+            Err(_) => {
+                failed = true;
+                break;
+            }
+        }
+    }
+    assert!(failed, "the client sees the connection error");
+    assert_eq!(got, refusal.slice(..cut), "after what was read");
+    assert_eq!(upstream.seen().len(), 1);
+    assert!(sink.records().is_empty());
+}
+
+#[tokio::test]
+async fn other_openai_endpoints_are_not_guarded() {
+    for (method, url) in [
+        (
+            http::Method::GET,
+            "https://api.openai.com/v1/responses/resp_1",
+        ),
+        (
+            http::Method::POST,
+            "https://api.openai.com/v1/responses/resp_1/cancel",
+        ),
+        (http::Method::POST, "https://api.openai.com/v1/embeddings"),
+        (
+            http::Method::GET,
+            "https://api.openai.com/v1/chat/completions",
+        ),
+    ] {
+        let refusal = fixture(CHAT_FILTERED);
+        let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
+        let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+        let mut request = post_to(url, &chat_request(true));
+        *request.method_mut() = method;
+        let (parts, body) = call(&mut guard, request).await;
+        assert_eq!(body, refusal);
+        assert!(parts.extensions.get::<RefusalHandle>().is_none(), "{url}");
+    }
+}
+
+#[tokio::test]
+async fn one_rescue_until_output_per_conversation() {
+    // The same conversation refuses twice in a row: the second time no
+    // rescue is tried, since the first rescue produced no output.
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(CHAT_FILTERED)),
+        Reply::sse(&fixture(CHAT_FILTERED)),
+        Reply::sse(&fixture(CHAT_FILTERED)),
+    ]);
+    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
+    let request = chat_request(true);
+    call(&mut guard, post_to(CHAT_URL, &request)).await;
+    let (_, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
+    assert_eq!(body, fixture(CHAT_FILTERED));
+    assert_eq!(upstream.seen().len(), 3);
+    let records = sink.records();
+    assert_eq!(records[0].reason, Some(DeadReason::StillRefused));
+    assert_eq!(records[1].reason, Some(DeadReason::RescueCap));
+    assert_eq!(records[0].conversation, records[1].conversation);
+    assert!(records[0].conversation.is_some());
+}
