@@ -15,6 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use refusal_guard::env::{self, EnvConfig, LogSetting};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::simulate::Simulator;
@@ -38,7 +39,9 @@ usage: proxy [OPTIONS]
   -h, --help             this help
 
 Each option also reads REFUSAL_GUARD_<NAME> (LISTEN, UPSTREAM, LOG, RESCUE,
-RETARGET, INJECT_FALLBACKS, CHAIN with `;` between chains, SIMULATE, QUIET).";
+RETARGET or FALLBACKS, INJECT_FALLBACKS, CHAIN with `;` between chains,
+SIMULATE, QUIET). RESCUE, FALLBACKS and LOG are also read as pi-refusal-guard's
+OMP_REFUSAL_* and PI_REFUSAL_*. An off value for LOG means no log.";
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
 const DEFAULT_UPSTREAM: &str = "https://api.anthropic.com";
@@ -47,51 +50,27 @@ const DEFAULT_UPSTREAM: &str = "https://api.anthropic.com";
 struct Options {
     listen: SocketAddr,
     upstream: Upstream,
-    log: Option<PathBuf>,
+    log: LogSetting,
     rescue: bool,
     retarget: Vec<String>,
     inject_fallbacks: bool,
-    chains: Vec<(String, Vec<String>)>,
+    chains: FallbackChains,
     simulate: bool,
     quiet: bool,
 }
 
 fn flag(value: &str, name: &str) -> Result<bool, String> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "true" | "yes" => Ok(true),
-        "0" | "off" | "false" | "no" | "" => Ok(false),
-        other => Err(format!("{name}: expected on or off, got `{other}`")),
-    }
+    env::parse_switch(name, value).map_err(|e| e.to_string())
 }
 
 fn models(value: &str, name: &str) -> Result<Vec<String>, String> {
-    let list: Vec<String> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|m| !m.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if list.is_empty() {
-        return Err(format!("{name}: expected a comma-separated list of models"));
-    }
-    Ok(list)
-}
-
-fn chain(value: &str) -> Result<(String, Vec<String>), String> {
-    let (model, fallbacks) = value
-        .split_once('=')
-        .ok_or_else(|| format!("--chain: expected MODEL=M1,M2, got `{value}`"))?;
-    let model = model.trim();
-    if model.is_empty() {
-        return Err(format!("--chain: no model before `=` in `{value}`"));
-    }
-    Ok((model.to_owned(), models(fallbacks, "--chain")?))
+    env::parse_models(name, value).map_err(|e| e.to_string())
 }
 
 /// Reads flags, then fills what they left unset from `env`.
 fn parse(
     args: impl IntoIterator<Item = String>,
-    env: impl Fn(&str) -> Option<String>,
+    lookup: impl Fn(&str) -> Option<String>,
 ) -> Result<Option<Options>, String> {
     let mut listen = None;
     let mut upstream = None;
@@ -99,7 +78,7 @@ fn parse(
     let mut rescue = None;
     let mut retarget = None;
     let mut inject = None;
-    let mut chains: Vec<(String, Vec<String>)> = Vec::new();
+    let mut chains: Option<FallbackChains> = None;
     let mut simulate = None;
     let mut quiet = None;
 
@@ -124,7 +103,11 @@ fn parse(
             "--log" => log = Some(value("a path")?),
             "--rescue" => rescue = Some(flag(&value("on or off")?, "--rescue")?),
             "--retarget" => retarget = Some(models(&value("models")?, "--retarget")?),
-            "--chain" => chains.push(chain(&value("MODEL=M1,M2")?)?),
+            "--chain" => {
+                let more = env::parse_chains("--chain", &value("MODEL=M1,M2")?)
+                    .map_err(|e| e.to_string())?;
+                chains = Some(chains.unwrap_or_default().extend(more));
+            }
             "--inject-fallbacks" | "--simulate" | "--quiet" if inline.is_some() => {
                 return Err(format!("{name} takes no value"))
             }
@@ -135,7 +118,21 @@ fn parse(
         }
     }
 
-    let var = |key: &str| env(&format!("REFUSAL_GUARD_{key}")).filter(|v| !v.trim().is_empty());
+    let var = |key: &str| lookup(&format!("REFUSAL_GUARD_{key}")).filter(|v| !v.trim().is_empty());
+    // RESCUE, FALLBACKS, LOG and CHAIN, with pi-refusal-guard's OMP_ / PI_
+    // names too, are read as the library reads them.
+    let mut vars: Vec<(String, String)> = env::PREFIXES
+        .iter()
+        .flat_map(|prefix| env::NAMES.iter().map(move |name| format!("{prefix}{name}")))
+        .chain(["HOME".to_owned()])
+        .filter_map(|key| lookup(&key).map(|value| (key, value)))
+        .collect();
+    // `--retarget`'s own variable stands for FALLBACKS.
+    if let Some(value) = var("RETARGET") {
+        vars.retain(|(key, _)| !key.ends_with("_FALLBACKS"));
+        vars.push(("REFUSAL_GUARD_FALLBACKS".to_owned(), value));
+    }
+    let from_env = EnvConfig::from_vars(vars).map_err(|e| e.to_string())?;
     let listen = listen
         .or_else(|| var("LISTEN"))
         .unwrap_or_else(|| DEFAULT_LISTEN.to_owned());
@@ -146,30 +143,23 @@ fn parse(
         .or_else(|| var("UPSTREAM"))
         .unwrap_or_else(|| DEFAULT_UPSTREAM.to_owned());
     let upstream = Upstream::parse(&upstream).map_err(|e| format!("--upstream: {e}"))?;
-    let log = log.or_else(|| var("LOG")).map(PathBuf::from);
-    let rescue = match rescue {
-        Some(on) => on,
-        None => var("RESCUE").map_or(Ok(true), |v| flag(&v, "REFUSAL_GUARD_RESCUE"))?,
+    let log = match log {
+        Some(path) => LogSetting::Path(PathBuf::from(path)),
+        None => from_env
+            .log
+            .unwrap_or_else(|| match JsonlSink::default_path() {
+                Some(path) => LogSetting::Path(path),
+                None => LogSetting::Off,
+            }),
     };
-    let retarget = match retarget {
-        Some(list) => list,
-        None => var("RETARGET")
-            .map(|v| models(&v, "REFUSAL_GUARD_RETARGET"))
-            .transpose()?
-            .unwrap_or_default(),
-    };
+    let rescue = rescue.or(from_env.rescue).unwrap_or(true);
+    let retarget = retarget.or(from_env.retarget).unwrap_or_default();
     let inject_fallbacks = match inject {
         Some(on) => on,
         None => var("INJECT_FALLBACKS")
             .map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_INJECT_FALLBACKS"))?,
     };
-    if chains.is_empty() {
-        if let Some(value) = var("CHAIN") {
-            for one in value.split(';').filter(|c| !c.trim().is_empty()) {
-                chains.push(chain(one.trim())?);
-            }
-        }
-    }
+    let chains = chains.or(from_env.chains).unwrap_or_default();
     let simulate = match simulate {
         Some(on) => on,
         None => var("SIMULATE").map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_SIMULATE"))?,
@@ -238,31 +228,27 @@ fn main() -> ExitCode {
 }
 
 async fn run(options: Options) -> ExitCode {
-    let log_path = options.log.clone().or_else(JsonlSink::default_path);
-    let Some(log_path) = log_path else {
-        eprintln!("proxy: no refusal log path: pass --log PATH or set HOME");
-        return ExitCode::from(2);
-    };
-    let sink = match JsonlSink::open(&log_path) {
-        Ok(sink) => sink,
-        Err(error) => {
-            eprintln!(
-                "proxy: cannot open the refusal log {}: {error}",
-                log_path.display()
-            );
-            return ExitCode::from(2);
-        }
-    };
-    let mut chains = FallbackChains::new();
-    for (model, fallbacks) in &options.chains {
-        chains = chains.chain(model.clone(), fallbacks.clone());
-    }
-    let layer = RefusalGuardLayer::new()
+    let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue)
-        .telemetry(sink)
         .retarget_fallbacks(options.retarget.clone())
         .inject_server_fallbacks(options.inject_fallbacks)
-        .fallback_chains(chains);
+        .fallback_chains(options.chains.clone());
+    let log_shown = match &options.log {
+        LogSetting::Off => "off".to_owned(),
+        LogSetting::Path(path) => match JsonlSink::open(path) {
+            Ok(sink) => {
+                layer = layer.telemetry(sink);
+                path.display().to_string()
+            }
+            Err(error) => {
+                eprintln!(
+                    "proxy: cannot open the refusal log {}: {error}",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            }
+        },
+    };
 
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
@@ -287,7 +273,7 @@ async fn run(options: Options) -> ExitCode {
         "refusal-guard proxy listening on http://{local} -> {target} \
          (rescue {}, log {})",
         if options.rescue { "on" } else { "off" },
-        log_path.display()
+        log_shown
     );
 
     let shutdown = async {
@@ -352,7 +338,26 @@ mod tests {
         assert_eq!(o.listen.port(), 2);
         assert!(!o.rescue);
         assert_eq!(o.retarget, ["x", "y"]);
-        assert_eq!(o.chains.len(), 2);
+        assert_eq!(o.chains.for_model("a"), ["b", "c"]);
+        assert_eq!(o.chains.for_model("d"), ["e"]);
+    }
+
+    #[test]
+    fn pi_refusal_guard_variables_are_read() {
+        let env = |key: &str| match key {
+            "OMP_REFUSAL_RESCUE" => Some("off".to_owned()),
+            "PI_REFUSAL_RESCUE" => Some("on".to_owned()),
+            "PI_REFUSAL_FALLBACKS" => Some("m1,m2".to_owned()),
+            "OMP_REFUSAL_LOG" => Some("no".to_owned()),
+            _ => None,
+        };
+        let o = parse(args(&[]), env).unwrap().unwrap();
+        assert!(!o.rescue, "OMP_ wins over PI_");
+        assert_eq!(o.retarget, ["m1", "m2"]);
+        assert_eq!(o.log, LogSetting::Off);
+        let bad = |key: &str| (key == "OMP_REFUSAL_RESCUE").then(|| "perhaps".to_owned());
+        let error = parse(args(&[]), bad).unwrap_err();
+        assert!(error.contains("OMP_REFUSAL_RESCUE"), "{error}");
     }
 
     #[test]

@@ -27,7 +27,11 @@ use crate::recovery::FallbackChains;
 use crate::telemetry::JsonlSink;
 use crate::RefusalGuardLayer;
 
-const PREFIXES: [&str; 3] = ["REFUSAL_GUARD_", "OMP_REFUSAL_", "PI_REFUSAL_"];
+/// The prefixes read, highest precedence first.
+pub const PREFIXES: [&str; 3] = ["REFUSAL_GUARD_", "OMP_REFUSAL_", "PI_REFUSAL_"];
+
+/// The settings read under every prefix (`CHAIN` only as `REFUSAL_GUARD_CHAIN`).
+pub const NAMES: [&str; 4] = ["RESCUE", "FALLBACKS", "LOG", "CHAIN"];
 
 /// Where refusal records go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +98,52 @@ pub struct EnvConfig {
     /// `REFUSAL_GUARD_CHAIN`.
     pub chains: Option<FallbackChains>,
 }
+
+/// Reads an on/off value; `name` (a variable or a flag) goes in the error.
+///
+/// ```
+/// assert_eq!(refusal_guard::env::parse_switch("--rescue", "OFF"), Ok(false));
+/// assert!(refusal_guard::env::parse_switch("--rescue", "maybe").is_err());
+/// ```
+pub fn parse_switch(name: &str, value: &str) -> Result<bool, EnvError> {
+    switch(value).ok_or_else(|| EnvError {
+        variable: name.to_owned(),
+        value: value.to_owned(),
+        expected: SWITCH,
+    })
+}
+
+/// Reads a comma-separated list of model names.
+///
+/// ```
+/// assert_eq!(refusal_guard::env::parse_models("--retarget", "a, b").unwrap(), ["a", "b"]);
+/// ```
+pub fn parse_models(name: &str, value: &str) -> Result<Vec<String>, EnvError> {
+    models(value).ok_or_else(|| EnvError {
+        variable: name.to_owned(),
+        value: value.to_owned(),
+        expected: MODELS,
+    })
+}
+
+/// Reads fallback chains: `MODEL=FALLBACK[,FALLBACK...]` entries separated
+/// by `;`.
+///
+/// ```
+/// let chains = refusal_guard::env::parse_chains("--chain", "a=b,c").unwrap();
+/// assert_eq!(chains.for_model("a"), ["b", "c"]);
+/// ```
+pub fn parse_chains(name: &str, value: &str) -> Result<FallbackChains, EnvError> {
+    chains(value).ok_or_else(|| EnvError {
+        variable: name.to_owned(),
+        value: value.to_owned(),
+        expected: CHAINS,
+    })
+}
+
+const SWITCH: &str = "on/off (1, on, true, yes / 0, off, false, no)";
+const MODELS: &str = "a comma-separated list of model names";
+const CHAINS: &str = "MODEL=FALLBACK[,FALLBACK...] entries separated by ';'";
 
 fn switch(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
@@ -180,7 +230,11 @@ impl EnvConfig {
             config.log = Some(if is_off(value) {
                 LogSetting::Off
             } else if value.is_empty() {
-                return Err(fail(found, "a file path, or an off value"));
+                return Err(EnvError {
+                    variable: found.0,
+                    value: found.1,
+                    expected: "a file path, or an off value",
+                });
             } else {
                 LogSetting::Path(expand_home(value, vars.get("HOME").map(String::as_str)))
             });

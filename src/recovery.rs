@@ -140,6 +140,22 @@ impl FallbackChains {
         self
     }
 
+    /// Adds every chain of `other`, replacing chains for the same models.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::FallbackChains;
+    ///
+    /// let chains = FallbackChains::new()
+    ///     .chain("a", ["b"])
+    ///     .extend(FallbackChains::new().chain("c", ["d"]));
+    /// assert_eq!(chains.for_model("c"), ["d".to_string()]);
+    /// assert_eq!(chains.for_model("a"), ["b".to_string()]);
+    /// ```
+    pub fn extend(mut self, other: FallbackChains) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+
     /// The chain for a model, empty when none is configured.
     pub fn for_model(&self, model: &str) -> &[String] {
         self.0.get(model).map(Vec::as_slice).unwrap_or(&[])

@@ -1,17 +1,17 @@
-"""The official `openai` SDK through the proxy (Chat Completions).
+"""The official `openai` SDK through the proxy (Chat Completions): normal
+traffic parses as without the proxy, an empty `content_filter` stop reaches
+the SDK as the rescued answer, a partial one as the provider sent it."""
 
-TODO(openai-dialect): the OpenAI dialect is written on another branch. Until
-it is merged, the guard passes Chat Completions traffic through untouched, so
-these tests check byte-faithful pass-through; the refusal cases (an empty
-`content_filter` stream reaching the SDK rescued, a partial one as sent) are
-to be added with the dialect. `test_simulated_content_filter` accepts both
-behaviours so that it stays green across that merge.
-"""
+import json
 
 import openai
 import pytest
 
 STREAM = "e2e/openai_chat_text_e2aad469.bin"
+EMPTY_FILTER = "openai/hand-written/chat_content_filter_empty.sse"
+EMPTY_FILTER_JSON = "openai/hand-written/chat_content_filter_empty.json"
+PARTIAL_FILTER = "openai/hand-written/chat_content_filter_partial.sse"
+NOTE = "[refusal-guard]"
 TOOLS = "e2e/openai_chat_tools_2018feb6.bin"
 JSON = "e2e/chat_completion.json"
 
@@ -82,9 +82,35 @@ def test_simulated_content_filter(harness, stream):
         done = c.chat.completions.create(model="gpt-4o", messages=messages)
         finish = [done.choices[0].finish_reason]
         text = done.choices[0].message.content or ""
-    # Without the OpenAI dialect: the filter stop as sent. With it: rescued.
-    assert finish in (["content_filter"], ["stop"])
-    if finish == ["stop"]:
-        assert text.startswith("Simulated answer")
-    else:
-        assert text == ""
+    assert finish == ["stop"]
+    assert text.startswith("Simulated answer")
+
+
+def test_empty_content_filter_stream_reaches_the_sdk_rescued(harness, script_id):
+    parts = chunks(client(harness.proxy, f"{EMPTY_FILTER},{STREAM}", script_id))
+    direct = chunks(client(harness.mock, STREAM, script_id + "-direct"))
+    assert parts == direct, "the SDK sees only the rescued stream"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    continuation = seen[1]["json"]
+    assert continuation["messages"][-1]["role"] == "user"
+    assert NOTE in continuation["messages"][-1]["content"]
+    assert continuation["messages"][:-1] == seen[0]["json"]["messages"]
+
+
+def test_empty_content_filter_json_reaches_the_sdk_rescued(harness, script_id):
+    done = client(harness.proxy, f"{EMPTY_FILTER_JSON},{JSON}", script_id).chat.completions.create(
+        model="gpt-4o", messages=[{"role": "user", "content": "hi"}]
+    )
+    assert done.choices[0].finish_reason == "stop"
+    assert done.choices[0].message.content == "Hello from the mock upstream."
+    assert len(harness.seen(script_id)) == 2
+
+
+def test_partial_content_filter_reaches_the_sdk_as_sent(harness, script_id):
+    through = chunks(client(harness.proxy, PARTIAL_FILTER, script_id))
+    direct = chunks(client(harness.mock, PARTIAL_FILTER, script_id + "-direct"))
+    assert through == direct
+    finish = [c["choices"][0]["finish_reason"] for c in through if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finish == ["content_filter"]
+    assert len(harness.seen(script_id)) == 1
