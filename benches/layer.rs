@@ -1,8 +1,8 @@
 //! The guard against the bare inner service, measured in the same run.
 //!
 //! `cargo bench --bench layer`. Each group has a `bare` baseline (the mock
-//! inner service alone) and the same traffic through `RefusalGuard`; the
-//! README reports the ratio guarded / bare.
+//! inner service alone), the same traffic through `RefusalGuard`, and through
+//! it with the opt-in text detector on; the README reports the ratios.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -132,6 +132,15 @@ fn bench(c: &mut Criterion) {
         let guarded = RefusalGuardLayer::new().layer(inner(chunks.clone(), content_type));
         group.bench_function("guarded", |b| {
             b.to_async(&runtime).iter(|| drive(guarded.clone(), stream))
+        });
+        // The opt-in text detector's hold-back on an ordinary answer, against
+        // the guard without it just above.
+        let detecting = RefusalGuardLayer::new()
+            .detect_text_refusals(true)
+            .layer(inner(chunks.clone(), content_type));
+        group.bench_function("guarded_text_detection", |b| {
+            b.to_async(&runtime)
+                .iter(|| drive(detecting.clone(), stream))
         });
         group.finish();
     }
