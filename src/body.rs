@@ -245,9 +245,21 @@ pub(crate) struct Guarded<R> {
     finish: Finish,
 }
 
+/// A body answered before its decision: keep-alive comments until the
+/// decided response's frames arrive from the task that awaits it.
+pub(crate) struct KeepAlive {
+    frames: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    tick: tokio::time::Interval,
+    started: bool,
+}
+
+/// An SSE comment line: every SSE parser skips it.
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
 enum Kind<R> {
     Passthrough(Pin<Box<R>>),
     Guarded(Box<Guarded<R>>),
+    KeepAlive(Box<KeepAlive>),
 }
 
 /// The response body of a [`RefusalGuard`](crate::RefusalGuard).
@@ -264,6 +276,7 @@ impl<R> std::fmt::Debug for GuardBody<R> {
         let kind = match &self.kind {
             Kind::Passthrough(_) => "passthrough",
             Kind::Guarded(_) => "guarded",
+            Kind::KeepAlive(_) => "keep-alive",
         };
         f.debug_struct("GuardBody").field("kind", &kind).finish()
     }
@@ -273,6 +286,23 @@ impl<R> GuardBody<R> {
     pub(crate) fn passthrough(body: R) -> Self {
         GuardBody {
             kind: Kind::Passthrough(Box::pin(body)),
+        }
+    }
+
+    /// Keep-alive comments every `interval` (the first at once) until the
+    /// first frame arrives on `frames`, then those frames.
+    pub(crate) fn keep_alive(
+        frames: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+        interval: std::time::Duration,
+    ) -> Self {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        GuardBody {
+            kind: Kind::KeepAlive(Box::new(KeepAlive {
+                frames,
+                tick,
+                started: false,
+            })),
         }
     }
 
@@ -338,6 +368,18 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes)).map_err(Into::into)))
             }
+            Kind::KeepAlive(k) => {
+                if let Poll::Ready(frame) = k.frames.poll_recv(cx) {
+                    k.started = true;
+                    return Poll::Ready(frame);
+                }
+                // Comments only before the first byte of the served stream,
+                // so they never land inside one of its frames.
+                if !k.started && k.tick.poll_tick(cx).is_ready() {
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
+                }
+                Poll::Pending
+            }
             Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {
                     return Poll::Ready(Some(Ok(frame)));
@@ -391,6 +433,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
+            Kind::KeepAlive(_) => false,
             Kind::Passthrough(body) => body.is_end_stream(),
             Kind::Guarded(g) => {
                 g.held.is_empty()
@@ -403,6 +446,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
+            Kind::KeepAlive(_) => SizeHint::new(),
             Kind::Passthrough(body) => body.size_hint(),
             // A rewritten stream's length is not known ahead.
             Kind::Guarded(g) if g.splice.is_some() => SizeHint::new(),

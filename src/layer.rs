@@ -39,6 +39,8 @@ pub(crate) struct Config {
     pub(crate) handoff_marker: bool,
     pub(crate) text_detection: bool,
     pub(crate) text_hold_bytes: usize,
+    pub(crate) keepalive_after: Option<Duration>,
+    pub(crate) keepalive_interval: Duration,
 }
 
 impl fmt::Debug for Config {
@@ -61,6 +63,8 @@ impl fmt::Debug for Config {
             .field("handoff_marker", &self.handoff_marker)
             .field("text_detection", &self.text_detection)
             .field("text_hold_bytes", &self.text_hold_bytes)
+            .field("keepalive_after", &self.keepalive_after)
+            .field("keepalive_interval", &self.keepalive_interval)
             .finish_non_exhaustive()
     }
 }
@@ -113,6 +117,8 @@ impl RefusalGuardLayer {
     /// Default cap on the answer text held back while the opt-in text
     /// detector cannot yet rule out a prose refusal (2 KiB).
     pub const DEFAULT_TEXT_HOLD_BYTES: usize = 2 << 10;
+    /// Default time between keep-alive comments (15 s).
+    pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
     /// Default cap on the SSE frames held back before real output.
     pub const DEFAULT_MAX_HOLD_FRAMES: usize = 20_000;
     /// The request header that names a conversation explicitly, unless
@@ -147,6 +153,8 @@ impl RefusalGuardLayer {
                 handoff_marker: false,
                 text_detection: false,
                 text_hold_bytes: Self::DEFAULT_TEXT_HOLD_BYTES,
+                keepalive_after: None,
+                keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
             }),
         }
     }
@@ -178,6 +186,8 @@ impl RefusalGuardLayer {
                     handoff_marker: old.handoff_marker,
                     text_detection: old.text_detection,
                     text_hold_bytes: old.text_hold_bytes,
+                    keepalive_after: old.keepalive_after,
+                    keepalive_interval: old.keepalive_interval,
                 };
                 change(&mut config);
                 self.config = Arc::new(config);
@@ -338,6 +348,32 @@ impl RefusalGuardLayer {
     /// Most answer text held back for the text detector (default 2 KiB).
     pub fn text_hold_bytes(self, bytes: usize) -> Self {
         self.with(|c| c.text_hold_bytes = bytes.max(1))
+    }
+
+    /// Once a stream has been held for `after` without a decision (extended
+    /// thinking can run for minutes), answers with the original response's
+    /// head and sends SSE comments (`: keep-alive`), which every SSE parser
+    /// ignores, every [`keepalive_interval`](Self::keepalive_interval) until
+    /// the decision; whatever is served then (the original, or a recovered
+    /// attempt) streams under that head. Off by default: the comments are
+    /// bytes the provider did not send, and a response answered early carries
+    /// its [`Refusal`](crate::Refusal) only in the
+    /// [`RefusalHandle`](crate::RefusalHandle).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let layer = refusal_guard::RefusalGuardLayer::new()
+    ///     .keepalive_after(Duration::from_secs(20))
+    ///     .keepalive_interval(Duration::from_secs(10));
+    /// # let _ = layer;
+    /// ```
+    pub fn keepalive_after(self, after: Duration) -> Self {
+        self.with(|c| c.keepalive_after = Some(after))
+    }
+
+    /// Time between keep-alive comments (default 15 s).
+    pub fn keepalive_interval(self, interval: Duration) -> Self {
+        self.with(|c| c.keepalive_interval = interval.max(Duration::from_millis(1)))
     }
 
     /// Marks a client-side fallback inside the served Anthropic stream with a

@@ -529,6 +529,15 @@ where
                     || bytes > config.max_hold_bytes
                     || watch.frames > config.max_hold_frames
                 {
+                    // Committing blind: say why, since a refusal that comes
+                    // later can no longer be recovered.
+                    tracing::warn!(
+                        wire_api = %dialect.wire_api(),
+                        held_bytes = bytes,
+                        held_frames = watch.frames,
+                        oversized_frame = watch.blind,
+                        "hold limit reached before a decision; letting the response through"
+                    );
                     break match &findings.empty_refusal {
                         Some(info) => Verdict::Refused {
                             info: info.clone(),
@@ -793,7 +802,9 @@ async fn guard<S, B, R>(
     request: Request<B>,
 ) -> Result<Response<GuardBody<R>>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send,
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
     B: ReplayBody,
     B::Error: Into<BoxError>,
     R: Body + Send + 'static,
@@ -897,6 +908,90 @@ where
 
     let sent = Instant::now();
     let response = upstream.send(original).await?;
+    let keepalive = config
+        .keepalive_after
+        .filter(|_| response.status().is_success() && is_event_stream(response.headers()));
+    let (head, body) = response.into_parts();
+    let early_head = keepalive.map(|_| head.clone());
+    let decision = decide(
+        upstream,
+        call.clone(),
+        template,
+        chain,
+        streaming,
+        Response::from_parts(head, body),
+        sent,
+    );
+    let (Some(after), Some(head)) = (keepalive, early_head) else {
+        return Ok(decision.await);
+    };
+    // A long hold (minutes of extended thinking) must not starve the client:
+    // past `after`, answer with the original head and keep the connection
+    // busy with SSE comments until the decision is made.
+    let mut decision = Box::pin(decision);
+    let mut timer = Box::pin(tokio::time::sleep(after));
+    let early = std::future::poll_fn(|cx| {
+        if let Poll::Ready(served) = decision.as_mut().poll(cx) {
+            return Poll::Ready(Some(served));
+        }
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await;
+    Ok(match early {
+        Some(served) => served,
+        None => keep_alive(head, decision, &call, config.keepalive_interval),
+    })
+}
+
+/// Answers with `head` now and streams the decision's response body when it
+/// comes, SSE comments meanwhile.
+fn keep_alive<R, F>(
+    mut head: http::response::Parts,
+    decision: Pin<Box<F>>,
+    call: &Call,
+    interval: Duration,
+) -> Response<GuardBody<R>>
+where
+    F: Future<Output = Response<GuardBody<R>>> + Send + 'static,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        let mut body = decision.await.into_body();
+        while let Some(frame) = body.frame().await {
+            if sender.send(frame).await.is_err() {
+                // The client went away: dropping the body cancels upstream.
+                break;
+            }
+        }
+    });
+    // The body that follows is not the one this length was for.
+    head.headers.remove(CONTENT_LENGTH);
+    let mut response = Response::from_parts(head, GuardBody::keep_alive(receiver, interval));
+    response.extensions_mut().insert(call.handle.clone());
+    response
+}
+
+/// Holds the original response, then serves it or climbs the ladder.
+async fn decide<S, B, R>(
+    upstream: Upstream<S>,
+    call: Call,
+    template: Template,
+    chain: Vec<String>,
+    streaming: bool,
+    response: Response<R>,
+    sent: Instant,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let config = call.config.clone();
+    let dialect = call.dialect;
+    let model = call.model.clone();
     let held = hold(response, dialect, &config, streaming).await;
     let request_id = dialect.request_id(&held.parts.headers);
     let original_attempt = Attempt {
@@ -914,7 +1009,7 @@ where
                 result: AttemptResult::Refused,
                 ..original_attempt
             };
-            Ok(recover(
+            recover(
                 upstream,
                 call,
                 template,
@@ -925,7 +1020,7 @@ where
                 original_attempt,
                 request_id,
             )
-            .await)
+            .await
         }
         Verdict::Refused { ref info, .. } => {
             // Too much came before or after the refusal to keep it whole:
@@ -947,11 +1042,11 @@ where
             let watch = None;
             let mut held = held;
             held.watch = watch;
-            Ok(serve(held, &call, None, Some(&refusal), None))
+            serve(held, &call, None, Some(&refusal), None)
         }
         Verdict::Pass => {
             call.handle.settle(None);
-            Ok(serve(held, &call, None, None, None))
+            serve(held, &call, None, None, None)
         }
         _ => {
             let output = matches!(held.verdict, Verdict::Output);
@@ -960,13 +1055,7 @@ where
             }
             if let Some(findings) = held.judged.clone() {
                 let refusal = judge_findings(&call, &findings, request_id, false);
-                return Ok(serve_settled(
-                    held,
-                    &call,
-                    refusal,
-                    vec![original_attempt],
-                    None,
-                ));
+                return serve_settled(held, &call, refusal, vec![original_attempt], None);
             }
             let settle = Watched {
                 call: call.clone(),
@@ -974,7 +1063,7 @@ where
                 attempts: vec![original_attempt],
                 recovery: None,
             };
-            Ok(serve(held, &call, Some(settle), None, None))
+            serve(held, &call, Some(settle), None, None)
         }
     }
 }

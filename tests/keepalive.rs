@@ -1,0 +1,193 @@
+//! Long holds: past `keepalive_after`, the client gets the head and SSE
+//! comments, then whatever is decided, under the original head.
+mod common;
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::events::*;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use serde_json::json;
+use tokio::sync::oneshot;
+use tower::{Layer, ServiceExt};
+
+/// Yields `head`, then waits for the gate, then yields `tail`.
+struct Gated {
+    head: Option<Bytes>,
+    gate: Option<oneshot::Receiver<()>>,
+    tail: Option<Bytes>,
+}
+
+impl http_body::Body for Gated {
+    type Data = Bytes;
+    type Error = tower::BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        if let Some(head) = self.head.take() {
+            return Poll::Ready(Some(Ok(http_body::Frame::data(head))));
+        }
+        if let Some(gate) = self.gate.as_mut() {
+            if Pin::new(gate).poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.gate = None;
+        }
+        Poll::Ready(self.tail.take().map(|t| Ok(http_body::Frame::data(t))))
+    }
+}
+
+use std::future::Future;
+
+fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
+    let head = anthropic_stream(&[
+        message_start("m"),
+        block_start(0, json!({"type":"thinking","thinking":""})),
+        thinking_delta(0, "Considering the request..."),
+    ]);
+    (head, anthropic_stream(&tail))
+}
+
+/// An upstream whose first answer thinks, waits for the gate, then ends with
+/// `tail`; later answers are `later`.
+fn upstream(
+    head: Bytes,
+    tail: Bytes,
+    later: Bytes,
+    gate: oneshot::Receiver<()>,
+) -> impl tower::Service<
+    http::Request<Full<Bytes>>,
+    Response = http::Response<Gated>,
+    Error = tower::BoxError,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    let gate = Arc::new(Mutex::new(Some(gate)));
+    tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+        let gate = gate.lock().unwrap().take();
+        let body = match gate {
+            Some(gate) => Gated {
+                head: Some(head.clone()),
+                gate: Some(gate),
+                tail: Some(tail.clone()),
+            },
+            None => Gated {
+                head: Some(later.clone()),
+                gate: None,
+                tail: None,
+            },
+        };
+        async move {
+            Ok(http::Response::builder()
+                .header("content-type", "text/event-stream")
+                .header("request-id", "req_original")
+                .body(body)
+                .unwrap())
+        }
+    })
+}
+
+fn comments_then(body: &Bytes) -> (usize, Bytes) {
+    let mut rest = body.clone();
+    let mut comments = 0;
+    while rest.starts_with(b": keep-alive\n\n") {
+        rest = rest.slice(14..);
+        comments += 1;
+    }
+    (comments, rest)
+}
+
+#[tokio::test]
+async fn a_long_hold_sends_comments_then_the_rescued_stream_under_the_original_head() {
+    let (head, tail) = thinking_then(vec![
+        block_stop(0),
+        refusal(Some("cyber"), None),
+        message_stop(),
+    ]);
+    let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let (open, gate) = oneshot::channel();
+    let guard = RefusalGuardLayer::new()
+        .keepalive_after(Duration::from_millis(50))
+        .keepalive_interval(Duration::from_millis(20))
+        .layer(upstream(head, tail, answer.clone(), gate));
+    let request = post("/v1/messages", &messages_request("m", true, "x"));
+    // The answer comes while upstream is still thinking (the gate is shut).
+    let response = tokio::time::timeout(Duration::from_secs(5), guard.oneshot(request))
+        .await
+        .expect("answered before the decision")
+        .unwrap();
+    assert_eq!(response.headers()["request-id"], "req_original");
+    assert!(
+        response.extensions().get::<Refusal>().is_none(),
+        "not known yet"
+    );
+    let handle = response
+        .extensions()
+        .get::<RefusalHandle>()
+        .unwrap()
+        .clone();
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, Bytes::from_static(b": keep-alive\n\n"));
+    tokio::time::sleep(Duration::from_millis(70)).await;
+    open.send(()).unwrap();
+    let rest = body.collect().await.unwrap().to_bytes();
+    let (comments, served) = comments_then(&rest);
+    assert!(comments >= 1, "more comments while the hold went on");
+    assert_eq!(
+        served, answer,
+        "the rescued stream, whole, after the comments"
+    );
+    assert_eq!(handle.settled().await.unwrap().outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
+    let (head, tail) = thinking_then(vec![
+        block_stop(0),
+        block_start(1, json!({"type":"text","text":""})),
+        text_delta(1, "Here you go."),
+        block_stop(1),
+        stop("end_turn"),
+        message_stop(),
+    ]);
+    let (open, gate) = oneshot::channel();
+    let guard = RefusalGuardLayer::new()
+        .keepalive_after(Duration::from_millis(30))
+        .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
+    let response = guard
+        .oneshot(post("/v1/messages", &messages_request("m", true, "x")))
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(first, Bytes::from_static(b": keep-alive\n\n"));
+    open.send(()).unwrap();
+    let body = body.collect().await.unwrap().to_bytes();
+    let (_, served) = comments_then(&body);
+    let mut original = head.to_vec();
+    original.extend_from_slice(&tail);
+    assert_eq!(served, Bytes::from(original));
+}
+
+#[tokio::test]
+async fn a_quick_decision_sends_no_comment() {
+    let stream = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
+    let mut guard = RefusalGuardLayer::new()
+        .keepalive_after(Duration::from_secs(30))
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request("m", true, "x")),
+    )
+    .await;
+    assert_eq!(body, stream);
+}
