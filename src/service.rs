@@ -812,6 +812,13 @@ where
 {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
+    // The conversation header is the guard's own: it never goes upstream,
+    // whether or not the request turns out to be guardable.
+    let header_key = config
+        .conversation_header
+        .as_ref()
+        .and_then(|name| parts.headers.remove(name))
+        .and_then(|v| v.to_str().ok().map(str::to_owned));
     let bytes = match read_request_body(&parts.headers, body, config.max_request_body).await {
         RequestBody::Read(bytes) => bytes,
         RequestBody::Forward(body) => {
@@ -834,11 +841,6 @@ where
 
     // Which conversation: the user's closure, then the header, then a hash of
     // what stays the same across the conversation.
-    let header_key = config
-        .conversation_header
-        .as_ref()
-        .and_then(|name| parts.headers.remove(name))
-        .and_then(|v| v.to_str().ok().map(str::to_owned));
     let conversation = config
         .conversation_fn
         .as_ref()

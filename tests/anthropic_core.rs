@@ -844,3 +844,51 @@ async fn a_panicking_sink_does_not_fail_the_request() {
     .await;
     assert_eq!(body, fixture(TEXT));
 }
+
+#[tokio::test]
+async fn an_unreadable_body_is_forwarded_as_sent_without_the_guards_header() {
+    let refusal = fixture(EMPTY_REFUSAL);
+    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
+    let sink = MemorySink::new();
+    let raw = Bytes::from_static(b"{\"model\": \"m\", \"stream\": tru");
+    let request = http::Request::post("https://api.anthropic.com/v1/messages")
+        .header("x-refusal-guard-conversation", "abc")
+        .body(Full::new(raw.clone()))
+        .unwrap();
+    let (_, body) = call(&mut guard_with(&upstream, &sink), request).await;
+    assert_eq!(body, refusal, "not judged");
+    let seen = &upstream.seen()[0];
+    assert_eq!(seen.body, raw);
+    assert!(!seen.headers.contains_key("x-refusal-guard-conversation"));
+    assert!(sink.records().is_empty());
+}
+
+#[tokio::test]
+async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&fixture(EMPTY_REFUSAL)),
+        Reply::sse(&fixture(TEXT)),
+    ]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .fallback_chains(
+            refusal_guard::recovery::FallbackChains::new()
+                .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
+        )
+        .layer(upstream.service());
+    let body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "x"}]});
+    let bytes = serde_json::to_vec(&body).unwrap();
+    let path = "https://gw.example/models/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-4-7:streamRawPredict";
+    let request = http::Request::post(path)
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap();
+    let (_, out) = call(&mut guard, request).await;
+    assert_eq!(out, fixture(TEXT));
+    assert_eq!(
+        upstream.seen()[1].uri.path(),
+        "/models/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict"
+    );
+    assert_eq!(sink.records()[0].outcome, Outcome::Fallback);
+}

@@ -83,7 +83,8 @@ fn refusal(carrier: &Value) -> Option<RefusalInfo> {
 /// written `{model}:{method}`.
 fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
     let segments = path_segments(uri);
-    let at = segments.iter().position(|s| *s == "models")? + 1;
+    // The last `models` segment: a base path may contain the word too.
+    let at = segments.iter().rposition(|s| *s == "models")? + 1;
     let (model, method) = segments.get(at)?.split_once(':')?;
     let publisher = segments.get(at.checked_sub(2)?)?;
     (*publisher == "anthropic" && matches!(method, "rawPredict" | "streamRawPredict"))
