@@ -14,6 +14,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use refusal_guard::env::{self, EnvConfig, LogSetting};
 use refusal_guard::proxy::{Proxy, Upstream};
@@ -33,6 +34,9 @@ usage: proxy [OPTIONS]
   --retarget M1,M2       rewrite Anthropic server-side `fallbacks` to these models
   --inject-fallbacks     also add them to requests that carry no `fallbacks`
   --chain MODEL=M1,M2    client-side fallback chain for MODEL (repeatable)
+  --detect-text on|off   treat prose refusals (I can't help with that) as refusals (default off)
+  --keepalive SECS       after SECS of holding a stream, send the head and SSE
+                         keep-alive comments until the guard decides (default off)
   --simulate             no upstream: a built-in provider that refuses each
                          conversation's first attempt (no network, no key)
   --quiet                no per-request line on stderr
@@ -40,7 +44,7 @@ usage: proxy [OPTIONS]
 
 Each option also reads REFUSAL_GUARD_<NAME> (LISTEN, UPSTREAM, LOG, RESCUE,
 RETARGET or FALLBACKS, INJECT_FALLBACKS, CHAIN with `;` between chains,
-SIMULATE, QUIET). RESCUE, FALLBACKS and LOG are also read as pi-refusal-guard's
+DETECT_TEXT, KEEPALIVE, SIMULATE, QUIET). RESCUE, FALLBACKS and LOG are also read as pi-refusal-guard's
 OMP_REFUSAL_* and PI_REFUSAL_*. An off value for LOG means no log.";
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -55,12 +59,23 @@ struct Options {
     retarget: Vec<String>,
     inject_fallbacks: bool,
     chains: FallbackChains,
+    detect_text: bool,
+    keepalive: Option<Duration>,
     simulate: bool,
     quiet: bool,
 }
 
 fn flag(value: &str, name: &str) -> Result<bool, String> {
     env::parse_switch(name, value).map_err(|e| e.to_string())
+}
+
+fn seconds(value: &str, name: &str) -> Result<Duration, String> {
+    match value.trim().parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() => Ok(Duration::from_secs_f64(secs)),
+        _ => Err(format!(
+            "{name}: expected a number of seconds, got `{value}`"
+        )),
+    }
 }
 
 fn models(value: &str, name: &str) -> Result<Vec<String>, String> {
@@ -81,6 +96,8 @@ fn parse(
     let mut chains: Option<FallbackChains> = None;
     let mut simulate = None;
     let mut quiet = None;
+    let mut detect_text = None;
+    let mut keepalive = None;
 
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -111,6 +128,8 @@ fn parse(
             "--inject-fallbacks" | "--simulate" | "--quiet" if inline.is_some() => {
                 return Err(format!("{name} takes no value"))
             }
+            "--detect-text" => detect_text = Some(flag(&value("on or off")?, "--detect-text")?),
+            "--keepalive" => keepalive = Some(seconds(&value("seconds")?, "--keepalive")?),
             "--inject-fallbacks" => inject = Some(true),
             "--simulate" => simulate = Some(true),
             "--quiet" => quiet = Some(true),
@@ -160,6 +179,16 @@ fn parse(
             .map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_INJECT_FALLBACKS"))?,
     };
     let chains = chains.or(from_env.chains).unwrap_or_default();
+    let detect_text = match detect_text {
+        Some(on) => on,
+        None => var("DETECT_TEXT").map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_DETECT_TEXT"))?,
+    };
+    let keepalive = match keepalive {
+        Some(after) => Some(after),
+        None => var("KEEPALIVE")
+            .map(|v| seconds(&v, "REFUSAL_GUARD_KEEPALIVE"))
+            .transpose()?,
+    };
     let simulate = match simulate {
         Some(on) => on,
         None => var("SIMULATE").map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_SIMULATE"))?,
@@ -179,6 +208,8 @@ fn parse(
         retarget,
         inject_fallbacks,
         chains,
+        detect_text,
+        keepalive,
         simulate,
         quiet,
     }))
@@ -232,7 +263,11 @@ async fn run(options: Options) -> ExitCode {
         .rescue(options.rescue)
         .retarget_fallbacks(options.retarget.clone())
         .inject_server_fallbacks(options.inject_fallbacks)
-        .fallback_chains(options.chains.clone());
+        .fallback_chains(options.chains.clone())
+        .detect_text_refusals(options.detect_text);
+    if let Some(after) = options.keepalive {
+        layer = layer.keepalive_after(after);
+    }
     let log_shown = match &options.log {
         LogSetting::Off => "off".to_owned(),
         LogSetting::Path(path) => match JsonlSink::open(path) {
@@ -370,5 +405,22 @@ mod tests {
         assert!(parse(args(&["--upstream", "ftp://x"]), none).is_err());
         assert!(parse(args(&["--inject-fallbacks"]), none).is_err());
         assert!(parse(args(&["--help"]), none).unwrap().is_none());
+        assert!(parse(args(&["--keepalive", "soon"]), none).is_err());
+        assert!(parse(args(&["--keepalive", "0"]), none).is_err());
+        assert!(parse(args(&["--detect-text", "perhaps"]), none).is_err());
+    }
+
+    #[test]
+    fn keepalive_and_text_detection() {
+        let none = |_: &str| None;
+        let o = parse(args(&["--keepalive", "20", "--detect-text=on"]), none)
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.keepalive, Some(Duration::from_secs(20)));
+        assert!(o.detect_text);
+        let env = |key: &str| (key == "REFUSAL_GUARD_KEEPALIVE").then(|| "1.5".to_owned());
+        let o = parse(args(&[]), env).unwrap().unwrap();
+        assert_eq!(o.keepalive, Some(Duration::from_millis(1500)));
+        assert!(!o.detect_text);
     }
 }
