@@ -459,7 +459,7 @@ where
     let mut watch = StreamWatch::new(dialect.stream_inspector(), config.max_hold_bytes.max(1));
     let mut bytes = 0usize;
     // Whether the text detector still has to rule on this answer.
-    let mut text_pending = config.text_detection && dialect.reports_text();
+    let mut text_pending = config.text_detection;
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -610,7 +610,7 @@ async fn hold_json<R>(
     }
     let mut findings = crate::body::Findings::default();
     findings.absorb(dialect.inspect_json(&json));
-    if config.text_detection && dialect.reports_text() {
+    if config.text_detection {
         findings.judge_text();
     }
     held.verdict = match &findings.empty_refusal {

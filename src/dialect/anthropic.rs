@@ -113,12 +113,6 @@ impl Dialect for AnthropicMessages {
         path.ends_with("/v1/messages").then_some(None)
     }
 
-    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
-        path_model
-            .map(str::to_owned)
-            .or_else(|| str_field(body, "model"))
-    }
-
     fn is_streaming(&self, uri: &Uri, body: &Value) -> bool {
         body.get("stream").and_then(Value::as_bool).unwrap_or(false)
             || vertex_model_segment(uri).is_some_and(|(_, _, m)| m == "streamRawPredict")
@@ -214,10 +208,6 @@ impl Dialect for AnthropicMessages {
             .ok_or(RewriteError("request body is not an object"))?;
         object.insert("model".into(), Value::String(model.to_owned()));
         Ok(())
-    }
-
-    fn reports_text(&self) -> bool {
-        true
     }
 
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {

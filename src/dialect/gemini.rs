@@ -333,10 +333,6 @@ impl Dialect for GeminiGenerateContent {
         Ok(())
     }
 
-    fn reports_text(&self) -> bool {
-        true
-    }
-
     fn request_id(&self, headers: &http::HeaderMap) -> Option<String> {
         ["x-goog-request-id", "x-request-id", "request-id"]
             .iter()

@@ -94,8 +94,13 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn wire_api(&self) -> WireApi;
     /// Recognises a request this dialect guards from its method and URL alone.
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>>;
-    /// The model the request asks for.
-    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String>;
+    /// The model the request asks for: the one in the path, else the body's
+    /// `model`.
+    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
+        path_model
+            .map(str::to_owned)
+            .or_else(|| str_field(body, "model"))
+    }
     /// Whether the request asks for a stream.
     fn is_streaming(&self, uri: &Uri, body: &Value) -> bool;
     /// Why this request cannot be guarded at all, if it cannot (OpenAI
@@ -107,6 +112,9 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// The parts of the request that stay the same for a whole conversation
     /// (the system prompt and the first user turn), for the default key.
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>>;
+    /// A fresh inspector for one streamed response. Its observations carry
+    /// the answer's text and tool calls too, which the opt-in text detector
+    /// reads.
     fn stream_inspector(&self) -> Box<dyn StreamInspector>;
     /// Inspects a whole successful JSON body.
     fn inspect_json(&self, body: &Value) -> Observation;
@@ -148,11 +156,6 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// The same mark in a whole JSON body. Returns whether the body changed.
     fn handoff_json(&self, _body: &mut Value, _handoff: &Handoff<'_>) -> bool {
-        false
-    }
-    /// Whether observations carry the answer's text and tool calls, which
-    /// the opt-in text detector needs.
-    fn reports_text(&self) -> bool {
         false
     }
     /// The provider's request id in the response headers.

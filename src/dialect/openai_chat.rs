@@ -193,12 +193,6 @@ impl Dialect for OpenAiChat {
         path.ends_with("/chat/completions").then_some(None)
     }
 
-    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
-        path_model
-            .map(str::to_owned)
-            .or_else(|| str_field(body, "model"))
-    }
-
     fn is_streaming(&self, _uri: &Uri, body: &Value) -> bool {
         body.get("stream").and_then(Value::as_bool).unwrap_or(false)
     }
@@ -226,10 +220,6 @@ impl Dialect for OpenAiChat {
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(ChatStream::default())
-    }
-
-    fn reports_text(&self) -> bool {
-        true
     }
 
     fn inspect_json(&self, body: &Value) -> Observation {

@@ -152,12 +152,6 @@ impl Dialect for OpenAiResponses {
             .then_some(None)
     }
 
-    fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
-        path_model
-            .map(str::to_owned)
-            .or_else(|| str_field(body, "model"))
-    }
-
     fn is_streaming(&self, _uri: &Uri, body: &Value) -> bool {
         body.get("stream").and_then(Value::as_bool).unwrap_or(false)
     }
@@ -181,10 +175,6 @@ impl Dialect for OpenAiResponses {
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(ResponsesStream::default())
-    }
-
-    fn reports_text(&self) -> bool {
-        true
     }
 
     fn inspect_json(&self, body: &Value) -> Observation {
