@@ -68,7 +68,7 @@
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report.
 //! - [`sse`]: the incremental SSE framer; [`soft`]: the opt-in prose refusal
-//!   detector; [`env`]: configuration from environment variables.
+//!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
 #![deny(missing_docs)]

@@ -1,10 +1,10 @@
 //! Every Gemini / Vertex AI chat fixture gets the verdict listed in the
 //! shared fixtures README, through the public API, whatever the chunking.
 //!
-//! Chunkings: files under 4 KiB (105 of the 124) are cut at every single byte position (two
-//! chunks) and also fed in random chunkings; larger files get
-//! `RANDOM_CHUNKINGS_LARGE` random chunkings each (every split point of a
-//! 25 KiB file is too slow in a debug build). Streaming fixtures are also
+//! Chunkings: every file (all are under 64 KiB) is cut at every single byte
+//! position (two chunks) and also fed in random chunkings; a file over the
+//! limit would get `RANDOM_CHUNKINGS_LARGE` random chunkings instead.
+//! Streaming fixtures are also
 //! replayed in their non-SSE form (`streamGenerateContent` without
 //! `alt=sse`: one JSON array of the same chunks).
 //!
@@ -31,7 +31,7 @@ use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use tower::{Layer, Service, ServiceExt};
 
 /// Files at least this large get random chunkings only.
-const EVERY_SPLIT_LIMIT: usize = 4 * 1024;
+const EVERY_SPLIT_LIMIT: usize = 64 * 1024;
 /// Random chunkings per file for files under the limit.
 const RANDOM_CHUNKINGS_SMALL: u64 = 8;
 /// Random chunkings per file for larger files.
