@@ -77,6 +77,7 @@
 pub mod body;
 mod dialect;
 pub mod env;
+mod hold;
 pub mod layer;
 pub mod ledger;
 #[cfg(feature = "proxy")]
@@ -86,6 +87,7 @@ pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+mod respond;
 pub mod service;
 pub mod simulate;
 pub mod soft;

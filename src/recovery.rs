@@ -1,11 +1,27 @@
 //! The recovery ladder: fallback chain hops, then one reframed rescue, then
-//! dead. This file holds the ladder's configuration pieces: the rescue note,
-//! the runtime switch and the per-call budget.
+//! dead: its configuration (the rescue note, the runtime switch, the chains,
+//! the per-call budget) and the ladder itself, which decides what a held
+//! response becomes.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderValue, Request, Response};
+use http_body::{Body, Frame};
+use serde_json::Value;
+use tower_service::Service;
+
+use crate::body::{BoxError, GuardBody, Splice};
+use crate::dialect::{Dialect, Handoff, RefusalInfo};
+use crate::hold::{hold, Held, Verdict};
+use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, RefusalKind};
+use crate::replay::ReplayBody;
+use crate::respond::{judge_findings, millis, serve, serve_settled, Call, Watched};
+use crate::service::{Template, Upstream};
 
 /// The reframing note the rescue appends as a user turn.
 ///
@@ -184,4 +200,358 @@ impl Default for Budget {
             deadline: Duration::from_secs(10 * 60),
         }
     }
+}
+
+/// How long a fallback credit token stays redeemable after its refusal.
+const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
+
+/// Holds the original response, then serves it or climbs the ladder.
+pub(crate) async fn decide<S, B, R>(
+    upstream: Upstream<S>,
+    call: Call,
+    template: Template,
+    chain: Vec<String>,
+    streaming: bool,
+    response: Response<R>,
+    sent: Instant,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let config = call.config.clone();
+    let dialect = call.dialect;
+    let model = call.model.clone();
+    let held = hold(response, dialect, &config, streaming).await;
+    let request_id = dialect.request_id(&held.parts.headers);
+    let original_attempt = Attempt {
+        step: AttemptStep::Original,
+        model: model.clone(),
+        result: AttemptResult::Served,
+        status: Some(held.status()),
+        latency_ms: millis(sent.elapsed()),
+    };
+
+    match held.verdict {
+        Verdict::Refused { ref info, complete } if complete => {
+            let info = info.clone();
+            let original_attempt = Attempt {
+                result: AttemptResult::Refused,
+                ..original_attempt
+            };
+            recover(
+                upstream,
+                call,
+                template,
+                chain,
+                streaming,
+                held,
+                info,
+                original_attempt,
+                request_id,
+            )
+            .await
+        }
+        Verdict::Refused { ref info, .. } => {
+            // Too much came before or after the refusal to keep it whole:
+            // the client gets it as it is, and the log says why.
+            let refusal = call.refusal(
+                info,
+                RefusalKind::Empty,
+                Outcome::Dead,
+                Some(DeadReason::HoldLimit),
+                None,
+                model.clone(),
+                request_id,
+            );
+            let attempts = vec![Attempt {
+                result: AttemptResult::Refused,
+                ..original_attempt
+            }];
+            call.emit(&refusal, attempts);
+            let watch = None;
+            let mut held = held;
+            held.watch = watch;
+            serve(held, &call, None, Some(&refusal), None)
+        }
+        Verdict::Pass => {
+            call.handle.settle(None);
+            serve(held, &call, None, None, None)
+        }
+        _ => {
+            let output = matches!(held.verdict, Verdict::Output);
+            if output {
+                call.record_output();
+            }
+            if let Some(findings) = held.judged.clone() {
+                let refusal = judge_findings(&call, &findings, request_id, false);
+                return serve_settled(held, &call, refusal, vec![original_attempt], None);
+            }
+            let settle = Watched {
+                call: call.clone(),
+                request_id,
+                attempts: vec![original_attempt],
+                recovery: None,
+            };
+            serve(held, &call, Some(settle), None, None)
+        }
+    }
+}
+
+/// Marks a handoff inside a whole (already read) JSON body.
+fn mark_json<R>(held: &mut Held<R>, dialect: &'static dyn Dialect, handoff: &Handoff<'_>) {
+    if held.rest.is_some() {
+        return;
+    }
+    let mut whole = BytesMut::new();
+    for frame in &held.frames {
+        if let Some(data) = frame.data_ref() {
+            whole.extend_from_slice(data);
+        }
+    }
+    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
+        return;
+    };
+    if dialect.handoff_json(&mut json, handoff) {
+        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
+        held.parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        held.frames = VecDeque::from([Frame::data(bytes)]);
+    }
+}
+
+/// One rung of the ladder.
+enum Step {
+    Fallback(String),
+    Rescue,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn recover<S, B, R>(
+    mut upstream: Upstream<S>,
+    call: Call,
+    template: Template,
+    chain: Vec<String>,
+    streaming: bool,
+    original: Held<R>,
+    info: RefusalInfo,
+    original_attempt: Attempt,
+    original_request_id: Option<String>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let config = call.config.clone();
+    let dialect = call.dialect;
+    let refused_at = Instant::now();
+    let mut attempts = vec![original_attempt];
+    let mut credit = info.credit_token.clone().map(|token| (token, refused_at));
+    let mut last_info = info.clone();
+    let mut reason: Option<DeadReason> = None;
+    let mut last_hop: Option<String> = None;
+    let deadline = call.started + config.budget.deadline;
+
+    let steps = chain
+        .iter()
+        .cloned()
+        .map(Step::Fallback)
+        .chain(std::iter::once(Step::Rescue));
+    for step in steps {
+        if attempts.len() as u32 >= config.budget.max_attempts || Instant::now() >= deadline {
+            reason = Some(DeadReason::BudgetExhausted);
+            break;
+        }
+        let mut json = template.json.clone();
+        let mut parts = template.parts.clone();
+        let (kind, step_model) = match &step {
+            Step::Fallback(model) => {
+                if dialect
+                    .swap_model(&mut parts.uri, &mut json, model)
+                    .is_err()
+                {
+                    reason = Some(DeadReason::Unrecoverable);
+                    continue;
+                }
+                // A token is redeemable once, within its lifetime.
+                if let Some((token, minted)) = credit.take() {
+                    if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
+                        dialect.attach_credit_token(&mut parts.headers, &mut json, &token);
+                    }
+                }
+                last_hop = Some(model.clone());
+                (AttemptStep::Fallback, Some(model.clone()))
+            }
+            Step::Rescue => {
+                if !config.rescue.is_on() {
+                    reason.get_or_insert(DeadReason::RescueOff);
+                    break;
+                }
+                if let Some(key) = &call.conversation {
+                    if !config.ledger.try_reserve_rescue(key, config.rescue_cap) {
+                        reason = Some(DeadReason::RescueCap);
+                        break;
+                    }
+                }
+                let mut rescue_model = call.model.clone();
+                if config.rescue_model == RescueModel::LastFallback {
+                    if let Some(hop) = &last_hop {
+                        if dialect.swap_model(&mut parts.uri, &mut json, hop).is_ok() {
+                            rescue_model = Some(hop.clone());
+                        }
+                    }
+                }
+                let note = config.rescue_note.render(
+                    last_info.category.as_deref(),
+                    last_info.explanation.as_deref(),
+                );
+                if dialect.append_note(&mut json, &note).is_err() {
+                    reason = Some(DeadReason::Unrecoverable);
+                    break;
+                }
+                (AttemptStep::Rescue, rescue_model)
+            }
+        };
+        let template_for_step = Template { parts, json };
+        let request: Request<B> = template_for_step.request(&template_for_step.json);
+        let sent = Instant::now();
+        let remaining = deadline.saturating_duration_since(sent);
+        let attempt = tokio::time::timeout(remaining, async {
+            match upstream.send(request).await {
+                Ok(response) => Ok(hold(response, dialect, &config, streaming).await),
+                Err(_) => Err(()),
+            }
+        })
+        .await;
+        let mut record = Attempt {
+            step: kind,
+            model: step_model.clone(),
+            result: AttemptResult::TransportError,
+            status: None,
+            latency_ms: millis(sent.elapsed()),
+        };
+        let held = match attempt {
+            Err(_elapsed) => {
+                attempts.push(record);
+                reason = Some(DeadReason::BudgetExhausted);
+                break;
+            }
+            Ok(Err(())) => {
+                attempts.push(record);
+                reason = Some(DeadReason::UpstreamError);
+                continue;
+            }
+            Ok(Ok(held)) => held,
+        };
+        record.status = Some(held.status());
+        // An error status the dialect reads as a refusal (Azure's 400
+        // `content_filter`) is a refusal of this attempt, not an upstream error.
+        if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
+            record.result = AttemptResult::HttpError;
+            attempts.push(record);
+            reason = Some(DeadReason::UpstreamError);
+            continue;
+        }
+        let success = match kind {
+            AttemptStep::Fallback => Outcome::Fallback,
+            _ => Outcome::Rescued,
+        };
+        let served_model = held
+            .watch
+            .as_ref()
+            .and_then(|w| w.findings.model.clone())
+            .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
+            .or(step_model.clone());
+        let request_id = dialect.request_id(&held.parts.headers);
+        match &held.verdict {
+            Verdict::Output => {
+                record.result = AttemptResult::Served;
+                attempts.push(record);
+                call.record_output();
+                if let (Some(ttl), Some(key), Outcome::Fallback, Some(model)) =
+                    (config.sticky_ttl, &call.conversation, success, &step_model)
+                {
+                    config.ledger.set_sticky_model(key, model, ttl);
+                }
+                let mut held = held;
+                let mut splice = None;
+                if let (true, Outcome::Fallback, Some(from), Some(to)) = (
+                    config.handoff_marker,
+                    success,
+                    call.model.as_deref(),
+                    step_model.as_deref(),
+                ) {
+                    let handoff = Handoff {
+                        from,
+                        to,
+                        category: info.category.as_deref(),
+                    };
+                    if held.watch.is_some() {
+                        splice = dialect
+                            .handoff_stream(&handoff)
+                            .map(|rewrite| Splice::new(rewrite, config.max_hold_bytes.max(1)));
+                        held.parts.headers.remove(CONTENT_LENGTH);
+                    } else {
+                        mark_json(&mut held, dialect, &handoff);
+                    }
+                }
+                let refusal = call.refusal(
+                    &info,
+                    RefusalKind::Empty,
+                    success,
+                    None,
+                    None,
+                    served_model,
+                    request_id,
+                );
+                return serve_settled(held, &call, Some(refusal), attempts, splice);
+            }
+            Verdict::Limit => {
+                // Held as long as allowed without a decision: serve it and
+                // let the end of its stream decide the outcome.
+                record.result = AttemptResult::Served;
+                attempts.push(record);
+                let settle = Watched {
+                    call: call.clone(),
+                    request_id,
+                    attempts,
+                    recovery: Some((info.clone(), success, served_model)),
+                };
+                return serve(held, &call, Some(settle), None, None);
+            }
+            Verdict::Refused { info: again, .. } => {
+                record.result = AttemptResult::Refused;
+                attempts.push(record);
+                credit = again.credit_token.clone().map(|t| (t, Instant::now()));
+                last_info = again.clone();
+                reason = Some(DeadReason::StillRefused);
+            }
+            Verdict::Ended => {
+                record.result = AttemptResult::NoOutput;
+                attempts.push(record);
+                reason = Some(DeadReason::NoOutput);
+            }
+            Verdict::Errored | Verdict::Pass => {
+                record.result = AttemptResult::HttpError;
+                attempts.push(record);
+                reason = Some(DeadReason::UpstreamError);
+            }
+        }
+    }
+
+    let refusal = call.refusal(
+        &info,
+        RefusalKind::Empty,
+        Outcome::Dead,
+        Some(reason.unwrap_or(DeadReason::StillRefused)),
+        None,
+        call.model.clone(),
+        original_request_id,
+    );
+    serve_settled(original, &call, Some(refusal), attempts, None)
 }

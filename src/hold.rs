@@ -1,0 +1,285 @@
+//! Holding a response back until there is something to decide: real output,
+//! a refusal, the end, an error, or a hold bound.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::body::{BoxError, Findings, StreamWatch};
+use crate::dialect::{Dialect, RefusalInfo};
+use crate::layer::Config;
+use crate::soft::PrefixVerdict;
+
+/// What holding a response back showed.
+pub(crate) enum Verdict {
+    /// Not something the guard judges (an error status, another content
+    /// type): passed through as it is.
+    Pass,
+    /// Real output: commit.
+    Output,
+    /// A refusal before any real output. `complete` when the whole response
+    /// was read, so it can still be delivered byte-exact.
+    Refused { info: RefusalInfo, complete: bool },
+    /// The response ended without real output and without a refusal.
+    Ended,
+    /// A provider error event arrived before any output.
+    Errored,
+    /// A hold bound was reached first.
+    Limit,
+}
+
+/// A response held back: its head, what was read of its body, and the rest.
+pub(crate) struct Held<R> {
+    pub(crate) parts: http::response::Parts,
+    pub(crate) frames: VecDeque<Frame<Bytes>>,
+    pub(crate) rest: Option<Pin<Box<R>>>,
+    pub(crate) error: Option<BoxError>,
+    /// For streams: the watch that goes on judging after commit.
+    pub(crate) watch: Option<StreamWatch>,
+    /// For whole JSON bodies: what the body showed.
+    pub(crate) judged: Option<Findings>,
+    pub(crate) verdict: Verdict,
+}
+
+impl<R> Held<R> {
+    pub(crate) fn status(&self) -> u16 {
+        self.parts.status.as_u16()
+    }
+}
+
+pub(crate) fn content_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
+    content_type(headers)
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with("text/event-stream")
+}
+
+pub(crate) fn is_json(headers: &HeaderMap) -> bool {
+    let kind = content_type(headers).to_ascii_lowercase();
+    let essence = kind.split(';').next().unwrap_or("").trim();
+    essence == "application/json" || essence.ends_with("+json")
+}
+
+pub(crate) async fn hold<R>(
+    response: Response<R>,
+    dialect: &'static dyn Dialect,
+    config: &Config,
+    streaming: bool,
+) -> Held<R>
+where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    let mut held = Held {
+        parts,
+        frames: VecDeque::new(),
+        rest: Some(Box::pin(body)),
+        error: None,
+        watch: None,
+        judged: None,
+        verdict: Verdict::Pass,
+    };
+    let success = held.parts.status.is_success();
+    // A stream sent without a content type is still judged as the stream the
+    // request asked for.
+    let untyped = held.parts.headers.get(CONTENT_TYPE).is_none();
+    if success && (is_event_stream(&held.parts.headers) || (untyped && streaming)) {
+        hold_stream(&mut held, dialect, config).await;
+    } else if (success || dialect.refuses_with_errors())
+        && (is_json(&held.parts.headers) || (untyped && !streaming))
+    {
+        hold_json(&mut held, dialect, config, success).await;
+    }
+    held
+}
+
+pub(crate) async fn hold_stream<R>(
+    held: &mut Held<R>,
+    dialect: &'static dyn Dialect,
+    config: &Config,
+) where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let mut watch = StreamWatch::new(dialect.stream_inspector(), config.max_hold_bytes.max(1));
+    let mut bytes = 0usize;
+    // Whether the text detector still has to rule on this answer.
+    let mut text_pending = config.text_detection;
+    let Some(body) = held.rest.as_mut() else {
+        return;
+    };
+    let verdict = loop {
+        match body.frame().await {
+            None => {
+                held.rest = None;
+                watch.finish();
+                if text_pending {
+                    watch.findings.judge_text();
+                }
+                break match &watch.findings.empty_refusal {
+                    Some(info) => Verdict::Refused {
+                        info: info.clone(),
+                        complete: true,
+                    },
+                    None if watch.findings.output => Verdict::Output,
+                    None if watch.findings.error => Verdict::Errored,
+                    None => Verdict::Ended,
+                };
+            }
+            Some(Err(error)) => {
+                // Reading stops here; the client will see this error after
+                // what was read, as the provider's connection delivered it.
+                held.rest = None;
+                held.error = Some(error.into());
+                break match &watch.findings.empty_refusal {
+                    Some(info) => Verdict::Refused {
+                        info: info.clone(),
+                        complete: true,
+                    },
+                    None => Verdict::Errored,
+                };
+            }
+            Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                if let Some(data) = frame.data_ref() {
+                    bytes += data.len();
+                    watch.feed(data);
+                }
+                held.frames.push_back(frame);
+                if text_pending {
+                    let findings = &mut watch.findings;
+                    if findings.tool_call || findings.empty_refusal.is_some() {
+                        text_pending = false;
+                    } else if findings.output {
+                        // Text alone so far: commit as soon as its opening
+                        // rules a prose refusal out, else hold up to the cap.
+                        if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+                            text_pending = false;
+                        } else if findings.text.len() >= config.text_hold_bytes {
+                            text_pending = false;
+                            findings.judge_text();
+                        }
+                    }
+                }
+                let findings = &watch.findings;
+                if findings.empty_refusal.is_none() {
+                    if findings.output && !text_pending {
+                        break Verdict::Output;
+                    }
+                    if findings.error {
+                        break Verdict::Errored;
+                    }
+                }
+                if watch.blind
+                    || bytes > config.max_hold_bytes
+                    || watch.frames > config.max_hold_frames
+                {
+                    // Committing blind: say why, since a refusal that comes
+                    // later can no longer be recovered.
+                    tracing::warn!(
+                        wire_api = %dialect.wire_api(),
+                        held_bytes = bytes,
+                        held_frames = watch.frames,
+                        oversized_frame = watch.blind,
+                        "hold limit reached before a decision; letting the response through"
+                    );
+                    break match &findings.empty_refusal {
+                        Some(info) => Verdict::Refused {
+                            info: info.clone(),
+                            complete: false,
+                        },
+                        None => Verdict::Limit,
+                    };
+                }
+            }
+        }
+    };
+    held.verdict = verdict;
+    held.watch = Some(watch);
+}
+
+pub(crate) async fn hold_json<R>(
+    held: &mut Held<R>,
+    dialect: &'static dyn Dialect,
+    config: &Config,
+    success: bool,
+) where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let Some(body) = held.rest.as_mut() else {
+        return;
+    };
+    let mut buffer = BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(error)) => {
+                held.rest = None;
+                held.error = Some(error.into());
+                held.verdict = Verdict::Errored;
+                return;
+            }
+            Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                if let Some(data) = frame.data_ref() {
+                    buffer.extend_from_slice(data);
+                }
+                held.frames.push_back(frame);
+                if buffer.len() > config.max_response_body {
+                    held.verdict = Verdict::Limit;
+                    return;
+                }
+            }
+        }
+    }
+    held.rest = None;
+    let Ok(json) = serde_json::from_slice::<Value>(&buffer) else {
+        // Not JSON after all: pass it on as it came.
+        held.verdict = if success {
+            Verdict::Ended
+        } else {
+            Verdict::Pass
+        };
+        return;
+    };
+    if !success {
+        held.verdict = match dialect.inspect_error(held.parts.status, &json) {
+            Some(info) => Verdict::Refused {
+                info,
+                complete: true,
+            },
+            None => Verdict::Pass,
+        };
+        return;
+    }
+    let mut findings = Findings::default();
+    findings.absorb(dialect.inspect_json(&json));
+    if config.text_detection {
+        findings.judge_text();
+    }
+    held.verdict = match &findings.empty_refusal {
+        Some(info) => Verdict::Refused {
+            info: info.clone(),
+            complete: true,
+        },
+        None if findings.output => Verdict::Output,
+        None if findings.error => Verdict::Errored,
+        None => Verdict::Ended,
+    };
+    held.judged = Some(findings);
+}

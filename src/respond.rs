@@ -1,0 +1,264 @@
+//! Turning a decision into what the client and the log get: the response
+//! (head, held bytes, the rest of the stream), the typed refusal in its
+//! extensions, the telemetry record, and the settling of its handle.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use http::Response;
+use http_body::Body;
+
+use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
+use crate::dialect::{Dialect, RefusalInfo};
+use crate::hold::Held;
+use crate::layer::Config;
+use crate::ledger::ConversationKey;
+use crate::refusal::{
+    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal,
+};
+use crate::telemetry::RefusalRecord;
+
+/// Everything known about the call that records and settles need.
+#[derive(Clone)]
+pub(crate) struct Call {
+    pub(crate) config: Arc<Config>,
+    pub(crate) dialect: &'static dyn Dialect,
+    pub(crate) model: Option<String>,
+    pub(crate) conversation: Option<ConversationKey>,
+    pub(crate) started: Instant,
+    pub(crate) handle: RefusalHandle,
+}
+
+impl Call {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn refusal(
+        &self,
+        info: &RefusalInfo,
+        kind: RefusalKind,
+        outcome: Outcome,
+        reason: Option<DeadReason>,
+        model: Option<String>,
+        served_model: Option<String>,
+        request_id: Option<String>,
+    ) -> Refusal {
+        Refusal {
+            provider: self.dialect.provider(),
+            wire_api: self.dialect.wire_api(),
+            signal: info.signal.unwrap_or(RefusalSignal::StopReason),
+            category: info.category.clone(),
+            explanation: info.explanation.clone(),
+            model: model.or_else(|| self.model.clone()),
+            request_id,
+            kind,
+            outcome,
+            reason,
+            served_model,
+        }
+    }
+
+    /// Sends the record to the sink and settles the handle.
+    pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
+        let latency_ms = millis(self.started.elapsed());
+        tracing::info!(
+            provider = %refusal.provider,
+            category = refusal.code(),
+            outcome = %refusal.outcome,
+            reason = refusal.reason.map(DeadReason::as_str),
+            attempts = attempts.len(),
+            latency_ms,
+            "refusal"
+        );
+        let record = RefusalRecord::new(
+            refusal,
+            attempts,
+            self.conversation.as_ref().map(|k| k.as_str().to_owned()),
+            latency_ms,
+        );
+        // A sink that panics must not take the request down with it.
+        let sink = self.config.telemetry.clone();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()
+        {
+            tracing::warn!("telemetry sink panicked; record dropped");
+        }
+        self.handle.settle(Some(refusal.clone()));
+    }
+
+    pub(crate) fn record_output(&self) {
+        if let Some(key) = &self.conversation {
+            self.config.ledger.record_output(key);
+        }
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Settles a response the guard let through: what it showed decides whether
+/// there is a refusal to record (partial, a server-side fallback, or an
+/// empty refusal that came after the hold bound).
+pub(crate) struct Watched {
+    pub(crate) call: Call,
+    pub(crate) request_id: Option<String>,
+    pub(crate) attempts: Vec<Attempt>,
+    /// Set when the response served is a recovery attempt committed before
+    /// its outcome was known: the original refusal and the outcome should the
+    /// attempt produce output.
+    pub(crate) recovery: Option<(RefusalInfo, Outcome, Option<String>)>,
+}
+
+impl Settle for Watched {
+    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool) {
+        let Some(watch) = watch else {
+            self.call.handle.settle(None);
+            return;
+        };
+        let findings = &watch.findings;
+        if findings.output && !output_before {
+            self.call.record_output();
+        }
+        let this = *self;
+        let refusal = match this.recovery {
+            Some((original, success, served)) => Some(if findings.output {
+                this.call.refusal(
+                    &original,
+                    RefusalKind::Empty,
+                    success,
+                    None,
+                    None,
+                    served,
+                    this.request_id.clone(),
+                )
+            } else {
+                let reason = if findings.empty_refusal.is_some() {
+                    DeadReason::StillRefused
+                } else {
+                    DeadReason::NoOutput
+                };
+                this.call.refusal(
+                    &original,
+                    RefusalKind::Empty,
+                    Outcome::Dead,
+                    Some(reason),
+                    None,
+                    served,
+                    this.request_id.clone(),
+                )
+            }),
+            None => judge_findings(&this.call, findings, this.request_id.clone(), true),
+        };
+        match refusal {
+            Some(refusal) => this.call.emit(&refusal, this.attempts),
+            None => this.call.handle.settle(None),
+        }
+    }
+}
+
+/// The refusal, if any, in a response that was let through as it was.
+pub(crate) fn judge_findings(
+    call: &Call,
+    findings: &Findings,
+    request_id: Option<String>,
+    held_back: bool,
+) -> Option<Refusal> {
+    let served_model = findings.model.clone().or_else(|| call.model.clone());
+    if let Some(info) = &findings.partial_refusal {
+        return Some(call.refusal(
+            info,
+            RefusalKind::Partial,
+            Outcome::Partial,
+            None,
+            None,
+            served_model,
+            request_id,
+        ));
+    }
+    if let Some(info) = &findings.empty_refusal {
+        // Only reachable when the hold bound forced the guard to let the
+        // response through before the refusal arrived.
+        return Some(call.refusal(
+            info,
+            RefusalKind::Empty,
+            Outcome::Dead,
+            Some(if held_back {
+                DeadReason::HoldLimit
+            } else {
+                DeadReason::Unrecoverable
+            }),
+            None,
+            served_model,
+            request_id,
+        ));
+    }
+    findings.server_fallback.as_ref().map(|fallback| {
+        let info = RefusalInfo {
+            signal: Some(RefusalSignal::StopReason),
+            category: fallback.category.clone(),
+            ..RefusalInfo::default()
+        };
+        call.refusal(
+            &info,
+            RefusalKind::Empty,
+            Outcome::Fallback,
+            None,
+            fallback.from.clone(),
+            fallback.to.clone().or(served_model),
+            request_id,
+        )
+    })
+}
+
+/// Turns a held response into the response the client gets.
+pub(crate) fn serve<R>(
+    held: Held<R>,
+    call: &Call,
+    settle: Option<Watched>,
+    decided: Option<&Refusal>,
+    splice: Option<Splice>,
+) -> Response<GuardBody<R>>
+where
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let Held {
+        parts,
+        frames,
+        rest,
+        error,
+        watch,
+        ..
+    } = held;
+    let settle = settle.map(|s| Box::new(s) as Box<dyn Settle>);
+    let mut response = Response::from_parts(
+        parts,
+        GuardBody::guarded(frames, rest, error, watch, settle, splice),
+    );
+    response.extensions_mut().insert(call.handle.clone());
+    if let Some(refusal) = decided {
+        response.extensions_mut().insert(refusal.clone());
+    }
+    response
+}
+
+/// A response whose refusal question is settled now (JSON, or a decision
+/// made before serving).
+pub(crate) fn serve_settled<R>(
+    held: Held<R>,
+    call: &Call,
+    refusal: Option<Refusal>,
+    attempts: Vec<Attempt>,
+    splice: Option<Splice>,
+) -> Response<GuardBody<R>>
+where
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    match &refusal {
+        Some(refusal) => call.emit(refusal, attempts),
+        None => call.handle.settle(None),
+    }
+    let mut held = held;
+    // The decision is made; nothing more to watch.
+    held.watch = None;
+    serve(held, call, None, refusal.as_ref(), splice)
+}
