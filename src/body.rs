@@ -245,11 +245,11 @@ pub(crate) struct Guarded<R> {
     finish: Finish,
 }
 
-/// A body answered before its decision: keep-alive comments until the
-/// decided response's frames arrive from the task that awaits it.
-pub(crate) struct KeepAlive {
+/// A body answered before its decision: frames arrive from the task that
+/// decides; keep-alive comments, if asked for, fill the wait before the first.
+pub(crate) struct Channel {
     frames: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-    tick: tokio::time::Interval,
+    tick: Option<tokio::time::Interval>,
     started: bool,
 }
 
@@ -259,7 +259,7 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 enum Kind<R> {
     Passthrough(Pin<Box<R>>),
     Guarded(Box<Guarded<R>>),
-    KeepAlive(Box<KeepAlive>),
+    Channel(Box<Channel>),
 }
 
 /// The response body of a [`RefusalGuard`](crate::RefusalGuard).
@@ -276,7 +276,7 @@ impl<R> std::fmt::Debug for GuardBody<R> {
         let kind = match &self.kind {
             Kind::Passthrough(_) => "passthrough",
             Kind::Guarded(_) => "guarded",
-            Kind::KeepAlive(_) => "keep-alive",
+            Kind::Channel(_) => "channel",
         };
         f.debug_struct("GuardBody").field("kind", &kind).finish()
     }
@@ -289,16 +289,19 @@ impl<R> GuardBody<R> {
         }
     }
 
-    /// Keep-alive comments every `interval` (the first at once) until the
-    /// first frame arrives on `frames`, then those frames.
-    pub(crate) fn keep_alive(
+    /// The frames that arrive on `frames`; before the first, a keep-alive
+    /// comment every `keepalive` (the first at once) when given.
+    pub(crate) fn channel(
         frames: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
-        interval: std::time::Duration,
+        keepalive: Option<std::time::Duration>,
     ) -> Self {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let tick = keepalive.map(|interval| {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick
+        });
         GuardBody {
-            kind: Kind::KeepAlive(Box::new(KeepAlive {
+            kind: Kind::Channel(Box::new(Channel {
                 frames,
                 tick,
                 started: false,
@@ -368,14 +371,15 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes)).map_err(Into::into)))
             }
-            Kind::KeepAlive(k) => {
+            Kind::Channel(k) => {
                 if let Poll::Ready(frame) = k.frames.poll_recv(cx) {
                     k.started = true;
                     return Poll::Ready(frame);
                 }
                 // Comments only before the first byte of the served stream,
                 // so they never land inside one of its frames.
-                if !k.started && k.tick.poll_tick(cx).is_ready() {
+                let tick = if k.started { None } else { k.tick.as_mut() };
+                if tick.is_some_and(|tick| tick.poll_tick(cx).is_ready()) {
                     return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
                 }
                 Poll::Pending
@@ -433,7 +437,7 @@ where
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::KeepAlive(_) => false,
+            Kind::Channel(_) => false,
             Kind::Passthrough(body) => body.is_end_stream(),
             Kind::Guarded(g) => {
                 g.held.is_empty()
@@ -446,7 +450,7 @@ where
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::KeepAlive(_) => SizeHint::new(),
+            Kind::Channel(_) => SizeHint::new(),
             Kind::Passthrough(body) => body.size_hint(),
             // A rewritten stream's length is not known ahead.
             Kind::Guarded(g) if g.splice.is_some() => SizeHint::new(),

@@ -12,9 +12,10 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::body::{BoxError, Findings, StreamWatch};
-use crate::dialect::{Dialect, RefusalInfo};
+use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::layer::Config;
 use crate::soft::PrefixVerdict;
+use crate::sse::SseFramer;
 
 /// What holding a response back showed.
 pub(crate) enum Verdict {
@@ -73,11 +74,71 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
     essence == "application/json" || essence.ends_with("+json")
 }
 
+/// Live thinking: the frames of a held stream that may go out before the
+/// decision are sent as they complete; the rest wait in the [`Held`].
+pub(crate) struct Forward {
+    sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+    pub(crate) splice: Box<dyn LiveSplice>,
+    framer: SseFramer,
+    /// A frame had to wait, so every later one waits too.
+    waiting: bool,
+    /// The client went away: nothing is worth deciding any more.
+    pub(crate) gone: bool,
+}
+
+impl Forward {
+    pub(crate) fn new(
+        sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
+        splice: Box<dyn LiveSplice>,
+        max_frame_bytes: usize,
+    ) -> Self {
+        Forward {
+            sender,
+            splice,
+            framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
+            waiting: false,
+            gone: false,
+        }
+    }
+
+    /// Sends the whole frames of `chunk` that may go now; the others join
+    /// `waiting`, in order.
+    async fn take(&mut self, chunk: Bytes, waiting: &mut VecDeque<Frame<Bytes>>) {
+        if self.framer.push(chunk).is_err() {
+            // A frame too large to judge: it and all after it wait.
+            self.waiting = true;
+        }
+        while let Some(frame) = self.framer.next_frame() {
+            if !self.waiting && self.splice.forward(&frame) {
+                if self
+                    .sender
+                    .send(Ok(Frame::data(frame.into_raw())))
+                    .await
+                    .is_err()
+                {
+                    self.gone = true;
+                }
+            } else {
+                self.waiting = true;
+                waiting.push_back(Frame::data(frame.into_raw()));
+            }
+        }
+    }
+
+    /// The hold is over: bytes of a frame still incomplete wait as well.
+    fn close(&mut self, waiting: &mut VecDeque<Frame<Bytes>>) {
+        while let Some(frame) = self.framer.finish() {
+            waiting.push_back(Frame::data(frame.into_raw()));
+        }
+    }
+}
+
 pub(crate) async fn hold<R>(
     response: Response<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
     streaming: bool,
+    forward: Option<&mut Forward>,
 ) -> Held<R>
 where
     R: Body,
@@ -98,7 +159,7 @@ where
     // request asked for.
     let untyped = held.parts.headers.get(CONTENT_TYPE).is_none();
     if success && (is_event_stream(&held.parts.headers) || (untyped && streaming)) {
-        hold_stream(&mut held, dialect, config).await;
+        hold_stream(&mut held, dialect, config, forward).await;
     } else if (success || dialect.refuses_with_errors())
         && (is_json(&held.parts.headers) || (untyped && !streaming))
     {
@@ -111,6 +172,7 @@ pub(crate) async fn hold_stream<R>(
     held: &mut Held<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
+    mut forward: Option<&mut Forward>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
@@ -123,7 +185,13 @@ pub(crate) async fn hold_stream<R>(
         return;
     };
     let verdict = loop {
-        match body.frame().await {
+        // Into `Bytes` and `BoxError` at once: nothing of the inner body's
+        // own types is kept across the awaits below.
+        let next = body.frame().await.map(|r| {
+            r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
+                .map_err(Into::<BoxError>::into)
+        });
+        match next {
             None => {
                 held.rest = None;
                 watch.finish();
@@ -144,7 +212,7 @@ pub(crate) async fn hold_stream<R>(
                 // Reading stops here; the client will see this error after
                 // what was read, as the provider's connection delivered it.
                 held.rest = None;
-                held.error = Some(error.into());
+                held.error = Some(error);
                 break match &watch.findings.empty_refusal {
                     Some(info) => Verdict::Refused {
                         info: info.clone(),
@@ -154,12 +222,20 @@ pub(crate) async fn hold_stream<R>(
                 };
             }
             Some(Ok(frame)) => {
-                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
                 if let Some(data) = frame.data_ref() {
                     bytes += data.len();
                     watch.feed(data);
                 }
-                held.frames.push_back(frame);
+                match (forward.as_deref_mut(), frame.into_data()) {
+                    (Some(forward), Ok(data)) => {
+                        forward.take(data, &mut held.frames).await;
+                        if forward.gone {
+                            break Verdict::Pass;
+                        }
+                    }
+                    (_, Ok(data)) => held.frames.push_back(Frame::data(data)),
+                    (_, Err(frame)) => held.frames.push_back(frame),
+                }
                 if text_pending {
                     let findings = &mut watch.findings;
                     if findings.tool_call || findings.empty_refusal.is_some() {
@@ -208,6 +284,9 @@ pub(crate) async fn hold_stream<R>(
             }
         }
     };
+    if let Some(forward) = forward {
+        forward.close(&mut held.frames);
+    }
     held.verdict = verdict;
     held.watch = Some(watch);
 }

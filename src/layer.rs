@@ -41,6 +41,7 @@ pub(crate) struct Config {
     pub(crate) text_hold_bytes: usize,
     pub(crate) keepalive_after: Option<Duration>,
     pub(crate) keepalive_interval: Duration,
+    pub(crate) live_thinking: bool,
 }
 
 impl fmt::Debug for Config {
@@ -65,6 +66,7 @@ impl fmt::Debug for Config {
             .field("text_hold_bytes", &self.text_hold_bytes)
             .field("keepalive_after", &self.keepalive_after)
             .field("keepalive_interval", &self.keepalive_interval)
+            .field("live_thinking", &self.live_thinking)
             .finish_non_exhaustive()
     }
 }
@@ -155,6 +157,7 @@ impl RefusalGuardLayer {
                 text_hold_bytes: Self::DEFAULT_TEXT_HOLD_BYTES,
                 keepalive_after: None,
                 keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
+                live_thinking: false,
             }),
         }
     }
@@ -188,6 +191,7 @@ impl RefusalGuardLayer {
                     text_hold_bytes: old.text_hold_bytes,
                     keepalive_after: old.keepalive_after,
                     keepalive_interval: old.keepalive_interval,
+                    live_thinking: old.live_thinking,
                 };
                 change(&mut config);
                 self.config = Arc::new(config);
@@ -369,6 +373,27 @@ impl RefusalGuardLayer {
     /// ```
     pub fn keepalive_after(self, after: Duration) -> Self {
         self.with(|c| c.keepalive_after = Some(after))
+    }
+
+    /// Streams thinking as it comes instead of holding it (Anthropic streams;
+    /// off by default). The client gets the original head at once, then
+    /// `message_start`, pings and thinking blocks as they arrive; only what
+    /// a decision depends on (text, tool use, the stop) is held. On an empty
+    /// refusal after thinking, the recovered turn continues the same
+    /// message: one `message_start`, its blocks numbered after the thinking
+    /// already sent, one final `message_delta`. When nothing recovers, the
+    /// rest of the original follows, so the client has it byte for byte.
+    ///
+    /// The typed [`Refusal`](crate::Refusal) then travels only in the
+    /// [`RefusalHandle`](crate::RefusalHandle), since the head goes out before
+    /// the decision.
+    ///
+    /// ```
+    /// let layer = refusal_guard::RefusalGuardLayer::new().live_thinking(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn live_thinking(self, on: bool) -> Self {
+        self.with(|c| c.live_thinking = on)
     }
 
     /// Time between keep-alive comments (default 15 s).

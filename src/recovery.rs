@@ -20,7 +20,7 @@ use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, RefusalKind};
 use crate::replay::ReplayBody;
-use crate::respond::{judge_findings, millis, serve, serve_settled, Call, Watched};
+use crate::respond::{judge_findings, millis, serve, serve_settled, Call, ServedRecovery, Watched};
 use crate::service::{Template, Upstream};
 
 /// The reframing note the rescue appends as a user turn.
@@ -221,10 +221,29 @@ where
     R: Body + Send + 'static,
     R::Error: Into<BoxError>,
 {
-    let config = call.config.clone();
+    let held = hold(response, call.dialect, &call.config, streaming, None).await;
+    conclude(upstream, call, template, chain, streaming, held, sent).await
+}
+
+/// Serves a held original as it is, or climbs the ladder on an empty refusal.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn conclude<S, B, R>(
+    upstream: Upstream<S>,
+    call: Call,
+    template: Template,
+    chain: Vec<String>,
+    streaming: bool,
+    held: Held<R>,
+    sent: Instant,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
     let dialect = call.dialect;
     let model = call.model.clone();
-    let held = hold(response, dialect, &config, streaming).await;
     let request_id = dialect.request_id(&held.parts.headers);
     let original_attempt = Attempt {
         step: AttemptStep::Original,
@@ -423,7 +442,7 @@ where
         let remaining = deadline.saturating_duration_since(sent);
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
-                Ok(response) => Ok(hold(response, dialect, &config, streaming).await),
+                Ok(response) => Ok(hold(response, dialect, &config, streaming, None).await),
                 Err(_) => Err(()),
             }
         })
@@ -509,7 +528,9 @@ where
                     served_model,
                     request_id,
                 );
-                return serve_settled(held, &call, Some(refusal), attempts, splice);
+                let mut response = serve_settled(held, &call, Some(refusal), attempts, splice);
+                response.extensions_mut().insert(ServedRecovery);
+                return response;
             }
             Verdict::Limit => {
                 // Held as long as allowed without a decision: serve it and
@@ -522,7 +543,9 @@ where
                     attempts,
                     recovery: Some((info.clone(), success, served_model)),
                 };
-                return serve(held, &call, Some(settle), None, None);
+                let mut response = serve(held, &call, Some(settle), None, None);
+                response.extensions_mut().insert(ServedRecovery);
+                return response;
             }
             Verdict::Refused { info: again, .. } => {
                 record.result = AttemptResult::Refused;

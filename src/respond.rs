@@ -18,6 +18,49 @@ use crate::refusal::{
 };
 use crate::telemetry::RefusalRecord;
 
+/// Marks a response that is a recovery attempt rather than the original, so
+/// that live thinking knows to continue the message the client has begun.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServedRecovery;
+
+/// Streams a decided response's body into a channel (a body answered before
+/// its decision), through `splice` when given. Stops when the client goes.
+pub(crate) async fn pump<R>(
+    body: GuardBody<R>,
+    sender: &tokio::sync::mpsc::Sender<Result<http_body::Frame<bytes::Bytes>, BoxError>>,
+    mut splice: Option<Splice>,
+) where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    use http_body_util::BodyExt;
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = match (splice.as_mut(), frame) {
+            (Some(splice), Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    let out = splice.push(data);
+                    if out.is_empty() {
+                        continue;
+                    }
+                    Ok(http_body::Frame::data(out))
+                }
+                Err(frame) => Ok(frame),
+            },
+            (_, frame) => frame,
+        };
+        if sender.send(frame).await.is_err() {
+            // The client went away: dropping the body cancels upstream.
+            return;
+        }
+    }
+    if let Some(tail) = splice.as_mut().map(Splice::finish) {
+        if !tail.is_empty() {
+            let _ = sender.send(Ok(http_body::Frame::data(tail))).await;
+        }
+    }
+}
+
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
 pub(crate) struct Call {

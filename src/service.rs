@@ -21,15 +21,15 @@ use serde_json::Value;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody};
-use crate::dialect::{self, Dialect};
-use crate::hold::is_event_stream;
+use crate::body::{BoxError, GuardBody, Splice};
+use crate::dialect::{self, Dialect, LiveSplice};
+use crate::hold::{hold, is_event_stream, Forward};
 use crate::layer::Config;
 use crate::ledger::ConversationKey;
-use crate::recovery::decide;
+use crate::recovery::{conclude, decide};
 use crate::refusal::RefusalHandle;
 use crate::replay::ReplayBody;
-use crate::respond::Call;
+use crate::respond::{pump, Call, ServedRecovery};
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
 ///
@@ -394,6 +394,14 @@ where
 
     let sent = Instant::now();
     let response = upstream.send(original).await?;
+    let live = config.live_thinking
+        && response.status().is_success()
+        && is_event_stream(response.headers());
+    if let Some(splice) = live.then(|| dialect.live_splice()).flatten() {
+        return Ok(live_thinking(
+            upstream, call, template, chain, streaming, response, sent, splice,
+        ));
+    }
     let keepalive = config
         .keepalive_after
         .filter(|_| response.status().is_success() && is_event_stream(response.headers()));
@@ -444,18 +452,64 @@ where
 {
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        let mut body = decision.await.into_body();
-        while let Some(frame) = body.frame().await {
-            if sender.send(frame).await.is_err() {
-                // The client went away: dropping the body cancels upstream.
-                break;
-            }
-        }
+        pump(decision.await.into_body(), &sender, None).await;
     });
     // The body that follows is not the one this length was for.
     head.headers.remove(CONTENT_LENGTH);
-    let mut response = Response::from_parts(head, GuardBody::keep_alive(receiver, interval));
+    let mut response = Response::from_parts(head, GuardBody::channel(receiver, Some(interval)));
     response.extensions_mut().insert(call.handle.clone());
+    response
+}
+
+/// Live thinking: answers with the original head at once and streams the
+/// original's thinking as it comes, holding back only what a decision
+/// depends on (text, tool use, the stop). A recovered turn then continues
+/// the same message: its blocks follow the thinking the client has seen.
+#[allow(clippy::too_many_arguments)]
+fn live_thinking<S, B, R>(
+    upstream: Upstream<S>,
+    call: Call,
+    template: Template,
+    chain: Vec<String>,
+    streaming: bool,
+    response: Response<R>,
+    sent: Instant,
+    splice: Box<dyn LiveSplice>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let config = call.config.clone();
+    let max_frame = config.max_hold_bytes.max(1);
+    let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    let mut head = response.headers().clone();
+    head.remove(CONTENT_LENGTH);
+    let (parts, body) = response.into_parts();
+    let mut client = Response::from_parts(parts.clone(), ());
+    *client.headers_mut() = head;
+    let handle = call.handle.clone();
+    let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
+    tokio::spawn(async move {
+        let mut forward = Forward::new(sender.clone(), splice, max_frame);
+        let dialect = call.dialect;
+        let original = Response::from_parts(parts, body);
+        let held = hold(original, dialect, &config, streaming, Some(&mut forward)).await;
+        let served = conclude(upstream, call, template, chain, streaming, held, sent).await;
+        let continuation = served
+            .extensions()
+            .get::<ServedRecovery>()
+            .map(|_| Splice::new(forward.splice.continuation(), max_frame));
+        pump(served.into_body(), &sender, continuation).await;
+    });
+    let (parts, ()) = client.into_parts();
+    let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
+    response.extensions_mut().insert(handle);
     response
 }
 

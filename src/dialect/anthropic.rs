@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     is_real_text, merge_list_header, path_segments, str_field, Dialect, FrameRewrite, Handoff,
-    Observation, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
+    LiveSplice, Observation, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
@@ -210,6 +210,10 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
+    fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
+        Some(Box::<LiveThinking>::default())
+    }
+
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
         Some(Box::new(HandoffStream {
             marker: handoff_block(handoff),
@@ -357,6 +361,75 @@ impl FrameRewrite for HandoffStream {
                 };
                 out.push_str(&event_bytes(&event));
                 Some(Bytes::from(out))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Live thinking: `message_start`, pings and thinking blocks go out as they
+/// come; anything else (text, tool use, the stop) waits for the decision.
+#[derive(Default)]
+struct LiveThinking {
+    thinking_blocks: Vec<u64>,
+    /// Blocks the client has seen start: a continuation's blocks go after.
+    forwarded_blocks: u64,
+}
+
+impl LiveSplice for LiveThinking {
+    fn forward(&mut self, frame: &Frame) -> bool {
+        let Some(event) = frame
+            .data()
+            .and_then(|d| serde_json::from_str::<Value>(d).ok())
+        else {
+            return frame.is_comment_only();
+        };
+        let index = event.get("index").and_then(Value::as_u64);
+        match event.get("type").and_then(Value::as_str) {
+            Some("message_start" | "ping") => true,
+            Some("content_block_start") => {
+                let kind = event
+                    .get("content_block")
+                    .and_then(|b| b.get("type"))
+                    .and_then(Value::as_str);
+                match (kind, index) {
+                    (Some("thinking" | "redacted_thinking"), Some(index)) => {
+                        self.thinking_blocks.push(index);
+                        self.forwarded_blocks = self.forwarded_blocks.max(index + 1);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Some("content_block_delta" | "content_block_stop") => {
+                index.is_some_and(|i| self.thinking_blocks.contains(&i))
+            }
+            _ => false,
+        }
+    }
+
+    fn continuation(&self) -> Box<dyn FrameRewrite> {
+        Box::new(Continuation {
+            offset: self.forwarded_blocks,
+        })
+    }
+}
+
+/// Continues a started message: drops the recovered attempt's own
+/// `message_start` and moves its blocks after the ones already sent.
+struct Continuation {
+    offset: u64,
+}
+
+impl FrameRewrite for Continuation {
+    fn rewrite(&mut self, frame: &Frame) -> Option<Bytes> {
+        let mut event: Value = serde_json::from_str(frame.data()?).ok()?;
+        match event.get("type").and_then(Value::as_str)? {
+            "message_start" => Some(Bytes::new()),
+            "content_block_start" | "content_block_delta" | "content_block_stop" => {
+                let index = event.get("index")?.as_u64()?;
+                event["index"] = json!(index + self.offset);
+                Some(Bytes::from(event_bytes(&event)))
             }
             _ => None,
         }

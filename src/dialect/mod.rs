@@ -76,6 +76,17 @@ pub(crate) trait FrameRewrite: Send {
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes>;
 }
 
+/// Live thinking: which frames of a held stream may reach the client before
+/// the decision, and how a recovered turn continues the message they began.
+pub(crate) trait LiveSplice: Send {
+    /// Whether this frame of the original may go out now. Once one may not,
+    /// nothing after it does either, so order is kept.
+    fn forward(&mut self, frame: &Frame) -> bool;
+    /// The rewrite that continues the already started message with a
+    /// recovered attempt's stream.
+    fn continuation(&self) -> Box<dyn FrameRewrite>;
+}
+
 /// Who handed a turn to whom, for a handoff marker.
 #[derive(Debug, Clone)]
 pub(crate) struct Handoff<'a> {
@@ -152,6 +163,10 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// A rewrite that marks a client-side fallback inside the served stream,
     /// the way the provider marks its own (Anthropic only).
     fn handoff_stream(&self, _handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
+        None
+    }
+    /// Live thinking support (Anthropic only): see [`LiveSplice`].
+    fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         None
     }
     /// The same mark in a whole JSON body. Returns whether the body changed.

@@ -1,5 +1,7 @@
-//! Long holds: past `keepalive_after`, the client gets the head and SSE
-//! comments, then whatever is decided, under the original head.
+//! Long holds (DESIGN §5): past `keepalive_after`, the client gets the head
+//! and SSE comments, then whatever is decided, under the original head; with
+//! live thinking, the thinking streams at once and a recovered turn continues
+//! the same message.
 mod common;
 
 use std::pin::Pin;
@@ -190,4 +192,161 @@ async fn a_quick_decision_sends_no_comment() {
     )
     .await;
     assert_eq!(body, stream);
+}
+
+// ---- live thinking ----------------------------------------------------
+
+fn event_list(body: &Bytes) -> Vec<serde_json::Value> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+fn live_layer(sink: &refusal_guard::telemetry::MemorySink) -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .live_thinking(true)
+        .telemetry(sink.clone())
+}
+
+#[tokio::test]
+async fn live_thinking_continues_the_message_with_the_rescued_turn() {
+    let original = anthropic_stream(&think_then_refuse("m", "cyber"));
+    let answer = anthropic_stream(&text_answer("m", "Here is the hardening guide."));
+    let mut rng = Rng::new(11);
+    for round in 0..30 {
+        let chunks = if round == 0 {
+            vec![original.clone()]
+        } else {
+            split_at(&original, &rng.cuts(original.len(), 1 + round * 3))
+        };
+        let upstream = Upstream::new(vec![Reply::Sse(chunks), Reply::sse(&answer)]);
+        let sink = refusal_guard::telemetry::MemorySink::new();
+        let mut guard = live_layer(&sink).layer(upstream.service());
+        let (parts, body) = call(
+            &mut guard,
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+        assert_eq!(handle.settled().await.unwrap().outcome, Outcome::Rescued);
+        let events = event_list(&body);
+        let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "message_start").count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "message_delta").count(),
+            1,
+            "{kinds:?}"
+        );
+        assert_eq!(
+            kinds.iter().filter(|k| **k == "message_stop").count(),
+            1,
+            "{kinds:?}"
+        );
+        // The thinking block the client saw first is block 0; the rescued
+        // text follows as block 1.
+        let starts: Vec<(u64, &str)> = events
+            .iter()
+            .filter(|e| e["type"] == "content_block_start")
+            .map(|e| {
+                (
+                    e["index"].as_u64().unwrap(),
+                    e["content_block"]["type"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(starts, [(0, "thinking"), (1, "text")]);
+        let delta = events
+            .iter()
+            .find(|e| e["type"] == "message_delta")
+            .unwrap();
+        assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+        assert!(
+            body.starts_with(&original[..original.len() / 4]),
+            "the thinking went out as sent"
+        );
+        assert!(upstream.seen()[1]
+            .json()
+            .to_string()
+            .contains("[refusal-guard]"));
+    }
+}
+
+#[tokio::test]
+async fn live_thinking_delivers_the_original_whole_when_nothing_recovers_or_it_answers() {
+    let refused = anthropic_stream(&think_then_refuse("m", "cyber"));
+    let answered = anthropic_stream(&[
+        message_start("m"),
+        block_start(0, json!({"type":"thinking","thinking":""})),
+        thinking_delta(0, "Let me think."),
+        block_stop(0),
+        block_start(1, json!({"type":"text","text":""})),
+        text_delta(1, "Answer."),
+        block_stop(1),
+        stop("end_turn"),
+        message_stop(),
+    ]);
+    let mut rng = Rng::new(5);
+    for (stream, rescue, outcome) in [
+        (refused.clone(), false, Some(Outcome::Dead)),
+        (answered.clone(), true, None),
+    ] {
+        for round in 0..20 {
+            let chunks = split_at(&stream, &rng.cuts(stream.len(), 1 + round * 5));
+            let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
+            let sink = refusal_guard::telemetry::MemorySink::new();
+            let mut guard = live_layer(&sink).rescue(rescue).layer(upstream.service());
+            let (parts, body) = call(
+                &mut guard,
+                post("/v1/messages", &messages_request("m", true, "x")),
+            )
+            .await;
+            assert_eq!(body, stream, "byte for byte");
+            let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+            assert_eq!(handle.settled().await.map(|r| r.outcome), outcome);
+            assert_eq!(upstream.seen().len(), 1);
+        }
+    }
+}
+
+#[tokio::test]
+async fn live_thinking_streams_thinking_before_the_decision() {
+    let (head, tail) = thinking_then(vec![
+        block_stop(0),
+        refusal(Some("cyber"), None),
+        message_stop(),
+    ]);
+    let (open, gate) = oneshot::channel();
+    let guard = RefusalGuardLayer::new()
+        .live_thinking(true)
+        .rescue(false)
+        .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
+    let response = tokio::time::timeout(
+        Duration::from_secs(5),
+        guard.oneshot(post("/v1/messages", &messages_request("m", true, "x"))),
+    )
+    .await
+    .expect("answered at once")
+    .unwrap();
+    let mut body = response.into_body();
+    // Upstream is still thinking (the gate is shut), yet the thinking is here.
+    let mut seen = Vec::new();
+    while seen.len() < head.len() {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("thinking arrives before the decision")
+            .unwrap()
+            .unwrap();
+        seen.extend_from_slice(frame.data_ref().unwrap());
+    }
+    assert_eq!(Bytes::from(seen), head);
+    open.send(()).unwrap();
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(rest, tail, "then the rest of the original, as sent");
 }
