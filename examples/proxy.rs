@@ -35,6 +35,8 @@ usage: proxy [OPTIONS]
   --inject-fallbacks     also add them to requests that carry no `fallbacks`
   --chain MODEL=M1,M2    client-side fallback chain for MODEL (repeatable)
   --detect-text on|off   treat prose refusals (I can't help with that) as refusals (default off)
+  --live-thinking on|off stream thinking before the decision; a recovered turn
+                         continues the same message (default off)
   --keepalive SECS       after SECS of holding a stream, send the head and SSE
                          keep-alive comments until the guard decides (default off)
   --simulate             no upstream: a built-in provider that refuses each
@@ -44,7 +46,7 @@ usage: proxy [OPTIONS]
 
 Each option also reads REFUSAL_GUARD_<NAME> (LISTEN, UPSTREAM, LOG, RESCUE,
 RETARGET or FALLBACKS, INJECT_FALLBACKS, CHAIN with `;` between chains,
-DETECT_TEXT, KEEPALIVE, SIMULATE, QUIET). RESCUE, FALLBACKS and LOG are also read as pi-refusal-guard's
+DETECT_TEXT, LIVE_THINKING, KEEPALIVE, SIMULATE, QUIET). RESCUE, FALLBACKS and LOG are also read as pi-refusal-guard's
 OMP_REFUSAL_* and PI_REFUSAL_*. An off value for LOG means no log.";
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
@@ -60,6 +62,7 @@ struct Options {
     inject_fallbacks: bool,
     chains: FallbackChains,
     detect_text: bool,
+    live_thinking: bool,
     keepalive: Option<Duration>,
     simulate: bool,
     quiet: bool,
@@ -97,6 +100,7 @@ fn parse(
     let mut simulate = None;
     let mut quiet = None;
     let mut detect_text = None;
+    let mut live_thinking = None;
     let mut keepalive = None;
 
     let mut args = args.into_iter();
@@ -129,6 +133,9 @@ fn parse(
                 return Err(format!("{name} takes no value"))
             }
             "--detect-text" => detect_text = Some(flag(&value("on or off")?, "--detect-text")?),
+            "--live-thinking" => {
+                live_thinking = Some(flag(&value("on or off")?, "--live-thinking")?)
+            }
             "--keepalive" => keepalive = Some(seconds(&value("seconds")?, "--keepalive")?),
             "--inject-fallbacks" => inject = Some(true),
             "--simulate" => simulate = Some(true),
@@ -183,6 +190,12 @@ fn parse(
         Some(on) => on,
         None => var("DETECT_TEXT").map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_DETECT_TEXT"))?,
     };
+    let live_thinking = match live_thinking {
+        Some(on) => on,
+        None => {
+            var("LIVE_THINKING").map_or(Ok(false), |v| flag(&v, "REFUSAL_GUARD_LIVE_THINKING"))?
+        }
+    };
     let keepalive = match keepalive {
         Some(after) => Some(after),
         None => var("KEEPALIVE")
@@ -209,6 +222,7 @@ fn parse(
         inject_fallbacks,
         chains,
         detect_text,
+        live_thinking,
         keepalive,
         simulate,
         quiet,
@@ -264,7 +278,8 @@ async fn run(options: Options) -> ExitCode {
         .retarget_fallbacks(options.retarget.clone())
         .inject_server_fallbacks(options.inject_fallbacks)
         .fallback_chains(options.chains.clone())
-        .detect_text_refusals(options.detect_text);
+        .detect_text_refusals(options.detect_text)
+        .live_thinking(options.live_thinking);
     if let Some(after) = options.keepalive {
         layer = layer.keepalive_after(after);
     }
@@ -413,9 +428,19 @@ mod tests {
     #[test]
     fn keepalive_and_text_detection() {
         let none = |_: &str| None;
-        let o = parse(args(&["--keepalive", "20", "--detect-text=on"]), none)
-            .unwrap()
-            .unwrap();
+        let o = parse(
+            args(&[
+                "--keepalive",
+                "20",
+                "--detect-text=on",
+                "--live-thinking",
+                "on",
+            ]),
+            none,
+        )
+        .unwrap()
+        .unwrap();
+        assert!(o.live_thinking);
         assert_eq!(o.keepalive, Some(Duration::from_secs(20)));
         assert!(o.detect_text);
         let env = |key: &str| (key == "REFUSAL_GUARD_KEEPALIVE").then(|| "1.5".to_owned());
