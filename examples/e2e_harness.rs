@@ -12,7 +12,8 @@
 //!
 //! The proxy in front of the mock is configured as the tests expect: rescue
 //! on, `--retarget claude-retarget-a,claude-retarget-b` and
-//! `--chain claude-chain-source=claude-chain-target`.
+//! `--chain claude-chain-source=claude-chain-target`. A second one in front
+//! of the mock (`live`) streams thinking live.
 #[path = "../tests/support/mock_upstream.rs"]
 mod mock;
 
@@ -50,6 +51,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             FallbackChains::new().chain("claude-chain-source", ["claude-chain-target"]),
         );
     let proxy = Proxy::new(Upstream::parse(&mock.url())?, &layer)?;
+    let live = Proxy::new(
+        Upstream::parse(&mock.url())?,
+        &RefusalGuardLayer::new().live_thinking(true),
+    )?;
     let simulated = Proxy::with_service(
         Upstream::parse("http://simulated.invalid")?,
         RefusalGuardLayer::new().layer(Simulator::new()),
@@ -64,11 +69,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let down_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let live_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let line = serde_json::json!({
         "mock": mock.url(),
         "proxy": format!("http://{}", listener.local_addr()?),
         "simulated": format!("http://{}", sim_listener.local_addr()?),
         "unreachable": format!("http://{}", down_listener.local_addr()?),
+        "live": format!("http://{}", live_listener.local_addr()?),
         "log": log,
     });
 
@@ -79,9 +86,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let servers = tokio::spawn(async move {
         let a = proxy.serve(listener, wait(stopped.clone()));
         let b = simulated.serve(sim_listener, wait(stopped.clone()));
-        let c = unreachable.serve(down_listener, wait(stopped));
-        let (a, b, c) = tokio::join!(a, b, c);
-        a.and(b).and(c)
+        let c = unreachable.serve(down_listener, wait(stopped.clone()));
+        let d = live.serve(live_listener, wait(stopped));
+        let (a, b, c, d) = tokio::join!(a, b, c, d);
+        a.and(b).and(c).and(d)
     });
 
     println!("{line}");

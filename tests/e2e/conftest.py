@@ -26,6 +26,7 @@ class Harness:
         self.proxy = info["proxy"]
         self.simulated = info["simulated"]
         self.unreachable = info["unreachable"]
+        self.live = info["live"]
         self.log = Path(info["log"])
 
     def seen(self, script_id: str) -> list:

@@ -153,3 +153,28 @@ def test_unreachable_upstream_is_a_typed_sdk_error(harness):
     assert raised.value.status_code == 502
     assert raised.value.body["error"]["type"] == "api_error"
     assert "unreachable" in raised.value.body["error"]["message"]
+
+
+THINK_THEN_REFUSE = "e2e/think_then_refuse.sse"
+
+
+def test_live_thinking_rescue_parses_as_one_message(harness, script_id):
+    """With live thinking, the SDK sees the thinking, then the rescued text,
+    as one message: the recovered turn continues the message it began."""
+    message = stream_final(client(harness.live, f"{THINK_THEN_REFUSE},{TEXT}", script_id))
+    assert [block.type for block in message.content] == ["thinking", "text"]
+    assert message.content[0].thinking.startswith("The user asks about their SSH")
+    assert message.content[1].text == "Hello there!"
+    assert message.stop_reason == "end_turn"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    assert NOTE in json.dumps(seen[1]["json"]["messages"][-1])
+
+
+def test_live_thinking_without_a_rescue_is_the_refusal_as_sent(harness, script_id):
+    through = stream_final(client(harness.live, THINK_THEN_REFUSE, script_id))
+    direct = stream_final(client(harness.mock, THINK_THEN_REFUSE, script_id + "-direct"))
+    # The script has one reply, so the rescue gets the mock's 500 and the
+    # client gets the original refusal, byte for byte.
+    assert through.model_dump() == direct.model_dump()
+    assert through.stop_reason == "refusal"
