@@ -145,6 +145,10 @@ pub(crate) async fn hold_stream<R>(
                 // what was read, as the provider's connection delivered it.
                 held.rest = None;
                 held.error = Some(error.into());
+                // Judge what arrived before the break, as at a clean end: a
+                // frame may be complete but not yet dispatched (its blank
+                // line a lone CR, or missing).
+                watch.finish();
                 break match &watch.findings.empty_refusal {
                     Some(info) => Verdict::Refused {
                         info: info.clone(),
