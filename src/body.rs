@@ -106,8 +106,9 @@ pub(crate) struct StreamWatch {
     inspector: Box<dyn StreamInspector>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
-    /// The framer gave up (a frame over its limit): nothing more is judged.
-    pub(crate) blind: bool,
+    /// A frame outgrew the framer's limit and was not judged.
+    pub(crate) overflowed: bool,
+    max_frame_bytes: usize,
     /// The response is being let through: once it has also shown real
     /// output, only a later refusal still matters.
     pub(crate) committed: bool,
@@ -120,33 +121,34 @@ impl StreamWatch {
             inspector,
             findings: Findings::default(),
             frames: 0,
-            blind: false,
+            overflowed: false,
+            max_frame_bytes,
             committed: false,
         }
     }
 
     /// Feeds one network chunk.
     pub(crate) fn feed(&mut self, chunk: &Bytes) {
-        if self.blind {
-            return;
-        }
-        if self.framer.push(chunk.clone()).is_err() {
-            self.blind = true;
-            return;
-        }
+        let overflow = self.framer.push(chunk.clone()).is_err();
         while let Some(frame) = self.framer.next_frame() {
             self.frames += 1;
             let settled = self.committed && self.findings.output;
             let seen = self.inspector.observe(&frame, settled);
             self.findings.absorb(seen);
         }
+        if overflow {
+            self.overflowed = true;
+            if self.framer.pending_len() > self.max_frame_bytes {
+                // An unfinished frame too large to keep: drop it (the client
+                // still gets its bytes) and pick the stream up again at the
+                // next blank line; its tail parses as fields nobody reads.
+                self.framer = SseFramer::with_max_frame_bytes(self.max_frame_bytes);
+            }
+        }
     }
 
     /// The stream ended: judge any bytes that never got their blank line.
     pub(crate) fn finish(&mut self) {
-        if self.blind {
-            return;
-        }
         while let Some(frame) = self.framer.finish() {
             self.frames += 1;
             let settled = self.committed && self.findings.output;

@@ -177,7 +177,13 @@ pub(crate) async fn hold_stream<R>(
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let mut watch = StreamWatch::new(dialect.stream_inspector(), config.max_hold_bytes.max(1));
+    // One frame may be as large as the hold allows, and never less than the
+    // framer's default, so that a small hold limit still lets a committed
+    // stream be read frame by frame for a later refusal.
+    let frame_limit = config
+        .max_hold_bytes
+        .max(crate::sse::SseFramer::DEFAULT_MAX_FRAME_BYTES);
+    let mut watch = StreamWatch::new(dialect.stream_inspector(), frame_limit);
     let mut bytes = 0usize;
     // Whether the text detector still has to rule on this answer.
     let mut text_pending = config.text_detection;
@@ -213,6 +219,10 @@ pub(crate) async fn hold_stream<R>(
                 // what was read, as the provider's connection delivered it.
                 held.rest = None;
                 held.error = Some(error);
+                // Judge what arrived before the break, as at a clean end: a
+                // frame may be complete but not yet dispatched (its blank
+                // line a lone CR, or missing).
+                watch.finish();
                 break match &watch.findings.empty_refusal {
                     Some(info) => Verdict::Refused {
                         info: info.clone(),
@@ -260,7 +270,7 @@ pub(crate) async fn hold_stream<R>(
                         break Verdict::Errored;
                     }
                 }
-                if watch.blind
+                if watch.overflowed
                     || bytes > config.max_hold_bytes
                     || watch.frames > config.max_hold_frames
                 {
@@ -270,7 +280,7 @@ pub(crate) async fn hold_stream<R>(
                         wire_api = %dialect.wire_api(),
                         held_bytes = bytes,
                         held_frames = watch.frames,
-                        oversized_frame = watch.blind,
+                        oversized_frame = watch.overflowed,
                         "hold limit reached before a decision; letting the response through"
                     );
                     break match &findings.empty_refusal {

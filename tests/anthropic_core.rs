@@ -892,3 +892,38 @@ async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
     );
     assert_eq!(sink.records()[0].outcome, Outcome::Fallback);
 }
+
+#[tokio::test]
+async fn a_frame_over_the_framer_limit_is_skipped_and_a_later_refusal_still_recorded() {
+    let huge = "x".repeat(1_500_000);
+    let stream = anthropic_stream(&[
+        message_start("m"),
+        block_start(0, json!({"type":"thinking","thinking":""})),
+        thinking_delta(0, &huge),
+        block_stop(0),
+        refusal(Some("cyber"), None),
+        message_stop(),
+    ]);
+    let chunks = split_at(
+        &stream,
+        &(1..stream.len() / 65_536)
+            .map(|i| i * 65_536)
+            .collect::<Vec<_>>(),
+    );
+    let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .max_hold_bytes(1000)
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let (_, body) = call(
+        &mut guard,
+        post("/v1/messages", &messages_request("m", true, "x")),
+    )
+    .await;
+    assert_eq!(body, stream, "every byte, as sent");
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].reason, Some(DeadReason::HoldLimit));
+    assert_eq!(records[0].category.as_deref(), Some("cyber"));
+}
