@@ -17,6 +17,7 @@ use crate::telemetry::TelemetrySink;
 type ConversationFn = dyn Fn(&http::request::Parts, &Value) -> Option<String> + Send + Sync;
 
 /// Everything the service needs, shared by every clone.
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) rescue: RescueSwitch,
     pub(crate) rescue_note: RescueNote,
@@ -166,33 +167,9 @@ impl RefusalGuardLayer {
         match Arc::get_mut(&mut self.config) {
             Some(config) => change(config),
             None => {
-                let old = &*self.config;
-                let mut config = Config {
-                    rescue: old.rescue.clone(),
-                    rescue_note: old.rescue_note.clone(),
-                    rescue_cap: old.rescue_cap,
-                    rescue_model: old.rescue_model,
-                    ledger: old.ledger.clone(),
-                    telemetry: old.telemetry.clone(),
-                    conversation_header: old.conversation_header.clone(),
-                    conversation_fn: old.conversation_fn.clone(),
-                    max_request_body: old.max_request_body,
-                    max_response_body: old.max_response_body,
-                    max_hold_bytes: old.max_hold_bytes,
-                    max_hold_frames: old.max_hold_frames,
-                    retarget: old.retarget.clone(),
-                    inject_fallbacks: old.inject_fallbacks,
-                    chains: old.chains.clone(),
-                    fallback_credit: old.fallback_credit,
-                    budget: old.budget,
-                    sticky_ttl: old.sticky_ttl,
-                    handoff_marker: old.handoff_marker,
-                    text_detection: old.text_detection,
-                    text_hold_bytes: old.text_hold_bytes,
-                    keepalive_after: old.keepalive_after,
-                    keepalive_interval: old.keepalive_interval,
-                    live_thinking: old.live_thinking,
-                };
+                // Shared with built services: change a copy, so they keep the
+                // configuration they were built with.
+                let mut config = (*self.config).clone();
                 change(&mut config);
                 self.config = Arc::new(config);
             }
