@@ -335,6 +335,28 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
+/// In the response extensions when sticky fallback routing
+/// ([`sticky_fallback`](crate::RefusalGuardLayer::sticky_fallback)) sent a
+/// request straight to the model a fallback served its conversation with,
+/// instead of the one it asked for.
+///
+/// ```
+/// use refusal_guard::refusal::StickyRoute;
+///
+/// fn note(response: &http::Response<()>) -> Option<String> {
+///     let route = response.extensions().get::<StickyRoute>()?;
+///     Some(format!("{:?} -> {}", route.requested, route.routed_to))
+/// }
+/// assert_eq!(note(&http::Response::new(())), None);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StickyRoute {
+    /// The model the request asked for.
+    pub requested: Option<String>,
+    /// The model it was sent to.
+    pub routed_to: String,
+}
+
 /// A slot in the response extensions that the guard fills once the response
 /// body has ended: `Some(refusal)` if the response held one, `None` if not.
 ///

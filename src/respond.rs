@@ -14,7 +14,7 @@ use crate::hold::Held;
 use crate::layer::Config;
 use crate::ledger::ConversationKey;
 use crate::refusal::{
-    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal,
+    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
 use crate::telemetry::RefusalRecord;
 
@@ -64,6 +64,8 @@ pub(crate) async fn pump<R>(
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
 pub(crate) struct Call {
+    /// Set when sticky routing sent the request to another model.
+    pub(crate) route: Option<StickyRoute>,
     pub(crate) config: Arc<Config>,
     pub(crate) dialect: &'static dyn Dialect,
     pub(crate) model: Option<String>,
@@ -124,6 +126,14 @@ impl Call {
             tracing::warn!("telemetry sink panicked; record dropped");
         }
         self.handle.settle(Some(refusal.clone()));
+    }
+
+    /// Puts what every guarded response carries in its extensions.
+    pub(crate) fn mark<T>(&self, response: &mut Response<T>) {
+        response.extensions_mut().insert(self.handle.clone());
+        if let Some(route) = &self.route {
+            response.extensions_mut().insert(route.clone());
+        }
     }
 
     pub(crate) fn record_output(&self) {
@@ -276,7 +286,7 @@ where
         parts,
         GuardBody::guarded(frames, rest, error, watch, settle, splice),
     );
-    response.extensions_mut().insert(call.handle.clone());
+    call.mark(&mut response);
     if let Some(refusal) = decided {
         response.extensions_mut().insert(refusal.clone());
     }

@@ -27,7 +27,7 @@ use crate::hold::{hold, is_event_stream, Forward};
 use crate::layer::Config;
 use crate::ledger::ConversationKey;
 use crate::recovery::{conclude, decide};
-use crate::refusal::RefusalHandle;
+use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
 use crate::respond::{pump, Call, ServedRecovery};
 
@@ -342,6 +342,7 @@ where
     let mut model = dialect.request_model(path_model.as_deref(), &json);
     let streaming = dialect.is_streaming(&parts.uri, &json);
     let mut rewritten = false;
+    let mut route = None;
 
     // Sticky fallback: a conversation a fallback served goes there directly.
     if config.sticky_ttl.is_some() {
@@ -354,7 +355,11 @@ where
                     .swap_model(&mut parts.uri, &mut json, &sticky)
                     .is_ok()
             {
-                tracing::debug!(from = ?model, to = %sticky, "sticky fallback route");
+                tracing::info!(from = ?model, to = %sticky, "sticky fallback route");
+                route = Some(StickyRoute {
+                    requested: model.clone(),
+                    routed_to: sticky.clone(),
+                });
                 model = Some(sticky);
                 rewritten = true;
             }
@@ -378,6 +383,7 @@ where
     }
 
     let call = Call {
+        route,
         config: config.clone(),
         dialect,
         model: model.clone(),
@@ -457,7 +463,7 @@ where
     // The body that follows is not the one this length was for.
     head.headers.remove(CONTENT_LENGTH);
     let mut response = Response::from_parts(head, GuardBody::channel(receiver, Some(interval)));
-    response.extensions_mut().insert(call.handle.clone());
+    call.mark(&mut response);
     response
 }
 
@@ -493,7 +499,7 @@ where
     let (parts, body) = response.into_parts();
     let mut client = Response::from_parts(parts.clone(), ());
     *client.headers_mut() = head;
-    let handle = call.handle.clone();
+    let marks = call.clone();
     let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
     tokio::spawn(async move {
         let mut forward = Forward::new(sender.clone(), splice, max_frame);
@@ -509,7 +515,7 @@ where
     });
     let (parts, ()) = client.into_parts();
     let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
-    response.extensions_mut().insert(handle);
+    marks.mark(&mut response);
     response
 }
 

@@ -9,7 +9,7 @@ use common::events::*;
 use common::*;
 use refusal_guard::env::{EnvConfig, LogSetting};
 use refusal_guard::recovery::{FallbackChains, RescueModel};
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::{json, Value};
@@ -387,10 +387,17 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
         )
     };
     call(&mut guard, request()).await;
-    // Within the TTL: straight to the fallback.
+    // Within the TTL: straight to the fallback, and the response says so.
     upstream.push(Reply::sse(&answer(SONNET)));
-    call(&mut guard, request()).await;
+    let (parts, _) = call(&mut guard, request()).await;
     assert_eq!(upstream.seen()[2].json()["model"], SONNET);
+    assert_eq!(
+        parts.extensions.get::<StickyRoute>(),
+        Some(&StickyRoute {
+            requested: Some(OPUS.to_owned()),
+            routed_to: SONNET.to_owned()
+        })
+    );
     // Another conversation is not routed.
     upstream.push(Reply::sse(&answer(OPUS)));
     call(
@@ -402,8 +409,9 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
     // After the TTL: back to the model asked for.
     tokio::time::sleep(Duration::from_millis(500)).await;
     upstream.push(Reply::sse(&answer(OPUS)));
-    call(&mut guard, request()).await;
+    let (parts, _) = call(&mut guard, request()).await;
     assert_eq!(upstream.seen()[4].json()["model"], OPUS);
+    assert!(parts.extensions.get::<StickyRoute>().is_none());
 }
 
 // ---- handoff marker -------------------------------------------------------
