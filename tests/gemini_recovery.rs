@@ -696,3 +696,28 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help wit
     assert!(parts.extensions.get::<Refusal>().is_none());
     assert_eq!(upstream.seen().len(), 1);
 }
+
+#[tokio::test]
+async fn several_candidates_pass_through_unguarded() {
+    let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM)]);
+    let sink = MemorySink::new();
+    let mut guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let mut request = body("Audit my firewall rules.");
+    request["generationConfig"]["candidateCount"] = json!(2);
+    let bytes = Bytes::from(serde_json::to_vec(&request).unwrap());
+    let (_, out) = call(
+        &mut guard,
+        gemini_post(&stream_url("gemini-2.5-pro"), &request),
+    )
+    .await;
+    assert_eq!(
+        out,
+        Bytes::from_static(EMPTY_SAFETY_STREAM),
+        "not recovered"
+    );
+    assert_eq!(upstream.seen().len(), 1);
+    assert_eq!(upstream.seen()[0].body, bytes);
+    assert!(sink.records().is_empty());
+}

@@ -252,6 +252,15 @@ impl Dialect for GeminiGenerateContent {
         model_segment(uri).is_some_and(|s| s.method == STREAM_GENERATE) && wants_sse(uri)
     }
 
+    fn unguardable(&self, body: &Value) -> Option<&'static str> {
+        // One candidate of several cannot be recovered alone.
+        body.get("generationConfig")
+            .and_then(|c| c.get("candidateCount"))
+            .and_then(Value::as_u64)
+            .is_some_and(|n| n > 1)
+            .then_some("candidateCount > 1: several candidates")
+    }
+
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
         // The role may be left out on user turns.
         let first_user = body.get("contents")?.as_array()?.iter().find(|c| {
