@@ -7,8 +7,9 @@ use http::{HeaderMap, Method, Uri};
 use serde_json::{json, Map, Value};
 
 use super::{
-    is_real_text, merge_list_header, path_segments, str_field, Dialect, FrameRewrite, Handoff,
-    LiveSplice, Observation, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
+    event_type, is_real_text, json_event, merge_list_header, path_segments, str_field, Dialect,
+    FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError, ServerFallback,
+    StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
@@ -344,7 +345,7 @@ impl HandoffStream {
 
 impl FrameRewrite for HandoffStream {
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes> {
-        let mut event: Value = serde_json::from_str(frame.data()?).ok()?;
+        let mut event = json_event(frame)?;
         match event.get("type").and_then(Value::as_str)? {
             "message_start" if !self.inserted => {
                 let mut out = String::from_utf8_lossy(frame.raw()).into_owned();
@@ -423,7 +424,7 @@ struct Continuation {
 
 impl FrameRewrite for Continuation {
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes> {
-        let mut event: Value = serde_json::from_str(frame.data()?).ok()?;
+        let mut event = json_event(frame)?;
         match event.get("type").and_then(Value::as_str)? {
             "message_start" => Some(Bytes::new()),
             "content_block_start" | "content_block_delta" | "content_block_stop" => {
@@ -448,19 +449,10 @@ impl StreamInspector for AnthropicStream {
         if committed && matches!(frame.event(), Some("content_block_delta" | "ping")) {
             return seen;
         }
-        let Some(data) = frame.data() else {
+        let Some(event) = json_event(frame) else {
             return seen;
         };
-        let Ok(event) = serde_json::from_str::<Value>(data) else {
-            // Broken JSON inside an event is passed through, not judged.
-            return seen;
-        };
-        let kind = event
-            .get("type")
-            .and_then(Value::as_str)
-            .or(frame.event())
-            .unwrap_or_default();
-        match kind {
+        match event_type(&event, frame) {
             "message_start" => {
                 seen.model = event.get("message").and_then(|m| str_field(m, "model"));
             }

@@ -199,6 +199,22 @@ pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {
     })
 }
 
+/// A frame's `data:` parsed as JSON. `None` for frames without data or with
+/// broken JSON, which are passed through unjudged.
+pub(crate) fn json_event(frame: &Frame) -> Option<Value> {
+    serde_json::from_str(frame.data()?).ok()
+}
+
+/// An event's type: its JSON `type`, else the frame's `event:` name (the
+/// APIs that name events repeat the name in `type`).
+pub(crate) fn event_type<'a>(event: &'a Value, frame: &'a Frame) -> &'a str {
+    event
+        .get("type")
+        .and_then(Value::as_str)
+        .or(frame.event())
+        .unwrap_or_default()
+}
+
 /// Whether text counts as real output: anything but whitespace.
 pub(crate) fn is_real_text(text: &str) -> bool {
     !text.trim().is_empty()

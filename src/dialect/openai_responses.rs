@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 
 use super::openai_chat::{azure_blocked_prompt, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL};
 use super::{
-    is_real_text, str_field, truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError,
-    StreamInspector,
+    event_type, is_real_text, json_event, str_field, truncate_explanation, Dialect, Observation,
+    RefusalInfo, RewriteError, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
@@ -260,18 +260,10 @@ impl ResponsesStream {
 impl StreamInspector for ResponsesStream {
     fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
         let mut seen = Observation::default();
-        let Some(data) = frame.data() else {
+        let Some(event) = json_event(frame) else {
             return seen;
         };
-        let Ok(event) = serde_json::from_str::<Value>(data) else {
-            // Broken JSON inside an event is passed through, not judged.
-            return seen;
-        };
-        let kind = event
-            .get("type")
-            .and_then(Value::as_str)
-            .or(frame.event())
-            .unwrap_or_default();
+        let kind = event_type(&event, frame);
         let null = Value::Null;
         match kind {
             "response.created" | "response.in_progress" => {
