@@ -74,12 +74,15 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "proxy")]
+pub mod admin;
 pub mod body;
 mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
 pub mod ledger;
+pub mod metrics;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;
