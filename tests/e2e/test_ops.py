@@ -238,9 +238,11 @@ def test_admin_listener_refuses_other_methods(ops):
 @pytest.fixture(scope="module")
 def browser():
     if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing: .ci/e2e.sh installs it (apt-get install chromium)")
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+        # Skipped only where .ci/e2e.sh found it cannot be installed.
+        cannot = os.environ.get("REFUSAL_GUARD_E2E_NO_CHROMIUM")
+        if cannot:
+            pytest.skip(f"the dashboard in a browser: {cannot}")
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/e2e.sh does)")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
