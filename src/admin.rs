@@ -60,6 +60,12 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// metric descriptions, and returns the handle that renders `/metrics`.
 ///
 /// Fails if a recorder is already installed.
+///
+/// ```
+/// let handle = refusal_guard::admin::install_recorder().unwrap();
+/// assert!(refusal_guard::admin::install_recorder().is_err()); // one per process
+/// # let _ = handle;
+/// ```
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     const SECONDS: [f64; 14] = [
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
@@ -113,6 +119,13 @@ pub struct TcpProbe {
 
 impl TcpProbe {
     /// A probe of `host:port`, named `label` in `/readyz`.
+    ///
+    /// ```
+    /// use refusal_guard::admin::{AdminState, TcpProbe};
+    ///
+    /// let state = AdminState::new().probe(TcpProbe::new("redis", "127.0.0.1", 6379));
+    /// # let _ = state;
+    /// ```
     pub fn new(label: impl Into<String>, host: impl Into<String>, port: u16) -> Self {
         TcpProbe {
             label: label.into(),
@@ -168,6 +181,12 @@ impl Probe for TcpProbe {
 }
 
 /// The conversation store kept in the process's memory: always reachable.
+///
+/// ```
+/// use refusal_guard::admin::{MemoryStoreProbe, Probe};
+///
+/// assert_eq!(MemoryStoreProbe.name(), "store memory");
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MemoryStoreProbe;
 
@@ -183,6 +202,18 @@ impl Probe for MemoryStoreProbe {
 
 /// What the admin listener serves from: the metrics handle, the refusal
 /// logs and the readiness probes.
+///
+/// ```
+/// use std::time::Duration;
+/// use refusal_guard::admin::AdminState;
+/// use refusal_guard::proxy::Upstream;
+///
+/// let state = AdminState::new()
+///     .log("refusals.jsonl")
+///     .probe_upstream(&Upstream::parse("http://127.0.0.1:9000").unwrap())
+///     .probe_timeout(Duration::from_millis(500));
+/// # let _ = state;
+/// ```
 pub struct AdminState {
     metrics: Option<PrometheusHandle>,
     logs: Vec<PathBuf>,
@@ -260,6 +291,25 @@ type AdminBody = Full<Bytes>;
 
 /// Serves the admin routes on `listener` until `shutdown` completes, then
 /// waits for the requests in flight.
+///
+/// ```
+/// use refusal_guard::admin::{self, AdminState};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let addr = listener.local_addr()?;
+/// let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// let server = tokio::spawn(admin::serve(listener, AdminState::new(), async {
+///     let _ = stopped.await;
+/// }));
+/// let response = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
+/// assert_eq!(response.text().await.unwrap(), "ok\n");
+/// let _ = stop.send(());
+/// server.await.unwrap()?;
+/// # Ok(())
+/// # }
+/// ```
 pub async fn serve<F>(listener: TcpListener, state: AdminState, shutdown: F) -> std::io::Result<()>
 where
     F: Future<Output = ()> + Send,

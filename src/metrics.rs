@@ -131,6 +131,13 @@ pub fn describe() {
 /// The `category` label value for a provider's category: `none` when there
 /// is none, the category itself while it looks like one and is among the
 /// first [`MAX_CATEGORIES`] seen by this process, `other` otherwise.
+///
+/// ```
+/// use refusal_guard::metrics::category_label;
+///
+/// assert_eq!(&*category_label(Some("SAFETY")), "SAFETY");
+/// assert_eq!(&*category_label(Some("</script>")), "other");
+/// ```
 pub fn category_label(category: Option<&str>) -> SharedString {
     static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
     let Some(category) = category else {
@@ -171,6 +178,13 @@ fn kind_label(record: &RefusalRecord) -> &'static str {
 /// A provider's server-side fallback (the outcome `fallback` without a
 /// fallback attempt of the guard's own) counts as one `retarget` attempt
 /// with result `served`.
+///
+/// ```
+/// let record = serde_json::from_str(
+///     r#"{"ts":"2026-01-01T00:00:00.000Z","category":"cyber","outcome":"dead"}"#,
+/// ).unwrap();
+/// refusal_guard::metrics::record_refusal(&record); // a no-op without a recorder
+/// ```
 pub fn record_refusal(record: &RefusalRecord) {
     let labels = vec![
         Label::new(
@@ -332,6 +346,11 @@ impl RequestTally {
 static TALLY: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 
 /// The guarded requests this process has finished so far.
+///
+/// ```
+/// let before = refusal_guard::metrics::request_tally();
+/// assert!(refusal_guard::metrics::request_tally().total() >= before.total());
+/// ```
 pub fn request_tally() -> RequestTally {
     RequestTally {
         ok: TALLY[0].load(Ordering::Relaxed),

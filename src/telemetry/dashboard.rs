@@ -147,6 +147,21 @@ impl Dashboard {
     /// `max_bytes_each` bounds what is read of each file: past it only its
     /// newest `max_bytes_each` bytes are read (the live page uses this; the
     /// `refusals` command reads everything with `u64::MAX`).
+    ///
+    /// ```
+    /// use refusal_guard::telemetry::Dashboard;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("rg-dash-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir).unwrap();
+    /// let log = dir.join("a.jsonl");
+    /// std::fs::write(&log, concat!(
+    ///     r#"{"ts":"2026-11-29T17:00:00.000Z","outcome":"rescued"}"#, "\n",
+    ///     "torn line\n",
+    /// )).unwrap();
+    /// let dashboard = Dashboard::from_logs(&[log, dir.join("missing.jsonl")], u64::MAX).unwrap();
+    /// assert_eq!(dashboard.total(), 1);
+    /// # std::fs::remove_dir_all(&dir).unwrap();
+    /// ```
     pub fn from_logs<P: AsRef<Path>>(paths: &[P], max_bytes_each: u64) -> io::Result<Dashboard> {
         let mut builder = Builder::default();
         for path in paths {
@@ -172,6 +187,15 @@ impl Dashboard {
     }
 
     /// Adds the guarded request totals (the live page shows the refusal rate).
+    ///
+    /// ```
+    /// use refusal_guard::telemetry::Dashboard;
+    ///
+    /// let page = Dashboard::from_records([])
+    ///     .with_requests(refusal_guard::metrics::request_tally())
+    ///     .to_html();
+    /// assert!(page.contains(r#""requests":{"#));
+    /// ```
     pub fn with_requests(mut self, tally: RequestTally) -> Self {
         self.requests = Some(Requests {
             total: tally.total(),
