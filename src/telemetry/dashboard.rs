@@ -63,6 +63,8 @@ pub struct Dashboard {
     recovered: usize,
     recoverable: usize,
     by_outcome: BTreeMap<&'static str, usize>,
+    /// For dead refusals: count per reason (`(none)` when not said).
+    dead_reasons: BTreeMap<String, usize>,
     timeline: Timeline,
     table: Table,
     latency: Vec<Latency>,
@@ -114,6 +116,7 @@ struct Entry {
     model: String,
     category: String,
     outcome: Outcome,
+    reason: Option<&'static str>,
     latency_ms: u64,
 }
 
@@ -253,6 +256,7 @@ impl Builder {
             model: record.model.clone().unwrap_or_else(|| NONE.to_owned()),
             category: record.category.clone().unwrap_or_else(|| NONE.to_owned()),
             outcome: record.outcome,
+            reason: record.reason.map(|r| r.as_str()),
             latency_ms: record.latency_ms,
         });
         self.recent.push(record);
@@ -285,12 +289,19 @@ impl Builder {
             *by_outcome.entry(entry.outcome.as_str()).or_default() += 1;
         }
         let recovered = by_outcome["fallback"] + by_outcome["rescued"];
+        let mut dead_reasons: BTreeMap<String, usize> = BTreeMap::new();
+        for entry in entries.iter().filter(|e| e.outcome == Outcome::Dead) {
+            *dead_reasons
+                .entry(entry.reason.unwrap_or(NONE).to_owned())
+                .or_default() += 1;
+        }
         Dashboard {
             generated: format_ts(std::time::SystemTime::now()),
             total: entries.len(),
             recovered,
             recoverable: entries.len() - by_outcome["partial"],
             by_outcome,
+            dead_reasons,
             timeline: timeline(entries),
             table: table(entries),
             latency: latency(entries),

@@ -286,6 +286,11 @@ def check_numbers(page, records: list):
     newest = max(records, key=lambda r: r["ts"])
     first_row = page.locator("#recent-rows tr").first
     assert first_row.locator(".attempt").count() == len(newest["attempts"])
+    # Why the dead ones stayed dead, by reason.
+    reasons = collections.Counter(r.get("reason") or "(none)" for r in records if r["outcome"] == "dead")
+    text = page.locator("#dead-reasons").inner_text()
+    for reason, count in reasons.items():
+        assert reason.replace("_", " ") in text and str(count) in text
     # Latency percentiles exist for the outcomes that were timed.
     for outcome in ["fallback", "rescued", "dead"]:
         assert page.locator(f"#latency-{outcome}").count() == (1 if outcomes[outcome] else 0)
