@@ -2,8 +2,9 @@
 //! renders and the guarded-request span as JSON log lines, with the proxy on
 //! loopback in front of the scripted mock upstream.
 //!
-//! One test function: the recorder and the subscriber are process-wide, so
-//! the counts below are only exact when nothing else runs beside them.
+//! The recorder and the subscriber are process-wide, so everything that
+//! counts guarded requests is one test function; the admin routes test
+//! beside it sends none.
 #[path = "support/mock_upstream.rs"]
 mod mock;
 
@@ -231,4 +232,83 @@ async fn metrics_and_the_request_span() {
         .collect();
     assert!(distinct.contains("other"), "{distinct:?}");
     assert!(distinct.len() <= refusal_guard::metrics::MAX_CATEGORIES + 1);
+}
+
+/// A readiness check that never answers.
+struct Hangs;
+
+impl refusal_guard::admin::Probe for Hangs {
+    fn name(&self) -> String {
+        "hangs".to_owned()
+    }
+    fn check(
+        &self,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = refusal_guard::admin::ProbeResult> + Send + '_>,
+    > {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn admin_routes_answer_within_their_bounds() {
+    use refusal_guard::admin::{self, AdminState};
+
+    let dir = std::env::temp_dir().join(format!("rg-ops-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("refusals.jsonl");
+    std::fs::write(
+        &log,
+        "{\"ts\":\"2026-11-29T17:00:00.000Z\",\"model\":\"m\",\"category\":\"cyber\",\"outcome\":\"dead\"}\n",
+    )
+    .unwrap();
+    let state = AdminState::new()
+        .log(&log)
+        .probe(Hangs)
+        .probe_timeout(Duration::from_millis(200));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(admin::serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let get = |path: &str| client.get(format!("{base}{path}")).send();
+
+    // A probe that never answers fails readiness after the probe timeout
+    // (asserted generously: well within the client's 10 s).
+    let ready = tokio::time::timeout(Duration::from_secs(10), get("/readyz"))
+        .await
+        .expect("readyz answers though a probe hangs")
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let text = ready.text().await.unwrap();
+    assert!(text.contains("hangs: FAIL no answer within"), "{text}");
+    assert!(text.contains("store memory: ok"), "{text}");
+
+    let page = get("/").await.unwrap();
+    assert_eq!(page.status(), 200);
+    let csp = page.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.starts_with("default-src 'none'"));
+    let html = page.text().await.unwrap();
+    assert!(html.contains(r#""total":1"#));
+
+    // No recorder was given: /metrics says so rather than answering empty.
+    assert_eq!(get("/metrics").await.unwrap().status(), 404);
+    assert_eq!(get("/v1/messages").await.unwrap().status(), 404);
+    let post = client
+        .post(format!("{base}/healthz"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(post.status(), 405);
+
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the admin listener stops")
+        .unwrap()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
 }
