@@ -6,7 +6,7 @@
 //! | `GET /metrics` | every [`metrics`](crate::metrics) series in the Prometheus text format |
 //! | `GET /healthz` | `200 ok` while the process serves (liveness) |
 //! | `GET /readyz` | `200` when every [`Probe`] passes (the upstream accepts a TCP connection, the conversation store answers), else `503`; one line per probe |
-//! | `GET /` | the [`Dashboard`] of the refusal log, live |
+//! | `GET /` | the [`Dashboard`] of the refusal log, live (it reloads every 30 s) |
 //!
 //! It never forwards anything upstream, and the proxy's API port never
 //! serves these routes. Bind it to loopback unless something in front of it
@@ -50,6 +50,8 @@ use crate::telemetry::Dashboard;
 
 /// How much of each log the live dashboard reads: its newest 8 MiB.
 const DASHBOARD_LOG_BYTES: u64 = 8 << 20;
+/// How often the live dashboard reloads itself.
+const DASHBOARD_REFRESH: Duration = Duration::from_secs(30);
 /// How long a readiness probe may take before it counts as failed.
 const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a client may take to send a request head.
@@ -410,7 +412,9 @@ async fn dashboard(state: &AdminState) -> Response<AdminBody> {
             .map_err(|error| std::io::Error::other(error.to_string()))
             .and_then(|read| read);
     let dashboard = match read {
-        Ok(dashboard) => dashboard.with_requests(crate::metrics::request_tally()),
+        Ok(dashboard) => dashboard
+            .with_requests(crate::metrics::request_tally())
+            .refresh_every(DASHBOARD_REFRESH),
         Err(error) => {
             return text(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -71,6 +71,9 @@ pub struct Dashboard {
     recent: Vec<RefusalRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
     requests: Option<Requests>,
+    /// Seconds after which the page reloads itself (the live page).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refresh_secs: Option<u64>,
     skipped: usize,
 }
 
@@ -208,6 +211,21 @@ impl Dashboard {
         self
     }
 
+    /// Makes the page reload itself every `interval` (whole seconds, at
+    /// least one), for a page served live.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use refusal_guard::telemetry::Dashboard;
+    ///
+    /// let page = Dashboard::from_records([]).refresh_every(Duration::from_secs(30)).to_html();
+    /// assert!(page.contains(r#""refresh_secs":30"#));
+    /// ```
+    pub fn refresh_every(mut self, interval: std::time::Duration) -> Self {
+        self.refresh_secs = Some(interval.as_secs().max(1));
+        self
+    }
+
     /// How many refusals the page counts.
     pub fn total(&self) -> usize {
         self.total
@@ -307,6 +325,7 @@ impl Builder {
             latency: latency(entries),
             recent: self.recent,
             requests: None,
+            refresh_secs: None,
             skipped: self.skipped,
         }
     }
