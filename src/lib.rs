@@ -71,6 +71,9 @@
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
+//! - [`metrics`]: what the guard counts, through the `metrics` facade;
+//!   `admin` (feature `proxy`): the admin listener (metrics, health, the
+//!   refusals dashboard).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
