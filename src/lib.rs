@@ -74,6 +74,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod api_error;
 pub mod body;
 mod dialect;
 pub mod env;
