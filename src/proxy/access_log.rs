@@ -8,6 +8,7 @@
 
 use std::io::Write;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -30,14 +31,36 @@ pub enum LogFormat {
     Json,
 }
 
+/// Where access-log lines go: on or off, the format and the writer (stderr
+/// unless [`crate::proxy::Proxy::access_log_to`] gave one).
+#[derive(Clone, Default)]
+pub(crate) struct AccessLog {
+    pub(crate) off: bool,
+    pub(crate) format: LogFormat,
+    pub(crate) writer: Option<Writer>,
+}
+
+/// A writer of access-log lines.
+pub(crate) type Writer = Arc<dyn Fn(&str) + Send + Sync>;
+
+impl AccessLog {
+    fn emit(&self, line: &str) {
+        match &self.writer {
+            Some(writer) => writer(line),
+            // A closed stderr must not take a request down with it.
+            None => {
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+}
+
 /// The status written for a client that left before the response head.
 const CLIENT_GONE: u16 = 499;
 
 /// The access-log line of one request, written at most once.
-#[derive(Debug)]
 pub(crate) struct LogLine {
-    on: bool,
-    format: LogFormat,
+    log: AccessLog,
     method: http::Method,
     path: String,
     started: Instant,
@@ -53,10 +76,9 @@ pub(crate) enum Ending {
 }
 
 impl LogLine {
-    pub(crate) fn new(on: bool, format: LogFormat, method: http::Method, path: String) -> Self {
+    pub(crate) fn new(log: AccessLog, method: http::Method, path: String) -> Self {
         LogLine {
-            on,
-            format,
+            log,
             method,
             path,
             started: Instant::now(),
@@ -104,13 +126,13 @@ impl LogLine {
 
     /// Writes the line now (status, outcome and an optional note).
     pub(crate) fn write(&mut self, status: u16, outcome: &str, note: &str) {
-        if !self.on || self.written {
+        if self.log.off || self.written {
             return;
         }
         self.written = true;
         let ts = crate::telemetry::format_ts(SystemTime::now());
         let ms = self.started.elapsed().as_millis();
-        let line = match self.format {
+        let line = match self.log.format {
             LogFormat::Text => {
                 let note = if note.is_empty() {
                     String::new()
@@ -134,8 +156,7 @@ impl LogLine {
                 format!("{object}\n")
             }
         };
-        // A closed stderr must not take a request down with it.
-        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+        self.log.emit(&line);
     }
 }
 

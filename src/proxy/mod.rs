@@ -61,7 +61,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode};
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::BodyExt;
@@ -82,7 +82,7 @@ pub use run::run;
 pub use server::ServerLimits;
 pub use upstream::{client, TargetError, Upstream, UpstreamError};
 
-use access_log::{LogLine, Tracked};
+use access_log::{AccessLog, LogLine, Tracked};
 use errors::error_response;
 use headers::strip_hop_by_hop;
 
@@ -103,8 +103,7 @@ pub struct Proxy<S> {
 struct Shared<S> {
     service: S,
     upstream: Upstream,
-    access_log: bool,
-    log_format: LogFormat,
+    access_log: AccessLog,
 }
 
 impl<S> Clone for Proxy<S> {
@@ -120,7 +119,7 @@ impl<S> fmt::Debug for Proxy<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Proxy")
             .field("upstream", &self.inner.upstream)
-            .field("access_log", &self.inner.access_log)
+            .field("access_log", &!self.inner.access_log.off)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
@@ -147,8 +146,7 @@ impl<S> Proxy<S> {
             inner: Arc::new(Shared {
                 service,
                 upstream,
-                access_log: true,
-                log_format: LogFormat::Text,
+                access_log: AccessLog::default(),
             }),
             limits: ServerLimits::default(),
         }
@@ -168,12 +166,35 @@ impl<S> Proxy<S> {
 
     /// Turns the per-request line on stderr on or off (on by default).
     pub fn access_log(self, on: bool) -> Self {
-        self.shared_mut(|shared| shared.access_log = on)
+        self.shared_mut(|shared| shared.access_log.off = !on)
     }
 
     /// Writes the per-request line as text (the default) or as JSON.
     pub fn log_format(self, format: LogFormat) -> Self {
-        self.shared_mut(|shared| shared.log_format = format)
+        self.shared_mut(|shared| shared.access_log.format = format)
+    }
+
+    /// Hands each per-request line (ending in a newline) to `writer`
+    /// instead of writing it on stderr.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use refusal_guard::proxy::{Proxy, Upstream};
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    /// let seen = lines.clone();
+    /// let upstream = Upstream::parse("http://127.0.0.1:9").unwrap();
+    /// let proxy = Proxy::new(upstream, &RefusalGuardLayer::new())
+    ///     .unwrap()
+    ///     .access_log_to(move |line| seen.lock().unwrap().push(line.to_owned()));
+    /// # let _ = proxy;
+    /// ```
+    pub fn access_log_to<W>(self, writer: W) -> Self
+    where
+        W: Fn(&str) + Send + Sync + 'static,
+    {
+        self.shared_mut(|shared| shared.access_log.writer = Some(Arc::new(writer)))
     }
 
     /// Replaces all the server's limits at once.
@@ -223,8 +244,7 @@ impl<S> Proxy<S> {
 
     fn log_line<B>(&self, request: &Request<B>) -> LogLine {
         LogLine::new(
-            self.inner.access_log,
-            self.inner.log_format,
+            self.inner.access_log.clone(),
             request.method().clone(),
             request.uri().path().to_owned(),
         )
@@ -255,12 +275,14 @@ where
             Ok(uri) => uri,
             Err(refused) => {
                 line.write(refused.status().as_u16(), refused.code(), "");
-                return error_response(
-                    line.path(),
-                    refused.status(),
-                    refused.code(),
-                    &refused.to_string(),
-                );
+                let (status, code) = (refused.status(), refused.code());
+                let mut response = error_response(line.path(), status, code, &refused.to_string());
+                // What follows a refused target (a tunnel's bytes, say) is
+                // not an HTTP request: close the connection after answering.
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
             }
         };
         parts.version = http::Version::HTTP_11;

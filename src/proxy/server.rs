@@ -253,13 +253,34 @@ where
         } else {
             self.handle(request).await
         };
-        response.map(|body| {
-            body.map_frame(move |frame| {
-                let _busy = &busy;
-                frame
-            })
-            .boxed_unsync()
-        })
+        response.map(|body| WhileBusy { body, _busy: busy }.boxed_unsync())
+    }
+}
+
+/// A response body that keeps its request counted as in flight until it is
+/// dropped.
+struct WhileBusy {
+    body: ProxyBody,
+    _busy: Busy,
+}
+
+impl Body for WhileBusy {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -267,9 +288,15 @@ async fn admit_and_accept(
     admission: &Admission,
     listener: &TcpListener,
 ) -> Option<(TcpStream, Slot)> {
-    let slot = admission.admit().await;
+    let mut slot = admission.admit().await;
     match listener.accept().await {
         Ok((stream, _peer)) => {
+            // A slot may have freed while this overflow place waited.
+            if let Slot::Overflow(_) = slot {
+                if let Ok(permit) = admission.slots.clone().try_acquire_owned() {
+                    slot = Slot::Served(permit);
+                }
+            }
             let _ = stream.set_nodelay(true);
             Some((stream, slot))
         }
