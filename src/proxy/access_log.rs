@@ -239,3 +239,51 @@ where
         self.body.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn capture(format: LogFormat) -> (AccessLog, Arc<Mutex<Vec<String>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let writer: Writer = Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned()));
+        let log = AccessLog {
+            off: false,
+            format,
+            writer: Some(writer),
+        };
+        (log, lines)
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let (log, lines) = capture(LogFormat::Json);
+        let mut line = LogLine::new(log, http::Method::POST, "/v1/messages".to_owned());
+        line.write(200, "rescued(cyber)", "");
+        drop(line);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "written once, not again on drop");
+        assert!(lines[0].ends_with('\n') && lines[0].matches('\n').count() == 1);
+        let json: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(json["status"], 200);
+        assert_eq!(json["outcome"], "rescued(cyber)");
+        assert_eq!(json["path"], "/v1/messages");
+    }
+
+    #[test]
+    fn a_line_dropped_unwritten_says_the_client_left() {
+        let (log, lines) = capture(LogFormat::Text);
+        drop(LogLine::new(
+            log,
+            http::Method::GET,
+            "/v1/models".to_owned(),
+        ));
+        let lines = lines.lock().unwrap();
+        assert!(
+            lines[0].contains(" GET /v1/models 499 client_gone "),
+            "{lines:?}"
+        );
+    }
+}
