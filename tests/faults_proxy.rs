@@ -525,3 +525,31 @@ async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
         "no retry or rescue after the client left"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
+    let refusal = fixture(EMPTY_REFUSAL);
+    let split = refusal.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&refusal[..split])),
+            Act::Sleep(Duration::from_secs(2)),
+            Act::Write(chunk(&refusal[split..])),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let mut socket = proxy.connect().await;
+    socket.write_all(&messages_request(true, "")).await.unwrap();
+    drop(socket);
+    proxy.line_with(&["POST /v1/messages"]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The original may or may not have gone out; a rescue never does.
+    let seen = upstream.requests();
+    assert!(seen.len() <= 1, "a rescue for a client that left: {seen:?}");
+    proxy
+        .line_with(&["POST /v1/messages 499 client_gone"])
+        .await;
+}
