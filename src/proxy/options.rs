@@ -116,7 +116,7 @@ pub struct Options {
     /// Longest silence between upstream body chunks [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_IDLE_TIMEOUT", value_name = "SECS", value_parser = seconds)]
     pub upstream_idle_timeout: Option<Duration>,
-    /// Total time for a held call and its recovery [default: 600]
+    /// Total time for a held call and its recovery [default: the layer's, 600]
     #[arg(long, env = "REFUSAL_GUARD_RECOVERY_DEADLINE", value_name = "SECS", value_parser = seconds)]
     pub recovery_deadline: Option<Duration>,
     /// Bytes held across all streams at once [default: the layer's]
