@@ -553,3 +553,26 @@ async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
         .line_with(&["POST /v1/messages 499 client_gone"])
         .await;
 }
+
+#[tokio::test]
+async fn a_long_silent_hold_is_not_an_idle_connection() {
+    let text = fixture(TEXT);
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Sleep(Duration::from_millis(2500)),
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&text)),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.idle_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let response = proxy.exchange(&messages_request(true, "")).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("message_stop"), "{response}");
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+}
