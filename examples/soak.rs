@@ -7,7 +7,7 @@
 //! - no request reaches the upstream for a client that left, after it left
 //!   (no rescue continuation), and every upstream connection is closed;
 //! - the proxy's file descriptors return to their idle level after each of
-//!   two identical rounds, and its RSS does not grow from one round to the
+//!   three identical rounds, and its RSS does not grow from one round to the
 //!   next (glibc keeps freed memory, so RSS is printed: idle, peak, after).
 //!
 //! ```text
@@ -35,11 +35,15 @@ use serde_json::Value;
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
 /// How long the upstream stalls the streams of clients that will leave.
 const STALL: Duration = Duration::from_secs(4);
-/// When those clients leave.
+/// When those clients leave, after the upstream has their request (past the
+/// `--keepalive 1` head, before the stall ends).
 const LEAVE_AFTER: Duration = Duration::from_millis(1500);
+
+/// Requests the upstream read, per marker.
+type Seen = Arc<Mutex<HashMap<String, usize>>>;
 const MODE_LIMIT: Duration = Duration::from_secs(120);
 /// Identical rounds per mode: growth between them would be a leak.
-const ROUNDS: usize = 2;
+const ROUNDS: usize = 3;
 
 struct Settings {
     streams: usize,
@@ -195,7 +199,12 @@ fn start_proxy(settings: &Settings, mode: &str, upstream: &str) -> Result<(Child
 
 /// One client: sends its marker; a `leave-` client drops the request after
 /// [`LEAVE_AFTER`]. Returns an error for a client that got the wrong bytes.
-async fn client(client: reqwest::Client, url: String, marker: String) -> Result<(), String> {
+async fn client(
+    client: reqwest::Client,
+    url: String,
+    marker: String,
+    seen: Seen,
+) -> Result<(), String> {
     let body = serde_json::json!({"model":"claude-opus-4-7","max_tokens":64,"stream":true,
         "messages":[{"role":"user","content":marker}]});
     let exchange = async {
@@ -212,7 +221,19 @@ async fn client(client: reqwest::Client, url: String, marker: String) -> Result<
         response.text().await.map_err(|e| format!("{marker}: {e}"))
     };
     if marker.starts_with("leave-") {
-        let _ = tokio::time::timeout(LEAVE_AFTER, exchange).await;
+        // Leave mid-hold: a while after the upstream has the request, well
+        // before its stall ends.
+        let leave = async {
+            while !seen.lock().unwrap().contains_key(&marker) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(LEAVE_AFTER).await;
+        };
+        tokio::select! {
+            _ = exchange => {}
+            () = leave => {}
+            () = tokio::time::sleep(MODE_LIMIT) => {}
+        }
         return Ok(());
     }
     let text = text_of(&exchange.await?);
@@ -245,7 +266,7 @@ async fn soak_mode(settings: &Settings, mode: &str) -> Result<(), String> {
     // glibc keeps freed memory, so RSS need not fall to its idle level; a
     // leak shows as growth from one identical round to the next.
     if let [first, .., last] = after[..] {
-        if last > first + first / 4 + 8 * 1024 {
+        if last > first + first / 2 + 16 * 1024 {
             result = result.and(Err(format!(
                 "{mode}: RSS grew from {first} KiB after round 1 to {last} KiB after round {ROUNDS}"
             )));
@@ -271,7 +292,7 @@ async fn drive(
     settings: &Settings,
     (mode, round): (&str, usize),
     upstream: &RawUpstream,
-    seen: &Mutex<HashMap<String, usize>>,
+    seen: &Seen,
     pid: u32,
     addr: &str,
 ) -> Result<u64, String> {
@@ -283,33 +304,7 @@ async fn drive(
         .pool_max_idle_per_host(0)
         .build()
         .map_err(|e| e.to_string())?;
-    let url = format!("http://{addr}/v1/messages");
-    let markers = (0..settings.streams)
-        .map(|i| {
-            if i % 2 == 0 {
-                format!("ok-{i}")
-            } else {
-                format!("refuse-{i}")
-            }
-        })
-        .chain((0..settings.aborts).map(|i| format!("leave-{i}")));
-    let tasks: Vec<_> = markers
-        .map(|marker| tokio::spawn(client(http.clone(), url.clone(), marker)))
-        .collect();
-    let mut errors = Vec::new();
-    let all = tokio::time::timeout(MODE_LIMIT, async {
-        for task in tasks {
-            match task.await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => errors.push(error),
-                Err(error) => errors.push(error.to_string()),
-            }
-        }
-    })
-    .await;
-    if all.is_err() {
-        errors.push(format!("not finished within {MODE_LIMIT:?}"));
-    }
+    let errors = run_clients(&http, settings, (round, seen), addr).await;
     drop(http);
     let elapsed = started.elapsed();
     let peak_rss = rss_kib(pid, "VmHWM:");
@@ -322,7 +317,7 @@ async fn drive(
         .lock()
         .unwrap()
         .iter()
-        .filter(|(marker, count)| marker.starts_with("leave-") && **count > 1)
+        .filter(|(marker, count)| marker.starts_with(&format!("leave-{round}-")) && **count > 1)
         .map(|(marker, _)| marker.clone())
         .collect();
     println!(
@@ -368,6 +363,42 @@ async fn drive(
     } else {
         Err(format!("{mode}: {}", failed.join("; ")))
     }
+}
+
+/// Runs every client of one round at once; returns their errors.
+async fn run_clients(
+    http: &reqwest::Client,
+    settings: &Settings,
+    (round, seen): (usize, &Seen),
+    addr: &str,
+) -> Vec<String> {
+    let url = format!("http://{addr}/v1/messages");
+    // Markers are unique across rounds: the upstream counts requests per
+    // marker to tell an original from a continuation.
+    let markers = (0..settings.streams)
+        .map(|i| match i % 2 {
+            0 => format!("ok-{round}-{i}"),
+            _ => format!("refuse-{round}-{i}"),
+        })
+        .chain((0..settings.aborts).map(|i| format!("leave-{round}-{i}")));
+    let tasks: Vec<_> = markers
+        .map(|marker| tokio::spawn(client(http.clone(), url.clone(), marker, seen.clone())))
+        .collect();
+    let mut errors = Vec::new();
+    let all = tokio::time::timeout(MODE_LIMIT, async {
+        for task in tasks {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => errors.push(error),
+                Err(error) => errors.push(error.to_string()),
+            }
+        }
+    })
+    .await;
+    if all.is_err() {
+        errors.push(format!("not finished within {MODE_LIMIT:?}"));
+    }
+    errors
 }
 
 async fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
