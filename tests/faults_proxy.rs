@@ -576,3 +576,43 @@ async fn a_long_silent_hold_is_not_an_idle_connection() {
     assert_eq!(upstream.requests().len(), 1);
     proxy.line_with(&["POST /v1/messages 200 ok"]).await;
 }
+
+#[tokio::test]
+async fn http2_clients_are_served_and_refused_alike() {
+    let upstream = RawUpstream::start(|_, _| {
+        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let base = format!("http://{}", proxy.addr);
+    let response = client
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "{\"data\":[]}");
+    let response = client
+        .get(format!("{base}/v1/%252e%252e/admin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.headers()["x-refusal-guard-error"],
+        "dot_segment_in_path"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the first request went upstream"
+    );
+    proxy.line_with(&["GET /v1/models 200 pass"]).await;
+    proxy.line_with(&["400 dot_segment_in_path"]).await;
+}

@@ -78,7 +78,10 @@ enum Slot {
     Overflow(#[allow(dead_code)] OwnedSemaphorePermit),
 }
 
-/// The connection slots and the few overflow places past them.
+/// The connection slots and the few overflow places past them. (tower's
+/// `ConcurrencyLimit` and `LoadShed` bound requests to a service; what runs
+/// out here is sockets and file descriptors, so connections are counted at
+/// accept.)
 struct Admission {
     slots: Arc<Semaphore>,
     overflow: Arc<Semaphore>,
