@@ -88,12 +88,14 @@ pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+mod reserve;
 mod respond;
 pub mod service;
 pub mod simulate;
 pub mod soft;
 pub mod sse;
 pub mod telemetry;
+pub mod timeout;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;
