@@ -8,10 +8,10 @@ use http::header::HeaderName;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::ledger::{MemoryLedger, RescueLedger};
 use crate::recovery::{Budget, FallbackChains, RescueModel, RescueNote, RescueSwitch};
 use crate::reserve::BytePool;
 use crate::service::RefusalGuard;
+use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
 
 /// A user hook that names the conversation a request belongs to.
@@ -24,7 +24,7 @@ pub(crate) struct Config {
     pub(crate) rescue_note: RescueNote,
     pub(crate) rescue_cap: u32,
     pub(crate) rescue_model: RescueModel,
-    pub(crate) ledger: Arc<dyn RescueLedger>,
+    pub(crate) store: Arc<dyn ConversationStore>,
     pub(crate) telemetry: Arc<dyn TelemetrySink>,
     pub(crate) conversation_header: Option<HeaderName>,
     pub(crate) conversation_fn: Option<Arc<ConversationFn>>,
@@ -143,7 +143,7 @@ impl RefusalGuardLayer {
     /// configured otherwise. It is removed before the request goes upstream.
     pub const DEFAULT_CONVERSATION_HEADER: &'static str = "x-refusal-guard-conversation";
 
-    /// A guard with rescue on, no fallbacks, an in-memory ledger and no
+    /// A guard with rescue on, no fallbacks, an in-memory store and no
     /// telemetry.
     pub fn new() -> Self {
         RefusalGuardLayer {
@@ -152,7 +152,7 @@ impl RefusalGuardLayer {
                 rescue_note: RescueNote::default(),
                 rescue_cap: 1,
                 rescue_model: RescueModel::Original,
-                ledger: Arc::new(MemoryLedger::new()),
+                store: Arc::new(MemoryStore::new()),
                 telemetry: Arc::new(()),
                 conversation_header: Some(HeaderName::from_static(
                     Self::DEFAULT_CONVERSATION_HEADER,
@@ -195,11 +195,22 @@ impl RefusalGuardLayer {
         self
     }
 
-    /// Turns the rescue step on or off (on by default). See also
-    /// [`rescue_switch`](Self::rescue_switch) to flip it while running.
+    /// Turns the rescue step on or off (on by default) for the services
+    /// this layer builds from now on. It gives the layer a switch of its
+    /// own: a clone's setting never reaches the layer it was cloned from,
+    /// nor services already built. See [`rescue_switch`](Self::rescue_switch)
+    /// to flip rescue while running.
+    ///
+    /// ```
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let a = RefusalGuardLayer::new();
+    /// let b = a.clone().rescue(false);
+    /// assert!(a.rescue_switch().is_on());
+    /// assert!(!b.rescue_switch().is_on());
+    /// ```
     pub fn rescue(self, on: bool) -> Self {
-        self.config.rescue.set(on);
-        self
+        self.with(|c| c.rescue = RescueSwitch::new(on))
     }
 
     /// Uses `switch` as the rescue on/off switch, shared with whoever holds it.
@@ -230,9 +241,11 @@ impl RefusalGuardLayer {
         self.with(|c| c.rescue_model = model)
     }
 
-    /// Keeps per-conversation state in `ledger` (default: a [`MemoryLedger`]).
-    pub fn ledger(self, ledger: impl RescueLedger) -> Self {
-        self.with(|c| c.ledger = Arc::new(ledger))
+    /// Keeps per-conversation state (rescues since output, sticky routes)
+    /// in `store` (default: a [`MemoryStore`]). Share one store between
+    /// replicas to give a conversation one rescue across all of them.
+    pub fn store(self, store: impl ConversationStore) -> Self {
+        self.with(|c| c.store = Arc::new(store))
     }
 
     /// Sends one record per refusal to `sink` (default: `()`, nowhere).

@@ -442,7 +442,8 @@ where
                     break;
                 }
                 if let Some(key) = &call.conversation {
-                    if !config.ledger.try_reserve_rescue(key, config.rescue_cap) {
+                    let reservation = config.store.reserve_rescue(key, config.rescue_cap);
+                    if !call.ask_store(reservation, false).await {
                         reason = Some(DeadReason::RescueCap);
                         break;
                     }
@@ -529,7 +530,8 @@ where
                 if let (Some(ttl), Some(key), Outcome::Fallback, Some(model)) =
                     (config.sticky_ttl, &call.conversation, success, &step_model)
                 {
-                    config.ledger.set_sticky_model(key, model, ttl);
+                    let route = config.store.set_sticky_route(key, model, ttl);
+                    call.ask_store(route, ()).await;
                 }
                 let mut held = held;
                 let mut splice = None;

@@ -16,11 +16,12 @@ use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::hold::Held;
 use crate::layer::Config;
-use crate::ledger::ConversationKey;
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
     WireApi,
 };
+use crate::store::ConversationKey;
+use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
 use crate::timeout::{IdleTimeout, UpstreamTimeout};
 
@@ -209,10 +210,49 @@ impl Call {
         tokio::time::Instant::from_std(self.started + self.config.budget.deadline)
     }
 
+    /// Tells the store the conversation produced real output. It never
+    /// delays the response: a store that answers at once has done so on
+    /// return, a slower one finishes on its own task.
     pub(crate) fn record_output(&self) {
-        if let Some(key) = &self.conversation {
-            self.config.ledger.record_output(key);
+        let Some(key) = self.conversation.clone() else {
+            return;
+        };
+        let store = self.config.store.clone();
+        detach(Box::pin(async move { store.record_output(&key).await }));
+    }
+
+    /// Asks the store, within what is left of the call's deadline; a store
+    /// that does not answer in time counts as `fallback`.
+    pub(crate) async fn ask_store<T>(&self, question: StoreFuture<'_, T>, fallback: T) -> T {
+        match tokio::time::timeout_at(self.deadline(), question).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => {
+                tracing::warn!("the conversation store did not answer within the deadline");
+                fallback
+            }
         }
+    }
+}
+
+/// Runs `work` as far as it goes now, and the rest on its own task.
+fn detach(mut work: StoreFuture<'static, ()>) {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(Arc::new(Noop));
+    if work
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => tracing::warn!("no runtime to finish a conversation store update on"),
     }
 }
 

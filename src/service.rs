@@ -25,12 +25,12 @@ use crate::body::{BoxError, GuardBody, Splice};
 use crate::dialect::{self, Dialect, LiveSplice};
 use crate::hold::{hold, is_event_stream, Forward};
 use crate::layer::Config;
-use crate::ledger::ConversationKey;
 use crate::recovery::{conclude, decide};
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
 use crate::respond::{error_response, pump, timed_out, unless_gone, Call, ServedRecovery, Shape};
+use crate::store::ConversationKey;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
@@ -457,11 +457,10 @@ where
     let mut route = None;
 
     // Sticky fallback: a conversation a fallback served goes there directly.
-    if config.sticky_ttl.is_some() {
-        if let Some(sticky) = conversation
-            .as_ref()
-            .and_then(|k| config.ledger.sticky_model(k))
-        {
+    if let (Some(_), Some(key)) = (config.sticky_ttl, &conversation) {
+        let asked = config.store.sticky_route(key);
+        let bound = config.budget.deadline;
+        if let Some(sticky) = tokio::time::timeout(bound, asked).await.ok().flatten() {
             if model.as_deref() != Some(sticky.as_str())
                 && dialect
                     .swap_model(&mut parts.uri, &mut json, &sticky)
