@@ -112,16 +112,15 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(deadline) = options.recovery_deadline {
         layer = layer.recovery_deadline(deadline);
     }
-    // lead: wire when the engine lands
-    // if let Some(timeout) = options.upstream_head_timeout {
-    //     layer = layer.upstream_head_timeout(timeout);
-    // }
-    // if let Some(timeout) = options.upstream_idle_timeout {
-    //     layer = layer.upstream_idle_timeout(timeout);
-    // }
-    // if let Some(bytes) = options.max_total_held_bytes {
-    //     layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
-    // }
+    if let Some(timeout) = options.upstream_head_timeout {
+        layer = layer.upstream_head_timeout(timeout);
+    }
+    if let Some(timeout) = options.upstream_idle_timeout {
+        layer = layer.upstream_idle_timeout(timeout);
+    }
+    if let Some(bytes) = options.max_total_held_bytes {
+        layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
     match options.log_setting() {
         LogSetting::Off => Ok((layer, "off".to_owned())),
         LogSetting::Path(path) => match JsonlSink::open(&path) {
