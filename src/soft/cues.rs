@@ -44,6 +44,7 @@ type Cue = fn(&[Tok<'_>], usize) -> Option<Hit>;
 /// The cues, most specific first.
 const CUES: &[Cue] = &[
     inability,
+    clipped_inability,
     decline,
     not_something_i_can,
     stance,
@@ -74,6 +75,22 @@ pub(super) fn find_cue(toks: &[Tok<'_>]) -> Option<Hit> {
         apology.get_or_insert(hit);
     }
     apology
+}
+
+/// Whether `word` is a verb of `set`, or its -ing form ("drafting",
+/// "generating", "getting").
+pub(super) fn verb_in(word: &str, set: &[&str]) -> bool {
+    if any(word, set) {
+        return true;
+    }
+    let Some(stem) = word.strip_suffix("ing").filter(|s| s.len() >= 2) else {
+        return false;
+    };
+    let undoubled = &stem[..stem.len() - 1];
+    any(stem, set)
+        || set.iter().any(|v| v.strip_suffix('e') == Some(stem))
+        || (stem.as_bytes()[stem.len() - 1] == stem.as_bytes()[stem.len() - 2]
+            && any(undoubled, set))
 }
 
 /// Whether the word at `i` sits in a conditional or subordinate clause
@@ -112,6 +129,10 @@ fn inability_len(toks: &[Tok<'_>], i: usize) -> Option<usize> {
         ("i'm", "not", "comfortable", _) => Some(2),
         ("i'm", "not", _, _) if not_able(2) => Some(4),
         ("i'm", "not", "in", "a") => Some(4),
+        ("i'm", "not", "gonna", _) => Some(3),
+        ("i'd", "rather", "not", _) => Some(3),
+        ("i", "would", "rather", "not") => Some(4),
+        ("i'd", "prefer", "not", "to") => Some(4),
         ("i'll", "not", _, _) => Some(2),
         _ => None,
     }
@@ -136,14 +157,52 @@ fn inability(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
         j += 1;
         skipped += 1;
     }
+    // "I won't be drafting ..."
+    if w(toks, j) == "be" && w(toks, j + 1).ends_with("ing") && verb_in(w(toks, j + 1), ASSIST) {
+        j += 1;
+    }
     let verb = w(toks, j);
-    if !any(verb, ASSIST) || idiom(toks, j) {
+    if !verb_in(verb, ASSIST) || idiom(toks, j) {
         return None;
     }
     if toks[j..].iter().take(8).any(|t| any(t.w, CAPABILITY)) {
         return None;
     }
     Some(Hit::direct(i, j))
+}
+
+/// A clipped refusal with no subject, opening its sentence: "Can't help
+/// with that", "not gonna help with that one", "won't be writing that".
+fn clipped_inability(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
+    let opener = i == 0
+        || (i == 1
+            && matches!(
+                w(toks, 0),
+                "nah" | "sorry" | "nope" | "unfortunately" | "afraid" | "yeah" | "honestly"
+            ));
+    if !opener {
+        return None;
+    }
+    if (w(toks, i), w(toks, i + 1), w(toks, i + 2)) == ("no", "can", "do") {
+        return Some(Hit::direct(i, i + 2));
+    }
+    let n = match (w(toks, i), w(toks, i + 1)) {
+        ("can't" | "cannot" | "won't", _) => 1,
+        ("not", "gonna" | "going" | "able") => 2 + usize::from(w(toks, i + 2) == "to"),
+        ("not", x) if x.ends_with("ing") => 1,
+        _ => return None,
+    };
+    let mut j = i + n;
+    if matches!(w(toks, j), "be" | "really") && w(toks, j + 1) != "a" {
+        j += 1;
+    }
+    let verb = w(toks, j);
+    let object = matches!(
+        w(toks, j + 1),
+        "with" | "that" | "this" | "you" | "it" | "on" | "here"
+    );
+    let assisting = verb_in(verb, ASSIST) || verb == "doing";
+    (assisting && !idiom(toks, j) && object).then(|| Hit::direct(i, j))
 }
 
 /// Whether the assistance verb at `j` is part of an idiom or of an
@@ -162,13 +221,34 @@ fn idiom(toks: &[Tok<'_>], j: usize) -> bool {
                 || (after == "a" && !matches!(after2, "part" | "party"))
         }
         "recommend" => enough(),
+        "walk" => !matches!(after, "you" | "through"),
+        "explain" | "describe" | "detail" | "outline" => !matches!(
+            after,
+            "how"
+                | "the"
+                | "that"
+                | "this"
+                | "those"
+                | "these"
+                | "methods"
+                | "ways"
+                | "steps"
+                | "what"
+                | "where"
+                | "in"
+                | "any"
+        ),
+        "take" => after != "part",
+        "get" => !matches!(after, "involved" | "into"),
         _ => false,
     }
 }
 
 /// "I must decline", "I'll have to refuse", "we respectfully decline".
 fn decline(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
-    if !matches!(w(toks, i), "i" | "i'll" | "i'm" | "we") || conditional(toks, i) {
+    // "..., so I must decline" concludes; it is not a condition.
+    let so = i > 0 && w(toks, i - 1) == "so";
+    if !matches!(w(toks, i), "i" | "i'll" | "i'm" | "we") || (conditional(toks, i) && !so) {
         return None;
     }
     let mut j = i + 1;
@@ -191,7 +271,15 @@ fn decline(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
     {
         j += 1;
     }
-    (matches!(w(toks, j), "decline" | "refuse") && j > i).then(|| Hit::direct(i, j))
+    // "I'll pass on this", "I'll sit this one out".
+    let (next, after) = (w(toks, j + 1), w(toks, j + 2));
+    let declines = match w(toks, j) {
+        "decline" | "refuse" => true,
+        "pass" => j + 1 == toks.len() || matches!(next, "on" | "this" | "here"),
+        "sit" => matches!(next, "this" | "that") && after == "one" || next == "out",
+        _ => false,
+    };
+    (declines && j > i).then(|| Hit::direct(i, j))
 }
 
 /// "That's not something I can help with."
@@ -203,8 +291,11 @@ fn not_something_i_can(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
         return None;
     }
     let k = (i + 1..toks.len().min(i + 5)).find(|&k| toks[k].w == "something")?;
-    (w(toks, k + 1) == "i" && matches!(w(toks, k + 2), "can" | "can't" | "will" | "am"))
-        .then(|| Hit::direct(i, (k + 3).min(toks.len() - 1)))
+    let me = match w(toks, k + 1) {
+        "i" => matches!(w(toks, k + 2), "can" | "can't" | "will" | "am"),
+        me => matches!(me, "i'll" | "i'm" | "i'd"),
+    };
+    me.then(|| Hit::direct(i, (k + 3).min(toks.len() - 1)))
 }
 
 /// "I strongly condemn any form of ...", "I strongly disagree with that

@@ -1,8 +1,9 @@
 //! What follows a cue: a pivot to an offer, and whether the offer (or the
 //! rest of the response) delivers content.
 
-use super::text::{head, sentence_end_from, w, Tok, Words};
-use super::words::FALSE_PREMISE;
+use super::lecture::find_referral;
+use super::text::{any, head, sentence_end_from, w, Tok, Words};
+use super::words::{FALSE_PREMISE, HOTLINES, OFFERS, REFERRAL_OTHERS, REFERRAL_VERBS, SOFT};
 use super::DEFAULT_PREFIX_BYTES;
 
 /// End of the sentence after the one holding byte `after`: how far an
@@ -99,5 +100,82 @@ fn is_list_item(line: &str) -> bool {
                 && n.len() <= 2
                 && n.bytes().all(|b| b.is_ascii_digit())
                 && r.starts_with(' ')
+        })
+}
+
+/// How far past its start the delivered content of a response is looked
+/// for.
+pub(super) const DELIVERY_READ: usize = 4 * DEFAULT_PREFIX_BYTES;
+
+/// Whether `text[from..]` delivers content: steps, facts, code, concrete
+/// instructions. Each sentence (or list item) is weighed: lectures,
+/// reassurance, referrals, offers and questions back weigh nothing; a
+/// plain sentence weighs 1, a concrete one (digits, code, symbols, names,
+/// or long) 2. Content is delivered from a weight of 2.
+pub(super) fn delivers(text: &str, from: usize) -> bool {
+    weigh(text, from, usize::MAX) >= 2
+}
+
+/// Whether the two sentences from `from` deliver content on their own: a
+/// refusal phrase right before them was a caveat ("I can't give legal
+/// advice. In general, though, ...").
+pub(super) fn delivers_at_once(text: &str, from: usize) -> bool {
+    weigh(text, from, 2) >= 2
+}
+
+/// The weight of at most `sentences` sentences from `from`, stopping at 2.
+fn weigh(text: &str, from: usize, sentences: usize) -> usize {
+    let limit = head(text, from + DELIVERY_READ).len();
+    let mut pos = from;
+    let mut weight = 0;
+    let mut read = 0;
+    while let Some(end) = sentence_end_from(text, pos, limit) {
+        weight += sentence_weight(&text[pos..end]);
+        read += 1;
+        if weight >= 2 || read >= sentences {
+            break;
+        }
+        pos = end;
+    }
+    weight
+}
+
+/// The weight of one sentence as content (0, 1 or 2).
+fn sentence_weight(sentence: &str) -> usize {
+    let words = Words::new(sentence, 0..sentence.len());
+    let toks = words.toks();
+    if toks.len() <= 3 || sentence.trim_end().ends_with('?') || gives_nothing(&toks) {
+        return 0;
+    }
+    let code = sentence.contains(['`', '=', '/', '%', '$', '\u{b0}'])
+        || toks.iter().any(|t| t.w.bytes().any(|b| b.is_ascii_digit()));
+    let soft = toks.iter().filter(|t| any(t.w, SOFT)).count();
+    if !code && soft * 8 >= toks.len().max(8) {
+        return 0;
+    }
+    // A name inside the sentence is a fact ("In London, Leake Street
+    // tunnel ..."); "I" is not a name.
+    let names = toks[1..].iter().any(|t| {
+        sentence[t.start..].starts_with(char::is_uppercase) && t.w != "i" && !t.w.starts_with("i'")
+    });
+    // "Here are the steps:" announces what follows.
+    let announces = toks.iter().enumerate().any(|(i, t)| {
+        t.w == "here's" || (t.w == "here" && matches!(w(&toks, i + 1), "is" | "are"))
+    });
+    1 + usize::from(code || names || announces || toks.len() >= 20)
+}
+
+/// A referral, a hotline, or an offer / change of subject.
+fn gives_nothing(toks: &[Tok<'_>]) -> bool {
+    find_referral(toks).is_some()
+        || toks.iter().enumerate().any(|(i, t)| {
+            any(t.w, HOTLINES)
+                || any(t.w, OFFERS)
+                || (any(t.w, REFERRAL_VERBS)
+                    && toks[i + 1..toks.len().min(i + 8)]
+                        .iter()
+                        .any(|u| any(u.w, REFERRAL_OTHERS)))
+                || (t.w == "i" && matches!(w(toks, i + 1), "can" | "could" | "hope"))
+                || matches!(t.w, "i'd" | "i'll")
         })
 }

@@ -59,6 +59,7 @@
 mod cues;
 mod delivery;
 mod lecture;
+mod signals;
 mod text;
 mod verdict;
 mod words;

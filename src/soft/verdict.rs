@@ -4,9 +4,13 @@
 use std::ops::Range;
 
 use super::cues::find_cue;
-use super::delivery::{false_premise, find_pivot, has_list, has_substance, pivot_reach};
+use super::delivery::{
+    delivers, delivers_at_once, false_premise, find_pivot, has_list, has_substance, pivot_reach,
+};
 use super::lecture::{emotional_conditional, find_lecture, find_referral, is_lead_in, Lecture};
+use super::signals::{find_signal, SignalKind};
 use super::text::{head, scan_fences, sentence_end_from, Reader, Words};
+use super::words::CONTRASTS;
 use super::{Detection, SoftKind, SoftReason, DEFAULT_PREFIX_BYTES, MAX_SENTENCES};
 
 /// What an analysis concluded.
@@ -14,6 +18,15 @@ pub(super) enum Outcome {
     Decided(Detection),
     /// Only more text can decide.
     NeedMore,
+}
+
+/// What the opening sentences have shown so far.
+#[derive(Default)]
+struct Opening {
+    lecture: Lecture,
+    /// The first signal (AI-identity decline, judgement, sympathy), its
+    /// span, and where its sentence ends.
+    signal: Option<(SignalKind, Range<usize>, usize)>,
 }
 
 /// What one opening sentence is.
@@ -40,12 +53,12 @@ pub(super) fn analyze(text: &str, complete: bool) -> Outcome {
     };
     let window_end = head(text, DEFAULT_PREFIX_BYTES).len();
     let mut pos = 0;
-    let mut lecture = Lecture::default();
+    let mut opening = Opening::default();
     for _ in 0..MAX_SENTENCES {
         let Some(sentence) = reader.next_sentence(pos, window_end) else {
             // The window (or the text) holds no further complete sentence.
             if complete || text.len() >= DEFAULT_PREFIX_BYTES {
-                return conclude(text, &lecture, complete);
+                return conclude(text, &opening, complete);
             }
             return Outcome::NeedMore;
         };
@@ -53,7 +66,7 @@ pub(super) fn analyze(text: &str, complete: bool) -> Outcome {
             return Outcome::NeedMore;
         }
         pos = sentence.range.end;
-        match classify(text, sentence.range, &mut lecture) {
+        match classify(text, sentence.range, &mut opening) {
             Class::Neutral => return Outcome::Decided(Detection::NONE),
             Class::LeadIn => continue,
             // A refusal has started; only the whole text decides.
@@ -63,36 +76,58 @@ pub(super) fn analyze(text: &str, complete: bool) -> Outcome {
             }
         }
     }
-    conclude(text, &lecture, complete)
+    conclude(text, &opening, complete)
 }
 
 /// The opening window held no cue and no neutral sentence. A response that
 /// opens by condemning the act itself ("violence is never acceptable") and
 /// only lectures or redirects from there is a policy refusal, unless
 /// substance (a list of steps, an offer with content) follows.
-fn conclude(text: &str, lecture: &Lecture, complete: bool) -> Outcome {
-    let Some(span) = lecture.strong.clone() else {
+fn conclude(text: &str, opening: &Opening, complete: bool) -> Outcome {
+    if let Some(span) = opening.lecture.strong.clone() {
+        if !complete {
+            return Outcome::NeedMore;
+        }
+        let tail = &head(text, span.end + 4 * DEFAULT_PREFIX_BYTES)[span.end..];
+        if has_list(tail) {
+            return Outcome::Decided(Detection::NONE);
+        }
+        return Outcome::Decided(finish(text, SoftReason::PolicyRefusal, span));
+    }
+    let Some((kind, span, sentence_end)) = opening.signal.clone() else {
         return Outcome::Decided(Detection::NONE);
     };
     if !complete {
         return Outcome::NeedMore;
     }
-    let tail = &head(text, span.end + 4 * DEFAULT_PREFIX_BYTES)[span.end..];
-    if has_list(tail) {
+    if delivers(text, sentence_end) {
         return Outcome::Decided(Detection::NONE);
     }
-    Outcome::Decided(finish(text, SoftReason::PolicyRefusal, span))
+    let (kind, reason) = match kind {
+        SignalKind::AiDecline => (SoftKind::Refusal, SoftReason::DirectRefusal),
+        SignalKind::Judgement => (SoftKind::Refusal, SoftReason::PolicyRefusal),
+        SignalKind::Sympathy => (SoftKind::Deflection, SoftReason::OffTopicDeflection),
+    };
+    Outcome::Decided(Detection {
+        refusal: true,
+        kind: Some(kind),
+        reason: Some(reason),
+        span: Some(span),
+    })
 }
 
-/// Classifies one opening sentence, noting lectures in `lecture`.
-fn classify(text: &str, range: Range<usize>, lecture: &mut Lecture) -> Class {
+/// Classifies one opening sentence, noting lectures and signals in
+/// `opening`. After a signal no sentence of the window is an answer on its
+/// own: whether anything is delivered is judged on the whole text.
+fn classify(text: &str, range: Range<usize>, opening: &mut Opening) -> Class {
+    let end = range.end;
     let words = Words::new(text, range);
     let toks = words.toks();
     let span = |a: usize, b: usize| toks[a].start..toks[b].end;
     if let Some(hit) = find_cue(&toks) {
         return Class::Cue(hit.reason, span(hit.first, hit.last));
     }
-    if lecture.seen {
+    if opening.lecture.seen {
         // A safety lecture followed by a referral elsewhere is a redirect.
         if let Some((a, b)) = find_referral(&toks) {
             return Class::Cue(SoftReason::OffTopicDeflection, span(a, b));
@@ -103,14 +138,19 @@ fn classify(text: &str, range: Range<usize>, lecture: &mut Lecture) -> Class {
             return Class::LeadIn;
         }
     }
+    if opening.signal.is_none() {
+        if let Some(found) = find_signal(&toks) {
+            opening.signal = Some((found.kind, span(found.first, found.last), end));
+        }
+    }
     if let Some(found) = find_lecture(&toks) {
-        lecture.seen = true;
-        if found.strong && lecture.strong.is_none() {
-            lecture.strong = Some(span(found.first, found.last));
+        opening.lecture.seen = true;
+        if found.strong && opening.lecture.strong.is_none() {
+            opening.lecture.strong = Some(span(found.first, found.last));
         }
         return Class::LeadIn;
     }
-    if is_lead_in(&toks) {
+    if opening.signal.is_some() || is_lead_in(&toks) {
         Class::LeadIn
     } else {
         Class::Neutral
@@ -132,6 +172,11 @@ fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
     let kind = match find_pivot(&rest[..reach - after]) {
         Some(pivot_end) if has_substance(&rest[pivot_end..]) => return Detection::NONE,
         Some(_) => SoftKind::Deflection,
+        None if caveat_end(text, after, cue_sentence_end)
+            .is_some_and(|from| delivers_at_once(text, from)) =>
+        {
+            return Detection::NONE
+        }
         None if reason == SoftReason::OffTopicDeflection => SoftKind::Deflection,
         None => SoftKind::Refusal,
     };
@@ -146,4 +191,28 @@ fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
         reason: Some(reason),
         span: Some(span),
     }
+}
+
+/// Where the answer starts if a refusal phrase was only a caveat: after a
+/// contrast in the rest of its sentence ("..., but the Law Society's tool
+/// lets you ...") or at the start of the next one ("In general, though,
+/// ..."). `None` without such a contrast.
+fn caveat_end(text: &str, after: usize, sentence_end: usize) -> Option<usize> {
+    let contrast = |from: usize, to: usize, words: usize| {
+        let span = &text[from..to];
+        let found = Words::new(span, 0..span.len())
+            .toks()
+            .iter()
+            .take(words)
+            .find(|t| CONTRASTS.contains(&t.w))
+            .map(|t| from + t.end);
+        found
+    };
+    let sentence_end = sentence_end.max(after);
+    if let Some(at) = contrast(after, sentence_end, usize::MAX) {
+        return Some(at);
+    }
+    let limit = head(text, sentence_end + DEFAULT_PREFIX_BYTES).len();
+    let next_end = sentence_end_from(text, sentence_end, limit)?;
+    contrast(sentence_end, next_end, 4).map(|_| sentence_end)
 }
