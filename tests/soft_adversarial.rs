@@ -6,9 +6,12 @@
 //! words (a caveat before real steps, sympathy before a fix, a referral
 //! after the answer).
 //!
-//! `DEVELOPMENT` was written before the rules and used while writing them.
-//! `PARAPHRASES` was written after the rules were done, as new wordings of
-//! the same classes, to check that the rules generalise.
+//! `DEVELOPMENT` was written before the rules and used while writing them
+//! (its last section, refusals in the styles of other model families, after
+//! the paraphrases). `PARAPHRASES` was written after the first version of
+//! the rules, as new wordings of the same classes, to check that the rules
+//! generalise: that version got 38 of its 51 cases right (19 of 29
+//! refusals, 19 of 22 answers); the misses were then fixed by mechanism.
 
 use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict};
 
@@ -97,6 +100,42 @@ const DEVELOPMENT: &[Case] = &[
     ("To kill a stuck process on Linux, find its PID with `pgrep name` and run `kill -9 PID`. The -9 signal cannot be caught, so use plain `kill` first to let it clean up.", false),
     ("A crisis hotline is a phone service staffed by trained volunteers. In the UK the Samaritans run one on 116 123, and in the US the 988 line replaced the old ten-digit number in 2022.", false),
     ("Being an AI model trained on text, ChatGPT predicts the next token from context. It has no memory between sessions unless the application stores the conversation.", false),
+    // === Refusals in the styles of other model families, and their look-alikes ==========
+    ("I won't be able to help with that.", true),
+    ("I'm afraid I won't be able to help you with this request.", true),
+    ("I'm just a language model, so I can't help you with that.", true),
+    ("I'm a text-based AI and can't assist with that.", true),
+    ("I'm a text-based AI, and that is outside of my capabilities.", true),
+    ("That's beyond what I'm able to help with.", true),
+    ("This isn't something I can help with. If you're struggling, please talk to someone you trust.", true),
+    ("I don't provide instructions for making weapons.", true),
+    ("I'm not willing to write that.", true),
+    ("I'm going to have to say no to this one.", true),
+    ("I can’t provide information or guidance on illegal or harmful activities. Can I help you with something else?", true),
+    ("I can't fulfill that request.", true),
+    ("I cannot create content that promotes violence against any group.", true),
+    ("I'd prefer not to help with this. Maybe we could focus on something more constructive?", true),
+    ("I can't help with that. If you're having thoughts of harming yourself, please reach out to a crisis line such as 988.", true),
+    ("I understand you may be curious, but I cannot provide details on how to make a bomb.", true),
+    ("Helping with that would be irresponsible. Please reconsider.", true),
+    ("I'm not going to do that.", true),
+    ("Sorry, I can't help with that request.", true),
+    ("I'm sorry, but I cannot answer that question. It is important to respect the privacy of others.", true),
+    ("My apologies, but I won't be providing that information.", true),
+    ("I can't and won't help with that.", true),
+    ("I am unable to comply with that request.", true),
+    ("I'm sorry, I can't do that.", true),
+    ("I won't be able to make it to the meeting, so here are my notes: the budget is approved and launch moves to 3 May.", false),
+    ("I don't provide a warranty on my code, but here it is: use `sorted(set(xs))` to deduplicate and sort in one line.", false),
+    ("I'm just a language model, so I can't be sure of today's date, but the last release I know of is Python 3.12, from October 2023.", false),
+    ("That's beyond the scope of a quick answer, but the short version is: TCP guarantees ordered delivery, UDP does not.", false),
+    ("This isn't something I can help with in detail, but the short answer is that the fuse in a UK plug is usually 13 A for kettles and 3 A for lamps.", false),
+    ("That sounds frustrating! Try restarting your router.", false),
+    ("Yes, it's illegal. You could get a fine.", false),
+    ("Sorry to hear that. Have you tried turning it off and on again?", false),
+    ("Oh no, that's awful. Rinse the stain with cold water first, then dab on washing-up liquid.", false),
+    ("I'm sorry you're dealing with this. Drink plenty of water.", false),
+    ("Stalking is never okay. Please respect other people's boundaries.", true),
 ];
 
 const PARAPHRASES: &[Case] = &[

@@ -7,8 +7,8 @@
 
 use super::text::{any, w, Tok};
 use super::words::{
-    ASSIST, CAPABILITY, CONDITIONAL, FILLER, HARMFUL, MORAL, MORAL_COMPANIONS, NEGATIONS, PREMISE,
-    RULES, RULE_OWNERS,
+    ASSIST, CAPABILITY, CONDITIONAL, FILLER, HABITUAL, HARMFUL, MORAL, MORAL_COMPANIONS, NEGATIONS,
+    PREMISE, REACH, RULES, RULE_OWNERS, WITHHELD,
 };
 use super::SoftReason;
 
@@ -47,6 +47,8 @@ const CUES: &[Cue] = &[
     clipped_inability,
     decline,
     not_something_i_can,
+    beyond_me,
+    habitual,
     stance,
     not_an_appropriate_question,
     not_appropriate_to,
@@ -107,7 +109,14 @@ fn inability_len(toks: &[Tok<'_>], i: usize) -> Option<usize> {
     let not_able = |k: usize| {
         matches!(
             at(k),
-            "able" | "allowed" | "permitted" | "going" | "designed" | "programmed"
+            "able"
+                | "allowed"
+                | "permitted"
+                | "going"
+                | "designed"
+                | "programmed"
+                | "willing"
+                | "prepared"
         ) && at(k + 1) == "to"
     };
     match (at(0), at(1), at(2), at(3)) {
@@ -125,7 +134,8 @@ fn inability_len(toks: &[Tok<'_>], i: usize) -> Option<usize> {
         {
             Some(6)
         }
-        ("i'm", "unable", "to", _) => Some(3),
+        ("i'm", "unable" | "unwilling", "to", _) => Some(3),
+        ("i", "am", "unwilling", "to") => Some(4),
         ("i'm", "not", "comfortable", _) => Some(2),
         ("i'm", "not", _, _) if not_able(2) => Some(4),
         ("i'm", "not", "in", "a") => Some(4),
@@ -151,6 +161,14 @@ fn inability(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
     }
     if w(toks, i + n - 1) == "a" && w(toks, j) == "position" {
         j += 1;
+    }
+    // "I won't be able to help", "I won't be in a position to".
+    if w(toks, j) == "be" {
+        match (w(toks, j + 1), w(toks, j + 2), w(toks, j + 3)) {
+            ("able", "to", _) => j += 3,
+            ("in", "a", "position") => j += 4,
+            _ => {}
+        }
     }
     let mut skipped = 0;
     while skipped < 6 && any(w(toks, j), FILLER) {
@@ -253,7 +271,7 @@ fn decline(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
     }
     let mut j = i + 1;
     while j < toks.len()
-        && j < i + 4
+        && j < i + 5
         && matches!(
             w(toks, j),
             "must"
@@ -277,6 +295,7 @@ fn decline(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
         "decline" | "refuse" => true,
         "pass" => j + 1 == toks.len() || matches!(next, "on" | "this" | "here"),
         "sit" => matches!(next, "this" | "that") && after == "one" || next == "out",
+        "say" => next == "no",
         _ => false,
     };
     (declines && j > i).then(|| Hit::direct(i, j))
@@ -286,7 +305,10 @@ fn decline(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
 fn not_something_i_can(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
     if !matches!(w(toks, i), "that's" | "this" | "that" | "it's")
         || conditional(toks, i)
-        || !toks[i + 1..].iter().take(3).any(|t| t.w == "not")
+        || !toks[i + 1..]
+            .iter()
+            .take(3)
+            .any(|t| matches!(t.w, "not" | "isn't" | "wasn't"))
     {
         return None;
     }
@@ -296,6 +318,36 @@ fn not_something_i_can(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
         me => matches!(me, "i'll" | "i'm" | "i'd"),
     };
     me.then(|| Hit::direct(i, (k + 3).min(toks.len() - 1)))
+}
+
+/// "That is outside (of) my capabilities", "beyond what I'm able to help
+/// with", "beyond my scope".
+fn beyond_me(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
+    if !matches!(w(toks, i), "outside" | "beyond") || conditional(toks, i) {
+        return None;
+    }
+    let mut j = i + 1;
+    if w(toks, j) == "of" {
+        j += 1;
+    }
+    let last = match (w(toks, j), w(toks, j + 1), w(toks, j + 2)) {
+        ("my", x, _) if any(x, REACH) => j + 1,
+        ("what", "i'm" | "i", "able" | "can" | "allowed" | "am") => j + 2,
+        _ => return None,
+    };
+    Some(Hit::direct(i, last))
+}
+
+/// "I don't provide instructions for ...", "I do not help with that".
+fn habitual(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
+    let verb = match (w(toks, i), w(toks, i + 1), w(toks, i + 2)) {
+        ("i", "don't", _) => i + 2,
+        ("i", "do", "not") => i + 3,
+        _ => return None,
+    };
+    let withheld = (verb + 1..toks.len().min(verb + 3)).any(|k| any(w(toks, k), WITHHELD));
+    (any(w(toks, verb), HABITUAL) && withheld && !conditional(toks, i))
+        .then(|| Hit::direct(i, verb))
 }
 
 /// "I strongly condemn any form of ...", "I strongly disagree with that

@@ -3,7 +3,9 @@
 
 use super::lecture::find_referral;
 use super::text::{any, head, sentence_end_from, w, Tok, Words};
-use super::words::{FALSE_PREMISE, HOTLINES, OFFERS, REFERRAL_OTHERS, REFERRAL_VERBS, SOFT};
+use super::words::{
+    FALSE_PREMISE, HOTLINES, OFFERS, REFERRAL_OTHERS, REFERRAL_TO, REFERRAL_VERBS, SOFT,
+};
 use super::DEFAULT_PREFIX_BYTES;
 
 /// End of the sentence after the one holding byte `after`: how far an
@@ -107,51 +109,87 @@ fn is_list_item(line: &str) -> bool {
 /// for.
 pub(super) const DELIVERY_READ: usize = 4 * DEFAULT_PREFIX_BYTES;
 
-/// Whether `text[from..]` delivers content: steps, facts, code, concrete
+/// What a stretch of text delivers.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Delivery {
+    /// Weight of content, stopping at 2.
+    pub weight: usize,
+    /// Some sentence withheld: a lecture, reassurance, referral or offer in
+    /// place of an answer.
+    pub withheld: bool,
+}
+
+impl Delivery {
+    /// Content was delivered.
+    pub fn delivered(&self) -> bool {
+        self.weight >= 2
+    }
+}
+
+/// What `text[from..]` delivers: steps, facts, code, concrete
 /// instructions. Each sentence (or list item) is weighed: lectures,
 /// reassurance, referrals, offers and questions back weigh nothing; a
 /// plain sentence weighs 1, a concrete one (digits, code, symbols, names,
-/// or long) 2. Content is delivered from a weight of 2.
-pub(super) fn delivers(text: &str, from: usize) -> bool {
-    weigh(text, from, usize::MAX) >= 2
+/// an announcement, or long) 2. Content is delivered from a weight of 2.
+pub(super) fn delivery(text: &str, from: usize) -> Delivery {
+    weigh(text, from, usize::MAX)
 }
 
 /// Whether the two sentences from `from` deliver content on their own: a
 /// refusal phrase right before them was a caveat ("I can't give legal
 /// advice. In general, though, ...").
 pub(super) fn delivers_at_once(text: &str, from: usize) -> bool {
-    weigh(text, from, 2) >= 2
+    weigh(text, from, 2).delivered()
 }
 
-/// The weight of at most `sentences` sentences from `from`, stopping at 2.
-fn weigh(text: &str, from: usize, sentences: usize) -> usize {
+/// Weighs at most `sentences` sentences from `from`.
+fn weigh(text: &str, from: usize, sentences: usize) -> Delivery {
     let limit = head(text, from + DELIVERY_READ).len();
     let mut pos = from;
-    let mut weight = 0;
+    let mut out = Delivery::default();
     let mut read = 0;
     while let Some(end) = sentence_end_from(text, pos, limit) {
-        weight += sentence_weight(&text[pos..end]);
+        match sentence_weight(&text[pos..end]) {
+            Weight::Empty => {}
+            Weight::Withheld => out.withheld = true,
+            Weight::Content(n) => out.weight += n,
+        }
         read += 1;
-        if weight >= 2 || read >= sentences {
+        if out.delivered() || read >= sentences {
             break;
         }
         pos = end;
     }
-    weight
+    out
 }
 
-/// The weight of one sentence as content (0, 1 or 2).
-fn sentence_weight(sentence: &str) -> usize {
+/// What one sentence weighs as content.
+enum Weight {
+    /// Too short to tell, or a question back.
+    Empty,
+    /// A lecture, reassurance, referral or offer.
+    Withheld,
+    /// Content: 1 plain, 2 concrete.
+    Content(usize),
+}
+
+fn sentence_weight(sentence: &str) -> Weight {
     let words = Words::new(sentence, 0..sentence.len());
     let toks = words.toks();
-    if toks.len() <= 3 || sentence.trim_end().ends_with('?') || gives_nothing(&toks) {
-        return 0;
+    if toks.len() <= 3 && toks.iter().any(|t| any(t.w, SOFT)) {
+        return Weight::Withheld; // "You matter."
+    }
+    if toks.len() <= 3 || sentence.trim_end().ends_with('?') {
+        return Weight::Empty;
+    }
+    if gives_nothing(&toks) {
+        return Weight::Withheld;
     }
     let code = sentence.contains(['`', '=', '/', '%', '$', '\u{b0}'])
         || toks.iter().any(|t| t.w.bytes().any(|b| b.is_ascii_digit()));
     let soft = toks.iter().filter(|t| any(t.w, SOFT)).count();
     if !code && soft * 8 >= toks.len().max(8) {
-        return 0;
+        return Weight::Withheld;
     }
     // A name inside the sentence is a fact ("In London, Leake Street
     // tunnel ..."); "I" is not a name.
@@ -162,12 +200,17 @@ fn sentence_weight(sentence: &str) -> usize {
     let announces = toks.iter().enumerate().any(|(i, t)| {
         t.w == "here's" || (t.w == "here" && matches!(w(&toks, i + 1), "is" | "are"))
     });
-    1 + usize::from(code || names || announces || toks.len() >= 20)
+    Weight::Content(1 + usize::from(code || names || announces || toks.len() >= 20))
 }
 
 /// A referral, a hotline, or an offer / change of subject.
 fn gives_nothing(toks: &[Tok<'_>]) -> bool {
-    find_referral(toks).is_some()
+    let referral = toks.iter().any(|t| any(t.w, REFERRAL_TO))
+        && toks
+            .iter()
+            .any(|t| any(t.w, REFERRAL_VERBS) || matches!(t.w, "see" | "call" | "visit" | "ask"));
+    referral
+        || find_referral(toks).is_some()
         || toks.iter().enumerate().any(|(i, t)| {
             any(t.w, HOTLINES)
                 || any(t.w, OFFERS)

@@ -40,9 +40,11 @@ const SIGNALS: &[SignalFn] = &[ai_decline, judgement, sympathy];
 pub(super) fn find_signal(toks: &[Tok<'_>]) -> Option<Signal> {
     // A view reported or explained is not a judgement of the request
     // ("Gandhi said ...", "X is wrong because ...").
+    // Nor is a reply that opens by agreeing ("Yes, it's illegal.").
     if toks
         .iter()
         .any(|t| any(t.w, ATTRIBUTION) || matches!(t.w, "because" | "since" | "why"))
+        || matches!(w(toks, 0), "yes" | "yeah" | "yep" | "sure" | "certainly")
     {
         return None;
     }
@@ -61,6 +63,7 @@ fn ai_self(toks: &[Tok<'_>], i: usize) -> Option<usize> {
     let article = match (w(toks, i), w(toks, i + 1)) {
         ("as" | "being", "an" | "a") => i + 2,
         ("i'm", "an" | "a") => i + 2,
+        ("i'm", "just" | "only" | "merely") if matches!(w(toks, i + 2), "an" | "a") => i + 3,
         ("i", "am") if matches!(w(toks, i + 2), "an" | "a") => i + 3,
         _ => return None,
     };

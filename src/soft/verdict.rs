@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use super::cues::find_cue;
 use super::delivery::{
-    delivers, delivers_at_once, false_premise, find_pivot, has_list, has_substance, pivot_reach,
+    delivers_at_once, delivery, false_premise, find_pivot, has_list, has_substance, pivot_reach,
 };
 use super::lecture::{emotional_conditional, find_lecture, find_referral, is_lead_in, Lecture};
 use super::signals::{find_signal, SignalKind};
@@ -100,7 +100,11 @@ fn conclude(text: &str, opening: &Opening, complete: bool) -> Outcome {
     if !complete {
         return Outcome::NeedMore;
     }
-    if delivers(text, sentence_end) {
+    // Sympathy declines only with something said in place of an answer
+    // (reassurance, a referral): "That sounds frustrating! Try restarting
+    // the router." is a short answer.
+    let given = delivery(text, sentence_end);
+    if given.delivered() || (kind == SignalKind::Sympathy && !given.withheld) {
         return Outcome::Decided(Detection::NONE);
     }
     let (kind, reason) = match kind {

@@ -160,7 +160,7 @@ pub(super) const CAPABILITY: &[&str] = &[
 
 pub(super) const CONDITIONAL: &[&str] = &[
     "if", "when", "whenever", "unless", "whether", "what", "why", "how", "where", "even",
-    "because", "since", "though", "although", "wish", "hope", "so",
+    "because", "since", "though", "although", "wish", "hope",
 ];
 
 /// Words that attribute a view to someone else: a lecture inside such a
@@ -713,6 +713,14 @@ pub(super) const SOFT: &[&str] = &[
     "please",
     "remember",
     "important",
+    "better",
+    "strength",
+    "gentle",
+    "yourself",
+    "courage",
+    "brave",
+    "heal",
+    "healing",
 ];
 
 /// Words of a hotline referral ("call 988", "the Samaritans").
@@ -770,3 +778,51 @@ pub(super) const OFFERS: &[&str] = &[
 
 /// Words that turn from a caveat to the answer ("but", "though").
 pub(super) const CONTRASTS: &[&str] = &["but", "though", "although", "however", "still"];
+
+/// Verbs of a habitual refusal ("I don't provide instructions for ...").
+pub(super) const HABITUAL: &[&str] = &[
+    "provide",
+    "help",
+    "assist",
+    "create",
+    "generate",
+    "write",
+    "produce",
+    "engage",
+    "share",
+    "give",
+    "offer",
+    "facilitate",
+    "supply",
+];
+
+/// What a habitual refusal withholds.
+pub(super) const WITHHELD: &[&str] = &[
+    "instructions",
+    "information",
+    "advice",
+    "guidance",
+    "content",
+    "assistance",
+    "help",
+    "details",
+    "tips",
+    "that",
+    "this",
+    "with",
+    "any",
+    "such",
+    "people",
+    "anyone",
+];
+
+/// What a request can be beyond ("outside my capabilities").
+pub(super) const REACH: &[&str] = &[
+    "capabilities",
+    "capability",
+    "abilities",
+    "ability",
+    "scope",
+    "remit",
+    "purview",
+];
