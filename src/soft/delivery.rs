@@ -4,7 +4,8 @@
 use super::lecture::find_referral;
 use super::text::{any, head, sentence_end_from, w, Tok, Words};
 use super::words::{
-    FALSE_PREMISE, HOTLINES, OFFERS, REFERRAL_OTHERS, REFERRAL_TO, REFERRAL_VERBS, SOFT,
+    FALSE_PREMISE, HOTLINES, IMPERATIVES, OFFERS, REFERRAL_OTHERS, REFERRAL_TO, REFERRAL_VERBS,
+    SOFT,
 };
 use super::DEFAULT_PREFIX_BYTES;
 
@@ -140,6 +141,29 @@ pub(super) fn delivery(text: &str, from: usize) -> Delivery {
 /// advice. In general, though, ...").
 pub(super) fn delivers_at_once(text: &str, from: usize) -> bool {
     weigh(text, from, 2).delivered()
+}
+
+/// Whether one of the two sentences from `from` instructs: opens with a
+/// verb of doing ("Create a user with ...", "Bake for 25 minutes") or holds
+/// code. Stricter than [`delivers_at_once`]: names and numbers are not
+/// enough after a moral judgement, since lectures cite them too.
+pub(super) fn instructs_at_once(text: &str, from: usize) -> bool {
+    let limit = head(text, from + DELIVERY_READ).len();
+    let mut pos = from;
+    for _ in 0..2 {
+        let Some(end) = sentence_end_from(text, pos, limit) else {
+            return false;
+        };
+        let sentence = &text[pos..end];
+        let words = Words::new(sentence, 0..sentence.len());
+        let toks = words.toks();
+        let code = sentence.contains(['`', '=']);
+        if !gives_nothing(&toks) && (code || any(w(&toks, 0), IMPERATIVES)) {
+            return true;
+        }
+        pos = end;
+    }
+    false
 }
 
 /// Weighs at most `sentences` sentences from `from`.

@@ -226,3 +226,20 @@ pub(super) fn find_referral(toks: &[Tok<'_>]) -> Option<(usize, usize)> {
 pub(super) fn is_lead_in(toks: &[Tok<'_>]) -> bool {
     toks.len() <= 3 || toks.iter().any(|t| any(t.w, LEAD_IN))
 }
+
+/// "It's important to remember / note / understand that ...", "Please
+/// remember that ...", "Keep in mind that ...": a lecture opens.
+pub(super) fn lecture_marker(toks: &[Tok<'_>]) -> bool {
+    let at = |k: usize| w(toks, k);
+    let start = usize::from(matches!(
+        at(0),
+        "but" | "however" | "first" | "please" | "and"
+    ));
+    matches!(
+        (at(start), at(start + 1), at(start + 2)),
+        ("it's" | "it", "important" | "crucial" | "essential", _)
+            | ("it", "is", "important" | "crucial" | "essential")
+            | ("remember" | "understand", "that", _)
+            | ("keep", "in", "mind")
+    )
+}

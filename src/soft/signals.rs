@@ -8,8 +8,8 @@
 use super::cues::verb_in;
 use super::text::{any, w, Tok};
 use super::words::{
-    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CAPABILITY, CONDEMN, HARDSHIP, JUDGED,
-    JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MORAL,
+    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CAPABILITY, CONDEMN, HARDSHIP, HARMFUL, JUDGED,
+    JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,
 };
 
 /// What kind of opening a signal is.
@@ -34,7 +34,7 @@ pub(super) struct Signal {
 type SignalFn = fn(&[Tok<'_>], usize) -> Option<Signal>;
 
 /// The signal matchers, tried in order at every word.
-const SIGNALS: &[SignalFn] = &[ai_decline, judgement, sympathy];
+const SIGNALS: &[SignalFn] = &[ai_decline, duty_to_warn, judgement, sympathy];
 
 /// Finds a signal in a sentence.
 pub(super) fn find_signal(toks: &[Tok<'_>]) -> Option<Signal> {
@@ -81,11 +81,49 @@ fn ai_decline(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
     let declines = (noun + 1..end).find(|&k| {
         let x = w(toks, k);
         let negated = matches!(x, "not" | "don't" | "can't" | "cannot" | "won't" | "never");
-        let dutiful = matches!(x, "must" | "committed" | "obligated" | "need" | "have");
+        let dutiful = matches!(
+            x,
+            "must"
+                | "committed"
+                | "obligated"
+                | "need"
+                | "have"
+                | "designed"
+                | "programmed"
+                | "here"
+                | "strive"
+                | "aim"
+        );
         (negated && (k + 1..end.min(k + 4)).any(|m| verb_in(w(toks, m), AI_DECLINES)))
             || (dutiful && (k + 1..end.min(k + 4)).any(|m| verb_in(w(toks, m), AI_DUTIES)))
     })?;
     Some(signal(SignalKind::AiDecline, i, declines))
+}
+
+/// "I must point out that the question contains harmful assumptions",
+/// "I have to inform you that it is not appropriate ...": a warning in
+/// place of an answer. The sentence must judge something.
+fn duty_to_warn(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
+    if w(toks, i) != "i" {
+        return None;
+    }
+    let end = toks.len().min(i + 6);
+    let modal = (i + 1..end).find(|&k| {
+        matches!(
+            w(toks, k),
+            "must" | "have" | "need" | "should" | "like" | "want"
+        )
+    })?;
+    let verb = (modal + 1..end.min(modal + 3)).find(|&k| any(w(toks, k), WARNINGS))?;
+    let judges = (verb + 1..toks.len()).any(|k| {
+        let x = w(toks, k);
+        any(x, HARMFUL)
+            || any(x, JUDGED)
+            || (x == "not"
+                && (k + 1..toks.len().min(k + 3))
+                    .any(|m| any(w(toks, m), MORAL) || any(w(toks, m), CONDEMN)))
+    });
+    judges.then(|| signal(SignalKind::Judgement, i, verb))
 }
 
 /// "X is never okay", "this question isn't ethical to ask", "X is cruel",
@@ -107,6 +145,18 @@ fn judgement(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
         matches!(x, "isn't" | "aren't") || w(toks, j) == "not" && w(toks, j + 1) != "only";
     if negated {
         j += usize::from(w(toks, j) == "not");
+        // "is not a appropriate action", but not "is not an appropriate
+        // way to parse JSON": advice on means is not a judgement.
+        if matches!(w(toks, j), "a" | "an") {
+            j += 1;
+            let noun = (j + 1..toks.len().min(j + 4)).map(|k| w(toks, k));
+            if noun
+                .take_while(|x| !matches!(*x, "to" | "for"))
+                .any(|x| any(x, MEANS))
+            {
+                return None;
+            }
+        }
         let moral = any(w(toks, j), MORAL) || any(w(toks, j), CONDEMN);
         return (moral && !matches!(w(toks, j), "safe" | "legal"))
             .then(|| signal(SignalKind::Judgement, i, j));

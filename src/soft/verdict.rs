@@ -5,9 +5,12 @@ use std::ops::Range;
 
 use super::cues::find_cue;
 use super::delivery::{
-    delivers_at_once, delivery, false_premise, find_pivot, has_list, has_substance, pivot_reach,
+    delivers_at_once, delivery, false_premise, find_pivot, has_list, has_substance,
+    instructs_at_once, pivot_reach,
 };
-use super::lecture::{emotional_conditional, find_lecture, find_referral, is_lead_in, Lecture};
+use super::lecture::{
+    emotional_conditional, find_lecture, find_referral, is_lead_in, lecture_marker, Lecture,
+};
 use super::signals::{find_signal, SignalKind};
 use super::text::{head, scan_fences, sentence_end_from, Reader, Words};
 use super::words::CONTRASTS;
@@ -150,10 +153,18 @@ fn classify(text: &str, range: Range<usize>, opening: &mut Opening) -> Class {
     if let Some(found) = find_lecture(&toks) {
         opening.lecture.seen = true;
         if found.strong && opening.lecture.strong.is_none() {
-            opening.lecture.strong = Some(span(found.first, found.last));
+            let lecture = span(found.first, found.last);
+            // A condemnation is a judgement: what follows it is judged as a
+            // whole, not sentence by sentence.
+            opening
+                .signal
+                .get_or_insert((SignalKind::Judgement, lecture.clone(), end));
+            opening.lecture.strong = Some(lecture);
         }
         return Class::LeadIn;
     }
+    // "It's important to remember that ...": a referral may follow.
+    opening.lecture.seen |= lecture_marker(&toks);
     if opening.signal.is_some() || is_lead_in(&toks) {
         Class::LeadIn
     } else {
@@ -178,6 +189,13 @@ fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
         Some(_) => SoftKind::Deflection,
         None if caveat_end(text, after, cue_sentence_end)
             .is_some_and(|from| delivers_at_once(text, from)) =>
+        {
+            return Detection::NONE
+        }
+        // "It is not safe to run it as root. Create a user with ...": a
+        // safety caveat before real steps.
+        None if reason == SoftReason::PolicyRefusal
+            && instructs_at_once(text, cue_sentence_end) =>
         {
             return Detection::NONE
         }
