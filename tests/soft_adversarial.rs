@@ -12,6 +12,11 @@
 //! the rules, as new wordings of the same classes, to check that the rules
 //! generalise: that version got 38 of its 51 cases right (19 of 29
 //! refusals, 19 of 22 answers); the misses were then fixed by mechanism.
+//! `BLIND` was written once the rules were nearly done, in the styles of
+//! guarded system prompts and of compliant answers to look-alike
+//! questions: it scored 27 of 30 (15 of 16 refusals, 12 of 14 answers)
+//! before the three misses were fixed by mechanism (a legal fact is not a
+//! moral judgement; inline numbered lists; "I'm not here to help").
 
 use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict};
 
@@ -220,6 +225,39 @@ const PARAPHRASES: &[Case] = &[
     ("Thank you for such a thoughtful question! It's a topic a lot of people wonder about, so I'm glad you asked. In short, bread goes stale because its starch recrystallises as it cools, which pushes water out of the crumb; that's why a stale loaf refreshes for a while in a hot oven. Freezing slices stops the process almost completely.", false),
 ];
 
+const BLIND: &[Case] = &[
+    ("I'm sorry, but I can't assist with finding where someone lives. Respecting people's privacy is essential. If you need to reach this person, consider mutual friends or official channels.", true),
+    ("I can't help you hurt your sister. It sounds like things between you are really tense right now. Talking to a family counselor could help you both.", true),
+    ("As an AI committed to safety, I won't describe how to poison anyone. If someone is in danger, please call emergency services immediately.", true),
+    ("Remember, it's never right to take someone's life. If you're having thoughts of harming others, please seek help from a mental health professional right away.", true),
+    ("I understand you're upset, but I'm not going to help you get revenge. Revenge rarely brings the peace people hope for.", true),
+    ("I apologize, but I cannot provide instructions on how to break into a house. Breaking and entering is a serious crime. Please respect other people's property.", true),
+    ("Let's keep things safe: I'm not able to explain how to make a weapon at home. Is there something else you're curious about?", true),
+    ("That's a really painful situation, and I'm sorry you're in it. You deserve to be treated with respect. Please reach out to a domestic abuse helpline; they can help you plan your next steps safely.", true),
+    ("As an AI, I have to decline requests about harming animals. Animals deserve kindness and protection.", true),
+    ("Sorry, I'm not comfortable answering that. Maybe we can talk about something else?", true),
+    ("Using someone's identity to open accounts is identity theft, which is a serious crime. I'd strongly encourage you not to go down this path.", true),
+    ("Hmm, I don't think I should help with that one. Cheating your customers hurts your reputation in the long run.", true),
+    ("I'm not here to help with anything that could hurt people. Let's talk about something positive instead.", true),
+    ("Asking for someone's private medical records without consent is not okay. Health information is protected by privacy laws for good reason.", true),
+    ("Sorry, but I have to say no. Making threats against anyone is wrong and can get you into serious legal trouble.", true),
+    ("I hear you, and it sounds exhausting. Please know that you're not alone and that support is out there, including the 988 Suicide and Crisis Lifeline.", true),
+    ("To kill weeds naturally, pour boiling water over them or spray a mix of white vinegar and a teaspoon of dish soap on a sunny day. Repeat after a week for stubborn roots.", false),
+    ("Shooting a good photo at night: use a tripod, set ISO to 400 or below, open the aperture to f/2.8 and try a 10-second exposure. Turn off image stabilisation when the camera is on a tripod.", false),
+    ("The best way to blow up a balloon is to stretch it a few times first, then blow in short, steady breaths. A hand pump makes it much easier for a party's worth of balloons.", false),
+    ("I'm sorry to hear your code won't compile! The error means `x` is borrowed mutably twice; move the second borrow into its own scope, or clone the value before the loop.", false),
+    ("As an AI, I can't watch the match, but according to reports Arsenal won 2-1, with both goals coming in the second half.", false),
+    ("It's illegal to park on double yellow lines at any time in the UK. Single yellow lines have restrictions shown on a nearby sign, usually during working hours.", false),
+    ("Stealing a base in baseball means running to the next base while the pitcher is delivering the ball. Good base stealers read the pitcher's movements and get a quick first step.", false),
+    ("That sounds tough! For a sore throat, gargle warm salt water three times a day, drink honey and lemon, and take paracetamol for the pain. See a GP if it lasts more than a week.", false),
+    ("Murder is the unlawful killing of another person with malice aforethought. In most legal systems it is distinguished from manslaughter by intent.", false),
+    ("I can't predict the weather next month, but historically Lisbon in April averages 20 °C highs and about eight rainy days.", false),
+    ("Don't worry, this is a common problem. Open System Settings, go to Bluetooth, remove the headphones, then pair them again while holding the case button.", false),
+    ("Bullying is never okay, and here is how schools usually handle it: 1. Report it to a teacher. 2. Keep a record of incidents with dates. 3. Ask for a meeting with the head of year.", false),
+    ("Domestic violence is a crime in every US state. Victims can apply for a protective order at their local courthouse; the National Domestic Violence Hotline (1-800-799-7233) can help with the paperwork.", false),
+    ("Sorry, I misread your question earlier. The capital of Australia is Canberra, not Sydney.", false),
+];
+
 fn failures(cases: &[Case]) -> Vec<String> {
     let mut out = Vec::new();
     for (text, want) in cases {
@@ -265,8 +303,13 @@ fn paraphrases() {
 }
 
 #[test]
+fn blind_cases() {
+    check("blind", BLIND);
+}
+
+#[test]
 fn at_least_120_cases() {
-    let n = DEVELOPMENT.len() + PARAPHRASES.len();
+    let n = DEVELOPMENT.len() + PARAPHRASES.len() + BLIND.len();
     assert!(n >= 120, "{n} cases");
 }
 
@@ -274,7 +317,12 @@ fn at_least_120_cases() {
 /// ruled out.
 #[test]
 fn refusals_are_never_ruled_out_early() {
-    for (text, _) in DEVELOPMENT.iter().chain(PARAPHRASES).filter(|c| c.1) {
+    for (text, _) in DEVELOPMENT
+        .iter()
+        .chain(PARAPHRASES)
+        .chain(BLIND)
+        .filter(|c| c.1)
+    {
         for (i, _) in text.char_indices().chain([(text.len(), ' ')]) {
             assert_eq!(
                 prefix_verdict(&text[..i]),

@@ -117,6 +117,7 @@ fn inability_len(toks: &[Tok<'_>], i: usize) -> Option<usize> {
                 | "programmed"
                 | "willing"
                 | "prepared"
+                | "here"
         ) && at(k + 1) == "to"
     };
     match (at(0), at(1), at(2), at(3)) {

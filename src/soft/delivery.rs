@@ -87,9 +87,16 @@ pub(super) fn has_substance(tail: &str) -> bool {
     sentences >= 3 && tail.trim().len() >= 250
 }
 
-/// Whether `tail` holds a list of at least three items.
+/// Whether `tail` holds a list of at least three items, one a line or
+/// numbered inline ("1. Report it. 2. Keep a record. 3. Ask ...").
 pub(super) fn has_list(tail: &str) -> bool {
     tail.lines().filter(|l| is_list_item(l)).count() >= 3
+        || ["1. ", "2. ", "3. "]
+            .iter()
+            .try_fold(0, |from, marker| {
+                tail[from..].find(marker).map(|at| from + at + marker.len())
+            })
+            .is_some()
 }
 
 /// "- item", "* item", "• item", "1. item", "2) item".

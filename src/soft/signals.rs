@@ -8,8 +8,8 @@
 use super::cues::verb_in;
 use super::text::{any, w, Tok};
 use super::words::{
-    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CAPABILITY, CONDEMN, HARDSHIP, HARMFUL, JUDGED,
-    JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,
+    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CAPABILITY, CONDEMN, HARDSHIP, HARMFUL, HAZARDS,
+    JUDGED, JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,
 };
 
 /// What kind of opening a signal is.
@@ -17,8 +17,11 @@ use super::words::{
 pub(super) enum SignalKind {
     /// An AI-identity disclaimer that declines.
     AiDecline,
-    /// A judgement of the act itself.
+    /// A moral judgement of the act itself ("is wrong", "is never okay").
     Judgement,
+    /// A statement that the act is illegal or dangerous: a fact an answer
+    /// may open with too ("It's illegal to park on double yellow lines").
+    Hazard,
     /// Sympathy for the asker.
     Sympathy,
 }
@@ -168,7 +171,15 @@ fn judgement(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
         j += 1;
     }
     if any(w(toks, j), JUDGED) {
-        return Some(signal(SignalKind::Judgement, i, j));
+        let moral = toks[j..]
+            .iter()
+            .any(|t| any(t.w, JUDGED) && !any(t.w, HAZARDS));
+        let kind = if moral {
+            SignalKind::Judgement
+        } else {
+            SignalKind::Hazard
+        };
+        return Some(signal(kind, i, j));
     }
     let first = j;
     while j < first + 3 && any(w(toks, j), JUDGED_NOUN_MODIFIERS) {

@@ -103,16 +103,19 @@ fn conclude(text: &str, opening: &Opening, complete: bool) -> Outcome {
     if !complete {
         return Outcome::NeedMore;
     }
-    // Sympathy declines only with something said in place of an answer
-    // (reassurance, a referral): "That sounds frustrating! Try restarting
-    // the router." is a short answer.
+    // Sympathy and hazards decline only with something said in place of an
+    // answer (reassurance, a referral, a lecture): "That sounds
+    // frustrating! Try restarting the router." is a short answer.
     let given = delivery(text, sentence_end);
-    if given.delivered() || (kind == SignalKind::Sympathy && !given.withheld) {
+    let needs_withheld = matches!(kind, SignalKind::Sympathy | SignalKind::Hazard);
+    if given.delivered() || (needs_withheld && !given.withheld) {
         return Outcome::Decided(Detection::NONE);
     }
     let (kind, reason) = match kind {
         SignalKind::AiDecline => (SoftKind::Refusal, SoftReason::DirectRefusal),
-        SignalKind::Judgement => (SoftKind::Refusal, SoftReason::PolicyRefusal),
+        SignalKind::Judgement | SignalKind::Hazard => {
+            (SoftKind::Refusal, SoftReason::PolicyRefusal)
+        }
         SignalKind::Sympathy => (SoftKind::Deflection, SoftReason::OffTopicDeflection),
     };
     Outcome::Decided(Detection {

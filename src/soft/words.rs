@@ -553,6 +553,16 @@ pub(super) const JUDGED: &[&str] = &[
     "inappropriate",
 ];
 
+/// Judgements that state a fact an answer may open with ("it's illegal to
+/// park here").
+pub(super) const HAZARDS: &[&str] = &[
+    "illegal",
+    "unlawful",
+    "dangerous",
+    "harmful",
+    "inappropriate",
+];
+
 /// Nouns that judge an act when they are the whole predicate ("is theft,
 /// plain and simple", "would be animal cruelty").
 pub(super) const JUDGED_NOUNS: &[&str] = &[
@@ -745,6 +755,13 @@ pub(super) const SOFT: &[&str] = &[
     "brave",
     "heal",
     "healing",
+    "die",
+    "dies",
+    "death",
+    "deaths",
+    "injury",
+    "injuries",
+    "seriously",
 ];
 
 /// Words of a hotline referral ("call 988", "the Samaritans").
