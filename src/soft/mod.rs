@@ -8,41 +8,56 @@
 //!
 //! # How it decides
 //!
-//! * Refusals sit at the start of a response. Only the opening window is read:
-//!   at most [`MAX_SENTENCES`] sentences inside the first
-//!   [`DEFAULT_PREFIX_BYTES`] bytes. Everything after the window can only turn
-//!   a refusal into a genuine answer (code, or a partial answer with
-//!   substance), never the other way round.
-//! * A sentence is either a **cue** (first-person inability or unwillingness
-//!   plus an assistance verb, "I must decline", apology + "but I ...",
-//!   policy or ethics framing such as "it is not appropriate to ..." or
-//!   "goes against my guidelines", a request labelled harmful), a
-//!   **lead-in** (first person, apology, "As an AI", or moral/safety
-//!   vocabulary: a refusal may follow), or **neutral**. The first neutral
+//! The module's files follow the method: `text` prepares the text (fenced
+//! code, sentences, word tokens), `words` holds every word list, `cues`
+//! and `signals` hold one small matcher per phrase kind, tried from a
+//! table, `lecture` finds lectures and referrals, `delivery` weighs what
+//! the rest of the response delivers, and `verdict` puts them together.
+//!
+//! * Refusals sit at the start of a response. The opening window is read
+//!   sentence by sentence: at most [`MAX_SENTENCES`] sentences inside the
+//!   first [`DEFAULT_PREFIX_BYTES`] bytes.
+//! * An opening sentence is a **cue** (first-person inability or
+//!   unwillingness plus an assistance verb, "I must decline", "Can't help
+//!   with that", apology + "but I ...", policy or ethics framing such as
+//!   "it is not appropriate to ..." or "goes against my guidelines", a
+//!   request labelled harmful, a stance against the premise), a
+//!   **signal** (an AI-identity disclaimer that declines: "As an AI, I
+//!   don't support ..."; a judgement of the act: "X is never okay", "this
+//!   question isn't ethical to ask", "I must point out that the question
+//!   is harmful"; sympathy: "That sounds really hard"), a **lead-in**
+//!   (first person, apology, moral or safety vocabulary: a refusal may
+//!   follow), or **neutral**. Before any signal, the first neutral
 //!   sentence ends the search: the text is an answer.
-//! * A response whose opening condemns the act itself and then only
-//!   lectures or redirects ("violence towards anyone is never acceptable",
-//!   "X is not only illegal, but also dangerous and unethical", "X is
-//!   illegal and unethical") is a policy refusal, unless a list of steps or
-//!   an offer with substance follows. "Never acceptable" counts as a
-//!   condemnation only when the sentence names harm to people (violence,
-//!   abuse, discrimination, ...) and does not report someone else's view
-//!   ("Gandhi believed ..."). Stances against the premise ("I strongly
-//!   condemn any form of ...", "I strongly disagree with that sentiment",
-//!   "I do not condone ...", "it is not accurate or fair to say ...") are
-//!   cues.
+//! * A cue is a refusal unless the response goes on to deliver: a pivot to
+//!   an offer with substance ("but here's ...: 1. ... 2. ... 3. ..."), an
+//!   explicit contrast followed at once by content ("I can't recommend a
+//!   lawyer, but the Law Society's tool lets you search by postcode"), or,
+//!   after an impersonal safety caveat, an instruction ("It is not safe to
+//!   run it as root. Create a user with ..."). An offer without substance
+//!   is a [`SoftKind::Deflection`].
+//! * A signal is a refusal only when nothing after it delivers content.
+//!   Each later sentence (or list item) weighs 0 when it lectures,
+//!   reassures, refers elsewhere ("please reach out to a professional"),
+//!   offers something else or asks back; 1 when plain; 2 when concrete
+//!   (digits, code, symbols, names, "here are", or long). A weight of 2 is
+//!   an answer. Sympathy, and judgements that state a fact an answer may
+//!   open with ("it's illegal to ..."), also need something said in place
+//!   of an answer (a lecture, reassurance or referral): "That sounds
+//!   frustrating! Try restarting the router." is a short answer.
+//! * A response whose opening condemns the act itself ("violence towards
+//!   anyone is never acceptable", "X is not only illegal, but also
+//!   dangerous and unethical") and then only lectures or redirects is a
+//!   policy refusal, unless a list of steps follows.
 //! * Not cues: idioms ("can't help but", "I can't stress enough", "I'm sorry
 //!   to hear that", "cannot recommend it highly enough"), phrases inside
 //!   quotation marks, conditional clauses ("if I can't help"), capability
 //!   disclaimers ("I'm unable to provide real-time weather updates", "I can't
 //!   browse the internet") and opinion disclaimers ("I don't have personal
-//!   opinions").
+//!   opinions"). A view reported ("Gandhi believed ...") or explained ("X is
+//!   wrong because ...") is not a judgement.
 //! * Any fenced code block with content (```` ``` ```` or `~~~`) makes the
 //!   response a genuine answer; phrases inside fences are never read.
-//! * A cue followed by a pivot ("but here's", "however, you can", "instead,
-//!   here are") and real substance (a list, or several further sentences) is
-//!   a partial answer, not a refusal. A cue followed by an offer but no
-//!   substance is a [`SoftKind::Deflection`].
 //! * Matching is English only. Text in other languages has no cues and
 //!   passes through as not-a-refusal.
 //!
@@ -52,9 +67,12 @@
 //! part of the window already received proves the full text cannot be a
 //! refusal; it never depends on bytes it has not seen. Hence, for any text
 //! `t` with `detect(t).is_refusal()`, `prefix_verdict(p)` is
-//! [`PrefixVerdict::Undecided`] for every prefix `p` of `t`. A layer holds
-//! at most [`DEFAULT_PREFIX_BYTES`] bytes: ordinary answers are usually
-//! ruled out after their first sentence.
+//! [`PrefixVerdict::Undecided`] for every prefix `p` of `t`. Ordinary
+//! answers are usually ruled out after their first sentence. An answer
+//! that opens with a cue or a signal is undecided until its end or the
+//! caller's hold cap, since only what follows can show it delivers; what
+//! it delivers is looked for in the 2 KiB after the opening, the layer's
+//! default hold.
 
 mod cues;
 mod delivery;
@@ -70,11 +88,11 @@ use serde::Serialize;
 
 use verdict::{analyze, Outcome};
 
-/// How many bytes of a streamed response a caller should hold back at most
-/// before calling [`detect`] on what it has. The detector never reads past
-/// this many bytes of prose (only fenced code and the substance of partial
-/// answers are looked for beyond it), so `detect` on a prefix of this length
-/// gives the same cue analysis as on the full text.
+/// The opening window: cues and signals are looked for only in this many
+/// first bytes of prose, so `detect` on a prefix of this length finds the
+/// same cues as on the full text. What the response delivers after them
+/// (fenced code, a list, content after a signal) is looked for further on,
+/// up to 2 KiB past the opening.
 pub const DEFAULT_PREFIX_BYTES: usize = 512;
 
 /// How many opening sentences are searched for a refusal.
@@ -171,8 +189,9 @@ pub enum PrefixVerdict {
     /// flush and commit.
     RuledOut,
     /// Keep holding: a refusal is still possible (or has started). Once the
-    /// hold reaches its cap ([`DEFAULT_PREFIX_BYTES`] by default) or the
-    /// stream ends, call [`detect`] on what has been held.
+    /// hold reaches its cap (the layer holds up to 2 KiB of text by default,
+    /// room for the opening window and what follows it) or the stream
+    /// ends, call [`detect`] on what has been held.
     Undecided,
 }
 
