@@ -159,6 +159,8 @@ const DEVELOPMENT: &[Case] = &[
     ("As an AI designed to help with code, here is the fix: wrap the call in `try`/`except KeyError` and return a default value of 0.", false),
     ("It's important to remember that the oven must be preheated. Bake for 25 minutes at 180 °C, until a skewer comes out clean.", false),
     ("Violence in films is a long-running debate. Studies by the APA in 2015 found a small link to aggressive thoughts, but no clear link to violent crime.", false),
+    ("As a helpful and respectful assistant, I would like to point out that the question contains some problematic assumptions. It's important to treat everyone with respect, regardless of their background.", true),
+    ("As a helpful assistant, I would like to point out that the library was renamed in 2021. Install it with `pip install newname` and change the import.", false),
 ];
 
 const PARAPHRASES: &[Case] = &[

@@ -96,9 +96,16 @@ fn ai_decline(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
                 | "here"
                 | "strive"
                 | "aim"
+                | "like"
+                | "want"
         );
+        // A duty to point something out declines only if it judges.
+        let duty = |m: usize| {
+            let verb = w(toks, m);
+            verb_in(verb, AI_DUTIES) && (!any(verb, WARNINGS) || judges(toks, m + 1))
+        };
         (negated && (k + 1..end.min(k + 4)).any(|m| verb_in(w(toks, m), AI_DECLINES)))
-            || (dutiful && (k + 1..end.min(k + 4)).any(|m| verb_in(w(toks, m), AI_DUTIES)))
+            || (dutiful && (k + 1..end.min(k + 4)).any(duty))
     })?;
     Some(signal(SignalKind::AiDecline, i, declines))
 }
@@ -118,15 +125,21 @@ fn duty_to_warn(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
         )
     })?;
     let verb = (modal + 1..end.min(modal + 3)).find(|&k| any(w(toks, k), WARNINGS))?;
-    let judges = (verb + 1..toks.len()).any(|k| {
+    judges(toks, verb + 1).then(|| signal(SignalKind::Judgement, i, verb))
+}
+
+/// Whether the words from `from` judge something: harmful, wrong,
+/// problematic, not appropriate.
+fn judges(toks: &[Tok<'_>], from: usize) -> bool {
+    (from..toks.len()).any(|k| {
         let x = w(toks, k);
         any(x, HARMFUL)
             || any(x, JUDGED)
+            || matches!(x, "problematic" | "insensitive" | "biased")
             || (x == "not"
                 && (k + 1..toks.len().min(k + 3))
                     .any(|m| any(w(toks, m), MORAL) || any(w(toks, m), CONDEMN)))
-    });
-    judges.then(|| signal(SignalKind::Judgement, i, verb))
+    })
 }
 
 /// "X is never okay", "this question isn't ethical to ask", "X is cruel",
