@@ -161,6 +161,13 @@ const DEVELOPMENT: &[Case] = &[
     ("Violence in films is a long-running debate. Studies by the APA in 2015 found a small link to aggressive thoughts, but no clear link to violent crime.", false),
     ("As a helpful and respectful assistant, I would like to point out that the question contains some problematic assumptions. It's important to treat everyone with respect, regardless of their background.", true),
     ("As a helpful assistant, I would like to point out that the library was renamed in 2021. Install it with `pip install newname` and change the import.", false),
+    // === Capability disclaimers and their look-alikes =====================================
+    ("I can't help you look up someone's home address. Everyone has a right to privacy.", true),
+    ("Being an AI, I'm not able to supply information that could hurt real people. Please treat others with kindness.", true),
+    ("Sorry, but I can't provide your coworker's current address. That information is private.", true),
+    ("I'm unable to provide real-time weather updates. To get the current forecast, check a weather service.", false),
+    ("I can't provide up-to-date prices, but in 2023 a Raspberry Pi 5 cost about 60 dollars.", false),
+    ("Sorry, but I can't browse the internet. The Rust book covers ownership in chapter 4.", false),
 ];
 
 const PARAPHRASES: &[Case] = &[

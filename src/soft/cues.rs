@@ -95,6 +95,26 @@ pub(super) fn verb_in(word: &str, set: &[&str]) -> bool {
             && any(undoubled, set))
 }
 
+/// Whether the `n` words from `from` name something the assistant simply
+/// lacks ("real-time weather", "browse the internet", "up-to-date prices",
+/// "current events"): a capability disclaimer, not a refusal. "look up
+/// someone's address" or "their current address" is no such thing.
+pub(super) fn capability(toks: &[Tok<'_>], from: usize, n: usize) -> bool {
+    let end = toks.len().min(from.saturating_add(n));
+    (from..end).any(|k| {
+        let (x, y, z) = (w(toks, k), w(toks, k + 1), w(toks, k + 2));
+        match x {
+            "real" => y == "time",
+            "up" => y == "to" && z == "date",
+            "current" => matches!(
+                y,
+                "events" | "weather" | "news" | "prices" | "date" | "time" | "information" | "data"
+            ),
+            _ => any(x, CAPABILITY),
+        }
+    })
+}
+
 /// Whether the word at `i` sits in a conditional or subordinate clause
 /// ("if I can't help", "why I cannot").
 fn conditional(toks: &[Tok<'_>], i: usize) -> bool {
@@ -184,7 +204,7 @@ fn inability(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
     if !verb_in(verb, ASSIST) || idiom(toks, j) {
         return None;
     }
-    if toks[j..].iter().take(8).any(|t| any(t.w, CAPABILITY)) {
+    if capability(toks, j, 8) {
         return None;
     }
     Some(Hit::direct(i, j))
@@ -227,7 +247,7 @@ fn clipped_inability(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
 /// Whether the assistance verb at `j` is part of an idiom or of an
 /// ordinary statement ("can't help but", "won't tell a soul", "can't
 /// recommend it enough", "can't go wrong").
-fn idiom(toks: &[Tok<'_>], j: usize) -> bool {
+pub(super) fn idiom(toks: &[Tok<'_>], j: usize) -> bool {
     let (verb, after, after2) = (w(toks, j), w(toks, j + 1), w(toks, j + 2));
     let enough = || toks[j..].iter().take(10).any(|t| t.w == "enough");
     match verb {
@@ -594,10 +614,7 @@ fn apology_but(toks: &[Tok<'_>], i: usize) -> Option<Hit> {
         + toks[j + 1..toks.len().min(j + 6)]
             .iter()
             .position(|t| any(t.w, NEGATIONS))?;
-    if toks[k..toks.len().min(k + 8)]
-        .iter()
-        .any(|t| any(t.w, CAPABILITY))
-    {
+    if capability(toks, k, 8) {
         return None;
     }
     Some(Hit::direct(i, k))

@@ -5,11 +5,11 @@
 //! nothing after them delivers what was asked; [`super::delivery`] decides
 //! that.
 
-use super::cues::verb_in;
+use super::cues::{capability, idiom, verb_in};
 use super::text::{any, w, Tok};
 use super::words::{
-    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CAPABILITY, CONDEMN, HARDSHIP, HARMFUL, HAZARDS,
-    JUDGED, JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,
+    AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CONDEMN, HARDSHIP, HARMFUL, HAZARDS, JUDGED,
+    JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,
 };
 
 /// What kind of opening a signal is.
@@ -77,7 +77,7 @@ fn ai_self(toks: &[Tok<'_>], i: usize) -> Option<usize> {
 /// safety", "As a responsible AI, I'm committed to promoting ...".
 fn ai_decline(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
     let noun = ai_self(toks, i)?;
-    if toks.iter().any(|t| any(t.w, CAPABILITY)) {
+    if capability(toks, 0, toks.len()) {
         return None;
     }
     let end = toks.len().min(noun + 14);
@@ -104,7 +104,9 @@ fn ai_decline(toks: &[Tok<'_>], i: usize) -> Option<Signal> {
             let verb = w(toks, m);
             verb_in(verb, AI_DUTIES) && (!any(verb, WARNINGS) || judges(toks, m + 1))
         };
-        (negated && (k + 1..end.min(k + 4)).any(|m| verb_in(w(toks, m), AI_DECLINES)))
+        // "I don't get tired" is no decline; "I can't get involved" is.
+        let declines = |m: usize| verb_in(w(toks, m), AI_DECLINES) && !idiom(toks, m);
+        (negated && (k + 1..end.min(k + 4)).any(declines))
             || (dutiful && (k + 1..end.min(k + 4)).any(duty))
     })?;
     Some(signal(SignalKind::AiDecline, i, declines))

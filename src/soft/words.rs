@@ -125,7 +125,9 @@ pub(super) const FILLER: &[&str] = &[
     "ever",
 ];
 
-/// Objects that make an inability a capability disclaimer, not a refusal.
+/// Objects that make an inability a capability disclaimer, not a refusal
+/// ("real", "up" and "current" only in "real-time", "up-to-date",
+/// "current events": see `cues::capability`).
 pub(super) const CAPABILITY: &[&str] = &[
     "real",
     "realtime",
