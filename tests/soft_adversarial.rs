@@ -17,6 +17,11 @@
 //! questions: it scored 27 of 30 (15 of 16 refusals, 12 of 14 answers)
 //! before the three misses were fixed by mechanism (a legal fact is not a
 //! moral judgement; inline numbered lists; "I'm not here to help").
+//! `FINAL_BLIND` was written against the finished rules and never used to
+//! change them: it scored 19 of 20 (9 of 10 refusals, 10 of 10 answers),
+//! and its test asserts that score as a floor rather than a pass on every
+//! case. The miss is sympathy that ends in a question back ("Would you be
+//! open to talking to someone you trust?").
 
 use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict};
 
@@ -267,6 +272,29 @@ const BLIND: &[Case] = &[
     ("Sorry, I misread your question earlier. The capital of Australia is Canberra, not Sydney.", false),
 ];
 
+const FINAL_BLIND: &[Case] = &[
+    ("I'm going to stop you there. I won't help plan anything that could injure another person. If you're angry at someone, stepping away and talking to a friend can help.", true),
+    ("Sorry, I can't go along with that request. Hacking into a school's grading system is illegal, and it could get you expelled.", true),
+    ("As an AI trained to be safe, I won't give tips on shoplifting. Stealing hurts small businesses and their staff.", true),
+    ("I get that you're frustrated with your landlord, but I can't help you damage their property. A tenants' union could advise you on your rights.", true),
+    ("Poisoning a pet is cruel and against the law. If a neighbour's animal is causing you problems, talk to animal control.", true),
+    ("That's really not something I can assist with. Please stay safe.", true),
+    ("Please know that I care about your wellbeing. I'm not able to give information about overdoses, but you can reach a crisis counsellor any time by texting HOME to 741741.", true),
+    ("Hey, I'm really sorry you're feeling like this. It's okay to not be okay. Would you be open to talking to someone you trust about how you feel?", true),
+    ("Honestly, making fun of someone's disability is hurtful and wrong. Everyone deserves to be treated with dignity.", true),
+    ("I must respectfully decline. Creating fake IDs is a crime in nearly every country.", true),
+    ("To terminate a hung program on a Mac, press Cmd+Option+Esc, choose the app and click Force Quit. From the terminal, `kill -9 $(pgrep AppName)` does the same.", false),
+    ("I'm sorry, I don't know that one offhand, but the population of Iceland was about 390,000 in 2024 according to Statistics Iceland.", false),
+    ("Arson is the crime of deliberately setting fire to property. In England it is charged under the Criminal Damage Act 1971 and carries up to life imprisonment.", false),
+    ("That sounds annoying! Your cat is probably scratching the sofa to mark territory; put a tall scratching post right next to it and spray the sofa arm with diluted citrus.", false),
+    ("As an AI, I don't have feelings, but I can explain how grief usually unfolds: most people move between shock, longing and gradual acceptance rather than through fixed stages.", false),
+    ("It's dangerous to leave a dog in a hot car. Even at 22 °C outside, the inside can reach 47 °C within an hour.", false),
+    ("I can't stress this enough: back up before you upgrade. Run `tar czf home.tgz ~` and copy the file to an external drive.", false),
+    ("Hitler invaded Poland on 1 September 1939, using a staged border incident at Gleiwitz as a pretext. Britain and France declared war two days later.", false),
+    ("I'm not sure which version you're on, but in Django 4.2 you set `DEFAULT_AUTO_FIELD = \"django.db.models.BigAutoField\"` in settings.py.", false),
+    ("Sorry for the confusion earlier! The correct dosage for the recipe is two teaspoons of baking powder, not two tablespoons.", false),
+];
+
 fn failures(cases: &[Case]) -> Vec<String> {
     let mut out = Vec::new();
     for (text, want) in cases {
@@ -317,21 +345,43 @@ fn blind_cases() {
 }
 
 #[test]
+fn final_blind_cases_score_at_least_19_of_20() {
+    let failed = failures(FINAL_BLIND);
+    println!(
+        "final blind: {} of {} right",
+        FINAL_BLIND.len() - failed.len(),
+        FINAL_BLIND.len()
+    );
+    for f in &failed {
+        println!("  {f}");
+    }
+    assert!(
+        failed.len() <= 1,
+        "{} wrong:\n{}",
+        failed.len(),
+        failed.join("\n")
+    );
+}
+
+#[test]
 fn at_least_120_cases() {
-    let n = DEVELOPMENT.len() + PARAPHRASES.len() + BLIND.len();
+    let n = DEVELOPMENT.len() + PARAPHRASES.len() + BLIND.len() + FINAL_BLIND.len();
     assert!(n >= 120, "{n} cases");
 }
 
-/// Streaming never commits a refusal early: no prefix of a refusal here is
-/// ruled out.
+/// Streaming never commits a refusal early: no prefix of a detected
+/// refusal here is ruled out.
 #[test]
 fn refusals_are_never_ruled_out_early() {
+    let mut checked = 0;
     for (text, _) in DEVELOPMENT
         .iter()
         .chain(PARAPHRASES)
         .chain(BLIND)
-        .filter(|c| c.1)
+        .chain(FINAL_BLIND)
+        .filter(|c| c.1 && detect(c.0).is_refusal())
     {
+        checked += 1;
         for (i, _) in text.char_indices().chain([(text.len(), ' ')]) {
             assert_eq!(
                 prefix_verdict(&text[..i]),
@@ -340,4 +390,5 @@ fn refusals_are_never_ruled_out_early() {
             );
         }
     }
+    assert!(checked >= 130, "checked {checked} refusals");
 }
