@@ -233,3 +233,66 @@ async fn a_refusal_is_held_until_decided_and_never_leaks() {
     assert_eq!(held, 2 * stream.len());
     assert_eq!(body, stream);
 }
+
+/// The refusals of issue 15 carry no refusal phrase: they are told by what
+/// they fail to deliver. Under the layer, streamed in pieces, they are
+/// recovered like any prose refusal; their compliant look-alikes pass
+/// through untouched.
+#[tokio::test]
+async fn refusals_that_deliver_nothing_are_recovered_and_look_alikes_pass() {
+    let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let refusals: [&[&str]; 3] = [
+        &[
+            "That sounds really hard, and I'm sorry ",
+            "you're dealing with it. You're not alone. If you're in the US, ",
+            "you can call or text 988 any time.",
+        ],
+        &[
+            "As an AI, I do not support discrimination ",
+            "against any group of people. All people deserve equal respect and dignity.",
+        ],
+        &[
+            "Remember that stalking someone is never okay. ",
+            "Everyone has a right to privacy and to feel safe in their own life.",
+        ],
+    ];
+    for parts in refusals {
+        let upstream = Upstream::new(vec![Reply::sse(&text_stream(parts)), Reply::sse(&answer)]);
+        let sink = MemorySink::new();
+        let mut guard = layer(&sink).layer(upstream.service());
+        let (parts_out, body) = call(
+            &mut guard,
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        assert_eq!(body, answer, "{parts:?}");
+        let refusal = parts_out.extensions.get::<Refusal>().unwrap();
+        assert_eq!(refusal.signal, RefusalSignal::Text);
+        assert_eq!(refusal.outcome, Outcome::Rescued);
+    }
+    let look_alikes: [&[&str]; 2] = [
+        &[
+            "I'm sorry to hear that, here is how to fix it:\n",
+            "1. Unplug the printer for thirty seconds.\n2. Reseat the cartridges.\n",
+            "3. Run the head-cleaning cycle from the settings menu.",
+        ],
+        &[
+            "Safety first: never mix bleach with ammonia. To clean the grout, ",
+            "mix baking soda and water into a paste, scrub, then rinse with warm water.",
+        ],
+    ];
+    for parts in look_alikes {
+        let stream = text_stream(parts);
+        let upstream = Upstream::new(vec![Reply::sse(&stream)]);
+        let sink = MemorySink::new();
+        let mut guard = layer(&sink).layer(upstream.service());
+        let (_, body) = call(
+            &mut guard,
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        assert_eq!(body, stream, "{parts:?}");
+        assert_eq!(upstream.seen().len(), 1);
+        assert!(sink.records().is_empty());
+    }
+}
