@@ -1,10 +1,10 @@
 //! Core behaviour on Anthropic Messages, through the public API.
-mod common;
+mod support;
 
-use common::*;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RefusalKind};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use support::*;
 use tower::Layer;
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
@@ -106,10 +106,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use common::events::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::{ErrorCategory, RefusalSignal};
 use serde_json::{json, Value};
+use support::events::*;
 use tower::{Service, ServiceExt};
 
 fn guard_with(

@@ -1,9 +1,8 @@
 //! The recovery ladder on Gemini and Vertex AI (and Claude on Vertex AI),
 //! through the public API.
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use http::Request;
 use http_body_util::Full;
 use refusal_guard::recovery::FallbackChains;
@@ -13,6 +12,7 @@ use refusal_guard::refusal::{
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::*;
 use tower::Layer;
 
 const GEMINI_API: &str = "https://generativelanguage.googleapis.com";

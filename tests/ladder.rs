@@ -1,18 +1,18 @@
 //! The recovery ladder (issue 3): retarget, fallback chains, budget, sticky
 //! routing, handoff marker, fallback credit and environment configuration.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use refusal_guard::env::{EnvConfig, LogSetting};
 use refusal_guard::recovery::{FallbackChains, RescueModel};
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::events::*;
+use support::*;
 use tower::Layer;
 
 const OPUS: &str = "claude-opus-4-7";

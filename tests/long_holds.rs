@@ -2,7 +2,7 @@
 //! and SSE comments, then whatever is decided, under the original head; with
 //! live thinking, the thinking streams at once and a recovered turn continues
 //! the same message.
-mod common;
+mod support;
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -10,11 +10,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::json;
+use support::events::*;
+use support::*;
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt};
 

@@ -1,9 +1,8 @@
 //! The recovery ladder on OpenAI Chat Completions, OpenAI Responses and
 //! Azure OpenAI, through the public API.
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{
@@ -12,6 +11,7 @@ use refusal_guard::refusal::{
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::*;
 use tower::{Layer, Service, ServiceExt};
 
 const CHAT_URL: &str = "https://api.openai.com/v1/chat/completions";

@@ -19,18 +19,18 @@
 //! 5. empty refusal, rescue on, continuation that fails in any way: the
 //!    original bytes, one `dead` record with the matching reason;
 //! 6. never a panic, never a hang.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::{block_start, block_stop, message_start, message_stop, ping};
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::{MemorySink, RefusalRecord};
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::events::{block_start, block_stop, message_start, message_stop, ping};
+use support::*;
 use tower::{Layer, Service, ServiceExt};
 
 /// Small helpers over the shared PRNG.
@@ -709,7 +709,7 @@ fn gen_continuation(rng: &mut Rng) -> Continuation {
         0 => Continuation::Status500,
         1 => Continuation::Fail,
         2 | 3 => Continuation::Stream(render(
-            &common::events::text_answer("claude-opus-4-7", "Here is the checklist.")
+            &support::events::text_answer("claude-opus-4-7", "Here is the checklist.")
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| {
@@ -1442,7 +1442,7 @@ async fn requests_go_upstream_byte_for_byte() {
         }
         let request = builder.body(Full::new(bytes.clone())).unwrap();
         let answer = if stream {
-            Reply::sse(&anthropic_stream(&common::events::text_answer(
+            Reply::sse(&anthropic_stream(&support::events::text_answer(
                 "claude-opus-4-7",
                 "Fine.",
             )))
@@ -1489,7 +1489,7 @@ async fn a_refusal_right_before_a_broken_connection_is_still_recovered() {
         b"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-7\"}}\r\n\r\n\
 event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"refusal\"}}\r\n\r",
     );
-    let answer = anthropic_stream(&common::events::text_answer("claude-opus-4-7", "Here."));
+    let answer = anthropic_stream(&support::events::text_answer("claude-opus-4-7", "Here."));
     let sink = MemorySink::new();
     let ran = run(
         RefusalGuardLayer::new().telemetry(sink.clone()),
@@ -1510,7 +1510,7 @@ event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reas
 /// the watch stopped reading after the first frame over the hold limit.
 #[tokio::test]
 async fn an_oversized_frame_does_not_hide_a_later_refusal() {
-    let refusal = anthropic_stream(&common::events::think_then_refuse(
+    let refusal = anthropic_stream(&support::events::think_then_refuse(
         "claude-opus-4-7",
         "cyber",
     ));

@@ -1,17 +1,17 @@
 //! The proxy end to end: a real HTTP client, the proxy on loopback, and a
 //! scripted mock upstream (a real HTTP server on loopback).
-#[path = "support/mock_upstream.rs"]
-mod mock;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use mock::{fixture, marker_text, MockUpstream};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::fixture;
+use support::mock_upstream::{marker_text, MockUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";

@@ -1,5 +1,5 @@
 //! The opt-in text refusal detector inside the layer (issue 6).
-mod common;
+mod support;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::{RefusalKind, RefusalSignal};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::json;
+use support::events::*;
+use support::*;
 use tower::{Layer, ServiceExt};
 
 const PROSE_REFUSAL: &str = "I'm sorry, but I can't help with creating malware. It could be used to harm systems you do not own.";

@@ -1,8 +1,7 @@
-//! Shared test harness: a scripted mock upstream built with `tower::service_fn`.
-#![allow(dead_code)]
+//! A scripted mock inner service built with `tower::service_fn`, and the
+//! requests that drive a guard over it.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -11,8 +10,10 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{Refusal, RefusalGuardLayer};
 use serde_json::Value;
-use tower::{BoxError, Service, ServiceExt};
+use tower::{BoxError, Layer, Service, ServiceExt};
 
 /// A response body that yields the given chunks (or errors) one by one.
 pub struct Chunked {
@@ -187,13 +188,6 @@ impl Upstream {
     }
 }
 
-pub fn fixture(name: &str) -> Bytes {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name);
-    Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-}
-
 /// A Messages request body.
 pub fn messages_request(model: &str, stream: bool, user: &str) -> Value {
     serde_json::json!({
@@ -232,108 +226,43 @@ where
     (parts, bytes)
 }
 
-/// Splits bytes into chunks at the given positions.
-pub fn split_at(bytes: &Bytes, cuts: &[usize]) -> Vec<Bytes> {
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    for &cut in cuts {
-        if cut > start && cut < bytes.len() {
-            chunks.push(bytes.slice(start..cut));
-            start = cut;
-        }
-    }
-    chunks.push(bytes.slice(start..));
-    chunks
+/// A Messages request (`POST /v1/messages`).
+pub fn messages(model: &str, stream: bool, user: &str) -> Request<Full<Bytes>> {
+    post("/v1/messages", &messages_request(model, stream, user))
 }
 
-/// A tiny deterministic PRNG (xorshift64*) for random chunkings.
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.max(1))
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545F4914F6CDD1D)
-    }
-    /// Random cut points, chunks of 1..=max bytes.
-    pub fn cuts(&mut self, len: usize, max: usize) -> Vec<usize> {
-        let mut cuts = Vec::new();
-        let mut at = 0;
-        while at < len {
-            at += 1 + (self.next() as usize % max);
-            cuts.push(at);
-        }
-        cuts
+/// What one guarded request came to.
+pub struct Exchange {
+    pub parts: http::response::Parts,
+    pub body: Bytes,
+    /// The mock upstream, with what it received.
+    pub upstream: Upstream,
+    /// Every refusal the guard recorded.
+    pub sink: MemorySink,
+}
+
+impl Exchange {
+    /// The typed refusal in the response extensions.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.parts.extensions.get::<Refusal>()
     }
 }
 
-/// Builds an Anthropic stream from event payloads (each names its `type`).
-pub fn anthropic_stream(events: &[Value]) -> Bytes {
-    let mut out = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap_or("unknown");
-        out.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    Bytes::from(out)
-}
-
-pub mod events {
-    use serde_json::{json, Value};
-
-    pub fn message_start(model: &str) -> Value {
-        json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":model,"stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}})
-    }
-    pub fn block_start(index: u64, block: Value) -> Value {
-        json!({"type":"content_block_start","index":index,"content_block":block})
-    }
-    pub fn text_delta(index: u64, text: &str) -> Value {
-        json!({"type":"content_block_delta","index":index,"delta":{"type":"text_delta","text":text}})
-    }
-    pub fn thinking_delta(index: u64, text: &str) -> Value {
-        json!({"type":"content_block_delta","index":index,"delta":{"type":"thinking_delta","thinking":text}})
-    }
-    pub fn block_stop(index: u64) -> Value {
-        json!({"type":"content_block_stop","index":index})
-    }
-    pub fn stop(reason: &str) -> Value {
-        json!({"type":"message_delta","delta":{"stop_reason":reason,"stop_sequence":null},"usage":{"output_tokens":5}})
-    }
-    pub fn refusal(category: Option<&str>, explanation: Option<&str>) -> Value {
-        json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":category,"explanation":explanation}},"usage":{"output_tokens":5}})
-    }
-    pub fn message_stop() -> Value {
-        json!({"type":"message_stop"})
-    }
-    pub fn ping() -> Value {
-        json!({"type":"ping"})
-    }
-
-    /// A whole text answer.
-    pub fn text_answer(model: &str, text: &str) -> Vec<Value> {
-        vec![
-            message_start(model),
-            block_start(0, json!({"type":"text","text":""})),
-            text_delta(0, text),
-            block_stop(0),
-            stop("end_turn"),
-            message_stop(),
-        ]
-    }
-
-    /// Thinking, then a refusal with no output.
-    pub fn think_then_refuse(model: &str, category: &str) -> Vec<Value> {
-        vec![
-            message_start(model),
-            block_start(0, json!({"type":"thinking","thinking":""})),
-            thinking_delta(0, "Let me consider this request carefully."),
-            json!({"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCgIYAhIM"}}),
-            block_stop(0),
-            ping(),
-            refusal(Some(category), Some("Declined under the usage policy.")),
-            message_stop(),
-        ]
+/// Sends `request` through `layer`, recording into a fresh memory sink, over
+/// a mock upstream scripted with `replies`.
+pub async fn exchange(
+    layer: RefusalGuardLayer,
+    replies: Vec<Reply>,
+    request: Request<Full<Bytes>>,
+) -> Exchange {
+    let upstream = Upstream::new(replies);
+    let sink = MemorySink::new();
+    let mut guard = layer.telemetry(sink.clone()).layer(upstream.service());
+    let (parts, body) = call(&mut guard, request).await;
+    Exchange {
+        parts,
+        body,
+        upstream,
+        sink,
     }
 }
