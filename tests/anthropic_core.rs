@@ -13,48 +13,42 @@ const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt
 #[tokio::test]
 async fn non_refusal_stream_is_byte_identical() {
     let fixture = fixture(TEXT);
-    let upstream = Upstream::new(vec![Reply::sse(&fixture)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "hi")),
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        vec![Reply::sse(&fixture)],
+        messages("m", true, "hi"),
     )
     .await;
-    assert_eq!(body, fixture);
-    assert_eq!(upstream.seen().len(), 1);
-    assert!(sink.records().is_empty());
-    let handle = parts.extensions.get::<RefusalHandle>().expect("handle");
+    assert_eq!(done.body, fixture);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert!(done.sink.records().is_empty());
+    let handle = done
+        .parts
+        .extensions
+        .get::<RefusalHandle>()
+        .expect("handle");
     assert!(handle.is_settled());
     assert_eq!(handle.get(), None);
 }
 
 #[tokio::test]
 async fn empty_refusal_is_rescued_with_one_continuation() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post(
-            "/v1/messages",
-            &messages_request("claude-opus-4-7", true, "scan my host"),
-        ),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        messages("claude-opus-4-7", true, "scan my host"),
     )
     .await;
     assert_eq!(
-        body,
+        done.body,
         fixture(TEXT),
         "the client receives only the continuation"
     );
-    let seen = upstream.seen();
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     let continuation = seen[1].json();
     let last = continuation["messages"]
@@ -69,11 +63,15 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
         .unwrap()
         .to_owned();
     assert!(note.contains("cyber"), "{note}");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done
+        .parts
+        .extensions
+        .get::<Refusal>()
+        .expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.kind, RefusalKind::Empty);
     assert_eq!(refusal.category.as_deref(), Some("cyber"));
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, Outcome::Rescued);
     assert_eq!(records[0].attempts.len(), 2);
@@ -84,20 +82,11 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
 #[tokio::test]
 async fn rescue_off_delivers_original_dead() {
     let refusal = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .rescue(false)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, refusal);
-    assert_eq!(upstream.seen().len(), 1);
-    let records = sink.records();
+    let layer = RefusalGuardLayer::new().rescue(false);
+    let done = exchange(layer, vec![Reply::sse(&refusal)], messages("m", true, "x")).await;
+    assert_eq!(done.body, refusal);
+    assert_eq!(done.upstream.seen().len(), 1);
+    let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Dead);
     assert_eq!(records[0].reason, Some(DeadReason::RescueOff));
 }
@@ -197,11 +186,7 @@ async fn whitespace_text_and_redacted_thinking_are_not_output() {
     let answer = anthropic_stream(&text_answer("m", "ok"));
     let upstream = Upstream::new(vec![Reply::sse(&refusal), Reply::sse(&answer)]);
     let sink = MemorySink::new();
-    let (_, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    let (_, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
     assert_eq!(body, answer);
     assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
 }
@@ -220,11 +205,7 @@ async fn dangling_tool_use_is_a_partial_refusal_left_alone() {
     ]);
     let upstream = Upstream::new(vec![Reply::sse(&stream)]);
     let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
     assert_eq!(body, stream);
     assert_eq!(upstream.seen().len(), 1);
     let records = sink.records();
@@ -241,11 +222,7 @@ async fn refused_continuation_delivers_the_original_byte_exact() {
     let again = fixture(EMPTY_REFUSAL);
     let upstream = Upstream::new(vec![Reply::sse(&original), Reply::sse(&again)]);
     let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
     assert_eq!(body, original);
     let record = &sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
@@ -284,11 +261,7 @@ async fn failing_continuation_delivers_the_original() {
         let original = fixture(EMPTY_REFUSAL);
         let upstream = Upstream::new(vec![Reply::sse(&original), failure]);
         let sink = MemorySink::new();
-        let (parts, body) = call(
-            &mut guard_with(&upstream, &sink),
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
+        let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
         assert_eq!(body, original);
         assert_eq!(parts.status, 200);
         assert_eq!(sink.records()[0].reason, Some(DeadReason::UpstreamError));
@@ -301,12 +274,7 @@ async fn one_rescue_per_conversation_until_real_output() {
     let upstream = Upstream::new(vec![]);
     let sink = MemorySink::new();
     let mut guard = guard_with(&upstream, &sink);
-    let request = || {
-        post(
-            "/v1/messages",
-            &messages_request("m", true, "the same first turn"),
-        )
-    };
+    let request = || messages("m", true, "the same first turn");
     let refusal = fixture(EMPTY_REFUSAL);
 
     // 1: refused, rescue refused too.
@@ -321,14 +289,7 @@ async fn one_rescue_per_conversation_until_real_output() {
     // Another conversation is not affected.
     upstream.push(Reply::sse(&refusal));
     upstream.push(Reply::sse(&fixture(TEXT)));
-    call(
-        &mut guard,
-        post(
-            "/v1/messages",
-            &messages_request("m", true, "another conversation"),
-        ),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "another conversation")).await;
     assert_eq!(sink.records()[2].outcome, Outcome::Rescued);
     // 3: real output in the first conversation clears its count...
     upstream.push(Reply::sse(&fixture(TEXT)));
@@ -420,7 +381,7 @@ async fn concurrent_refusals_in_one_conversation_get_one_rescue() {
         .map(|_| {
             let guard = guard.clone();
             tokio::spawn(async move {
-                let request = post("/v1/messages", &messages_request("m", true, "same"));
+                let request = messages("m", true, "same");
                 let response = guard.oneshot(request).await.unwrap();
                 response.into_body().collect().await.unwrap().to_bytes()
             })
@@ -460,20 +421,12 @@ async fn the_runtime_switch_turns_rescue_off_and_on() {
     let mut guard = layer.layer(upstream.service());
     switch.set(false);
     upstream.push(Reply::sse(&fixture(EMPTY_REFUSAL)));
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "a")),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "a")).await;
     assert_eq!(sink.records()[0].reason, Some(DeadReason::RescueOff));
     switch.set(true);
     upstream.push(Reply::sse(&fixture(EMPTY_REFUSAL)));
     upstream.push(Reply::sse(&fixture(TEXT)));
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "b")),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "b")).await;
     assert_eq!(sink.records()[1].outcome, Outcome::Rescued);
 }
 
@@ -513,11 +466,7 @@ async fn bad_streams_pass_through_untouched() {
     for (name, stream) in cases {
         let upstream = Upstream::new(vec![Reply::Sse(vec![stream.clone()])]);
         let sink = MemorySink::new();
-        let (_, body) = call(
-            &mut guard_with(&upstream, &sink),
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
+        let (_, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
         assert_eq!(body, stream, "{name}");
         assert_eq!(upstream.seen().len(), 1, "{name}");
         assert!(sink.records().is_empty(), "{name}");
@@ -534,7 +483,7 @@ async fn upstream_errors_are_propagated_as_they_came() {
         .ready()
         .await
         .unwrap()
-        .call(post("/v1/messages", &messages_request("m", true, "x")))
+        .call(messages("m", true, "x"))
         .await
         .unwrap_err();
     assert_eq!(error.to_string(), "connection refused");
@@ -547,7 +496,7 @@ async fn upstream_errors_are_propagated_as_they_came() {
         .ready()
         .await
         .unwrap()
-        .call(post("/v1/messages", &messages_request("m", true, "x")))
+        .call(messages("m", true, "x"))
         .await
         .unwrap();
     let mut body = response.into_body();
@@ -643,7 +592,7 @@ async fn the_conversation_header_keys_the_ledger_and_is_not_forwarded() {
     let mut guard = guard_with(&upstream, &sink);
     let refusal = fixture(EMPTY_REFUSAL);
     for (i, first_turn) in ["one", "two"].iter().enumerate() {
-        let mut request = post("/v1/messages", &messages_request("m", true, first_turn));
+        let mut request = messages("m", true, first_turn);
         request.headers_mut().insert(
             "x-refusal-guard-conversation",
             "session-42".parse().unwrap(),
@@ -691,7 +640,7 @@ async fn a_closure_can_name_the_conversation() {
     upstream.push(Reply::sse(&refusal));
     upstream.push(Reply::sse(&refusal));
     for first_turn in ["a", "b"] {
-        let mut request = post("/v1/messages", &messages_request("m", true, first_turn));
+        let mut request = messages("m", true, first_turn);
         request
             .headers_mut()
             .insert("x-user", "alice".parse().unwrap());
@@ -706,11 +655,7 @@ async fn json_empty_refusal_is_rescued_with_json() {
     let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
     let upstream = Upstream::new(vec![Reply::Json(refusal), Reply::Json(answer.clone())]);
     let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", false, "x")),
-    )
-    .await;
+    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", false, "x")).await;
     assert_eq!(body, answer);
     assert_eq!(
         parts.extensions.get::<Refusal>().unwrap().outcome,
@@ -788,11 +733,7 @@ async fn a_custom_note_is_used() {
             "CUSTOM {category}",
         ))
         .layer(upstream.service());
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "x")).await;
     assert_eq!(note_of(&upstream.seen()[1]), "CUSTOM cyber");
 }
 
@@ -809,23 +750,15 @@ async fn a_long_hold_commits_and_a_late_refusal_is_recorded() {
     events.push(refusal(Some("cyber"), None));
     events.push(message_stop());
     let stream = anthropic_stream(&events);
-    let upstream = Upstream::new(vec![Reply::Sse(split_at(
+    let layer = RefusalGuardLayer::new().max_hold_bytes(1024);
+    let replies = vec![Reply::Sse(split_at(
         &stream,
         &(1..40).map(|i| i * 200).collect::<Vec<_>>(),
-    ))]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_hold_bytes(1024)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(sink.records()[0].reason, Some(DeadReason::HoldLimit));
+    ))];
+    let done = exchange(layer, replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, stream);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.sink.records()[0].reason, Some(DeadReason::HoldLimit));
 }
 
 #[tokio::test]
@@ -837,11 +770,7 @@ async fn a_panicking_sink_does_not_fail_the_request() {
     let mut guard = RefusalGuardLayer::new()
         .telemetry(|_: &refusal_guard::telemetry::RefusalRecord| panic!("sink broke"))
         .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    let (_, body) = call(&mut guard, messages("m", true, "x")).await;
     assert_eq!(body, fixture(TEXT));
 }
 
@@ -910,19 +839,10 @@ async fn a_frame_over_the_framer_limit_is_skipped_and_a_later_refusal_still_reco
             .map(|i| i * 65_536)
             .collect::<Vec<_>>(),
     );
-    let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_hold_bytes(1000)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream, "every byte, as sent");
-    let records = sink.records();
+    let layer = RefusalGuardLayer::new().max_hold_bytes(1000);
+    let done = exchange(layer, vec![Reply::Sse(chunks)], messages("m", true, "x")).await;
+    assert_eq!(done.body, stream, "every byte, as sent");
+    let records = done.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].reason, Some(DeadReason::HoldLimit));
     assert_eq!(records[0].category.as_deref(), Some("cyber"));

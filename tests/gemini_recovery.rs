@@ -187,21 +187,17 @@ async fn partial_refusals_are_left_alone() {
     ];
     for (url, reply, expected, category) in cases {
         // One scripted reply only: a second request would panic the mock.
-        let upstream = Upstream::new(vec![reply]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .fallback_chains(FallbackChains::new().chain("gemini-2.0-flash", ["gemini-2.5-flash"]))
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(&url, &body("Quote it."))).await;
-        assert_eq!(out, expected, "{url}");
-        assert_eq!(upstream.seen().len(), 1, "{url}");
-        let records = sink.records();
+        let layer = RefusalGuardLayer::new()
+            .fallback_chains(FallbackChains::new().chain("gemini-2.0-flash", ["gemini-2.5-flash"]));
+        let done = exchange(layer, vec![reply], gemini_post(&url, &body("Quote it."))).await;
+        assert_eq!(done.body, expected, "{url}");
+        assert_eq!(done.upstream.seen().len(), 1, "{url}");
+        let records = done.sink.records();
         assert_eq!(records.len(), 1, "{url}");
         assert_eq!(records[0].outcome, Outcome::Partial);
         assert_eq!(records[0].kind, Some(RefusalKind::Partial));
         assert_eq!(records[0].category.as_deref(), Some(category));
-        let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+        let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.get().unwrap().outcome, Outcome::Partial);
     }
 }
@@ -591,18 +587,15 @@ async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
         fixture(&format!("{V}streaming-failure-api-key.txt")),
         fixture(&format!("{G}streaming-failure-image-rejected.txt")),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .layer(upstream.service());
-        let (_, out) = call(
-            &mut guard,
+        let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)];
+        let done = exchange(
+            RefusalGuardLayer::new(),
+            replies,
             gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
         )
         .await;
-        assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
-        let records = sink.records();
+        assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
+        let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Dead);
         assert_eq!(records[0].reason, Some(DeadReason::UpstreamError));
         assert_eq!(records[0].attempts[1].result, AttemptResult::HttpError);
@@ -630,14 +623,16 @@ async fn recognised_under_any_version_and_base_path() {
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
     for (url, hop) in cases {
-        let upstream = Upstream::new(vec![Reply::Json(refused.clone()), Reply::Json(ok_json())]);
-        let mut guard = RefusalGuardLayer::new()
-            .fallback_chains(chains())
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(url, &body("x"))).await;
-        assert_eq!(out, ok_json(), "{url}");
-        assert_eq!(upstream.seen()[1].uri.to_string(), hop);
-        let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let replies = vec![Reply::Json(refused.clone()), Reply::Json(ok_json())];
+        let done = exchange(layer, replies, gemini_post(url, &body("x"))).await;
+        assert_eq!(done.body, ok_json(), "{url}");
+        assert_eq!(done.upstream.seen()[1].uri.to_string(), hop);
+        let refusal = done
+            .parts
+            .extensions
+            .get::<Refusal>()
+            .expect("typed refusal");
         assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
     }
 }

@@ -119,7 +119,7 @@ async fn a_long_hold_sends_comments_then_the_rescued_stream_under_the_original_h
         .keepalive_after(Duration::from_millis(50))
         .keepalive_interval(Duration::from_millis(20))
         .layer(upstream(head, tail, answer.clone(), gate));
-    let request = post("/v1/messages", &messages_request("m", true, "x"));
+    let request = messages("m", true, "x");
     // The answer comes while upstream is still thinking (the gate is shut).
     let response = tokio::time::timeout(Duration::from_secs(5), guard.oneshot(request))
         .await
@@ -164,10 +164,7 @@ async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
     let guard = RefusalGuardLayer::new()
         .keepalive_after(Duration::from_millis(30))
         .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
-    let response = guard
-        .oneshot(post("/v1/messages", &messages_request("m", true, "x")))
-        .await
-        .unwrap();
+    let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, Bytes::from_static(b": keep-alive\n\n"));
@@ -182,16 +179,9 @@ async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
 #[tokio::test]
 async fn a_quick_decision_sends_no_comment() {
     let stream = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
-    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-    let mut guard = RefusalGuardLayer::new()
-        .keepalive_after(Duration::from_secs(30))
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
+    let layer = RefusalGuardLayer::new().keepalive_after(Duration::from_secs(30));
+    let done = exchange(layer, vec![Reply::sse(&stream)], messages("m", true, "x")).await;
+    assert_eq!(done.body, stream);
 }
 
 // ---- live thinking ----------------------------------------------------
@@ -225,11 +215,7 @@ async fn live_thinking_continues_the_message_with_the_rescued_turn() {
         let upstream = Upstream::new(vec![Reply::Sse(chunks), Reply::sse(&answer)]);
         let sink = refusal_guard::telemetry::MemorySink::new();
         let mut guard = live_layer(&sink).layer(upstream.service());
-        let (parts, body) = call(
-            &mut guard,
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
+        let (parts, body) = call(&mut guard, messages("m", true, "x")).await;
         let handle = parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.settled().await.unwrap().outcome, Outcome::Rescued);
         let events = event_list(&body);
@@ -302,11 +288,7 @@ async fn live_thinking_delivers_the_original_whole_when_nothing_recovers_or_it_a
             let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
             let sink = refusal_guard::telemetry::MemorySink::new();
             let mut guard = live_layer(&sink).rescue(rescue).layer(upstream.service());
-            let (parts, body) = call(
-                &mut guard,
-                post("/v1/messages", &messages_request("m", true, "x")),
-            )
-            .await;
+            let (parts, body) = call(&mut guard, messages("m", true, "x")).await;
             assert_eq!(body, stream, "byte for byte");
             let handle = parts.extensions.get::<RefusalHandle>().unwrap();
             assert_eq!(handle.settled().await.map(|r| r.outcome), outcome);
@@ -329,7 +311,7 @@ async fn live_thinking_streams_thinking_before_the_decision() {
         .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
     let response = tokio::time::timeout(
         Duration::from_secs(5),
-        guard.oneshot(post("/v1/messages", &messages_request("m", true, "x"))),
+        guard.oneshot(messages("m", true, "x")),
     )
     .await
     .expect("answered at once")
