@@ -13,12 +13,9 @@ const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt
 #[tokio::test]
 async fn non_refusal_stream_is_byte_identical() {
     let fixture = fixture(TEXT);
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(&fixture)],
-        messages("m", true, "hi"),
-    )
-    .await;
+    let replies = vec![Reply::sse(&fixture)];
+    let request = messages("m", true, "hi");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, fixture);
     assert_eq!(done.upstream.seen().len(), 1);
     assert!(done.sink.records().is_empty());
@@ -37,12 +34,8 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        messages("claude-opus-4-7", true, "scan my host"),
-    )
-    .await;
+    let request = messages("claude-opus-4-7", true, "scan my host");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
         done.body,
         fixture(TEXT),
@@ -63,11 +56,7 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
         .unwrap()
         .to_owned();
     assert!(note.contains("cyber"), "{note}");
-    let refusal = done
-        .parts
-        .extensions
-        .get::<Refusal>()
-        .expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.kind, RefusalKind::Empty);
     assert_eq!(refusal.category.as_deref(), Some("cyber"));
@@ -184,11 +173,10 @@ async fn whitespace_text_and_redacted_thinking_are_not_output() {
         message_stop(),
     ]);
     let answer = anthropic_stream(&text_answer("m", "ok"));
-    let upstream = Upstream::new(vec![Reply::sse(&refusal), Reply::sse(&answer)]);
-    let sink = MemorySink::new();
-    let (_, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
-    assert_eq!(body, answer);
-    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+    let replies = vec![Reply::sse(&refusal), Reply::sse(&answer)];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
@@ -203,16 +191,16 @@ async fn dangling_tool_use_is_a_partial_refusal_left_alone() {
         refusal(Some("cyber"), None),
         message_stop(),
     ]);
-    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
-    assert_eq!(body, stream);
-    assert_eq!(upstream.seen().len(), 1);
-    let records = sink.records();
+    let replies = vec![Reply::sse(&stream)];
+    let request = messages("m", true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, stream);
+    assert_eq!(done.upstream.seen().len(), 1);
+    let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Partial);
-    // Known only once the body ended: through the handle, not up front.
-    assert!(parts.extensions.get::<Refusal>().is_none());
-    let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+    // Known only once the done.body ended: through the handle, not up front.
+    assert!(done.refusal().is_none());
+    let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
     assert_eq!(handle.settled().await.unwrap().kind, RefusalKind::Partial);
 }
 
@@ -220,11 +208,10 @@ async fn dangling_tool_use_is_a_partial_refusal_left_alone() {
 async fn refused_continuation_delivers_the_original_byte_exact() {
     let original = anthropic_stream(&think_then_refuse("m", "cyber"));
     let again = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&original), Reply::sse(&again)]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
-    assert_eq!(body, original);
-    let record = &sink.records()[0];
+    let replies = vec![Reply::sse(&original), Reply::sse(&again)];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, original);
+    let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, Some(DeadReason::StillRefused));
     let results: Vec<_> = record.attempts.iter().map(|a| (a.step, a.result)).collect();
@@ -236,7 +223,7 @@ async fn refused_continuation_delivers_the_original_byte_exact() {
         ]
     );
     assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().reason,
+        done.refusal().unwrap().reason,
         Some(DeadReason::StillRefused)
     );
 }
@@ -259,13 +246,16 @@ async fn failing_continuation_delivers_the_original() {
         Reply::Fail,
     ] {
         let original = fixture(EMPTY_REFUSAL);
-        let upstream = Upstream::new(vec![Reply::sse(&original), failure]);
-        let sink = MemorySink::new();
-        let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
-        assert_eq!(body, original);
-        assert_eq!(parts.status, 200);
-        assert_eq!(sink.records()[0].reason, Some(DeadReason::UpstreamError));
-        assert_eq!(upstream.seen().len(), 2);
+        let replies = vec![Reply::sse(&original), failure];
+        let request = messages("m", true, "x");
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, original);
+        assert_eq!(done.parts.status, 200);
+        assert_eq!(
+            done.sink.records()[0].reason,
+            Some(DeadReason::UpstreamError)
+        );
+        assert_eq!(done.upstream.seen().len(), 2);
     }
 }
 
@@ -464,12 +454,12 @@ async fn bad_streams_pass_through_untouched() {
         ("empty", Bytes::new()),
     ];
     for (name, stream) in cases {
-        let upstream = Upstream::new(vec![Reply::Sse(vec![stream.clone()])]);
-        let sink = MemorySink::new();
-        let (_, body) = call(&mut guard_with(&upstream, &sink), messages("m", true, "x")).await;
-        assert_eq!(body, stream, "{name}");
-        assert_eq!(upstream.seen().len(), 1, "{name}");
-        assert!(sink.records().is_empty(), "{name}");
+        let replies = vec![Reply::Sse(vec![stream.clone()])];
+        let request = messages("m", true, "x");
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, stream, "{name}");
+        assert_eq!(done.upstream.seen().len(), 1, "{name}");
+        assert!(done.sink.records().is_empty(), "{name}");
     }
 }
 
@@ -517,39 +507,41 @@ async fn other_endpoints_pass_through_unread() {
         ("GET", "/v1/messages"),
         ("POST", "/v1/complete"),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-        let sink = MemorySink::new();
         let body = Bytes::from_static(b"{\"model\":\"m\",\"stream\":true,\"messages\":[]}");
         let request = http::Request::builder()
             .method(method)
             .uri(format!("https://api.anthropic.com{path}"))
             .body(Full::new(body.clone()))
             .unwrap();
-        let (parts, out) = call(&mut guard_with(&upstream, &sink), request).await;
-        assert_eq!(out, refusal, "{path}");
-        assert_eq!(upstream.seen()[0].body, body, "{path}");
-        assert_eq!(upstream.seen().len(), 1, "{path}");
-        assert!(parts.extensions.get::<RefusalHandle>().is_none(), "{path}");
-        assert!(sink.records().is_empty());
+        let replies = vec![Reply::sse(&refusal)];
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, refusal, "{path}");
+        assert_eq!(done.upstream.seen()[0].body, body, "{path}");
+        assert_eq!(done.upstream.seen().len(), 1, "{path}");
+        assert!(
+            done.parts.extensions.get::<RefusalHandle>().is_none(),
+            "{path}"
+        );
+        assert!(done.sink.records().is_empty());
     }
 }
 
 #[tokio::test]
 async fn a_base_path_prefix_is_still_guarded() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let (_, body) = call(
-        &mut guard_with(&upstream, &sink),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
         post(
             "/proxy/anthropic/v1/messages",
             &messages_request("m", true, "x"),
         ),
     )
     .await;
-    assert_eq!(body, fixture(TEXT));
+    assert_eq!(done.body, fixture(TEXT));
 }
 
 #[tokio::test]
@@ -572,17 +564,20 @@ async fn a_request_over_the_body_limit_is_forwarded_unguarded() {
 
 #[tokio::test]
 async fn unrewritten_requests_reach_upstream_byte_identical() {
-    let upstream = Upstream::new(vec![Reply::sse(&fixture(TEXT))]);
-    let sink = MemorySink::new();
     // Odd spacing and key order that a re-serialisation would change.
     let raw = Bytes::from_static(b"{ \"stream\" : true, \"model\":\"m\",  \"max_tokens\": 5, \"messages\": [{\"role\":\"user\",\"content\":\"hi\"}] }");
     let request = http::Request::post("https://api.anthropic.com/v1/messages")
         .header("x-api-key", "k")
         .body(Full::new(raw.clone()))
         .unwrap();
-    call(&mut guard_with(&upstream, &sink), request).await;
-    assert_eq!(upstream.seen()[0].body, raw);
-    assert_eq!(upstream.seen()[0].headers["x-api-key"], "k");
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        vec![Reply::sse(&fixture(TEXT))],
+        request,
+    )
+    .await;
+    assert_eq!(done.upstream.seen()[0].body, raw);
+    assert_eq!(done.upstream.seen()[0].headers["x-api-key"], "k");
 }
 
 #[tokio::test]
@@ -653,16 +648,12 @@ async fn a_closure_can_name_the_conversation() {
 async fn json_empty_refusal_is_rescued_with_json() {
     let refusal = fixture("anthropic/vercel-ai/anthropic-refusal.json");
     let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
-    let upstream = Upstream::new(vec![Reply::Json(refusal), Reply::Json(answer.clone())]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(&mut guard_with(&upstream, &sink), messages("m", false, "x")).await;
-    assert_eq!(body, answer);
-    assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().outcome,
-        Outcome::Rescued
-    );
-    assert!(note_of(&upstream.seen()[1]).contains("cyber"));
-    assert_eq!(upstream.seen()[1].json()["stream"], false);
+    let replies = vec![Reply::Json(refusal), Reply::Json(answer.clone())];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", false, "x")).await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Rescued);
+    assert!(note_of(&done.upstream.seen()[1]).contains("cyber"));
+    assert_eq!(done.upstream.seen()[1].json()["stream"], false);
 }
 
 #[tokio::test]
@@ -699,11 +690,6 @@ async fn the_note_follows_tool_results_in_the_last_user_turn() {
 
 #[tokio::test]
 async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
     let request = json!({
         "model": "m", "stream": true, "max_tokens": 100,
         "messages": [
@@ -711,12 +697,17 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
             {"role": "assistant", "content": "Sure,"},
         ]
     });
-    call(
-        &mut guard_with(&upstream, &sink),
+    let replies = vec![
+        Reply::sse(&fixture(EMPTY_REFUSAL)),
+        Reply::sse(&fixture(TEXT)),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
         post("/v1/messages", &request),
     )
     .await;
-    let sent = upstream.seen()[1].json();
+    let sent = done.upstream.seen()[1].json();
     let messages = sent["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3);
     assert_eq!(messages[2]["role"], "user");

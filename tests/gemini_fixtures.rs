@@ -479,12 +479,8 @@ async fn imagen_predict_is_not_guarded() {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(br#"{"instances":[{"prompt":"x"}]}"#)))
         .unwrap();
-        let done = exchange(
-            RefusalGuardLayer::new(),
-            vec![Reply::Json(bytes.clone())],
-            request,
-        )
-        .await;
+        let replies = vec![Reply::Json(bytes.clone())];
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
         assert_eq!(done.body, bytes);
         assert!(done.sink.is_empty());
         assert!(

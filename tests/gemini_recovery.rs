@@ -270,45 +270,28 @@ async fn fallback_hop_swaps_the_model_in_the_vertex_path() {
 async fn blocked_prompts_are_recoverable_like_empty_refusals() {
     // Recorded single-chunk block, rescued.
     let blocked = fixture(&format!("{G}streaming-failure-prompt-blocked-safety.txt"));
-    let upstream = Upstream::new(vec![Reply::sse(&blocked), Reply::sse(&ok_stream())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let replies = vec![Reply::sse(&blocked), Reply::sse(&ok_stream())];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
-    let note = appended_note(&upstream.seen()[1].json(), 1);
+    let note = appended_note(&done.upstream.seen()[1].json(), 1);
     assert!(note.contains("SAFETY"), "{note}");
 
     // Hand-written late block (after chunks without output), on a fallback.
-    let upstream = Upstream::new(vec![
-        Reply::sse(LATE_BLOCK_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("y")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(LATE_BLOCK_STREAM), Reply::sse(&ok_stream())];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("y"));
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
-    assert!(upstream.seen()[1]
+    assert!(done.upstream.seen()[1]
         .uri
         .path()
         .ends_with("/models/gemini-2.5-flash:streamGenerateContent"));
@@ -317,48 +300,37 @@ async fn blocked_prompts_are_recoverable_like_empty_refusals() {
 #[tokio::test]
 async fn a_refused_continuation_delivers_the_original_byte_exact() {
     let refused = fixture(&format!("{V}unary-failure-prompt-blocked-safety.json"));
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Json(refused.clone()),
         Reply::Json(fixture(&format!(
             "{V}unary-failure-finish-reason-safety-no-content.json"
         ))),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
+    ];
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
-        out, refused,
+        done.body, refused,
         "the original refusal, as the provider sent it"
     );
-    assert_eq!(upstream.seen().len(), 2);
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(done.upstream.seen().len(), 2);
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Dead);
     assert_eq!(refusal.reason, Some(DeadReason::StillRefused));
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records[0].attempts[1].result, AttemptResult::Refused);
 
     // Streaming: the same, and the original stream comes back whole.
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Sse(split_at(
             &Bytes::from_static(EMPTY_SAFETY_STREAM),
             &[7, 100, 101],
         )),
         Reply::sse(LATE_BLOCK_STREAM),
-    ]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let (_, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("z")),
-    )
-    .await;
-    assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
+    ];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("z"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
 }
 
 #[tokio::test]
@@ -469,18 +441,15 @@ async fn other_google_endpoints_pass_through_unguarded() {
         "https://x-aiplatform.googleapis.com/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent".to_owned(),
     ];
     for url in urls {
-        let upstream = Upstream::new(vec![Reply::sse(&refused)]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-        assert_eq!(out, refused, "{url}");
+        let replies = vec![Reply::sse(&refused)];
+        let request = gemini_post(&url, &body("x"));
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, refused, "{url}");
         assert!(
-            parts.extensions.get::<RefusalHandle>().is_none(),
+            done.parts.extensions.get::<RefusalHandle>().is_none(),
             "{url}: guarded"
         );
-        assert!(sink.is_empty(), "{url}");
+        assert!(done.sink.is_empty(), "{url}");
     }
     // A model listing (GET) is not guarded either.
     let upstream = Upstream::new(vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))]);
@@ -517,21 +486,14 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
             } else {
                 split_at(&body_bytes, &rng.cuts(body_bytes.len(), 1 + round * 5))
             };
-            let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
-            let sink = MemorySink::new();
-            let mut guard = RefusalGuardLayer::new()
-                .telemetry(sink.clone())
-                .fallback_chains(chains())
-                .layer(upstream.service());
-            let (parts, out) = call(
-                &mut guard,
-                gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-            )
-            .await;
-            assert_eq!(out, body_bytes);
-            assert!(sink.is_empty());
-            assert_eq!(upstream.seen().len(), 1);
-            let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+            let layer = RefusalGuardLayer::new().fallback_chains(chains());
+            let replies = vec![Reply::Sse(chunks)];
+            let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+            let done = exchange(layer, replies, request).await;
+            assert_eq!(done.body, body_bytes);
+            assert!(done.sink.is_empty());
+            assert_eq!(done.upstream.seen().len(), 1);
+            let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
             assert!(handle.is_settled());
             assert_eq!(handle.get(), None);
         }
@@ -539,23 +501,18 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
 
     // HTTP errors: the status and body as sent, no recovery.
     let error = fixture(&format!("{V}unary-failure-quota-exceeded.json"));
-    let upstream = Upstream::new(vec![Reply::Status(429, error.clone())]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(parts.status, 429);
-    assert_eq!(out, error);
-    assert_eq!(upstream.seen().len(), 1);
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::Status(429, error.clone())];
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.parts.status, 429);
+    assert_eq!(done.body, error);
+    assert_eq!(done.upstream.seen().len(), 1);
 
     // A connection that drops before any output: the error reaches the
     // client, no recovery is attempted.
     let upstream = Upstream::new(vec![Reply::SseThenError(vec![Bytes::from_static(
-        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
+        b"data: {\"candidates\": [{\"content\": {\"done.parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
     )])]);
     let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let response = tower::ServiceExt::oneshot(
@@ -588,12 +545,8 @@ async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
         fixture(&format!("{G}streaming-failure-image-rejected.txt")),
     ] {
         let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)];
-        let done = exchange(
-            RefusalGuardLayer::new(),
-            replies,
-            gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-        )
-        .await;
+        let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
         assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
         let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Dead);
@@ -628,11 +581,7 @@ async fn recognised_under_any_version_and_base_path() {
         let done = exchange(layer, replies, gemini_post(url, &body("x"))).await;
         assert_eq!(done.body, ok_json(), "{url}");
         assert_eq!(done.upstream.seen()[1].uri.to_string(), hop);
-        let refusal = done
-            .parts
-            .extensions
-            .get::<Refusal>()
-            .expect("typed refusal");
+        let refusal = done.refusal().expect("typed refusal");
         assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
     }
 }
@@ -647,49 +596,33 @@ async fn opt_in_text_detection_reads_gemini_text_parts() {
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I'm sorry, but \"}],\"role\": \"model\"}}]}\r\n\r\n\
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with creating malware.\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
     );
-    let upstream = Upstream::new(vec![Reply::sse(&prose), Reply::sse(&ok_stream())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .detect_text_refusals(true)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let layer = RefusalGuardLayer::new().detect_text_refusals(true);
+    let replies = vec![Reply::sse(&prose), Reply::sse(&ok_stream())];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.signal, RefusalSignal::Text);
     assert_eq!(refusal.outcome, Outcome::Rescued);
-    appended_note(&upstream.seen()[1].json(), 1);
+    appended_note(&done.upstream.seen()[1].json(), 1);
 
     // Off by default: the same stream passes through untouched.
-    let upstream = Upstream::new(vec![Reply::sse(&prose)]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let (_, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, prose);
+    let replies = vec![Reply::sse(&prose)];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, prose);
 
     // A function call is never judged as prose.
     let call_first = Bytes::from_static(
-        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+        b"data: {\"candidates\": [{\"content\": {\"done.parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
     );
-    let upstream = Upstream::new(vec![Reply::sse(&call_first)]);
-    let mut guard = RefusalGuardLayer::new()
-        .detect_text_refusals(true)
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, call_first);
-    assert!(parts.extensions.get::<Refusal>().is_none());
-    assert_eq!(upstream.seen().len(), 1);
+    let layer = RefusalGuardLayer::new().detect_text_refusals(true);
+    let replies = vec![Reply::sse(&call_first)];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, call_first);
+    assert!(done.refusal().is_none());
+    assert_eq!(done.upstream.seen().len(), 1);
 }
 
 #[tokio::test]

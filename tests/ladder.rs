@@ -9,7 +9,7 @@ use refusal_guard::env::{EnvConfig, LogSetting};
 use refusal_guard::recovery::{FallbackChains, RescueModel};
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::events::*;
 use support::*;
@@ -140,7 +140,7 @@ async fn the_first_hop_that_answers_is_served() {
         seen[0].json()["messages"],
         "same request, no note"
     );
-    let refusal = done.parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.served_model.as_deref(), Some(SONNET));
     assert_eq!(refusal.model.as_deref(), Some(OPUS));
@@ -519,12 +519,9 @@ async fn a_refusal_without_a_token_still_falls_back() {
 #[tokio::test]
 async fn a_provider_fallback_block_is_recorded_and_passed_through() {
     let stream = fixture("anthropic/anthropic-sdk-python/fallback_response.txt");
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(&stream)],
-        messages(OPUS, true, "x"),
-    )
-    .await;
+    let replies = vec![Reply::sse(&stream)];
+    let request = messages(OPUS, true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, stream);
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Fallback);

@@ -9,8 +9,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::{RefusalKind, RefusalSignal};
-use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::json;
 use support::events::*;
 use support::*;
@@ -53,7 +52,7 @@ async fn a_prose_refusal_is_recovered_under_any_chunking() {
         let replies = vec![Reply::Sse(chunks), Reply::sse(&answer)];
         let done = exchange(layer, replies, messages("m", true, "x")).await;
         assert_eq!(done.body, answer);
-        let refusal = done.parts.extensions.get::<Refusal>().unwrap();
+        let refusal = done.refusal().unwrap();
         assert_eq!(refusal.signal, RefusalSignal::Text);
         assert_eq!(refusal.category.as_deref(), Some("text_refusal"));
         assert_eq!(refusal.kind, RefusalKind::Empty);
@@ -68,12 +67,9 @@ async fn a_prose_refusal_is_recovered_under_any_chunking() {
 #[tokio::test]
 async fn with_detection_off_nothing_changes() {
     let refusal = text_stream(&[PROSE_REFUSAL]);
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(&refusal)],
-        messages("m", true, "x"),
-    )
-    .await;
+    let replies = vec![Reply::sse(&refusal)];
+    let request = messages("m", true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, refusal);
     assert_eq!(done.upstream.seen().len(), 1);
     assert!(done.sink.records().is_empty());
