@@ -547,19 +547,19 @@ async fn a_base_path_prefix_is_still_guarded() {
 #[tokio::test]
 async fn a_request_over_the_body_limit_is_forwarded_unguarded() {
     let refusal = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_request_body(64)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let request = messages_request("m", true, &"long prompt ".repeat(20));
     let bytes = serde_json::to_vec(&request).unwrap();
-    let (_, body) = call(&mut guard, post("/v1/messages", &request)).await;
-    assert_eq!(body, refusal, "not judged, so not recovered");
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(upstream.seen()[0].body, bytes);
-    assert!(sink.records().is_empty());
+    let layer = RefusalGuardLayer::new().max_request_body(64);
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&refusal)],
+        post("/v1/messages", &request),
+    )
+    .await;
+    assert_eq!(done.body, refusal, "not judged, so not recovered");
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.upstream.seen()[0].body, bytes);
+    assert!(done.sink.records().is_empty());
 }
 
 #[tokio::test]
@@ -570,12 +570,8 @@ async fn unrewritten_requests_reach_upstream_byte_identical() {
         .header("x-api-key", "k")
         .body(Full::new(raw.clone()))
         .unwrap();
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(&fixture(TEXT))],
-        request,
-    )
-    .await;
+    let replies = vec![Reply::sse(&fixture(TEXT))];
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.upstream.seen()[0].body, raw);
     assert_eq!(done.upstream.seen()[0].headers["x-api-key"], "k");
 }
@@ -701,12 +697,8 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post("/v1/messages", &request),
-    )
-    .await;
+    let request = post("/v1/messages", &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     let sent = done.upstream.seen()[1].json();
     let messages = sent["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3);
@@ -715,17 +707,15 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
 
 #[tokio::test]
 async fn a_custom_note_is_used() {
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new().rescue_note(
+        refusal_guard::recovery::RescueNote::template("CUSTOM {category}"),
+    );
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .rescue_note(refusal_guard::recovery::RescueNote::template(
-            "CUSTOM {category}",
-        ))
-        .layer(upstream.service());
-    call(&mut guard, messages("m", true, "x")).await;
-    assert_eq!(note_of(&upstream.seen()[1]), "CUSTOM cyber");
+    ];
+    let done = exchange(layer, replies, messages("m", true, "x")).await;
+    assert_eq!(note_of(&done.upstream.seen()[1]), "CUSTOM cyber");
 }
 
 #[tokio::test]
@@ -785,18 +775,6 @@ async fn an_unreadable_body_is_forwarded_as_sent_without_the_guards_header() {
 
 #[tokio::test]
 async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(
-            refusal_guard::recovery::FallbackChains::new()
-                .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
-        )
-        .layer(upstream.service());
     let body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "stream": true,
         "messages": [{"role": "user", "content": "x"}]});
     let bytes = serde_json::to_vec(&body).unwrap();
@@ -804,13 +782,21 @@ async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
     let request = http::Request::post(path)
         .body(Full::new(Bytes::from(bytes)))
         .unwrap();
-    let (_, out) = call(&mut guard, request).await;
-    assert_eq!(out, fixture(TEXT));
+    let layer = RefusalGuardLayer::new().fallback_chains(
+        refusal_guard::recovery::FallbackChains::new()
+            .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
+    );
+    let replies = vec![
+        Reply::sse(&fixture(EMPTY_REFUSAL)),
+        Reply::sse(&fixture(TEXT)),
+    ];
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, fixture(TEXT));
     assert_eq!(
-        upstream.seen()[1].uri.path(),
+        done.upstream.seen()[1].uri.path(),
         "/models/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict"
     );
-    assert_eq!(sink.records()[0].outcome, Outcome::Fallback);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Fallback);
 }
 
 #[tokio::test]

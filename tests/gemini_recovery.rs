@@ -10,7 +10,7 @@ use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
 use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use refusal_guard::{Outcome, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
 use support::*;
 use tower::Layer;
@@ -83,24 +83,22 @@ fn appended_note(request: &Value, turns_before: usize) -> String {
 
 #[tokio::test]
 async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(EMPTY_SAFETY_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let original = body("Audit my firewall rules.");
     let url = stream_url("gemini-2.5-pro");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &original)).await;
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        gemini_post(&url, &original),
+    )
+    .await;
     assert_eq!(
-        out,
+        done.body,
         ok_stream(),
         "the client receives only the continuation"
     );
 
-    let seen = upstream.seen();
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].uri.to_string(), url, "same model, same query");
     let continuation = seen[1].json();
@@ -118,7 +116,7 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
         original["generationConfig"]
     );
 
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.kind, RefusalKind::Empty);
     assert_eq!(refusal.provider, Provider::Google);
@@ -126,7 +124,7 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
     assert_eq!(refusal.signal, RefusalSignal::StopReason);
     assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, Outcome::Rescued);
     assert_eq!(records[0].attempts.len(), 2);
@@ -139,30 +137,27 @@ async fn empty_json_refusal_is_rescued_with_a_valid_continuation() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     // A two-turn conversation: the note goes after the last user turn.
     let mut request = body("First question.");
     request["contents"].as_array_mut().unwrap().extend([
         json!({"role": "model", "parts": [{"text": "First answer."}]}),
         json!({"role": "user", "parts": [{"text": "Second question."}]}),
     ]);
-    let (parts, out) = call(
-        &mut guard,
+    let replies = vec![Reply::Json(refused), Reply::Json(ok_json())];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
         gemini_post(&unary_url("gemini-2.5-pro"), &request),
     )
     .await;
-    assert_eq!(out, ok_json());
-    let seen = upstream.seen();
+    assert_eq!(done.body, ok_json());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     let note = appended_note(&seen[1].json(), 3);
     assert!(note.contains("SAFETY"), "{note}");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
-    assert_eq!(sink.records()[0].category.as_deref(), Some("SAFETY"));
+    assert_eq!(done.sink.records()[0].category.as_deref(), Some("SAFETY"));
 }
 
 #[tokio::test]
@@ -204,23 +199,17 @@ async fn partial_refusals_are_left_alone() {
 
 #[tokio::test]
 async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(EMPTY_SAFETY_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
     let original = body("Audit my firewall rules.");
-    let (parts, out) = call(
-        &mut guard,
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
+    let done = exchange(
+        layer,
+        replies,
         gemini_post(&stream_url("gemini-2.5-pro"), &original),
     )
     .await;
-    assert_eq!(out, ok_stream());
-    let seen = upstream.seen();
+    assert_eq!(done.body, ok_stream());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
@@ -230,9 +219,9 @@ async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
     );
     assert_eq!(seen[1].json(), original, "a hop sends the same body");
     assert_eq!(seen[1].headers.get("x-goog-api-key").unwrap(), "test-key");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records[0].attempts[1].step, AttemptStep::Fallback);
     assert_eq!(
         records[0].attempts[1].model.as_deref(),
@@ -245,25 +234,21 @@ async fn fallback_hop_swaps_the_model_in_the_vertex_path() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
     let url = format!("{VERTEX}/models/gemini-2.5-pro:generateContent?$alt=json");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-    assert_eq!(out, ok_json());
-    let seen = upstream.seen();
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::Json(refused), Reply::Json(ok_json())];
+    let done = exchange(layer, replies, gemini_post(&url, &body("x"))).await;
+    assert_eq!(done.body, ok_json());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
         format!("{VERTEX}/models/gemini-2.5-flash:generateContent?$alt=json")
     );
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
-    assert_eq!(sink.records()[0].provider, Some(Provider::Google));
+    assert_eq!(done.sink.records()[0].provider, Some(Provider::Google));
 }
 
 #[tokio::test]
@@ -372,27 +357,25 @@ async fn stream_method_without_sse_is_judged_as_a_json_array() {
     let answer = Bytes::from_static(
         br#"[{"candidates": [{"content": {"parts": [{"text": "Here it is."}], "role": "model"}, "finishReason": "STOP"}]}]"#,
     );
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(answer.clone())]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let url = format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:streamGenerateContent");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-    assert_eq!(out, answer);
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let replies = vec![Reply::Json(refused), Reply::Json(answer.clone())];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        gemini_post(&url, &body("x")),
+    )
+    .await;
+    assert_eq!(done.body, answer);
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
-    assert_eq!(upstream.seen()[1].uri.to_string(), url);
+    assert_eq!(done.upstream.seen()[1].uri.to_string(), url);
 }
 
 #[tokio::test]
 async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
     let refused = fixture("anthropic/anthropic-sdk-python/refusal_response.txt");
     let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
-    let upstream = Upstream::new(vec![Reply::sse(&refused), Reply::sse(&answer)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
-        .layer(upstream.service());
     let base = "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/publishers/anthropic/models";
     let request = json!({
         "anthropic_version": "vertex-2023-10-16",
@@ -400,16 +383,20 @@ async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
         "stream": true,
         "messages": [{"role": "user", "content": "scan my host"}],
     });
-    let (parts, out) = call(
-        &mut guard,
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]));
+    let replies = vec![Reply::sse(&refused), Reply::sse(&answer)];
+    let done = exchange(
+        layer,
+        replies,
         gemini_post(
             &format!("{base}/claude-opus-4-7:streamRawPredict"),
             &request,
         ),
     )
     .await;
-    assert_eq!(out, answer);
-    let seen = upstream.seen();
+    assert_eq!(done.body, answer);
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
@@ -419,12 +406,12 @@ async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
         seen[1].json().get("model").is_none(),
         "model stays in the path"
     );
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.provider, Provider::Anthropic);
     assert_eq!(refusal.wire_api, WireApi::AnthropicMessages);
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.model.as_deref(), Some("claude-opus-4-7"));
-    assert_eq!(sink.records()[0].category.as_deref(), Some("cyber"));
+    assert_eq!(done.sink.records()[0].category.as_deref(), Some("cyber"));
 }
 
 #[tokio::test]
@@ -452,13 +439,12 @@ async fn other_google_endpoints_pass_through_unguarded() {
         assert!(done.sink.is_empty(), "{url}");
     }
     // A model listing (GET) is not guarded either.
-    let upstream = Upstream::new(vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let request = Request::get(format!("{GEMINI_API}/v1beta/models"))
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let (parts, _) = call(&mut guard, request).await;
-    assert!(parts.extensions.get::<RefusalHandle>().is_none());
+    let replies = vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))];
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert!(done.parts.extensions.get::<RefusalHandle>().is_none());
 }
 
 #[tokio::test]
@@ -627,25 +613,21 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help wit
 
 #[tokio::test]
 async fn several_candidates_pass_through_unguarded() {
-    let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let mut request = body("Audit my firewall rules.");
     request["generationConfig"]["candidateCount"] = json!(2);
     let bytes = Bytes::from(serde_json::to_vec(&request).unwrap());
-    let (_, out) = call(
-        &mut guard,
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        vec![Reply::sse(EMPTY_SAFETY_STREAM)],
         gemini_post(&stream_url("gemini-2.5-pro"), &request),
     )
     .await;
     assert_eq!(
-        out,
+        done.body,
         Bytes::from_static(EMPTY_SAFETY_STREAM),
         "not recovered"
     );
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(upstream.seen()[0].body, bytes);
-    assert!(sink.records().is_empty());
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.upstream.seen()[0].body, bytes);
+    assert!(done.sink.records().is_empty());
 }

@@ -52,67 +52,71 @@ fn with_fallbacks(models: &[&str]) -> Value {
 
 #[tokio::test]
 async fn retarget_replaces_an_existing_fallbacks_list() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"])
-        .layer(upstream.service());
-    call(
-        &mut guard,
+    let layer =
+        RefusalGuardLayer::new().retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"]);
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&answer(OPUS))],
         post("/v1/messages", &with_fallbacks(&["old-model"])),
     )
     .await;
-    let sent = upstream.seen()[0].json();
+    let sent = done.upstream.seen()[0].json();
     assert_eq!(
         sent["fallbacks"],
         json!([{"model": SONNET}, {"model": HAIKU}, {"model": "claude-a"}]),
         "own model dropped, capped at three"
     );
-    assert!(upstream.seen()[0].headers.get("anthropic-beta").is_none());
+    assert!(done.upstream.seen()[0]
+        .headers
+        .get("anthropic-beta")
+        .is_none());
 }
 
 #[tokio::test]
 async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .layer(upstream.service());
     let mut request = messages_request(OPUS, true, "x");
     request["fallbacks"] = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
-    call(&mut guard, post("/v1/messages", &request)).await;
+    let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&answer(OPUS))],
+        post("/v1/messages", &request),
+    )
+    .await;
     assert_eq!(
-        upstream.seen()[0].json()["fallbacks"],
+        done.upstream.seen()[0].json()["fallbacks"],
         json!([{"model": SONNET, "max_tokens": 99}])
     );
 }
 
 #[tokio::test]
 async fn retarget_leaves_a_request_without_fallbacks_byte_identical() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .layer(upstream.service());
     let request = messages_request(OPUS, true, "x");
-    call(&mut guard, post("/v1/messages", &request)).await;
+    let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&answer(OPUS))],
+        post("/v1/messages", &request),
+    )
+    .await;
     assert_eq!(
-        upstream.seen()[0].body,
+        done.upstream.seen()[0].body,
         Bytes::from(serde_json::to_vec(&request).unwrap())
     );
 }
 
 #[tokio::test]
 async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .inject_server_fallbacks(true)
-        .layer(upstream.service());
     let mut request = messages(OPUS, true, "x");
     request.headers_mut().insert(
         "anthropic-beta",
         "prompt-caching-2024-07-31".parse().unwrap(),
     );
-    call(&mut guard, request).await;
-    let seen = &upstream.seen()[0];
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .inject_server_fallbacks(true);
+    let done = exchange(layer, vec![Reply::sse(&answer(OPUS))], request).await;
+    let seen = &done.upstream.seen()[0];
     assert_eq!(seen.json()["fallbacks"], json!([{"model": SONNET}]));
     assert_eq!(
         seen.headers["anthropic-beta"],
@@ -500,15 +504,10 @@ async fn credit_is_requested_only_with_a_chain_and_can_be_turned_off() {
 
 #[tokio::test]
 async fn a_refusal_without_a_token_still_falls_back() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&refusal_stream()),
-        Reply::sse(&answer(SONNET)),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    call(&mut guard, messages(OPUS, true, "x")).await;
-    assert!(upstream.seen()[1]
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert!(done.upstream.seen()[1]
         .json()
         .get("fallback_credit_token")
         .is_none());
