@@ -550,12 +550,9 @@ async fn a_request_over_the_body_limit_is_forwarded_unguarded() {
     let request = messages_request("m", true, &"long prompt ".repeat(20));
     let bytes = serde_json::to_vec(&request).unwrap();
     let layer = RefusalGuardLayer::new().max_request_body(64);
-    let done = exchange(
-        layer,
-        vec![Reply::sse(&refusal)],
-        post("/v1/messages", &request),
-    )
-    .await;
+    let replies = vec![Reply::sse(&refusal)];
+    let request = post("/v1/messages", &request);
+    let done = exchange(layer, replies, request).await;
     assert_eq!(done.body, refusal, "not judged, so not recovered");
     assert_eq!(done.upstream.seen().len(), 1);
     assert_eq!(done.upstream.seen()[0].body, bytes);

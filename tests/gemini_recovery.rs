@@ -86,12 +86,8 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
     let original = body("Audit my firewall rules.");
     let url = stream_url("gemini-2.5-pro");
     let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        gemini_post(&url, &original),
-    )
-    .await;
+    let request = gemini_post(&url, &original);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
         done.body,
         ok_stream(),
@@ -144,12 +140,8 @@ async fn empty_json_refusal_is_rescued_with_a_valid_continuation() {
         json!({"role": "user", "parts": [{"text": "Second question."}]}),
     ]);
     let replies = vec![Reply::Json(refused), Reply::Json(ok_json())];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        gemini_post(&unary_url("gemini-2.5-pro"), &request),
-    )
-    .await;
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, ok_json());
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
@@ -202,12 +194,8 @@ async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
     let original = body("Audit my firewall rules.");
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
-    let done = exchange(
-        layer,
-        replies,
-        gemini_post(&stream_url("gemini-2.5-pro"), &original),
-    )
-    .await;
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &original);
+    let done = exchange(layer, replies, request).await;
     assert_eq!(done.body, ok_stream());
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
@@ -359,12 +347,8 @@ async fn stream_method_without_sse_is_judged_as_a_json_array() {
     );
     let url = format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:streamGenerateContent");
     let replies = vec![Reply::Json(refused), Reply::Json(answer.clone())];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        gemini_post(&url, &body("x")),
-    )
-    .await;
+    let request = gemini_post(&url, &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, answer);
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
@@ -616,12 +600,9 @@ async fn several_candidates_pass_through_unguarded() {
     let mut request = body("Audit my firewall rules.");
     request["generationConfig"]["candidateCount"] = json!(2);
     let bytes = Bytes::from(serde_json::to_vec(&request).unwrap());
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(EMPTY_SAFETY_STREAM)],
-        gemini_post(&stream_url("gemini-2.5-pro"), &request),
-    )
-    .await;
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM)];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
         done.body,
         Bytes::from_static(EMPTY_SAFETY_STREAM),

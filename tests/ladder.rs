@@ -54,12 +54,9 @@ fn with_fallbacks(models: &[&str]) -> Value {
 async fn retarget_replaces_an_existing_fallbacks_list() {
     let layer =
         RefusalGuardLayer::new().retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"]);
-    let done = exchange(
-        layer,
-        vec![Reply::sse(&answer(OPUS))],
-        post("/v1/messages", &with_fallbacks(&["old-model"])),
-    )
-    .await;
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let request = post("/v1/messages", &with_fallbacks(&["old-model"]));
+    let done = exchange(layer, replies, request).await;
     let sent = done.upstream.seen()[0].json();
     assert_eq!(
         sent["fallbacks"],
@@ -77,12 +74,9 @@ async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
     let mut request = messages_request(OPUS, true, "x");
     request["fallbacks"] = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
     let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
-    let done = exchange(
-        layer,
-        vec![Reply::sse(&answer(OPUS))],
-        post("/v1/messages", &request),
-    )
-    .await;
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let request = post("/v1/messages", &request);
+    let done = exchange(layer, replies, request).await;
     assert_eq!(
         done.upstream.seen()[0].json()["fallbacks"],
         json!([{"model": SONNET, "max_tokens": 99}])
@@ -93,12 +87,8 @@ async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
 async fn retarget_leaves_a_request_without_fallbacks_byte_identical() {
     let request = messages_request(OPUS, true, "x");
     let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
-    let done = exchange(
-        layer,
-        vec![Reply::sse(&answer(OPUS))],
-        post("/v1/messages", &request),
-    )
-    .await;
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let done = exchange(layer, replies, post("/v1/messages", &request)).await;
     assert_eq!(
         done.upstream.seen()[0].body,
         Bytes::from(serde_json::to_vec(&request).unwrap())
