@@ -121,11 +121,7 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
     assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
     let records = done.sink.records();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].outcome, Outcome::Rescued);
-    assert_eq!(records[0].attempts.len(), 2);
-    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
-    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+    assert_rescued_on_the_second_attempt(&records);
 }
 
 #[tokio::test]

@@ -146,12 +146,8 @@ async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
         Reply::sse(&fixture(CHAT_REFUSAL)),
         Reply::sse(&fixture(CHAT_TEXT)),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post_to(CHAT_URL, &chat_request(true)),
-    )
-    .await;
+    let request = post_to(CHAT_URL, &chat_request(true));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, fixture(CHAT_TEXT));
     let note = done.upstream.seen()[1].json()["messages"]
         .as_array()
@@ -177,12 +173,8 @@ async fn responses_refusal_with_string_input_is_rescued_through_an_input_array()
         Reply::sse(&fixture(RESPONSES_REFUSAL)),
         Reply::sse(&responses_text()),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post_to(RESPONSES_URL, &responses_request(json!("scan my host"))),
-    )
-    .await;
+    let request = post_to(RESPONSES_URL, &responses_request(json!("scan my host")));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, responses_text());
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
@@ -246,12 +238,8 @@ async fn chat_json_refusal_is_rescued_with_a_json_continuation() {
         )),
         Reply::Json(fixture("openai/vercel-ai/chat/openai-text.json")),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post_to(CHAT_URL, &chat_request(false)),
-    )
-    .await;
+    let request = post_to(CHAT_URL, &chat_request(false));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, fixture("openai/vercel-ai/chat/openai-text.json"));
     let continuation = done.upstream.seen()[1].json();
     assert_eq!(continuation["stream"], false);
@@ -279,12 +267,8 @@ async fn partial_refusals_are_left_alone() {
             "azure/hand-written/chat_stream_content_filter_partial.sse",
         ),
     ] {
-        let done = exchange(
-            RefusalGuardLayer::new(),
-            vec![Reply::sse(&fixture(file))],
-            post_to(url, &request),
-        )
-        .await;
+        let replies = vec![Reply::sse(&fixture(file))];
+        let done = exchange(RefusalGuardLayer::new(), replies, post_to(url, &request)).await;
         assert_eq!(done.body, fixture(file), "{file}");
         assert_eq!(done.upstream.seen().len(), 1, "{file}: no extra request");
         assert!(done.refusal().is_none());
@@ -419,12 +403,8 @@ async fn azure_blocked_prompt_goes_through_the_ladder() {
         Reply::Status(400, fixture(AZURE_400)),
         Reply::sse(&fixture(CHAT_TEXT)),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post_to(AZURE_URL, &chat_request(true)),
-    )
-    .await;
+    let request = post_to(AZURE_URL, &chat_request(true));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.parts.status, 200, "the rescue is served");
     assert_eq!(done.body, fixture(CHAT_TEXT));
     let seen = done.upstream.seen();
@@ -484,12 +464,9 @@ async fn azure_blocked_again_is_still_refused_and_the_first_400_is_delivered() {
 #[tokio::test]
 async fn other_error_statuses_pass_through_unjudged() {
     let quota = fixture("openai/vercel-ai/responses/openai-error.1.json");
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::Status(429, quota.clone())],
-        post_to(RESPONSES_URL, &responses_request(json!("hi"))),
-    )
-    .await;
+    let replies = vec![Reply::Status(429, quota.clone())];
+    let request = post_to(RESPONSES_URL, &responses_request(json!("hi")));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.parts.status, 429);
     assert_eq!(done.body, quota);
     assert_eq!(done.upstream.seen().len(), 1);
@@ -530,12 +507,8 @@ async fn several_choices_are_not_guarded() {
 
 async fn passes_through(url: &str, request: &Value, stream: &[u8]) {
     let bytes = Bytes::copy_from_slice(stream);
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        vec![Reply::sse(&bytes)],
-        post_to(url, request),
-    )
-    .await;
+    let replies = vec![Reply::sse(&bytes)];
+    let done = exchange(RefusalGuardLayer::new(), replies, post_to(url, request)).await;
     assert_eq!(done.body, bytes, "{}", String::from_utf8_lossy(stream));
     assert_eq!(done.upstream.seen().len(), 1);
     assert!(done.sink.records().is_empty(), "{:?}", done.sink.records());
@@ -642,12 +615,8 @@ async fn other_openai_endpoints_are_not_guarded() {
         let refusal = fixture(CHAT_FILTERED);
         let mut request = post_to(url, &chat_request(true));
         *request.method_mut() = method;
-        let done = exchange(
-            RefusalGuardLayer::new(),
-            vec![Reply::sse(&refusal)],
-            request,
-        )
-        .await;
+        let replies = vec![Reply::sse(&refusal)];
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
         assert_eq!(done.body, refusal);
         assert!(
             done.parts.extensions.get::<RefusalHandle>().is_none(),

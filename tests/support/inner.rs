@@ -10,8 +10,9 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Refusal, RefusalGuardLayer};
+use refusal_guard::refusal::{AttemptResult, AttemptStep};
+use refusal_guard::telemetry::{MemorySink, RefusalRecord};
+use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::Value;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
@@ -265,4 +266,13 @@ pub async fn exchange(
         upstream,
         sink,
     }
+}
+
+/// One record: rescued, by a second attempt (the rescue) that was served.
+pub fn assert_rescued_on_the_second_attempt(records: &[RefusalRecord]) {
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Rescued);
+    assert_eq!(records[0].attempts.len(), 2);
+    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
 }
