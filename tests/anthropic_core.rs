@@ -318,7 +318,7 @@ fn judging_upstream(
             };
             Ok(http::Response::builder()
                 .header("content-type", "text/event-stream")
-                .body(Chunked::new(vec![stream]))
+                .body(Chunked::chunks(vec![stream]))
                 .unwrap())
         }
     })

@@ -296,7 +296,7 @@ async fn the_deadline_abandons_a_slow_attempt() {
                 Ok::<_, tower::BoxError>(
                     http::Response::builder()
                         .header("content-type", "text/event-stream")
-                        .body(Chunked::new(vec![original]))
+                        .body(Chunked::chunks(vec![original]))
                         .unwrap(),
                 )
             }

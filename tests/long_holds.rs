@@ -4,9 +4,7 @@
 //! the same message.
 mod support;
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,35 +15,6 @@ use support::events::*;
 use support::*;
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt};
-
-/// Yields `head`, then waits for the gate, then yields `tail`.
-struct Gated {
-    head: Option<Bytes>,
-    gate: Option<oneshot::Receiver<()>>,
-    tail: Option<Bytes>,
-}
-
-impl http_body::Body for Gated {
-    type Data = Bytes;
-    type Error = tower::BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        if let Some(head) = self.head.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(head))));
-        }
-        if let Some(gate) = self.gate.as_mut() {
-            if Pin::new(gate).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.gate = None;
-        }
-        Poll::Ready(self.tail.take().map(|t| Ok(http_body::Frame::data(t))))
-    }
-}
-
-use std::future::Future;
 
 fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
     let head = anthropic_stream(&[
@@ -65,7 +34,7 @@ fn upstream(
     gate: oneshot::Receiver<()>,
 ) -> impl tower::Service<
     http::Request<Full<Bytes>>,
-    Response = http::Response<Gated>,
+    Response = http::Response<Chunked>,
     Error = tower::BoxError,
     Future = impl Send,
 > + Clone
@@ -75,16 +44,16 @@ fn upstream(
     tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
         let gate = gate.lock().unwrap().take();
         let body = match gate {
-            Some(gate) => Gated {
-                head: Some(head.clone()),
-                gate: Some(gate),
-                tail: Some(tail.clone()),
-            },
-            None => Gated {
-                head: Some(later.clone()),
-                gate: None,
-                tail: None,
-            },
+            // Yields `head`, then waits for the gate, then yields `tail`.
+            Some(gate) => Chunked::steps(
+                vec![
+                    Step::Data(head.clone()),
+                    Step::Gate(gate),
+                    Step::Data(tail.clone()),
+                ],
+                Duration::ZERO,
+            ),
+            None => Chunked::chunks(vec![later.clone()]),
         };
         async move {
             Ok(http::Response::builder()

@@ -1,10 +1,8 @@
 //! The opt-in text refusal detector inside the layer (issue 6).
 mod support;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -118,41 +116,17 @@ async fn a_json_prose_refusal_is_recovered() {
     assert_eq!(done.sink.records()[0].signal, Some(RefusalSignal::Text));
 }
 
-/// A stream body that counts the bytes the guard has pulled from it.
-struct Counted {
-    chunks: std::collections::VecDeque<Bytes>,
-    pulled: Arc<AtomicUsize>,
-}
-
-impl http_body::Body for Counted {
-    type Data = Bytes;
-    type Error = tower::BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let chunk = self.chunks.pop_front();
-        if let Some(chunk) = &chunk {
-            self.pulled.fetch_add(chunk.len(), Ordering::SeqCst);
-        }
-        Poll::Ready(chunk.map(|c| Ok(http_body::Frame::data(c))))
-    }
-}
-
 /// Bytes pulled from upstream before the guard answered.
 async fn held_before_answer(stream: Bytes, chunk: usize, detection: bool) -> (usize, Bytes) {
     let pulled = Arc::new(AtomicUsize::new(0));
-    let chunks: std::collections::VecDeque<Bytes> = (0..stream.len())
+    let chunks: Vec<Bytes> = (0..stream.len())
         .step_by(chunk)
         .map(|at| stream.slice(at..(at + chunk).min(stream.len())))
         .collect();
     let upstream = tower::service_fn({
         let pulled = pulled.clone();
         move |_req: http::Request<Full<Bytes>>| {
-            let body = Counted {
-                chunks: chunks.clone(),
-                pulled: pulled.clone(),
-            };
+            let body = Chunked::chunks(chunks.clone()).counting(pulled.clone());
             async move {
                 Ok::<_, tower::BoxError>(
                     http::Response::builder()

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -16,32 +16,23 @@ use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::Value;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-/// A response body that yields the given chunks (or errors) one by one.
-pub struct Chunked {
-    items: VecDeque<Result<Bytes, BoxError>>,
-}
+pub use super::mock_upstream::{Drip, Step};
 
-impl Chunked {
-    pub fn new(chunks: Vec<Bytes>) -> Self {
-        Chunked {
-            items: chunks.into_iter().map(Ok).collect(),
-        }
+/// A response body that yields the given chunks (or errors) one by one, at
+/// once.
+pub type Chunked = Drip;
+
+impl Drip {
+    /// These chunks, at once.
+    pub fn chunks(chunks: Vec<Bytes>) -> Self {
+        Drip::new(chunks, Duration::ZERO)
     }
+
+    /// These chunks at once, then a body error.
     pub fn with_error(chunks: Vec<Bytes>, error: &str) -> Self {
-        let mut items: VecDeque<_> = chunks.into_iter().map(Ok).collect();
-        items.push_back(Err(error.to_owned().into()));
-        Chunked { items }
-    }
-}
-
-impl Body for Chunked {
-    type Data = Bytes;
-    type Error = BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Poll::Ready(self.items.pop_front().map(|r| r.map(Frame::data)))
+        let mut steps: Vec<Step> = chunks.into_iter().map(Step::Data).collect();
+        steps.push(Step::Fail(error.to_owned()));
+        Drip::steps(steps, Duration::ZERO)
     }
 }
 
@@ -161,19 +152,23 @@ impl Upstream {
                         status,
                         content_type,
                         chunks,
-                    } => (status, content_type, Chunked::new(chunks)),
-                    Reply::Sse(chunks) => (200, "text/event-stream".into(), Chunked::new(chunks)),
+                    } => (status, content_type, Chunked::chunks(chunks)),
+                    Reply::Sse(chunks) => {
+                        (200, "text/event-stream".into(), Chunked::chunks(chunks))
+                    }
                     Reply::SseThenError(chunks) => (
                         200,
                         "text/event-stream".into(),
                         Chunked::with_error(chunks, "connection reset"),
                     ),
                     Reply::Json(bytes) => {
-                        (200, "application/json".into(), Chunked::new(vec![bytes]))
+                        (200, "application/json".into(), Chunked::chunks(vec![bytes]))
                     }
-                    Reply::Status(code, bytes) => {
-                        (code, "application/json".into(), Chunked::new(vec![bytes]))
-                    }
+                    Reply::Status(code, bytes) => (
+                        code,
+                        "application/json".into(),
+                        Chunked::chunks(vec![bytes]),
+                    ),
                     Reply::Fail => {
                         return Err::<Response<Chunked>, BoxError>("connection refused".into())
                     }
