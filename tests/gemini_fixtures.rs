@@ -25,7 +25,7 @@ use http_body_util::Full;
 use refusal_guard::refusal::{Provider, RefusalSignal, WireApi};
 use refusal_guard::{RefusalGuardLayer, RefusalHandle};
 use support::chunking::random_chunkings;
-use support::fixtures::{json_lines_as_sse, Framing};
+use support::fixtures::{fixtures_dir, json_lines_as_sse, Framing};
 use support::judge::{judge_chunkings, judge_every_chunking, Expected, Refused, Source, Verdict};
 use support::*;
 use Verdict::{Error, None};
@@ -51,139 +51,71 @@ const G: &str = "vertexai-sdk-test-data/googleai/";
 const V: &str = "vertexai-sdk-test-data/vertexai/";
 const VERCEL: &str = "vercel-ai/";
 
-/// (directory, file, streaming, verdict), as in `shared/fixtures/README.md`.
-/// The Imagen `predict` bodies are not chat fixtures (see the test at the end).
+/// What a fixture's name says: a `failure` (or an error body) passes
+/// through as an error, anything else (`success`, including the countTokens
+/// bodies, which are not chat responses) passes untouched; `streaming-` and
+/// vercel/ai `.chunks.txt` files are streams. [`VERDICTS`] lists where the
+/// shared `shared/fixtures/README.md` says otherwise.
+fn named_verdict(file: &str) -> Verdict {
+    if file.contains("failure") || file.contains("error") || file.contains("429") {
+        Error
+    } else {
+        None
+    }
+}
+
+/// The verdicts that differ from what the name says, as in the README.
 #[rustfmt::skip]
-const FIXTURES: &[(&str, &str, bool, Verdict)] = &[
-    (G, "streaming-failure-image-rejected.txt", true, Error),
-    (G, "streaming-failure-prompt-blocked-safety.txt", true, blocked_prompt(Some("SAFETY"))),
-    (G, "streaming-failure-recitation-no-content.txt", true, partial_refusal("RECITATION")),
-    (G, "streaming-success-basic-reply-long.txt", true, None),
-    (G, "streaming-success-basic-reply-short.txt", true, None),
-    (G, "streaming-success-citations.txt", true, None),
-    (G, "streaming-success-code-execution.txt", true, None),
-    (G, "streaming-success-empty-parts.txt", true, None),
-    (G, "streaming-success-finish-message.txt", true, None),
-    (G, "streaming-success-no-content-parts.txt", true, None),
-    (G, "streaming-success-thinking-function-call-thought-summary-signature.txt", true, None),
-    (G, "streaming-success-thinking-reply-thought-summary.txt", true, None),
-    (G, "streaming-success-url-context.txt", true, None),
-    (G, "unary-failure-api-key.json", false, Error),
-    (G, "unary-failure-api-key.txt", false, Error),
-    (G, "unary-failure-finish-reason-safety.json", false, partial_refusal("SAFETY")),
-    (G, "unary-failure-finish-reason-safety.txt", false, partial_refusal("SAFETY")),
-    (G, "unary-failure-generativelanguage-api-not-enabled.json", false, Error),
+const VERDICTS: &[(&str, &str, Verdict)] = &[
+    (G, "streaming-failure-prompt-blocked-safety.txt", blocked_prompt(Some("SAFETY"))),
+    (G, "streaming-failure-recitation-no-content.txt", partial_refusal("RECITATION")),
+    (G, "unary-failure-finish-reason-safety.json", partial_refusal("SAFETY")),
+    (G, "unary-failure-finish-reason-safety.txt", partial_refusal("SAFETY")),
     // Judgement call: no blockReason, only a blockReasonMessage.
-    (G, "unary-failure-only-prompt-feedback.json", false, blocked_prompt(Option::None)),
-    (G, "unary-failure-unknown-model.json", false, Error),
-    (G, "unary-failure-unknown-model.txt", false, Error),
-    (G, "unary-failure-with-message-no-content.json", false, Error),
-    (G, "unary-success-basic-reply-long.json", false, None),
-    (G, "unary-success-basic-reply-long.txt", false, None),
-    (G, "unary-success-basic-reply-short.json", false, None),
-    (G, "unary-success-basic-reply-short.txt", false, None),
-    (G, "unary-success-citations.json", false, None),
-    (G, "unary-success-citations.txt", false, None),
-    (G, "unary-success-code-execution.json", false, None),
-    (G, "unary-success-google-maps-grounding.json", false, None),
-    (G, "unary-success-google-search-grounding-empty-grounding-chunks.json", false, None),
-    (G, "unary-success-google-search-grounding.json", false, None),
-    (G, "unary-success-thinking-function-call-thought-summary-signature.json", false, None),
-    (G, "unary-success-thinking-reply-thought-summary.json", false, None),
-    (G, "unary-success-url-context-mixed-validity.json", false, None),
-    (G, "unary-success-url-context.json", false, None),
-    (V, "streaming-failure-api-key.txt", true, Error),
-    (V, "streaming-failure-empty-content.txt", true, Error),
-    (V, "streaming-failure-error-mid-stream.txt", true, Error),
-    (V, "streaming-failure-finish-reason-safety.txt", true, partial_refusal("SAFETY")),
-    (V, "streaming-failure-http-error.txt", true, Error),
-    (V, "streaming-failure-image-rejected.txt", true, Error),
-    (V, "streaming-failure-invalid-json.txt", true, Error),
-    (V, "streaming-failure-malformed-content.txt", true, Error),
-    (V, "streaming-failure-prompt-blocked-safety-with-message.txt", true, blocked_prompt(Some("SAFETY"))),
-    (V, "streaming-failure-prompt-blocked-safety.txt", true, blocked_prompt(Some("SAFETY"))),
-    (V, "streaming-failure-recitation-no-content.txt", true, partial_refusal("RECITATION")),
+    (G, "unary-failure-only-prompt-feedback.json", blocked_prompt(Option::None)),
+    (V, "streaming-failure-finish-reason-safety.txt", partial_refusal("SAFETY")),
+    (V, "streaming-failure-prompt-blocked-safety-with-message.txt", blocked_prompt(Some("SAFETY"))),
+    (V, "streaming-failure-prompt-blocked-safety.txt", blocked_prompt(Some("SAFETY"))),
+    (V, "streaming-failure-recitation-no-content.txt", partial_refusal("RECITATION")),
     // Judgement call: unknown finish reasons are not refusals.
-    (V, "streaming-failure-unknown-finish-enum.txt", true, None),
-    (V, "streaming-failure-unknown-model.txt", true, Error),
-    (V, "streaming-success-basic-reply-long.txt", true, None),
-    (V, "streaming-success-basic-reply-parts.txt", true, None),
-    (V, "streaming-success-basic-reply-short.txt", true, None),
-    (V, "streaming-success-citations.txt", true, None),
-    (V, "streaming-success-code-execution.txt", true, None),
-    (V, "streaming-success-empty-text-part.txt", true, None),
-    (V, "streaming-success-function-call-short.txt", true, None),
-    (V, "streaming-success-image-invalid-safety-ratings.txt", true, None),
-    (V, "streaming-success-quotes-escaped.txt", true, None),
-    (V, "streaming-success-thinking-reply-thought-summary.txt", true, None),
-    (V, "streaming-success-unknown-safety-enum.txt", true, None),
-    (V, "streaming-success-url-context.txt", true, None),
-    (V, "streaming-success-utf8.txt", true, None),
-    (V, "unary-failure-api-key.json", false, Error),
-    (V, "unary-failure-context-cache-model-doesnt-match.json", false, Error),
-    (V, "unary-failure-context-cache-not-found.json", false, Error),
-    (V, "unary-failure-empty-content.json", false, Error),
-    (V, "unary-failure-finish-reason-safety-no-content.json", false, empty_refusal(Some("SAFETY"))),
-    (V, "unary-failure-finish-reason-safety.json", false, partial_refusal("SAFETY")),
-    (V, "unary-failure-firebaseml-api-not-enabled.json", false, Error),
-    (V, "unary-failure-firebasevertexai-api-not-enabled.json", false, Error),
-    (V, "unary-failure-http-error.json", false, Error),
-    (V, "unary-failure-iam-permission-denied.json", false, Error),
-    (V, "unary-failure-image-rejected.json", false, Error),
-    (V, "unary-failure-invalid-context-cache-id.json", false, Error),
-    (V, "unary-failure-invalid-location-url-not-found.html", false, Error),
-    (V, "unary-failure-invalid-response.json", false, Error),
-    (V, "unary-failure-malformed-content.json", false, Error),
-    (V, "unary-failure-model-not-found.json", false, Error),
-    (V, "unary-failure-prompt-blocked-safety-with-message.json", false, blocked_prompt(Some("SAFETY"))),
-    (V, "unary-failure-prompt-blocked-safety.json", false, blocked_prompt(Some("SAFETY"))),
-    (V, "unary-failure-quota-exceeded.json", false, Error),
-    (V, "unary-failure-unknown-enum-finish-reason.json", false, None),
+    (V, "streaming-failure-unknown-finish-enum.txt", None),
+    (V, "unary-failure-finish-reason-safety-no-content.json", empty_refusal(Some("SAFETY"))),
+    (V, "unary-failure-finish-reason-safety.json", partial_refusal("SAFETY")),
+    (V, "unary-failure-prompt-blocked-safety-with-message.json", blocked_prompt(Some("SAFETY"))),
+    (V, "unary-failure-prompt-blocked-safety.json", blocked_prompt(Some("SAFETY"))),
+    (V, "unary-failure-unknown-enum-finish-reason.json", None),
     // Judgement call: an unknown blockReason still blocks.
-    (V, "unary-failure-unknown-enum-prompt-blocked.json", false, blocked_prompt(Some("FAKE_NEW_BLOCK_REASON"))),
-    (V, "unary-failure-unknown-model.json", false, Error),
-    (V, "unary-failure-unsupported-user-location.json", false, Error),
-    (V, "unary-success-basic-reply-long.json", false, None),
-    (V, "unary-success-basic-reply-short.json", false, None),
-    (V, "unary-success-basic-response-long-usage-metadata.json", false, None),
-    (V, "unary-success-citations-nolicense.json", false, None),
-    (V, "unary-success-citations.json", false, None),
-    (V, "unary-success-code-execution.json", false, None),
-    (V, "unary-success-constraint-decoding-json.json", false, None),
-    // countTokens bodies: not chat responses, must still pass untouched.
-    (V, "unary-success-detailed-token-response.json", false, None),
-    (V, "unary-success-empty-part.json", false, None),
-    (V, "unary-success-empty-text-part.json", false, None),
-    (V, "unary-success-function-call-complex-json-literal.json", false, None),
-    (V, "unary-success-function-call-different-parallel-calls.json", false, None),
-    (V, "unary-success-function-call-empty-arguments.json", false, None),
-    (V, "unary-success-function-call-json-literal.json", false, None),
-    (V, "unary-success-function-call-mixed-content.json", false, None),
-    (V, "unary-success-function-call-no-arguments.json", false, None),
-    (V, "unary-success-function-call-null.json", false, None),
-    (V, "unary-success-function-call-parallel-calls.json", false, None),
-    (V, "unary-success-function-call-with-arguments.json", false, None),
-    (V, "unary-success-google-maps-grounding.json", false, None),
-    (V, "unary-success-google-search-grounding.json", false, None),
-    (V, "unary-success-image-invalid-safety-ratings.json", false, None),
-    (V, "unary-success-implicit-caching.json", false, None),
-    (V, "unary-success-including-severity.json", false, None),
-    (V, "unary-success-missing-safety-ratings.json", false, None),
-    (V, "unary-success-no-billable-characters.json", false, None),
-    (V, "unary-success-partial-usage-metadata.json", false, None),
-    (V, "unary-success-quote-reply.json", false, None),
-    (V, "unary-success-thinking-reply-thought-summary.json", false, None),
-    (V, "unary-success-total-tokens.json", false, None),
-    (V, "unary-success-unknown-enum-safety-ratings.json", false, None),
-    (V, "unary-success-url-context-missing-retrievedurl.json", false, None),
-    (V, "unary-success-url-context-mixed-validity.json", false, None),
-    (V, "unary-success-url-context.json", false, None),
-    (V, "unary-success-usage-metadata.json", false, None),
-    (VERCEL, "google-text.chunks.txt", true, None),
-    (VERCEL, "google-reasoning-gemini3.chunks.txt", true, None),
-    (VERCEL, "google-tool-call-gemini3.chunks.txt", true, None),
-    (VERCEL, "google-429-retry-info.json", false, Error),
+    (V, "unary-failure-unknown-enum-prompt-blocked.json", blocked_prompt(Some("FAKE_NEW_BLOCK_REASON"))),
 ];
+
+/// The Imagen `predict` bodies are not chat fixtures (see the test at the end).
+const IMAGEN: &[&str] = &[
+    "unary-failure-generate-images-all-filtered.json",
+    "unary-failure-generate-images-gcs-some-filtered.json",
+];
+
+/// Every chat fixture: (directory, file, streaming, verdict).
+fn fixtures() -> Vec<(&'static str, String, bool, Verdict)> {
+    let mut all = Vec::new();
+    for dir in [G, V, VERCEL] {
+        let path = fixtures_dir().join("gemini").join(dir);
+        let mut files: Vec<String> = std::fs::read_dir(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+            .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+            .filter(|file| !IMAGEN.contains(&file.as_str()))
+            .collect();
+        files.sort();
+        for file in files {
+            let streaming = file.starts_with("streaming-") || file.ends_with(".chunks.txt");
+            let verdict = VERDICTS
+                .iter()
+                .find(|&&(d, f, _)| d == dir && f == file)
+                .map_or_else(|| named_verdict(&file), |row| row.2);
+            all.push((dir, file, streaming, verdict));
+        }
+    }
+    all
+}
 
 /// Hand-written (not recorded): the shared fixtures have no stream whose
 /// `promptFeedback.blockReason` arrives after earlier chunks. Built from the
@@ -293,52 +225,47 @@ async fn judge_everywhere(name: &str, bytes: &Bytes, streaming: bool, verdict: V
 /// The fixtures of one directory, one streaming kind, under every chunking.
 async fn judge_fixtures(dir: &str, streaming: bool) {
     let mut judged = 0;
-    for &(d, file, s, verdict) in FIXTURES {
+    for (d, file, s, verdict) in fixtures() {
         if d != dir || s != streaming {
             continue;
         }
-        let bytes = load(d, file);
+        let bytes = load(d, &file);
         judge_everywhere(&format!("{d}{file}"), &bytes, streaming, verdict).await;
         judged += 1;
     }
     assert!(judged > 0);
 }
 
-// Split by directory and kind so the test harness can run them in parallel.
-
-#[tokio::test]
-async fn googleai_streams_get_their_verdicts_under_every_chunking() {
-    judge_fixtures(G, true).await;
+/// One test per line, each judging the fixtures of a directory and a
+/// streaming kind: split so the test harness can run them in parallel.
+macro_rules! judged {
+    ($($name:ident: $($dir:ident $streaming:literal),+;)*) => {$(
+        #[tokio::test]
+        async fn $name() {
+            $(judge_fixtures($dir, $streaming).await;)+
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn googleai_bodies_get_their_verdicts_under_every_chunking() {
-    judge_fixtures(G, false).await;
-}
-
-#[tokio::test]
-async fn vertexai_streams_get_their_verdicts_under_every_chunking() {
-    judge_fixtures(V, true).await;
-}
-
-#[tokio::test]
-async fn vertexai_bodies_get_their_verdicts_under_every_chunking() {
-    judge_fixtures(V, false).await;
-}
-
-#[tokio::test]
-async fn vercel_fixtures_get_their_verdicts_under_every_chunking() {
-    judge_fixtures(VERCEL, true).await;
-    judge_fixtures(VERCEL, false).await;
+judged! {
+    googleai_streams_get_their_verdicts_under_every_chunking: G true;
+    googleai_bodies_get_their_verdicts_under_every_chunking: G false;
+    vertexai_streams_get_their_verdicts_under_every_chunking: V true;
+    vertexai_bodies_get_their_verdicts_under_every_chunking: V false;
+    vercel_fixtures_get_their_verdicts_under_every_chunking: VERCEL true, VERCEL false;
 }
 
 #[test]
 fn the_table_covers_every_chat_fixture_once() {
-    assert_eq!(FIXTURES.len(), 124);
-    let mut names: Vec<String> = FIXTURES.iter().map(|f| format!("{}{}", f.0, f.1)).collect();
+    let fixtures = fixtures();
+    assert_eq!(fixtures.len(), 124);
+    let mut names: Vec<String> = fixtures.iter().map(|f| format!("{}{}", f.0, f.1)).collect();
     names.sort();
     names.dedup();
-    assert_eq!(names.len(), FIXTURES.len());
+    assert_eq!(names.len(), fixtures.len());
+    for &(dir, file, _) in VERDICTS {
+        assert!(names.contains(&format!("{dir}{file}")), "{dir}{file}");
+    }
     for name in &names {
         let path = format!(
             "{}/tests/fixtures/gemini/{name}",
@@ -360,10 +287,10 @@ async fn hand_written_streams_get_their_verdicts_under_every_chunking() {
 #[tokio::test]
 async fn streams_as_json_arrays_get_the_same_verdicts() {
     let streams =
-        FIXTURES
-            .iter()
+        fixtures()
+            .into_iter()
             .filter(|f| f.2)
-            .map(|&(dir, file, _, verdict)| (format!("{dir}{file}"), load(dir, file), verdict))
+            .map(|(dir, file, _, verdict)| (format!("{dir}{file}"), load(dir, &file), verdict))
             .chain(HAND_WRITTEN.iter().map(|&(name, bytes, verdict)| {
                 (name.to_owned(), Bytes::from_static(bytes), verdict)
             }));
@@ -377,14 +304,8 @@ async fn streams_as_json_arrays_get_the_same_verdicts() {
         chunkings.extend(random_chunkings(&array, 5));
         let expected = served(false, verdict);
         let name = format!("{name} as array");
-        judge_chunkings(
-            &name,
-            &|| request(true, false),
-            &array,
-            chunkings,
-            &expected,
-        )
-        .await;
+        let array_request = || request(true, false);
+        judge_chunkings(&name, &array_request, &array, chunkings, &expected).await;
     }
     assert!(arrays > 30, "only {arrays} streams had data lines");
 }
@@ -393,11 +314,11 @@ async fn streams_as_json_arrays_get_the_same_verdicts() {
 #[tokio::test]
 async fn error_bodies_with_their_status_pass_through() {
     let mut checked = 0;
-    for &(dir, file, streaming, verdict) in FIXTURES {
+    for (dir, file, streaming, verdict) in fixtures() {
         if verdict != Error {
             continue;
         }
-        let bytes = load(dir, file);
+        let bytes = load(dir, &file);
         let status = serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
             .and_then(|v| v["error"]["code"].as_u64())
@@ -410,14 +331,8 @@ async fn error_bodies_with_their_status_pass_through() {
         let expected = served(false, Error).with_status(status);
         let name = format!("{dir}{file} as HTTP {status}");
         let chunkings = vec![vec![bytes.clone()]];
-        judge_chunkings(
-            &name,
-            &|| request(streaming, streaming),
-            &bytes,
-            chunkings,
-            &expected,
-        )
-        .await;
+        let same_request = || request(streaming, streaming);
+        judge_chunkings(&name, &same_request, &bytes, chunkings, &expected).await;
     }
     assert!(checked >= 20, "{checked}");
 }

@@ -886,6 +886,31 @@ fn gen_stream(rng: &mut Rng) -> Stream {
 
 const STREAM_CASES: u64 = 4000;
 
+/// Picks what follows the stream (for a quarter of the empty refusals,
+/// rescue off; otherwise a random continuation) and runs the case.
+async fn run_case(
+    class: Class,
+    chunks: &[Bytes],
+    layer: RefusalGuardLayer,
+    request: &Value,
+    rng: &mut Rng,
+) -> (Scenario, Ran) {
+    let sink = MemorySink::new();
+    let mut layer = layer.telemetry(sink.clone());
+    let scenario = if class == Class::Empty && rng.chance(25) {
+        layer = layer.rescue(false);
+        Scenario::RescueOff
+    } else {
+        Scenario::Rescue(gen_continuation(rng))
+    };
+    let mut replies = vec![Reply::Sse(chunks.to_vec())];
+    if let Scenario::Rescue(c) = &scenario {
+        replies.push(c.reply(rng));
+    }
+    let ran = run(layer, &sink, replies, request.clone()).await;
+    (scenario, ran)
+}
+
 #[tokio::test]
 async fn random_streams_keep_the_invariants() {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
@@ -897,19 +922,8 @@ async fn random_streams_keep_the_invariants() {
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         for which in 0..4 {
             let chunks = chunking(&stream.bytes, &mut rng, which);
-            let sink = MemorySink::new();
-            let mut layer = RefusalGuardLayer::new().telemetry(sink.clone());
-            let scenario = if class == Class::Empty && rng.chance(25) {
-                layer = layer.rescue(false);
-                Scenario::RescueOff
-            } else {
-                Scenario::Rescue(gen_continuation(&mut rng))
-            };
-            let mut replies = vec![Reply::Sse(chunks.clone())];
-            if let Scenario::Rescue(c) = &scenario {
-                replies.push(c.reply(&mut rng));
-            }
-            let ran = run(layer, &sink, replies, request.clone()).await;
+            let layer = RefusalGuardLayer::new();
+            let (scenario, ran) = run_case(class, &chunks, layer, &request, &mut rng).await;
             let context = describe(
                 &stream,
                 &format!("seed {seed:#x} chunking {which} ({} chunks)", chunks.len()),
@@ -945,8 +959,7 @@ async fn small_hold_limits_never_lose_a_response() {
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         let which = rng.below(4);
         let chunks = chunking(&stream.bytes, &mut rng, which);
-        let sink = MemorySink::new();
-        let mut layer = RefusalGuardLayer::new().telemetry(sink.clone());
+        let mut layer = RefusalGuardLayer::new();
         let (bytes_limit, frames_limit) = match rng.below(3) {
             0 => (Some(1 + rng.below(300)), None),
             1 => (None, Some(rng.below(10))),
@@ -958,17 +971,7 @@ async fn small_hold_limits_never_lose_a_response() {
         if let Some(n) = frames_limit {
             layer = layer.max_hold_frames(n);
         }
-        let scenario = if class == Class::Empty && rng.chance(25) {
-            layer = layer.rescue(false);
-            Scenario::RescueOff
-        } else {
-            Scenario::Rescue(gen_continuation(&mut rng))
-        };
-        let mut replies = vec![Reply::Sse(chunks.clone())];
-        if let Scenario::Rescue(c) = &scenario {
-            replies.push(c.reply(&mut rng));
-        }
-        let ran = run(layer, &sink, replies, request.clone()).await;
+        let (scenario, ran) = run_case(class, &chunks, layer, &request, &mut rng).await;
         let context = describe(
             &stream,
             &format!(

@@ -20,6 +20,16 @@ def harness_binary() -> Path:
     return target / "debug" / "examples" / "e2e_harness"
 
 
+def client_options(script: str, script_id: str) -> dict:
+    """SDK client options for the mock: no retries, a bounded wait, and the
+    script (fixtures to serve, in turn) named in headers."""
+    return {
+        "max_retries": 0,
+        "timeout": 30,
+        "default_headers": {"x-mock-script": script, "x-mock-id": script_id},
+    }
+
+
 class Harness:
     def __init__(self, info: dict):
         self.mock = info["mock"]

@@ -4,6 +4,7 @@ import json
 
 import anthropic
 import pytest
+from conftest import client_options
 
 MODEL = "claude-opus-4-7"
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
@@ -14,13 +15,8 @@ NOTE = "[refusal-guard]"
 
 
 def client(base_url: str, script: str, script_id: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=base_url,
-        api_key="sk-ant-dummy-key",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-mock-script": script, "x-mock-id": script_id},
-    )
+    options = client_options(script, script_id)
+    return anthropic.Anthropic(base_url=base_url, api_key="sk-ant-dummy-key", **options)
 
 
 def stream_final(c: anthropic.Anthropic, model: str = MODEL, **extra):

@@ -6,6 +6,7 @@ import json
 
 import openai
 import pytest
+from conftest import client_options
 
 STREAM = "e2e/openai_chat_text_e2aad469.bin"
 EMPTY_FILTER = "openai/hand-written/chat_content_filter_empty.sse"
@@ -17,13 +18,8 @@ JSON = "e2e/chat_completion.json"
 
 
 def client(base_url: str, script: str, script_id: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=base_url + "/v1",
-        api_key="sk-openai-dummy",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-mock-script": script, "x-mock-id": script_id},
-    )
+    options = client_options(script, script_id)
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="sk-openai-dummy", **options)
 
 
 def chunks(c: openai.OpenAI):
