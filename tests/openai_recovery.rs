@@ -149,11 +149,7 @@ async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
     let request = post_to(CHAT_URL, &chat_request(true));
     let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, fixture(CHAT_TEXT));
-    let note = done.upstream.seen()[1].json()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
+    let note = done.upstream.seen()[1].last_message()["content"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -410,11 +406,7 @@ async fn azure_blocked_prompt_goes_through_the_ladder() {
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].uri, AZURE_URL);
-    let note = seen[1].json()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
+    let note = seen[1].last_message()["content"]
         .as_str()
         .unwrap()
         .to_owned();

@@ -55,6 +55,15 @@ async fn start_proxy(upstream: &str, layer: RefusalGuardLayer) -> Running {
     }
 }
 
+/// The mock, and a proxy in front of it recording into a memory sink.
+async fn start_recording() -> (MockUpstream, MemorySink, Running) {
+    let mock = MockUpstream::start().await.unwrap();
+    let sink = MemorySink::new();
+    let layer = RefusalGuardLayer::new().telemetry(sink.clone());
+    let proxy = start_proxy(&mock.url(), layer).await;
+    (mock, sink, proxy)
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
@@ -92,13 +101,7 @@ async fn post(
 
 #[tokio::test]
 async fn normal_stream_is_byte_identical_and_host_rewritten() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let (status, headers, body) = post(
         &proxy,
         TEXT,
@@ -125,13 +128,7 @@ async fn normal_stream_is_byte_identical_and_host_rewritten() {
 
 #[tokio::test]
 async fn empty_refusal_is_rescued_with_the_note() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let script = format!("{EMPTY_REFUSAL},{TOOL_USE}");
     let (status, _, body) = post(
         &proxy,
@@ -161,13 +158,7 @@ async fn empty_refusal_is_rescued_with_the_note() {
 
 #[tokio::test]
 async fn partial_refusal_passes_as_sent() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let (_, _, body) = post(&proxy, PARTIAL, "partial", &messages("m", true, "x")).await;
     assert_eq!(body, fixture(PARTIAL));
     assert_eq!(mock.seen_for("partial").len(), 1);

@@ -84,6 +84,13 @@ impl Seen {
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body).expect("request body is JSON")
     }
+
+    /// The last of the request body's `messages`.
+    pub fn last_message(&self) -> Value {
+        let body = self.json();
+        let messages = body["messages"].as_array().expect("a messages list");
+        messages.last().expect("a message").clone()
+    }
 }
 
 #[derive(Clone, Default)]
