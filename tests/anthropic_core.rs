@@ -291,18 +291,8 @@ async fn one_rescue_per_conversation_until_real_output() {
 
 /// An upstream that refuses originals and answers continuations, whatever
 /// order concurrent requests arrive in.
-fn judging_upstream(
-    continuation_answers: bool,
-    requests: Arc<AtomicUsize>,
-) -> impl Service<
-    http::Request<Full<Bytes>>,
-    Response = http::Response<Chunked>,
-    Error = tower::BoxError,
-    Future = impl Send,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> impl MockInner {
+    answering(move |request: http::Request<Full<Bytes>>| {
         let requests = requests.clone();
         async move {
             requests.fetch_add(1, Ordering::SeqCst);
@@ -316,10 +306,10 @@ fn judging_upstream(
             } else {
                 anthropic_stream(&think_then_refuse("m", "cyber"))
             };
-            Ok(http::Response::builder()
+            http::Response::builder()
                 .header("content-type", "text/event-stream")
                 .body(Chunked::chunks(vec![stream]))
-                .unwrap())
+                .unwrap()
         }
     })
 }

@@ -27,21 +27,9 @@ fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
 
 /// An upstream whose first answer thinks, waits for the gate, then ends with
 /// `tail`; later answers are `later`.
-fn upstream(
-    head: Bytes,
-    tail: Bytes,
-    later: Bytes,
-    gate: oneshot::Receiver<()>,
-) -> impl tower::Service<
-    http::Request<Full<Bytes>>,
-    Response = http::Response<Chunked>,
-    Error = tower::BoxError,
-    Future = impl Send,
-> + Clone
-       + Send
-       + 'static {
+fn upstream(head: Bytes, tail: Bytes, later: Bytes, gate: oneshot::Receiver<()>) -> impl MockInner {
     let gate = Arc::new(Mutex::new(Some(gate)));
-    tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+    answering(move |_req: http::Request<Full<Bytes>>| {
         let gate = gate.lock().unwrap().take();
         let body = match gate {
             // Yields `head`, then waits for the gate, then yields `tail`.
@@ -56,11 +44,11 @@ fn upstream(
             None => Chunked::chunks(vec![later.clone()]),
         };
         async move {
-            Ok(http::Response::builder()
+            http::Response::builder()
                 .header("content-type", "text/event-stream")
                 .header("request-id", "req_original")
                 .body(body)
-                .unwrap())
+                .unwrap()
         }
     })
 }

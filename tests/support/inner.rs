@@ -116,16 +116,7 @@ impl Upstream {
     }
 
     /// The mock as a tower service.
-    pub fn service(
-        &self,
-    ) -> impl Service<
-        Request<Full<Bytes>>,
-        Response = Response<Chunked>,
-        Error = BoxError,
-        Future = impl Send,
-    > + Clone
-           + Send
-           + 'static {
+    pub fn service(&self) -> impl MockInner {
         let this = self.clone();
         tower::service_fn(move |request: Request<Full<Bytes>>| {
             let this = this.clone();
@@ -277,4 +268,36 @@ pub fn assert_rescued_on_the_second_attempt(records: &[RefusalRecord]) {
     assert_eq!(records[0].attempts.len(), 2);
     assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
     assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+}
+
+/// A trait alias: the trait, and its implementation for every type that
+/// meets its bounds.
+macro_rules! trait_alias {
+    ($(#[$doc:meta])* $name:ident = $($bound:tt)+) => {
+        $(#[$doc])*
+        pub trait $name: $($bound)+ {}
+        impl<S: $($bound)+> $name for S {}
+    };
+}
+
+trait_alias! {
+    /// What a mock inner service is: what a guard can wrap.
+    MockInner = Service<
+        Request<Full<Bytes>>,
+        Response = Response<Chunked>,
+        Error = BoxError,
+        Future: Send + 'static,
+    > + Clone + Send + 'static
+}
+
+/// A mock inner service answering every request with `answer(request)`.
+pub fn answering<F, Fut>(answer: F) -> impl MockInner
+where
+    F: Fn(Request<Full<Bytes>>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Response<Chunked>> + Send + 'static,
+{
+    tower::service_fn(move |request| {
+        let answer = answer(request);
+        async move { Ok::<_, BoxError>(answer.await) }
+    })
 }
