@@ -16,9 +16,7 @@ async fn non_refusal_stream_is_byte_identical() {
     let replies = vec![Reply::sse(&fixture)];
     let request = messages("m", true, "hi");
     let done = exchange(RefusalGuardLayer::new(), replies, request).await;
-    assert_eq!(done.body, fixture);
-    assert_eq!(done.upstream.seen().len(), 1);
-    assert!(done.sink.records().is_empty());
+    done.assert_untouched(&fixture);
     let handle = done
         .parts
         .extensions
@@ -454,27 +452,15 @@ async fn upstream_errors_are_propagated_as_they_came() {
     // The inner service fails: the caller gets that error.
     let upstream = Upstream::new(vec![Reply::Fail]);
     let sink = MemorySink::new();
-    let mut guard = guard_with(&upstream, &sink);
-    let error = guard
-        .ready()
-        .await
-        .unwrap()
-        .call(messages("m", true, "x"))
-        .await
-        .unwrap_err();
+    let guard = guard_with(&upstream, &sink);
+    let error = guard.oneshot(messages("m", true, "x")).await.unwrap_err();
     assert_eq!(error.to_string(), "connection refused");
 
     // The body fails while held: what arrived, then the error.
     let head = anthropic_stream(&[message_start("m"), ping()]);
     let upstream = Upstream::new(vec![Reply::SseThenError(vec![head.clone()])]);
-    let mut guard = guard_with(&upstream, &sink);
-    let response = guard
-        .ready()
-        .await
-        .unwrap()
-        .call(messages("m", true, "x"))
-        .await
-        .unwrap();
+    let guard = guard_with(&upstream, &sink);
+    let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, head);

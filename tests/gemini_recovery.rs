@@ -58,6 +58,11 @@ fn gemini_post(url: &str, body: &Value) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// A streamed request to `gemini-2.5-pro` with this user text.
+fn stream_request(user: &str) -> Request<Full<Bytes>> {
+    gemini_post(&stream_url("gemini-2.5-pro"), &body(user))
+}
+
 fn stream_url(model: &str) -> String {
     format!("{GEMINI_API}/v1beta/models/{model}:streamGenerateContent?alt=sse&key=abc")
 }
@@ -240,8 +245,7 @@ async fn blocked_prompts_are_recoverable_like_empty_refusals() {
     // Recorded single-chunk block, rescued.
     let blocked = fixture(&format!("{G}streaming-failure-prompt-blocked-safety.txt"));
     let replies = vec![Reply::sse(&blocked), Reply::sse(&ok_stream())];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
     assert_eq!(done.body, ok_stream());
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
@@ -253,8 +257,7 @@ async fn blocked_prompts_are_recoverable_like_empty_refusals() {
     // Hand-written late block (after chunks without output), on a fallback.
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![Reply::sse(LATE_BLOCK_STREAM), Reply::sse(&ok_stream())];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("y"));
-    let done = exchange(layer, replies, request).await;
+    let done = exchange(layer, replies, stream_request("y")).await;
     assert_eq!(done.body, ok_stream());
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
@@ -297,8 +300,7 @@ async fn a_refused_continuation_delivers_the_original_byte_exact() {
         )),
         Reply::sse(LATE_BLOCK_STREAM),
     ];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("z"));
-    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("z")).await;
     assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
 }
 
@@ -454,8 +456,7 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
             };
             let layer = RefusalGuardLayer::new().fallback_chains(chains());
             let replies = vec![Reply::Sse(chunks)];
-            let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-            let done = exchange(layer, replies, request).await;
+            let done = exchange(layer, replies, stream_request("x")).await;
             assert_eq!(done.body, body_bytes);
             assert!(done.sink.is_empty());
             assert_eq!(done.upstream.seen().len(), 1);
@@ -481,12 +482,9 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
         b"data: {\"candidates\": [{\"content\": {\"done.parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
     )])]);
     let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let response = tower::ServiceExt::oneshot(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await
-    .unwrap();
+    let response = tower::ServiceExt::oneshot(&mut guard, stream_request("x"))
+        .await
+        .unwrap();
     let collected = http_body_util::BodyExt::collect(response.into_body()).await;
     assert!(collected.is_err());
     assert_eq!(upstream.seen().len(), 1);
@@ -511,8 +509,7 @@ async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
         fixture(&format!("{G}streaming-failure-image-rejected.txt")),
     ] {
         let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)];
-        let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
         assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
         let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Dead);
@@ -564,8 +561,7 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help wit
     );
     let layer = RefusalGuardLayer::new().detect_text_refusals(true);
     let replies = vec![Reply::sse(&prose), Reply::sse(&ok_stream())];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-    let done = exchange(layer, replies, request).await;
+    let done = exchange(layer, replies, stream_request("x")).await;
     assert_eq!(done.body, ok_stream());
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.signal, RefusalSignal::Text);
@@ -574,8 +570,7 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help wit
 
     // Off by default: the same stream passes through untouched.
     let replies = vec![Reply::sse(&prose)];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
     assert_eq!(done.body, prose);
 
     // A function call is never judged as prose.
@@ -584,8 +579,7 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help wit
     );
     let layer = RefusalGuardLayer::new().detect_text_refusals(true);
     let replies = vec![Reply::sse(&call_first)];
-    let request = gemini_post(&stream_url("gemini-2.5-pro"), &body("x"));
-    let done = exchange(layer, replies, request).await;
+    let done = exchange(layer, replies, stream_request("x")).await;
     assert_eq!(done.body, call_first);
     assert!(done.refusal().is_none());
     assert_eq!(done.upstream.seen().len(), 1);

@@ -1167,14 +1167,37 @@ async fn a_broken_connection_still_delivers_every_byte_then_the_error() {
 // Whole JSON bodies.
 // ---------------------------------------------------------------------------
 
-/// Writes a JSON value with random whitespace, key order and escapes.
-fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
-    fn ws(rng: &mut Rng, out: &mut String) {
-        if rng.chance(25) {
-            let space: &&str = rng.pick(&[" ", "\n", "\t", "\r\n  ", "   "]);
-            out.push_str(space);
+/// Writes `items` between the brackets, comma-separated, each with random
+/// whitespace around it.
+fn write_seq<T>(
+    (open, close): (char, char),
+    items: impl IntoIterator<Item = T>,
+    rng: &mut Rng,
+    out: &mut String,
+    mut write: impl FnMut(T, &mut Rng, &mut String),
+) {
+    out.push(open);
+    for (n, item) in items.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
         }
+        ws(rng, out);
+        write(item, rng, out);
+        ws(rng, out);
     }
+    out.push(close);
+}
+
+/// Writes a JSON value with random whitespace, key order and escapes.
+/// Random JSON whitespace, a quarter of the time.
+fn ws(rng: &mut Rng, out: &mut String) {
+    if rng.chance(25) {
+        let space: &&str = rng.pick(&[" ", "\n", "\t", "\r\n  ", "   "]);
+        out.push_str(space);
+    }
+}
+
+fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -1182,32 +1205,16 @@ fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
                 let j = rng.below(i + 1);
                 keys.swap(i, j);
             }
-            out.push('{');
-            for (n, key) in keys.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                ws(rng, out);
+            write_seq(('{', '}'), keys, rng, out, |key, rng, out| {
                 write_string(key, rng, out);
                 ws(rng, out);
                 out.push(':');
                 ws(rng, out);
                 write_json(&map[key.as_str()], rng, out);
-                ws(rng, out);
-            }
-            out.push('}');
+            });
         }
         Value::Array(items) => {
-            out.push('[');
-            for (n, item) in items.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                ws(rng, out);
-                write_json(item, rng, out);
-                ws(rng, out);
-            }
-            out.push(']');
+            write_seq(('[', ']'), items, rng, out, write_json);
         }
         Value::String(s) => write_string(s, rng, out),
         other => out.push_str(&other.to_string()),

@@ -4,19 +4,14 @@ import json
 
 import anthropic
 import pytest
-from conftest import client_options
+from conftest import NOTE
+from conftest import anthropic_client as client
 
 MODEL = "claude-opus-4-7"
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 EMPTY_REFUSAL = "anthropic/anthropic-sdk-python/refusal_response.txt"
 PARTIAL = "anthropic/anthropic-sdk-python/stream-a-refusal.sse"
 TOOL_USE = "anthropic/anthropic-sdk-python/tool_use_response.txt"
-NOTE = "[refusal-guard]"
-
-
-def client(base_url: str, script: str, script_id: str) -> anthropic.Anthropic:
-    options = client_options(script, script_id)
-    return anthropic.Anthropic(base_url=base_url, api_key="sk-ant-dummy-key", **options)
 
 
 def stream_final(c: anthropic.Anthropic, model: str = MODEL, **extra):

@@ -236,6 +236,14 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// The upstream's one answer reached the client as sent, and nothing
+    /// was recorded.
+    pub fn assert_untouched(&self, sent: &Bytes) {
+        assert_eq!(self.body, sent);
+        assert_eq!(self.upstream.seen().len(), 1);
+        assert!(self.sink.records().is_empty());
+    }
+
     /// The typed refusal in the response extensions.
     pub fn refusal(&self) -> Option<&Refusal> {
         self.parts.extensions.get::<Refusal>()
