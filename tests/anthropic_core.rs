@@ -1,11 +1,20 @@
 //! Core behaviour on Anthropic Messages, through the public API.
 mod support;
 
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RefusalKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use refusal_guard::refusal::{
+    AttemptResult, AttemptStep, DeadReason, ErrorCategory, RefusalKind, RefusalSignal,
+};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use serde_json::{json, Value};
+use support::events::*;
 use support::*;
-use tower::Layer;
+use tower::{Layer, Service, ServiceExt};
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
@@ -73,16 +82,6 @@ async fn rescue_off_delivers_original_dead() {
     assert_eq!(records[0].outcome, Outcome::Dead);
     assert_eq!(records[0].reason, Some(DeadReason::RescueOff));
 }
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use refusal_guard::refusal::{ErrorCategory, RefusalSignal};
-use serde_json::{json, Value};
-use support::events::*;
-use tower::{Service, ServiceExt};
 
 fn guard_with(
     upstream: &Upstream,

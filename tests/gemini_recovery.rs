@@ -71,10 +71,6 @@ fn unary_url(model: &str) -> String {
     format!("{GEMINI_API}/v1/models/{model}:generateContent")
 }
 
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain("gemini-2.5-pro", ["gemini-2.5-flash"])
-}
-
 /// The note the rescue appended: the last user turn's last text part.
 fn appended_note(request: &Value, turns_before: usize) -> String {
     let contents = request["contents"].as_array().expect("contents array");

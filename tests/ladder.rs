@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use refusal_guard::env::{EnvConfig, LogSetting};
-use refusal_guard::recovery::{FallbackChains, RescueModel};
+use refusal_guard::recovery::RescueModel;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
@@ -33,10 +33,6 @@ fn refusal_with_token(token: &str) -> Bytes {
 
 fn answer(model: &str) -> Bytes {
     anthropic_stream(&text_answer(model, &format!("answer from {model}")))
-}
-
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain(OPUS, [SONNET, HAIKU])
 }
 
 // ---- retarget -------------------------------------------------------------

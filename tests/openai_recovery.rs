@@ -4,7 +4,6 @@ mod support;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, RefusalKind, RefusalSignal, WireApi,
 };
@@ -282,10 +281,6 @@ async fn partial_refusals_are_left_alone() {
 }
 
 // ---------------------------------------------------------------- fallback
-
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain("gpt-4o", ["gpt-4o-mini"])
-}
 
 #[tokio::test]
 async fn chat_fallback_hop_swaps_the_body_model() {

@@ -11,10 +11,12 @@
 //! - [`chunking`]: cutting a body into chunks, exhaustively or at random;
 //! - [`judge`]: one harness that serves a body under every chunking and
 //!   checks the verdict;
-//! - [`anthropic`]: Anthropic stream event builders.
+//! - [`anthropic`]: Anthropic stream event builders;
+//! - [`chains`]: the fallback chains of the recovery tests.
 #![allow(dead_code, unused_imports)]
 
 pub mod anthropic;
+pub mod chains;
 pub mod chunking;
 pub mod fixtures;
 pub mod inner;
@@ -22,6 +24,7 @@ pub mod judge;
 pub mod mock_upstream;
 
 pub use anthropic::{anthropic_stream, events};
+pub use chains::chains;
 pub use chunking::{split_at, Rng};
 pub use fixtures::fixture;
 pub use inner::*;
