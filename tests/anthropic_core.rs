@@ -303,10 +303,7 @@ fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> i
             } else {
                 anthropic_stream(&think_then_refuse("m", "cyber"))
             };
-            http::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Chunked::chunks(vec![stream]))
-                .unwrap()
+            sse_response(Chunked::chunks(vec![stream]))
         }
     })
 }

@@ -279,7 +279,7 @@ async fn the_attempt_budget_stops_the_ladder() {
 #[tokio::test]
 async fn the_deadline_abandons_a_slow_attempt() {
     let original = refusal_stream();
-    let slow = tower::service_fn({
+    let slow = answering({
         let original = original.clone();
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         move |_req: http::Request<http_body_util::Full<Bytes>>| {
@@ -289,12 +289,7 @@ async fn the_deadline_abandons_a_slow_attempt() {
                 if n > 0 {
                     tokio::time::sleep(Duration::from_secs(30)).await;
                 }
-                Ok::<_, tower::BoxError>(
-                    http::Response::builder()
-                        .header("content-type", "text/event-stream")
-                        .body(Chunked::chunks(vec![original]))
-                        .unwrap(),
-                )
+                sse_response(Chunked::chunks(vec![original]))
             }
         }
     });

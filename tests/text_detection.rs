@@ -121,18 +121,11 @@ async fn held_before_answer(stream: Bytes, chunk: usize, detection: bool) -> (us
         .step_by(chunk)
         .map(|at| stream.slice(at..(at + chunk).min(stream.len())))
         .collect();
-    let upstream = tower::service_fn({
+    let upstream = answering({
         let pulled = pulled.clone();
         move |_req: http::Request<Full<Bytes>>| {
             let body = Chunked::chunks(chunks.clone()).counting(pulled.clone());
-            async move {
-                Ok::<_, tower::BoxError>(
-                    http::Response::builder()
-                        .header("content-type", "text/event-stream")
-                        .body(body)
-                        .unwrap(),
-                )
-            }
+            async move { sse_response(body) }
         }
     });
     let guard = RefusalGuardLayer::new()

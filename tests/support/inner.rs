@@ -298,6 +298,14 @@ trait_alias! {
     > + Clone + Send + 'static
 }
 
+/// A 200 `text/event-stream` response with this body.
+pub fn sse_response(body: Chunked) -> Response<Chunked> {
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(body)
+        .unwrap()
+}
+
 /// A mock inner service answering every request with `answer(request)`.
 pub fn answering<F, Fut>(answer: F) -> impl MockInner
 where
