@@ -1,20 +1,15 @@
-//! A scripted mock inner service built with `tower::service_fn`, and the
-//! requests that drive a guard over it.
+//! A scripted mock inner service built with `tower::service_fn`: answers
+//! scripted in order ([`Upstream`]) or by a closure ([`answering`]).
 
 use std::collections::VecDeque;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
-use refusal_guard::refusal::{AttemptResult, AttemptStep};
-use refusal_guard::telemetry::{MemorySink, RefusalRecord};
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use serde_json::Value;
-use tower::{BoxError, Layer, Service, ServiceExt};
+use tower::{BoxError, Service};
 
 pub use super::mock_upstream::{Drip, Step};
 
@@ -180,102 +175,6 @@ impl Upstream {
             }
         })
     }
-}
-
-/// A Messages request body.
-pub fn messages_request(model: &str, stream: bool, user: &str) -> Value {
-    serde_json::json!({
-        "model": model,
-        "max_tokens": 1024,
-        "stream": stream,
-        "system": "You are a security assistant.",
-        "messages": [{"role": "user", "content": user}],
-    })
-}
-
-pub fn post(path: &str, body: &Value) -> Request<Full<Bytes>> {
-    let bytes = serde_json::to_vec(body).unwrap();
-    Request::post(format!("https://api.anthropic.com{path}"))
-        .header("content-type", "application/json")
-        .header("content-length", bytes.len())
-        .header("x-api-key", "sk-test")
-        .body(Full::new(Bytes::from(bytes)))
-        .unwrap()
-}
-
-/// Drives a service once and collects the response body.
-pub async fn call<S, B>(
-    service: &mut S,
-    request: Request<Full<Bytes>>,
-) -> (http::response::Parts, Bytes)
-where
-    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
-    S::Error: std::fmt::Debug,
-    B: Body,
-    B::Error: std::fmt::Debug,
-{
-    let response = service.ready().await.unwrap().call(request).await.unwrap();
-    let (parts, body) = response.into_parts();
-    let bytes = body.collect().await.unwrap().to_bytes();
-    (parts, bytes)
-}
-
-/// A Messages request (`POST /v1/messages`).
-pub fn messages(model: &str, stream: bool, user: &str) -> Request<Full<Bytes>> {
-    post("/v1/messages", &messages_request(model, stream, user))
-}
-
-/// What one guarded request came to.
-pub struct Exchange {
-    pub parts: http::response::Parts,
-    pub body: Bytes,
-    /// The mock upstream, with what it received.
-    pub upstream: Upstream,
-    /// Every refusal the guard recorded.
-    pub sink: MemorySink,
-}
-
-impl Exchange {
-    /// The upstream's one answer reached the client as sent, and nothing
-    /// was recorded.
-    pub fn assert_untouched(&self, sent: &Bytes) {
-        assert_eq!(self.body, sent);
-        assert_eq!(self.upstream.seen().len(), 1);
-        assert!(self.sink.records().is_empty());
-    }
-
-    /// The typed refusal in the response extensions.
-    pub fn refusal(&self) -> Option<&Refusal> {
-        self.parts.extensions.get::<Refusal>()
-    }
-}
-
-/// Sends `request` through `layer`, recording into a fresh memory sink, over
-/// a mock upstream scripted with `replies`.
-pub async fn exchange(
-    layer: RefusalGuardLayer,
-    replies: Vec<Reply>,
-    request: Request<Full<Bytes>>,
-) -> Exchange {
-    let upstream = Upstream::new(replies);
-    let sink = MemorySink::new();
-    let mut guard = layer.telemetry(sink.clone()).layer(upstream.service());
-    let (parts, body) = call(&mut guard, request).await;
-    Exchange {
-        parts,
-        body,
-        upstream,
-        sink,
-    }
-}
-
-/// One record: rescued, by a second attempt (the rescue) that was served.
-pub fn assert_rescued_on_the_second_attempt(records: &[RefusalRecord]) {
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].outcome, Outcome::Rescued);
-    assert_eq!(records[0].attempts.len(), 2);
-    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
-    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
 }
 
 /// A trait alias: the trait, and its implementation for every type that

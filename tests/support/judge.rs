@@ -11,7 +11,8 @@ use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use tower::Layer;
 
 use super::chunking::every_chunking;
-use super::inner::{call, Reply, Upstream};
+use super::exchange::call;
+use super::inner::{Reply, Upstream};
 
 /// What a served body must be judged.
 #[derive(Clone, Copy, Debug, PartialEq)]
