@@ -193,16 +193,14 @@ async fn refusals_that_deliver_nothing_are_recovered_and_look_alikes_pass() {
         ],
     ];
     for parts in refusals {
-        let upstream = Upstream::new(vec![Reply::sse(&text_stream(parts)), Reply::sse(&answer)]);
-        let sink = MemorySink::new();
-        let mut guard = layer(&sink).layer(upstream.service());
-        let (parts_out, body) = call(
-            &mut guard,
+        let done = exchange(
+            text_layer(),
+            vec![Reply::sse(&text_stream(parts)), Reply::sse(&answer)],
             post("/v1/messages", &messages_request("m", true, "x")),
         )
         .await;
-        assert_eq!(body, answer, "{parts:?}");
-        let refusal = parts_out.extensions.get::<Refusal>().unwrap();
+        assert_eq!(done.body, answer, "{parts:?}");
+        let refusal = done.refusal().unwrap();
         assert_eq!(refusal.signal, RefusalSignal::Text);
         assert_eq!(refusal.outcome, Outcome::Rescued);
     }
@@ -219,16 +217,12 @@ async fn refusals_that_deliver_nothing_are_recovered_and_look_alikes_pass() {
     ];
     for parts in look_alikes {
         let stream = text_stream(parts);
-        let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-        let sink = MemorySink::new();
-        let mut guard = layer(&sink).layer(upstream.service());
-        let (_, body) = call(
-            &mut guard,
+        let done = exchange(
+            text_layer(),
+            vec![Reply::sse(&stream)],
             post("/v1/messages", &messages_request("m", true, "x")),
         )
         .await;
-        assert_eq!(body, stream, "{parts:?}");
-        assert_eq!(upstream.seen().len(), 1);
-        assert!(sink.records().is_empty());
+        done.assert_untouched(&stream);
     }
 }

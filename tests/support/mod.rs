@@ -8,6 +8,9 @@
 //! - [`mock_upstream`]: a scripted mock provider on a real loopback HTTP
 //!   server (also used by `examples/e2e_harness.rs` and `examples/load.rs`
 //!   through `#[path]`, so it stands alone);
+//! - [`raw_upstream`]: a raw-socket scripted upstream that misbehaves on
+//!   purpose (hangs, resets, cut streams), for the fault tests (also used by
+//!   `examples/soak.rs` through `#[path]`);
 //! - [`fixtures`]: loading recorded fixtures and turning their formats into
 //!   response bodies;
 //! - [`chunking`]: cutting a body into chunks, exhaustively or at random;
@@ -25,6 +28,7 @@ pub mod fixtures;
 pub mod inner;
 pub mod judge;
 pub mod mock_upstream;
+pub mod raw_upstream;
 pub mod requests;
 
 // What most tests use, at hand through `use support::*;` (not every test
