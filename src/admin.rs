@@ -147,7 +147,7 @@ impl TcpProbe {
     /// assert_eq!(probe.name(), "upstream api.anthropic.com:443");
     /// ```
     pub fn upstream(upstream: &Upstream) -> Self {
-        let uri = upstream.target(None);
+        let uri: http::Uri = upstream.to_string().parse().unwrap_or_default();
         let host = uri.host().unwrap_or("localhost");
         let host = host
             .trim_start_matches('[')

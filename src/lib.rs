@@ -64,7 +64,8 @@
 //! - [`layer`]: the layer and all its configuration; [`service`] and [`body`]:
 //!   the service and the response body it returns.
 //! - [`recovery`]: the rescue note, the runtime switch, fallback chains and
-//!   the per-call budget; [`ledger`]: per-conversation state behind a trait.
+//!   the per-call budget; [`store`]: per-conversation state behind an async
+//!   trait.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report.
 //! - [`sse`]: the incremental SSE framer; [`soft`]: the opt-in prose refusal
@@ -79,12 +80,12 @@
 
 #[cfg(feature = "proxy")]
 pub mod admin;
+pub mod api_error;
 pub mod body;
 mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
-pub mod ledger;
 pub mod metrics;
 #[cfg(feature = "proxy")]
 pub mod proxy;
@@ -93,12 +94,15 @@ pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+mod reserve;
 mod respond;
 pub mod service;
 pub mod simulate;
 pub mod soft;
 pub mod sse;
+pub mod store;
 pub mod telemetry;
+pub mod timeout;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;

@@ -12,6 +12,7 @@ use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
 
 pub(crate) mod anthropic;
+pub(crate) mod errors;
 pub(crate) mod gemini;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;

@@ -1,0 +1,160 @@
+//! The error JSON of each API, for errors the guard or the proxy answers
+//! with itself (a timeout, a request it cannot accept, an unreachable
+//! upstream), so that clients parse them as they parse the provider's own.
+
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use crate::refusal::WireApi;
+
+/// Which API's error JSON to answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ErrorShape {
+    /// `{"type":"error","error":{"type":..,"message":..}}`
+    Anthropic,
+    /// `{"error":{"message":..,"type":..,"param":null,"code":..}}`
+    OpenAi,
+    /// `{"error":{"code":N,"message":..,"status":..}}`
+    Google,
+}
+
+impl ErrorShape {
+    /// The shape of the API a wire API belongs to.
+    pub(crate) fn for_wire_api(api: WireApi) -> Self {
+        match api {
+            WireApi::AnthropicMessages => ErrorShape::Anthropic,
+            WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => ErrorShape::OpenAi,
+            WireApi::GeminiGenerateContent => ErrorShape::Google,
+        }
+    }
+
+    /// The shape for a request path the guard may not recognise (a listing,
+    /// a malformed path): guessed from the path, Anthropic's by default.
+    pub(crate) fn for_path(path: &str) -> Self {
+        let path = path.to_ascii_lowercase();
+        if path.contains(":rawpredict") || path.contains(":streamrawpredict") {
+            ErrorShape::Anthropic
+        } else if path.contains("/chat/completions")
+            || path.contains("/responses")
+            || path.contains("/openai/")
+            || path.contains("/completions")
+            || path.contains("/embeddings")
+        {
+            ErrorShape::OpenAi
+        } else if path.contains(":generatecontent")
+            || path.contains(":streamgeneratecontent")
+            || path.contains("/models/")
+            || path.contains("/publishers/")
+        {
+            ErrorShape::Google
+        } else {
+            ErrorShape::Anthropic
+        }
+    }
+
+    /// The error body. `code` is a short machine-readable name
+    /// (`upstream_timeout`, `path_escapes_prefix`, ...).
+    pub(crate) fn body(self, status: StatusCode, code: &str, message: &str) -> Value {
+        match self {
+            ErrorShape::Anthropic => json!({
+                "type": "error",
+                "error": {"type": anthropic_type(status), "message": message},
+            }),
+            ErrorShape::OpenAi => json!({
+                "error": {
+                    "message": message,
+                    "type": openai_type(status),
+                    "param": null,
+                    "code": code,
+                },
+            }),
+            ErrorShape::Google => json!({
+                "error": {
+                    "code": status.as_u16(),
+                    "message": message,
+                    "status": google_status(status),
+                },
+            }),
+        }
+    }
+}
+
+/// Anthropic's documented error types by status.
+fn anthropic_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        504 => "timeout_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    }
+}
+
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+/// Google's canonical status names by HTTP status.
+fn google_status(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        400 | 411 | 413 => "INVALID_ARGUMENT",
+        401 => "UNAUTHENTICATED",
+        403 => "PERMISSION_DENIED",
+        404 => "NOT_FOUND",
+        405 | 501 => "UNIMPLEMENTED",
+        429 => "RESOURCE_EXHAUSTED",
+        503 => "UNAVAILABLE",
+        502 => "UNAVAILABLE",
+        504 => "DEADLINE_EXCEEDED",
+        _ => "INTERNAL",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_by_path() {
+        assert_eq!(ErrorShape::for_path("/v1/messages"), ErrorShape::Anthropic);
+        assert_eq!(
+            ErrorShape::for_path("/v1/chat/completions"),
+            ErrorShape::OpenAi
+        );
+        assert_eq!(ErrorShape::for_path("/v1/responses"), ErrorShape::OpenAi);
+        assert_eq!(
+            ErrorShape::for_path("/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+            ErrorShape::Google
+        );
+        assert_eq!(
+            ErrorShape::for_path(
+                "/v1/projects/p/locations/l/publishers/anthropic/models/claude:streamRawPredict"
+            ),
+            ErrorShape::Anthropic
+        );
+        assert_eq!(ErrorShape::for_path("/admin"), ErrorShape::Anthropic);
+    }
+
+    #[test]
+    fn bodies() {
+        let gateway = StatusCode::GATEWAY_TIMEOUT;
+        let a = ErrorShape::Anthropic.body(gateway, "upstream_timeout", "slow");
+        assert_eq!(a["type"], "error");
+        assert_eq!(a["error"]["type"], "timeout_error");
+        let o = ErrorShape::OpenAi.body(gateway, "upstream_timeout", "slow");
+        assert_eq!(o["error"]["code"], "upstream_timeout");
+        assert_eq!(o["error"]["type"], "server_error");
+        let g = ErrorShape::Google.body(gateway, "upstream_timeout", "slow");
+        assert_eq!(g["error"]["code"], 504);
+        assert_eq!(g["error"]["status"], "DEADLINE_EXCEEDED");
+    }
+}
