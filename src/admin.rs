@@ -289,6 +289,39 @@ impl AdminState {
     }
 }
 
+/// Starts the admin listener of the standalone proxy (`--admin ADDR`):
+/// installs the Prometheus recorder, binds `addr` and serves, with the
+/// proxy's refusal log on the dashboard and its upstream (none for the
+/// simulated provider) among the readiness probes. Returns the bound address.
+/// It serves until the process ends.
+pub(crate) async fn start_for_proxy(
+    addr: std::net::SocketAddr,
+    upstream: Option<&Upstream>,
+    log: Option<PathBuf>,
+) -> Result<std::net::SocketAddr, String> {
+    let handle =
+        install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
+    let mut state = AdminState::new().metrics(handle);
+    if let Some(log) = log {
+        state = state.log(log);
+    }
+    if let Some(upstream) = upstream {
+        state = state.probe_upstream(upstream);
+    }
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} for --admin: {e}"))?;
+    let local = listener.local_addr().unwrap_or(addr);
+    if !local.ip().is_loopback() {
+        eprintln!(
+            "proxy: warning: the admin listener on {local} is reachable from other machines; \
+             its dashboard shows models and categories from the refusal log"
+        );
+    }
+    tokio::spawn(serve(listener, state, std::future::pending()));
+    Ok(local)
+}
+
 type AdminBody = Full<Bytes>;
 
 /// Serves the admin routes on `listener` until `shutdown` completes, then

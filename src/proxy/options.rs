@@ -122,6 +122,9 @@ pub struct Options {
     /// Bytes held across all streams at once [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_MAX_TOTAL_HELD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_total_held_bytes: Option<u64>,
+    /// Serve /metrics, /healthz, /readyz and the refusals dashboard on ADDR [default: off]
+    #[arg(long, env = "REFUSAL_GUARD_ADMIN", value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
 }
 
 impl Options {

@@ -9,7 +9,7 @@ use tracing_subscriber::EnvFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
 use crate::env::LogSetting;
 use crate::simulate::Simulator;
-use crate::telemetry::JsonlSink;
+use crate::telemetry::{JsonlSink, MetricsSink};
 use crate::RefusalGuardLayer;
 
 /// File descriptors kept for everything but client connections (the
@@ -122,9 +122,13 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
     match options.log_setting() {
-        LogSetting::Off => Ok((layer, "off".to_owned())),
+        // Metrics count the records the log gets (nothing without --admin).
+        LogSetting::Off => Ok((layer.telemetry(MetricsSink::new()), "off".to_owned())),
         LogSetting::Path(path) => match JsonlSink::open(&path) {
-            Ok(sink) => Ok((layer.telemetry(sink), path.display().to_string())),
+            Ok(sink) => Ok((
+                layer.telemetry((sink, MetricsSink::new())),
+                path.display().to_string(),
+            )),
             Err(error) => Err(format!(
                 "cannot open the refusal log {}: {error}",
                 path.display()
@@ -155,6 +159,23 @@ async fn serve(options: Options) -> ExitCode {
              anyone who can reach it can spend your API key"
         );
     }
+    let admin = match options.admin {
+        Some(addr) => {
+            let upstream = (!options.simulate).then_some(&options.upstream);
+            let log = match options.log_setting() {
+                LogSetting::Path(path) => Some(path),
+                LogSetting::Off => None,
+            };
+            match crate::admin::start_for_proxy(addr, upstream, log).await {
+                Ok(local) => Some(local),
+                Err(message) => {
+                    eprintln!("proxy: {message}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        None => None,
+    };
     let target = if options.simulate {
         "the built-in simulated provider (no network)".to_owned()
     } else {
@@ -177,6 +198,11 @@ async fn serve(options: Options) -> ExitCode {
         log_shown,
         limits.max_connections
     );
+    if let Some(admin) = admin {
+        eprintln!(
+            "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
+        );
+    }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));

@@ -17,6 +17,7 @@ client-side fallback, a partial refusal and a dead one. Then:
 import collections
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -137,10 +138,14 @@ def samples(text: str) -> dict:
     return found
 
 
-def metrics(ops: Ops) -> dict:
-    status, text = get(f"{ops.admin}/metrics")
+def metrics_at(admin: str) -> dict:
+    status, text = get(f"{admin}/metrics")
     assert status == 200
     return samples(text)
+
+
+def metrics(ops: Ops) -> dict:
+    return metrics_at(ops.admin)
 
 
 def recovery_steps(record: dict) -> list:
@@ -335,3 +340,48 @@ def test_refusals_html_report_shows_the_log(ops, browser, tmp_path):
     check_numbers(page, records)
     page.close()
     shutil.copy(out, ARTEFACTS / "dashboard-report.html")
+
+
+# The standalone proxy's --admin flag.
+
+
+def test_proxy_admin_flag_serves_metrics_of_its_own_log(tmp_path):
+    proxy = harness_binary().parent / "proxy"
+    log = tmp_path / "refusals.jsonl"
+    process = subprocess.Popen(
+        [str(proxy), "--simulate", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log", str(log)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any("admin on http://" in l for l in lines):
+            line = process.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+        text = "".join(lines)
+        api = re.search(r"listening on (http://127\.0\.0\.1:\d+)", text)
+        admin = re.search(r"admin on (http://127\.0\.0\.1:\d+)", text)
+        assert api and admin, text
+        api, admin = api.group(1), admin.group(1)
+        # The simulated provider refuses a conversation's first attempt; the guard rescues it.
+        post_messages(api, TEXT, "claude-opus-4-7", True)
+        assert get(f"{admin}/healthz") == (200, "ok\n")
+        status, ready = get(f"{admin}/readyz")
+        assert status == 200 and "upstream" not in ready, ready
+        records = [json.loads(l) for l in log.read_text().splitlines()]
+        assert [r["outcome"] for r in records] == ["rescued"]
+        found = metrics_at(admin)
+        rescued = sum(v for l, v in found["refusal_guard_refusals_total"] if l["outcome"] == "rescued")
+        assert rescued == 1
+        assert get(f"{admin}/")[1].startswith("<!doctype html>")
+        # The API port does not serve the admin routes.
+        assert "refusal_guard_" not in get(f"{api}/metrics")[1]
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
