@@ -312,12 +312,6 @@ pub(crate) async fn start_for_proxy(
         .await
         .map_err(|e| format!("cannot listen on {addr} for --admin: {e}"))?;
     let local = listener.local_addr().unwrap_or(addr);
-    if !local.ip().is_loopback() {
-        eprintln!(
-            "proxy: warning: the admin listener on {local} is reachable from other machines; \
-             its dashboard shows models and categories from the refusal log"
-        );
-    }
     tokio::spawn(serve(listener, state, std::future::pending()));
     Ok(local)
 }
