@@ -84,6 +84,9 @@ pub mod ledger;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis_store;
 pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
@@ -93,6 +96,9 @@ pub mod service;
 pub mod simulate;
 pub mod soft;
 pub mod sse;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod store_fallback;
 pub mod telemetry;
 
 pub use body::GuardBody;
