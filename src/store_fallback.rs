@@ -151,7 +151,10 @@ impl FallbackStore {
     /// Reserves a rescue (see [`RedisStore::reserve_rescue`]); from memory
     /// when the shared store fails.
     pub async fn reserve_rescue(&self, key: &ConversationKey, cap: u32) -> bool {
-        match self.attempt(self.shared.reserve_rescue(key, cap)).await {
+        match self
+            .attempt("reserve_rescue", self.shared.reserve_rescue(key, cap))
+            .await
+        {
             Some(true) => {
                 // Mirrored without a cap: memory only needs to know it happened.
                 self.local.try_reserve_rescue(key, u32::MAX);
@@ -165,12 +168,16 @@ impl FallbackStore {
     /// Clears the conversation's rescue count, in memory and in the shared store.
     pub async fn record_output(&self, key: &ConversationKey) {
         self.local.record_output(key);
-        self.attempt(self.shared.record_output(key)).await;
+        self.attempt("record_output", self.shared.record_output(key))
+            .await;
     }
 
     /// The conversation's sticky route; from memory when the shared store fails.
     pub async fn sticky_route(&self, key: &ConversationKey) -> Option<String> {
-        match self.attempt(self.shared.sticky_route(key)).await {
+        match self
+            .attempt("sticky_route", self.shared.sticky_route(key))
+            .await
+        {
             Some(route) => route,
             None => self.local.sticky_model(key),
         }
@@ -180,15 +187,22 @@ impl FallbackStore {
     /// shared store.
     pub async fn set_sticky_route(&self, key: &ConversationKey, model: &str, ttl: Duration) {
         self.local.set_sticky_model(key, model, ttl);
-        self.attempt(self.shared.set_sticky_route(key, model, ttl))
-            .await;
+        self.attempt(
+            "set_sticky_route",
+            self.shared.set_sticky_route(key, model, ttl),
+        )
+        .await;
     }
 
     /// Runs one shared-store call within the timeout; `None` means "answer
     /// from memory", already counted and logged.
-    async fn attempt<T>(&self, call: impl Future<Output = Result<T, StoreError>>) -> Option<T> {
+    async fn attempt<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, StoreError>>,
+    ) -> Option<T> {
         if self.resting() {
-            self.fell_back(Failure::Resting);
+            self.fell_back(operation, Failure::Resting);
             return None;
         }
         match tokio::time::timeout(self.timeout, call).await {
@@ -197,11 +211,11 @@ impl FallbackStore {
                 Some(answer)
             }
             Ok(Err(error)) => {
-                self.fell_back(Failure::Error(error));
+                self.fell_back(operation, Failure::Error(error));
                 None
             }
             Err(_) => {
-                self.fell_back(Failure::TimedOut(self.timeout));
+                self.fell_back(operation, Failure::TimedOut(self.timeout));
                 None
             }
         }
@@ -219,10 +233,11 @@ impl FallbackStore {
             .is_some_and(|until| Instant::now() < until)
     }
 
-    fn fell_back(&self, failure: Failure) {
+    fn fell_back(&self, operation: &'static str, failure: Failure) {
         let fallbacks = self.fallbacks.fetch_add(1, Ordering::Relaxed) + 1;
-        // Hook for the metrics facade, once the crate takes it:
-        // metrics::counter!("refusal_guard_store_fallbacks_total").increment(1);
+        // Hook for the metrics facade, once the crate takes it: count
+        // `refusal_guard_store_fallbacks_total{store="redis"}` here, and
+        // `refusal_guard_store_errors_total{store, operation}` unless resting.
         let now = Instant::now();
         let mut health = self.health();
         health.failing = true;
@@ -236,6 +251,7 @@ impl FallbackStore {
             health.warned_at = Some(now);
             tracing::warn!(
                 target: "refusal_guard::store",
+                operation,
                 error = %failure,
                 fallbacks,
                 "shared conversation store failed; deciding from this replica's memory \
