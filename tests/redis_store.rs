@@ -223,8 +223,7 @@ async fn bounded<T>(call: impl std::future::Future<Output = T>) -> T {
 
 #[tokio::test]
 async fn a_stopped_server_is_answered_for_from_memory_then_sharing_resumes() {
-    let capture = LogCapture::default();
-    let _logging = tracing::subscriber::set_default(capture.clone());
+    let capture = LogCapture::this_thread();
     let mut server = RedisServer::start();
     let (a, b) = replicas(&server.url());
     let shared = key("reserved while shared");

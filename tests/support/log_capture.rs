@@ -1,9 +1,15 @@
 //! A tracing subscriber that keeps every event, so tests can assert what
-//! was logged. Install it with `tracing::subscriber::set_default` on a
-//! current-thread runtime, so every task logs to it.
+//! was logged.
+//!
+//! It is installed once as the global default: a subscriber set per thread
+//! races with tracing's per-callsite cache when tests run in parallel (a
+//! callsite first reached by another test can stay disabled). Each test
+//! reads the events of its own thread, so run it on a current-thread
+//! runtime (`#[tokio::test]`'s default), where every task logs there.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::ThreadId;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -16,19 +22,44 @@ pub struct Logged {
     pub level: Level,
     pub target: String,
     pub message: String,
+    thread: ThreadId,
 }
 
 /// The subscriber; clones share the captured events.
 #[derive(Clone, Default)]
-pub struct LogCapture(Arc<Mutex<Vec<Logged>>>);
+struct Subscribed(Arc<Mutex<Vec<Logged>>>);
+
+/// The events logged on one thread from the moment it was created.
+pub struct LogCapture {
+    events: Arc<Mutex<Vec<Logged>>>,
+    thread: ThreadId,
+    from: usize,
+}
 
 impl LogCapture {
+    /// Starts capturing what the current thread logs.
+    pub fn this_thread() -> LogCapture {
+        static GLOBAL: OnceLock<Subscribed> = OnceLock::new();
+        let subscribed = GLOBAL.get_or_init(|| {
+            let subscribed = Subscribed::default();
+            tracing::subscriber::set_global_default(subscribed.clone())
+                .expect("no other global subscriber in this test binary");
+            subscribed
+        });
+        let from = subscribed.0.lock().unwrap().len();
+        LogCapture {
+            events: subscribed.0.clone(),
+            thread: std::thread::current().id(),
+            from,
+        }
+    }
+
     /// The events at `level` from `target`.
     pub fn events(&self, level: Level, target: &str) -> Vec<Logged> {
-        let events = self.0.lock().unwrap();
-        events
+        let events = self.events.lock().unwrap();
+        events[self.from..]
             .iter()
-            .filter(|e| e.level == level && e.target == target)
+            .filter(|e| e.thread == self.thread && e.level == level && e.target == target)
             .cloned()
             .collect()
     }
@@ -44,7 +75,7 @@ impl Visit for Message {
     }
 }
 
-impl Subscriber for LogCapture {
+impl Subscriber for Subscribed {
     fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
         Interest::sometimes()
     }
@@ -64,6 +95,7 @@ impl Subscriber for LogCapture {
             level: *meta.level(),
             target: meta.target().to_owned(),
             message: message.0,
+            thread: std::thread::current().id(),
         });
     }
     fn enter(&self, _: &Id) {}
