@@ -1,7 +1,7 @@
 //! A rescue reservation's round trip: the shared Redis store next to the
-//! in-process memory ledger.
+//! in-process memory store.
 //!
-//! * `reserve_rescue/memory`: [`MemoryLedger`], a mutex and a hash map.
+//! * `reserve_rescue/memory`: [`MemoryStore`], a mutex and a hash map.
 //! * `reserve_rescue/redis`: [`RedisStore`], the Lua script on a local
 //!   `redis-server` over loopback (one multiplexed connection).
 //! * `reserve_rescue/redis_with_fallback`: the same through
@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use redis_server::RedisServer;
-use refusal_guard::ledger::{ConversationKey, MemoryLedger, RescueLedger};
 use refusal_guard::redis_store::RedisStore;
+use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
 use refusal_guard::store_fallback::FallbackStore;
 
 /// A conversation not seen before.
@@ -41,12 +41,12 @@ fn bench(c: &mut Criterion) {
         .expect("tokio runtime");
     let mut group = c.benchmark_group("reserve_rescue");
 
-    let memory = MemoryLedger::new();
+    let memory = MemoryStore::new();
     group.bench_function("memory", |b| {
-        b.iter(|| {
+        b.to_async(&runtime).iter(|| async {
             let key = fresh();
-            black_box(memory.try_reserve_rescue(&key, 1));
-            black_box(memory.try_reserve_rescue(&key, 1));
+            black_box(memory.reserve_rescue(&key, 1).await);
+            black_box(memory.reserve_rescue(&key, 1).await);
         })
     });
 

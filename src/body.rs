@@ -13,7 +13,9 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
+use crate::reserve::Share;
 use crate::sse::SseFramer;
+use crate::timeout::IdleTimeout;
 
 /// The error type of [`GuardBody`]: the inner body's error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -241,6 +243,8 @@ impl Drop for Finish {
 
 pub(crate) struct Guarded<R> {
     held: VecDeque<Frame<Bytes>>,
+    /// The layer-wide pool's part for `held`, given back frame by frame.
+    share: Option<Share>,
     splice: Option<Splice>,
     rest: Option<Pin<Box<R>>>,
     error: Option<BoxError>,
@@ -259,9 +263,11 @@ pub(crate) struct Channel {
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 enum Kind<R> {
-    Passthrough(Pin<Box<R>>),
-    Guarded(Box<Guarded<R>>),
+    Passthrough(Pin<Box<IdleTimeout<R>>>),
+    Guarded(Box<Guarded<IdleTimeout<R>>>),
     Channel(Box<Channel>),
+    /// An answer the guard made itself (an error in the API's shape).
+    Full(Option<Bytes>),
 }
 
 /// The response body of a [`RefusalGuard`](crate::RefusalGuard).
@@ -279,15 +285,23 @@ impl<R> std::fmt::Debug for GuardBody<R> {
             Kind::Passthrough(_) => "passthrough",
             Kind::Guarded(_) => "guarded",
             Kind::Channel(_) => "channel",
+            Kind::Full(_) => "full",
         };
         f.debug_struct("GuardBody").field("kind", &kind).finish()
     }
 }
 
 impl<R> GuardBody<R> {
-    pub(crate) fn passthrough(body: R) -> Self {
+    pub(crate) fn passthrough(body: IdleTimeout<R>) -> Self {
         GuardBody {
             kind: Kind::Passthrough(Box::pin(body)),
+        }
+    }
+
+    /// Exactly `bytes`: an answer the guard makes itself.
+    pub(crate) fn full(bytes: Bytes) -> Self {
+        GuardBody {
+            kind: Kind::Full(Some(bytes)),
         }
     }
 
@@ -314,7 +328,8 @@ impl<R> GuardBody<R> {
     /// `held` first, then `error` if reading stopped on one, else `rest`.
     pub(crate) fn guarded(
         held: VecDeque<Frame<Bytes>>,
-        rest: Option<Pin<Box<R>>>,
+        share: Option<Share>,
+        rest: Option<Pin<Box<IdleTimeout<R>>>>,
         error: Option<BoxError>,
         mut watch: Option<StreamWatch>,
         settle: Option<Box<dyn Settle>>,
@@ -337,6 +352,7 @@ impl<R> GuardBody<R> {
         GuardBody {
             kind: Kind::Guarded(Box::new(Guarded {
                 held,
+                share,
                 splice,
                 rest,
                 error,
@@ -371,7 +387,7 @@ where
         match &mut this.kind {
             Kind::Passthrough(body) => {
                 let frame = ready!(body.as_mut().poll_frame(cx));
-                Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes)).map_err(Into::into)))
+                Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes))))
             }
             Kind::Channel(k) => {
                 if let Poll::Ready(frame) = k.frames.poll_recv(cx) {
@@ -386,10 +402,15 @@ where
                 }
                 Poll::Pending
             }
+            Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {
+                    if let (Some(share), Some(data)) = (g.share.as_mut(), frame.data_ref()) {
+                        share.shrink(data.len());
+                    }
                     return Poll::Ready(Some(Ok(frame)));
                 }
+                g.share = None;
                 if let Some(error) = g.error.take() {
                     g.finish.run();
                     return Poll::Ready(Some(Err(error)));
@@ -428,7 +449,7 @@ where
                     Some(Err(error)) => {
                         g.rest = None;
                         g.finish.run();
-                        return Poll::Ready(Some(Err(error.into())));
+                        return Poll::Ready(Some(Err(error)));
                     }
                     // Emit any spliced tail, then end.
                     None => g.rest = None,
@@ -440,6 +461,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Channel(_) => false,
+            Kind::Full(bytes) => bytes.is_none(),
             Kind::Passthrough(body) => body.is_end_stream(),
             Kind::Guarded(g) => {
                 g.held.is_empty()
@@ -453,9 +475,12 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Channel(_) => SizeHint::new(),
+            Kind::Full(bytes) => SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64)),
             Kind::Passthrough(body) => body.size_hint(),
-            // A rewritten stream's length is not known ahead.
-            Kind::Guarded(g) if g.splice.is_some() => SizeHint::new(),
+            // A rewritten stream's length is not known ahead, and a body
+            // that will end in an error must not announce an exact length:
+            // the client would take the bytes before the error as complete.
+            Kind::Guarded(g) if g.splice.is_some() || g.error.is_some() => SizeHint::new(),
             Kind::Guarded(g) => {
                 let held: u64 = g
                     .held

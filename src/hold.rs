@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::body::{BoxError, Findings, StreamWatch};
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::layer::Config;
+use crate::reserve::Share;
 use crate::soft::PrefixVerdict;
 use crate::sse::SseFramer;
 
@@ -39,6 +40,8 @@ pub(crate) enum Verdict {
 pub(crate) struct Held<R> {
     pub(crate) parts: http::response::Parts,
     pub(crate) frames: VecDeque<Frame<Bytes>>,
+    /// The layer-wide pool's part for `frames`.
+    pub(crate) share: Share,
     pub(crate) rest: Option<Pin<Box<R>>>,
     pub(crate) error: Option<BoxError>,
     /// For streams: the watch that goes on judging after commit.
@@ -148,6 +151,7 @@ where
     let mut held = Held {
         parts,
         frames: VecDeque::new(),
+        share: config.held.share(),
         rest: Some(Box::pin(body)),
         error: None,
         watch: None,
@@ -228,12 +232,17 @@ pub(crate) async fn hold_stream<R>(
                         info: info.clone(),
                         complete: true,
                     },
+                    // Output held for the text detector: the client gets
+                    // it, then the error.
+                    None if watch.findings.output => Verdict::Output,
                     None => Verdict::Errored,
                 };
             }
             Some(Ok(frame)) => {
+                let mut pool_full = false;
                 if let Some(data) = frame.data_ref() {
                     bytes += data.len();
+                    pool_full = !held.share.grow(data.len());
                     watch.feed(data);
                 }
                 match (forward.as_deref_mut(), frame.into_data()) {
@@ -271,6 +280,7 @@ pub(crate) async fn hold_stream<R>(
                     }
                 }
                 if watch.overflowed
+                    || pool_full
                     || bytes > config.max_hold_bytes
                     || watch.frames > config.max_hold_frames
                 {
@@ -281,6 +291,7 @@ pub(crate) async fn hold_stream<R>(
                         held_bytes = bytes,
                         held_frames = watch.frames,
                         oversized_frame = watch.overflowed,
+                        total_held_limit = pool_full,
                         "hold limit reached before a decision; letting the response through"
                     );
                     break match &findings.empty_refusal {
@@ -325,11 +336,19 @@ pub(crate) async fn hold_json<R>(
             }
             Some(Ok(frame)) => {
                 let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                let mut pool_full = false;
                 if let Some(data) = frame.data_ref() {
                     buffer.extend_from_slice(data);
+                    pool_full = !held.share.grow(data.len());
                 }
                 held.frames.push_back(frame);
-                if buffer.len() > config.max_response_body {
+                if pool_full {
+                    tracing::warn!(
+                        held_bytes = buffer.len(),
+                        "the bound on bytes held across responses is reached; letting the response through"
+                    );
+                }
+                if pool_full || buffer.len() > config.max_response_body {
                     held.verdict = Verdict::Limit;
                     return;
                 }

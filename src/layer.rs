@@ -8,9 +8,10 @@ use http::header::HeaderName;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::ledger::{MemoryLedger, RescueLedger};
 use crate::recovery::{Budget, FallbackChains, RescueModel, RescueNote, RescueSwitch};
+use crate::reserve::BytePool;
 use crate::service::RefusalGuard;
+use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
 
 /// A user hook that names the conversation a request belongs to.
@@ -23,7 +24,7 @@ pub(crate) struct Config {
     pub(crate) rescue_note: RescueNote,
     pub(crate) rescue_cap: u32,
     pub(crate) rescue_model: RescueModel,
-    pub(crate) ledger: Arc<dyn RescueLedger>,
+    pub(crate) store: Arc<dyn ConversationStore>,
     pub(crate) telemetry: Arc<dyn TelemetrySink>,
     pub(crate) conversation_header: Option<HeaderName>,
     pub(crate) conversation_fn: Option<Arc<ConversationFn>>,
@@ -43,6 +44,9 @@ pub(crate) struct Config {
     pub(crate) keepalive_after: Option<Duration>,
     pub(crate) keepalive_interval: Duration,
     pub(crate) live_thinking: bool,
+    pub(crate) head_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) held: Arc<BytePool>,
 }
 
 impl fmt::Debug for Config {
@@ -68,6 +72,9 @@ impl fmt::Debug for Config {
             .field("keepalive_after", &self.keepalive_after)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("live_thinking", &self.live_thinking)
+            .field("head_timeout", &self.head_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_total_held_bytes", &self.held.limit())
             .finish_non_exhaustive()
     }
 }
@@ -124,11 +131,19 @@ impl RefusalGuardLayer {
     pub const DEFAULT_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
     /// Default cap on the SSE frames held back before real output.
     pub const DEFAULT_MAX_HOLD_FRAMES: usize = 20_000;
+    /// Default time from sending a request upstream to its response head
+    /// (10 minutes, the official SDKs' default request timeout).
+    pub const DEFAULT_UPSTREAM_HEAD_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+    /// Default longest gap between two chunks of an upstream body (5 minutes).
+    pub const DEFAULT_UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+    /// Default cap on the bytes held across every stream and buffered
+    /// request body of one layer (256 MiB).
+    pub const DEFAULT_MAX_TOTAL_HELD_BYTES: usize = 256 << 20;
     /// The request header that names a conversation explicitly, unless
     /// configured otherwise. It is removed before the request goes upstream.
     pub const DEFAULT_CONVERSATION_HEADER: &'static str = "x-refusal-guard-conversation";
 
-    /// A guard with rescue on, no fallbacks, an in-memory ledger and no
+    /// A guard with rescue on, no fallbacks, an in-memory store and no
     /// telemetry.
     pub fn new() -> Self {
         RefusalGuardLayer {
@@ -137,7 +152,7 @@ impl RefusalGuardLayer {
                 rescue_note: RescueNote::default(),
                 rescue_cap: 1,
                 rescue_model: RescueModel::Original,
-                ledger: Arc::new(MemoryLedger::new()),
+                store: Arc::new(MemoryStore::new()),
                 telemetry: Arc::new(()),
                 conversation_header: Some(HeaderName::from_static(
                     Self::DEFAULT_CONVERSATION_HEADER,
@@ -159,6 +174,9 @@ impl RefusalGuardLayer {
                 keepalive_after: None,
                 keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
                 live_thinking: false,
+                head_timeout: Self::DEFAULT_UPSTREAM_HEAD_TIMEOUT,
+                idle_timeout: Self::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
+                held: BytePool::new(Self::DEFAULT_MAX_TOTAL_HELD_BYTES),
             }),
         }
     }
@@ -177,11 +195,22 @@ impl RefusalGuardLayer {
         self
     }
 
-    /// Turns the rescue step on or off (on by default). See also
-    /// [`rescue_switch`](Self::rescue_switch) to flip it while running.
+    /// Turns the rescue step on or off (on by default) for the services
+    /// this layer builds from now on. It gives the layer a switch of its
+    /// own: a clone's setting never reaches the layer it was cloned from,
+    /// nor services already built. See [`rescue_switch`](Self::rescue_switch)
+    /// to flip rescue while running.
+    ///
+    /// ```
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let a = RefusalGuardLayer::new();
+    /// let b = a.clone().rescue(false);
+    /// assert!(a.rescue_switch().is_on());
+    /// assert!(!b.rescue_switch().is_on());
+    /// ```
     pub fn rescue(self, on: bool) -> Self {
-        self.config.rescue.set(on);
-        self
+        self.with(|c| c.rescue = RescueSwitch::new(on))
     }
 
     /// Uses `switch` as the rescue on/off switch, shared with whoever holds it.
@@ -212,9 +241,11 @@ impl RefusalGuardLayer {
         self.with(|c| c.rescue_model = model)
     }
 
-    /// Keeps per-conversation state in `ledger` (default: a [`MemoryLedger`]).
-    pub fn ledger(self, ledger: impl RescueLedger) -> Self {
-        self.with(|c| c.ledger = Arc::new(ledger))
+    /// Keeps per-conversation state (rescues since output, sticky routes)
+    /// in `store` (default: a [`MemoryStore`]). Share one store between
+    /// replicas to give a conversation one rescue across all of them.
+    pub fn store(self, store: impl ConversationStore) -> Self {
+        self.with(|c| c.store = Arc::new(store))
     }
 
     /// Sends one record per refusal to `sink` (default: `()`, nowhere).
@@ -300,10 +331,51 @@ impl RefusalGuardLayer {
         self.with(|c| c.budget.max_attempts = attempts.max(1))
     }
 
-    /// Time after which no recovery attempt starts or continues (default 10
-    /// minutes from the original request).
+    /// Total time, from the original request, for holding it back and for
+    /// every recovery attempt (default 10 minutes). Past it no recovery
+    /// attempt starts and a running one is abandoned (the refused original
+    /// is served); an original still held without a decision gets a `504`
+    /// in the API's error shape, or a cut stream when its head has already
+    /// gone out (keep-alive, live thinking).
     pub fn recovery_deadline(self, deadline: Duration) -> Self {
         self.with(|c| c.budget.deadline = deadline)
+    }
+
+    /// Longest wait from sending a request upstream (the original, each
+    /// recovery attempt, and requests passed through unguarded) to its
+    /// response head (default 10 minutes, as the official SDKs). Past it the
+    /// client gets a `504` in the API's error shape; a recovery attempt that
+    /// times out counts as an upstream error and the ladder goes on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let layer = refusal_guard::RefusalGuardLayer::new()
+    ///     .upstream_head_timeout(Duration::from_secs(120))
+    ///     .upstream_idle_timeout(Duration::from_secs(60));
+    /// # let _ = layer;
+    /// ```
+    pub fn upstream_head_timeout(self, timeout: Duration) -> Self {
+        self.with(|c| c.head_timeout = timeout)
+    }
+
+    /// Longest gap between two chunks of an upstream body, while it is held
+    /// and while it streams to the client, passed-through bodies included
+    /// (default 5 minutes). Past it a body still held gets a `504` in the
+    /// API's error shape and a body already streaming is cut with an
+    /// [`UpstreamTimeout`](crate::timeout::UpstreamTimeout) error, never
+    /// ended cleanly.
+    pub fn upstream_idle_timeout(self, timeout: Duration) -> Self {
+        self.with(|c| c.idle_timeout = timeout)
+    }
+
+    /// Most bytes held at once across every stream held back and every
+    /// guarded request body buffered by the services this layer builds
+    /// (default 256 MiB). Past it a held stream is let through as it is (as
+    /// at [`max_hold_bytes`](Self::max_hold_bytes), with a warning), and a
+    /// request body that cannot be buffered is answered `503` in the API's
+    /// error shape, without going upstream.
+    pub fn max_total_held_bytes(self, bytes: usize) -> Self {
+        self.with(|c| c.held = BytePool::new(bytes))
     }
 
     /// Once a fallback served a conversation, sends its later requests

@@ -64,7 +64,8 @@
 //! - [`layer`]: the layer and all its configuration; [`service`] and [`body`]:
 //!   the service and the response body it returns.
 //! - [`recovery`]: the rescue note, the runtime switch, fallback chains and
-//!   the per-call budget; [`ledger`]: per-conversation state behind a trait.
+//!   the per-call budget; [`store`]: per-conversation state behind an async
+//!   trait.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report.
 //! - [`sse`]: the incremental SSE framer; [`soft`]: the opt-in prose refusal
@@ -80,7 +81,6 @@ mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
-pub mod ledger;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;
@@ -91,15 +91,18 @@ pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
+mod reserve;
 mod respond;
 pub mod service;
 pub mod simulate;
 pub mod soft;
 pub mod sse;
+pub mod store;
 #[cfg(feature = "redis")]
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod store_fallback;
 pub mod telemetry;
+pub mod timeout;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;

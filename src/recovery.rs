@@ -20,8 +20,11 @@ use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, RefusalKind};
 use crate::replay::ReplayBody;
-use crate::respond::{judge_findings, millis, serve, serve_settled, Call, ServedRecovery, Watched};
+use crate::respond::{
+    judge_findings, millis, serve, serve_settled, timed_out, Call, ServedRecovery, Shape, Watched,
+};
 use crate::service::{Template, Upstream};
+use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The reframing note the rescue appends as a user turn.
 ///
@@ -212,7 +215,7 @@ pub(crate) async fn decide<S, B, R>(
     template: Template,
     chain: Vec<String>,
     streaming: bool,
-    response: Response<R>,
+    response: Response<IdleTimeout<R>>,
     sent: Instant,
 ) -> Response<GuardBody<R>>
 where
@@ -221,7 +224,13 @@ where
     R: Body + Send + 'static,
     R::Error: Into<BoxError>,
 {
-    let held = hold(response, call.dialect, &call.config, streaming, None).await;
+    let held = hold(response, call.dialect, &call.config, streaming, None);
+    // The recovery deadline bounds the original's hold too.
+    let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
+        let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
+        call.handle.settle(None);
+        return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+    };
     conclude(upstream, call, template, chain, streaming, held, sent).await
 }
 
@@ -233,7 +242,7 @@ pub(crate) async fn conclude<S, B, R>(
     template: Template,
     chain: Vec<String>,
     streaming: bool,
-    held: Held<R>,
+    held: Held<IdleTimeout<R>>,
     sent: Instant,
 ) -> Response<GuardBody<R>>
 where
@@ -253,6 +262,16 @@ where
         latency_ms: millis(sent.elapsed()),
     };
 
+    // The upstream went quiet before any output: nothing was sent yet, so
+    // the client gets a 504 of its API, never the bytes read so far framed
+    // as a response. (A broken connection is served as it came: what
+    // arrived, then its error.)
+    if matches!(held.verdict, Verdict::Errored) {
+        if let Some(timeout) = held.error.as_ref().and_then(UpstreamTimeout::find) {
+            call.handle.settle(None);
+            return timed_out(Shape::Api(dialect.wire_api()), timeout);
+        }
+    }
     match held.verdict {
         Verdict::Refused { ref info, complete } if complete => {
             let info = info.clone();
@@ -299,6 +318,7 @@ where
             call.handle.settle(None);
             serve(held, &call, None, None, None)
         }
+        // The upstream went quiet before anything was decided or sent.
         _ => {
             let output = matches!(held.verdict, Verdict::Output);
             if output {
@@ -320,7 +340,11 @@ where
 }
 
 /// Marks a handoff inside a whole (already read) JSON body.
-fn mark_json<R>(held: &mut Held<R>, dialect: &'static dyn Dialect, handoff: &Handoff<'_>) {
+fn mark_json<R>(
+    held: &mut Held<IdleTimeout<R>>,
+    dialect: &'static dyn Dialect,
+    handoff: &Handoff<'_>,
+) {
     if held.rest.is_some() {
         return;
     }
@@ -355,7 +379,7 @@ async fn recover<S, B, R>(
     template: Template,
     chain: Vec<String>,
     streaming: bool,
-    original: Held<R>,
+    original: Held<IdleTimeout<R>>,
     info: RefusalInfo,
     original_attempt: Attempt,
     original_request_id: Option<String>,
@@ -369,7 +393,13 @@ where
     let config = call.config.clone();
     let dialect = call.dialect;
     let refused_at = Instant::now();
-    let mut attempts = vec![original_attempt];
+    let mut departure = Departure {
+        call: call.clone(),
+        info: info.clone(),
+        attempts: vec![original_attempt],
+        decided: false,
+    };
+    let attempts = &mut departure.attempts;
     let mut credit = info.credit_token.clone().map(|token| (token, refused_at));
     let mut last_info = info.clone();
     let mut reason: Option<DeadReason> = None;
@@ -412,7 +442,8 @@ where
                     break;
                 }
                 if let Some(key) = &call.conversation {
-                    if !config.ledger.try_reserve_rescue(key, config.rescue_cap) {
+                    let reservation = config.store.reserve_rescue(key, config.rescue_cap);
+                    if !call.ask_store(reservation, false).await {
                         reason = Some(DeadReason::RescueCap);
                         break;
                     }
@@ -436,7 +467,11 @@ where
                 (AttemptStep::Rescue, rescue_model)
             }
         };
-        let template_for_step = Template { parts, json };
+        let template_for_step = Template {
+            parts,
+            json,
+            _share: template._share.clone(),
+        };
         let request: Request<B> = template_for_step.request(&template_for_step.json);
         let sent = Instant::now();
         let remaining = deadline.saturating_duration_since(sent);
@@ -495,7 +530,8 @@ where
                 if let (Some(ttl), Some(key), Outcome::Fallback, Some(model)) =
                     (config.sticky_ttl, &call.conversation, success, &step_model)
                 {
-                    config.ledger.set_sticky_model(key, model, ttl);
+                    let route = config.store.set_sticky_route(key, model, ttl);
+                    call.ask_store(route, ()).await;
                 }
                 let mut held = held;
                 let mut splice = None;
@@ -528,6 +564,8 @@ where
                     served_model,
                     request_id,
                 );
+                departure.decided = true;
+                let attempts = std::mem::take(attempts);
                 let mut response = serve_settled(held, &call, Some(refusal), attempts, splice);
                 response.extensions_mut().insert(ServedRecovery);
                 return response;
@@ -537,10 +575,11 @@ where
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
                 attempts.push(record);
+                departure.decided = true;
                 let settle = Watched {
                     call: call.clone(),
                     request_id,
-                    attempts,
+                    attempts: std::mem::take(attempts),
                     recovery: Some((info.clone(), success, served_model)),
                 };
                 let mut response = serve(held, &call, Some(settle), None, None);
@@ -576,5 +615,35 @@ where
         call.model.clone(),
         original_request_id,
     );
+    departure.decided = true;
+    let attempts = std::mem::take(attempts);
     serve_settled(original, &call, Some(refusal), attempts, None)
+}
+
+/// A refusal on the ladder: if the ladder is dropped before it decides (the
+/// client went away), the record says so.
+struct Departure {
+    call: Call,
+    info: RefusalInfo,
+    attempts: Vec<Attempt>,
+    decided: bool,
+}
+
+impl Drop for Departure {
+    fn drop(&mut self) {
+        if self.decided {
+            return;
+        }
+        let call = &self.call;
+        let refusal = call.refusal(
+            &self.info,
+            RefusalKind::Empty,
+            Outcome::Dead,
+            Some(DeadReason::ClientGone),
+            None,
+            call.model.clone(),
+            None,
+        );
+        call.emit(&refusal, std::mem::take(&mut self.attempts));
+    }
 }

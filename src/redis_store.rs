@@ -1,7 +1,7 @@
 //! Conversation state in Redis, shared by several proxy replicas.
 //!
 //! [`RedisStore`] keeps the same per-conversation state as
-//! [`MemoryLedger`] (the rescue count since the
+//! [`MemoryStore`] (the rescue count since the
 //! last real output, and the sticky fallback route) in a Redis server (or
 //! Valkey, which speaks the same protocol), so that a conversation whose
 //! requests land on different replicas still gets one rescue, not one per
@@ -19,7 +19,7 @@
 //! [`ConversationKey`] only (never prompt text):
 //!
 //! - `{prefix}{key}:rescues`: rescues since the last real output; expires
-//!   after [`MemoryLedger::DEFAULT_IDLE_TTL`]
+//!   after [`MemoryStore::DEFAULT_IDLE_TTL`]
 //!   without a refusal, like an idle conversation in memory;
 //! - `{prefix}{key}:sticky`: the model a fallback served the conversation
 //!   with; expires with the sticky route's own TTL.
@@ -27,12 +27,13 @@
 //! The prefix defaults to [`RedisStore::DEFAULT_KEY_PREFIX`].
 
 use std::fmt;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
-use crate::ledger::{ConversationKey, MemoryLedger};
+use crate::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
 
 /// Reserves a rescue if the conversation is below the cap, atomically on the
 /// server: replicas racing on one conversation are serialised by Redis, so
@@ -90,7 +91,7 @@ impl From<redis::RedisError> for StoreError {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), refusal_guard::redis_store::StoreError> {
 /// use std::time::Duration;
-/// use refusal_guard::ledger::ConversationKey;
+/// use refusal_guard::store::ConversationKey;
 /// use refusal_guard::redis_store::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379/0")?.key_prefix("team-a:");
@@ -111,6 +112,8 @@ pub struct RedisStore {
     reserve: Script,
     prefix: String,
     idle_ttl: Duration,
+    /// When a failure was last logged (shared by clones).
+    warned_at: Arc<Mutex<Option<Instant>>>,
 }
 
 impl fmt::Debug for RedisStore {
@@ -147,7 +150,8 @@ impl RedisStore {
             connection,
             reserve: Script::new(RESERVE_RESCUE),
             prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
-            idle_ttl: MemoryLedger::DEFAULT_IDLE_TTL,
+            idle_ttl: MemoryStore::DEFAULT_IDLE_TTL,
+            warned_at: Arc::new(Mutex::new(None)),
         })
     }
 
@@ -160,7 +164,7 @@ impl RedisStore {
 
     /// Forgets a conversation's rescue count after `idle_ttl` without a
     /// refusal (default: the in-memory store's
-    /// [`DEFAULT_IDLE_TTL`](MemoryLedger::DEFAULT_IDLE_TTL)).
+    /// [`DEFAULT_IDLE_TTL`](MemoryStore::DEFAULT_IDLE_TTL)).
     pub fn idle_ttl(mut self, idle_ttl: Duration) -> Self {
         self.idle_ttl = idle_ttl;
         self
@@ -213,12 +217,77 @@ impl RedisStore {
         Ok(())
     }
 
+    /// The answer of a failed call as a [`ConversationStore`]: `closed`,
+    /// with a warning at most every [`WARN_EVERY`].
+    fn or_closed<T>(&self, operation: &str, result: Result<T, StoreError>, closed: T) -> T {
+        let error = match result {
+            Ok(answer) => return answer,
+            Err(error) => error,
+        };
+        let now = Instant::now();
+        let mut warned_at = self.warned_at.lock().unwrap_or_else(|e| e.into_inner());
+        if warned_at.map_or(true, |at| now.duration_since(at) >= WARN_EVERY) {
+            *warned_at = Some(now);
+            tracing::warn!(
+                target: "refusal_guard::store",
+                operation,
+                %error,
+                "conversation store failed; no rescue or route for this call"
+            );
+        }
+        closed
+    }
+
     fn rescues_key(&self, key: &ConversationKey) -> String {
         format!("{}{}:rescues", self.prefix, key.as_str())
     }
 
     fn sticky_key(&self, key: &ConversationKey) -> String {
         format!("{}{}:sticky", self.prefix, key.as_str())
+    }
+}
+
+/// Least interval between two warnings of a failing [`RedisStore`] used on
+/// its own.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// On its own, a call that fails (the server is down or errs) fails closed,
+/// as the trait asks: no rescue, no route; a warning is logged at most every
+/// 30 s. Calls are bounded by the connection's 1 s response timeout and by
+/// the guard's deadline. To keep deciding from memory during an outage, and
+/// within 50 ms, wrap it in a [`FallbackStore`](crate::store_fallback::FallbackStore).
+impl ConversationStore for RedisStore {
+    fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let reserved = RedisStore::reserve_rescue(self, key, cap).await;
+            self.or_closed("reserve_rescue", reserved, false)
+        })
+    }
+
+    fn record_output<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let recorded = RedisStore::record_output(self, key).await;
+            self.or_closed("record_output", recorded, ())
+        })
+    }
+
+    fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let route = RedisStore::sticky_route(self, key).await;
+            self.or_closed("sticky_route", route, None)
+        })
+    }
+
+    fn set_sticky_route<'a>(
+        &'a self,
+        key: &'a ConversationKey,
+        model: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let set = RedisStore::set_sticky_route(self, key, model, ttl).await;
+            self.or_closed("set_sticky_route", set, ())
+        })
     }
 }
 

@@ -132,6 +132,9 @@ pub enum DeadReason {
     HoldLimit,
     /// The request could not be rebuilt for a recovery attempt.
     Unrecoverable,
+    /// The client went away before the refusal was decided; the guard
+    /// stopped every piece of work for it and sent nothing more upstream.
+    ClientGone,
 }
 
 impl DeadReason {
@@ -151,6 +154,7 @@ impl DeadReason {
             DeadReason::BudgetExhausted => "budget_exhausted",
             DeadReason::HoldLimit => "hold_limit",
             DeadReason::Unrecoverable => "unrecoverable",
+            DeadReason::ClientGone => "client_gone",
         }
     }
 }

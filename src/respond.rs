@@ -2,40 +2,109 @@
 //! (head, held bytes, the rest of the stream), the typed refusal in its
 //! extensions, the telemetry record, and the settling of its handle.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use http::Response;
-use http_body::Body;
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body::{Body, Frame};
 
+use crate::api_error::{api_error, api_error_for};
 use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::hold::Held;
 use crate::layer::Config;
-use crate::ledger::ConversationKey;
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
+    WireApi,
 };
+use crate::store::ConversationKey;
+use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
+use crate::timeout::{IdleTimeout, UpstreamTimeout};
+
+/// Whose error shape an answer the guard makes itself takes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Shape<'a> {
+    /// A request the guard recognised.
+    Api(WireApi),
+    /// Any other request, by its path.
+    Path(&'a str),
+}
+
+/// An error the guard answers itself, in the API's own shape.
+pub(crate) fn error_response<R>(
+    shape: Shape<'_>,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<GuardBody<R>> {
+    let response = match shape {
+        Shape::Api(api) => api_error_for(api, status, code, message),
+        Shape::Path(path) => api_error(path, status, code, message),
+    };
+    response.map(GuardBody::full)
+}
+
+/// A `504` for an upstream that went quiet before anything was sent to the
+/// client. It carries the timeout in its extensions, so that an answer
+/// already begun (keep-alive, live thinking) is cut with it instead.
+pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Response<GuardBody<R>> {
+    tracing::warn!(%timeout, "upstream timeout");
+    let status = StatusCode::GATEWAY_TIMEOUT;
+    let mut response = error_response(shape, status, timeout.code(), &timeout.to_string());
+    response.extensions_mut().insert(timeout);
+    response
+}
 
 /// Marks a response that is a recovery attempt rather than the original, so
 /// that live thinking knows to continue the message the client has begun.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ServedRecovery;
 
+/// The sending side of a body answered before its decision.
+pub(crate) type FrameSender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
+
+/// Runs `work` until it ends or the client reading `sender`'s channel goes
+/// away; then `work` is dropped, and with it every upstream request and body
+/// it holds, so that nothing more is done for a client that left.
+pub(crate) async fn unless_gone<T>(
+    sender: &FrameSender,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    let mut work = std::pin::pin!(work);
+    let mut gone = std::pin::pin!(sender.closed());
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(done) = work.as_mut().poll(cx) {
+            return Poll::Ready(Some(done));
+        }
+        gone.as_mut().poll(cx).map(|()| None)
+    })
+    .await
+}
+
 /// Streams a decided response's body into a channel (a body answered before
 /// its decision), through `splice` when given. Stops when the client goes.
+///
+/// The client already has a head, so an answer the guard made itself (a
+/// timeout) cannot be sent as such: the stream is cut with its error.
 pub(crate) async fn pump<R>(
-    body: GuardBody<R>,
-    sender: &tokio::sync::mpsc::Sender<Result<http_body::Frame<bytes::Bytes>, BoxError>>,
+    served: Response<GuardBody<R>>,
+    sender: &FrameSender,
     mut splice: Option<Splice>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
 {
     use http_body_util::BodyExt;
-    let mut body = body;
-    while let Some(frame) = body.frame().await {
+    if let Some(timeout) = served.extensions().get::<UpstreamTimeout>() {
+        let _ = sender.send(Err(Box::new(*timeout))).await;
+        return;
+    }
+    let mut body = served.into_body();
+    while let Some(frame) = unless_gone(sender, body.frame()).await.flatten() {
         let frame = match (splice.as_mut(), frame) {
             (Some(splice), Ok(frame)) => match frame.into_data() {
                 Ok(data) => {
@@ -136,10 +205,54 @@ impl Call {
         }
     }
 
+    /// When holding and recovering must be over.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.started + self.config.budget.deadline)
+    }
+
+    /// Tells the store the conversation produced real output. It never
+    /// delays the response: a store that answers at once has done so on
+    /// return, a slower one finishes on its own task.
     pub(crate) fn record_output(&self) {
-        if let Some(key) = &self.conversation {
-            self.config.ledger.record_output(key);
+        let Some(key) = self.conversation.clone() else {
+            return;
+        };
+        let store = self.config.store.clone();
+        detach(Box::pin(async move { store.record_output(&key).await }));
+    }
+
+    /// Asks the store, within what is left of the call's deadline; a store
+    /// that does not answer in time counts as `fallback`.
+    pub(crate) async fn ask_store<T>(&self, question: StoreFuture<'_, T>, fallback: T) -> T {
+        match tokio::time::timeout_at(self.deadline(), question).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => {
+                tracing::warn!("the conversation store did not answer within the deadline");
+                fallback
+            }
         }
+    }
+}
+
+/// Runs `work` as far as it goes now, and the rest on its own task.
+fn detach(mut work: StoreFuture<'static, ()>) {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(Arc::new(Noop));
+    if work
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => tracing::warn!("no runtime to finish a conversation store update on"),
     }
 }
 
@@ -263,7 +376,7 @@ pub(crate) fn judge_findings(
 
 /// Turns a held response into the response the client gets.
 pub(crate) fn serve<R>(
-    held: Held<R>,
+    held: Held<IdleTimeout<R>>,
     call: &Call,
     settle: Option<Watched>,
     decided: Option<&Refusal>,
@@ -276,6 +389,7 @@ where
     let Held {
         parts,
         frames,
+        share,
         rest,
         error,
         watch,
@@ -284,7 +398,7 @@ where
     let settle = settle.map(|s| Box::new(s) as Box<dyn Settle>);
     let mut response = Response::from_parts(
         parts,
-        GuardBody::guarded(frames, rest, error, watch, settle, splice),
+        GuardBody::guarded(frames, Some(share), rest, error, watch, settle, splice),
     );
     call.mark(&mut response);
     if let Some(refusal) = decided {
@@ -296,7 +410,7 @@ where
 /// A response whose refusal question is settled now (JSON, or a decision
 /// made before serving).
 pub(crate) fn serve_settled<R>(
-    held: Held<R>,
+    held: Held<IdleTimeout<R>>,
     call: &Call,
     refusal: Option<Refusal>,
     attempts: Vec<Attempt>,

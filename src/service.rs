@@ -9,12 +9,12 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
 use serde_json::Value;
@@ -25,11 +25,13 @@ use crate::body::{BoxError, GuardBody, Splice};
 use crate::dialect::{self, Dialect, LiveSplice};
 use crate::hold::{hold, is_event_stream, Forward};
 use crate::layer::Config;
-use crate::ledger::ConversationKey;
 use crate::recovery::{conclude, decide};
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
-use crate::respond::{pump, Call, ServedRecovery};
+use crate::reserve::Share;
+use crate::respond::{error_response, pump, timed_out, unless_gone, Call, ServedRecovery, Shape};
+use crate::store::ConversationKey;
+use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
 ///
@@ -103,10 +105,16 @@ pin_project_lite::pin_project! {
 pin_project_lite::pin_project! {
     #[project = KindProj]
     enum Kind<F, R, E> {
-        // A request the guard does not guard.
+        // A request the guard does not guard: bounded by the head timeout,
+        // its body by the idle timeout.
         Passthrough {
             #[pin]
             future: F,
+            // Started at the first poll, so that calling needs no runtime.
+            #[pin]
+            head: Option<tokio::time::Sleep>,
+            timeouts: Timeouts,
+            path: String,
         },
         // A guarded request.
         Guarded {
@@ -123,9 +131,27 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
-            KindProj::Passthrough { future } => future
-                .poll(cx)
-                .map(|result| result.map(|response| response.map(GuardBody::passthrough))),
+            KindProj::Passthrough {
+                future,
+                mut head,
+                timeouts,
+                path,
+            } => {
+                if let Poll::Ready(result) = future.poll(cx) {
+                    let idle = timeouts.idle;
+                    return Poll::Ready(result.map(|response| {
+                        response.map(|body| GuardBody::passthrough(IdleTimeout::new(body, idle)))
+                    }));
+                }
+                if head.is_none() {
+                    head.set(Some(tokio::time::sleep(timeouts.head)));
+                }
+                if let Some(sleep) = head.as_pin_mut() {
+                    ready!(sleep.poll(cx));
+                }
+                let timeout = UpstreamTimeout::new(TimeoutKind::Head, timeouts.head);
+                Poll::Ready(Ok(timed_out(Shape::Path(path), timeout)))
+            }
             KindProj::Guarded { future } => future.as_mut().poll(cx),
         }
     }
@@ -162,10 +188,14 @@ where
         // one that serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let timeouts = Timeouts::of(&self.config);
         match dialect::recognise(request.method(), request.uri()) {
             None => ResponseFuture {
                 kind: Kind::Passthrough {
+                    path: request.uri().path().to_owned(),
                     future: inner.call(request),
+                    head: None,
+                    timeouts,
                 },
             },
             Some(recognised) => ResponseFuture {
@@ -174,6 +204,7 @@ where
                         Upstream {
                             inner,
                             primed: true,
+                            timeouts,
                         },
                         self.config.clone(),
                         recognised.dialect,
@@ -186,21 +217,64 @@ where
     }
 }
 
+/// The bounds on waiting for the upstream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) head: Duration,
+    pub(crate) idle: Duration,
+}
+
+impl Timeouts {
+    fn of(config: &Config) -> Self {
+        Timeouts {
+            head: config.head_timeout,
+            idle: config.idle_timeout,
+        }
+    }
+}
+
+/// Why a request sent upstream got no response.
+pub(crate) enum SendError<E> {
+    /// The inner service failed.
+    Inner(E),
+    /// No response head within the head timeout.
+    Timeout(UpstreamTimeout),
+}
+
 /// The inner service, remembering whether it was already polled ready.
 pub(crate) struct Upstream<S> {
     inner: S,
     primed: bool,
+    timeouts: Timeouts,
 }
 
 impl<S> Upstream<S> {
-    pub(crate) async fn send<B, R>(&mut self, request: Request<B>) -> Result<Response<R>, S::Error>
+    /// Sends `request`: its head within the head timeout, its body then
+    /// bounded by the idle timeout.
+    pub(crate) async fn send<B, R>(
+        &mut self,
+        request: Request<B>,
+    ) -> Result<Response<IdleTimeout<R>>, SendError<S::Error>>
     where
         S: Service<Request<B>, Response = Response<R>>,
     {
-        if !std::mem::take(&mut self.primed) {
-            self.inner.ready().await?;
+        let Timeouts { head, idle } = self.timeouts;
+        let primed = std::mem::take(&mut self.primed);
+        let inner = &mut self.inner;
+        let sent = async move {
+            if !primed {
+                inner.ready().await?;
+            }
+            inner.call(request).await
+        };
+        match tokio::time::timeout(head, sent).await {
+            Ok(Ok(response)) => Ok(response.map(|body| IdleTimeout::new(body, idle))),
+            Ok(Err(error)) => Err(SendError::Inner(error)),
+            Err(_elapsed) => Err(SendError::Timeout(UpstreamTimeout::new(
+                TimeoutKind::Head,
+                head,
+            ))),
         }
-        self.inner.call(request).await
     }
 }
 
@@ -209,6 +283,9 @@ impl<S> Upstream<S> {
 pub(crate) struct Template {
     pub(crate) parts: http::request::Parts,
     pub(crate) json: Value,
+    /// The layer-wide pool's part for the buffered request body, given back
+    /// when the call is decided.
+    pub(crate) _share: Arc<Share>,
 }
 
 impl Template {
@@ -235,11 +312,20 @@ fn with_body<B: ReplayBody>(
 
 enum RequestBody<B> {
     Read(Bytes),
-    /// Too large to guard, or failed while read: forward as it is.
+    /// Too large to guard: forward as it is, streaming.
     Forward(B),
+    /// The client's body failed while read: nothing goes upstream.
+    Failed(BoxError),
+    /// The layer-wide bound on held bytes leaves no room to buffer it.
+    NoRoom,
 }
 
-async fn read_request_body<B>(headers: &HeaderMap, mut body: B, limit: usize) -> RequestBody<B>
+async fn read_request_body<B>(
+    headers: &HeaderMap,
+    mut body: B,
+    limit: usize,
+    share: &mut Share,
+) -> RequestBody<B>
 where
     B: ReplayBody,
     B::Error: Into<BoxError>,
@@ -257,6 +343,12 @@ where
             None => return RequestBody::Read(buffer.freeze()),
             Some(Ok(frame)) => {
                 if let Ok(mut data) = frame.into_data() {
+                    if !share.grow(data.remaining()) {
+                        tracing::warn!(
+                            "the bound on bytes held across requests is reached: request refused"
+                        );
+                        return RequestBody::NoRoom;
+                    }
                     while data.has_remaining() {
                         let chunk = data.chunk();
                         buffer.extend_from_slice(chunk);
@@ -270,9 +362,11 @@ where
                 }
             }
             Some(Err(error)) => {
+                // A truncated request must never reach the upstream as if
+                // it were complete.
                 let error: BoxError = error.into();
-                tracing::warn!(%error, "request body failed while read: forwarded unguarded");
-                return RequestBody::Forward(B::prefixed(buffer.freeze(), body));
+                tracing::warn!(%error, "request body failed while read: not forwarded");
+                return RequestBody::Failed(error);
             }
         }
     }
@@ -303,16 +397,29 @@ where
         .as_ref()
         .and_then(|name| parts.headers.remove(name))
         .and_then(|v| v.to_str().ok().map(str::to_owned));
-    let bytes = match read_request_body(&parts.headers, body, config.max_request_body).await {
-        RequestBody::Read(bytes) => bytes,
-        RequestBody::Forward(body) => {
-            return pass(upstream, Request::from_parts(parts, body)).await
-        }
-    };
+    let mut share = config.held.share();
+    let api = Shape::Api(dialect.wire_api());
+    let bytes =
+        match read_request_body(&parts.headers, body, config.max_request_body, &mut share).await {
+            RequestBody::Read(bytes) => bytes,
+            RequestBody::Forward(body) => {
+                return pass(upstream, api, Request::from_parts(parts, body)).await
+            }
+            RequestBody::Failed(error) => {
+                let message = format!("the request body could not be read: {error}");
+                let status = StatusCode::BAD_REQUEST;
+                return Ok(error_response(api, status, "request_body_error", &message));
+            }
+            RequestBody::NoRoom => {
+                let message = "the guard holds as many bytes as it may; retry shortly";
+                let status = StatusCode::SERVICE_UNAVAILABLE;
+                return Ok(error_response(api, status, "guard_overloaded", message));
+            }
+        };
     let mut json = match serde_json::from_slice::<Value>(&bytes) {
         Ok(json @ Value::Object(_)) => json,
         // Not a JSON object: nothing to guard, forward the bytes as they were.
-        _ => return pass(upstream, with_body(parts, bytes, false)).await,
+        _ => return pass(upstream, api, with_body(parts, bytes, false)).await,
     };
     if let Some(reason) = dialect.unguardable(&json) {
         tracing::debug!(
@@ -320,8 +427,13 @@ where
             reason,
             "request cannot be guarded: forwarded unguarded"
         );
-        return pass(upstream, with_body(parts, bytes, false)).await;
+        return pass(upstream, api, with_body(parts, bytes, false)).await;
     }
+    // The guard must read what comes back: a compressed stream would pass
+    // unjudged.
+    parts
+        .headers
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
 
     // Which conversation: the user's closure, then the header, then a hash of
     // what stays the same across the conversation.
@@ -345,11 +457,10 @@ where
     let mut route = None;
 
     // Sticky fallback: a conversation a fallback served goes there directly.
-    if config.sticky_ttl.is_some() {
-        if let Some(sticky) = conversation
-            .as_ref()
-            .and_then(|k| config.ledger.sticky_model(k))
-        {
+    if let (Some(_), Some(key)) = (config.sticky_ttl, &conversation) {
+        let asked = config.store.sticky_route(key);
+        let bound = config.budget.deadline;
+        if let Some(sticky) = tokio::time::timeout(bound, asked).await.ok().flatten() {
             if model.as_deref() != Some(sticky.as_str())
                 && dialect
                     .swap_model(&mut parts.uri, &mut json, &sticky)
@@ -391,7 +502,11 @@ where
         started,
         handle: RefusalHandle::default(),
     };
-    let template = Template { parts, json };
+    let template = Template {
+        parts,
+        json,
+        _share: Arc::new(share),
+    };
     let original = if rewritten {
         template.request(&template.json)
     } else {
@@ -399,7 +514,11 @@ where
     };
 
     let sent = Instant::now();
-    let response = upstream.send(original).await?;
+    let response = match upstream.send(original).await {
+        Ok(response) => response,
+        Err(SendError::Inner(error)) => return Err(error),
+        Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
+    };
     let live = config.live_thinking
         && response.status().is_success()
         && is_event_stream(response.headers());
@@ -444,7 +563,8 @@ where
 }
 
 /// Answers with `head` now and streams the decision's response body when it
-/// comes, SSE comments meanwhile.
+/// comes, SSE comments meanwhile. The decision is dropped, and with it every
+/// upstream request it made, as soon as the client goes.
 fn keep_alive<R, F>(
     mut head: http::response::Parts,
     decision: Pin<Box<F>>,
@@ -458,7 +578,9 @@ where
 {
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
-        pump(decision.await.into_body(), &sender, None).await;
+        if let Some(served) = unless_gone(&sender, decision).await {
+            pump(served, &sender, None).await;
+        }
     });
     // The body that follows is not the one this length was for.
     head.headers.remove(CONTENT_LENGTH);
@@ -478,7 +600,7 @@ fn live_thinking<S, B, R>(
     template: Template,
     chain: Vec<String>,
     streaming: bool,
-    response: Response<R>,
+    response: Response<IdleTimeout<R>>,
     sent: Instant,
     splice: Box<dyn LiveSplice>,
 ) -> Response<GuardBody<R>>
@@ -505,13 +627,23 @@ where
         let mut forward = Forward::new(sender.clone(), splice, max_frame);
         let dialect = call.dialect;
         let original = Response::from_parts(parts, body);
-        let held = hold(original, dialect, &config, streaming, Some(&mut forward)).await;
-        let served = conclude(upstream, call, template, chain, streaming, held, sent).await;
-        let continuation = served
-            .extensions()
-            .get::<ServedRecovery>()
-            .map(|_| Splice::new(forward.splice.continuation(), max_frame));
-        pump(served.into_body(), &sender, continuation).await;
+        let deadline = call.deadline();
+        let work = async {
+            let held = hold(original, dialect, &config, streaming, Some(&mut forward));
+            let Ok(held) = tokio::time::timeout_at(deadline, held).await else {
+                let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
+                return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
+            };
+            let served = conclude(upstream, call, template, chain, streaming, held, sent).await;
+            let continuation = served
+                .extensions()
+                .get::<ServedRecovery>()
+                .map(|_| Splice::new(forward.splice.continuation(), max_frame));
+            (served, continuation)
+        };
+        if let Some((served, continuation)) = unless_gone(&sender, work).await {
+            pump(served, &sender, continuation).await;
+        }
     });
     let (parts, ()) = client.into_parts();
     let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
@@ -522,11 +654,15 @@ where
 /// Forwards a request the guard will not judge.
 async fn pass<S, B, R>(
     mut upstream: Upstream<S>,
+    api: Shape<'_>,
     request: Request<B>,
 ) -> Result<Response<GuardBody<R>>, S::Error>
 where
     S: Service<Request<B>, Response = Response<R>>,
 {
-    let response = upstream.send(request).await?;
-    Ok(response.map(GuardBody::passthrough))
+    match upstream.send(request).await {
+        Ok(response) => Ok(response.map(GuardBody::passthrough)),
+        Err(SendError::Inner(error)) => Err(error),
+        Err(SendError::Timeout(timeout)) => Ok(timed_out(api, timeout)),
+    }
 }

@@ -1,6 +1,6 @@
 //! A shared conversation store that never fails or slows a request: every
 //! call is bounded by a short timeout, and a slow or unreachable server is
-//! answered for by the replica's own in-memory ledger.
+//! answered for by the replica's own in-memory store.
 //!
 //! The trade-off, during an outage: decisions are per replica, so a
 //! conversation whose requests are spread over N replicas may get up to one
@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::ledger::{ConversationKey, MemoryLedger, RescueLedger};
 use crate::redis_store::{RedisStore, StoreError};
+use crate::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
 
 /// Why a call was answered from memory.
 enum Failure {
@@ -44,9 +44,9 @@ struct Health {
 }
 
 /// [`RedisStore`] with a timeout on every call and the replica's
-/// [`MemoryLedger`] as the fallback.
+/// [`MemoryStore`] as the fallback.
 ///
-/// While the server answers, it decides and the memory ledger mirrors what
+/// While the server answers, it decides and the memory store mirrors what
 /// this replica learned (so that a fallback starts from it). A call that
 /// errs or takes longer than the timeout (default 50 ms) is answered from
 /// memory instead; the store then rests (default 1 s): calls go straight to
@@ -58,7 +58,7 @@ struct Health {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), refusal_guard::redis_store::StoreError> {
 /// use std::time::Duration;
-/// use refusal_guard::ledger::ConversationKey;
+/// use refusal_guard::store::{ConversationKey, ConversationStore};
 /// use refusal_guard::redis_store::RedisStore;
 /// use refusal_guard::store_fallback::FallbackStore;
 ///
@@ -76,7 +76,7 @@ struct Health {
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub struct FallbackStore {
     shared: RedisStore,
-    local: Arc<MemoryLedger>,
+    local: Arc<MemoryStore>,
     timeout: Duration,
     rest: Duration,
     warn_every: Duration,
@@ -105,11 +105,11 @@ impl FallbackStore {
     pub const DEFAULT_WARN_EVERY: Duration = Duration::from_secs(30);
 
     /// `shared` guarded by the defaults, falling back to a fresh
-    /// [`MemoryLedger`].
+    /// [`MemoryStore`].
     pub fn new(shared: RedisStore) -> Self {
         FallbackStore {
             shared,
-            local: Arc::new(MemoryLedger::new()),
+            local: Arc::new(MemoryStore::new()),
             timeout: Self::DEFAULT_TIMEOUT,
             rest: Self::DEFAULT_REST,
             warn_every: Self::DEFAULT_WARN_EVERY,
@@ -118,8 +118,8 @@ impl FallbackStore {
         }
     }
 
-    /// Falls back to `local` (the replica's own ledger) instead of a fresh one.
-    pub fn local(mut self, local: Arc<MemoryLedger>) -> Self {
+    /// Falls back to `local` (the replica's own store) instead of a fresh one.
+    pub fn local(mut self, local: Arc<MemoryStore>) -> Self {
         self.local = local;
         self
     }
@@ -146,52 +146,6 @@ impl FallbackStore {
     /// How many calls were answered from memory so far.
     pub fn fallbacks(&self) -> u64 {
         self.fallbacks.load(Ordering::Relaxed)
-    }
-
-    /// Reserves a rescue (see [`RedisStore::reserve_rescue`]); from memory
-    /// when the shared store fails.
-    pub async fn reserve_rescue(&self, key: &ConversationKey, cap: u32) -> bool {
-        match self
-            .attempt("reserve_rescue", self.shared.reserve_rescue(key, cap))
-            .await
-        {
-            Some(true) => {
-                // Mirrored without a cap: memory only needs to know it happened.
-                self.local.try_reserve_rescue(key, u32::MAX);
-                true
-            }
-            Some(false) => false,
-            None => self.local.try_reserve_rescue(key, cap),
-        }
-    }
-
-    /// Clears the conversation's rescue count, in memory and in the shared store.
-    pub async fn record_output(&self, key: &ConversationKey) {
-        self.local.record_output(key);
-        self.attempt("record_output", self.shared.record_output(key))
-            .await;
-    }
-
-    /// The conversation's sticky route; from memory when the shared store fails.
-    pub async fn sticky_route(&self, key: &ConversationKey) -> Option<String> {
-        match self
-            .attempt("sticky_route", self.shared.sticky_route(key))
-            .await
-        {
-            Some(route) => route,
-            None => self.local.sticky_model(key),
-        }
-    }
-
-    /// Routes the conversation to `model` for `ttl`, in memory and in the
-    /// shared store.
-    pub async fn set_sticky_route(&self, key: &ConversationKey, model: &str, ttl: Duration) {
-        self.local.set_sticky_model(key, model, ttl);
-        self.attempt(
-            "set_sticky_route",
-            self.shared.set_sticky_route(key, model, ttl),
-        )
-        .await;
     }
 
     /// Runs one shared-store call within the timeout; `None` means "answer
@@ -270,5 +224,57 @@ impl FallbackStore {
                 "shared conversation store answers again; replicas share state"
             );
         }
+    }
+}
+
+/// Every call answers within the timeout, from the shared store or from
+/// memory; none fails.
+impl ConversationStore for FallbackStore {
+    fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let shared = self.shared.reserve_rescue(key, cap);
+            match self.attempt("reserve_rescue", shared).await {
+                Some(true) => {
+                    // Mirrored without a cap: memory only needs to know it happened.
+                    self.local.reserve_rescue(key, u32::MAX).await;
+                    true
+                }
+                Some(false) => false,
+                None => self.local.reserve_rescue(key, cap).await,
+            }
+        })
+    }
+
+    fn record_output<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.local.record_output(key).await;
+            self.attempt("record_output", self.shared.record_output(key))
+                .await;
+        })
+    }
+
+    fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move {
+            match self
+                .attempt("sticky_route", self.shared.sticky_route(key))
+                .await
+            {
+                Some(route) => route,
+                None => self.local.sticky_route(key).await,
+            }
+        })
+    }
+
+    fn set_sticky_route<'a>(
+        &'a self,
+        key: &'a ConversationKey,
+        model: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.local.set_sticky_route(key, model, ttl).await;
+            let shared = self.shared.set_sticky_route(key, model, ttl);
+            self.attempt("set_sticky_route", shared).await;
+        })
     }
 }

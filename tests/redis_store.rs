@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use log_capture::LogCapture;
 use redis_server::RedisServer;
-use refusal_guard::ledger::{ConversationKey, MemoryLedger};
 use refusal_guard::redis_store::RedisStore;
+use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
 use refusal_guard::store_fallback::FallbackStore;
 use tracing::Level;
 
@@ -128,7 +128,7 @@ async fn sticky_routes_are_shared_and_expire_with_their_ttl() {
 }
 
 #[tokio::test]
-async fn idle_conversations_expire_on_the_memory_ledgers_schedule() {
+async fn idle_conversations_expire_on_the_memory_stores_schedule() {
     let server = RedisServer::start();
     let conversation = key("idle");
     let rescues_key = format!("refusal-guard:{}:rescues", conversation.as_str());
@@ -136,7 +136,7 @@ async fn idle_conversations_expire_on_the_memory_ledgers_schedule() {
     let default = RedisStore::open(&server.url()).unwrap();
     assert!(default.reserve_rescue(&conversation, 1).await.unwrap());
     let pttl = integer(&server.command(&format!("PTTL {rescues_key}")));
-    let idle = MemoryLedger::DEFAULT_IDLE_TTL.as_millis() as i64;
+    let idle = MemoryStore::DEFAULT_IDLE_TTL.as_millis() as i64;
     assert!(
         (idle - 60_000..=idle).contains(&pttl),
         "PTTL {pttl} vs idle TTL {idle}"
@@ -204,7 +204,7 @@ async fn keys_carry_the_prefix_and_no_prompt_text() {
 fn replicas(url: &str) -> (FallbackStore, FallbackStore) {
     let replica = || {
         FallbackStore::new(RedisStore::open(url).unwrap())
-            .local(Arc::new(MemoryLedger::new()))
+            .local(Arc::new(MemoryStore::new()))
             .timeout(Duration::from_millis(50))
             .rest(Duration::from_millis(200))
     };

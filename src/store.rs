@@ -1,12 +1,15 @@
 //! Per-conversation state: the one-rescue-until-output rule and sticky
-//! fallback routing.
+//! fallback routes.
 //!
-//! The state sits behind the [`RescueLedger`] trait so that a deployment with
-//! several proxy replicas can keep it in a shared store; [`MemoryLedger`] is
-//! the bounded in-process default.
+//! The state sits behind the async [`ConversationStore`] trait, so that
+//! several proxy replicas can share it (a Redis implementation reserves a
+//! rescue with one atomic script, without caching or writing behind);
+//! [`MemoryStore`] is the bounded in-process default.
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use sha2::{Digest, Sha256};
 /// it can be logged.
 ///
 /// ```
-/// use refusal_guard::ledger::ConversationKey;
+/// use refusal_guard::store::ConversationKey;
 ///
 /// let a = ConversationKey::from_bytes(b"system prompt + first user turn");
 /// let b = ConversationKey::from_bytes(b"system prompt + first user turn");
@@ -50,37 +53,58 @@ impl fmt::Display for ConversationKey {
     }
 }
 
+/// The future a [`ConversationStore`] method returns.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
 /// Where the guard keeps per-conversation state.
 ///
-/// Methods are synchronous and called on the request path: an implementation
-/// backed by a remote store should answer from a local cache and write
-/// behind, so that a slow store never slows a request.
+/// Every method is async: a store backed by a remote service (Redis, a
+/// database) answers from it directly, and a slow answer only delays the
+/// request that asked. The guard bounds each call by the call's recovery
+/// deadline; a store that cannot answer should fail *closed* (no rescue,
+/// no route) and log why.
+///
+/// # Atomicity
+///
+/// [`reserve_rescue`](Self::reserve_rescue) must check and count in one
+/// atomic step across everything that shares the store: of any number of
+/// concurrent reservations for one conversation with `cap` 1, at most one
+/// returns `true` (in Redis: one Lua script, or `INCR` then a compare, on
+/// the conversation's key). The other methods need no more than
+/// last-writer-wins.
 ///
 /// ```
-/// use std::time::Duration;
-/// use refusal_guard::ledger::{ConversationKey, MemoryLedger, RescueLedger};
+/// use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
 ///
-/// let ledger = MemoryLedger::new();
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
 /// let key = ConversationKey::from_bytes(b"conversation");
-/// assert!(ledger.try_reserve_rescue(&key, 1));
-/// assert!(!ledger.try_reserve_rescue(&key, 1)); // one rescue until real output
-/// ledger.record_output(&key);
-/// assert!(ledger.try_reserve_rescue(&key, 1));
+/// assert!(store.reserve_rescue(&key, 1).await);
+/// assert!(!store.reserve_rescue(&key, 1).await); // one rescue until real output
+/// store.record_output(&key).await;
+/// assert!(store.reserve_rescue(&key, 1).await);
+/// # }
 /// ```
-pub trait RescueLedger: Send + Sync + 'static {
-    /// Reserves a rescue for the conversation. Returns `false` when it already
-    /// had `cap` rescues since its last real output.
-    fn try_reserve_rescue(&self, key: &ConversationKey, cap: u32) -> bool;
+pub trait ConversationStore: Send + Sync + 'static {
+    /// Reserves a rescue for the conversation: `false` when it already had
+    /// `cap` rescues since its last real output. Atomic (see above).
+    fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool>;
 
     /// Records that a response of the conversation produced real output,
     /// which clears its rescue count.
-    fn record_output(&self, key: &ConversationKey);
+    fn record_output<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, ()>;
 
     /// The model a fallback served this conversation with, if still sticky.
-    fn sticky_model(&self, key: &ConversationKey) -> Option<String>;
+    fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>>;
 
     /// Routes the conversation to `model` for `ttl`.
-    fn set_sticky_model(&self, key: &ConversationKey, model: &str, ttl: Duration);
+    fn set_sticky_route<'a>(
+        &'a self,
+        key: &'a ConversationKey,
+        model: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()>;
 }
 
 #[derive(Debug)]
@@ -90,38 +114,39 @@ struct Entry {
     touched: Instant,
 }
 
-/// The default in-process ledger: bounded by entry count (the least recently
-/// used conversations are forgotten first) and by idle time.
+/// The default in-process store: bounded by entry count (the least recently
+/// used conversations are forgotten first) and by idle time. Every method
+/// answers at once.
 ///
 /// Forgetting a conversation only ever allows one more rescue, never fewer.
 #[derive(Debug)]
-pub struct MemoryLedger {
+pub struct MemoryStore {
     entries: Mutex<HashMap<ConversationKey, Entry>>,
     capacity: usize,
     idle_ttl: Duration,
 }
 
-impl Default for MemoryLedger {
+impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl MemoryLedger {
+impl MemoryStore {
     /// Default number of conversations remembered.
     pub const DEFAULT_CAPACITY: usize = 10_000;
     /// Default time after which an idle conversation is forgotten.
     pub const DEFAULT_IDLE_TTL: Duration = Duration::from_secs(6 * 60 * 60);
 
-    /// A ledger with the default bounds.
+    /// A store with the default bounds.
     pub fn new() -> Self {
         Self::with_bounds(Self::DEFAULT_CAPACITY, Self::DEFAULT_IDLE_TTL)
     }
 
-    /// A ledger remembering at most `capacity` conversations, each for at
+    /// A store remembering at most `capacity` conversations, each for at
     /// most `idle_ttl` after it was last touched.
     pub fn with_bounds(capacity: usize, idle_ttl: Duration) -> Self {
-        MemoryLedger {
+        MemoryStore {
             entries: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
             idle_ttl,
@@ -181,10 +206,8 @@ impl MemoryLedger {
             entries.remove(&key);
         }
     }
-}
 
-impl RescueLedger for MemoryLedger {
-    fn try_reserve_rescue(&self, key: &ConversationKey, cap: u32) -> bool {
+    fn reserve_now(&self, key: &ConversationKey, cap: u32) -> bool {
         self.with_entry(key, |entry| {
             if entry.rescues_since_output >= cap {
                 return false;
@@ -194,7 +217,7 @@ impl RescueLedger for MemoryLedger {
         })
     }
 
-    fn record_output(&self, key: &ConversationKey) {
+    fn output_now(&self, key: &ConversationKey) {
         let mut entries = self.lock();
         if let Some(entry) = entries.get_mut(key) {
             entry.rescues_since_output = 0;
@@ -202,7 +225,7 @@ impl RescueLedger for MemoryLedger {
         }
     }
 
-    fn sticky_model(&self, key: &ConversationKey) -> Option<String> {
+    fn route_now(&self, key: &ConversationKey) -> Option<String> {
         let mut entries = self.lock();
         let entry = entries.get_mut(key)?;
         match &entry.sticky {
@@ -214,25 +237,53 @@ impl RescueLedger for MemoryLedger {
             None => None,
         }
     }
+}
 
-    fn set_sticky_model(&self, key: &ConversationKey, model: &str, ttl: Duration) {
+impl ConversationStore for MemoryStore {
+    fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
+        let reserved = self.reserve_now(key, cap);
+        Box::pin(std::future::ready(reserved))
+    }
+
+    fn record_output<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, ()> {
+        self.output_now(key);
+        Box::pin(std::future::ready(()))
+    }
+
+    fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
+        let route = self.route_now(key);
+        Box::pin(std::future::ready(route))
+    }
+
+    fn set_sticky_route<'a>(
+        &'a self,
+        key: &'a ConversationKey,
+        model: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
         self.with_entry(key, |entry| {
             entry.sticky = Some((model.to_owned(), Instant::now() + ttl));
         });
+        Box::pin(std::future::ready(()))
     }
 }
 
-impl<T: RescueLedger> RescueLedger for std::sync::Arc<T> {
-    fn try_reserve_rescue(&self, key: &ConversationKey, cap: u32) -> bool {
-        (**self).try_reserve_rescue(key, cap)
+impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
+    fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
+        (**self).reserve_rescue(key, cap)
     }
-    fn record_output(&self, key: &ConversationKey) {
+    fn record_output<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, ()> {
         (**self).record_output(key)
     }
-    fn sticky_model(&self, key: &ConversationKey) -> Option<String> {
-        (**self).sticky_model(key)
+    fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
+        (**self).sticky_route(key)
     }
-    fn set_sticky_model(&self, key: &ConversationKey, model: &str, ttl: Duration) {
-        (**self).set_sticky_model(key, model, ttl)
+    fn set_sticky_route<'a>(
+        &'a self,
+        key: &'a ConversationKey,
+        model: &'a str,
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        (**self).set_sticky_route(key, model, ttl)
     }
 }

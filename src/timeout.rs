@@ -1,0 +1,196 @@
+//! Bounded waits on the upstream: the time to a response head, the longest
+//! gap between body chunks, and the total hold (see
+//! [`RefusalGuardLayer::upstream_head_timeout`](crate::RefusalGuardLayer::upstream_head_timeout),
+//! [`upstream_idle_timeout`](crate::RefusalGuardLayer::upstream_idle_timeout)
+//! and [`recovery_deadline`](crate::RefusalGuardLayer::recovery_deadline)).
+//!
+//! When one trips before anything was sent to the client, the client gets a
+//! `504` in the API's own error shape; once the head has gone out, the
+//! stream is cut with an [`UpstreamTimeout`] body error, never ended cleanly.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::Sleep;
+
+use crate::body::BoxError;
+
+/// Which bounded wait on the upstream ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TimeoutKind {
+    /// No response head within the head timeout.
+    Head,
+    /// No body chunk within the idle timeout.
+    Idle,
+    /// The hold (and any recovery) outlasted the recovery deadline.
+    Hold,
+}
+
+/// The error a guarded body ends with when the upstream went quiet for too
+/// long; also the reason behind a `504` the guard answers itself.
+///
+/// ```
+/// use refusal_guard::timeout::{TimeoutKind, UpstreamTimeout};
+///
+/// let error = UpstreamTimeout::new(TimeoutKind::Idle, std::time::Duration::from_secs(300));
+/// assert_eq!(error.kind(), TimeoutKind::Idle);
+/// assert!(error.to_string().contains("300 s"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamTimeout {
+    kind: TimeoutKind,
+    after: Duration,
+}
+
+impl UpstreamTimeout {
+    /// The timeout of `kind` that ran out after `after`.
+    pub fn new(kind: TimeoutKind, after: Duration) -> Self {
+        UpstreamTimeout { kind, after }
+    }
+
+    /// Which wait ran out.
+    pub fn kind(&self) -> TimeoutKind {
+        self.kind
+    }
+
+    /// How long the wait was allowed to be.
+    pub fn after(&self) -> Duration {
+        self.after
+    }
+
+    /// The short machine-readable name used in error responses.
+    pub(crate) fn code(&self) -> &'static str {
+        match self.kind {
+            TimeoutKind::Head => "upstream_head_timeout",
+            TimeoutKind::Idle => "upstream_idle_timeout",
+            TimeoutKind::Hold => "recovery_deadline",
+        }
+    }
+
+    /// Whether `error` (a body error) is an upstream timeout.
+    pub(crate) fn find(error: &BoxError) -> Option<UpstreamTimeout> {
+        error.downcast_ref::<UpstreamTimeout>().copied()
+    }
+}
+
+impl fmt::Display for UpstreamTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            TimeoutKind::Head => "the upstream sent no response head",
+            TimeoutKind::Idle => "the upstream sent nothing",
+            TimeoutKind::Hold => "the upstream's response was not decided",
+        };
+        let secs = self.after.as_secs_f64();
+        write!(f, "{what} within {secs} s")
+    }
+}
+
+impl std::error::Error for UpstreamTimeout {}
+
+pin_project_lite::pin_project! {
+    /// An upstream body that fails with [`UpstreamTimeout`] when no frame
+    /// arrives within `idle` of being asked for one.
+    ///
+    /// tower-http's `TimeoutBody` does the same but reports neither the
+    /// inner body's size hint nor its end, which would turn every exact
+    /// `content-length` passed through into a chunked body.
+    pub(crate) struct IdleTimeout<B> {
+        #[pin]
+        body: B,
+        #[pin]
+        sleep: Option<Sleep>,
+        idle: Duration,
+    }
+}
+
+impl<B> IdleTimeout<B> {
+    pub(crate) fn new(body: B, idle: Duration) -> Self {
+        IdleTimeout {
+            body,
+            sleep: None,
+            idle,
+        }
+    }
+}
+
+impl<B> Body for IdleTimeout<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
+        let mut this = self.project();
+        if let Poll::Ready(frame) = this.body.poll_frame(cx) {
+            this.sleep.set(None);
+            return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
+        }
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep(*this.idle)));
+        }
+        if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
+            ready!(sleep.poll(cx));
+        }
+        this.sleep.set(None);
+        let error = UpstreamTimeout::new(TimeoutKind::Idle, *this.idle);
+        Poll::Ready(Some(Err(Box::new(error))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+
+    /// A body that never yields.
+    struct Silent;
+
+    impl Body for Silent {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test]
+    async fn a_quiet_body_fails_with_the_idle_timeout() {
+        let mut body = Box::pin(IdleTimeout::new(Silent, Duration::from_millis(20)));
+        let error = body.frame().await.unwrap().unwrap_err();
+        let timeout = UpstreamTimeout::find(&error).unwrap();
+        assert_eq!(timeout.kind(), TimeoutKind::Idle);
+    }
+
+    #[tokio::test]
+    async fn a_body_keeps_its_exact_length() {
+        let body = IdleTimeout::new(
+            Full::new(Bytes::from_static(b"abc")),
+            Duration::from_secs(1),
+        );
+        assert_eq!(body.size_hint().exact(), Some(3));
+        let bytes = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&bytes[..], b"abc");
+    }
+}
