@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
-use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
+use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
+use crate::redis_store::RedisStore;
 use crate::simulate::Simulator;
+use crate::store_fallback::FallbackStore;
 use crate::telemetry::JsonlSink;
 use crate::RefusalGuardLayer;
 
@@ -97,7 +99,8 @@ fn fit_connections(wanted: usize) -> usize {
     fit.min(wanted)
 }
 
-/// The layer the options describe; `Err` when the log cannot be opened.
+/// The layer the options describe; `Err` when the log cannot be opened or
+/// the `--state` URL is malformed.
 fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
@@ -122,6 +125,10 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     // if let Some(bytes) = options.max_total_held_bytes {
     //     layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
     // }
+    if let State::Redis(url) = &options.state {
+        let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
+        layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));
+    }
     match options.log_setting() {
         LogSetting::Off => Ok((layer, "off".to_owned())),
         LogSetting::Path(path) => match JsonlSink::open(&path) {
@@ -169,13 +176,14 @@ async fn serve(options: Options) -> ExitCode {
     };
     eprintln!(
         "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {}, log {}, max connections {})",
+         (rescue {}, log {}, state {}, max connections {})",
         if options.rescue.unwrap_or(true) {
             "on"
         } else {
             "off"
         },
         log_shown,
+        options.state.shown(),
         limits.max_connections
     );
     let served = if options.simulate {
