@@ -3,16 +3,15 @@
 //! asserts what the client got, what the upstream saw and the access-log line.
 //! Bounds are generous: they prove that a wait ends, never how fast.
 
-#[path = "support/raw_upstream.rs"]
-mod raw_upstream;
+mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
 use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
+use support::raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -2,17 +2,16 @@
 //! answer, and the failure is reported (through the tracing subscriber the
 //! proxy installs on stderr), rate-limited. Also: the log is private.
 
-#[path = "support/raw_upstream.rs"]
-mod raw_upstream;
+mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::telemetry::JsonlSink;
 use refusal_guard::RefusalGuardLayer;
+use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
 

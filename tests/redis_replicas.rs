@@ -1,23 +1,21 @@
 //! Three proxy replicas, in process, sharing conversation state through one
 //! real `redis-server`, in front of the scripted mock upstream.
 
-#[path = "support/mock_upstream.rs"]
-mod mock;
-#[path = "support/redis_server.rs"]
-mod redis_server;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mock::{fixture, MockUpstream};
-use redis_server::RedisServer;
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::redis_store::RedisStore;
 use refusal_guard::store_fallback::FallbackStore;
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
+use support::fixture;
+use support::mock_upstream::MockUpstream;
+use support::redis_server::RedisServer;
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";

@@ -1,19 +1,16 @@
 //! `RedisStore` and `FallbackStore` against a real `redis-server` that each
 //! test starts on a free loopback port (see `support/redis_server.rs`).
 
-#[path = "support/log_capture.rs"]
-mod log_capture;
-#[path = "support/redis_server.rs"]
-mod redis_server;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use log_capture::LogCapture;
-use redis_server::RedisServer;
 use refusal_guard::redis_store::RedisStore;
 use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
 use refusal_guard::store_fallback::FallbackStore;
+use support::log_capture::LogCapture;
+use support::redis_server::RedisServer;
 use tracing::Level;
 
 /// A generous bound on waits for the server to expire something.

@@ -115,16 +115,15 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(deadline) = options.recovery_deadline {
         layer = layer.recovery_deadline(deadline);
     }
-    // lead: wire when the engine lands
-    // if let Some(timeout) = options.upstream_head_timeout {
-    //     layer = layer.upstream_head_timeout(timeout);
-    // }
-    // if let Some(timeout) = options.upstream_idle_timeout {
-    //     layer = layer.upstream_idle_timeout(timeout);
-    // }
-    // if let Some(bytes) = options.max_total_held_bytes {
-    //     layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
-    // }
+    if let Some(timeout) = options.upstream_head_timeout {
+        layer = layer.upstream_head_timeout(timeout);
+    }
+    if let Some(timeout) = options.upstream_idle_timeout {
+        layer = layer.upstream_idle_timeout(timeout);
+    }
+    if let Some(bytes) = options.max_total_held_bytes {
+        layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
     if let State::Redis(url) = &options.state {
         let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
         layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));

@@ -3,8 +3,8 @@
 //! it answers PING, killed on drop. It can be stopped and started again on
 //! the same port, to test an outage.
 //!
-//! Shared (through `#[path]`) by `tests/redis_store.rs` and
-//! `benches/store.rs`; not part of the crate's API.
+//! Part of the test support module; `benches/store.rs` includes it through
+//! `#[path]`, so it stands alone. Not part of the crate's API.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
