@@ -90,6 +90,9 @@ pub mod metrics;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis_store;
 pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
@@ -101,6 +104,9 @@ pub mod simulate;
 pub mod soft;
 pub mod sse;
 pub mod store;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod store_fallback;
 pub mod telemetry;
 pub mod timeout;
 

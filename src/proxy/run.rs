@@ -8,9 +8,11 @@ use std::sync::OnceLock;
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
-use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
+use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
+use crate::redis_store::RedisStore;
 use crate::simulate::Simulator;
+use crate::store_fallback::FallbackStore;
 use crate::telemetry::{JsonlSink, MetricsSink};
 use crate::RefusalGuardLayer;
 
@@ -129,7 +131,8 @@ fn fit_connections(wanted: usize) -> usize {
     fit.min(wanted)
 }
 
-/// The layer the options describe; `Err` when the log cannot be opened.
+/// The layer the options describe; `Err` when the log cannot be opened or
+/// the `--state` URL is malformed.
 fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
@@ -152,6 +155,10 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     }
     if let Some(bytes) = options.max_total_held_bytes {
         layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    if let State::Redis(url) = &options.state {
+        let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
+        layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));
     }
     match options.log_setting() {
         // Metrics count the records the log gets (nothing without --admin).
@@ -272,7 +279,8 @@ fn announce(
     };
     let banner = format!(
         "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {rescue}, log {log_shown}, max connections {})",
+         (rescue {rescue}, log {log_shown}, state {}, max connections {})",
+        options.state.shown(),
         limits.max_connections
     );
     say("INFO", &banner);
