@@ -8,7 +8,9 @@ use http::header::HeaderName;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::recovery::{Budget, FallbackChains, RescueModel, RescueNote, RescueSwitch};
+use crate::recovery::{
+    Budget, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
+};
 use crate::reserve::BytePool;
 use crate::service::RefusalGuard;
 use crate::store::{ConversationStore, MemoryStore};
@@ -21,9 +23,11 @@ type ConversationFn = dyn Fn(&http::request::Parts, &Value) -> Option<String> + 
 #[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) rescue: RescueSwitch,
-    pub(crate) rescue_note: RescueNote,
     pub(crate) rescue_cap: u32,
-    pub(crate) rescue_model: RescueModel,
+    /// The default policy, which the shorthand builder methods configure.
+    pub(crate) ladder: Ladder,
+    /// A policy given with [`RefusalGuardLayer::policy`], used instead.
+    pub(crate) policy: Option<Arc<dyn RecoveryPolicy>>,
     pub(crate) store: Arc<dyn ConversationStore>,
     pub(crate) telemetry: Arc<dyn TelemetrySink>,
     pub(crate) conversation_header: Option<HeaderName>,
@@ -34,7 +38,6 @@ pub(crate) struct Config {
     pub(crate) max_hold_frames: usize,
     pub(crate) retarget: Vec<String>,
     pub(crate) inject_fallbacks: bool,
-    pub(crate) chains: FallbackChains,
     pub(crate) fallback_credit: bool,
     pub(crate) budget: Budget,
     pub(crate) sticky_ttl: Option<Duration>,
@@ -54,7 +57,8 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("rescue", &self.rescue.is_on())
             .field("rescue_cap", &self.rescue_cap)
-            .field("rescue_model", &self.rescue_model)
+            .field("ladder", &self.ladder)
+            .field("custom_policy", &self.policy.is_some())
             .field("conversation_header", &self.conversation_header)
             .field("max_request_body", &self.max_request_body)
             .field("max_response_body", &self.max_response_body)
@@ -62,7 +66,6 @@ impl fmt::Debug for Config {
             .field("max_hold_frames", &self.max_hold_frames)
             .field("retarget", &self.retarget)
             .field("inject_fallbacks", &self.inject_fallbacks)
-            .field("chains", &self.chains)
             .field("fallback_credit", &self.fallback_credit)
             .field("budget", &self.budget)
             .field("sticky_ttl", &self.sticky_ttl)
@@ -149,9 +152,9 @@ impl RefusalGuardLayer {
         RefusalGuardLayer {
             config: Arc::new(Config {
                 rescue: RescueSwitch::default(),
-                rescue_note: RescueNote::default(),
                 rescue_cap: 1,
-                rescue_model: RescueModel::Original,
+                ladder: Ladder::new(),
+                policy: None,
                 store: Arc::new(MemoryStore::new()),
                 telemetry: Arc::new(()),
                 conversation_header: Some(HeaderName::from_static(
@@ -164,7 +167,6 @@ impl RefusalGuardLayer {
                 max_hold_frames: Self::DEFAULT_MAX_HOLD_FRAMES,
                 retarget: Vec::new(),
                 inject_fallbacks: false,
-                chains: FallbackChains::new(),
                 fallback_credit: true,
                 budget: Budget::default(),
                 sticky_ttl: None,
@@ -224,9 +226,35 @@ impl RefusalGuardLayer {
         self.config.rescue.clone()
     }
 
-    /// The note the rescue appends (default: [`RescueNote::default`]).
+    /// Decides what to try after an empty refusal (default: the [`Ladder`]
+    /// that the shorthand methods [`fallback_chains`](Self::fallback_chains),
+    /// [`rescue_note`](Self::rescue_note) and
+    /// [`rescue_model`](Self::rescue_model) configure; they have no effect
+    /// on a policy given here). The rescue cap, the runtime
+    /// [`rescue_switch`](Self::rescue_switch), `max_attempts` and the
+    /// recovery deadline bound every policy.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::{NextStep, RecoveryState, Rescue};
+    /// use refusal_guard::refusal::DeadReason;
+    ///
+    /// let layer = refusal_guard::RefusalGuardLayer::new().policy(|state: &RecoveryState<'_>| {
+    ///     if state.rescues_tried() == 0 {
+    ///         NextStep::Rescue(Rescue::new("Say plainly what you can do."))
+    ///     } else {
+    ///         NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused))
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// ```
+    pub fn policy(self, policy: impl RecoveryPolicy) -> Self {
+        self.with(|c| c.policy = Some(Arc::new(policy)))
+    }
+
+    /// The note the default ladder's rescue appends (default:
+    /// [`RescueNote::default`]).
     pub fn rescue_note(self, note: RescueNote) -> Self {
-        self.with(|c| c.rescue_note = note)
+        self.with(|c| c.ladder = c.ladder.clone().rescue_note(note))
     }
 
     /// How many rescues a conversation may have before it produces real
@@ -235,10 +263,10 @@ impl RefusalGuardLayer {
         self.with(|c| c.rescue_cap = cap)
     }
 
-    /// Which model the rescue asks once a fallback chain is exhausted
-    /// (default: the one the client asked for).
+    /// Which model the default ladder's rescue asks once a fallback chain
+    /// is exhausted (default: the one the client asked for).
     pub fn rescue_model(self, model: RescueModel) -> Self {
-        self.with(|c| c.rescue_model = model)
+        self.with(|c| c.ladder = c.ladder.clone().rescue_model(model))
     }
 
     /// Keeps per-conversation state (rescues since output, sticky routes)
@@ -313,10 +341,11 @@ impl RefusalGuardLayer {
         self.with(|c| c.inject_fallbacks = inject)
     }
 
-    /// Client-side fallback chains: on an empty refusal, the request is sent
-    /// again to each model of its chain in turn.
+    /// Client-side fallback chains of the default ladder: on an empty
+    /// refusal, the request is sent again to each model of its chain in
+    /// turn.
     pub fn fallback_chains(self, chains: FallbackChains) -> Self {
-        self.with(|c| c.chains = chains)
+        self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
     }
 
     /// Asks Anthropic for fallback credit tokens on requests that have a
@@ -455,6 +484,16 @@ impl RefusalGuardLayer {
     /// default: clients that predate the block type may reject it).
     pub fn handoff_marker(self, on: bool) -> Self {
         self.with(|c| c.handoff_marker = on)
+    }
+}
+
+impl Config {
+    /// The policy in force.
+    pub(crate) fn policy(&self) -> &dyn RecoveryPolicy {
+        match &self.policy {
+            Some(policy) => policy.as_ref(),
+            None => &self.ladder,
+        }
     }
 }
 

@@ -77,6 +77,7 @@
 
 pub mod api_error;
 pub mod body;
+mod decide;
 mod dialect;
 pub mod env;
 mod hold;

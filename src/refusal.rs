@@ -132,6 +132,9 @@ pub enum DeadReason {
     HoldLimit,
     /// The request could not be rebuilt for a recovery attempt.
     Unrecoverable,
+    /// The recovery policy chose to recover no further (see
+    /// [`RecoveryPolicy`](crate::recovery::RecoveryPolicy)).
+    PolicyStop,
     /// The client went away before the refusal was decided; the guard
     /// stopped every piece of work for it and sent nothing more upstream.
     ClientGone,
@@ -154,6 +157,7 @@ impl DeadReason {
             DeadReason::BudgetExhausted => "budget_exhausted",
             DeadReason::HoldLimit => "hold_limit",
             DeadReason::Unrecoverable => "unrecoverable",
+            DeadReason::PolicyStop => "policy_stop",
             DeadReason::ClientGone => "client_gone",
         }
     }

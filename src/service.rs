@@ -22,10 +22,10 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Splice};
+use crate::decide::{conclude, decide};
 use crate::dialect::{self, Dialect, LiveSplice};
 use crate::hold::{hold, is_event_stream, Forward};
 use crate::layer::Config;
-use crate::recovery::{conclude, decide};
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
@@ -485,10 +485,12 @@ where
             config.inject_fallbacks,
         );
     }
-    let chain: Vec<String> = model
-        .as_deref()
-        .map(|m| config.chains.for_model(m).to_vec())
-        .unwrap_or_default();
+    // Fallback credit is asked for when the default ladder has a chain to
+    // redeem it on.
+    let chain = match (&config.policy, model.as_deref()) {
+        (None, Some(model)) => config.ladder.chains().for_model(model),
+        _ => &[],
+    };
     if config.fallback_credit && !chain.is_empty() {
         dialect.request_fallback_credit(&mut parts.headers);
     }
@@ -524,7 +526,7 @@ where
         && is_event_stream(response.headers());
     if let Some(splice) = live.then(|| dialect.live_splice()).flatten() {
         return Ok(live_thinking(
-            upstream, call, template, chain, streaming, response, sent, splice,
+            upstream, call, template, streaming, response, sent, splice,
         ));
     }
     let keepalive = config
@@ -536,7 +538,6 @@ where
         upstream,
         call.clone(),
         template,
-        chain,
         streaming,
         Response::from_parts(head, body),
         sent,
@@ -598,7 +599,6 @@ fn live_thinking<S, B, R>(
     upstream: Upstream<S>,
     call: Call,
     template: Template,
-    chain: Vec<String>,
     streaming: bool,
     response: Response<IdleTimeout<R>>,
     sent: Instant,
@@ -634,7 +634,7 @@ where
                 let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
                 return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
             };
-            let served = conclude(upstream, call, template, chain, streaming, held, sent).await;
+            let served = conclude(upstream, call, template, streaming, held, sent).await;
             let continuation = served
                 .extensions()
                 .get::<ServedRecovery>()

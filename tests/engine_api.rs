@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
+use refusal_guard::recovery::{NextStep, RecoveryState, Rescue, RescueNote};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
 use refusal_guard::telemetry::MemorySink;
@@ -55,6 +56,19 @@ fn answer() -> Bytes {
 #[derive(Clone, Default)]
 struct Provider {
     seen: Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Provider {
+    /// The model and whether the rescue note was present, per request.
+    fn asked(&self) -> Vec<(String, bool)> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .map(|json| {
+                let model = json["model"].as_str().unwrap_or_default().to_owned();
+                (model, json.to_string().contains("[refusal-guard]"))
+            })
+            .collect()
+    }
 }
 
 impl Service<Request<Full<Bytes>>> for Provider {
@@ -256,4 +270,58 @@ async fn rescue_off_on_a_clone_leaves_the_original_and_its_services_alone() {
     let built = outcome(built_from_a, "refuse:cyber built").await;
     assert_eq!(built.unwrap().outcome, Outcome::Rescued);
     assert!(a.rescue_switch().is_on());
+}
+
+/// Never retry `bio`; only fall back (once) for `reasoning_extraction`;
+/// rescue `cyber` (once).
+fn by_category(state: &RecoveryState<'_>) -> NextStep {
+    let stop = NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused));
+    match state.category() {
+        Some("bio") => NextStep::Stop(DeadReason::PolicyStop),
+        Some("reasoning_extraction") if state.fallbacks_tried() == 0 => {
+            NextStep::Fallback("claude-fallback".into())
+        }
+        Some("cyber") if state.rescues_tried() == 0 => {
+            let note = RescueNote::default().render(state.category(), state.explanation());
+            NextStep::Rescue(Rescue::new(note))
+        }
+        _ => stop,
+    }
+}
+
+#[tokio::test]
+async fn a_custom_policy_decides_per_category() {
+    let cases = [
+        ("bio", Outcome::Dead, vec![("claude-x", false)]),
+        (
+            "reasoning_extraction",
+            Outcome::Fallback,
+            vec![("claude-x", false), ("claude-fallback", false)],
+        ),
+        (
+            "cyber",
+            Outcome::Rescued,
+            vec![("claude-x", false), ("claude-x", true)],
+        ),
+    ];
+    for (category, outcome_wanted, asked) in cases {
+        let provider = Provider::default();
+        let guard = RefusalGuardLayer::new()
+            .fallback_chains(
+                // Shorthand for the default ladder: the custom policy wins.
+                refusal_guard::recovery::FallbackChains::new().chain("claude-x", ["claude-y"]),
+            )
+            .policy(by_category)
+            .layer(provider.clone());
+        let refusal = outcome(guard, format!("refuse:{category}")).await.unwrap();
+        assert_eq!(refusal.outcome, outcome_wanted, "{category}");
+        let wanted: Vec<(String, bool)> = asked
+            .into_iter()
+            .map(|(m, note)| (m.to_owned(), note))
+            .collect();
+        assert_eq!(provider.asked(), wanted, "{category}");
+        if category == "bio" {
+            assert_eq!(refusal.reason, Some(DeadReason::PolicyStop));
+        }
+    }
 }
