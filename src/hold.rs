@@ -12,8 +12,8 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::body::{BoxError, Findings, StreamWatch};
+use crate::config::Config;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::layer::Config;
 use crate::reserve::Share;
 use crate::soft::PrefixVerdict;
 use crate::sse::SseFramer;

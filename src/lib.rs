@@ -77,11 +77,14 @@
 
 pub mod api_error;
 pub mod body;
+mod call;
+mod config;
 mod decide;
 mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
+mod live;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;

@@ -10,26 +10,26 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Splice};
-use crate::decide::{conclude, decide};
-use crate::dialect::{self, Dialect, LiveSplice};
-use crate::hold::{hold, is_event_stream, Forward};
-use crate::layer::Config;
+use crate::body::{BoxError, GuardBody};
+use crate::call::{with_body, Call, SendError, Template, Timeouts, Upstream};
+use crate::config::Config;
+use crate::decide::Exchange;
+use crate::dialect::{self, Dialect};
+use crate::live::answer;
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
-use crate::respond::{error_response, pump, timed_out, unless_gone, Call, ServedRecovery, Shape};
+use crate::respond::{error_response, timed_out, Shape};
 use crate::store::ConversationKey;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
@@ -201,11 +201,7 @@ where
             Some(recognised) => ResponseFuture {
                 kind: Kind::Guarded {
                     future: Box::pin(guard(
-                        Upstream {
-                            inner,
-                            primed: true,
-                            timeouts,
-                        },
+                        Upstream::primed(inner, timeouts),
                         self.config.clone(),
                         recognised.dialect,
                         recognised.path_model,
@@ -215,99 +211,6 @@ where
             },
         }
     }
-}
-
-/// The bounds on waiting for the upstream.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub(crate) head: Duration,
-    pub(crate) idle: Duration,
-}
-
-impl Timeouts {
-    fn of(config: &Config) -> Self {
-        Timeouts {
-            head: config.head_timeout,
-            idle: config.idle_timeout,
-        }
-    }
-}
-
-/// Why a request sent upstream got no response.
-pub(crate) enum SendError<E> {
-    /// The inner service failed.
-    Inner(E),
-    /// No response head within the head timeout.
-    Timeout(UpstreamTimeout),
-}
-
-/// The inner service, remembering whether it was already polled ready.
-pub(crate) struct Upstream<S> {
-    inner: S,
-    primed: bool,
-    timeouts: Timeouts,
-}
-
-impl<S> Upstream<S> {
-    /// Sends `request`: its head within the head timeout, its body then
-    /// bounded by the idle timeout.
-    pub(crate) async fn send<B, R>(
-        &mut self,
-        request: Request<B>,
-    ) -> Result<Response<IdleTimeout<R>>, SendError<S::Error>>
-    where
-        S: Service<Request<B>, Response = Response<R>>,
-    {
-        let Timeouts { head, idle } = self.timeouts;
-        let primed = std::mem::take(&mut self.primed);
-        let inner = &mut self.inner;
-        let sent = async move {
-            if !primed {
-                inner.ready().await?;
-            }
-            inner.call(request).await
-        };
-        match tokio::time::timeout(head, sent).await {
-            Ok(Ok(response)) => Ok(response.map(|body| IdleTimeout::new(body, idle))),
-            Ok(Err(error)) => Err(SendError::Inner(error)),
-            Err(_elapsed) => Err(SendError::Timeout(UpstreamTimeout::new(
-                TimeoutKind::Head,
-                head,
-            ))),
-        }
-    }
-}
-
-/// The request as the guard will send it, before any recovery rewrite.
-#[derive(Clone)]
-pub(crate) struct Template {
-    pub(crate) parts: http::request::Parts,
-    pub(crate) json: Value,
-    /// The layer-wide pool's part for the buffered request body, given back
-    /// when the call is decided.
-    pub(crate) _share: Arc<Share>,
-}
-
-impl Template {
-    pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
-        let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
-        with_body(self.parts.clone(), bytes, true)
-    }
-}
-
-/// Builds a request, making its length headers true of the new body.
-fn with_body<B: ReplayBody>(
-    mut parts: http::request::Parts,
-    bytes: Bytes,
-    rewritten: bool,
-) -> Request<B> {
-    if rewritten {
-        parts.headers.remove(TRANSFER_ENCODING);
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    }
-    Request::from_parts(parts, B::from_bytes(bytes))
 }
 
 enum RequestBody<B> {
@@ -521,134 +424,14 @@ where
         Err(SendError::Inner(error)) => return Err(error),
         Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
     };
-    let live = config.live_thinking
-        && response.status().is_success()
-        && is_event_stream(response.headers());
-    if let Some(splice) = live.then(|| dialect.live_splice()).flatten() {
-        return Ok(live_thinking(
-            upstream, call, template, streaming, response, sent, splice,
-        ));
-    }
-    let keepalive = config
-        .keepalive_after
-        .filter(|_| response.status().is_success() && is_event_stream(response.headers()));
-    let (head, body) = response.into_parts();
-    let early_head = keepalive.map(|_| head.clone());
-    let decision = decide(
+    let exchange = Exchange {
         upstream,
-        call.clone(),
+        call,
         template,
         streaming,
-        Response::from_parts(head, body),
         sent,
-    );
-    let (Some(after), Some(head)) = (keepalive, early_head) else {
-        return Ok(decision.await);
     };
-    // A long hold (minutes of extended thinking) must not starve the client:
-    // past `after`, answer with the original head and keep the connection
-    // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(decision);
-    let mut timer = Box::pin(tokio::time::sleep(after));
-    let early = std::future::poll_fn(|cx| {
-        if let Poll::Ready(served) = decision.as_mut().poll(cx) {
-            return Poll::Ready(Some(served));
-        }
-        timer.as_mut().poll(cx).map(|()| None)
-    })
-    .await;
-    Ok(match early {
-        Some(served) => served,
-        None => keep_alive(head, decision, &call, config.keepalive_interval),
-    })
-}
-
-/// Answers with `head` now and streams the decision's response body when it
-/// comes, SSE comments meanwhile. The decision is dropped, and with it every
-/// upstream request it made, as soon as the client goes.
-fn keep_alive<R, F>(
-    mut head: http::response::Parts,
-    decision: Pin<Box<F>>,
-    call: &Call,
-    interval: Duration,
-) -> Response<GuardBody<R>>
-where
-    F: Future<Output = Response<GuardBody<R>>> + Send + 'static,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    let (sender, receiver) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        if let Some(served) = unless_gone(&sender, decision).await {
-            pump(served, &sender, None).await;
-        }
-    });
-    // The body that follows is not the one this length was for.
-    head.headers.remove(CONTENT_LENGTH);
-    let mut response = Response::from_parts(head, GuardBody::channel(receiver, Some(interval)));
-    call.mark(&mut response);
-    response
-}
-
-/// Live thinking: answers with the original head at once and streams the
-/// original's thinking as it comes, holding back only what a decision
-/// depends on (text, tool use, the stop). A recovered turn then continues
-/// the same message: its blocks follow the thinking the client has seen.
-#[allow(clippy::too_many_arguments)]
-fn live_thinking<S, B, R>(
-    upstream: Upstream<S>,
-    call: Call,
-    template: Template,
-    streaming: bool,
-    response: Response<IdleTimeout<R>>,
-    sent: Instant,
-    splice: Box<dyn LiveSplice>,
-) -> Response<GuardBody<R>>
-where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
-    B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    let config = call.config.clone();
-    let max_frame = config.max_hold_bytes.max(1);
-    let (sender, receiver) = tokio::sync::mpsc::channel(64);
-    let mut head = response.headers().clone();
-    head.remove(CONTENT_LENGTH);
-    let (parts, body) = response.into_parts();
-    let mut client = Response::from_parts(parts.clone(), ());
-    *client.headers_mut() = head;
-    let marks = call.clone();
-    let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
-    tokio::spawn(async move {
-        let mut forward = Forward::new(sender.clone(), splice, max_frame);
-        let dialect = call.dialect;
-        let original = Response::from_parts(parts, body);
-        let deadline = call.deadline();
-        let work = async {
-            let held = hold(original, dialect, &config, streaming, Some(&mut forward));
-            let Ok(held) = tokio::time::timeout_at(deadline, held).await else {
-                let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
-                return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
-            };
-            let served = conclude(upstream, call, template, streaming, held, sent).await;
-            let continuation = served
-                .extensions()
-                .get::<ServedRecovery>()
-                .map(|_| Splice::new(forward.splice.continuation(), max_frame));
-            (served, continuation)
-        };
-        if let Some((served, continuation)) = unless_gone(&sender, work).await {
-            pump(served, &sender, continuation).await;
-        }
-    });
-    let (parts, ()) = client.into_parts();
-    let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
-    marks.mark(&mut response);
-    response
+    Ok(answer(exchange, response).await)
 }
 
 /// Forwards a request the guard will not judge.
