@@ -90,6 +90,7 @@ pub mod proxy;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
+mod request;
 #[cfg(feature = "reqwest")]
 pub mod reqwest;
 mod reserve;

@@ -12,25 +12,20 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body::Body;
-use http_body_util::BodyExt;
 use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody};
-use crate::call::{with_body, Call, SendError, Template, Timeouts, Upstream};
+use crate::call::{with_body, SendError, Timeouts, Upstream};
 use crate::config::Config;
 use crate::decide::Exchange;
 use crate::dialect::{self, Dialect};
 use crate::live::answer;
-use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
-use crate::reserve::Share;
+use crate::request::{read_request_body, Outbound, RequestBody};
 use crate::respond::{error_response, timed_out, Shape};
-use crate::store::ConversationKey;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
@@ -213,68 +208,6 @@ where
     }
 }
 
-enum RequestBody<B> {
-    Read(Bytes),
-    /// Too large to guard: forward as it is, streaming.
-    Forward(B),
-    /// The client's body failed while read: nothing goes upstream.
-    Failed(BoxError),
-    /// The layer-wide bound on held bytes leaves no room to buffer it.
-    NoRoom,
-}
-
-async fn read_request_body<B>(
-    headers: &HeaderMap,
-    mut body: B,
-    limit: usize,
-    share: &mut Share,
-) -> RequestBody<B>
-where
-    B: ReplayBody,
-    B::Error: Into<BoxError>,
-{
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| body.size_hint().exact());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return RequestBody::Forward(body);
-    }
-    let mut buffer = BytesMut::new();
-    loop {
-        match body.frame().await {
-            None => return RequestBody::Read(buffer.freeze()),
-            Some(Ok(frame)) => {
-                if let Ok(mut data) = frame.into_data() {
-                    if !share.grow(data.remaining()) {
-                        tracing::warn!(
-                            "the bound on bytes held across requests is reached: request refused"
-                        );
-                        return RequestBody::NoRoom;
-                    }
-                    while data.has_remaining() {
-                        let chunk = data.chunk();
-                        buffer.extend_from_slice(chunk);
-                        let n = chunk.len();
-                        data.advance(n);
-                    }
-                }
-                if buffer.len() > limit {
-                    tracing::debug!(limit, "request body over the limit: forwarded unguarded");
-                    return RequestBody::Forward(B::prefixed(buffer.freeze(), body));
-                }
-            }
-            Some(Err(error)) => {
-                // A truncated request must never reach the upstream as if
-                // it were complete.
-                let error: BoxError = error.into();
-                tracing::warn!(%error, "request body failed while read: not forwarded");
-                return RequestBody::Failed(error);
-            }
-        }
-    }
-}
-
 async fn guard<S, B, R>(
     mut upstream: Upstream<S>,
     config: Arc<Config>,
@@ -295,31 +228,31 @@ where
     let (mut parts, body) = request.into_parts();
     // The conversation header is the guard's own: it never goes upstream,
     // whether or not the request turns out to be guardable.
-    let header_key = config
+    let named = config
         .conversation_header
         .as_ref()
         .and_then(|name| parts.headers.remove(name))
         .and_then(|v| v.to_str().ok().map(str::to_owned));
     let mut share = config.held.share();
     let api = Shape::Api(dialect.wire_api());
-    let bytes =
-        match read_request_body(&parts.headers, body, config.max_request_body, &mut share).await {
-            RequestBody::Read(bytes) => bytes,
-            RequestBody::Forward(body) => {
-                return pass(upstream, api, Request::from_parts(parts, body)).await
-            }
-            RequestBody::Failed(error) => {
-                let message = format!("the request body could not be read: {error}");
-                let status = StatusCode::BAD_REQUEST;
-                return Ok(error_response(api, status, "request_body_error", &message));
-            }
-            RequestBody::NoRoom => {
-                let message = "the guard holds as many bytes as it may; retry shortly";
-                let status = StatusCode::SERVICE_UNAVAILABLE;
-                return Ok(error_response(api, status, "guard_overloaded", message));
-            }
-        };
-    let mut json = match serde_json::from_slice::<Value>(&bytes) {
+    let limit = config.max_request_body;
+    let bytes = match read_request_body(&parts.headers, body, limit, &mut share).await {
+        RequestBody::Read(bytes) => bytes,
+        RequestBody::Forward(body) => {
+            return pass(upstream, api, Request::from_parts(parts, body)).await
+        }
+        RequestBody::Failed(error) => {
+            let message = format!("the request body could not be read: {error}");
+            let status = StatusCode::BAD_REQUEST;
+            return Ok(error_response(api, status, "request_body_error", &message));
+        }
+        RequestBody::NoRoom => {
+            let message = "the guard holds as many bytes as it may; retry shortly";
+            let status = StatusCode::SERVICE_UNAVAILABLE;
+            return Ok(error_response(api, status, "guard_overloaded", message));
+        }
+    };
+    let json = match serde_json::from_slice::<Value>(&bytes) {
         Ok(json @ Value::Object(_)) => json,
         // Not a JSON object: nothing to guard, forward the bytes as they were.
         _ => return pass(upstream, api, with_body(parts, bytes, false)).await,
@@ -332,91 +265,12 @@ where
         );
         return pass(upstream, api, with_body(parts, bytes, false)).await;
     }
-    // The guard must read what comes back: a compressed stream would pass
-    // unjudged.
-    parts
-        .headers
-        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-
-    // Which conversation: the user's closure, then the header, then a hash of
-    // what stays the same across the conversation.
-    let conversation = config
-        .conversation_fn
-        .as_ref()
-        .and_then(|key| key(&parts, &json))
-        .or(header_key)
-        .map(|key| ConversationKey::from_bytes(key.as_bytes()))
-        .or_else(|| {
-            dialect.conversation_seed(&json).map(|seed| {
-                let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
-                keyed.extend_from_slice(&seed);
-                ConversationKey::from_bytes(&keyed)
-            })
-        });
-
-    let mut model = dialect.request_model(path_model.as_deref(), &json);
-    let streaming = dialect.is_streaming(&parts.uri, &json);
-    let mut rewritten = false;
-    let mut route = None;
-
-    // Sticky fallback: a conversation a fallback served goes there directly.
-    if let (Some(_), Some(key)) = (config.sticky_ttl, &conversation) {
-        let asked = config.store.sticky_route(key);
-        let bound = config.budget.deadline;
-        if let Some(sticky) = tokio::time::timeout(bound, asked).await.ok().flatten() {
-            if model.as_deref() != Some(sticky.as_str())
-                && dialect
-                    .swap_model(&mut parts.uri, &mut json, &sticky)
-                    .is_ok()
-            {
-                tracing::info!(from = ?model, to = %sticky, "sticky fallback route");
-                route = Some(StickyRoute {
-                    requested: model.clone(),
-                    routed_to: sticky.clone(),
-                });
-                model = Some(sticky);
-                rewritten = true;
-            }
-        }
-    }
-    if !config.retarget.is_empty() {
-        rewritten |= dialect.retarget_fallbacks(
-            &mut parts.headers,
-            &mut json,
-            &config.retarget,
-            model.as_deref(),
-            config.inject_fallbacks,
-        );
-    }
-    // Fallback credit is asked for when the default ladder has a chain to
-    // redeem it on.
-    let chain = match (&config.policy, model.as_deref()) {
-        (None, Some(model)) => config.ladder.chains().for_model(model),
-        _ => &[],
-    };
-    if config.fallback_credit && !chain.is_empty() {
-        dialect.request_fallback_credit(&mut parts.headers);
-    }
-
-    let call = Call {
-        route,
-        config: config.clone(),
-        dialect,
-        model: model.clone(),
-        conversation,
-        started,
-        handle: RefusalHandle::default(),
-    };
-    let template = Template {
-        parts,
-        json,
-        _share: Arc::new(share),
-    };
-    let original = if rewritten {
-        template.request(&template.json)
-    } else {
-        with_body(template.parts.clone(), bytes, false)
-    };
+    let request = (parts, json, bytes);
+    let mut outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
+    outbound.route_sticky(&config, dialect).await;
+    outbound.rewrite(&config, dialect);
+    let streaming = outbound.streaming;
+    let (call, template, original) = outbound.into_call(config, dialect, started, share);
 
     let sent = Instant::now();
     let response = match upstream.send(original).await {
