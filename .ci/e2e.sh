@@ -3,11 +3,15 @@
 #   1. the demo (no network) shows a rescue;
 #   2. the load check: 200 concurrent streams x 3 rounds through the proxy
 #      binary against the mock upstream; reports the proxy's peak RSS;
-#   3. examples/agent (reqwest + the layer) through `proxy --simulate`;
-#   4. the Claude Code CLI headless through `proxy --simulate`, if it can be
+#   3. the soak: 1,000 concurrent streams (half rescued) plus 200 clients
+#      that leave mid-hold, two rounds in each mode (default, --keepalive,
+#      --live-thinking); checks own bytes, no continuation for a client that
+#      left, file descriptors back to idle, no RSS growth; prints fds and RSS;
+#   4. examples/agent (reqwest + the layer) through `proxy --simulate`;
+#   5. the Claude Code CLI headless through `proxy --simulate`, if it can be
 #      installed from npm (skipped with a clear message if not; set
 #      REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 to skip on purpose);
-#   5. pytest with the pinned official anthropic and openai SDKs
+#   6. pytest with the pinned official anthropic and openai SDKs
 #      (tests/e2e/requirements.txt, installed into .venv).
 # Exits non-zero on any failure; pytest finding no tests counts as a failure.
 set -euo pipefail
@@ -51,6 +55,9 @@ grep -q 'outcome":"rescued"' "$WORK/demo.out"
 
 step "load: 200 concurrent streams through the proxy"
 "$EXAMPLES/load" --requests 200 --rounds 3
+
+step "soak: 1,000 streams + 200 leaving clients, every mode"
+"$EXAMPLES/soak"
 
 step "examples/agent through proxy --simulate"
 start_simulated_proxy agent

@@ -6,6 +6,8 @@
 //!   referral, the slowest path (cue, pivot and substance checks).
 //! * `detect/lecture`: a refusal found only by its condemnation of the act,
 //!   which reads the whole opening window.
+//! * `detect/sympathy_then_answer`: an answer opening with sympathy, which
+//!   is a signal, so what follows is weighed for delivered content.
 //! * `prefix_verdict/*`: what a streaming layer calls while holding back
 //!   text, on the first 512 bytes of each.
 //!
@@ -63,6 +65,18 @@ fn lecture() -> String {
     s
 }
 
+fn sympathy_then_answer() -> String {
+    let mut s = String::from(
+        "I'm sorry to hear your laptop keeps overheating, that sounds frustrating. \
+         Clean the vents with compressed air, keep it on a hard surface, and check \
+         the fan with `sensors` while it is under load. ",
+    );
+    while s.len() < 2 * 1024 {
+        s.push_str("Replace the thermal paste if the CPU idles above 60 °C after cleaning. ");
+    }
+    s
+}
+
 fn prefix(s: &str) -> &str {
     let mut end = DEFAULT_PREFIX_BYTES.min(s.len());
     while !s.is_char_boundary(end) {
@@ -76,10 +90,12 @@ fn bench(c: &mut Criterion) {
         ("ordinary_answer", ordinary_answer()),
         ("refusal", refusal()),
         ("lecture", lecture()),
+        ("sympathy_then_answer", sympathy_then_answer()),
     ];
     assert!(!detect(&texts[0].1).is_refusal());
     assert!(detect(&texts[1].1).is_refusal());
     assert!(detect(&texts[2].1).is_refusal());
+    assert!(!detect(&texts[3].1).is_refusal());
 
     let mut g = c.benchmark_group("detect");
     for (name, text) in &texts {

@@ -1,11 +1,20 @@
 //! Core behaviour on Anthropic Messages, through the public API.
-mod common;
+mod support;
 
-use common::*;
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RefusalKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use refusal_guard::refusal::{
+    AttemptResult, AttemptStep, DeadReason, ErrorCategory, RefusalKind, RefusalSignal,
+};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
-use tower::Layer;
+use serde_json::{json, Value};
+use support::events::*;
+use support::*;
+use tower::{Layer, Service, ServiceExt};
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
@@ -13,48 +22,33 @@ const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt
 #[tokio::test]
 async fn non_refusal_stream_is_byte_identical() {
     let fixture = fixture(TEXT);
-    let upstream = Upstream::new(vec![Reply::sse(&fixture)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "hi")),
-    )
-    .await;
-    assert_eq!(body, fixture);
-    assert_eq!(upstream.seen().len(), 1);
-    assert!(sink.records().is_empty());
-    let handle = parts.extensions.get::<RefusalHandle>().expect("handle");
+    let replies = vec![Reply::sse(&fixture)];
+    let request = messages("m", true, "hi");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    done.assert_untouched(&fixture);
+    let handle = done
+        .parts
+        .extensions
+        .get::<RefusalHandle>()
+        .expect("handle");
     assert!(handle.is_settled());
     assert_eq!(handle.get(), None);
 }
 
 #[tokio::test]
 async fn empty_refusal_is_rescued_with_one_continuation() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post(
-            "/v1/messages",
-            &messages_request("claude-opus-4-7", true, "scan my host"),
-        ),
-    )
-    .await;
+    ];
+    let request = messages("claude-opus-4-7", true, "scan my host");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
-        body,
+        done.body,
         fixture(TEXT),
         "the client receives only the continuation"
     );
-    let seen = upstream.seen();
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     let continuation = seen[1].json();
     let last = continuation["messages"]
@@ -69,48 +63,25 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
         .unwrap()
         .to_owned();
     assert!(note.contains("cyber"), "{note}");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.kind, RefusalKind::Empty);
     assert_eq!(refusal.category.as_deref(), Some("cyber"));
-    let records = sink.records();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].outcome, Outcome::Rescued);
-    assert_eq!(records[0].attempts.len(), 2);
-    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
-    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+    let records = done.sink.records();
+    assert_rescued_on_the_second_attempt(&records);
 }
 
 #[tokio::test]
 async fn rescue_off_delivers_original_dead() {
     let refusal = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .rescue(false)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, refusal);
-    assert_eq!(upstream.seen().len(), 1);
-    let records = sink.records();
+    let layer = RefusalGuardLayer::new().rescue(false);
+    let done = exchange(layer, vec![Reply::sse(&refusal)], messages("m", true, "x")).await;
+    assert_eq!(done.body, refusal);
+    assert_eq!(done.upstream.seen().len(), 1);
+    let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Dead);
     assert_eq!(records[0].reason, Some(DeadReason::RescueOff));
 }
-
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-use bytes::Bytes;
-use common::events::*;
-use http_body_util::{BodyExt, Full};
-use refusal_guard::refusal::{ErrorCategory, RefusalSignal};
-use serde_json::{json, Value};
-use tower::{Service, ServiceExt};
 
 fn guard_with(
     upstream: &Upstream,
@@ -195,15 +166,10 @@ async fn whitespace_text_and_redacted_thinking_are_not_output() {
         message_stop(),
     ]);
     let answer = anthropic_stream(&text_answer("m", "ok"));
-    let upstream = Upstream::new(vec![Reply::sse(&refusal), Reply::sse(&answer)]);
-    let sink = MemorySink::new();
-    let (_, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, answer);
-    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+    let replies = vec![Reply::sse(&refusal), Reply::sse(&answer)];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
@@ -218,20 +184,16 @@ async fn dangling_tool_use_is_a_partial_refusal_left_alone() {
         refusal(Some("cyber"), None),
         message_stop(),
     ]);
-    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
-    assert_eq!(upstream.seen().len(), 1);
-    let records = sink.records();
+    let replies = vec![Reply::sse(&stream)];
+    let request = messages("m", true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, stream);
+    assert_eq!(done.upstream.seen().len(), 1);
+    let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Partial);
-    // Known only once the body ended: through the handle, not up front.
-    assert!(parts.extensions.get::<Refusal>().is_none());
-    let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+    // Known only once the done.body ended: through the handle, not up front.
+    assert!(done.refusal().is_none());
+    let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
     assert_eq!(handle.settled().await.unwrap().kind, RefusalKind::Partial);
 }
 
@@ -239,15 +201,10 @@ async fn dangling_tool_use_is_a_partial_refusal_left_alone() {
 async fn refused_continuation_delivers_the_original_byte_exact() {
     let original = anthropic_stream(&think_then_refuse("m", "cyber"));
     let again = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&original), Reply::sse(&again)]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, original);
-    let record = &sink.records()[0];
+    let replies = vec![Reply::sse(&original), Reply::sse(&again)];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, original);
+    let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, Some(DeadReason::StillRefused));
     let results: Vec<_> = record.attempts.iter().map(|a| (a.step, a.result)).collect();
@@ -259,7 +216,7 @@ async fn refused_continuation_delivers_the_original_byte_exact() {
         ]
     );
     assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().reason,
+        done.refusal().unwrap().reason,
         Some(DeadReason::StillRefused)
     );
 }
@@ -282,17 +239,16 @@ async fn failing_continuation_delivers_the_original() {
         Reply::Fail,
     ] {
         let original = fixture(EMPTY_REFUSAL);
-        let upstream = Upstream::new(vec![Reply::sse(&original), failure]);
-        let sink = MemorySink::new();
-        let (parts, body) = call(
-            &mut guard_with(&upstream, &sink),
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
-        assert_eq!(body, original);
-        assert_eq!(parts.status, 200);
-        assert_eq!(sink.records()[0].reason, Some(DeadReason::UpstreamError));
-        assert_eq!(upstream.seen().len(), 2);
+        let replies = vec![Reply::sse(&original), failure];
+        let request = messages("m", true, "x");
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, original);
+        assert_eq!(done.parts.status, 200);
+        assert_eq!(
+            done.sink.records()[0].reason,
+            Some(DeadReason::UpstreamError)
+        );
+        assert_eq!(done.upstream.seen().len(), 2);
     }
 }
 
@@ -301,12 +257,7 @@ async fn one_rescue_per_conversation_until_real_output() {
     let upstream = Upstream::new(vec![]);
     let sink = MemorySink::new();
     let mut guard = guard_with(&upstream, &sink);
-    let request = || {
-        post(
-            "/v1/messages",
-            &messages_request("m", true, "the same first turn"),
-        )
-    };
+    let request = || messages("m", true, "the same first turn");
     let refusal = fixture(EMPTY_REFUSAL);
 
     // 1: refused, rescue refused too.
@@ -321,14 +272,7 @@ async fn one_rescue_per_conversation_until_real_output() {
     // Another conversation is not affected.
     upstream.push(Reply::sse(&refusal));
     upstream.push(Reply::sse(&fixture(TEXT)));
-    call(
-        &mut guard,
-        post(
-            "/v1/messages",
-            &messages_request("m", true, "another conversation"),
-        ),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "another conversation")).await;
     assert_eq!(sink.records()[2].outcome, Outcome::Rescued);
     // 3: real output in the first conversation clears its count...
     upstream.push(Reply::sse(&fixture(TEXT)));
@@ -344,18 +288,8 @@ async fn one_rescue_per_conversation_until_real_output() {
 
 /// An upstream that refuses originals and answers continuations, whatever
 /// order concurrent requests arrive in.
-fn judging_upstream(
-    continuation_answers: bool,
-    requests: Arc<AtomicUsize>,
-) -> impl Service<
-    http::Request<Full<Bytes>>,
-    Response = http::Response<Chunked>,
-    Error = tower::BoxError,
-    Future = impl Send,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(move |request: http::Request<Full<Bytes>>| {
+fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> impl MockInner {
+    answering(move |request: http::Request<Full<Bytes>>| {
         let requests = requests.clone();
         async move {
             requests.fetch_add(1, Ordering::SeqCst);
@@ -369,10 +303,7 @@ fn judging_upstream(
             } else {
                 anthropic_stream(&think_then_refuse("m", "cyber"))
             };
-            Ok(http::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Chunked::new(vec![stream]))
-                .unwrap())
+            sse_response(Chunked::chunks(vec![stream]))
         }
     })
 }
@@ -420,7 +351,7 @@ async fn concurrent_refusals_in_one_conversation_get_one_rescue() {
         .map(|_| {
             let guard = guard.clone();
             tokio::spawn(async move {
-                let request = post("/v1/messages", &messages_request("m", true, "same"));
+                let request = messages("m", true, "same");
                 let response = guard.oneshot(request).await.unwrap();
                 response.into_body().collect().await.unwrap().to_bytes()
             })
@@ -460,20 +391,12 @@ async fn the_runtime_switch_turns_rescue_off_and_on() {
     let mut guard = layer.layer(upstream.service());
     switch.set(false);
     upstream.push(Reply::sse(&fixture(EMPTY_REFUSAL)));
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "a")),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "a")).await;
     assert_eq!(sink.records()[0].reason, Some(DeadReason::RescueOff));
     switch.set(true);
     upstream.push(Reply::sse(&fixture(EMPTY_REFUSAL)));
     upstream.push(Reply::sse(&fixture(TEXT)));
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "b")),
-    )
-    .await;
+    call(&mut guard, messages("m", true, "b")).await;
     assert_eq!(sink.records()[1].outcome, Outcome::Rescued);
 }
 
@@ -511,16 +434,12 @@ async fn bad_streams_pass_through_untouched() {
         ("empty", Bytes::new()),
     ];
     for (name, stream) in cases {
-        let upstream = Upstream::new(vec![Reply::Sse(vec![stream.clone()])]);
-        let sink = MemorySink::new();
-        let (_, body) = call(
-            &mut guard_with(&upstream, &sink),
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
-        assert_eq!(body, stream, "{name}");
-        assert_eq!(upstream.seen().len(), 1, "{name}");
-        assert!(sink.records().is_empty(), "{name}");
+        let replies = vec![Reply::Sse(vec![stream.clone()])];
+        let request = messages("m", true, "x");
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, stream, "{name}");
+        assert_eq!(done.upstream.seen().len(), 1, "{name}");
+        assert!(done.sink.records().is_empty(), "{name}");
     }
 }
 
@@ -529,27 +448,15 @@ async fn upstream_errors_are_propagated_as_they_came() {
     // The inner service fails: the caller gets that error.
     let upstream = Upstream::new(vec![Reply::Fail]);
     let sink = MemorySink::new();
-    let mut guard = guard_with(&upstream, &sink);
-    let error = guard
-        .ready()
-        .await
-        .unwrap()
-        .call(post("/v1/messages", &messages_request("m", true, "x")))
-        .await
-        .unwrap_err();
+    let guard = guard_with(&upstream, &sink);
+    let error = guard.oneshot(messages("m", true, "x")).await.unwrap_err();
     assert_eq!(error.to_string(), "connection refused");
 
     // The body fails while held: what arrived, then the error.
     let head = anthropic_stream(&[message_start("m"), ping()]);
     let upstream = Upstream::new(vec![Reply::SseThenError(vec![head.clone()])]);
-    let mut guard = guard_with(&upstream, &sink);
-    let response = guard
-        .ready()
-        .await
-        .unwrap()
-        .call(post("/v1/messages", &messages_request("m", true, "x")))
-        .await
-        .unwrap();
+    let guard = guard_with(&upstream, &sink);
+    let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, head);
@@ -568,72 +475,70 @@ async fn other_endpoints_pass_through_unread() {
         ("GET", "/v1/messages"),
         ("POST", "/v1/complete"),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-        let sink = MemorySink::new();
         let body = Bytes::from_static(b"{\"model\":\"m\",\"stream\":true,\"messages\":[]}");
         let request = http::Request::builder()
             .method(method)
             .uri(format!("https://api.anthropic.com{path}"))
             .body(Full::new(body.clone()))
             .unwrap();
-        let (parts, out) = call(&mut guard_with(&upstream, &sink), request).await;
-        assert_eq!(out, refusal, "{path}");
-        assert_eq!(upstream.seen()[0].body, body, "{path}");
-        assert_eq!(upstream.seen().len(), 1, "{path}");
-        assert!(parts.extensions.get::<RefusalHandle>().is_none(), "{path}");
-        assert!(sink.records().is_empty());
+        let replies = vec![Reply::sse(&refusal)];
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, refusal, "{path}");
+        assert_eq!(done.upstream.seen()[0].body, body, "{path}");
+        assert_eq!(done.upstream.seen().len(), 1, "{path}");
+        assert!(
+            done.parts.extensions.get::<RefusalHandle>().is_none(),
+            "{path}"
+        );
+        assert!(done.sink.records().is_empty());
     }
 }
 
 #[tokio::test]
 async fn a_base_path_prefix_is_still_guarded() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let (_, body) = call(
-        &mut guard_with(&upstream, &sink),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
         post(
             "/proxy/anthropic/v1/messages",
             &messages_request("m", true, "x"),
         ),
     )
     .await;
-    assert_eq!(body, fixture(TEXT));
+    assert_eq!(done.body, fixture(TEXT));
 }
 
 #[tokio::test]
 async fn a_request_over_the_body_limit_is_forwarded_unguarded() {
     let refusal = fixture(EMPTY_REFUSAL);
-    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_request_body(64)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let request = messages_request("m", true, &"long prompt ".repeat(20));
     let bytes = serde_json::to_vec(&request).unwrap();
-    let (_, body) = call(&mut guard, post("/v1/messages", &request)).await;
-    assert_eq!(body, refusal, "not judged, so not recovered");
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(upstream.seen()[0].body, bytes);
-    assert!(sink.records().is_empty());
+    let layer = RefusalGuardLayer::new().max_request_body(64);
+    let replies = vec![Reply::sse(&refusal)];
+    let request = post("/v1/messages", &request);
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, refusal, "not judged, so not recovered");
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.upstream.seen()[0].body, bytes);
+    assert!(done.sink.records().is_empty());
 }
 
 #[tokio::test]
 async fn unrewritten_requests_reach_upstream_byte_identical() {
-    let upstream = Upstream::new(vec![Reply::sse(&fixture(TEXT))]);
-    let sink = MemorySink::new();
     // Odd spacing and key order that a re-serialisation would change.
     let raw = Bytes::from_static(b"{ \"stream\" : true, \"model\":\"m\",  \"max_tokens\": 5, \"messages\": [{\"role\":\"user\",\"content\":\"hi\"}] }");
     let request = http::Request::post("https://api.anthropic.com/v1/messages")
         .header("x-api-key", "k")
         .body(Full::new(raw.clone()))
         .unwrap();
-    call(&mut guard_with(&upstream, &sink), request).await;
-    assert_eq!(upstream.seen()[0].body, raw);
-    assert_eq!(upstream.seen()[0].headers["x-api-key"], "k");
+    let replies = vec![Reply::sse(&fixture(TEXT))];
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.upstream.seen()[0].body, raw);
+    assert_eq!(done.upstream.seen()[0].headers["x-api-key"], "k");
 }
 
 #[tokio::test]
@@ -643,7 +548,7 @@ async fn the_conversation_header_keys_the_ledger_and_is_not_forwarded() {
     let mut guard = guard_with(&upstream, &sink);
     let refusal = fixture(EMPTY_REFUSAL);
     for (i, first_turn) in ["one", "two"].iter().enumerate() {
-        let mut request = post("/v1/messages", &messages_request("m", true, first_turn));
+        let mut request = messages("m", true, first_turn);
         request.headers_mut().insert(
             "x-refusal-guard-conversation",
             "session-42".parse().unwrap(),
@@ -691,7 +596,7 @@ async fn a_closure_can_name_the_conversation() {
     upstream.push(Reply::sse(&refusal));
     upstream.push(Reply::sse(&refusal));
     for first_turn in ["a", "b"] {
-        let mut request = post("/v1/messages", &messages_request("m", true, first_turn));
+        let mut request = messages("m", true, first_turn);
         request
             .headers_mut()
             .insert("x-user", "alice".parse().unwrap());
@@ -704,20 +609,12 @@ async fn a_closure_can_name_the_conversation() {
 async fn json_empty_refusal_is_rescued_with_json() {
     let refusal = fixture("anthropic/vercel-ai/anthropic-refusal.json");
     let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
-    let upstream = Upstream::new(vec![Reply::Json(refusal), Reply::Json(answer.clone())]);
-    let sink = MemorySink::new();
-    let (parts, body) = call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &messages_request("m", false, "x")),
-    )
-    .await;
-    assert_eq!(body, answer);
-    assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().outcome,
-        Outcome::Rescued
-    );
-    assert!(note_of(&upstream.seen()[1]).contains("cyber"));
-    assert_eq!(upstream.seen()[1].json()["stream"], false);
+    let replies = vec![Reply::Json(refusal), Reply::Json(answer.clone())];
+    let done = exchange(RefusalGuardLayer::new(), replies, messages("m", false, "x")).await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Rescued);
+    assert!(note_of(&done.upstream.seen()[1]).contains("cyber"));
+    assert_eq!(done.upstream.seen()[1].json()["stream"], false);
 }
 
 #[tokio::test]
@@ -754,11 +651,6 @@ async fn the_note_follows_tool_results_in_the_last_user_turn() {
 
 #[tokio::test]
 async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
     let request = json!({
         "model": "m", "stream": true, "max_tokens": 100,
         "messages": [
@@ -766,12 +658,13 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
             {"role": "assistant", "content": "Sure,"},
         ]
     });
-    call(
-        &mut guard_with(&upstream, &sink),
-        post("/v1/messages", &request),
-    )
-    .await;
-    let sent = upstream.seen()[1].json();
+    let replies = vec![
+        Reply::sse(&fixture(EMPTY_REFUSAL)),
+        Reply::sse(&fixture(TEXT)),
+    ];
+    let request = post("/v1/messages", &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    let sent = done.upstream.seen()[1].json();
     let messages = sent["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 3);
     assert_eq!(messages[2]["role"], "user");
@@ -779,21 +672,15 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
 
 #[tokio::test]
 async fn a_custom_note_is_used() {
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new().rescue_note(
+        refusal_guard::recovery::RescueNote::template("CUSTOM {category}"),
+    );
+    let replies = vec![
         Reply::sse(&fixture(EMPTY_REFUSAL)),
         Reply::sse(&fixture(TEXT)),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .rescue_note(refusal_guard::recovery::RescueNote::template(
-            "CUSTOM {category}",
-        ))
-        .layer(upstream.service());
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(note_of(&upstream.seen()[1]), "CUSTOM cyber");
+    ];
+    let done = exchange(layer, replies, messages("m", true, "x")).await;
+    assert_eq!(note_of(&done.upstream.seen()[1]), "CUSTOM cyber");
 }
 
 #[tokio::test]
@@ -809,23 +696,15 @@ async fn a_long_hold_commits_and_a_late_refusal_is_recorded() {
     events.push(refusal(Some("cyber"), None));
     events.push(message_stop());
     let stream = anthropic_stream(&events);
-    let upstream = Upstream::new(vec![Reply::Sse(split_at(
+    let layer = RefusalGuardLayer::new().max_hold_bytes(1024);
+    let replies = vec![Reply::Sse(split_at(
         &stream,
         &(1..40).map(|i| i * 200).collect::<Vec<_>>(),
-    ))]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_hold_bytes(1024)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(sink.records()[0].reason, Some(DeadReason::HoldLimit));
+    ))];
+    let done = exchange(layer, replies, messages("m", true, "x")).await;
+    assert_eq!(done.body, stream);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.sink.records()[0].reason, Some(DeadReason::HoldLimit));
 }
 
 #[tokio::test]
@@ -837,11 +716,7 @@ async fn a_panicking_sink_does_not_fail_the_request() {
     let mut guard = RefusalGuardLayer::new()
         .telemetry(|_: &refusal_guard::telemetry::RefusalRecord| panic!("sink broke"))
         .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
+    let (_, body) = call(&mut guard, messages("m", true, "x")).await;
     assert_eq!(body, fixture(TEXT));
 }
 
@@ -865,18 +740,6 @@ async fn an_unreadable_body_is_forwarded_as_sent_without_the_guards_header() {
 
 #[tokio::test]
 async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(
-            refusal_guard::recovery::FallbackChains::new()
-                .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
-        )
-        .layer(upstream.service());
     let body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64, "stream": true,
         "messages": [{"role": "user", "content": "x"}]});
     let bytes = serde_json::to_vec(&body).unwrap();
@@ -884,13 +747,21 @@ async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
     let request = http::Request::post(path)
         .body(Full::new(Bytes::from(bytes)))
         .unwrap();
-    let (_, out) = call(&mut guard, request).await;
-    assert_eq!(out, fixture(TEXT));
+    let layer = RefusalGuardLayer::new().fallback_chains(
+        refusal_guard::recovery::FallbackChains::new()
+            .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
+    );
+    let replies = vec![
+        Reply::sse(&fixture(EMPTY_REFUSAL)),
+        Reply::sse(&fixture(TEXT)),
+    ];
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, fixture(TEXT));
     assert_eq!(
-        upstream.seen()[1].uri.path(),
+        done.upstream.seen()[1].uri.path(),
         "/models/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict"
     );
-    assert_eq!(sink.records()[0].outcome, Outcome::Fallback);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Fallback);
 }
 
 #[tokio::test]
@@ -910,19 +781,10 @@ async fn a_frame_over_the_framer_limit_is_skipped_and_a_later_refusal_still_reco
             .map(|i| i * 65_536)
             .collect::<Vec<_>>(),
     );
-    let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .max_hold_bytes(1000)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream, "every byte, as sent");
-    let records = sink.records();
+    let layer = RefusalGuardLayer::new().max_hold_bytes(1000);
+    let done = exchange(layer, vec![Reply::Sse(chunks)], messages("m", true, "x")).await;
+    assert_eq!(done.body, stream, "every byte, as sent");
+    let records = done.sink.records();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].reason, Some(DeadReason::HoldLimit));
     assert_eq!(records[0].category.as_deref(), Some("cyber"));

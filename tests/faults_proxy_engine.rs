@@ -4,18 +4,17 @@
 //! sent) and the record.
 #![cfg(feature = "proxy")]
 
-#[path = "support/raw_upstream.rs"]
-mod raw_upstream;
+mod support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

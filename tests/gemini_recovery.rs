@@ -1,9 +1,8 @@
 //! The recovery ladder on Gemini and Vertex AI (and Claude on Vertex AI),
 //! through the public API.
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use http::Request;
 use http_body_util::Full;
 use refusal_guard::recovery::FallbackChains;
@@ -11,8 +10,9 @@ use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
 use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use refusal_guard::{Outcome, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::*;
 use tower::Layer;
 
 const GEMINI_API: &str = "https://generativelanguage.googleapis.com";
@@ -58,16 +58,17 @@ fn gemini_post(url: &str, body: &Value) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// A streamed request to `gemini-2.5-pro` with this user text.
+fn stream_request(user: &str) -> Request<Full<Bytes>> {
+    gemini_post(&stream_url("gemini-2.5-pro"), &body(user))
+}
+
 fn stream_url(model: &str) -> String {
     format!("{GEMINI_API}/v1beta/models/{model}:streamGenerateContent?alt=sse&key=abc")
 }
 
 fn unary_url(model: &str) -> String {
     format!("{GEMINI_API}/v1/models/{model}:generateContent")
-}
-
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain("gemini-2.5-pro", ["gemini-2.5-flash"])
 }
 
 /// The note the rescue appended: the last user turn's last text part.
@@ -83,24 +84,18 @@ fn appended_note(request: &Value, turns_before: usize) -> String {
 
 #[tokio::test]
 async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(EMPTY_SAFETY_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let original = body("Audit my firewall rules.");
     let url = stream_url("gemini-2.5-pro");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &original)).await;
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
+    let request = gemini_post(&url, &original);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
-        out,
+        done.body,
         ok_stream(),
         "the client receives only the continuation"
     );
 
-    let seen = upstream.seen();
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].uri.to_string(), url, "same model, same query");
     let continuation = seen[1].json();
@@ -118,7 +113,7 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
         original["generationConfig"]
     );
 
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.kind, RefusalKind::Empty);
     assert_eq!(refusal.provider, Provider::Google);
@@ -126,12 +121,8 @@ async fn empty_stream_refusal_is_rescued_with_a_valid_continuation() {
     assert_eq!(refusal.signal, RefusalSignal::StopReason);
     assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
-    let records = sink.records();
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0].outcome, Outcome::Rescued);
-    assert_eq!(records[0].attempts.len(), 2);
-    assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
-    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+    let records = done.sink.records();
+    assert_rescued_on_the_second_attempt(&records);
 }
 
 #[tokio::test]
@@ -139,30 +130,23 @@ async fn empty_json_refusal_is_rescued_with_a_valid_continuation() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     // A two-turn conversation: the note goes after the last user turn.
     let mut request = body("First question.");
     request["contents"].as_array_mut().unwrap().extend([
         json!({"role": "model", "parts": [{"text": "First answer."}]}),
         json!({"role": "user", "parts": [{"text": "Second question."}]}),
     ]);
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&unary_url("gemini-2.5-pro"), &request),
-    )
-    .await;
-    assert_eq!(out, ok_json());
-    let seen = upstream.seen();
+    let replies = vec![Reply::Json(refused), Reply::Json(ok_json())];
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, ok_json());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     let note = appended_note(&seen[1].json(), 3);
     assert!(note.contains("SAFETY"), "{note}");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
-    assert_eq!(sink.records()[0].category.as_deref(), Some("SAFETY"));
+    assert_eq!(done.sink.records()[0].category.as_deref(), Some("SAFETY"));
 }
 
 #[tokio::test]
@@ -187,44 +171,30 @@ async fn partial_refusals_are_left_alone() {
     ];
     for (url, reply, expected, category) in cases {
         // One scripted reply only: a second request would panic the mock.
-        let upstream = Upstream::new(vec![reply]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .fallback_chains(FallbackChains::new().chain("gemini-2.0-flash", ["gemini-2.5-flash"]))
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(&url, &body("Quote it."))).await;
-        assert_eq!(out, expected, "{url}");
-        assert_eq!(upstream.seen().len(), 1, "{url}");
-        let records = sink.records();
+        let layer = RefusalGuardLayer::new()
+            .fallback_chains(FallbackChains::new().chain("gemini-2.0-flash", ["gemini-2.5-flash"]));
+        let done = exchange(layer, vec![reply], gemini_post(&url, &body("Quote it."))).await;
+        assert_eq!(done.body, expected, "{url}");
+        assert_eq!(done.upstream.seen().len(), 1, "{url}");
+        let records = done.sink.records();
         assert_eq!(records.len(), 1, "{url}");
         assert_eq!(records[0].outcome, Outcome::Partial);
         assert_eq!(records[0].kind, Some(RefusalKind::Partial));
         assert_eq!(records[0].category.as_deref(), Some(category));
-        let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+        let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.get().unwrap().outcome, Outcome::Partial);
     }
 }
 
 #[tokio::test]
 async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(EMPTY_SAFETY_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
     let original = body("Audit my firewall rules.");
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &original),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let seen = upstream.seen();
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &original);
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, ok_stream());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
@@ -234,9 +204,9 @@ async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
     );
     assert_eq!(seen[1].json(), original, "a hop sends the same body");
     assert_eq!(seen[1].headers.get("x-goog-api-key").unwrap(), "test-key");
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records[0].attempts[1].step, AttemptStep::Fallback);
     assert_eq!(
         records[0].attempts[1].model.as_deref(),
@@ -249,70 +219,47 @@ async fn fallback_hop_swaps_the_model_in_the_vertex_path() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(ok_json())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
     let url = format!("{VERTEX}/models/gemini-2.5-pro:generateContent?$alt=json");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-    assert_eq!(out, ok_json());
-    let seen = upstream.seen();
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::Json(refused), Reply::Json(ok_json())];
+    let done = exchange(layer, replies, gemini_post(&url, &body("x"))).await;
+    assert_eq!(done.body, ok_json());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
         format!("{VERTEX}/models/gemini-2.5-flash:generateContent?$alt=json")
     );
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
-    assert_eq!(sink.records()[0].provider, Some(Provider::Google));
+    assert_eq!(done.sink.records()[0].provider, Some(Provider::Google));
 }
 
 #[tokio::test]
 async fn blocked_prompts_are_recoverable_like_empty_refusals() {
     // Recorded single-chunk block, rescued.
     let blocked = fixture(&format!("{G}streaming-failure-prompt-blocked-safety.txt"));
-    let upstream = Upstream::new(vec![Reply::sse(&blocked), Reply::sse(&ok_stream())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let replies = vec![Reply::sse(&blocked), Reply::sse(&ok_stream())];
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(refusal.category.as_deref(), Some("SAFETY"));
-    let note = appended_note(&upstream.seen()[1].json(), 1);
+    let note = appended_note(&done.upstream.seen()[1].json(), 1);
     assert!(note.contains("SAFETY"), "{note}");
 
     // Hand-written late block (after chunks without output), on a fallback.
-    let upstream = Upstream::new(vec![
-        Reply::sse(LATE_BLOCK_STREAM),
-        Reply::sse(&ok_stream()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("y")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(LATE_BLOCK_STREAM), Reply::sse(&ok_stream())];
+    let done = exchange(layer, replies, stream_request("y")).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
-    assert!(upstream.seen()[1]
+    assert!(done.upstream.seen()[1]
         .uri
         .path()
         .ends_with("/models/gemini-2.5-flash:streamGenerateContent"));
@@ -321,48 +268,36 @@ async fn blocked_prompts_are_recoverable_like_empty_refusals() {
 #[tokio::test]
 async fn a_refused_continuation_delivers_the_original_byte_exact() {
     let refused = fixture(&format!("{V}unary-failure-prompt-blocked-safety.json"));
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Json(refused.clone()),
         Reply::Json(fixture(&format!(
             "{V}unary-failure-finish-reason-safety-no-content.json"
         ))),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
+    ];
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
-        out, refused,
+        done.body, refused,
         "the original refusal, as the provider sent it"
     );
-    assert_eq!(upstream.seen().len(), 2);
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    assert_eq!(done.upstream.seen().len(), 2);
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Dead);
     assert_eq!(refusal.reason, Some(DeadReason::StillRefused));
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records[0].attempts[1].result, AttemptResult::Refused);
 
     // Streaming: the same, and the original stream comes back whole.
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Sse(split_at(
             &Bytes::from_static(EMPTY_SAFETY_STREAM),
             &[7, 100, 101],
         )),
         Reply::sse(LATE_BLOCK_STREAM),
-    ]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let (_, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("z")),
-    )
-    .await;
-    assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
+    ];
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("z")).await;
+    assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
 }
 
 #[tokio::test]
@@ -404,27 +339,21 @@ async fn stream_method_without_sse_is_judged_as_a_json_array() {
     let answer = Bytes::from_static(
         br#"[{"candidates": [{"content": {"parts": [{"text": "Here it is."}], "role": "model"}, "finishReason": "STOP"}]}]"#,
     );
-    let upstream = Upstream::new(vec![Reply::Json(refused), Reply::Json(answer.clone())]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let url = format!("{GEMINI_API}/v1beta/models/gemini-2.5-pro:streamGenerateContent");
-    let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-    assert_eq!(out, answer);
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let replies = vec![Reply::Json(refused), Reply::Json(answer.clone())];
+    let request = gemini_post(&url, &body("x"));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, answer);
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.category.as_deref(), Some("PROHIBITED_CONTENT"));
-    assert_eq!(upstream.seen()[1].uri.to_string(), url);
+    assert_eq!(done.upstream.seen()[1].uri.to_string(), url);
 }
 
 #[tokio::test]
 async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
     let refused = fixture("anthropic/anthropic-sdk-python/refusal_response.txt");
     let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
-    let upstream = Upstream::new(vec![Reply::sse(&refused), Reply::sse(&answer)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
-        .layer(upstream.service());
     let base = "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/publishers/anthropic/models";
     let request = json!({
         "anthropic_version": "vertex-2023-10-16",
@@ -432,16 +361,20 @@ async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
         "stream": true,
         "messages": [{"role": "user", "content": "scan my host"}],
     });
-    let (parts, out) = call(
-        &mut guard,
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]));
+    let replies = vec![Reply::sse(&refused), Reply::sse(&answer)];
+    let done = exchange(
+        layer,
+        replies,
         gemini_post(
             &format!("{base}/claude-opus-4-7:streamRawPredict"),
             &request,
         ),
     )
     .await;
-    assert_eq!(out, answer);
-    let seen = upstream.seen();
+    assert_eq!(done.body, answer);
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(
         seen[1].uri.to_string(),
@@ -451,12 +384,12 @@ async fn claude_on_vertex_goes_to_the_anthropic_dialect() {
         seen[1].json().get("model").is_none(),
         "model stays in the path"
     );
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.provider, Provider::Anthropic);
     assert_eq!(refusal.wire_api, WireApi::AnthropicMessages);
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.model.as_deref(), Some("claude-opus-4-7"));
-    assert_eq!(sink.records()[0].category.as_deref(), Some("cyber"));
+    assert_eq!(done.sink.records()[0].category.as_deref(), Some("cyber"));
 }
 
 #[tokio::test]
@@ -473,27 +406,23 @@ async fn other_google_endpoints_pass_through_unguarded() {
         "https://x-aiplatform.googleapis.com/v1/projects/p/locations/l/publishers/meta/models/llama:generateContent".to_owned(),
     ];
     for url in urls {
-        let upstream = Upstream::new(vec![Reply::sse(&refused)]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(&url, &body("x"))).await;
-        assert_eq!(out, refused, "{url}");
+        let replies = vec![Reply::sse(&refused)];
+        let request = gemini_post(&url, &body("x"));
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, refused, "{url}");
         assert!(
-            parts.extensions.get::<RefusalHandle>().is_none(),
+            done.parts.extensions.get::<RefusalHandle>().is_none(),
             "{url}: guarded"
         );
-        assert!(sink.is_empty(), "{url}");
+        assert!(done.sink.is_empty(), "{url}");
     }
     // A model listing (GET) is not guarded either.
-    let upstream = Upstream::new(vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let request = Request::get(format!("{GEMINI_API}/v1beta/models"))
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let (parts, _) = call(&mut guard, request).await;
-    assert!(parts.extensions.get::<RefusalHandle>().is_none());
+    let replies = vec![Reply::Json(Bytes::from_static(b"{\"models\": []}"))];
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert!(done.parts.extensions.get::<RefusalHandle>().is_none());
 }
 
 #[tokio::test]
@@ -521,21 +450,13 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
             } else {
                 split_at(&body_bytes, &rng.cuts(body_bytes.len(), 1 + round * 5))
             };
-            let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
-            let sink = MemorySink::new();
-            let mut guard = RefusalGuardLayer::new()
-                .telemetry(sink.clone())
-                .fallback_chains(chains())
-                .layer(upstream.service());
-            let (parts, out) = call(
-                &mut guard,
-                gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-            )
-            .await;
-            assert_eq!(out, body_bytes);
-            assert!(sink.is_empty());
-            assert_eq!(upstream.seen().len(), 1);
-            let handle = parts.extensions.get::<RefusalHandle>().unwrap();
+            let layer = RefusalGuardLayer::new().fallback_chains(chains());
+            let replies = vec![Reply::Sse(chunks)];
+            let done = exchange(layer, replies, stream_request("x")).await;
+            assert_eq!(done.body, body_bytes);
+            assert!(done.sink.is_empty());
+            assert_eq!(done.upstream.seen().len(), 1);
+            let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
             assert!(handle.is_settled());
             assert_eq!(handle.get(), None);
         }
@@ -543,31 +464,23 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
 
     // HTTP errors: the status and body as sent, no recovery.
     let error = fixture(&format!("{V}unary-failure-quota-exceeded.json"));
-    let upstream = Upstream::new(vec![Reply::Status(429, error.clone())]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&unary_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(parts.status, 429);
-    assert_eq!(out, error);
-    assert_eq!(upstream.seen().len(), 1);
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::Status(429, error.clone())];
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.parts.status, 429);
+    assert_eq!(done.body, error);
+    assert_eq!(done.upstream.seen().len(), 1);
 
     // A connection that drops before any output: the error reaches the
     // client, no recovery is attempted.
     let upstream = Upstream::new(vec![Reply::SseThenError(vec![Bytes::from_static(
-        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
+        b"data: {\"candidates\": [{\"content\": {\"done.parts\": [{\"text\": \"\"}]}}]}\r\n\r\n",
     )])]);
     let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let response = tower::ServiceExt::oneshot(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await
-    .unwrap();
+    let response = tower::ServiceExt::oneshot(&mut guard, stream_request("x"))
+        .await
+        .unwrap();
     let collected = http_body_util::BodyExt::collect(response.into_body()).await;
     assert!(collected.is_err());
     assert_eq!(upstream.seen().len(), 1);
@@ -591,18 +504,10 @@ async fn a_raw_error_body_on_a_recovery_attempt_is_an_upstream_error() {
         fixture(&format!("{V}streaming-failure-api-key.txt")),
         fixture(&format!("{G}streaming-failure-image-rejected.txt")),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)]);
-        let sink = MemorySink::new();
-        let mut guard = RefusalGuardLayer::new()
-            .telemetry(sink.clone())
-            .layer(upstream.service());
-        let (_, out) = call(
-            &mut guard,
-            gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-        )
-        .await;
-        assert_eq!(out, Bytes::from_static(EMPTY_SAFETY_STREAM));
-        let records = sink.records();
+        let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&error)];
+        let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
+        assert_eq!(done.body, Bytes::from_static(EMPTY_SAFETY_STREAM));
+        let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Dead);
         assert_eq!(records[0].reason, Some(DeadReason::UpstreamError));
         assert_eq!(records[0].attempts[1].result, AttemptResult::HttpError);
@@ -630,14 +535,12 @@ async fn recognised_under_any_version_and_base_path() {
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
     for (url, hop) in cases {
-        let upstream = Upstream::new(vec![Reply::Json(refused.clone()), Reply::Json(ok_json())]);
-        let mut guard = RefusalGuardLayer::new()
-            .fallback_chains(chains())
-            .layer(upstream.service());
-        let (parts, out) = call(&mut guard, gemini_post(url, &body("x"))).await;
-        assert_eq!(out, ok_json(), "{url}");
-        assert_eq!(upstream.seen()[1].uri.to_string(), hop);
-        let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let replies = vec![Reply::Json(refused.clone()), Reply::Json(ok_json())];
+        let done = exchange(layer, replies, gemini_post(url, &body("x"))).await;
+        assert_eq!(done.body, ok_json(), "{url}");
+        assert_eq!(done.upstream.seen()[1].uri.to_string(), hop);
+        let refusal = done.refusal().expect("typed refusal");
         assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
     }
 }
@@ -652,72 +555,46 @@ async fn opt_in_text_detection_reads_gemini_text_parts() {
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I'm sorry, but \"}],\"role\": \"model\"}}]}\r\n\r\n\
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with creating malware.\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
     );
-    let upstream = Upstream::new(vec![Reply::sse(&prose), Reply::sse(&ok_stream())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .detect_text_refusals(true)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, ok_stream());
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let layer = RefusalGuardLayer::new().detect_text_refusals(true);
+    let replies = vec![Reply::sse(&prose), Reply::sse(&ok_stream())];
+    let done = exchange(layer, replies, stream_request("x")).await;
+    assert_eq!(done.body, ok_stream());
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.signal, RefusalSignal::Text);
     assert_eq!(refusal.outcome, Outcome::Rescued);
-    appended_note(&upstream.seen()[1].json(), 1);
+    appended_note(&done.upstream.seen()[1].json(), 1);
 
     // Off by default: the same stream passes through untouched.
-    let upstream = Upstream::new(vec![Reply::sse(&prose)]);
-    let mut guard = RefusalGuardLayer::new().layer(upstream.service());
-    let (_, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, prose);
+    let replies = vec![Reply::sse(&prose)];
+    let done = exchange(RefusalGuardLayer::new(), replies, stream_request("x")).await;
+    assert_eq!(done.body, prose);
 
     // A function call is never judged as prose.
     let call_first = Bytes::from_static(
-        b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
+        b"data: {\"candidates\": [{\"content\": {\"done.parts\": [{\"text\": \"I can't help with that directly, \"},{\"functionCall\": {\"name\": \"ask_human\",\"args\": {}}}],\"role\": \"model\"},\"finishReason\": \"STOP\"}]}\r\n\r\n",
     );
-    let upstream = Upstream::new(vec![Reply::sse(&call_first)]);
-    let mut guard = RefusalGuardLayer::new()
-        .detect_text_refusals(true)
-        .layer(upstream.service());
-    let (parts, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &body("x")),
-    )
-    .await;
-    assert_eq!(out, call_first);
-    assert!(parts.extensions.get::<Refusal>().is_none());
-    assert_eq!(upstream.seen().len(), 1);
+    let layer = RefusalGuardLayer::new().detect_text_refusals(true);
+    let replies = vec![Reply::sse(&call_first)];
+    let done = exchange(layer, replies, stream_request("x")).await;
+    assert_eq!(done.body, call_first);
+    assert!(done.refusal().is_none());
+    assert_eq!(done.upstream.seen().len(), 1);
 }
 
 #[tokio::test]
 async fn several_candidates_pass_through_unguarded() {
-    let upstream = Upstream::new(vec![Reply::sse(EMPTY_SAFETY_STREAM)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
     let mut request = body("Audit my firewall rules.");
     request["generationConfig"]["candidateCount"] = json!(2);
     let bytes = Bytes::from(serde_json::to_vec(&request).unwrap());
-    let (_, out) = call(
-        &mut guard,
-        gemini_post(&stream_url("gemini-2.5-pro"), &request),
-    )
-    .await;
+    let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM)];
+    let request = gemini_post(&stream_url("gemini-2.5-pro"), &request);
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(
-        out,
+        done.body,
         Bytes::from_static(EMPTY_SAFETY_STREAM),
         "not recovered"
     );
-    assert_eq!(upstream.seen().len(), 1);
-    assert_eq!(upstream.seen()[0].body, bytes);
-    assert!(sink.records().is_empty());
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.upstream.seen()[0].body, bytes);
+    assert!(done.sink.records().is_empty());
 }

@@ -1,18 +1,18 @@
 //! The recovery ladder (issue 3): retarget, fallback chains, budget, sticky
 //! routing, handoff marker, fallback credit and environment configuration.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use refusal_guard::env::{EnvConfig, LogSetting};
-use refusal_guard::recovery::{FallbackChains, RescueModel};
+use refusal_guard::recovery::RescueModel;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::events::*;
+use support::*;
 use tower::Layer;
 
 const OPUS: &str = "claude-opus-4-7";
@@ -35,10 +35,6 @@ fn answer(model: &str) -> Bytes {
     anthropic_stream(&text_answer(model, &format!("answer from {model}")))
 }
 
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain(OPUS, [SONNET, HAIKU])
-}
-
 // ---- retarget -------------------------------------------------------------
 
 fn with_fallbacks(models: &[&str]) -> Value {
@@ -52,67 +48,61 @@ fn with_fallbacks(models: &[&str]) -> Value {
 
 #[tokio::test]
 async fn retarget_replaces_an_existing_fallbacks_list() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"])
-        .layer(upstream.service());
-    call(
-        &mut guard,
-        post("/v1/messages", &with_fallbacks(&["old-model"])),
-    )
-    .await;
-    let sent = upstream.seen()[0].json();
+    let layer =
+        RefusalGuardLayer::new().retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"]);
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let request = post("/v1/messages", &with_fallbacks(&["old-model"]));
+    let done = exchange(layer, replies, request).await;
+    let sent = done.upstream.seen()[0].json();
     assert_eq!(
         sent["fallbacks"],
         json!([{"model": SONNET}, {"model": HAIKU}, {"model": "claude-a"}]),
         "own model dropped, capped at three"
     );
-    assert!(upstream.seen()[0].headers.get("anthropic-beta").is_none());
+    assert!(done.upstream.seen()[0]
+        .headers
+        .get("anthropic-beta")
+        .is_none());
 }
 
 #[tokio::test]
 async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .layer(upstream.service());
     let mut request = messages_request(OPUS, true, "x");
     request["fallbacks"] = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
-    call(&mut guard, post("/v1/messages", &request)).await;
+    let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let request = post("/v1/messages", &request);
+    let done = exchange(layer, replies, request).await;
     assert_eq!(
-        upstream.seen()[0].json()["fallbacks"],
+        done.upstream.seen()[0].json()["fallbacks"],
         json!([{"model": SONNET, "max_tokens": 99}])
     );
 }
 
 #[tokio::test]
 async fn retarget_leaves_a_request_without_fallbacks_byte_identical() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .layer(upstream.service());
     let request = messages_request(OPUS, true, "x");
-    call(&mut guard, post("/v1/messages", &request)).await;
+    let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
+    let replies = vec![Reply::sse(&answer(OPUS))];
+    let done = exchange(layer, replies, post("/v1/messages", &request)).await;
     assert_eq!(
-        upstream.seen()[0].body,
+        done.upstream.seen()[0].body,
         Bytes::from(serde_json::to_vec(&request).unwrap())
     );
 }
 
 #[tokio::test]
 async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
-    let upstream = Upstream::new(vec![Reply::sse(&answer(OPUS))]);
-    let mut guard = RefusalGuardLayer::new()
-        .retarget_fallbacks([SONNET])
-        .inject_server_fallbacks(true)
-        .layer(upstream.service());
-    let mut request = post("/v1/messages", &messages_request(OPUS, true, "x"));
+    let mut request = messages(OPUS, true, "x");
     request.headers_mut().insert(
         "anthropic-beta",
         "prompt-caching-2024-07-31".parse().unwrap(),
     );
-    call(&mut guard, request).await;
-    let seen = &upstream.seen()[0];
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .inject_server_fallbacks(true);
+    let done = exchange(layer, vec![Reply::sse(&answer(OPUS))], request).await;
+    let seen = &done.upstream.seen()[0];
     assert_eq!(seen.json()["fallbacks"], json!([{"model": SONNET}]));
     assert_eq!(
         seen.headers["anthropic-beta"],
@@ -129,33 +119,25 @@ async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
 
 #[tokio::test]
 async fn the_first_hop_that_answers_is_served() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&refusal_stream()),
-        Reply::sse(&answer(SONNET)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, answer(SONNET));
-    let seen = upstream.seen();
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, answer(SONNET));
+    let seen = done.upstream.seen();
     assert_eq!(seen[1].json()["model"], SONNET);
     assert_eq!(
         seen[1].json()["messages"],
         seen[0].json()["messages"],
         "same request, no note"
     );
-    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.served_model.as_deref(), Some(SONNET));
     assert_eq!(refusal.model.as_deref(), Some(OPUS));
-    assert_eq!(sink.records()[0].attempts[1].step, AttemptStep::Fallback);
+    assert_eq!(
+        done.sink.records()[0].attempts[1].step,
+        AttemptStep::Fallback
+    );
 }
 
 #[tokio::test]
@@ -172,11 +154,7 @@ async fn every_hop_refusing_leads_to_the_rescue_then_dead_with_every_attempt_lis
         .fallback_chains(chains())
         .telemetry(sink.clone())
         .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
+    let (_, body) = call(&mut guard, messages(OPUS, true, "x")).await;
     assert_eq!(body, original);
     let record = &sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
@@ -215,31 +193,25 @@ async fn every_hop_refusing_leads_to_the_rescue_then_dead_with_every_attempt_lis
 
 #[tokio::test]
 async fn the_rescue_can_ask_the_last_fallback() {
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .rescue_model(RescueModel::LastFallback);
+    let replies = vec![
         Reply::sse(&refusal_stream()),
         Reply::sse(&refusal_stream()),
         Reply::sse(&refusal_stream()),
         Reply::sse(&answer(HAIKU)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .rescue_model(RescueModel::LastFallback)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, answer(HAIKU));
-    assert_eq!(upstream.seen()[3].json()["model"], HAIKU);
-    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+    ];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, answer(HAIKU));
+    assert_eq!(done.upstream.seen()[3].json()["model"], HAIKU);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
 async fn a_failing_hop_moves_on_to_the_next_step() {
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![
         Reply::sse(&refusal_stream()),
         Reply::Status(
             429,
@@ -254,19 +226,10 @@ async fn a_failing_hop_moves_on_to_the_next_step() {
             ),
         ),
         Reply::sse(&answer(OPUS)),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, answer(OPUS));
-    let record = &sink.records()[0];
+    ];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, answer(OPUS));
+    let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Rescued);
     let statuses: Vec<_> = record
         .attempts
@@ -287,45 +250,28 @@ async fn a_failing_hop_moves_on_to_the_next_step() {
 #[tokio::test]
 async fn nothing_succeeding_delivers_the_original() {
     let original = refusal_stream();
-    let upstream = Upstream::new(vec![
-        Reply::sse(&original),
-        Reply::Fail,
-        Reply::Fail,
-        Reply::Fail,
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, original);
-    assert_eq!(parts.status, 200);
-    assert_eq!(sink.records()[0].reason, Some(DeadReason::UpstreamError));
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&original), Reply::Fail, Reply::Fail, Reply::Fail];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, original);
+    assert_eq!(done.parts.status, 200);
+    assert_eq!(
+        done.sink.records()[0].reason,
+        Some(DeadReason::UpstreamError)
+    );
 }
 
 #[tokio::test]
 async fn the_attempt_budget_stops_the_ladder() {
     let original = refusal_stream();
-    let upstream = Upstream::new(vec![Reply::sse(&original), Reply::sse(&refusal_stream())]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
+    let layer = RefusalGuardLayer::new()
         .fallback_chains(chains())
-        .max_attempts(2)
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, original);
-    assert_eq!(upstream.seen().len(), 2);
-    let record = &sink.records()[0];
+        .max_attempts(2);
+    let replies = vec![Reply::sse(&original), Reply::sse(&refusal_stream())];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, original);
+    assert_eq!(done.upstream.seen().len(), 2);
+    let record = &done.sink.records()[0];
     assert_eq!(record.reason, Some(DeadReason::BudgetExhausted));
     assert_eq!(record.attempts.len(), 2);
 }
@@ -333,7 +279,7 @@ async fn the_attempt_budget_stops_the_ladder() {
 #[tokio::test]
 async fn the_deadline_abandons_a_slow_attempt() {
     let original = refusal_stream();
-    let slow = tower::service_fn({
+    let slow = answering({
         let original = original.clone();
         let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         move |_req: http::Request<http_body_util::Full<Bytes>>| {
@@ -343,12 +289,7 @@ async fn the_deadline_abandons_a_slow_attempt() {
                 if n > 0 {
                     tokio::time::sleep(Duration::from_secs(30)).await;
                 }
-                Ok::<_, tower::BoxError>(
-                    http::Response::builder()
-                        .header("content-type", "text/event-stream")
-                        .body(Chunked::new(vec![original]))
-                        .unwrap(),
-                )
+                sse_response(Chunked::chunks(vec![original]))
             }
         }
     });
@@ -357,11 +298,7 @@ async fn the_deadline_abandons_a_slow_attempt() {
         .recovery_deadline(Duration::from_millis(100))
         .telemetry(sink.clone())
         .layer(slow);
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
+    let (_, body) = call(&mut guard, messages(OPUS, true, "x")).await;
     assert_eq!(body, original);
     assert_eq!(sink.records()[0].reason, Some(DeadReason::BudgetExhausted));
 }
@@ -380,12 +317,7 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
         .sticky_fallback(Duration::from_millis(400))
         .telemetry(sink.clone())
         .layer(upstream.service());
-    let request = || {
-        post(
-            "/v1/messages",
-            &messages_request(OPUS, true, "same conversation"),
-        )
-    };
+    let request = || messages(OPUS, true, "same conversation");
     call(&mut guard, request()).await;
     // Within the TTL: straight to the fallback, and the response says so.
     upstream.push(Reply::sse(&answer(SONNET)));
@@ -400,11 +332,7 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
     );
     // Another conversation is not routed.
     upstream.push(Reply::sse(&answer(OPUS)));
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "other")),
-    )
-    .await;
+    call(&mut guard, messages(OPUS, true, "other")).await;
     assert_eq!(upstream.seen()[3].json()["model"], OPUS);
     // After the TTL: back to the model asked for.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -428,20 +356,15 @@ fn events_of(body: &Bytes) -> Vec<Value> {
 #[tokio::test]
 async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
     let served = fixture("anthropic/anthropic-sdk-python/tool_use_response.txt");
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .handoff_marker(true);
+    let replies = vec![
         Reply::sse(&refusal_stream()),
         Reply::Sse(split_at(&served, &[7, 100, 101, 555, 900])),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .handoff_marker(true)
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    let events = events_of(&body);
+    ];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    let events = events_of(&done.body);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
     assert_eq!(kinds.iter().filter(|k| **k == "message_delta").count(), 1);
@@ -473,41 +396,27 @@ async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
 async fn the_handoff_marker_in_json_goes_first_in_content() {
     let refusal = fixture("anthropic/vercel-ai/anthropic-refusal.json");
     let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
-    let upstream = Upstream::new(vec![Reply::Json(refusal), Reply::Json(answer.clone())]);
-    let mut guard = RefusalGuardLayer::new()
+    let layer = RefusalGuardLayer::new()
         .fallback_chains(chains())
-        .handoff_marker(true)
-        .layer(upstream.service());
-    let (parts, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, false, "x")),
-    )
-    .await;
-    let json: Value = serde_json::from_slice(&body).unwrap();
+        .handoff_marker(true);
+    let replies = vec![Reply::Json(refusal), Reply::Json(answer.clone())];
+    let done = exchange(layer, replies, messages(OPUS, false, "x")).await;
+    let json: Value = serde_json::from_slice(&done.body).unwrap();
     let original: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(json["content"][0]["type"], "fallback");
     assert_eq!(json["content"][1], original["content"][0]);
     assert_eq!(
-        parts.headers["content-length"],
-        body.len().to_string().as_str()
+        done.parts.headers["content-length"],
+        done.body.len().to_string().as_str()
     );
 }
 
 #[tokio::test]
 async fn without_the_marker_the_hop_is_served_as_sent() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&refusal_stream()),
-        Reply::sse(&answer(SONNET)),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, answer(SONNET));
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(done.body, answer(SONNET));
 }
 
 // ---- fallback credit ------------------------------------------------------
@@ -522,7 +431,7 @@ async fn a_chain_asks_for_credit_and_the_token_goes_to_the_next_hop_once() {
     let mut guard = RefusalGuardLayer::new()
         .fallback_chains(chains())
         .layer(upstream.service());
-    let mut request = post("/v1/messages", &messages_request(OPUS, true, "x"));
+    let mut request = messages(OPUS, true, "x");
     request.headers_mut().insert(
         "anthropic-beta",
         "fallback-credit-2026-07-01,other-beta".parse().unwrap(),
@@ -561,11 +470,7 @@ async fn credit_is_requested_only_with_a_chain_and_can_be_turned_off() {
             layer = layer.fallback_chains(chains());
         }
         let mut guard = layer.layer(upstream.service());
-        call(
-            &mut guard,
-            post("/v1/messages", &messages_request(OPUS, true, "x")),
-        )
-        .await;
+        call(&mut guard, messages(OPUS, true, "x")).await;
         let beta = upstream.seen()[0]
             .headers
             .get("anthropic-beta")
@@ -580,19 +485,10 @@ async fn credit_is_requested_only_with_a_chain_and_can_be_turned_off() {
 
 #[tokio::test]
 async fn a_refusal_without_a_token_still_falls_back() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&refusal_stream()),
-        Reply::sse(&answer(SONNET)),
-    ]);
-    let mut guard = RefusalGuardLayer::new()
-        .fallback_chains(chains())
-        .layer(upstream.service());
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert!(upstream.seen()[1]
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert!(done.upstream.seen()[1]
         .json()
         .get("fallback_credit_token")
         .is_none());
@@ -603,22 +499,15 @@ async fn a_refusal_without_a_token_still_falls_back() {
 #[tokio::test]
 async fn a_provider_fallback_block_is_recorded_and_passed_through() {
     let stream = fixture("anthropic/anthropic-sdk-python/fallback_response.txt");
-    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
-    let record = &sink.records()[0];
+    let replies = vec![Reply::sse(&stream)];
+    let request = messages(OPUS, true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, stream);
+    let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Fallback);
     assert_eq!(record.model.as_deref(), Some("claude-opus-4-7"));
     assert_eq!(record.served_model.as_deref(), Some("claude-sonnet-4-5"));
-    assert_eq!(upstream.seen().len(), 1);
+    assert_eq!(done.upstream.seen().len(), 1);
 }
 
 // ---- environment ----------------------------------------------------------
@@ -727,11 +616,7 @@ async fn env_settings_apply_to_a_layer() {
     assert!(!layer.rescue_switch().is_on());
     let upstream = Upstream::new(vec![Reply::sse(&refusal_stream())]);
     let mut guard = layer.layer(upstream.service());
-    call(
-        &mut guard,
-        post("/v1/messages", &messages_request(OPUS, true, "x")),
-    )
-    .await;
+    call(&mut guard, messages(OPUS, true, "x")).await;
     let written = std::fs::read_to_string(&log).unwrap();
     assert_eq!(written.lines().count(), 1);
     assert!(written.contains("\"rescue_off\""));

@@ -2,50 +2,19 @@
 //! and SSE comments, then whatever is decided, under the original head; with
 //! live thinking, the thinking streams at once and a recovered turn continues
 //! the same message.
-mod common;
+mod support;
 
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::json;
+use support::events::*;
+use support::*;
 use tokio::sync::oneshot;
 use tower::{Layer, ServiceExt};
-
-/// Yields `head`, then waits for the gate, then yields `tail`.
-struct Gated {
-    head: Option<Bytes>,
-    gate: Option<oneshot::Receiver<()>>,
-    tail: Option<Bytes>,
-}
-
-impl http_body::Body for Gated {
-    type Data = Bytes;
-    type Error = tower::BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        if let Some(head) = self.head.take() {
-            return Poll::Ready(Some(Ok(http_body::Frame::data(head))));
-        }
-        if let Some(gate) = self.gate.as_mut() {
-            if Pin::new(gate).poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-            self.gate = None;
-        }
-        Poll::Ready(self.tail.take().map(|t| Ok(http_body::Frame::data(t))))
-    }
-}
-
-use std::future::Future;
 
 fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
     let head = anthropic_stream(&[
@@ -58,40 +27,28 @@ fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
 
 /// An upstream whose first answer thinks, waits for the gate, then ends with
 /// `tail`; later answers are `later`.
-fn upstream(
-    head: Bytes,
-    tail: Bytes,
-    later: Bytes,
-    gate: oneshot::Receiver<()>,
-) -> impl tower::Service<
-    http::Request<Full<Bytes>>,
-    Response = http::Response<Gated>,
-    Error = tower::BoxError,
-    Future = impl Send,
-> + Clone
-       + Send
-       + 'static {
+fn upstream(head: Bytes, tail: Bytes, later: Bytes, gate: oneshot::Receiver<()>) -> impl MockInner {
     let gate = Arc::new(Mutex::new(Some(gate)));
-    tower::service_fn(move |_req: http::Request<Full<Bytes>>| {
+    answering(move |_req: http::Request<Full<Bytes>>| {
         let gate = gate.lock().unwrap().take();
         let body = match gate {
-            Some(gate) => Gated {
-                head: Some(head.clone()),
-                gate: Some(gate),
-                tail: Some(tail.clone()),
-            },
-            None => Gated {
-                head: Some(later.clone()),
-                gate: None,
-                tail: None,
-            },
+            // Yields `head`, then waits for the gate, then yields `tail`.
+            Some(gate) => Chunked::steps(
+                vec![
+                    Step::Data(head.clone()),
+                    Step::Gate(gate),
+                    Step::Data(tail.clone()),
+                ],
+                Duration::ZERO,
+            ),
+            None => Chunked::chunks(vec![later.clone()]),
         };
         async move {
-            Ok(http::Response::builder()
+            http::Response::builder()
                 .header("content-type", "text/event-stream")
                 .header("request-id", "req_original")
                 .body(body)
-                .unwrap())
+                .unwrap()
         }
     })
 }
@@ -119,7 +76,7 @@ async fn a_long_hold_sends_comments_then_the_rescued_stream_under_the_original_h
         .keepalive_after(Duration::from_millis(50))
         .keepalive_interval(Duration::from_millis(20))
         .layer(upstream(head, tail, answer.clone(), gate));
-    let request = post("/v1/messages", &messages_request("m", true, "x"));
+    let request = messages("m", true, "x");
     // The answer comes while upstream is still thinking (the gate is shut).
     let response = tokio::time::timeout(Duration::from_secs(5), guard.oneshot(request))
         .await
@@ -164,10 +121,7 @@ async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
     let guard = RefusalGuardLayer::new()
         .keepalive_after(Duration::from_millis(30))
         .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
-    let response = guard
-        .oneshot(post("/v1/messages", &messages_request("m", true, "x")))
-        .await
-        .unwrap();
+    let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(first, Bytes::from_static(b": keep-alive\n\n"));
@@ -182,16 +136,9 @@ async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
 #[tokio::test]
 async fn a_quick_decision_sends_no_comment() {
     let stream = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
-    let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-    let mut guard = RefusalGuardLayer::new()
-        .keepalive_after(Duration::from_secs(30))
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, stream);
+    let layer = RefusalGuardLayer::new().keepalive_after(Duration::from_secs(30));
+    let done = exchange(layer, vec![Reply::sse(&stream)], messages("m", true, "x")).await;
+    assert_eq!(done.body, stream);
 }
 
 // ---- live thinking ----------------------------------------------------
@@ -225,11 +172,7 @@ async fn live_thinking_continues_the_message_with_the_rescued_turn() {
         let upstream = Upstream::new(vec![Reply::Sse(chunks), Reply::sse(&answer)]);
         let sink = refusal_guard::telemetry::MemorySink::new();
         let mut guard = live_layer(&sink).layer(upstream.service());
-        let (parts, body) = call(
-            &mut guard,
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
+        let (parts, body) = call(&mut guard, messages("m", true, "x")).await;
         let handle = parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.settled().await.unwrap().outcome, Outcome::Rescued);
         let events = event_list(&body);
@@ -302,11 +245,7 @@ async fn live_thinking_delivers_the_original_whole_when_nothing_recovers_or_it_a
             let upstream = Upstream::new(vec![Reply::Sse(chunks)]);
             let sink = refusal_guard::telemetry::MemorySink::new();
             let mut guard = live_layer(&sink).rescue(rescue).layer(upstream.service());
-            let (parts, body) = call(
-                &mut guard,
-                post("/v1/messages", &messages_request("m", true, "x")),
-            )
-            .await;
+            let (parts, body) = call(&mut guard, messages("m", true, "x")).await;
             assert_eq!(body, stream, "byte for byte");
             let handle = parts.extensions.get::<RefusalHandle>().unwrap();
             assert_eq!(handle.settled().await.map(|r| r.outcome), outcome);
@@ -329,7 +268,7 @@ async fn live_thinking_streams_thinking_before_the_decision() {
         .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
     let response = tokio::time::timeout(
         Duration::from_secs(5),
-        guard.oneshot(post("/v1/messages", &messages_request("m", true, "x"))),
+        guard.oneshot(messages("m", true, "x")),
     )
     .await
     .expect("answered at once")

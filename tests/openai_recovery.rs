@@ -1,17 +1,16 @@
 //! The recovery ladder on OpenAI Chat Completions, OpenAI Responses and
 //! Azure OpenAI, through the public API.
-mod common;
+mod support;
 
 use bytes::Bytes;
-use common::*;
 use http_body_util::{BodyExt, Full};
-use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, RefusalKind, RefusalSignal, WireApi,
 };
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::*;
 use tower::{Layer, Service, ServiceExt};
 
 const CHAT_URL: &str = "https://api.openai.com/v1/chat/completions";
@@ -94,15 +93,23 @@ fn guard_with(
 
 #[tokio::test]
 async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
-    let upstream = Upstream::new(vec![
+    let request = chat_request(true);
+    let replies = vec![
         Reply::sse(&fixture(CHAT_FILTERED)),
         Reply::sse(&fixture(CHAT_TEXT)),
-    ]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let request = chat_request(true);
-    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
-    assert_eq!(body, fixture(CHAT_TEXT), "the client gets the continuation");
-    let seen = upstream.seen();
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post_to(CHAT_URL, &request),
+    )
+    .await;
+    assert_eq!(
+        done.body,
+        fixture(CHAT_TEXT),
+        "the client gets the continuation"
+    );
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].uri, CHAT_URL);
     let continuation = seen[1].json();
@@ -121,11 +128,11 @@ async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
     assert_eq!(continuation["model"], "gpt-4o");
     assert_eq!(continuation["stream"], true);
 
-    let refusal = parts.extensions.get::<Refusal>().expect("typed refusal");
+    let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.wire_api, WireApi::OpenAiChatCompletions);
     assert_eq!(refusal.signal, RefusalSignal::StopReason);
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].attempts.len(), 2);
     assert_eq!(records[0].attempts[1].step, AttemptStep::Rescue);
@@ -134,18 +141,14 @@ async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
 
 #[tokio::test]
 async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(CHAT_REFUSAL)),
         Reply::sse(&fixture(CHAT_TEXT)),
-    ]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (_, body) = call(&mut guard, post_to(CHAT_URL, &chat_request(true))).await;
-    assert_eq!(body, fixture(CHAT_TEXT));
-    let note = upstream.seen()[1].json()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
+    ];
+    let request = post_to(CHAT_URL, &chat_request(true));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let note = done.upstream.seen()[1].last_message()["content"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -154,25 +157,21 @@ async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
         note.contains("I'm sorry, I can't assist with that request."),
         "{note}"
     );
-    let records = sink.records();
+    let records = done.sink.records();
     assert_eq!(records[0].signal, Some(RefusalSignal::ModelRefusal));
     assert_eq!(records[0].outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
 async fn responses_refusal_with_string_input_is_rescued_through_an_input_array() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::sse(&fixture(RESPONSES_REFUSAL)),
         Reply::sse(&responses_text()),
-    ]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (parts, body) = call(
-        &mut guard,
-        post_to(RESPONSES_URL, &responses_request(json!("scan my host"))),
-    )
-    .await;
-    assert_eq!(body, responses_text());
-    let seen = upstream.seen();
+    ];
+    let request = post_to(RESPONSES_URL, &responses_request(json!("scan my host")));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, responses_text());
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     let continuation = seen[1].json();
     let input = continuation["input"]
@@ -187,27 +186,31 @@ async fn responses_refusal_with_string_input_is_rescued_through_an_input_array()
         "{note}"
     );
     assert_eq!(continuation["instructions"], "Be brief.");
-    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Rescued);
     assert_eq!(refusal.wire_api, WireApi::OpenAiResponses);
     assert_eq!(refusal.signal, RefusalSignal::ModelRefusal);
-    assert_eq!(sink.records()[0].outcome, Outcome::Rescued);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
 async fn responses_filter_with_item_input_and_previous_response_is_rescued() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(RESPONSES_FILTERED)),
-        Reply::sse(&responses_text()),
-    ]);
-    let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
     let mut request = responses_request(json!([
         {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
     ]));
     request["previous_response_id"] = json!("resp_prev");
-    let (parts, body) = call(&mut guard, post_to(RESPONSES_URL, &request)).await;
-    assert_eq!(body, responses_text());
-    let continuation = upstream.seen()[1].json();
+    let replies = vec![
+        Reply::sse(&fixture(RESPONSES_FILTERED)),
+        Reply::sse(&responses_text()),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post_to(RESPONSES_URL, &request),
+    )
+    .await;
+    assert_eq!(done.body, responses_text());
+    let continuation = done.upstream.seen()[1].json();
     assert_eq!(continuation["previous_response_id"], "resp_prev");
     let input = continuation["input"].as_array().unwrap();
     assert_eq!(input.len(), 2);
@@ -217,32 +220,29 @@ async fn responses_filter_with_item_input_and_previous_response_is_rescued() {
         .as_str()
         .unwrap()
         .contains("content_filter"));
-    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.category.as_deref(), Some("content_filter"));
     assert_eq!(refusal.outcome, Outcome::Rescued);
 }
 
 #[tokio::test]
 async fn chat_json_refusal_is_rescued_with_a_json_continuation() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Json(fixture(
             "openai/semantic-kernel/chat_completion_refusal_test_response.json",
         )),
         Reply::Json(fixture("openai/vercel-ai/chat/openai-text.json")),
-    ]);
-    let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &chat_request(false))).await;
-    assert_eq!(body, fixture("openai/vercel-ai/chat/openai-text.json"));
-    let continuation = upstream.seen()[1].json();
+    ];
+    let request = post_to(CHAT_URL, &chat_request(false));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, fixture("openai/vercel-ai/chat/openai-text.json"));
+    let continuation = done.upstream.seen()[1].json();
     assert_eq!(continuation["stream"], false);
     assert_eq!(
         continuation["messages"].as_array().unwrap().last().unwrap()["role"],
         "user"
     );
-    assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().outcome,
-        Outcome::Rescued
-    );
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Rescued);
 }
 
 // ---------------------------------------------------------------- partial
@@ -262,13 +262,13 @@ async fn partial_refusals_are_left_alone() {
             "azure/hand-written/chat_stream_content_filter_partial.sse",
         ),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(&fixture(file))]);
-        let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-        let (parts, body) = call(&mut guard, post_to(url, &request)).await;
-        assert_eq!(body, fixture(file), "{file}");
-        assert_eq!(upstream.seen().len(), 1, "{file}: no extra request");
-        assert!(parts.extensions.get::<Refusal>().is_none());
-        let settled = parts
+        let replies = vec![Reply::sse(&fixture(file))];
+        let done = exchange(RefusalGuardLayer::new(), replies, post_to(url, &request)).await;
+        assert_eq!(done.body, fixture(file), "{file}");
+        assert_eq!(done.upstream.seen().len(), 1, "{file}: no extra request");
+        assert!(done.refusal().is_none());
+        let settled = done
+            .parts
             .extensions
             .get::<RefusalHandle>()
             .unwrap()
@@ -276,78 +276,65 @@ async fn partial_refusals_are_left_alone() {
             .expect("partial refusal recorded");
         assert_eq!(settled.kind, RefusalKind::Partial, "{file}");
         assert_eq!(settled.outcome, Outcome::Partial, "{file}");
-        assert_eq!(sink.records()[0].outcome, Outcome::Partial);
+        assert_eq!(done.sink.records()[0].outcome, Outcome::Partial);
     }
 }
 
 // ---------------------------------------------------------------- fallback
 
-fn chains() -> FallbackChains {
-    FallbackChains::new().chain("gpt-4o", ["gpt-4o-mini"])
-}
-
 #[tokio::test]
 async fn chat_fallback_hop_swaps_the_body_model() {
-    let upstream = Upstream::new(vec![
+    let request = chat_request(true);
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![
         Reply::sse(&fixture(CHAT_FILTERED)),
         Reply::sse(&fixture(CHAT_TEXT)),
-    ]);
-    let (sink, mut guard) = guard_with(
-        &upstream,
-        RefusalGuardLayer::new().fallback_chains(chains()),
-    );
-    let request = chat_request(true);
-    let (parts, body) = call(&mut guard, post_to(CHAT_URL, &request)).await;
-    assert_eq!(body, fixture(CHAT_TEXT));
-    let hop = upstream.seen()[1].json();
+    ];
+    let done = exchange(layer, replies, post_to(CHAT_URL, &request)).await;
+    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let hop = done.upstream.seen()[1].json();
     assert_eq!(hop["model"], "gpt-4o-mini");
     assert_eq!(hop["messages"], request["messages"], "no note on a hop");
-    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Fallback);
-    assert_eq!(sink.records()[0].attempts[1].step, AttemptStep::Fallback);
     assert_eq!(
-        sink.records()[0].attempts[1].model.as_deref(),
+        done.sink.records()[0].attempts[1].step,
+        AttemptStep::Fallback
+    );
+    assert_eq!(
+        done.sink.records()[0].attempts[1].model.as_deref(),
         Some("gpt-4o-mini")
     );
 }
 
 #[tokio::test]
 async fn responses_fallback_hop_swaps_the_body_model() {
-    let upstream = Upstream::new(vec![
+    let request = responses_request(json!("hi"));
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![
         Reply::sse(&fixture(RESPONSES_FILTERED)),
         Reply::sse(&responses_text()),
-    ]);
-    let (_, mut guard) = guard_with(
-        &upstream,
-        RefusalGuardLayer::new().fallback_chains(chains()),
-    );
-    let request = responses_request(json!("hi"));
-    let (parts, body) = call(&mut guard, post_to(RESPONSES_URL, &request)).await;
-    assert_eq!(body, responses_text());
-    let hop = upstream.seen()[1].json();
+    ];
+    let done = exchange(layer, replies, post_to(RESPONSES_URL, &request)).await;
+    assert_eq!(done.body, responses_text());
+    let hop = done.upstream.seen()[1].json();
     assert_eq!(hop["model"], "gpt-4o-mini");
     assert_eq!(hop["input"], "hi");
-    assert_eq!(
-        parts.extensions.get::<Refusal>().unwrap().outcome,
-        Outcome::Fallback
-    );
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
 }
 
 #[tokio::test]
 async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(AZURE_FILTERED)),
-        Reply::sse(&fixture(CHAT_TEXT)),
-    ]);
-    let (sink, mut guard) = guard_with(
-        &upstream,
-        RefusalGuardLayer::new().fallback_chains(chains()),
-    );
     let mut request = chat_request(true);
     request.as_object_mut().unwrap().remove("model");
-    let (_, body) = call(&mut guard, post_to(AZURE_URL, &request)).await;
-    assert_eq!(body, fixture(CHAT_TEXT));
-    let seen = upstream.seen();
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![
+        Reply::sse(&fixture(AZURE_FILTERED)),
+        Reply::sse(&fixture(CHAT_TEXT)),
+    ];
+    let done = exchange(layer, replies, post_to(AZURE_URL, &request)).await;
+    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let seen = done.upstream.seen();
     assert_eq!(
         seen[1].uri.path(),
         "/openai/deployments/gpt-4o-mini/chat/completions"
@@ -358,7 +345,7 @@ async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
         seen[1].json().get("model").is_none(),
         "no model added to an Azure deployment body"
     );
-    let record = &sink.records()[0];
+    let record = &done.sink.records()[0];
     assert_eq!(record.model.as_deref(), Some("gpt-4o"));
     assert_eq!(record.outcome, Outcome::Fallback);
     assert_eq!(record.explanation.as_deref(), Some("filtered: violence"));
@@ -382,15 +369,20 @@ async fn a_refused_continuation_delivers_the_original_byte_exact() {
             fixture(RESPONSES_FILTERED),
         ),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(&first), Reply::sse(&second)]);
-        let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-        let (parts, body) = call(&mut guard, post_to(url, &request)).await;
-        assert_eq!(body, first, "{url}: the original, not the second refusal");
-        assert_eq!(upstream.seen().len(), 2);
-        let refusal = parts.extensions.get::<Refusal>().unwrap();
+        let replies = vec![Reply::sse(&first), Reply::sse(&second)];
+        let done = exchange(RefusalGuardLayer::new(), replies, post_to(url, &request)).await;
+        assert_eq!(
+            done.body, first,
+            "{url}: the original, not the second refusal"
+        );
+        assert_eq!(done.upstream.seen().len(), 2);
+        let refusal = done.refusal().unwrap();
         assert_eq!(refusal.outcome, Outcome::Dead);
         assert_eq!(refusal.reason, Some(DeadReason::StillRefused));
-        assert_eq!(sink.records()[0].attempts[1].result, AttemptResult::Refused);
+        assert_eq!(
+            done.sink.records()[0].attempts[1].result,
+            AttemptResult::Refused
+        );
     }
 }
 
@@ -398,43 +390,39 @@ async fn a_refused_continuation_delivers_the_original_byte_exact() {
 
 #[tokio::test]
 async fn azure_blocked_prompt_goes_through_the_ladder() {
-    let upstream = Upstream::new(vec![
+    let replies = vec![
         Reply::Status(400, fixture(AZURE_400)),
         Reply::sse(&fixture(CHAT_TEXT)),
-    ]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
-    assert_eq!(parts.status, 200, "the rescue is served");
-    assert_eq!(body, fixture(CHAT_TEXT));
-    let seen = upstream.seen();
+    ];
+    let request = post_to(AZURE_URL, &chat_request(true));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.parts.status, 200, "the rescue is served");
+    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].uri, AZURE_URL);
-    let note = seen[1].json()["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()["content"]
+    let note = seen[1].last_message()["content"]
         .as_str()
         .unwrap()
         .to_owned();
     assert!(note.contains("ResponsibleAIPolicyViolation"), "{note}");
-    let refusal = parts.extensions.get::<Refusal>().unwrap();
+    let refusal = done.refusal().unwrap();
     assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(refusal.category.as_deref(), Some("content_filter"));
     assert_eq!(refusal.outcome, Outcome::Rescued);
-    assert_eq!(sink.records()[0].attempts[0].status, Some(400));
+    assert_eq!(done.sink.records()[0].attempts[0].status, Some(400));
 }
 
 #[tokio::test]
 async fn azure_blocked_prompt_without_rescue_reaches_the_client_as_sent() {
-    let upstream = Upstream::new(vec![Reply::Status(400, fixture(AZURE_400))]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new().rescue(false));
-    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
-    assert_eq!(parts.status, 400);
-    assert_eq!(parts.headers["content-type"], "application/json");
-    assert_eq!(body, fixture(AZURE_400));
-    assert_eq!(upstream.seen().len(), 1);
-    let record = &sink.records()[0];
+    let layer = RefusalGuardLayer::new().rescue(false);
+    let replies = vec![Reply::Status(400, fixture(AZURE_400))];
+    let done = exchange(layer, replies, post_to(AZURE_URL, &chat_request(true))).await;
+    assert_eq!(done.parts.status, 400);
+    assert_eq!(done.parts.headers["content-type"], "application/json");
+    assert_eq!(done.body, fixture(AZURE_400));
+    assert_eq!(done.upstream.seen().len(), 1);
+    let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, Some(DeadReason::RescueOff));
     assert_eq!(record.signal, Some(RefusalSignal::BlockedPrompt));
@@ -442,22 +430,19 @@ async fn azure_blocked_prompt_without_rescue_reaches_the_client_as_sent() {
 
 #[tokio::test]
 async fn azure_blocked_again_is_still_refused_and_the_first_400_is_delivered() {
-    let upstream = Upstream::new(vec![
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![
         Reply::Status(400, fixture(AZURE_400)),
         Reply::Status(400, fixture(AZURE_400)),
         Reply::Status(400, fixture(AZURE_400)),
-    ]);
-    let (sink, mut guard) = guard_with(
-        &upstream,
-        RefusalGuardLayer::new().fallback_chains(chains()),
-    );
-    let (parts, body) = call(&mut guard, post_to(AZURE_URL, &chat_request(true))).await;
-    assert_eq!(parts.status, 400);
-    assert_eq!(body, fixture(AZURE_400));
-    let seen = upstream.seen();
+    ];
+    let done = exchange(layer, replies, post_to(AZURE_URL, &chat_request(true))).await;
+    assert_eq!(done.parts.status, 400);
+    assert_eq!(done.body, fixture(AZURE_400));
+    let seen = done.upstream.seen();
     assert_eq!(seen.len(), 3, "original, fallback hop, rescue");
     assert!(seen[1].uri.path().contains("/deployments/gpt-4o-mini/"));
-    let record = &sink.records()[0];
+    let record = &done.sink.records()[0];
     assert_eq!(record.reason, Some(DeadReason::StillRefused));
     assert_eq!(record.attempts[1].result, AttemptResult::Refused);
     assert_eq!(record.attempts[2].result, AttemptResult::Refused);
@@ -466,17 +451,13 @@ async fn azure_blocked_again_is_still_refused_and_the_first_400_is_delivered() {
 #[tokio::test]
 async fn other_error_statuses_pass_through_unjudged() {
     let quota = fixture("openai/vercel-ai/responses/openai-error.1.json");
-    let upstream = Upstream::new(vec![Reply::Status(429, quota.clone())]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (parts, body) = call(
-        &mut guard,
-        post_to(RESPONSES_URL, &responses_request(json!("hi"))),
-    )
-    .await;
-    assert_eq!(parts.status, 429);
-    assert_eq!(body, quota);
-    assert_eq!(upstream.seen().len(), 1);
-    assert!(sink.records().is_empty());
+    let replies = vec![Reply::Status(429, quota.clone())];
+    let request = post_to(RESPONSES_URL, &responses_request(json!("hi")));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.parts.status, 429);
+    assert_eq!(done.body, quota);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert!(done.sink.records().is_empty());
 }
 
 // ---------------------------------------------------------------- n > 1
@@ -513,12 +494,11 @@ async fn several_choices_are_not_guarded() {
 
 async fn passes_through(url: &str, request: &Value, stream: &[u8]) {
     let bytes = Bytes::copy_from_slice(stream);
-    let upstream = Upstream::new(vec![Reply::sse(&bytes)]);
-    let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
-    let (_, body) = call(&mut guard, post_to(url, request)).await;
-    assert_eq!(body, bytes, "{}", String::from_utf8_lossy(stream));
-    assert_eq!(upstream.seen().len(), 1);
-    assert!(sink.records().is_empty(), "{:?}", sink.records());
+    let replies = vec![Reply::sse(&bytes)];
+    let done = exchange(RefusalGuardLayer::new(), replies, post_to(url, request)).await;
+    assert_eq!(done.body, bytes, "{}", String::from_utf8_lossy(stream));
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert!(done.sink.records().is_empty(), "{:?}", done.sink.records());
 }
 
 #[tokio::test]
@@ -620,13 +600,15 @@ async fn other_openai_endpoints_are_not_guarded() {
         ),
     ] {
         let refusal = fixture(CHAT_FILTERED);
-        let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-        let (_, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
         let mut request = post_to(url, &chat_request(true));
         *request.method_mut() = method;
-        let (parts, body) = call(&mut guard, request).await;
-        assert_eq!(body, refusal);
-        assert!(parts.extensions.get::<RefusalHandle>().is_none(), "{url}");
+        let replies = vec![Reply::sse(&refusal)];
+        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        assert_eq!(done.body, refusal);
+        assert!(
+            done.parts.extensions.get::<RefusalHandle>().is_none(),
+            "{url}"
+        );
     }
 }
 

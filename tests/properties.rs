@@ -19,18 +19,18 @@
 //! 5. empty refusal, rescue on, continuation that fails in any way: the
 //!    original bytes, one `dead` record with the matching reason;
 //! 6. never a panic, never a hang.
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::events::{block_start, block_stop, message_start, message_stop, ping};
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::{MemorySink, RefusalRecord};
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
+use support::events::{block_start, block_stop, message_start, message_stop, ping};
+use support::*;
 use tower::{Layer, Service, ServiceExt};
 
 /// Small helpers over the shared PRNG.
@@ -709,7 +709,7 @@ fn gen_continuation(rng: &mut Rng) -> Continuation {
         0 => Continuation::Status500,
         1 => Continuation::Fail,
         2 | 3 => Continuation::Stream(render(
-            &common::events::text_answer("claude-opus-4-7", "Here is the checklist.")
+            &support::events::text_answer("claude-opus-4-7", "Here is the checklist.")
                 .into_iter()
                 .enumerate()
                 .map(|(i, v)| {
@@ -886,6 +886,31 @@ fn gen_stream(rng: &mut Rng) -> Stream {
 
 const STREAM_CASES: u64 = 4000;
 
+/// Picks what follows the stream (for a quarter of the empty refusals,
+/// rescue off; otherwise a random continuation) and runs the case.
+async fn run_case(
+    class: Class,
+    chunks: &[Bytes],
+    layer: RefusalGuardLayer,
+    request: &Value,
+    rng: &mut Rng,
+) -> (Scenario, Ran) {
+    let sink = MemorySink::new();
+    let mut layer = layer.telemetry(sink.clone());
+    let scenario = if class == Class::Empty && rng.chance(25) {
+        layer = layer.rescue(false);
+        Scenario::RescueOff
+    } else {
+        Scenario::Rescue(gen_continuation(rng))
+    };
+    let mut replies = vec![Reply::Sse(chunks.to_vec())];
+    if let Scenario::Rescue(c) = &scenario {
+        replies.push(c.reply(rng));
+    }
+    let ran = run(layer, &sink, replies, request.clone()).await;
+    (scenario, ran)
+}
+
 #[tokio::test]
 async fn random_streams_keep_the_invariants() {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
@@ -897,19 +922,8 @@ async fn random_streams_keep_the_invariants() {
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         for which in 0..4 {
             let chunks = chunking(&stream.bytes, &mut rng, which);
-            let sink = MemorySink::new();
-            let mut layer = RefusalGuardLayer::new().telemetry(sink.clone());
-            let scenario = if class == Class::Empty && rng.chance(25) {
-                layer = layer.rescue(false);
-                Scenario::RescueOff
-            } else {
-                Scenario::Rescue(gen_continuation(&mut rng))
-            };
-            let mut replies = vec![Reply::Sse(chunks.clone())];
-            if let Scenario::Rescue(c) = &scenario {
-                replies.push(c.reply(&mut rng));
-            }
-            let ran = run(layer, &sink, replies, request.clone()).await;
+            let layer = RefusalGuardLayer::new();
+            let (scenario, ran) = run_case(class, &chunks, layer, &request, &mut rng).await;
             let context = describe(
                 &stream,
                 &format!("seed {seed:#x} chunking {which} ({} chunks)", chunks.len()),
@@ -945,8 +959,7 @@ async fn small_hold_limits_never_lose_a_response() {
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         let which = rng.below(4);
         let chunks = chunking(&stream.bytes, &mut rng, which);
-        let sink = MemorySink::new();
-        let mut layer = RefusalGuardLayer::new().telemetry(sink.clone());
+        let mut layer = RefusalGuardLayer::new();
         let (bytes_limit, frames_limit) = match rng.below(3) {
             0 => (Some(1 + rng.below(300)), None),
             1 => (None, Some(rng.below(10))),
@@ -958,17 +971,7 @@ async fn small_hold_limits_never_lose_a_response() {
         if let Some(n) = frames_limit {
             layer = layer.max_hold_frames(n);
         }
-        let scenario = if class == Class::Empty && rng.chance(25) {
-            layer = layer.rescue(false);
-            Scenario::RescueOff
-        } else {
-            Scenario::Rescue(gen_continuation(&mut rng))
-        };
-        let mut replies = vec![Reply::Sse(chunks.clone())];
-        if let Scenario::Rescue(c) = &scenario {
-            replies.push(c.reply(&mut rng));
-        }
-        let ran = run(layer, &sink, replies, request.clone()).await;
+        let (scenario, ran) = run_case(class, &chunks, layer, &request, &mut rng).await;
         let context = describe(
             &stream,
             &format!(
@@ -1164,14 +1167,37 @@ async fn a_broken_connection_still_delivers_every_byte_then_the_error() {
 // Whole JSON bodies.
 // ---------------------------------------------------------------------------
 
-/// Writes a JSON value with random whitespace, key order and escapes.
-fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
-    fn ws(rng: &mut Rng, out: &mut String) {
-        if rng.chance(25) {
-            let space: &&str = rng.pick(&[" ", "\n", "\t", "\r\n  ", "   "]);
-            out.push_str(space);
+/// Writes `items` between the brackets, comma-separated, each with random
+/// whitespace around it.
+fn write_seq<T>(
+    (open, close): (char, char),
+    items: impl IntoIterator<Item = T>,
+    rng: &mut Rng,
+    out: &mut String,
+    mut write: impl FnMut(T, &mut Rng, &mut String),
+) {
+    out.push(open);
+    for (n, item) in items.into_iter().enumerate() {
+        if n > 0 {
+            out.push(',');
         }
+        ws(rng, out);
+        write(item, rng, out);
+        ws(rng, out);
     }
+    out.push(close);
+}
+
+/// Writes a JSON value with random whitespace, key order and escapes.
+/// Random JSON whitespace, a quarter of the time.
+fn ws(rng: &mut Rng, out: &mut String) {
+    if rng.chance(25) {
+        let space: &&str = rng.pick(&[" ", "\n", "\t", "\r\n  ", "   "]);
+        out.push_str(space);
+    }
+}
+
+fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
     match value {
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
@@ -1179,32 +1205,16 @@ fn write_json(value: &Value, rng: &mut Rng, out: &mut String) {
                 let j = rng.below(i + 1);
                 keys.swap(i, j);
             }
-            out.push('{');
-            for (n, key) in keys.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                ws(rng, out);
+            write_seq(('{', '}'), keys, rng, out, |key, rng, out| {
                 write_string(key, rng, out);
                 ws(rng, out);
                 out.push(':');
                 ws(rng, out);
                 write_json(&map[key.as_str()], rng, out);
-                ws(rng, out);
-            }
-            out.push('}');
+            });
         }
         Value::Array(items) => {
-            out.push('[');
-            for (n, item) in items.iter().enumerate() {
-                if n > 0 {
-                    out.push(',');
-                }
-                ws(rng, out);
-                write_json(item, rng, out);
-                ws(rng, out);
-            }
-            out.push(']');
+            write_seq(('[', ']'), items, rng, out, write_json);
         }
         Value::String(s) => write_string(s, rng, out),
         other => out.push_str(&other.to_string()),
@@ -1442,7 +1452,7 @@ async fn requests_go_upstream_byte_for_byte() {
         }
         let request = builder.body(Full::new(bytes.clone())).unwrap();
         let answer = if stream {
-            Reply::sse(&anthropic_stream(&common::events::text_answer(
+            Reply::sse(&anthropic_stream(&support::events::text_answer(
                 "claude-opus-4-7",
                 "Fine.",
             )))
@@ -1489,7 +1499,7 @@ async fn a_refusal_right_before_a_broken_connection_is_still_recovered() {
         b"event: message_start\r\ndata: {\"type\":\"message_start\",\"message\":{\"model\":\"claude-opus-4-7\"}}\r\n\r\n\
 event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"refusal\"}}\r\n\r",
     );
-    let answer = anthropic_stream(&common::events::text_answer("claude-opus-4-7", "Here."));
+    let answer = anthropic_stream(&support::events::text_answer("claude-opus-4-7", "Here."));
     let sink = MemorySink::new();
     let ran = run(
         RefusalGuardLayer::new().telemetry(sink.clone()),
@@ -1510,7 +1520,7 @@ event: message_delta\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reas
 /// the watch stopped reading after the first frame over the hold limit.
 #[tokio::test]
 async fn an_oversized_frame_does_not_hide_a_later_refusal() {
-    let refusal = anthropic_stream(&common::events::think_then_refuse(
+    let refusal = anthropic_stream(&support::events::think_then_refuse(
         "claude-opus-4-7",
         "cyber",
     ));

@@ -1,17 +1,17 @@
 //! The proxy end to end: a real HTTP client, the proxy on loopback, and a
 //! scripted mock upstream (a real HTTP server on loopback).
-#[path = "support/mock_upstream.rs"]
-mod mock;
+mod support;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use mock::{fixture, marker_text, MockUpstream};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::fixture;
+use support::mock_upstream::{marker_text, MockUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
@@ -55,6 +55,15 @@ async fn start_proxy(upstream: &str, layer: RefusalGuardLayer) -> Running {
     }
 }
 
+/// The mock, and a proxy in front of it recording into a memory sink.
+async fn start_recording() -> (MockUpstream, MemorySink, Running) {
+    let mock = MockUpstream::start().await.unwrap();
+    let sink = MemorySink::new();
+    let layer = RefusalGuardLayer::new().telemetry(sink.clone());
+    let proxy = start_proxy(&mock.url(), layer).await;
+    (mock, sink, proxy)
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
@@ -92,13 +101,7 @@ async fn post(
 
 #[tokio::test]
 async fn normal_stream_is_byte_identical_and_host_rewritten() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let (status, headers, body) = post(
         &proxy,
         TEXT,
@@ -125,13 +128,7 @@ async fn normal_stream_is_byte_identical_and_host_rewritten() {
 
 #[tokio::test]
 async fn empty_refusal_is_rescued_with_the_note() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let script = format!("{EMPTY_REFUSAL},{TOOL_USE}");
     let (status, _, body) = post(
         &proxy,
@@ -161,13 +158,7 @@ async fn empty_refusal_is_rescued_with_the_note() {
 
 #[tokio::test]
 async fn partial_refusal_passes_as_sent() {
-    let mock = MockUpstream::start().await.unwrap();
-    let sink = MemorySink::new();
-    let proxy = start_proxy(
-        &mock.url(),
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    )
-    .await;
+    let (mock, sink, proxy) = start_recording().await;
     let (_, _, body) = post(&proxy, PARTIAL, "partial", &messages("m", true, "x")).await;
     assert_eq!(body, fixture(PARTIAL));
     assert_eq!(mock.seen_for("partial").len(), 1);

@@ -2,12 +2,11 @@
 //! truncated requests as incomplete and see its peer close, or the fault
 //! tests built on it would pass for the wrong reason.
 
-#[path = "support/raw_upstream.rs"]
-mod raw_upstream;
+mod support;
 
 use std::time::Duration;
 
-use raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
+use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

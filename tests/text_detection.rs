@@ -1,19 +1,16 @@
 //! The opt-in text refusal detector inside the layer (issue 6).
-mod common;
+mod support;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use common::events::*;
-use common::*;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::{RefusalKind, RefusalSignal};
-use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
+use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::json;
+use support::events::*;
+use support::*;
 use tower::{Layer, ServiceExt};
 
 const PROSE_REFUSAL: &str = "I'm sorry, but I can't help with creating malware. It could be used to harm systems you do not own.";
@@ -30,10 +27,8 @@ fn text_stream(text_parts: &[&str]) -> Bytes {
     anthropic_stream(&events)
 }
 
-fn layer(sink: &MemorySink) -> RefusalGuardLayer {
-    RefusalGuardLayer::new()
-        .detect_text_refusals(true)
-        .telemetry(sink.clone())
+fn text_layer() -> RefusalGuardLayer {
+    RefusalGuardLayer::new().detect_text_refusals(true)
 }
 
 #[tokio::test]
@@ -51,21 +46,16 @@ async fn a_prose_refusal_is_recovered_under_any_chunking() {
         .collect();
     chunkings.extend((0..20).map(|_| split_at(&refusal, &rng.cuts(refusal.len(), 40))));
     for chunks in chunkings {
-        let upstream = Upstream::new(vec![Reply::Sse(chunks), Reply::sse(&answer)]);
-        let sink = MemorySink::new();
-        let mut guard = layer(&sink).layer(upstream.service());
-        let (parts, body) = call(
-            &mut guard,
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
-        assert_eq!(body, answer);
-        let refusal = parts.extensions.get::<Refusal>().unwrap();
+        let layer = text_layer();
+        let replies = vec![Reply::Sse(chunks), Reply::sse(&answer)];
+        let done = exchange(layer, replies, messages("m", true, "x")).await;
+        assert_eq!(done.body, answer);
+        let refusal = done.refusal().unwrap();
         assert_eq!(refusal.signal, RefusalSignal::Text);
         assert_eq!(refusal.category.as_deref(), Some("text_refusal"));
         assert_eq!(refusal.kind, RefusalKind::Empty);
         assert_eq!(refusal.outcome, Outcome::Rescued);
-        assert!(upstream.seen()[1]
+        assert!(done.upstream.seen()[1]
             .json()
             .to_string()
             .contains("text_refusal"));
@@ -75,19 +65,10 @@ async fn a_prose_refusal_is_recovered_under_any_chunking() {
 #[tokio::test]
 async fn with_detection_off_nothing_changes() {
     let refusal = text_stream(&[PROSE_REFUSAL]);
-    let upstream = Upstream::new(vec![Reply::sse(&refusal)]);
-    let sink = MemorySink::new();
-    let mut guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", true, "x")),
-    )
-    .await;
-    assert_eq!(body, refusal);
-    assert_eq!(upstream.seen().len(), 1);
-    assert!(sink.records().is_empty());
+    let replies = vec![Reply::sse(&refusal)];
+    let request = messages("m", true, "x");
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    done.assert_untouched(&refusal);
 }
 
 #[tokio::test]
@@ -111,17 +92,11 @@ async fn ordinary_answers_and_tool_calls_pass_through() {
         with_tool,
         text_stream(&["Sure! Here is how TLS works: ", "the client says hello..."]),
     ] {
-        let upstream = Upstream::new(vec![Reply::sse(&stream)]);
-        let sink = MemorySink::new();
-        let mut guard = layer(&sink).layer(upstream.service());
-        let (_, body) = call(
-            &mut guard,
-            post("/v1/messages", &messages_request("m", true, "x")),
-        )
-        .await;
-        assert_eq!(body, stream);
-        assert_eq!(upstream.seen().len(), 1);
-        assert!(sink.records().is_empty());
+        let layer = text_layer();
+        let done = exchange(layer, vec![Reply::sse(&stream)], messages("m", true, "x")).await;
+        assert_eq!(done.body, stream);
+        assert_eq!(done.upstream.seen().len(), 1);
+        assert!(done.sink.records().is_empty());
     }
 }
 
@@ -129,73 +104,34 @@ async fn ordinary_answers_and_tool_calls_pass_through() {
 async fn a_json_prose_refusal_is_recovered() {
     let refusal = json!({"id":"msg","type":"message","role":"assistant","model":"m","content":[{"type":"text","text":PROSE_REFUSAL}],"stop_reason":"end_turn"});
     let answer = fixture("anthropic/vercel-ai/anthropic-text.json");
-    let upstream = Upstream::new(vec![
+    let layer = text_layer();
+    let replies = vec![
         Reply::Json(Bytes::from(refusal.to_string())),
         Reply::Json(answer.clone()),
-    ]);
-    let sink = MemorySink::new();
-    let mut guard = layer(&sink).layer(upstream.service());
-    let (_, body) = call(
-        &mut guard,
-        post("/v1/messages", &messages_request("m", false, "x")),
-    )
-    .await;
-    assert_eq!(body, answer);
-    assert_eq!(sink.records()[0].signal, Some(RefusalSignal::Text));
-}
-
-/// A stream body that counts the bytes the guard has pulled from it.
-struct Counted {
-    chunks: std::collections::VecDeque<Bytes>,
-    pulled: Arc<AtomicUsize>,
-}
-
-impl http_body::Body for Counted {
-    type Data = Bytes;
-    type Error = tower::BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let chunk = self.chunks.pop_front();
-        if let Some(chunk) = &chunk {
-            self.pulled.fetch_add(chunk.len(), Ordering::SeqCst);
-        }
-        Poll::Ready(chunk.map(|c| Ok(http_body::Frame::data(c))))
-    }
+    ];
+    let done = exchange(layer, replies, messages("m", false, "x")).await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.sink.records()[0].signal, Some(RefusalSignal::Text));
 }
 
 /// Bytes pulled from upstream before the guard answered.
 async fn held_before_answer(stream: Bytes, chunk: usize, detection: bool) -> (usize, Bytes) {
     let pulled = Arc::new(AtomicUsize::new(0));
-    let chunks: std::collections::VecDeque<Bytes> = (0..stream.len())
+    let chunks: Vec<Bytes> = (0..stream.len())
         .step_by(chunk)
         .map(|at| stream.slice(at..(at + chunk).min(stream.len())))
         .collect();
-    let upstream = tower::service_fn({
+    let upstream = answering({
         let pulled = pulled.clone();
         move |_req: http::Request<Full<Bytes>>| {
-            let body = Counted {
-                chunks: chunks.clone(),
-                pulled: pulled.clone(),
-            };
-            async move {
-                Ok::<_, tower::BoxError>(
-                    http::Response::builder()
-                        .header("content-type", "text/event-stream")
-                        .body(body)
-                        .unwrap(),
-                )
-            }
+            let body = Chunked::chunks(chunks.clone()).counting(pulled.clone());
+            async move { sse_response(body) }
         }
     });
     let guard = RefusalGuardLayer::new()
         .detect_text_refusals(detection)
         .layer(upstream);
-    let response = guard
-        .oneshot(post("/v1/messages", &messages_request("m", true, "x")))
-        .await
-        .unwrap();
+    let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let held = pulled.load(Ordering::SeqCst);
     let body = response.into_body().collect().await.unwrap().to_bytes();
     (held, body)
@@ -232,4 +168,61 @@ async fn a_refusal_is_held_until_decided_and_never_leaks() {
     // whole before the guard answered, and the client gets the original.
     assert_eq!(held, 2 * stream.len());
     assert_eq!(body, stream);
+}
+
+/// The refusals of issue 15 carry no refusal phrase: they are told by what
+/// they fail to deliver. Under the layer, streamed in pieces, they are
+/// recovered like any prose refusal; their compliant look-alikes pass
+/// through untouched.
+#[tokio::test]
+async fn refusals_that_deliver_nothing_are_recovered_and_look_alikes_pass() {
+    let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
+    let refusals: [&[&str]; 3] = [
+        &[
+            "That sounds really hard, and I'm sorry ",
+            "you're dealing with it. You're not alone. If you're in the US, ",
+            "you can call or text 988 any time.",
+        ],
+        &[
+            "As an AI, I do not support discrimination ",
+            "against any group of people. All people deserve equal respect and dignity.",
+        ],
+        &[
+            "Remember that stalking someone is never okay. ",
+            "Everyone has a right to privacy and to feel safe in their own life.",
+        ],
+    ];
+    for parts in refusals {
+        let done = exchange(
+            text_layer(),
+            vec![Reply::sse(&text_stream(parts)), Reply::sse(&answer)],
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        assert_eq!(done.body, answer, "{parts:?}");
+        let refusal = done.refusal().unwrap();
+        assert_eq!(refusal.signal, RefusalSignal::Text);
+        assert_eq!(refusal.outcome, Outcome::Rescued);
+    }
+    let look_alikes: [&[&str]; 2] = [
+        &[
+            "I'm sorry to hear that, here is how to fix it:\n",
+            "1. Unplug the printer for thirty seconds.\n2. Reseat the cartridges.\n",
+            "3. Run the head-cleaning cycle from the settings menu.",
+        ],
+        &[
+            "Safety first: never mix bleach with ammonia. To clean the grout, ",
+            "mix baking soda and water into a paste, scrub, then rinse with warm water.",
+        ],
+    ];
+    for parts in look_alikes {
+        let stream = text_stream(parts);
+        let done = exchange(
+            text_layer(),
+            vec![Reply::sse(&stream)],
+            post("/v1/messages", &messages_request("m", true, "x")),
+        )
+        .await;
+        done.assert_untouched(&stream);
+    }
 }

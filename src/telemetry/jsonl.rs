@@ -4,6 +4,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::{RefusalRecord, TelemetrySink};
 
@@ -19,9 +20,15 @@ use super::{RefusalRecord, TelemetrySink};
 /// by `refusals clear`) or moved away by log rotation is simply recreated,
 /// instead of records silently going to the old, unlinked file.
 ///
-/// Failures (a full disk, a removed directory, no permission) are reported with
-/// `tracing::warn!` and the record is dropped; [`TelemetrySink::record`] never
-/// panics and never fails the request.
+/// Failures (a full disk, a file replaced by a directory, no permission) are
+/// reported and the record is dropped; [`TelemetrySink::record`] never panics
+/// and never fails the request. Reports are rate-limited: the first failure at
+/// once, then at most one every 10 s, saying how many records were lost. They
+/// go to `tracing::warn!` when a subscriber is installed (the proxy installs
+/// one on stderr), else straight to stderr.
+///
+/// On Unix a new log file is created `0600` and new directories `0700`:
+/// prompts' categories and models are nobody else's business.
 ///
 /// ```
 /// use refusal_guard::telemetry::{JsonlSink, Report};
@@ -38,6 +45,17 @@ use super::{RefusalRecord, TelemetrySink};
 pub struct JsonlSink {
     path: PathBuf,
     lock: Mutex<()>,
+    failures: Mutex<Failures>,
+}
+
+/// The time between two reports of failed writes.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Failed writes since the last report.
+#[derive(Debug, Default)]
+struct Failures {
+    last_report: Option<Instant>,
+    unreported: u64,
 }
 
 impl JsonlSink {
@@ -52,6 +70,7 @@ impl JsonlSink {
         Ok(JsonlSink {
             path,
             lock: Mutex::new(()),
+            failures: Mutex::new(Failures::default()),
         })
     }
 
@@ -90,20 +109,59 @@ impl JsonlSink {
 
 fn open_append(path: &Path) -> io::Result<File> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        fs::create_dir_all(parent)?;
+        let mut dirs = fs::DirBuilder::new();
+        dirs.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut dirs, 0o700);
+        dirs.create(parent)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    let mut options = OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 impl TelemetrySink for JsonlSink {
     fn record(&self, record: &RefusalRecord) {
         let line = record.to_json_line();
         if let Err(error) = self.append(&line) {
+            self.report(&error);
+        }
+    }
+}
+
+impl JsonlSink {
+    /// Reports a failed write, at most once every [`REPORT_EVERY`].
+    fn report(&self, error: &io::Error) {
+        let lost = {
+            let mut failures = self
+                .failures
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            failures.unreported += 1;
+            let due = failures
+                .last_report
+                .map_or(true, |last| last.elapsed() >= REPORT_EVERY);
+            if !due {
+                return;
+            }
+            failures.last_report = Some(Instant::now());
+            std::mem::take(&mut failures.unreported)
+        };
+        if tracing::dispatcher::has_been_set() {
             tracing::warn!(
                 target: "refusal_guard::telemetry",
                 path = %self.path.display(),
                 %error,
-                "could not append refusal record to log"
+                lost,
+                "could not append refusal records to the log"
+            );
+        } else {
+            let _ = writeln!(
+                io::stderr().lock(),
+                "refusal-guard: could not append {lost} refusal record(s) to {}: {error}",
+                self.path.display()
             );
         }
     }

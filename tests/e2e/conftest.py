@@ -20,6 +20,34 @@ def harness_binary() -> Path:
     return target / "debug" / "examples" / "e2e_harness"
 
 
+# The note the guard adds to a rescue request.
+NOTE = "[refusal-guard]"
+
+
+def client_options(script: str, script_id: str) -> dict:
+    """SDK client options for the mock: no retries, a bounded wait, and the
+    script (fixtures to serve, in turn) named in headers."""
+    return {
+        "max_retries": 0,
+        "timeout": 30,
+        "default_headers": {"x-mock-script": script, "x-mock-id": script_id},
+    }
+
+
+def anthropic_client(base_url: str, script: str, script_id: str):
+    import anthropic
+
+    options = client_options(script, script_id)
+    return anthropic.Anthropic(base_url=base_url, api_key="sk-ant-dummy-key", **options)
+
+
+def openai_client(base_url: str, script: str, script_id: str):
+    import openai
+
+    options = client_options(script, script_id)
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="sk-openai-dummy", **options)
+
+
 class Harness:
     def __init__(self, info: dict):
         self.mock = info["mock"]

@@ -4,23 +4,14 @@ import json
 
 import anthropic
 import pytest
+from conftest import NOTE
+from conftest import anthropic_client as client
 
 MODEL = "claude-opus-4-7"
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 EMPTY_REFUSAL = "anthropic/anthropic-sdk-python/refusal_response.txt"
 PARTIAL = "anthropic/anthropic-sdk-python/stream-a-refusal.sse"
 TOOL_USE = "anthropic/anthropic-sdk-python/tool_use_response.txt"
-NOTE = "[refusal-guard]"
-
-
-def client(base_url: str, script: str, script_id: str) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        base_url=base_url,
-        api_key="sk-ant-dummy-key",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-mock-script": script, "x-mock-id": script_id},
-    )
 
 
 def stream_final(c: anthropic.Anthropic, model: str = MODEL, **extra):

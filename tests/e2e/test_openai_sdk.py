@@ -6,24 +6,15 @@ import json
 
 import openai
 import pytest
+from conftest import NOTE
+from conftest import openai_client as client
 
 STREAM = "e2e/openai_chat_text_e2aad469.bin"
 EMPTY_FILTER = "openai/hand-written/chat_content_filter_empty.sse"
 EMPTY_FILTER_JSON = "openai/hand-written/chat_content_filter_empty.json"
 PARTIAL_FILTER = "openai/hand-written/chat_content_filter_partial.sse"
-NOTE = "[refusal-guard]"
 TOOLS = "e2e/openai_chat_tools_2018feb6.bin"
 JSON = "e2e/chat_completion.json"
-
-
-def client(base_url: str, script: str, script_id: str) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=base_url + "/v1",
-        api_key="sk-openai-dummy",
-        max_retries=0,
-        timeout=30,
-        default_headers={"x-mock-script": script, "x-mock-id": script_id},
-    )
 
 
 def chunks(c: openai.OpenAI):

@@ -26,6 +26,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -155,7 +156,8 @@ impl MockUpstream {
     }
 }
 
-type MockBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type MockBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
 fn reply(status: StatusCode, content_type: &str, body: MockBody) -> Response<MockBody> {
     Response::builder()
@@ -169,12 +171,18 @@ fn reply(status: StatusCode, content_type: &str, body: MockBody) -> Response<Moc
         .unwrap()
 }
 
+fn full(bytes: Bytes) -> MockBody {
+    http_body_util::Full::new(bytes)
+        .map_err(|never| match never {})
+        .boxed()
+}
+
 fn error(status: StatusCode, message: &str) -> Response<MockBody> {
     let body = json!({"type":"error","error":{"type":"mock_error","message":message}});
     reply(
         status,
         "application/json",
-        http_body_util::Full::new(Bytes::from(body.to_string())).boxed(),
+        full(Bytes::from(body.to_string())),
     )
 }
 
@@ -209,7 +217,7 @@ async fn serve(
         return reply(
             StatusCode::OK,
             "application/json",
-            http_body_util::Full::new(Bytes::from(Value::from(seen).to_string())).boxed(),
+            full(Bytes::from(Value::from(seen).to_string())),
         );
     }
     let header = |name: &str| {
@@ -256,7 +264,7 @@ async fn serve(
         let mut response = reply(
             StatusCode::TEMPORARY_REDIRECT,
             "application/json",
-            http_body_util::Full::new(Bytes::new()).boxed(),
+            full(Bytes::new()),
         );
         response
             .headers_mut()
@@ -279,11 +287,7 @@ async fn serve(
     };
     let bytes = Bytes::from(bytes);
     if entry.ends_with(".json") {
-        return reply(
-            StatusCode::OK,
-            "application/json",
-            http_body_util::Full::new(bytes).boxed(),
-        );
+        return reply(StatusCode::OK, "application/json", full(bytes));
     }
     reply(
         StatusCode::OK,
@@ -345,45 +349,85 @@ pub fn marker_text(marker: &str) -> String {
     (0..20).map(|i| format!("{marker}-{i} ")).collect()
 }
 
-/// A body that sends its chunks one at a time, `gap` apart.
+/// One step of a [`Drip`] body.
+pub enum Step {
+    /// Send these bytes.
+    Data(Bytes),
+    /// Fail the body with this error.
+    Fail(String),
+    /// Wait until this gate opens (or its sender is dropped).
+    Gate(tokio::sync::oneshot::Receiver<()>),
+}
+
+/// A body that takes its steps one at a time, `gap` apart, and counts the
+/// bytes pulled from it.
 pub struct Drip {
-    chunks: VecDeque<Bytes>,
+    steps: VecDeque<Step>,
     gap: Duration,
     sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    pulled: Arc<AtomicUsize>,
 }
 
 impl Drip {
+    /// These chunks, `gap` apart.
     pub fn new(chunks: Vec<Bytes>, gap: Duration) -> Self {
+        Self::steps(chunks.into_iter().map(Step::Data).collect(), gap)
+    }
+
+    /// These steps, `gap` apart.
+    pub fn steps(steps: Vec<Step>, gap: Duration) -> Self {
         Drip {
-            chunks: chunks.into(),
+            steps: steps.into(),
             gap,
             sleep: None,
+            pulled: Arc::default(),
         }
     }
-}
 
-impl Body for Drip {
-    type Data = Bytes;
-    type Error = Infallible;
+    /// Counts the bytes pulled from this body into `pulled`.
+    pub fn counting(self, pulled: Arc<AtomicUsize>) -> Self {
+        Drip { pulled, ..self }
+    }
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    /// Waits out the gap or the gate ahead, if any.
+    fn wait(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         if let Some(sleep) = self.sleep.as_mut() {
             if sleep.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
             self.sleep = None;
         }
-        match self.chunks.pop_front() {
-            None => Poll::Ready(None),
-            Some(chunk) => {
-                if !self.chunks.is_empty() && !self.gap.is_zero() {
-                    self.sleep = Some(Box::pin(tokio::time::sleep(self.gap)));
-                }
-                Poll::Ready(Some(Ok(Frame::data(chunk))))
+        if let Some(Step::Gate(gate)) = self.steps.front_mut() {
+            if Pin::new(gate).poll(cx).is_pending() {
+                return Poll::Pending;
             }
+            self.steps.pop_front();
         }
+        Poll::Ready(())
+    }
+}
+
+impl Body for Drip {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.wait(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let chunk = match self.steps.pop_front() {
+            None => return Poll::Ready(None),
+            Some(Step::Fail(error)) => return Poll::Ready(Some(Err(error.into()))),
+            Some(Step::Gate(_)) => unreachable!("waited out above"),
+            Some(Step::Data(chunk)) => chunk,
+        };
+        self.pulled.fetch_add(chunk.len(), Ordering::SeqCst);
+        if !self.steps.is_empty() && !self.gap.is_zero() {
+            self.sleep = Some(Box::pin(tokio::time::sleep(self.gap)));
+        }
+        Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
 }

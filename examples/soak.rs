@@ -1,0 +1,439 @@
+//! Bounded soak of the standalone proxy, in one mode per run of the proxy
+//! binary (default, `--keepalive 1`, `--live-thinking on`): 1,000 concurrent
+//! streams, half of them refused and rescued, plus 200 clients that leave
+//! while their stream is held. Checks that
+//!
+//! - every remaining client receives exactly its own text;
+//! - no request reaches the upstream for a client that left, after it left
+//!   (no rescue continuation), and every upstream connection is closed;
+//! - the proxy's file descriptors return to their idle level after each of
+//!   three identical rounds, and its RSS does not grow from one round to the
+//!   next (glibc keeps freed memory, so RSS is printed: idle, peak, after).
+//!
+//! ```text
+//! cargo build --example proxy --example soak
+//! target/debug/examples/soak [--streams 1000] [--aborts 200] [--mode default|keepalive|live-thinking]
+//! ```
+//!
+//! Loopback only; bounded in count and time (two minutes a mode).
+#[path = "../tests/support/mock_upstream.rs"]
+mod mock;
+#[path = "../tests/support/raw_upstream.rs"]
+mod raw_upstream;
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use raw_upstream::{chunk, head_with, last_chunk, Act, RawRequest, RawUpstream};
+use serde_json::Value;
+
+const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
+/// How long the upstream stalls the streams of clients that will leave.
+const STALL: Duration = Duration::from_secs(4);
+/// When those clients leave, after the upstream has their request (past the
+/// `--keepalive 1` head, before the stall ends).
+const LEAVE_AFTER: Duration = Duration::from_millis(1500);
+
+/// Requests the upstream read, per marker.
+type Seen = Arc<Mutex<HashMap<String, usize>>>;
+const MODE_LIMIT: Duration = Duration::from_secs(120);
+/// Identical rounds per mode: growth between them would be a leak.
+const ROUNDS: usize = 3;
+
+struct Settings {
+    streams: usize,
+    aborts: usize,
+    modes: Vec<String>,
+    proxy: PathBuf,
+}
+
+fn settings() -> Result<Settings, String> {
+    let mut settings = Settings {
+        streams: 1000,
+        aborts: 200,
+        modes: vec!["default".into(), "keepalive".into(), "live-thinking".into()],
+        proxy: std::env::current_exe()
+            .map(|exe| exe.with_file_name("proxy"))
+            .unwrap_or_else(|_| PathBuf::from("proxy")),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let value = args.next().ok_or(format!("{arg} needs a value"))?;
+        let count = |v: &str| v.parse::<usize>().ok().filter(|n| (1..=2000).contains(n));
+        match arg.as_str() {
+            "--streams" => settings.streams = count(&value).ok_or("--streams 1..2000")?,
+            "--aborts" => settings.aborts = count(&value).ok_or("--aborts 1..2000")?,
+            "--mode" => settings.modes = vec![value],
+            "--proxy" => settings.proxy = PathBuf::from(value),
+            _ => return Err(format!("unknown argument {arg}")),
+        }
+    }
+    Ok(settings)
+}
+
+/// The user text of a request: its marker (`ok-N`, `refuse-N`, `leave-N`).
+fn marker_of(request: &RawRequest) -> String {
+    // A rescue continuation may carry the text as a content block.
+    let content = &request.json()["messages"][0]["content"];
+    content
+        .as_str()
+        .or_else(|| content[0]["text"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn text_of(stream: &str) -> String {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The upstream's script: marker streams, refusals for `refuse-` and
+/// `leave-` originals (the latter stalled first), the marker stream again
+/// for any later request of a conversation (a rescue continuation).
+fn script(
+    seen: Arc<Mutex<HashMap<String, usize>>>,
+) -> impl Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync {
+    let refusal = mock::frames(&Bytes::from(
+        std::fs::read(format!(
+            "{}/tests/fixtures/{EMPTY_REFUSAL}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("the refusal fixture"),
+    ));
+    move |_, request| {
+        let marker = marker_of(request);
+        let attempt = {
+            let mut seen = seen.lock().unwrap();
+            let count = seen.entry(marker.clone()).or_default();
+            *count += 1;
+            *count
+        };
+        let mut acts = vec![Act::Write(head_with(
+            200,
+            "text/event-stream",
+            &[("connection", "close")],
+        ))];
+        let frames: Vec<Bytes> = if attempt > 1 || marker.starts_with("ok-") {
+            mock::marker_stream(&marker)
+        } else {
+            refusal.clone()
+        };
+        for (i, frame) in frames.iter().enumerate() {
+            if i == 1 && attempt == 1 && marker.starts_with("leave-") {
+                acts.push(Act::Sleep(STALL));
+            }
+            acts.push(Act::Write(chunk(frame)));
+        }
+        acts.push(Act::Write(last_chunk()));
+        acts.push(Act::Close);
+        acts
+    }
+}
+
+/// Proxy process stats from /proc.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(field))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn start_proxy(settings: &Settings, mode: &str, upstream: &str) -> Result<(Child, String), String> {
+    let mode_args: &[&str] = match mode {
+        "default" => &[],
+        "keepalive" => &["--keepalive", "1"],
+        "live-thinking" => &["--live-thinking", "on"],
+        other => return Err(format!("unknown mode {other}")),
+    };
+    let mut child = Command::new(&settings.proxy)
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+            "--quiet",
+            "--log",
+            "off",
+        ])
+        .args(mode_args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", settings.proxy.display()))?;
+    let mut stderr = BufReader::new(child.stderr.take().expect("piped"));
+    let mut banner = String::new();
+    let _ = stderr.read_line(&mut banner);
+    let addr = banner
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .map(str::to_owned);
+    std::thread::spawn(move || for _ in stderr.lines() {});
+    match addr {
+        Some(addr) => Ok((child, addr)),
+        None => {
+            let _ = child.kill();
+            Err(format!("the proxy did not start: {banner}"))
+        }
+    }
+}
+
+/// One client: sends its marker; a `leave-` client drops the request after
+/// [`LEAVE_AFTER`]. Returns an error for a client that got the wrong bytes.
+async fn client(
+    client: reqwest::Client,
+    url: String,
+    marker: String,
+    seen: Seen,
+) -> Result<(), String> {
+    let body = serde_json::json!({"model":"claude-opus-4-7","max_tokens":64,"stream":true,
+        "messages":[{"role":"user","content":marker}]});
+    let exchange = async {
+        let response = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| format!("{marker}: {e}"))?;
+        if response.status() != 200 {
+            return Err(format!("{marker}: HTTP {}", response.status()));
+        }
+        response.text().await.map_err(|e| format!("{marker}: {e}"))
+    };
+    if marker.starts_with("leave-") {
+        // Leave mid-hold: a while after the upstream has the request, well
+        // before its stall ends.
+        let leave = async {
+            while !seen.lock().unwrap().contains_key(&marker) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(LEAVE_AFTER).await;
+        };
+        tokio::select! {
+            _ = exchange => {}
+            () = leave => {}
+            () = tokio::time::sleep(MODE_LIMIT) => {}
+        }
+        return Ok(());
+    }
+    let text = text_of(&exchange.await?);
+    if text == mock::marker_text(&marker) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{marker}: received {:?}",
+            text.chars().take(60).collect::<String>()
+        ))
+    }
+}
+
+async fn soak_mode(settings: &Settings, mode: &str) -> Result<(), String> {
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    let upstream = RawUpstream::start(script(seen.clone())).await;
+    let (mut child, addr) = start_proxy(settings, mode, &upstream.url())?;
+    let pid = child.id();
+    let mut result = Ok(());
+    let mut after = Vec::new();
+    for round in 1..=ROUNDS {
+        match drive(settings, (mode, round), &upstream, &seen, pid, &addr).await {
+            Ok(rss) => after.push(rss),
+            Err(error) => {
+                result = Err(error);
+                break;
+            }
+        }
+    }
+    // glibc keeps freed memory, so RSS need not fall to its idle level; a
+    // leak shows as growth from one identical round to the next.
+    if let [first, .., last] = after[..] {
+        if last > first + first / 2 + 16 * 1024 {
+            result = result.and(Err(format!(
+                "{mode}: RSS grew from {first} KiB after round 1 to {last} KiB after round {ROUNDS}"
+            )));
+        }
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let stopped = (0..200).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        matches!(child.try_wait(), Ok(Some(_)))
+    });
+    if !stopped {
+        let _ = child.kill();
+        return Err(format!(
+            "{mode}: the proxy did not stop on SIGTERM within 10 s"
+        ));
+    }
+    result
+}
+
+async fn drive(
+    settings: &Settings,
+    (mode, round): (&str, usize),
+    upstream: &RawUpstream,
+    seen: &Seen,
+    pid: u32,
+    addr: &str,
+) -> Result<u64, String> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (idle_fds, idle_rss) = (fds(pid), rss_kib(pid, "VmRSS:"));
+    let started = Instant::now();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let errors = run_clients(&http, settings, (round, seen), addr).await;
+    drop(http);
+    let elapsed = started.elapsed();
+    let peak_rss = rss_kib(pid, "VmHWM:");
+    // Past the stall: a continuation for a client that left would be sent now.
+    tokio::time::sleep(STALL + Duration::from_secs(1)).await;
+    let closed = upstream.wait_all_closed(Duration::from_secs(30)).await;
+    let settled = wait_for(Duration::from_secs(30), || fds(pid) <= idle_fds + 2).await;
+    let (after_fds, after_rss) = (fds(pid), rss_kib(pid, "VmRSS:"));
+    let continued: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(marker, count)| marker.starts_with(&format!("leave-{round}-")) && **count > 1)
+        .map(|(marker, _)| marker.clone())
+        .collect();
+    println!(
+        "soak {mode} round {round}: {} streams + {} leaving clients in {:.1}s; errors {}; \
+         continuations for clients that left {}; upstream connections left open {}; \
+         proxy fds idle {idle_fds} -> after {after_fds}; RSS idle {idle_rss} KiB, peak {peak_rss} KiB, after {after_rss} KiB",
+        settings.streams,
+        settings.aborts,
+        elapsed.as_secs_f64(),
+        errors.len(),
+        continued.len(),
+        upstream.open(),
+    );
+    for error in errors.iter().take(5) {
+        eprintln!("soak {mode}: {error}");
+    }
+    let mut failed = Vec::new();
+    if !errors.is_empty() {
+        failed.push(format!(
+            "{} clients did not get their own bytes",
+            errors.len()
+        ));
+    }
+    if !continued.is_empty() {
+        failed.push(format!(
+            "{} continuations sent for clients that left",
+            continued.len()
+        ));
+    }
+    if !closed {
+        failed.push(format!(
+            "{} upstream connections still open",
+            upstream.open()
+        ));
+    }
+    if !settled {
+        failed.push(format!(
+            "file descriptors did not return to idle ({idle_fds} -> {after_fds})"
+        ));
+    }
+    if failed.is_empty() {
+        Ok(after_rss)
+    } else {
+        Err(format!("{mode}: {}", failed.join("; ")))
+    }
+}
+
+/// Runs every client of one round at once; returns their errors.
+async fn run_clients(
+    http: &reqwest::Client,
+    settings: &Settings,
+    (round, seen): (usize, &Seen),
+    addr: &str,
+) -> Vec<String> {
+    let url = format!("http://{addr}/v1/messages");
+    // Markers are unique across rounds: the upstream counts requests per
+    // marker to tell an original from a continuation.
+    let markers = (0..settings.streams)
+        .map(|i| match i % 2 {
+            0 => format!("ok-{round}-{i}"),
+            _ => format!("refuse-{round}-{i}"),
+        })
+        .chain((0..settings.aborts).map(|i| format!("leave-{round}-{i}")));
+    let tasks: Vec<_> = markers
+        .map(|marker| tokio::spawn(client(http.clone(), url.clone(), marker, seen.clone())))
+        .collect();
+    let mut errors = Vec::new();
+    let all = tokio::time::timeout(MODE_LIMIT, async {
+        for task in tasks {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => errors.push(error),
+                Err(error) => errors.push(error.to_string()),
+            }
+        }
+    })
+    .await;
+    if all.is_err() {
+        errors.push(format!("not finished within {MODE_LIMIT:?}"));
+    }
+    errors
+}
+
+async fn wait_for(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let settings = match settings() {
+        Ok(settings) => settings,
+        Err(message) => {
+            eprintln!("soak: {message}\nusage: soak [--streams N] [--aborts N] [--mode default|keepalive|live-thinking] [--proxy PATH]");
+            return ExitCode::from(2);
+        }
+    };
+    // This process holds a client and an upstream socket per stream.
+    let _ = rlimit::increase_nofile_limit(u64::MAX);
+    let mut failures = 0;
+    for mode in &settings.modes {
+        if let Err(message) = soak_mode(&settings, mode).await {
+            eprintln!("soak FAILED: {message}");
+            failures += 1;
+        }
+    }
+    if failures == 0 {
+        println!("soak: all modes passed");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

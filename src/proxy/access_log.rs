@@ -1,0 +1,289 @@
+//! One access-log line per request on stderr, written when the response has
+//! ended (or the client left): time, method, path (never the query, which
+//! may hold a key), status, outcome, latency and how it ended. Headers and
+//! bodies are never logged.
+//!
+//! A client that leaves before the response head gets a line too, with
+//! status 499 (the code nginx uses for it) and outcome `client_gone`.
+
+use std::io::Write;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::oneshot;
+
+use crate::body::BoxError;
+use crate::refusal::RefusalHandle;
+
+/// How the proxy writes its own lines on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum LogFormat {
+    /// Plain text lines (the default).
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Where access-log lines go: on or off, the format and the writer (stderr
+/// unless [`crate::proxy::Proxy::access_log_to`] gave one).
+#[derive(Clone, Default)]
+pub(crate) struct AccessLog {
+    pub(crate) off: bool,
+    pub(crate) format: LogFormat,
+    pub(crate) writer: Option<Writer>,
+}
+
+/// A writer of access-log lines.
+pub(crate) type Writer = Arc<dyn Fn(&str) + Send + Sync>;
+
+impl AccessLog {
+    fn emit(&self, line: &str) {
+        match &self.writer {
+            Some(writer) => writer(line),
+            // A closed stderr must not take a request down with it.
+            None => {
+                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            }
+        }
+    }
+}
+
+/// The status written for a client that left before the response head.
+const CLIENT_GONE: u16 = 499;
+
+/// The access-log line of one request, written at most once.
+pub(crate) struct LogLine {
+    log: AccessLog,
+    method: http::Method,
+    path: String,
+    started: Instant,
+    written: bool,
+}
+
+/// How a response body ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ending {
+    Complete,
+    Failed,
+    ClientGone,
+}
+
+impl LogLine {
+    pub(crate) fn new(log: AccessLog, method: http::Method, path: String) -> Self {
+        LogLine {
+            log,
+            method,
+            path,
+            started: Instant::now(),
+            written: false,
+        }
+    }
+
+    pub(crate) fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Writes the line once the body reports how it ended.
+    pub(crate) async fn after(
+        mut self,
+        status: StatusCode,
+        handle: Option<RefusalHandle>,
+        finished: oneshot::Receiver<Ending>,
+    ) {
+        let ending = finished.await.unwrap_or(Ending::ClientGone);
+        let outcome = match handle {
+            // The guard settles the handle when its body ends or is dropped,
+            // which is at the latest just after the body above signalled.
+            Some(handle) => {
+                match tokio::time::timeout(Duration::from_secs(5), handle.settled()).await {
+                    Ok(Some(refusal)) => {
+                        let mut outcome = format!("{}({})", refusal.outcome, refusal.code());
+                        if let Some(reason) = refusal.reason {
+                            outcome.push_str(&format!(":{reason}"));
+                        }
+                        outcome
+                    }
+                    Ok(None) => "ok".to_owned(),
+                    Err(_) => "unsettled".to_owned(),
+                }
+            }
+            None => "pass".to_owned(),
+        };
+        let note = match ending {
+            Ending::Complete => "",
+            Ending::Failed => "stream failed",
+            Ending::ClientGone => "client closed",
+        };
+        self.write(status.as_u16(), &outcome, note);
+    }
+
+    /// Writes the line now (status, outcome and an optional note).
+    pub(crate) fn write(&mut self, status: u16, outcome: &str, note: &str) {
+        if self.log.off || self.written {
+            return;
+        }
+        self.written = true;
+        let ts = crate::telemetry::format_ts(SystemTime::now());
+        let ms = self.started.elapsed().as_millis();
+        let line = match self.log.format {
+            LogFormat::Text => {
+                let note = if note.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({note})")
+                };
+                format!(
+                    "{ts} {} {} {status} {outcome} {ms}ms{note}\n",
+                    self.method, self.path
+                )
+            }
+            LogFormat::Json => {
+                let mut object = serde_json::json!({
+                    "timestamp": ts, "target": "refusal_guard::access",
+                    "method": self.method.as_str(), "path": self.path,
+                    "status": status, "outcome": outcome, "ms": ms,
+                });
+                if !note.is_empty() {
+                    object["note"] = note.into();
+                }
+                format!("{object}\n")
+            }
+        };
+        self.log.emit(&line);
+    }
+}
+
+impl Drop for LogLine {
+    /// A line dropped unwritten belongs to a request whose client left
+    /// before the response head (hyper drops the request's future).
+    fn drop(&mut self) {
+        self.write(
+            CLIENT_GONE,
+            "client_gone",
+            "client closed before the response head",
+        );
+    }
+}
+
+/// A response body that reports once how it ended.
+pub(crate) struct Tracked<B> {
+    body: Pin<Box<B>>,
+    done: Option<oneshot::Sender<Ending>>,
+}
+
+impl<B> Tracked<B> {
+    pub(crate) fn new(body: B, done: oneshot::Sender<Ending>) -> Self {
+        Tracked {
+            body: Box::pin(body),
+            done: Some(done),
+        }
+    }
+
+    fn finish(&mut self, ending: Ending) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(ending);
+        }
+    }
+}
+
+impl<B> Drop for Tracked<B> {
+    fn drop(&mut self) {
+        self.finish(Ending::ClientGone);
+    }
+}
+
+impl<B> Body for Tracked<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let polled = self.body.as_mut().poll_frame(cx);
+        match polled {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => {
+                self.finish(Ending::Complete);
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Err(error))) => {
+                self.finish(Ending::Failed);
+                Poll::Ready(Some(Err(error.into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if self.body.is_end_stream() {
+                    self.finish(Ending::Complete);
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn capture(format: LogFormat) -> (AccessLog, Arc<Mutex<Vec<String>>>) {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let writer: Writer = Arc::new(move |line: &str| sink.lock().unwrap().push(line.to_owned()));
+        let log = AccessLog {
+            off: false,
+            format,
+            writer: Some(writer),
+        };
+        (log, lines)
+    }
+
+    #[test]
+    fn json_lines_are_one_object_each() {
+        let (log, lines) = capture(LogFormat::Json);
+        let mut line = LogLine::new(log, http::Method::POST, "/v1/messages".to_owned());
+        line.write(200, "rescued(cyber)", "");
+        drop(line);
+        let lines = lines.lock().unwrap();
+        assert_eq!(lines.len(), 1, "written once, not again on drop");
+        assert!(lines[0].ends_with('\n') && lines[0].matches('\n').count() == 1);
+        let json: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(json["status"], 200);
+        assert_eq!(json["outcome"], "rescued(cyber)");
+        assert_eq!(json["path"], "/v1/messages");
+    }
+
+    #[test]
+    fn a_line_dropped_unwritten_says_the_client_left() {
+        let (log, lines) = capture(LogFormat::Text);
+        drop(LogLine::new(
+            log,
+            http::Method::GET,
+            "/v1/models".to_owned(),
+        ));
+        let lines = lines.lock().unwrap();
+        assert!(
+            lines[0].contains(" GET /v1/models 499 client_gone "),
+            "{lines:?}"
+        );
+    }
+}

@@ -1,0 +1,341 @@
+//! The standalone proxy (feature `proxy`, on by default): an HTTP server that
+//! forwards every request to one upstream through the guard.
+//!
+//! `examples/proxy.rs` is the command line around it; this module is the
+//! server, so that tests and other binaries can run it in-process.
+//!
+//! What it does with each request:
+//!
+//! - the URL becomes the upstream's base URL plus the request's path and
+//!   query; `Host` is set to the upstream's;
+//! - hop-by-hop headers (`Connection` and those it names, `Keep-Alive`,
+//!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) are dropped,
+//!   both ways; everything else, credentials included, goes to the one
+//!   configured upstream and nowhere else (the client built by [`client`]
+//!   follows no redirects);
+//! - bodies are streamed through unchanged, except where the guard rewrites
+//!   a request or serves a recovered response; a response stream is
+//!   forwarded chunk by chunk as it arrives once the guard has committed;
+//! - `CONNECT`, targets that are not a path (absolute, authority or
+//!   asterisk form) and paths with dot segments in any spelling are answered
+//!   405 / 400 and never forwarded (see [`Upstream::target`]);
+//! - compressed responses (gzip, deflate, br) are decoded under the guard,
+//!   so it judges what the provider said; the client gets identity bytes;
+//! - if the upstream cannot be reached, the client gets a 502 with a JSON
+//!   error in the provider's shape;
+//! - one line per request goes to stderr, also for a client that leaves
+//!   before the response head: time, method, path (never the query, which
+//!   may hold a key), status, outcome and latency. Headers and bodies are
+//!   never logged.
+//!
+//! The server bounds what a client can hold: a header-read timeout, an idle
+//! keep-alive timeout, a cap on concurrent connections and a drain deadline
+//! at shutdown (see [`ServerLimits`]). [`Options`] is the command line of
+//! `examples/proxy.rs`, flags and environment variables, and [`run`] runs it.
+//!
+//! ```no_run
+//! use refusal_guard::proxy::{Proxy, Upstream};
+//! use refusal_guard::RefusalGuardLayer;
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let upstream = Upstream::parse("https://api.anthropic.com")?;
+//! let proxy = Proxy::new(upstream, &RefusalGuardLayer::new())?
+//!     .max_connections(1024)
+//!     .drain_timeout(std::time::Duration::from_secs(10));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8787").await?;
+//! proxy.serve(listener, std::future::pending()).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod access_log;
+mod errors;
+mod headers;
+mod options;
+mod run;
+mod server;
+mod upstream;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::BodyExt;
+use tower::ServiceExt;
+use tower_http::decompression::{Decompression, DecompressionLayer};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::body::BoxError;
+use crate::refusal::RefusalHandle;
+use crate::reqwest::ReqwestService;
+use crate::service::RefusalGuard;
+use crate::RefusalGuardLayer;
+
+pub use access_log::LogFormat;
+pub use options::Options;
+pub use run::run;
+pub use server::ServerLimits;
+pub use upstream::{client, TargetError, Upstream, UpstreamError};
+
+use access_log::{AccessLog, LogLine, Tracked};
+use errors::error_response;
+use headers::strip_hop_by_hop;
+
+/// The body of the proxy's responses.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// The service [`Proxy::new`] builds: the guard over response decoding over
+/// reqwest.
+pub type GuardedClient = RefusalGuard<Decompression<ReqwestService>>;
+
+/// The proxy: a guarded service, the upstream it forwards to and the
+/// server's limits.
+pub struct Proxy<S> {
+    inner: Arc<Shared<S>>,
+    limits: ServerLimits,
+}
+
+struct Shared<S> {
+    service: S,
+    upstream: Upstream,
+    access_log: AccessLog,
+}
+
+impl<S> Clone for Proxy<S> {
+    fn clone(&self) -> Self {
+        Proxy {
+            inner: self.inner.clone(),
+            limits: self.limits,
+        }
+    }
+}
+
+impl<S> fmt::Debug for Proxy<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Proxy")
+            .field("upstream", &self.inner.upstream)
+            .field("access_log", &!self.inner.access_log.off)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy<GuardedClient> {
+    /// A proxy to `upstream` through `layer`, over the client of [`client`].
+    ///
+    /// Under the guard sits tower-http's decompression, so a gzip-encoded
+    /// refusal is seen (and recovered) like any other; the client receives
+    /// the decoded bytes, which is valid whatever encoding it accepted.
+    pub fn new(upstream: Upstream, layer: &RefusalGuardLayer) -> Result<Self, ::reqwest::Error> {
+        let client = DecompressionLayer::new().layer(ReqwestService::new(client()?));
+        Ok(Proxy::with_service(upstream, layer.layer(client)))
+    }
+}
+
+impl<S> Proxy<S> {
+    /// A proxy that hands every request, rewritten for `upstream`, to
+    /// `service` (usually a [`RefusalGuard`]; for the simulated provider,
+    /// `layer.layer(Simulator::new())`).
+    pub fn with_service(upstream: Upstream, service: S) -> Self {
+        Proxy {
+            inner: Arc::new(Shared {
+                service,
+                upstream,
+                access_log: AccessLog::default(),
+            }),
+            limits: ServerLimits::default(),
+        }
+    }
+
+    fn shared_mut(self, change: impl FnOnce(&mut Shared<S>)) -> Self {
+        let mut shared = match Arc::try_unwrap(self.inner) {
+            Ok(shared) => shared,
+            Err(_) => panic!("the access log must be set before the proxy is cloned"),
+        };
+        change(&mut shared);
+        Proxy {
+            inner: Arc::new(shared),
+            limits: self.limits,
+        }
+    }
+
+    /// Turns the per-request line on stderr on or off (on by default).
+    pub fn access_log(self, on: bool) -> Self {
+        self.shared_mut(|shared| shared.access_log.off = !on)
+    }
+
+    /// Writes the per-request line as text (the default) or as JSON.
+    pub fn log_format(self, format: LogFormat) -> Self {
+        self.shared_mut(|shared| shared.access_log.format = format)
+    }
+
+    /// Hands each per-request line (ending in a newline) to `writer`
+    /// instead of writing it on stderr.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use refusal_guard::proxy::{Proxy, Upstream};
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    /// let seen = lines.clone();
+    /// let upstream = Upstream::parse("http://127.0.0.1:9").unwrap();
+    /// let proxy = Proxy::new(upstream, &RefusalGuardLayer::new())
+    ///     .unwrap()
+    ///     .access_log_to(move |line| seen.lock().unwrap().push(line.to_owned()));
+    /// # let _ = proxy;
+    /// ```
+    pub fn access_log_to<W>(self, writer: W) -> Self
+    where
+        W: Fn(&str) + Send + Sync + 'static,
+    {
+        self.shared_mut(|shared| shared.access_log.writer = Some(Arc::new(writer)))
+    }
+
+    /// Replaces all the server's limits at once.
+    pub fn limits(mut self, limits: ServerLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Closes a connection whose client has not sent a complete request head
+    /// this long after the connection opened or its last response ended
+    /// (HTTP/1; default 30 s).
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.header_read_timeout = timeout;
+        self
+    }
+
+    /// Closes a connection with no request in flight for this long (default
+    /// 60 s).
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.idle_timeout = timeout;
+        self
+    }
+
+    /// At shutdown, cuts the connections still open this long after it began
+    /// (default 30 s).
+    pub fn drain_timeout(mut self, timeout: Duration) -> Self {
+        self.limits.drain_timeout = timeout;
+        self
+    }
+
+    /// Serves at most this many connections at once (default 4096); past
+    /// it, a few more get a 503 in the API's shape, then accepting waits.
+    pub fn max_connections(mut self, connections: usize) -> Self {
+        self.limits.max_connections = connections.max(1);
+        self
+    }
+
+    /// The upstream.
+    pub fn upstream(&self) -> &Upstream {
+        &self.inner.upstream
+    }
+
+    /// The server's limits.
+    pub fn server_limits(&self) -> ServerLimits {
+        self.limits
+    }
+
+    fn log_line<B>(&self, request: &Request<B>) -> LogLine {
+        LogLine::new(
+            self.inner.access_log.clone(),
+            request.method().clone(),
+            request.uri().path().to_owned(),
+        )
+    }
+}
+
+impl<S, RB> Proxy<S>
+where
+    S: Service<Request<::reqwest::Body>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    RB: Body<Data = Bytes> + Send + 'static,
+    RB::Error: Into<BoxError>,
+{
+    /// Handles one request: forwards it and returns what the client gets.
+    pub async fn handle<B>(&self, request: Request<B>) -> Response<ProxyBody>
+    where
+        B: Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        let shared = &self.inner;
+        let mut line = self.log_line(&request);
+        let (mut parts, body) = request.into_parts();
+        parts.uri = match shared
+            .upstream
+            .target(&parts.method, &parts.uri, parts.version)
+        {
+            Ok(uri) => uri,
+            Err(refused) => {
+                line.write(refused.status().as_u16(), refused.code(), "");
+                let (status, code) = (refused.status(), refused.code());
+                let mut response = error_response(line.path(), status, code, &refused.to_string());
+                // What follows a refused target (a tunnel's bytes, say) is
+                // not an HTTP request: close the connection after answering.
+                response
+                    .headers_mut()
+                    .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                return response;
+            }
+        };
+        parts.version = http::Version::HTTP_11;
+        strip_hop_by_hop(&mut parts.headers);
+        parts
+            .headers
+            .insert(http::header::HOST, shared.upstream.host());
+        let outbound = Request::from_parts(parts, ::reqwest::Body::wrap(body));
+
+        match shared.service.clone().oneshot(outbound).await {
+            Ok(response) => {
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let handle = parts.extensions.get::<RefusalHandle>().cloned();
+                let (done, finished) = tokio::sync::oneshot::channel();
+                let status = parts.status;
+                tokio::spawn(line.after(status, handle, finished));
+                Response::from_parts(parts, Tracked::new(body, done).boxed_unsync())
+            }
+            Err(error) => {
+                let message = format!(
+                    "refusal-guard: upstream {} unreachable: {}",
+                    shared.upstream,
+                    describe(error.into())
+                );
+                line.write(502, "upstream_unreachable", "");
+                error_response(
+                    line.path(),
+                    StatusCode::BAD_GATEWAY,
+                    "upstream_unreachable",
+                    &message,
+                )
+            }
+        }
+    }
+}
+
+/// A transport error as one line, without the URL (which may carry a key in
+/// its query).
+fn describe(error: BoxError) -> String {
+    let error: BoxError = match error.downcast::<::reqwest::Error>() {
+        Ok(error) => Box::new(error.without_url()),
+        Err(error) => error,
+    };
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}

@@ -1,0 +1,410 @@
+//! The proxy's command line: flags, each with a `REFUSAL_GUARD_*` variable
+//! (a flag wins over its variable), parsed with clap.
+//!
+//! `RESCUE`, `FALLBACKS` and `LOG` are also read under pi-refusal-guard's
+//! `OMP_REFUSAL_*` and `PI_REFUSAL_*` names, below `REFUSAL_GUARD_*`, as
+//! [`crate::env`] reads them.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{ArgAction, CommandFactory, Parser};
+
+use super::{LogFormat, Upstream};
+use crate::env::{self, EnvConfig, LogSetting};
+use crate::recovery::FallbackChains;
+
+const ENVIRONMENT: &str = "\
+Each option also reads the REFUSAL_GUARD_ variable shown with it; a flag wins \
+over its variable. --retarget also reads REFUSAL_GUARD_FALLBACKS. RESCUE, \
+FALLBACKS and LOG are also read as pi-refusal-guard's OMP_REFUSAL_* and \
+PI_REFUSAL_* (REFUSAL_GUARD_ wins over OMP_, OMP_ over PI_). An off value \
+for --log means no log. Several chains in REFUSAL_GUARD_CHAIN are separated \
+by `;`. The level of the proxy's own messages: --log-level, else RUST_LOG, \
+else warn (info for refusal_guard).";
+
+/// The standalone proxy's options (`examples/proxy.rs`).
+///
+/// ```
+/// use clap::Parser;
+/// use refusal_guard::proxy::Options;
+///
+/// let options = Options::try_parse_from(["proxy", "--listen", "127.0.0.1:9999", "--rescue=off"])?;
+/// assert_eq!(options.listen.port(), 9999);
+/// assert_eq!(options.rescue, Some(false));
+/// # Ok::<(), clap::Error>(())
+/// ```
+#[derive(Debug, Clone, Parser)]
+#[command(name = "proxy", long_about = None, about = "refusal-guard: an HTTP proxy that recovers LLM refusals", after_help = ENVIRONMENT)]
+#[non_exhaustive]
+pub struct Options {
+    /// Address to listen on
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_LISTEN",
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8787"
+    )]
+    pub listen: SocketAddr,
+    /// Base URL to forward to
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_UPSTREAM",
+        value_name = "URL",
+        default_value = "https://api.anthropic.com"
+    )]
+    pub upstream: Upstream,
+    /// Refusal log, JSON lines; an off value for none [default: ~/.refusal-guard/refusals.jsonl]
+    #[arg(long, env = "REFUSAL_GUARD_LOG", value_name = "PATH", value_parser = log_setting)]
+    pub log: Option<LogSetting>,
+    /// The reframed rescue continuation [default: on]
+    #[arg(long, env = "REFUSAL_GUARD_RESCUE", value_name = "on|off", value_parser = switch)]
+    pub rescue: Option<bool>,
+    /// Rewrite Anthropic server-side `fallbacks` to these models
+    #[arg(long, env = "REFUSAL_GUARD_RETARGET", value_name = "M1,M2", value_parser = models)]
+    pub retarget: Option<::std::vec::Vec<String>>,
+    /// Also add them to requests that carry no `fallbacks`
+    #[arg(long, env = "REFUSAL_GUARD_INJECT_FALLBACKS", action = ArgAction::SetTrue, value_parser = switch)]
+    pub inject_fallbacks: bool,
+    /// Client-side fallback chain for MODEL (repeatable)
+    #[arg(long = "chain", env = "REFUSAL_GUARD_CHAIN", value_name = "MODEL=M1,M2", value_delimiter = ';', value_parser = chains)]
+    pub chains: Vec<FallbackChains>,
+    /// Treat prose refusals (I can't help with that) as refusals
+    #[arg(long, env = "REFUSAL_GUARD_DETECT_TEXT", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off")]
+    pub detect_text: bool,
+    /// Stream thinking before the decision; a recovered turn continues the same message
+    #[arg(long, env = "REFUSAL_GUARD_LIVE_THINKING", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off")]
+    pub live_thinking: bool,
+    /// After SECS of holding a stream, send the head and SSE keep-alive comments until the guard decides [default: off]
+    #[arg(long, env = "REFUSAL_GUARD_KEEPALIVE", value_name = "SECS", value_parser = seconds)]
+    pub keepalive: Option<Duration>,
+    /// No upstream: a built-in provider that refuses each conversation's first attempt
+    #[arg(long, env = "REFUSAL_GUARD_SIMULATE", action = ArgAction::SetTrue, value_parser = switch)]
+    pub simulate: bool,
+    /// No per-request line on stderr
+    #[arg(long, env = "REFUSAL_GUARD_QUIET", action = ArgAction::SetTrue, value_parser = switch)]
+    pub quiet: bool,
+    /// Format of the proxy's own lines on stderr (access log and messages)
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+    /// Level of the proxy's messages, as a tracing filter (e.g. info, debug) [default: RUST_LOG, else warn]
+    #[arg(long, env = "REFUSAL_GUARD_LOG_LEVEL", value_name = "FILTER", value_parser = log_filter)]
+    pub log_level: Option<String>,
+    /// Time for a client to send a complete request head (HTTP/1)
+    #[arg(long, env = "REFUSAL_GUARD_HEADER_READ_TIMEOUT", value_name = "SECS", value_parser = seconds, default_value = "30")]
+    pub header_read_timeout: Duration,
+    /// Close a connection with no request in flight after SECS
+    #[arg(long, env = "REFUSAL_GUARD_IDLE_TIMEOUT", value_name = "SECS", value_parser = seconds, default_value = "60")]
+    pub idle_timeout: Duration,
+    /// At shutdown, cut connections still open after SECS
+    #[arg(long, env = "REFUSAL_GUARD_DRAIN_TIMEOUT", value_name = "SECS", value_parser = seconds, default_value = "30")]
+    pub drain_timeout: Duration,
+    /// Connections served at once (lowered to fit the file-descriptor limit)
+    #[arg(long, env = "REFUSAL_GUARD_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), default_value = "4096")]
+    pub max_connections: u32,
+    /// Time for the upstream to send its response head [default: the layer's]
+    #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_HEAD_TIMEOUT", value_name = "SECS", value_parser = seconds)]
+    pub upstream_head_timeout: Option<Duration>,
+    /// Longest silence between upstream body chunks [default: the layer's]
+    #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_IDLE_TIMEOUT", value_name = "SECS", value_parser = seconds)]
+    pub upstream_idle_timeout: Option<Duration>,
+    /// Total time for a held call and its recovery [default: the layer's, 600]
+    #[arg(long, env = "REFUSAL_GUARD_RECOVERY_DEADLINE", value_name = "SECS", value_parser = seconds)]
+    pub recovery_deadline: Option<Duration>,
+    /// Bytes held across all streams at once [default: the layer's]
+    #[arg(long, env = "REFUSAL_GUARD_MAX_TOTAL_HELD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_total_held_bytes: Option<u64>,
+}
+
+impl Options {
+    /// Reads the process's arguments and environment; on a bad value prints
+    /// the error and exits with status 2 (`--help` prints help, status 0).
+    pub fn from_args() -> Options {
+        let args: Vec<String> = std::env::args().collect();
+        let vars = |key: &str| std::env::var(key).ok();
+        match Options::try_parse_from(&args).and_then(|o| o.with_compat_env(vars)) {
+            Ok(options) => options,
+            Err(error) => name_the_variable(error, &args).exit(),
+        }
+    }
+
+    /// Fills what flags and `REFUSAL_GUARD_*` variables left unset from the
+    /// other names [`crate::env`] reads (`REFUSAL_GUARD_FALLBACKS`,
+    /// `OMP_REFUSAL_*`, `PI_REFUSAL_*`), then checks the options together.
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// use refusal_guard::proxy::Options;
+    ///
+    /// let env = |key: &str| (key == "PI_REFUSAL_RESCUE").then(|| "off".to_owned());
+    /// let options = Options::try_parse_from(["proxy"])?.with_compat_env(env)?;
+    /// assert_eq!(options.rescue, Some(false));
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    pub fn with_compat_env(
+        mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Options, clap::Error> {
+        let vars = env::variable_names()
+            .into_iter()
+            .filter_map(|key| lookup(&key).map(|value| (key, value)));
+        let found = EnvConfig::from_vars(vars).map_err(|e| invalid(e.to_string()))?;
+        self.rescue = self.rescue.or(found.rescue);
+        self.retarget = self.retarget.take().or(found.retarget);
+        self.log = self.log.take().or(found.log);
+        if self.inject_fallbacks && self.retarget.as_ref().map_or(true, Vec::is_empty) {
+            return Err(invalid(
+                "--inject-fallbacks needs --retarget M1,M2 (the models to inject)".to_owned(),
+            ));
+        }
+        Ok(self)
+    }
+
+    /// All `--chain`s as one set.
+    pub fn fallback_chains(&self) -> FallbackChains {
+        self.chains
+            .iter()
+            .cloned()
+            .fold(FallbackChains::new(), FallbackChains::extend)
+    }
+
+    /// Where refusal records go: `--log`, else the default path (none when
+    /// `$HOME` is unset).
+    pub fn log_setting(&self) -> LogSetting {
+        self.log
+            .clone()
+            .unwrap_or_else(|| match crate::telemetry::JsonlSink::default_path() {
+                Some(path) => LogSetting::Path(path),
+                None => LogSetting::Off,
+            })
+    }
+}
+
+/// clap names the flag in a bad value's error even when the value came from
+/// its variable: then say so.
+fn name_the_variable(mut error: clap::Error, args: &[String]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(shown)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let flag = shown
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let given = args
+        .iter()
+        .any(|arg| arg == &flag || arg.starts_with(&format!("{flag}=")));
+    let command = Options::command();
+    let variable = command
+        .get_arguments()
+        .find(|arg| {
+            arg.get_long()
+                .is_some_and(|long| flag == format!("--{long}"))
+        })
+        .and_then(|arg| arg.get_env())
+        .map(|env| env.to_string_lossy().into_owned());
+    if let (false, Some(variable)) = (given, variable) {
+        let tip = format!("the value came from the environment variable {variable}");
+        error.insert(
+            ContextKind::Suggested,
+            ContextValue::StyledStrs(vec![tip.into()]),
+        );
+    }
+    error
+}
+
+fn invalid(message: String) -> clap::Error {
+    Options::command().error(ErrorKind::ValueValidation, message)
+}
+
+fn switch(value: &str) -> Result<bool, String> {
+    env::parse_switch("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+fn models(value: &str) -> Result<Vec<String>, String> {
+    if env::parse_switch("", value) == Ok(false) {
+        return Ok(Vec::new());
+    }
+    env::parse_models("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+fn chains(value: &str) -> Result<FallbackChains, String> {
+    if env::parse_switch("", value) == Ok(false) {
+        return Ok(FallbackChains::new());
+    }
+    env::parse_chains("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+fn seconds(value: &str) -> Result<Duration, String> {
+    match value.trim().parse::<f64>() {
+        Ok(secs) if secs > 0.0 && secs.is_finite() && secs < 1e9 => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        _ => Err("expected a positive number of seconds".to_owned()),
+    }
+}
+
+fn log_setting(value: &str) -> Result<LogSetting, String> {
+    let value = value.trim();
+    if env::parse_switch("", value) == Ok(false) {
+        return Ok(LogSetting::Off);
+    }
+    if value.is_empty() {
+        return Err("expected a file path, or an off value".to_owned());
+    }
+    let home = std::env::var("HOME").ok().filter(|home| !home.is_empty());
+    Ok(LogSetting::Path(match (value.strip_prefix("~/"), home) {
+        (Some(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => PathBuf::from(value),
+    }))
+}
+
+fn log_filter(value: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(value)
+        .map(|_| value.to_owned())
+        .map_err(|e| format!("expected a level or a tracing filter: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str], env: impl Fn(&str) -> Option<String>) -> Result<Options, clap::Error> {
+        let args = std::iter::once("proxy").chain(args.iter().copied());
+        Options::try_parse_from(args).and_then(|o| o.with_compat_env(env))
+    }
+
+    fn none(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn flags_parse() {
+        let o = parse(
+            &[
+                "--listen",
+                "127.0.0.1:2",
+                "--retarget=x,y",
+                "--chain",
+                "a=b,c",
+                "--chain=d=e",
+            ],
+            none,
+        )
+        .unwrap();
+        assert_eq!(o.listen.port(), 2);
+        assert_eq!(
+            o.retarget.as_deref(),
+            Some(&["x".to_owned(), "y".to_owned()][..])
+        );
+        let chains = o.fallback_chains();
+        assert_eq!(chains.for_model("a"), ["b", "c"]);
+        assert_eq!(chains.for_model("d"), ["e"]);
+        assert_eq!(o.rescue, None);
+        assert_eq!(o.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(o.max_connections, 4096);
+    }
+
+    #[test]
+    fn pi_refusal_guard_variables_are_read() {
+        let env = |key: &str| match key {
+            "OMP_REFUSAL_RESCUE" => Some("off".to_owned()),
+            "PI_REFUSAL_RESCUE" => Some("on".to_owned()),
+            "PI_REFUSAL_FALLBACKS" => Some("m1,m2".to_owned()),
+            "OMP_REFUSAL_LOG" => Some("no".to_owned()),
+            _ => None,
+        };
+        let o = parse(&[], env).unwrap();
+        assert_eq!(o.rescue, Some(false), "OMP_ wins over PI_");
+        assert_eq!(o.retarget.clone().unwrap(), ["m1", "m2"]);
+        assert_eq!(o.log_setting(), LogSetting::Off);
+        let o = parse(&["--rescue", "on"], env).unwrap();
+        assert_eq!(o.rescue, Some(true), "a flag wins over OMP_");
+        let bad = |key: &str| (key == "OMP_REFUSAL_RESCUE").then(|| "perhaps".to_owned());
+        let error = parse(&[], bad).unwrap_err().to_string();
+        assert!(error.contains("OMP_REFUSAL_RESCUE"), "{error}");
+    }
+
+    #[test]
+    fn bad_flags_are_errors_with_status_2() {
+        for args in [
+            &["--bogus"][..],
+            &["--rescue", "maybe"],
+            &["--chain", "nomodels"],
+            &["--listen"],
+            &["--upstream", "ftp://x"],
+            &["--inject-fallbacks"],
+            &["--keepalive", "soon"],
+            &["--keepalive", "0"],
+            &["--detect-text", "perhaps"],
+            &["--simulate=yes"],
+            &["--max-connections", "0"],
+            &["--log-format", "xml"],
+            &["--log-level", "info,[=bad"],
+            &["--header-read-timeout", "-1"],
+        ] {
+            let error = parse(args, none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+        }
+        let help = parse(&["--help"], none).unwrap_err();
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        assert_eq!(help.exit_code(), 0);
+        assert!(
+            help.to_string().contains("REFUSAL_GUARD_KEEPALIVE"),
+            "{help}"
+        );
+    }
+
+    #[test]
+    fn keepalive_text_detection_and_timeouts() {
+        let o = parse(
+            &[
+                "--keepalive",
+                "20",
+                "--detect-text=on",
+                "--live-thinking",
+                "on",
+                "--inject-fallbacks",
+                "--retarget",
+                "m",
+                "--drain-timeout",
+                "2.5",
+                "--log-format",
+                "json",
+                "--log-level",
+                "debug",
+            ],
+            none,
+        )
+        .unwrap();
+        assert!(o.live_thinking && o.detect_text && o.inject_fallbacks);
+        assert_eq!(o.keepalive, Some(Duration::from_secs(20)));
+        assert_eq!(o.drain_timeout, Duration::from_millis(2500));
+        assert_eq!(o.log_format, LogFormat::Json);
+        assert_eq!(o.log_level.as_deref(), Some("debug"));
+        let o = parse(&[], none).unwrap();
+        assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet);
+        assert_eq!(o.keepalive, None);
+    }
+
+    #[test]
+    fn off_values_clear_lists_and_the_log() {
+        let o = parse(
+            &["--retarget", "off", "--chain", "off", "--log", "no"],
+            none,
+        )
+        .unwrap();
+        assert_eq!(o.retarget, Some(Vec::new()));
+        assert!(o.fallback_chains().for_model("a").is_empty());
+        assert_eq!(o.log_setting(), LogSetting::Off);
+    }
+}

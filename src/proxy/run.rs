@@ -1,0 +1,246 @@
+//! Running the proxy from [`Options`]: the process-wide parts (the tracing
+//! subscriber, the file-descriptor limit, signals) and the server.
+
+use std::process::ExitCode;
+
+use tower_layer::Layer;
+use tracing_subscriber::EnvFilter;
+
+use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
+use crate::env::LogSetting;
+use crate::simulate::Simulator;
+use crate::telemetry::JsonlSink;
+use crate::RefusalGuardLayer;
+
+/// File descriptors kept for everything but client connections (the
+/// listener, the log, stdio, the runtime).
+const RESERVED_FDS: u64 = 64;
+
+/// Runs the proxy until SIGINT or SIGTERM: installs the tracing subscriber,
+/// raises the file-descriptor limit, binds, serves, drains. `examples/proxy.rs`
+/// is `run(Options::from_args())`.
+///
+/// ```no_run
+/// use refusal_guard::proxy::{run, Options};
+///
+/// fn main() -> std::process::ExitCode {
+///     run(Options::from_args())
+/// }
+/// ```
+pub fn run(options: Options) -> ExitCode {
+    install_subscriber(&options);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("proxy: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(options))
+}
+
+/// Messages go to stderr, as text or one JSON object per line (with the
+/// fields of the spans they happened in), filtered by `--log-level`, else
+/// `RUST_LOG`, else warnings (and refusal-guard's own information).
+fn install_subscriber(options: &Options) {
+    let filter = options
+        .log_level
+        .as_deref()
+        .map(EnvFilter::try_new)
+        .or_else(|| std::env::var("RUST_LOG").ok().map(EnvFilter::try_new))
+        .and_then(Result::ok)
+        .unwrap_or_else(|| EnvFilter::new("warn,refusal_guard=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    let installed = match options.log_format {
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .try_init(),
+        _ => builder.try_init(),
+    };
+    if let Err(error) = installed {
+        eprintln!("proxy: warning: no tracing subscriber installed: {error}");
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, and returns how many
+/// connections fit in what is allowed (each uses a descriptor for the client
+/// and one for the upstream).
+fn fit_connections(wanted: usize) -> usize {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(error) => {
+            tracing::warn!(%error, "could not raise the file-descriptor limit");
+            match rlimit::getrlimit(rlimit::Resource::NOFILE) {
+                Ok((soft, _)) => soft,
+                Err(_) => return wanted,
+            }
+        }
+    };
+    let fit = usize::try_from(limit.saturating_sub(RESERVED_FDS) / 2)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    if fit < wanted {
+        tracing::warn!(
+            file_descriptors = limit,
+            max_connections = fit,
+            "the file-descriptor limit lowers --max-connections"
+        );
+    }
+    fit.min(wanted)
+}
+
+/// The layer the options describe; `Err` when the log cannot be opened.
+fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
+    let mut layer = RefusalGuardLayer::new()
+        .rescue(options.rescue.unwrap_or(true))
+        .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
+        .inject_server_fallbacks(options.inject_fallbacks)
+        .fallback_chains(options.fallback_chains())
+        .detect_text_refusals(options.detect_text)
+        .live_thinking(options.live_thinking);
+    if let Some(after) = options.keepalive {
+        layer = layer.keepalive_after(after);
+    }
+    if let Some(deadline) = options.recovery_deadline {
+        layer = layer.recovery_deadline(deadline);
+    }
+    if let Some(timeout) = options.upstream_head_timeout {
+        layer = layer.upstream_head_timeout(timeout);
+    }
+    if let Some(timeout) = options.upstream_idle_timeout {
+        layer = layer.upstream_idle_timeout(timeout);
+    }
+    if let Some(bytes) = options.max_total_held_bytes {
+        layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    match options.log_setting() {
+        LogSetting::Off => Ok((layer, "off".to_owned())),
+        LogSetting::Path(path) => match JsonlSink::open(&path) {
+            Ok(sink) => Ok((layer.telemetry(sink), path.display().to_string())),
+            Err(error) => Err(format!(
+                "cannot open the refusal log {}: {error}",
+                path.display()
+            )),
+        },
+    }
+}
+
+async fn serve(options: Options) -> ExitCode {
+    let (layer, log_shown) = match layer(&options) {
+        Ok(built) => built,
+        Err(message) => {
+            eprintln!("proxy: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(options.listen).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            eprintln!("proxy: cannot listen on {}: {error}", options.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    let local = listener.local_addr().unwrap_or(options.listen);
+    if !local.ip().is_loopback() {
+        eprintln!(
+            "proxy: warning: listening on {local}, reachable from other machines; \
+             anyone who can reach it can spend your API key"
+        );
+    }
+    let target = if options.simulate {
+        "the built-in simulated provider (no network)".to_owned()
+    } else {
+        options.upstream.to_string()
+    };
+    let limits = ServerLimits {
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+        drain_timeout: options.drain_timeout,
+        max_connections: fit_connections(options.max_connections as usize),
+    };
+    eprintln!(
+        "refusal-guard proxy listening on http://{local} -> {target} \
+         (rescue {}, log {}, max connections {})",
+        if options.rescue.unwrap_or(true) {
+            "on"
+        } else {
+            "off"
+        },
+        log_shown,
+        limits.max_connections
+    );
+    let served = if options.simulate {
+        let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
+        let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
+        configure(proxy, &options, limits)
+            .serve(listener, shutdown())
+            .await
+    } else {
+        match Proxy::new(options.upstream.clone(), &layer) {
+            Ok(proxy) => {
+                configure(proxy, &options, limits)
+                    .serve(listener, shutdown())
+                    .await
+            }
+            Err(error) => {
+                eprintln!("proxy: cannot build the HTTP client: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    match served {
+        Ok(()) => {
+            eprintln!("proxy: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("proxy: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Proxy<S> {
+    proxy
+        .access_log(!options.quiet)
+        .log_format(options.log_format)
+        .limits(limits)
+}
+
+/// Completes at the first SIGINT or SIGTERM; a second one exits at once.
+async fn shutdown() {
+    signal().await;
+    eprintln!("proxy: shutting down; finishing requests in flight (signal again to quit now)");
+    tokio::spawn(async {
+        signal().await;
+        eprintln!("proxy: quitting now");
+        std::process::exit(130);
+    });
+}
+
+async fn signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => tokio::select! {
+                _ = ctrl_c => {}
+                _ = term.recv() => {}
+            },
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,617 @@
+//! The proxy's server under faults and bad input, through the real proxy on
+//! loopback, with the raw scripted upstream and raw TCP clients. Each test
+//! asserts what the client got, what the upstream saw and the access-log line.
+//! Bounds are generous: they prove that a wait ends, never how fast.
+
+mod support;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
+use refusal_guard::RefusalGuardLayer;
+use support::raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
+const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
+const GENEROUS: Duration = Duration::from_secs(15);
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    encoder.write_all(bytes).unwrap();
+    encoder.finish().unwrap()
+}
+
+/// The proxy running in-process, its access-log lines collected.
+struct Running {
+    addr: std::net::SocketAddr,
+    lines: Arc<Mutex<Vec<String>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    async fn start(
+        upstream: &str,
+        layer: RefusalGuardLayer,
+        configure: impl FnOnce(Proxy<GuardedClient>) -> Proxy<GuardedClient>,
+    ) -> Running {
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let proxy = Proxy::new(Upstream::parse(upstream).unwrap(), &layer)
+            .unwrap()
+            .access_log_to(move |line| sink.lock().unwrap().push(line.to_owned()));
+        let proxy = configure(proxy);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(proxy.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        Running {
+            addr,
+            lines,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// Waits (boundedly) for an access-log line containing every needle.
+    async fn line_with(&self, needles: &[&str]) -> String {
+        let started = Instant::now();
+        loop {
+            let found = self
+                .lines()
+                .into_iter()
+                .find(|line| needles.iter().all(|n| line.contains(n)));
+            if let Some(line) = found {
+                return line;
+            }
+            assert!(
+                started.elapsed() < GENEROUS,
+                "no access-log line with {needles:?}; lines: {:?}",
+                self.lines()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(self.addr).await.unwrap()
+    }
+
+    /// Sends raw bytes on a new connection and reads until the proxy closes it.
+    async fn exchange(&self, request: &[u8]) -> String {
+        let mut socket = self.connect().await;
+        socket.write_all(request).await.unwrap();
+        read_to_close(&mut socket).await
+    }
+
+    fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Reads until EOF or a reset, within [`GENEROUS`].
+async fn read_to_close(socket: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(GENEROUS, async {
+        let mut buf = [0u8; 8192];
+        loop {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(
+        read.is_ok(),
+        "the proxy did not close the connection; got {:?}",
+        String::from_utf8_lossy(&out)
+    );
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn body_of(response: &str) -> &str {
+    response.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+}
+
+fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
+    let body = format!(
+        r#"{{"model":"claude-opus-4-7","max_tokens":256,"stream":{stream},"messages":[{{"role":"user","content":"Check my SSH config"}}]}}"#
+    );
+    format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
+         x-api-key: k\r\n{extra_headers}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"ok"))]).await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.header_read_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let mut socket = proxy.connect().await;
+    let started = Instant::now();
+    let request = b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut cut = false;
+    for byte in request {
+        if socket.write_all(&[*byte]).await.is_err() {
+            cut = true;
+            break;
+        }
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_millis(500), socket.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                cut = true;
+                break;
+            }
+            Ok(Ok(n)) => panic!(
+                "a response to a slow head: {:?}",
+                String::from_utf8_lossy(&buf[..n])
+            ),
+            Err(_) => {}
+        }
+    }
+    assert!(cut, "the slow client was never cut off");
+    assert!(started.elapsed() < GENEROUS);
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing reaches the upstream"
+    );
+    assert!(
+        proxy.lines().is_empty(),
+        "no request, no access-log line: {:?}",
+        proxy.lines()
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed() {
+    let upstream = RawUpstream::start(|_, _| {
+        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.idle_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let mut socket = proxy.connect().await;
+    socket
+        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    let mut first = vec![0u8; 4096];
+    let n = socket.read(&mut first).await.unwrap();
+    let first = String::from_utf8_lossy(&first[..n]).into_owned();
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.ends_with("{\"data\":[]}"), "{first}");
+    // Nothing more is sent: the proxy closes the idle connection.
+    let rest = read_to_close(&mut socket).await;
+    assert_eq!(rest, "", "nothing more after the response");
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&["GET /v1/models 200 pass"]).await;
+}
+
+#[tokio::test]
+async fn dot_segments_never_reach_the_upstream() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"admin"))]).await;
+    let proxy = Running::start(
+        &format!("{}/base", upstream.url()),
+        RefusalGuardLayer::new(),
+        |p| p,
+    )
+    .await;
+    for path in [
+        "/../admin",
+        "/%2e%2e/admin",
+        "/.%2e/admin",
+        "/%2E%2E/admin",
+        "/v1/../../admin",
+        "/v1/%252e%252e/admin",
+        "/..%2fadmin",
+        "/..\\admin",
+        "/v1/chat/completions/../../admin",
+    ] {
+        let request = format!("GET {path} HTTP/1.1\r\nhost: proxy\r\nconnection: close\r\n\r\n");
+        let response = proxy.exchange(request.as_bytes()).await;
+        assert!(response.starts_with("HTTP/1.1 400"), "{path}: {response}");
+        assert!(
+            response.contains("x-refusal-guard-error: dot_segment_in_path"),
+            "{response}"
+        );
+        let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+        assert!(
+            json["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("segment"),
+            "{json}"
+        );
+        proxy
+            .line_with(&[&format!("GET {path} 400 dot_segment_in_path")])
+            .await;
+    }
+    // OpenAI paths get OpenAI's shape.
+    let response = proxy
+        .exchange(b"POST /v1/chat/completions/../x HTTP/1.1\r\nhost: p\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        .await;
+    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    assert!(
+        json["error"]["code"].is_string() && json.get("type").is_none(),
+        "{json}"
+    );
+    assert!(
+        upstream.requests().is_empty(),
+        "seen: {:?}",
+        upstream.requests()
+    );
+    assert_eq!(upstream.accepted(), 0);
+    // A path that merely contains dots still goes through, under the prefix.
+    let response = proxy
+        .exchange(b"GET /v1/a..b/c.d HTTP/1.1\r\nhost: proxy\r\nconnection: close\r\n\r\n")
+        .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(upstream.requests()[0].path(), "/base/v1/a..b/c.d");
+}
+
+#[tokio::test]
+async fn connect_and_absolute_form_targets_are_refused() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"upstream-body"))])
+            .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let response = proxy
+        .exchange(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
+        .await;
+    assert!(response.starts_with("HTTP/1.1 405"), "{response}");
+    assert!(!response.contains("upstream-body"));
+    proxy
+        .line_with(&["CONNECT", "405 method_not_allowed"])
+        .await;
+    let response = proxy
+        .exchange(b"GET http://example.com/v1/models HTTP/1.1\r\nhost: example.com\r\nconnection: close\r\n\r\n")
+        .await;
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(response.contains("bad_request_target"), "{response}");
+    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    assert_eq!(
+        json["type"], "error",
+        "Anthropic's shape by default: {json}"
+    );
+    proxy
+        .line_with(&["GET /v1/models 400 bad_request_target"])
+        .await;
+    assert!(upstream.requests().is_empty());
+    assert_eq!(upstream.accepted(), 0);
+}
+
+#[tokio::test]
+async fn a_gzip_encoded_refusal_is_seen_and_rescued() {
+    let refusal = gzip(&fixture(EMPTY_REFUSAL));
+    let text = fixture(TEXT);
+    let upstream = RawUpstream::start(move |index, _| {
+        let mut acts = Vec::new();
+        if index == 0 {
+            acts.push(Act::Write(head_with(
+                200,
+                "text/event-stream",
+                &[("content-encoding", "gzip")],
+            )));
+            for piece in refusal.chunks(50) {
+                acts.push(Act::Write(chunk(piece)));
+            }
+        } else {
+            acts.push(Act::Write(head(200, "text/event-stream")));
+            acts.push(Act::Write(chunk(&text)));
+        }
+        acts.push(Act::Write(last_chunk()));
+        acts
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let response = proxy
+        .exchange(&messages_request(true, "accept-encoding: gzip\r\n"))
+        .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        !response.to_ascii_lowercase().contains("content-encoding"),
+        "{response}"
+    );
+    assert!(response.contains("message_stop"), "{response}");
+    assert!(
+        !response.contains("\"stop_reason\":\"refusal\""),
+        "the refusal was rescued: {response}"
+    );
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2, "the original and the rescue: {seen:?}");
+    assert!(seen.iter().all(|r| r.complete));
+    proxy.line_with(&["POST /v1/messages 200 rescued("]).await;
+}
+
+#[tokio::test]
+async fn a_gzip_normal_stream_reaches_the_client_decoded() {
+    let text = fixture(TEXT);
+    let encoded = gzip(&text);
+    let upstream = RawUpstream::start(move |_, _| {
+        let mut acts = vec![Act::Write(head_with(
+            200,
+            "text/event-stream",
+            &[("content-encoding", "gzip")],
+        ))];
+        for piece in encoded.chunks(64) {
+            acts.push(Act::Write(chunk(piece)));
+        }
+        acts.push(Act::Write(last_chunk()));
+        acts
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let response = client
+        .post(format!("http://{}/v1/messages", proxy.addr))
+        .header("content-type", "application/json")
+        .header("accept-encoding", "gzip")
+        .body(body_of(&String::from_utf8(messages_request(true, "")).unwrap()).to_owned())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("content-encoding").is_none());
+    let bytes = response.bytes().await.unwrap();
+    assert_eq!(
+        bytes.as_ref(),
+        text.as_slice(),
+        "the decoded stream, byte for byte"
+    );
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+}
+
+#[tokio::test]
+async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let mut socket = proxy.connect().await;
+    socket
+        .write_all(b"POST /v1/files HTTP/1.1\r\nhost: proxy\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        .await
+        .unwrap();
+    // Give the proxy time to start forwarding, then abort the body.
+    upstream
+        .wait_until(Duration::from_secs(5), |u| u.accepted() > 0)
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(socket);
+    let line = proxy.line_with(&["POST /v1/files"]).await;
+    assert!(!line.contains(" 200 "), "{line}");
+    upstream.wait_all_closed(GENEROUS).await;
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1, "the upstream saw the request start");
+    assert_eq!(
+        seen[0].body, b"hello",
+        "the bytes read so far were forwarded"
+    );
+    assert!(
+        seen.iter().all(|r| !r.complete),
+        "a truncated body arrived as complete: {seen:?}"
+    );
+}
+
+#[tokio::test]
+async fn past_the_connection_cap_clients_get_a_503_in_the_api_shape() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.max_connections(2)
+    })
+    .await;
+    // Two connections take both slots (open, sending nothing yet).
+    let held = [proxy.connect().await, proxy.connect().await];
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let response = proxy
+        .exchange(b"POST /v1/chat/completions HTTP/1.1\r\nhost: p\r\ncontent-length: 2\r\n\r\n{}")
+        .await;
+    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+    assert!(response.contains("over_capacity"), "{response}");
+    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    assert!(
+        json["error"]["message"].is_string(),
+        "OpenAI's shape: {json}"
+    );
+    proxy
+        .line_with(&["POST /v1/chat/completions 503 over_capacity"])
+        .await;
+    assert!(upstream.requests().is_empty());
+    // Once a slot frees, requests are served again.
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let response = proxy
+        .exchange(b"GET /v1/models HTTP/1.1\r\nhost: p\r\nconnection: close\r\n\r\n")
+        .await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+#[tokio::test]
+async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
+            .await;
+    let mut proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.drain_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let mut socket = proxy.connect().await;
+    socket
+        .write_all(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        upstream
+            .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
+            .await
+    );
+    proxy.stop();
+    let started = Instant::now();
+    let served = tokio::time::timeout(GENEROUS, &mut proxy.task).await;
+    assert!(
+        served.is_ok(),
+        "serve() did not return after the drain deadline"
+    );
+    served.unwrap().unwrap().unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "the drain waited its deadline"
+    );
+    let got = read_to_close(&mut socket).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(
+        !got.ends_with("0\r\n\r\n"),
+        "a cut stream is not ended cleanly: {got:?}"
+    );
+    assert!(
+        upstream.wait_all_closed(GENEROUS).await,
+        "the upstream request was not cancelled"
+    );
+    proxy.line_with(&["GET /v1/events 200"]).await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
+    let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let mut socket = proxy.connect().await;
+    socket.write_all(&messages_request(true, "")).await.unwrap();
+    assert!(
+        upstream
+            .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
+            .await
+    );
+    drop(socket);
+    proxy
+        .line_with(&["POST /v1/messages 499 client_gone"])
+        .await;
+    assert!(
+        upstream.wait_all_closed(GENEROUS).await,
+        "the upstream request was not cancelled"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "no retry or rescue after the client left"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
+    let refusal = fixture(EMPTY_REFUSAL);
+    let split = refusal.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&refusal[..split])),
+            Act::Sleep(Duration::from_secs(2)),
+            Act::Write(chunk(&refusal[split..])),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let mut socket = proxy.connect().await;
+    socket.write_all(&messages_request(true, "")).await.unwrap();
+    drop(socket);
+    proxy.line_with(&["POST /v1/messages"]).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The original may or may not have gone out; a rescue never does.
+    let seen = upstream.requests();
+    assert!(seen.len() <= 1, "a rescue for a client that left: {seen:?}");
+    proxy
+        .line_with(&["POST /v1/messages 499 client_gone"])
+        .await;
+}
+
+#[tokio::test]
+async fn a_long_silent_hold_is_not_an_idle_connection() {
+    let text = fixture(TEXT);
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Sleep(Duration::from_millis(2500)),
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&text)),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
+        p.idle_timeout(Duration::from_secs(1))
+    })
+    .await;
+    let response = proxy.exchange(&messages_request(true, "")).await;
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("message_stop"), "{response}");
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+}
+
+#[tokio::test]
+async fn http2_clients_are_served_and_refused_alike() {
+    let upstream = RawUpstream::start(|_, _| {
+        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
+    })
+    .await;
+    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .http2_prior_knowledge()
+        .build()
+        .unwrap();
+    let base = format!("http://{}", proxy.addr);
+    let response = client
+        .get(format!("{base}/v1/models"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.version(), reqwest::Version::HTTP_2);
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.text().await.unwrap(), "{\"data\":[]}");
+    let response = client
+        .get(format!("{base}/v1/%252e%252e/admin"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        response.headers()["x-refusal-guard-error"],
+        "dot_segment_in_path"
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        1,
+        "only the first request went upstream"
+    );
+    proxy.line_with(&["GET /v1/models 200 pass"]).await;
+    proxy.line_with(&["400 dot_segment_in_path"]).await;
+}

@@ -1,0 +1,65 @@
+//! The proxy's options read from the real process environment: a flag wins
+//! over its variable, `REFUSAL_GUARD_` over `OMP_REFUSAL_` over
+//! `PI_REFUSAL_`. One test, because it changes this process's environment.
+
+use clap::Parser;
+use refusal_guard::env::LogSetting;
+use refusal_guard::proxy::Options;
+
+fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+    let args = std::iter::once("proxy").chain(args.iter().copied());
+    Options::try_parse_from(args).and_then(|o| o.with_compat_env(|key| std::env::var(key).ok()))
+}
+
+#[test]
+fn flags_then_refusal_guard_then_omp_then_pi() {
+    std::env::set_var("PI_REFUSAL_RESCUE", "on");
+    std::env::set_var("OMP_REFUSAL_RESCUE", "off");
+    assert_eq!(parse(&[]).unwrap().rescue, Some(false), "OMP_ over PI_");
+    std::env::set_var("REFUSAL_GUARD_RESCUE", "yes");
+    assert_eq!(
+        parse(&[]).unwrap().rescue,
+        Some(true),
+        "REFUSAL_GUARD_ over OMP_"
+    );
+    assert_eq!(
+        parse(&["--rescue", "0"]).unwrap().rescue,
+        Some(false),
+        "flag over all"
+    );
+
+    std::env::set_var("PI_REFUSAL_FALLBACKS", "p1");
+    std::env::set_var("REFUSAL_GUARD_FALLBACKS", "f1,f2");
+    assert_eq!(parse(&[]).unwrap().retarget.unwrap(), ["f1", "f2"]);
+    std::env::set_var("REFUSAL_GUARD_RETARGET", "r1");
+    assert_eq!(
+        parse(&[]).unwrap().retarget.unwrap(),
+        ["r1"],
+        "RETARGET over FALLBACKS"
+    );
+
+    std::env::set_var("REFUSAL_GUARD_LISTEN", "127.0.0.1:7001");
+    std::env::set_var("REFUSAL_GUARD_IDLE_TIMEOUT", "2.5");
+    std::env::set_var("REFUSAL_GUARD_MAX_CONNECTIONS", "10");
+    std::env::set_var("REFUSAL_GUARD_CHAIN", "a=b;c=d,e");
+    std::env::set_var("OMP_REFUSAL_LOG", "off");
+    let o = parse(&["--listen", "127.0.0.1:7002"]).unwrap();
+    assert_eq!(o.listen.port(), 7002, "flag over variable");
+    assert_eq!(o.idle_timeout.as_millis(), 2500);
+    assert_eq!(o.max_connections, 10);
+    assert_eq!(o.fallback_chains().for_model("c"), ["d", "e"]);
+    assert_eq!(o.log_setting(), LogSetting::Off);
+
+    std::env::set_var("REFUSAL_GUARD_DRAIN_TIMEOUT", "never");
+    let error = parse(&[]).unwrap_err();
+    assert_eq!(error.exit_code(), 2);
+    assert!(
+        parse(&["--drain-timeout", "3"]).is_ok(),
+        "a flag hides a bad variable"
+    );
+    std::env::remove_var("REFUSAL_GUARD_DRAIN_TIMEOUT");
+
+    std::env::set_var("REFUSAL_GUARD_RESCUE", "maybe");
+    let error = parse(&[]).unwrap_err().to_string();
+    assert!(error.contains("maybe"), "{error}");
+}
