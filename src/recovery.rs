@@ -107,6 +107,7 @@ impl Default for RescueSwitch {
 
 /// Which model the rescue asks, once a fallback chain is exhausted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RescueModel {
     /// The model the client asked for (default).
     #[default]
