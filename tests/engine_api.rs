@@ -17,36 +17,19 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-fn events(events: &[Value]) -> Bytes {
-    let mut out = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap();
-        out.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    Bytes::from(out)
-}
-
-fn message_start() -> Value {
-    json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}})
-}
+mod support;
+use support::anthropic::{anthropic_stream as events, events as ev};
 
 fn refused(category: &str) -> Bytes {
     events(&[
-        message_start(),
-        json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":category,"explanation":null}},"usage":{"output_tokens":1}}),
-        json!({"type":"message_stop"}),
+        ev::message_start("claude-x"),
+        ev::refusal(Some(category), None),
+        ev::message_stop(),
     ])
 }
 
 fn answer() -> Bytes {
-    events(&[
-        message_start(),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        json!({"type":"message_stop"}),
-    ])
+    events(&ev::text_answer("claude-x", "Hello"))
 }
 
 /// A provider that refuses (with the category the user turn names, after
