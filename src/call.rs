@@ -170,16 +170,16 @@ pub(crate) enum SendError<E> {
 }
 
 /// The inner service, remembering whether it was already polled ready.
-pub(crate) struct Upstream<S> {
+pub(crate) struct Inner<S> {
     inner: S,
     primed: bool,
     timeouts: Timeouts,
 }
 
-impl<S> Upstream<S> {
+impl<S> Inner<S> {
     /// The inner service, already polled ready.
     pub(crate) fn primed(inner: S, timeouts: Timeouts) -> Self {
-        Upstream {
+        Inner {
             inner,
             primed: true,
             timeouts,

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Splice};
-use crate::call::{millis, Call, Template, Upstream};
+use crate::call::{millis, Call, Inner, Template};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
@@ -30,7 +30,7 @@ const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
 /// A guarded call once its original is sent: what deciding its response
 /// needs, step after step.
 pub(crate) struct Exchange<S> {
-    pub(crate) upstream: Upstream<S>,
+    pub(crate) upstream: Inner<S>,
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
     pub(crate) template: Template,
@@ -341,7 +341,7 @@ impl Climb {
     /// when it failed (recorded, with the reason set).
     async fn send<S, B, R>(
         &mut self,
-        upstream: &mut Upstream<S>,
+        upstream: &mut Inner<S>,
         call: &Call,
         streaming: bool,
         step: &Step,

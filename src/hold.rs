@@ -79,7 +79,7 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
 
 /// Live thinking: the frames of a held stream that may go out before the
 /// decision are sent as they complete; the rest wait in the [`Held`].
-pub(crate) struct Forward {
+pub(crate) struct LiveForward {
     sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
     pub(crate) splice: Box<dyn LiveSplice>,
     framer: SseFramer,
@@ -89,13 +89,13 @@ pub(crate) struct Forward {
     pub(crate) gone: bool,
 }
 
-impl Forward {
+impl LiveForward {
     pub(crate) fn new(
         sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
         splice: Box<dyn LiveSplice>,
         max_frame_bytes: usize,
     ) -> Self {
-        Forward {
+        LiveForward {
             sender,
             splice,
             framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
@@ -141,7 +141,7 @@ pub(crate) async fn hold<R>(
     dialect: &'static dyn Dialect,
     config: &Config,
     streaming: bool,
-    forward: Option<&mut Forward>,
+    forward: Option<&mut LiveForward>,
 ) -> Held<R>
 where
     R: Body,
@@ -176,7 +176,7 @@ pub(crate) async fn hold_stream<R>(
     held: &mut Held<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
-    mut forward: Option<&mut Forward>,
+    mut forward: Option<&mut LiveForward>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,

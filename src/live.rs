@@ -18,7 +18,7 @@ use crate::body::{BoxError, GuardBody, Splice};
 use crate::call::Call;
 use crate::decide::Exchange;
 use crate::dialect::LiveSplice;
-use crate::hold::{hold, is_event_stream, Forward};
+use crate::hold::{hold, is_event_stream, LiveForward};
 use crate::replay::ReplayBody;
 use crate::respond::{pump, timed_out, unless_gone, ServedRecovery, Shape};
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
@@ -126,7 +126,7 @@ where
     let marks = call.clone();
     let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
     tokio::spawn(async move {
-        let mut forward = Forward::new(sender.clone(), splice, max_frame);
+        let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
         let dialect = call.dialect;
         let original = Response::from_parts(parts, body);
         let deadline = call.deadline();

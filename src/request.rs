@@ -24,7 +24,7 @@ use crate::store::ConversationKey;
 pub(crate) enum RequestBody<B> {
     Read(Bytes),
     /// Too large to guard: forward as it is, streaming.
-    Forward(B),
+    Unguarded(B),
     /// The client's body failed while read: nothing goes upstream.
     Failed(BoxError),
     /// The layer-wide bound on held bytes leaves no room to buffer it.
@@ -46,7 +46,7 @@ where
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .or_else(|| body.size_hint().exact());
     if declared.is_some_and(|len| len > limit as u64) {
-        return RequestBody::Forward(body);
+        return RequestBody::Unguarded(body);
     }
     let mut buffer = BytesMut::new();
     loop {
@@ -69,7 +69,7 @@ where
                 }
                 if buffer.len() > limit {
                     tracing::debug!(limit, "request body over the limit: forwarded unguarded");
-                    return RequestBody::Forward(B::prefixed(buffer.freeze(), body));
+                    return RequestBody::Unguarded(B::prefixed(buffer.freeze(), body));
                 }
             }
             Some(Err(error)) => {

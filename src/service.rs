@@ -18,7 +18,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody};
-use crate::call::{with_body, SendError, Timeouts, Upstream};
+use crate::call::{with_body, Inner, SendError, Timeouts};
 use crate::config::Config;
 use crate::decide::Exchange;
 use crate::dialect::{self, Dialect};
@@ -196,7 +196,7 @@ where
             Some(recognised) => ResponseFuture {
                 kind: Kind::Guarded {
                     future: Box::pin(guard(
-                        Upstream::primed(inner, timeouts),
+                        Inner::primed(inner, timeouts),
                         self.config.clone(),
                         recognised.dialect,
                         recognised.path_model,
@@ -209,7 +209,7 @@ where
 }
 
 async fn guard<S, B, R>(
-    mut upstream: Upstream<S>,
+    mut upstream: Inner<S>,
     config: Arc<Config>,
     dialect: &'static dyn Dialect,
     path_model: Option<String>,
@@ -238,7 +238,7 @@ where
     let limit = config.max_request_body;
     let bytes = match read_request_body(&parts.headers, body, limit, &mut share).await {
         RequestBody::Read(bytes) => bytes,
-        RequestBody::Forward(body) => {
+        RequestBody::Unguarded(body) => {
             return pass(upstream, api, Request::from_parts(parts, body)).await
         }
         RequestBody::Failed(error) => {
@@ -290,7 +290,7 @@ where
 
 /// Forwards a request the guard will not judge.
 async fn pass<S, B, R>(
-    mut upstream: Upstream<S>,
+    mut upstream: Inner<S>,
     api: Shape<'_>,
     request: Request<B>,
 ) -> Result<Response<GuardBody<R>>, S::Error>
