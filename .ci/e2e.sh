@@ -12,7 +12,9 @@
 #      installed from npm (skipped with a clear message if not; set
 #      REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 to skip on purpose);
 #   6. pytest with the pinned official anthropic and openai SDKs
-#      (tests/e2e/requirements.txt, installed into .venv).
+#      (tests/e2e/requirements.txt, installed into .venv), and the operations
+#      tests: /metrics with the Prometheus parser, the dashboard in Debian's
+#      chromium (installed with apt-get when missing) through Playwright.
 # Exits non-zero on any failure; pytest finding no tests counts as a failure.
 set -euo pipefail
 
@@ -59,6 +61,38 @@ step "load: 200 concurrent streams through the proxy"
 step "soak: 1,000 streams + 200 leaving clients, every mode"
 "$EXAMPLES/soak"
 
+step "the guard's timeout flags reach the layer: a silent upstream gets a 504 in the API's shape"
+# An upstream that accepts and never answers; the proxy binary with a 1 s
+# head timeout must answer 504 in Anthropic's shape well before curl gives up.
+python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(8)
+print(s.getsockname()[1], flush=True)
+conns = []
+end = time.time() + 30
+while time.time() < end:
+    s.settimeout(max(0.1, end - time.time()))
+    try: conns.append(s.accept()[0])
+    except OSError: pass
+' > "$WORK/silent.port" &
+PIDS+=("$!")
+for _ in $(seq 50); do [ -s "$WORK/silent.port" ] && break; sleep 0.1; done
+SILENT_PORT=$(head -1 "$WORK/silent.port")
+"$EXAMPLES/proxy" --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$SILENT_PORT" \
+    --upstream-head-timeout 1 --log off 2>"$WORK/proxy-silent.err" &
+PIDS+=("$!")
+for _ in $(seq 100); do
+    SILENT_URL=$(grep -o 'listening on http://[0-9.:]*' "$WORK/proxy-silent.err" | head -1 | sed 's/listening on //') || true
+    [ -n "$SILENT_URL" ] && break
+    sleep 0.1
+done
+status=$(curl -s -o "$WORK/silent.body" -w '%{http_code}' --max-time 20 "$SILENT_URL/v1/messages" \
+    -H 'content-type: application/json' \
+    -d '{"model":"m","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"hi"}]}')
+echo "status $status: $(cat "$WORK/silent.body")"
+[ "$status" = 504 ]
+grep -q '"timeout_error"' "$WORK/silent.body"
+
 step "examples/agent through proxy --simulate"
 start_simulated_proxy agent
 ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
@@ -98,6 +132,21 @@ print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
         grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
         cat "$WORK/proxy-claude.err"
+    fi
+fi
+
+step "chromium for the dashboard test (tests/e2e/test_ops.py)"
+# Debian's chromium, driven by Playwright; never a downloaded browser.
+if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+        $SUDO apt-get update -qq >"$WORK/apt.log" 2>&1 || true
+        $SUDO apt-get install -y -qq chromium >>"$WORK/apt.log" 2>&1 || tail -20 "$WORK/apt.log"
+    fi
+    if [ ! -x /usr/bin/chromium ]; then
+        export REFUSAL_GUARD_E2E_NO_CHROMIUM="chromium cannot be installed here (no apt-get or no root)"
+        echo "SKIPPED (the dashboard in a browser): $REFUSAL_GUARD_E2E_NO_CHROMIUM"
     fi
 fi
 

@@ -12,6 +12,13 @@ import re
 import sys
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
+# Cycles that landed before this check and are still to be untangled; each
+# is printed on every run. Remove an entry once its cycle is gone: the check
+# then fails if it comes back. Any other cycle fails at once.
+KNOWN = [
+    {"metrics", "telemetry"},  # metrics -> telemetry::RefusalRecord; telemetry/{metrics,dashboard}.rs -> metrics
+    {"admin", "proxy"},  # admin -> proxy::Upstream; proxy/run.rs -> admin::start_for_proxy
+]
 MENTION = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 COMMENT = re.compile(r"//.*")
 
@@ -94,13 +101,16 @@ def order(edges):
 def main():
     edges = graph(modules())
     found = cycles(edges)
+    for component in [c for c in found if set(c) in KNOWN]:
+        print("module-graph: KNOWN CYCLE, to untangle: " + " <-> ".join(component))
+    found = [c for c in found if set(c) not in KNOWN]
     if found:
         print("module-graph: cycles between src/ modules:")
         for component in found:
             inside = {m: sorted(edges[m] & set(component)) for m in component}
             print("  " + ", ".join(f"{m} -> {{{', '.join(d)}}}" for m, d in inside.items()))
         return 1
-    print("module-graph: acyclic; bottom to top: " + " < ".join(order(edges)))
+    print("module-graph: no other cycle; bottom to top: " + " < ".join(order(edges)))
     return 0
 
 

@@ -26,6 +26,8 @@ use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
 pub(crate) struct Call {
+    /// Metrics and the span of the request; counted when the last clone goes.
+    pub(crate) request: Arc<crate::metrics::GuardedRequest>,
     /// Set when sticky routing sent the request to another model.
     pub(crate) route: Option<StickyRoute>,
     pub(crate) config: Arc<Config>,
@@ -58,6 +60,7 @@ impl Call {
     /// Sends the record to the sink and settles the handle.
     pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
         let latency_ms = millis(self.started.elapsed());
+        self.request.settled(refusal, attempts.len());
         tracing::info!(
             provider = %refusal.provider,
             category = refusal.code(),

@@ -75,6 +75,9 @@
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
+//! - [`metrics`]: what the guard counts, through the `metrics` facade;
+//!   `admin` (feature `proxy`): the admin listener (metrics, health, the
+//!   refusals dashboard).
 //!
 //! Inside, one request flows upward through private modules, each using
 //! only those before it: `config` (the layer's settings) → `call` (the
@@ -115,6 +118,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "proxy")]
+pub mod admin;
 pub mod api_error;
 pub mod body;
 mod call;
@@ -125,10 +130,14 @@ pub mod env;
 mod hold;
 pub mod layer;
 mod live;
+pub mod metrics;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;
 pub mod recovery;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis_store;
 pub mod refusal;
 pub mod replay;
 mod request;
@@ -142,6 +151,9 @@ pub mod simulate;
 pub mod soft;
 pub mod sse;
 pub mod store;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod store_fallback;
 pub mod telemetry;
 pub mod timeout;
 

@@ -198,14 +198,22 @@ impl Outbound {
         started: Instant,
         share: Share,
     ) -> (Call, Template, Request<B>) {
+        let handle = RefusalHandle::default();
+        let request = crate::metrics::GuardedRequest::start(
+            dialect,
+            self.model.as_deref(),
+            self.streaming,
+            &handle,
+        );
         let call = Call {
+            request,
             route: self.route,
             config,
             dialect,
             model: self.model,
             conversation: self.conversation,
             started,
-            handle: RefusalHandle::default(),
+            handle,
         };
         let template = Template {
             parts: self.parts,

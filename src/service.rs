@@ -195,12 +195,15 @@ where
             },
             Some(recognised) => ResponseFuture {
                 kind: Kind::Guarded {
-                    future: Box::pin(guard(
-                        Inner::primed(inner, timeouts),
-                        self.config.clone(),
-                        recognised.dialect,
-                        recognised.path_model,
-                        request,
+                    future: Box::pin(tracing::Instrument::instrument(
+                        guard(
+                            Inner::primed(inner, timeouts),
+                            self.config.clone(),
+                            recognised.dialect,
+                            recognised.path_model,
+                            request,
+                        ),
+                        crate::metrics::request_span(recognised.dialect.wire_api()),
                     )),
                 },
             },
@@ -278,6 +281,7 @@ where
         Err(SendError::Inner(error)) => return Err(error),
         Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
     };
+    let _added = crate::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange {
         upstream,
         call,

@@ -77,7 +77,7 @@ use crate::service::RefusalGuard;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
-pub use options::Options;
+pub use options::{Options, State};
 pub use run::run;
 pub use server::ServerLimits;
 pub use upstream::{client, TargetError, Upstream, UpstreamError};

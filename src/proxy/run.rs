@@ -1,15 +1,19 @@
 //! Running the proxy from [`Options`]: the process-wide parts (the tracing
 //! subscriber, the file-descriptor limit, signals) and the server.
 
+use std::io::Write;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
-use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
+use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
+use crate::redis_store::RedisStore;
 use crate::simulate::Simulator;
-use crate::telemetry::JsonlSink;
+use crate::store_fallback::FallbackStore;
+use crate::telemetry::{JsonlSink, MetricsSink};
 use crate::RefusalGuardLayer;
 
 /// File descriptors kept for everything but client connections (the
@@ -28,6 +32,7 @@ const RESERVED_FDS: u64 = 64;
 /// }
 /// ```
 pub fn run(options: Options) -> ExitCode {
+    let _ = FORMAT.set(options.log_format);
     install_subscriber(&options);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -35,11 +40,37 @@ pub fn run(options: Options) -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("proxy: cannot start the runtime: {error}");
+            say(
+                "ERROR",
+                &format!("proxy: cannot start the runtime: {error}"),
+            );
             return ExitCode::FAILURE;
         }
     };
     runtime.block_on(serve(options))
+}
+
+/// The format of the proxy's own lines, set once at start.
+static FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
+/// Writes one of the proxy's own lines on stderr: as given, or as a JSON
+/// object shaped like the subscriber's when the format is JSON (so that
+/// every line of a JSON log parses). These lines bypass the level filter:
+/// scripts read the address from the first one.
+fn say(level: &str, text: &str) {
+    let line = match FORMAT.get() {
+        Some(LogFormat::Json) => {
+            let message = text.strip_prefix("proxy: ").unwrap_or(text);
+            let object = serde_json::json!({
+                "timestamp": crate::telemetry::format_ts(std::time::SystemTime::now()),
+                "level": level, "target": "refusal_guard::proxy",
+                "fields": {"message": message},
+            });
+            format!("{object}\n")
+        }
+        _ => format!("{text}\n"),
+    };
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// Messages go to stderr, as text or one JSON object per line (with the
@@ -66,7 +97,10 @@ fn install_subscriber(options: &Options) {
         _ => builder.try_init(),
     };
     if let Err(error) = installed {
-        eprintln!("proxy: warning: no tracing subscriber installed: {error}");
+        say(
+            "ERROR",
+            &format!("proxy: warning: no tracing subscriber installed: {error}"),
+        );
     }
 }
 
@@ -97,7 +131,8 @@ fn fit_connections(wanted: usize) -> usize {
     fit.min(wanted)
 }
 
-/// The layer the options describe; `Err` when the log cannot be opened.
+/// The layer the options describe; `Err` when the log cannot be opened or
+/// the `--state` URL is malformed.
 fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
@@ -121,10 +156,18 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(bytes) = options.max_total_held_bytes {
         layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
+    if let State::Redis(url) = &options.state {
+        let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
+        layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));
+    }
     match options.log_setting() {
-        LogSetting::Off => Ok((layer, "off".to_owned())),
+        // Metrics count the records the log gets (nothing without --admin).
+        LogSetting::Off => Ok((layer.telemetry(MetricsSink::new()), "off".to_owned())),
         LogSetting::Path(path) => match JsonlSink::open(&path) {
-            Ok(sink) => Ok((layer.telemetry(sink), path.display().to_string())),
+            Ok(sink) => Ok((
+                layer.telemetry((sink, MetricsSink::new())),
+                path.display().to_string(),
+            )),
             Err(error) => Err(format!(
                 "cannot open the refusal log {}: {error}",
                 path.display()
@@ -137,28 +180,29 @@ async fn serve(options: Options) -> ExitCode {
     let (layer, log_shown) = match layer(&options) {
         Ok(built) => built,
         Err(message) => {
-            eprintln!("proxy: {message}");
+            say("ERROR", &format!("proxy: {message}"));
             return ExitCode::from(2);
         }
     };
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
         Err(error) => {
-            eprintln!("proxy: cannot listen on {}: {error}", options.listen);
+            say(
+                "ERROR",
+                &format!("proxy: cannot listen on {}: {error}", options.listen),
+            );
             return ExitCode::FAILURE;
         }
     };
-    let local = listener.local_addr().unwrap_or(options.listen);
-    if !local.ip().is_loopback() {
-        eprintln!(
-            "proxy: warning: listening on {local}, reachable from other machines; \
-             anyone who can reach it can spend your API key"
-        );
-    }
-    let target = if options.simulate {
-        "the built-in simulated provider (no network)".to_owned()
-    } else {
-        options.upstream.to_string()
+    let admin = match options.admin {
+        Some(addr) => match start_admin(&options, addr).await {
+            Ok(local) => Some(local),
+            Err(message) => {
+                say("ERROR", &format!("proxy: {message}"));
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
     };
     let limits = ServerLimits {
         header_read_timeout: options.header_read_timeout,
@@ -166,17 +210,14 @@ async fn serve(options: Options) -> ExitCode {
         drain_timeout: options.drain_timeout,
         max_connections: fit_connections(options.max_connections as usize),
     };
-    eprintln!(
-        "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {}, log {}, max connections {})",
-        if options.rescue.unwrap_or(true) {
-            "on"
-        } else {
-            "off"
-        },
-        log_shown,
-        limits.max_connections
-    );
+    let local = listener.local_addr().unwrap_or(options.listen);
+    announce(&options, local, &log_shown, &limits);
+    if let Some(admin) = admin {
+        let line = format!(
+            "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
+        );
+        say("INFO", &line);
+    }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
@@ -191,21 +232,80 @@ async fn serve(options: Options) -> ExitCode {
                     .await
             }
             Err(error) => {
-                eprintln!("proxy: cannot build the HTTP client: {error}");
+                say(
+                    "ERROR",
+                    &format!("proxy: cannot build the HTTP client: {error}"),
+                );
                 return ExitCode::FAILURE;
             }
         }
     };
     match served {
         Ok(()) => {
-            eprintln!("proxy: stopped");
+            say("INFO", "proxy: stopped");
             ExitCode::SUCCESS
         }
         Err(error) => {
-            eprintln!("proxy: {error}");
+            say("ERROR", &format!("proxy: {error}"));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The first line on stderr (scripts read the address from it), and a
+/// warning when the address is reachable from elsewhere.
+fn announce(
+    options: &Options,
+    local: std::net::SocketAddr,
+    log_shown: &str,
+    limits: &ServerLimits,
+) {
+    if !local.ip().is_loopback() {
+        let warning = format!(
+            "proxy: warning: listening on {local}, reachable from other machines; \
+             anyone who can reach it can spend your API key"
+        );
+        say("WARN", &warning);
+    }
+    let target = if options.simulate {
+        "the built-in simulated provider (no network)".to_owned()
+    } else {
+        options.upstream.to_string()
+    };
+    let rescue = if options.rescue.unwrap_or(true) {
+        "on"
+    } else {
+        "off"
+    };
+    let banner = format!(
+        "refusal-guard proxy listening on http://{local} -> {target} \
+         (rescue {rescue}, log {log_shown}, state {}, max connections {})",
+        options.state.shown(),
+        limits.max_connections
+    );
+    say("INFO", &banner);
+}
+
+/// Starts the admin listener (`--admin`): the proxy's upstream among its
+/// readiness probes (none for `--simulate`), its refusal log on the dashboard.
+async fn start_admin(
+    options: &Options,
+    addr: std::net::SocketAddr,
+) -> Result<std::net::SocketAddr, String> {
+    let upstream = (!options.simulate).then_some(&options.upstream);
+    let log = match options.log_setting() {
+        LogSetting::Path(path) => Some(path),
+        LogSetting::Off => None,
+    };
+    let local = crate::admin::start_for_proxy(addr, upstream, log).await?;
+    if !local.ip().is_loopback() {
+        let warning = format!(
+            "proxy: warning: the admin listener on {local} is reachable from other machines; \
+             its dashboard shows models and categories from the refusal log"
+        );
+        say("WARN", &warning);
+    }
+    Ok(local)
 }
 
 fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Proxy<S> {
@@ -218,10 +318,13 @@ fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Pro
 /// Completes at the first SIGINT or SIGTERM; a second one exits at once.
 async fn shutdown() {
     signal().await;
-    eprintln!("proxy: shutting down; finishing requests in flight (signal again to quit now)");
+    say(
+        "INFO",
+        "proxy: shutting down; finishing requests in flight (signal again to quit now)",
+    );
     tokio::spawn(async {
         signal().await;
-        eprintln!("proxy: quitting now");
+        say("INFO", "proxy: quitting now");
         std::process::exit(130);
     });
 }
