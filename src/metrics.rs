@@ -243,7 +243,6 @@ fn result_word(result: crate::refusal::AttemptResult) -> &'static str {
     use crate::refusal::AttemptResult as R;
     match result {
         R::Served => "served",
-        R::Output => "output",
         R::Refused => "refused",
         R::HttpError => "http_error",
         R::TransportError => "transport_error",
