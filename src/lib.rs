@@ -76,8 +76,8 @@
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
 //! - [`metrics`]: what the guard counts, through the `metrics` facade;
-//!   `admin` (feature `proxy`): the admin listener (metrics, health, the
-//!   refusals dashboard).
+//!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
+//!   health, the refusals dashboard).
 //!
 //! Inside, one request flows upward through private modules, each using
 //! only those before it: `config` (the layer's settings) → `call` (the
@@ -118,8 +118,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "proxy")]
-pub mod admin;
 pub mod api_error;
 pub mod body;
 mod call;
