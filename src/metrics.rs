@@ -19,7 +19,7 @@
 //! | [`STORE_FALLBACKS`] | counter | `store` |
 //!
 //! Refusals and recovery attempts are counted from each
-//! [`RefusalRecord`] by [`MetricsSink`](crate::telemetry::MetricsSink), so
+//! [`RefusalRecord`](crate::telemetry::RefusalRecord) by [`MetricsSink`](crate::telemetry::MetricsSink), so
 //! they agree with the JSONL log line for line; the rest is recorded by the
 //! guard itself.
 //!
@@ -47,7 +47,7 @@ use metrics::{SharedString, Unit};
 
 use crate::refusal::{Refusal, RefusalHandle, RefusalSignal, WireApi};
 
-/// Refusals, one per [`RefusalRecord`].
+/// Refusals, one per [`RefusalRecord`](crate::telemetry::RefusalRecord).
 pub const REFUSALS: &str = "refusal_guard_refusals_total";
 /// Recovery requests the guard sent after a refusal (`step`: `fallback`,
 /// `rescue`, or `retarget` for a provider's server-side fallback; `result` as
