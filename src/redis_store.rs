@@ -155,6 +155,15 @@ impl RedisStore {
         })
     }
 
+    /// Whether the server answers `PING` now (for readiness probes).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut connection = self.connection.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await?;
+        Ok(())
+    }
+
     /// Prefixes every key with `prefix`, so several deployments can share
     /// one server.
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {

@@ -281,3 +281,44 @@ async fn a_paused_server_is_answered_for_within_the_timeout() {
     assert!(bounded(a.reserve_rescue(&key("new while paused"), 1)).await);
     assert_eq!(a.fallbacks(), 2);
 }
+
+/// `/readyz` of the admin listener reports the Redis store: ready while it
+/// answers `PING`, not ready while it is down, ready again once it is back.
+#[tokio::test]
+async fn readiness_follows_the_redis_store() {
+    use refusal_guard::proxy::admin::{self, AdminState, RedisStoreProbe};
+
+    let mut server = RedisServer::start();
+    let store = RedisStore::open(&server.url()).unwrap();
+    let state = AdminState::new()
+        .store_probe(RedisStoreProbe::new(store, "redis-under-test"))
+        .probe_timeout(Duration::from_millis(500));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/readyz", listener.local_addr().unwrap());
+    let serving = tokio::spawn(admin::serve(listener, state, std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ready = |client: reqwest::Client, base: String| async move {
+        let response = client.get(base).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    };
+
+    let (status, text) = ready(client.clone(), base.clone()).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("store redis-under-test: ok"), "{text}");
+    assert!(!text.contains("store memory"), "{text}");
+
+    server.stop();
+    eventually("readiness fails with Redis down", || {
+        let (client, base) = (client.clone(), base.clone());
+        async move { ready(client, base).await.0 == 503 }
+    })
+    .await;
+
+    server.restart().unwrap();
+    eventually("readiness returns with Redis", || {
+        let (client, base) = (client.clone(), base.clone());
+        async move { ready(client, base).await.0 == 200 }
+    })
+    .await;
+    serving.abort();
+}

@@ -202,6 +202,52 @@ impl Probe for MemoryStoreProbe {
     }
 }
 
+/// A Redis conversation store (`--state redis://...`): reachable when it
+/// answers `PING` within the probe timeout. Requests go on while it is down
+/// (decisions fall back to memory), but the replicas no longer share state,
+/// which is what readiness reports.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use refusal_guard::proxy::admin::{Probe, RedisStoreProbe};
+/// use refusal_guard::redis_store::RedisStore;
+///
+/// let store = RedisStore::open("redis://127.0.0.1:6379/0").unwrap();
+/// let probe = RedisStoreProbe::new(store, "redis://127.0.0.1:6379/0");
+/// assert_eq!(probe.name(), "store redis://127.0.0.1:6379/0");
+/// # }
+/// ```
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+#[derive(Debug, Clone)]
+pub struct RedisStoreProbe {
+    store: crate::redis_store::RedisStore,
+    shown: String,
+}
+
+#[cfg(feature = "redis")]
+impl RedisStoreProbe {
+    /// Probes `store`, named by `shown` (an address without its password).
+    pub fn new(store: crate::redis_store::RedisStore, shown: impl Into<String>) -> Self {
+        RedisStoreProbe {
+            store,
+            shown: shown.into(),
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl Probe for RedisStoreProbe {
+    fn name(&self) -> String {
+        format!("store {}", self.shown)
+    }
+
+    fn check(&self) -> Pin<Box<dyn Future<Output = ProbeResult> + Send + '_>> {
+        Box::pin(async move { self.store.ping().await.map_err(|e| e.to_string()) })
+    }
+}
+
 /// What the admin listener serves from: the metrics handle, the refusal
 /// logs and the readiness probes.
 ///
@@ -219,6 +265,7 @@ impl Probe for MemoryStoreProbe {
 pub struct AdminState {
     metrics: Option<PrometheusHandle>,
     logs: Vec<PathBuf>,
+    /// The store's probe first, then the others.
     probes: Vec<Box<dyn Probe>>,
     probe_timeout: Duration,
 }
@@ -277,6 +324,20 @@ impl AdminState {
         self
     }
 
+    /// Probes `probe` as the conversation store, in place of the in-memory
+    /// store (which is always reachable).
+    ///
+    /// ```
+    /// use refusal_guard::proxy::admin::{AdminState, MemoryStoreProbe};
+    ///
+    /// let state = AdminState::new().store_probe(MemoryStoreProbe);
+    /// # let _ = state;
+    /// ```
+    pub fn store_probe(mut self, probe: impl Probe) -> Self {
+        self.probes[0] = Box::new(probe);
+        self
+    }
+
     /// Adds a probe that the upstream accepts TCP connections.
     pub fn probe_upstream(self, upstream: &Upstream) -> Self {
         self.probe(TcpProbe::upstream(upstream))
@@ -298,10 +359,14 @@ pub(crate) async fn start_for_proxy(
     addr: std::net::SocketAddr,
     upstream: Option<&Upstream>,
     log: Option<PathBuf>,
+    store: Option<Box<dyn Probe>>,
 ) -> Result<std::net::SocketAddr, String> {
     let handle =
         install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let mut state = AdminState::new().metrics(handle);
+    if let Some(store) = store {
+        state.probes[0] = store;
+    }
     if let Some(log) = log {
         state = state.log(log);
     }

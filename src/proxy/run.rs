@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
+use super::admin::{Probe, RedisStoreProbe};
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
 use crate::redis_store::RedisStore;
@@ -286,6 +287,21 @@ fn announce(
     say("INFO", &banner);
 }
 
+/// The readiness probe of the store `--state` names (`None`: the in-memory
+/// store, always ready).
+fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
+    match &options.state {
+        State::Memory => Ok(None),
+        State::Redis(url) => {
+            let store = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
+            Ok(Some(Box::new(RedisStoreProbe::new(
+                store,
+                options.state.shown(),
+            ))))
+        }
+    }
+}
+
 /// Starts the admin listener (`--admin`): the proxy's upstream among its
 /// readiness probes (none for `--simulate`), its refusal log on the dashboard.
 async fn start_admin(
@@ -297,7 +313,8 @@ async fn start_admin(
         LogSetting::Path(path) => Some(path),
         LogSetting::Off => None,
     };
-    let local = crate::proxy::admin::start_for_proxy(addr, upstream, log).await?;
+    let local =
+        crate::proxy::admin::start_for_proxy(addr, upstream, log, store_probe(options)?).await?;
     if !local.ip().is_loopback() {
         let warning = format!(
             "proxy: warning: the admin listener on {local} is reachable from other machines; \
