@@ -88,15 +88,25 @@ impl Running {
         }
     }
 
+    /// Default options and a default guard in front of `upstream`.
+    async fn plain(upstream: &RawUpstream) -> Running {
+        Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await
+    }
+
     async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.addr).await.unwrap()
     }
 
-    /// Sends raw bytes on a new connection and reads until the proxy closes it.
-    async fn exchange(&self, request: &[u8]) -> String {
+    /// Sends raw bytes on a new connection, which it returns open.
+    async fn send(&self, request: &[u8]) -> TcpStream {
         let mut socket = self.connect().await;
         socket.write_all(request).await.unwrap();
-        read_to_close(&mut socket).await
+        socket
+    }
+
+    /// Sends raw bytes on a new connection and reads until the proxy closes it.
+    async fn exchange(&self, request: &[u8]) -> String {
+        read_to_close(&mut self.send(request).await).await
     }
 
     fn stop(&mut self) {
@@ -143,10 +153,22 @@ fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The upstream saw exactly one request, and the proxy's access log has a
+/// line with `line` for it.
+async fn served_once(proxy: &Running, upstream: &RawUpstream, line: &str) {
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&[line]).await;
+}
+
+/// A raw upstream that answers every request with one whole `200` of
+/// `content_type` carrying `body`.
+async fn answering_ok(content_type: &'static str, body: &'static [u8]) -> RawUpstream {
+    RawUpstream::start(move |_, _| vec![Act::Write(whole(200, content_type, body))]).await
+}
+
 #[tokio::test]
 async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"ok"))]).await;
+    let upstream = answering_ok("text/plain", b"ok").await;
     let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
         p.header_read_timeout(Duration::from_secs(1))
     })
@@ -188,19 +210,14 @@ async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
-    })
-    .await;
+    let upstream = answering_ok("application/json", b"{\"data\":[]}").await;
     let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
         p.idle_timeout(Duration::from_secs(1))
     })
     .await;
-    let mut socket = proxy.connect().await;
-    socket
-        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
+    let mut socket = proxy
+        .send(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await;
     let mut first = vec![0u8; 4096];
     let n = socket.read(&mut first).await.unwrap();
     let first = String::from_utf8_lossy(&first[..n]).into_owned();
@@ -209,14 +226,12 @@ async fn an_idle_keep_alive_connection_is_closed() {
     // Nothing more is sent: the proxy closes the idle connection.
     let rest = read_to_close(&mut socket).await;
     assert_eq!(rest, "", "nothing more after the response");
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["GET /v1/models 200 pass"]).await;
+    served_once(&proxy, &upstream, "GET /v1/models 200 pass").await;
 }
 
 #[tokio::test]
 async fn dot_segments_never_reach_the_upstream() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"admin"))]).await;
+    let upstream = answering_ok("text/plain", b"admin").await;
     let proxy = Running::start(
         &format!("{}/base", upstream.url()),
         RefusalGuardLayer::new(),
@@ -278,10 +293,8 @@ async fn dot_segments_never_reach_the_upstream() {
 
 #[tokio::test]
 async fn connect_and_absolute_form_targets_are_refused() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"upstream-body"))])
-            .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("text/plain", b"upstream-body").await;
+    let proxy = Running::plain(&upstream).await;
     let response = proxy
         .exchange(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
         .await;
@@ -330,7 +343,7 @@ async fn a_gzip_encoded_refusal_is_seen_and_rescued() {
         acts
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let response = proxy
         .exchange(&messages_request(true, "accept-encoding: gzip\r\n"))
         .await;
@@ -367,7 +380,7 @@ async fn a_gzip_normal_stream_reaches_the_client_decoded() {
         acts
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let response = client
         .post(format!("http://{}/v1/messages", proxy.addr))
@@ -385,15 +398,13 @@ async fn a_gzip_normal_stream_reaches_the_client_decoded() {
         text.as_slice(),
         "the decoded stream, byte for byte"
     );
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+    served_once(&proxy, &upstream, "POST /v1/messages 200 ok").await;
 }
 
 #[tokio::test]
 async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("application/json", b"{}").await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket
         .write_all(b"POST /v1/files HTTP/1.1\r\nhost: proxy\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -422,8 +433,7 @@ async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
 
 #[tokio::test]
 async fn past_the_connection_cap_clients_get_a_503_in_the_api_shape() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
+    let upstream = answering_ok("application/json", b"{}").await;
     let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
         p.max_connections(2)
     })
@@ -464,11 +474,9 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
         p.drain_timeout(Duration::from_secs(1))
     })
     .await;
-    let mut socket = proxy.connect().await;
-    socket
-        .write_all(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
+    let mut socket = proxy
+        .send(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await;
     assert!(
         upstream
             .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
@@ -502,7 +510,7 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
 #[tokio::test]
 async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
     let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
     assert!(
@@ -539,7 +547,7 @@ async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
         ]
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
     drop(socket);
@@ -572,17 +580,13 @@ async fn a_long_silent_hold_is_not_an_idle_connection() {
     let response = proxy.exchange(&messages_request(true, "")).await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("message_stop"), "{response}");
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+    served_once(&proxy, &upstream, "POST /v1/messages 200 ok").await;
 }
 
 #[tokio::test]
 async fn http2_clients_are_served_and_refused_alike() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
-    })
-    .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("application/json", b"{\"data\":[]}").await;
+    let proxy = Running::plain(&upstream).await;
     let client = reqwest::Client::builder()
         .no_proxy()
         .http2_prior_knowledge()
