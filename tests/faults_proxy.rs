@@ -90,7 +90,16 @@ impl Running {
 
     /// Default options and a default guard in front of `upstream`.
     async fn plain(upstream: &RawUpstream) -> Running {
-        Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await
+        Running::over(upstream, |p| p).await
+    }
+
+    /// A default guard in front of `upstream`, with options set by
+    /// `configure`.
+    async fn over(
+        upstream: &RawUpstream,
+        configure: impl FnOnce(Proxy<GuardedClient>) -> Proxy<GuardedClient>,
+    ) -> Running {
+        Running::start(&upstream.url(), RefusalGuardLayer::new(), configure).await
     }
 
     async fn connect(&self) -> TcpStream {
@@ -141,6 +150,17 @@ fn body_of(response: &str) -> &str {
     response.split_once("\r\n\r\n").map_or("", |(_, body)| body)
 }
 
+/// The proxy's own refusal: `response` has `status` and mentions `kind`;
+/// returns its JSON body.
+fn refused_as(response: &str, status: &str, kind: &str) -> serde_json::Value {
+    assert!(
+        response.starts_with(&format!("HTTP/1.1 {status}")),
+        "{response}"
+    );
+    assert!(response.contains(kind), "{response}");
+    serde_json::from_str(body_of(response)).unwrap()
+}
+
 fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
     let body = format!(
         r#"{{"model":"claude-opus-4-7","max_tokens":256,"stream":{stream},"messages":[{{"role":"user","content":"Check my SSH config"}}]}}"#
@@ -169,10 +189,7 @@ async fn answering_ok(content_type: &'static str, body: &'static [u8]) -> RawUps
 #[tokio::test]
 async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
     let upstream = answering_ok("text/plain", b"ok").await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.header_read_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let proxy = Running::over(&upstream, |p| p.header_read_timeout(Duration::from_secs(1))).await;
     let mut socket = proxy.connect().await;
     let started = Instant::now();
     let request = b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
@@ -211,10 +228,7 @@ async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed() {
     let upstream = answering_ok("application/json", b"{\"data\":[]}").await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.idle_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let proxy = Running::over(&upstream, |p| p.idle_timeout(Duration::from_secs(1))).await;
     let mut socket = proxy
         .send(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
         .await;
@@ -306,9 +320,7 @@ async fn connect_and_absolute_form_targets_are_refused() {
     let response = proxy
         .exchange(b"GET http://example.com/v1/models HTTP/1.1\r\nhost: example.com\r\nconnection: close\r\n\r\n")
         .await;
-    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
-    assert!(response.contains("bad_request_target"), "{response}");
-    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    let json = refused_as(&response, "400", "bad_request_target");
     assert_eq!(
         json["type"], "error",
         "Anthropic's shape by default: {json}"
@@ -434,19 +446,14 @@ async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
 #[tokio::test]
 async fn past_the_connection_cap_clients_get_a_503_in_the_api_shape() {
     let upstream = answering_ok("application/json", b"{}").await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.max_connections(2)
-    })
-    .await;
+    let proxy = Running::over(&upstream, |p| p.max_connections(2)).await;
     // Two connections take both slots (open, sending nothing yet).
     let held = [proxy.connect().await, proxy.connect().await];
     tokio::time::sleep(Duration::from_millis(200)).await;
     let response = proxy
         .exchange(b"POST /v1/chat/completions HTTP/1.1\r\nhost: p\r\ncontent-length: 2\r\n\r\n{}")
         .await;
-    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
-    assert!(response.contains("over_capacity"), "{response}");
-    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    let json = refused_as(&response, "503", "over_capacity");
     assert!(
         json["error"]["message"].is_string(),
         "OpenAI's shape: {json}"
@@ -470,10 +477,7 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
     let upstream =
         RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
             .await;
-    let mut proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.drain_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let mut proxy = Running::over(&upstream, |p| p.drain_timeout(Duration::from_secs(1))).await;
     let mut socket = proxy
         .send(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
         .await;
@@ -573,10 +577,7 @@ async fn a_long_silent_hold_is_not_an_idle_connection() {
         ]
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.idle_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let proxy = Running::over(&upstream, |p| p.idle_timeout(Duration::from_secs(1))).await;
     let response = proxy.exchange(&messages_request(true, "")).await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("message_stop"), "{response}");
