@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
 use support::raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
+use support::socket::read_until_closed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -127,23 +128,13 @@ impl Running {
 
 /// Reads until EOF or a reset, within [`GENEROUS`].
 async fn read_to_close(socket: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(GENEROUS, async {
-        let mut buf = [0u8; 8192];
-        loop {
-            match socket.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
+    let (out, closed) = read_until_closed(socket, GENEROUS).await;
+    let out = String::from_utf8_lossy(&out).into_owned();
     assert!(
-        read.is_ok(),
-        "the proxy did not close the connection; got {:?}",
-        String::from_utf8_lossy(&out)
+        closed,
+        "the proxy did not close the connection; got {out:?}"
     );
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 fn body_of(response: &str) -> &str {

@@ -23,7 +23,8 @@
 //!   `#[path]`);
 //! - [`log_capture`]: a tracing subscriber that keeps what a test logged,
 //!   and a shared buffer for a formatting subscriber's output;
-//! - [`proxy`]: the proxy on loopback and a client posting through it.
+//! - [`proxy`]: the proxy on loopback and a client posting through it;
+//! - [`socket`]: reading a raw exchange off a socket until the peer closes.
 #![allow(dead_code)]
 
 pub mod anthropic;
@@ -39,6 +40,7 @@ pub mod proxy;
 pub mod raw_upstream;
 pub mod redis_server;
 pub mod requests;
+pub mod socket;
 
 // What most tests use, at hand through `use support::*;` (not every test
 // uses all of it).
