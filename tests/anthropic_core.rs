@@ -10,7 +10,7 @@ use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, ErrorCategory, RefusalKind, RefusalSignal,
 };
 use refusal_guard::telemetry::MemorySink;
-use refusal_guard::{Outcome, Refusal, RefusalGuardLayer, RefusalHandle};
+use refusal_guard::{Outcome, Refusal, RefusalGuard, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
 use support::events::*;
 use support::*;
@@ -37,19 +37,13 @@ async fn non_refusal_stream_is_byte_identical() {
 
 #[tokio::test]
 async fn empty_refusal_is_rescued_with_one_continuation() {
-    let replies = vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ];
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
     let request = messages("claude-opus-4-7", true, "scan my host");
     let done = exchange(RefusalGuardLayer::new(), replies, request).await;
-    assert_eq!(
-        done.body,
-        fixture(TEXT),
-        "the client receives only the continuation"
+    let seen = done.assert_served_on_the_second_call(
+        &fixture(TEXT),
+        "the client receives only the continuation",
     );
-    let seen = done.upstream.seen();
-    assert_eq!(seen.len(), 2);
     let continuation = seen[1].json();
     let last = continuation["messages"]
         .as_array()
@@ -286,6 +280,19 @@ async fn one_rescue_per_conversation_until_real_output() {
     assert_eq!(upstream.seen().len(), 8);
 }
 
+/// A guard recording into a fresh sink over [`judging_upstream`], with the
+/// count of the requests that upstream received.
+fn judged_guard(
+    continuation_answers: bool,
+) -> (Arc<AtomicUsize>, MemorySink, RefusalGuard<impl MockInner>) {
+    let requests = Arc::new(AtomicUsize::new(0));
+    let sink = MemorySink::new();
+    let guard = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .layer(judging_upstream(continuation_answers, requests.clone()));
+    (requests, sink, guard)
+}
+
 /// An upstream that refuses originals and answers continuations, whatever
 /// order concurrent requests arrive in.
 fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> impl MockInner {
@@ -310,11 +317,7 @@ fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_conversations_are_rescued_independently() {
-    let requests = Arc::new(AtomicUsize::new(0));
-    let sink = MemorySink::new();
-    let guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(judging_upstream(true, requests.clone()));
+    let (requests, sink, guard) = judged_guard(true);
     let mut tasks = Vec::new();
     for i in 0..40 {
         let guard = guard.clone();
@@ -342,11 +345,7 @@ async fn concurrent_conversations_are_rescued_independently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_refusals_in_one_conversation_get_one_rescue() {
-    let requests = Arc::new(AtomicUsize::new(0));
-    let sink = MemorySink::new();
-    let guard = RefusalGuardLayer::new()
-        .telemetry(sink.clone())
-        .layer(judging_upstream(false, requests.clone()));
+    let (requests, sink, guard) = judged_guard(false);
     let tasks: Vec<_> = (0..12)
         .map(|_| {
             let guard = guard.clone();
@@ -496,10 +495,7 @@ async fn other_endpoints_pass_through_unread() {
 
 #[tokio::test]
 async fn a_base_path_prefix_is_still_guarded() {
-    let replies = vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ];
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
     let done = exchange(
         RefusalGuardLayer::new(),
         replies,
@@ -619,10 +615,7 @@ async fn json_empty_refusal_is_rescued_with_json() {
 
 #[tokio::test]
 async fn the_note_follows_tool_results_in_the_last_user_turn() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
+    let upstream = Upstream::new(Reply::fixtures(&[EMPTY_REFUSAL, TEXT]));
     let sink = MemorySink::new();
     let request = json!({
         "model": "m", "stream": true, "max_tokens": 100,
@@ -658,10 +651,7 @@ async fn the_note_becomes_a_new_turn_after_an_assistant_prefill() {
             {"role": "assistant", "content": "Sure,"},
         ]
     });
-    let replies = vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ];
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
     let request = post("/v1/messages", &request);
     let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     let sent = done.upstream.seen()[1].json();
@@ -675,10 +665,7 @@ async fn a_custom_note_is_used() {
     let layer = RefusalGuardLayer::new().rescue_note(
         refusal_guard::recovery::RescueNote::template("CUSTOM {category}"),
     );
-    let replies = vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ];
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
     let done = exchange(layer, replies, messages("m", true, "x")).await;
     assert_eq!(note_of(&done.upstream.seen()[1]), "CUSTOM cyber");
 }
@@ -709,10 +696,7 @@ async fn a_long_hold_commits_and_a_late_refusal_is_recorded() {
 
 #[tokio::test]
 async fn a_panicking_sink_does_not_fail_the_request() {
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ]);
+    let upstream = Upstream::new(Reply::fixtures(&[EMPTY_REFUSAL, TEXT]));
     let mut guard = RefusalGuardLayer::new()
         .telemetry(|_: &refusal_guard::telemetry::RefusalRecord| panic!("sink broke"))
         .layer(upstream.service());
@@ -751,10 +735,7 @@ async fn claude_on_vertex_is_found_under_a_base_path_that_says_models() {
         refusal_guard::recovery::FallbackChains::new()
             .chain("claude-opus-4-7", ["claude-sonnet-4-5"]),
     );
-    let replies = vec![
-        Reply::sse(&fixture(EMPTY_REFUSAL)),
-        Reply::sse(&fixture(TEXT)),
-    ];
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
     let done = exchange(layer, replies, request).await;
     assert_eq!(done.body, fixture(TEXT));
     assert_eq!(

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
 use support::raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
+use support::socket::read_until_closed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -88,15 +89,34 @@ impl Running {
         }
     }
 
+    /// Default options and a default guard in front of `upstream`.
+    async fn plain(upstream: &RawUpstream) -> Running {
+        Running::over(upstream, |p| p).await
+    }
+
+    /// A default guard in front of `upstream`, with options set by
+    /// `configure`.
+    async fn over(
+        upstream: &RawUpstream,
+        configure: impl FnOnce(Proxy<GuardedClient>) -> Proxy<GuardedClient>,
+    ) -> Running {
+        Running::start(&upstream.url(), RefusalGuardLayer::new(), configure).await
+    }
+
     async fn connect(&self) -> TcpStream {
         TcpStream::connect(self.addr).await.unwrap()
     }
 
-    /// Sends raw bytes on a new connection and reads until the proxy closes it.
-    async fn exchange(&self, request: &[u8]) -> String {
+    /// Sends raw bytes on a new connection, which it returns open.
+    async fn send(&self, request: &[u8]) -> TcpStream {
         let mut socket = self.connect().await;
         socket.write_all(request).await.unwrap();
-        read_to_close(&mut socket).await
+        socket
+    }
+
+    /// Sends raw bytes on a new connection and reads until the proxy closes it.
+    async fn exchange(&self, request: &[u8]) -> String {
+        read_to_close(&mut self.send(request).await).await
     }
 
     fn stop(&mut self) {
@@ -108,27 +128,28 @@ impl Running {
 
 /// Reads until EOF or a reset, within [`GENEROUS`].
 async fn read_to_close(socket: &mut TcpStream) -> String {
-    let mut out = Vec::new();
-    let read = tokio::time::timeout(GENEROUS, async {
-        let mut buf = [0u8; 8192];
-        loop {
-            match socket.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
+    let (out, closed) = read_until_closed(socket, GENEROUS).await;
+    let out = String::from_utf8_lossy(&out).into_owned();
     assert!(
-        read.is_ok(),
-        "the proxy did not close the connection; got {:?}",
-        String::from_utf8_lossy(&out)
+        closed,
+        "the proxy did not close the connection; got {out:?}"
     );
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 fn body_of(response: &str) -> &str {
     response.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+}
+
+/// The proxy's own refusal: `response` has `status` and mentions `kind`;
+/// returns its JSON body.
+fn refused_as(response: &str, status: &str, kind: &str) -> serde_json::Value {
+    assert!(
+        response.starts_with(&format!("HTTP/1.1 {status}")),
+        "{response}"
+    );
+    assert!(response.contains(kind), "{response}");
+    serde_json::from_str(body_of(response)).unwrap()
 }
 
 fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
@@ -143,14 +164,23 @@ fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// The upstream saw exactly one request, and the proxy's access log has a
+/// line with `line` for it.
+async fn served_once(proxy: &Running, upstream: &RawUpstream, line: &str) {
+    assert_eq!(upstream.requests().len(), 1);
+    proxy.line_with(&[line]).await;
+}
+
+/// A raw upstream that answers every request with one whole `200` of
+/// `content_type` carrying `body`.
+async fn answering_ok(content_type: &'static str, body: &'static [u8]) -> RawUpstream {
+    RawUpstream::start(move |_, _| vec![Act::Write(whole(200, content_type, body))]).await
+}
+
 #[tokio::test]
 async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"ok"))]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.header_read_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let upstream = answering_ok("text/plain", b"ok").await;
+    let proxy = Running::over(&upstream, |p| p.header_read_timeout(Duration::from_secs(1))).await;
     let mut socket = proxy.connect().await;
     let started = Instant::now();
     let request = b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
@@ -188,19 +218,11 @@ async fn slowloris_headers_are_cut_at_the_header_read_timeout() {
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
-    })
-    .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.idle_timeout(Duration::from_secs(1))
-    })
-    .await;
-    let mut socket = proxy.connect().await;
-    socket
-        .write_all(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
+    let upstream = answering_ok("application/json", b"{\"data\":[]}").await;
+    let proxy = Running::over(&upstream, |p| p.idle_timeout(Duration::from_secs(1))).await;
+    let mut socket = proxy
+        .send(b"GET /v1/models HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await;
     let mut first = vec![0u8; 4096];
     let n = socket.read(&mut first).await.unwrap();
     let first = String::from_utf8_lossy(&first[..n]).into_owned();
@@ -209,14 +231,12 @@ async fn an_idle_keep_alive_connection_is_closed() {
     // Nothing more is sent: the proxy closes the idle connection.
     let rest = read_to_close(&mut socket).await;
     assert_eq!(rest, "", "nothing more after the response");
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["GET /v1/models 200 pass"]).await;
+    served_once(&proxy, &upstream, "GET /v1/models 200 pass").await;
 }
 
 #[tokio::test]
 async fn dot_segments_never_reach_the_upstream() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"admin"))]).await;
+    let upstream = answering_ok("text/plain", b"admin").await;
     let proxy = Running::start(
         &format!("{}/base", upstream.url()),
         RefusalGuardLayer::new(),
@@ -278,10 +298,8 @@ async fn dot_segments_never_reach_the_upstream() {
 
 #[tokio::test]
 async fn connect_and_absolute_form_targets_are_refused() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "text/plain", b"upstream-body"))])
-            .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("text/plain", b"upstream-body").await;
+    let proxy = Running::plain(&upstream).await;
     let response = proxy
         .exchange(b"CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n")
         .await;
@@ -293,9 +311,7 @@ async fn connect_and_absolute_form_targets_are_refused() {
     let response = proxy
         .exchange(b"GET http://example.com/v1/models HTTP/1.1\r\nhost: example.com\r\nconnection: close\r\n\r\n")
         .await;
-    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
-    assert!(response.contains("bad_request_target"), "{response}");
-    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    let json = refused_as(&response, "400", "bad_request_target");
     assert_eq!(
         json["type"], "error",
         "Anthropic's shape by default: {json}"
@@ -330,7 +346,7 @@ async fn a_gzip_encoded_refusal_is_seen_and_rescued() {
         acts
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let response = proxy
         .exchange(&messages_request(true, "accept-encoding: gzip\r\n"))
         .await;
@@ -367,7 +383,7 @@ async fn a_gzip_normal_stream_reaches_the_client_decoded() {
         acts
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let response = client
         .post(format!("http://{}/v1/messages", proxy.addr))
@@ -385,15 +401,13 @@ async fn a_gzip_normal_stream_reaches_the_client_decoded() {
         text.as_slice(),
         "the decoded stream, byte for byte"
     );
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+    served_once(&proxy, &upstream, "POST /v1/messages 200 ok").await;
 }
 
 #[tokio::test]
 async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("application/json", b"{}").await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket
         .write_all(b"POST /v1/files HTTP/1.1\r\nhost: proxy\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n")
@@ -422,21 +436,15 @@ async fn a_truncated_chunked_request_never_reaches_the_upstream_complete() {
 
 #[tokio::test]
 async fn past_the_connection_cap_clients_get_a_503_in_the_api_shape() {
-    let upstream =
-        RawUpstream::start(|_, _| vec![Act::Write(whole(200, "application/json", b"{}"))]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.max_connections(2)
-    })
-    .await;
+    let upstream = answering_ok("application/json", b"{}").await;
+    let proxy = Running::over(&upstream, |p| p.max_connections(2)).await;
     // Two connections take both slots (open, sending nothing yet).
     let held = [proxy.connect().await, proxy.connect().await];
     tokio::time::sleep(Duration::from_millis(200)).await;
     let response = proxy
         .exchange(b"POST /v1/chat/completions HTTP/1.1\r\nhost: p\r\ncontent-length: 2\r\n\r\n{}")
         .await;
-    assert!(response.starts_with("HTTP/1.1 503"), "{response}");
-    assert!(response.contains("over_capacity"), "{response}");
-    let json: serde_json::Value = serde_json::from_str(body_of(&response)).unwrap();
+    let json = refused_as(&response, "503", "over_capacity");
     assert!(
         json["error"]["message"].is_string(),
         "OpenAI's shape: {json}"
@@ -460,15 +468,10 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
     let upstream =
         RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
             .await;
-    let mut proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.drain_timeout(Duration::from_secs(1))
-    })
-    .await;
-    let mut socket = proxy.connect().await;
-    socket
-        .write_all(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
-        .await
-        .unwrap();
+    let mut proxy = Running::over(&upstream, |p| p.drain_timeout(Duration::from_secs(1))).await;
+    let mut socket = proxy
+        .send(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await;
     assert!(
         upstream
             .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
@@ -502,7 +505,7 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
 #[tokio::test]
 async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
     let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
     assert!(
@@ -539,7 +542,7 @@ async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
         ]
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
     drop(socket);
@@ -565,24 +568,17 @@ async fn a_long_silent_hold_is_not_an_idle_connection() {
         ]
     })
     .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| {
-        p.idle_timeout(Duration::from_secs(1))
-    })
-    .await;
+    let proxy = Running::over(&upstream, |p| p.idle_timeout(Duration::from_secs(1))).await;
     let response = proxy.exchange(&messages_request(true, "")).await;
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     assert!(response.contains("message_stop"), "{response}");
-    assert_eq!(upstream.requests().len(), 1);
-    proxy.line_with(&["POST /v1/messages 200 ok"]).await;
+    served_once(&proxy, &upstream, "POST /v1/messages 200 ok").await;
 }
 
 #[tokio::test]
 async fn http2_clients_are_served_and_refused_alike() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![Act::Write(whole(200, "application/json", b"{\"data\":[]}"))]
-    })
-    .await;
-    let proxy = Running::start(&upstream.url(), RefusalGuardLayer::new(), |p| p).await;
+    let upstream = answering_ok("application/json", b"{\"data\":[]}").await;
+    let proxy = Running::plain(&upstream).await;
     let client = reqwest::Client::builder()
         .no_proxy()
         .http2_prior_knowledge()

@@ -117,12 +117,19 @@ async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
 
 // ---- client-side chains ---------------------------------------------------
 
-#[tokio::test]
-async fn the_first_hop_that_answers_is_served() {
+/// Opus refuses, the chain's first hop (Sonnet) answers, and that answer is
+/// what the client gets.
+async fn sonnet_answers_after_a_refusal() -> Exchange {
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
     let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
     assert_eq!(done.body, answer(SONNET));
+    done
+}
+
+#[tokio::test]
+async fn the_first_hop_that_answers_is_served() {
+    let done = sonnet_answers_after_a_refusal().await;
     let seen = done.upstream.seen();
     assert_eq!(seen[1].json()["model"], SONNET);
     assert_eq!(
@@ -413,10 +420,7 @@ async fn the_handoff_marker_in_json_goes_first_in_content() {
 
 #[tokio::test]
 async fn without_the_marker_the_hop_is_served_as_sent() {
-    let layer = RefusalGuardLayer::new().fallback_chains(chains());
-    let replies = vec![Reply::sse(&refusal_stream()), Reply::sse(&answer(SONNET))];
-    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
-    assert_eq!(done.body, answer(SONNET));
+    sonnet_answers_after_a_refusal().await;
 }
 
 // ---- fallback credit ------------------------------------------------------

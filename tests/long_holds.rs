@@ -25,6 +25,15 @@ fn thinking_then(tail: Vec<serde_json::Value>) -> (Bytes, Bytes) {
     (head, anthropic_stream(&tail))
 }
 
+/// Thinking, then an empty `cyber` refusal.
+fn thinking_then_refusal() -> (Bytes, Bytes) {
+    thinking_then(vec![
+        block_stop(0),
+        refusal(Some("cyber"), None),
+        message_stop(),
+    ])
+}
+
 /// An upstream whose first answer thinks, waits for the gate, then ends with
 /// `tail`; later answers are `later`.
 fn upstream(head: Bytes, tail: Bytes, later: Bytes, gate: oneshot::Receiver<()>) -> impl MockInner {
@@ -65,11 +74,7 @@ fn comments_then(body: &Bytes) -> (usize, Bytes) {
 
 #[tokio::test]
 async fn a_long_hold_sends_comments_then_the_rescued_stream_under_the_original_head() {
-    let (head, tail) = thinking_then(vec![
-        block_stop(0),
-        refusal(Some("cyber"), None),
-        message_stop(),
-    ]);
+    let (head, tail) = thinking_then_refusal();
     let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
     let (open, gate) = oneshot::channel();
     let guard = RefusalGuardLayer::new()
@@ -256,11 +261,7 @@ async fn live_thinking_delivers_the_original_whole_when_nothing_recovers_or_it_a
 
 #[tokio::test]
 async fn live_thinking_streams_thinking_before_the_decision() {
-    let (head, tail) = thinking_then(vec![
-        block_stop(0),
-        refusal(Some("cyber"), None),
-        message_stop(),
-    ]);
+    let (head, tail) = thinking_then_refusal();
     let (open, gate) = oneshot::channel();
     let guard = RefusalGuardLayer::new()
         .live_thinking(true)

@@ -94,23 +94,15 @@ fn guard_with(
 #[tokio::test]
 async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
     let request = chat_request(true);
-    let replies = vec![
-        Reply::sse(&fixture(CHAT_FILTERED)),
-        Reply::sse(&fixture(CHAT_TEXT)),
-    ];
+    let replies = Reply::fixtures(&[CHAT_FILTERED, CHAT_TEXT]);
     let done = exchange(
         RefusalGuardLayer::new(),
         replies,
         post_to(CHAT_URL, &request),
     )
     .await;
-    assert_eq!(
-        done.body,
-        fixture(CHAT_TEXT),
-        "the client gets the continuation"
-    );
-    let seen = done.upstream.seen();
-    assert_eq!(seen.len(), 2);
+    let seen = done
+        .assert_served_on_the_second_call(&fixture(CHAT_TEXT), "the client gets the continuation");
     assert_eq!(seen[1].uri, CHAT_URL);
     let continuation = seen[1].json();
     let messages = continuation["messages"].as_array().unwrap();
@@ -141,10 +133,7 @@ async fn chat_empty_filter_is_rescued_with_a_user_message_at_the_end() {
 
 #[tokio::test]
 async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
-    let replies = vec![
-        Reply::sse(&fixture(CHAT_REFUSAL)),
-        Reply::sse(&fixture(CHAT_TEXT)),
-    ];
+    let replies = Reply::fixtures(&[CHAT_REFUSAL, CHAT_TEXT]);
     let request = post_to(CHAT_URL, &chat_request(true));
     let done = exchange(RefusalGuardLayer::new(), replies, request).await;
     assert_eq!(done.body, fixture(CHAT_TEXT));
@@ -282,16 +271,26 @@ async fn partial_refusals_are_left_alone() {
 
 // ---------------------------------------------------------------- fallback
 
+/// Sends `request` to `url` with the test chains: the upstream refuses with
+/// `refused`, the first hop answers `answer`, and the client gets `answer`.
+async fn fallback_hop(url: &str, request: &Value, refused: Bytes, answer: Bytes) -> Exchange {
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refused), Reply::sse(&answer)];
+    let done = exchange(layer, replies, post_to(url, request)).await;
+    assert_eq!(done.body, answer);
+    done
+}
+
 #[tokio::test]
 async fn chat_fallback_hop_swaps_the_body_model() {
     let request = chat_request(true);
-    let layer = RefusalGuardLayer::new().fallback_chains(chains());
-    let replies = vec![
-        Reply::sse(&fixture(CHAT_FILTERED)),
-        Reply::sse(&fixture(CHAT_TEXT)),
-    ];
-    let done = exchange(layer, replies, post_to(CHAT_URL, &request)).await;
-    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let done = fallback_hop(
+        CHAT_URL,
+        &request,
+        fixture(CHAT_FILTERED),
+        fixture(CHAT_TEXT),
+    )
+    .await;
     let hop = done.upstream.seen()[1].json();
     assert_eq!(hop["model"], "gpt-4o-mini");
     assert_eq!(hop["messages"], request["messages"], "no note on a hop");
@@ -310,13 +309,13 @@ async fn chat_fallback_hop_swaps_the_body_model() {
 #[tokio::test]
 async fn responses_fallback_hop_swaps_the_body_model() {
     let request = responses_request(json!("hi"));
-    let layer = RefusalGuardLayer::new().fallback_chains(chains());
-    let replies = vec![
-        Reply::sse(&fixture(RESPONSES_FILTERED)),
-        Reply::sse(&responses_text()),
-    ];
-    let done = exchange(layer, replies, post_to(RESPONSES_URL, &request)).await;
-    assert_eq!(done.body, responses_text());
+    let done = fallback_hop(
+        RESPONSES_URL,
+        &request,
+        fixture(RESPONSES_FILTERED),
+        responses_text(),
+    )
+    .await;
     let hop = done.upstream.seen()[1].json();
     assert_eq!(hop["model"], "gpt-4o-mini");
     assert_eq!(hop["input"], "hi");
@@ -327,13 +326,13 @@ async fn responses_fallback_hop_swaps_the_body_model() {
 async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
     let mut request = chat_request(true);
     request.as_object_mut().unwrap().remove("model");
-    let layer = RefusalGuardLayer::new().fallback_chains(chains());
-    let replies = vec![
-        Reply::sse(&fixture(AZURE_FILTERED)),
-        Reply::sse(&fixture(CHAT_TEXT)),
-    ];
-    let done = exchange(layer, replies, post_to(AZURE_URL, &request)).await;
-    assert_eq!(done.body, fixture(CHAT_TEXT));
+    let done = fallback_hop(
+        AZURE_URL,
+        &request,
+        fixture(AZURE_FILTERED),
+        fixture(CHAT_TEXT),
+    )
+    .await;
     let seen = done.upstream.seen();
     assert_eq!(
         seen[1].uri.path(),
@@ -616,11 +615,11 @@ async fn other_openai_endpoints_are_not_guarded() {
 async fn one_rescue_until_output_per_conversation() {
     // The same conversation refuses twice in a row: the second time no
     // rescue is tried, since the first rescue produced no output.
-    let upstream = Upstream::new(vec![
-        Reply::sse(&fixture(CHAT_FILTERED)),
-        Reply::sse(&fixture(CHAT_FILTERED)),
-        Reply::sse(&fixture(CHAT_FILTERED)),
-    ]);
+    let upstream = Upstream::new(Reply::fixtures(&[
+        CHAT_FILTERED,
+        CHAT_FILTERED,
+        CHAT_FILTERED,
+    ]));
     let (sink, mut guard) = guard_with(&upstream, RefusalGuardLayer::new());
     let request = chat_request(true);
     call(&mut guard, post_to(CHAT_URL, &request)).await;

@@ -5,40 +5,29 @@
 //! The recorder and the subscriber are process-wide, so everything that
 //! counts guarded requests is one test function; the admin routes test
 //! beside it sends none.
-#[path = "support/mock_upstream.rs"]
-mod mock;
+mod support;
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
-use mock::MockUpstream;
-use refusal_guard::proxy::{Proxy, Upstream};
+
 use refusal_guard::telemetry::{MemorySink, MetricsSink, RefusalRecord, TelemetrySink};
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
+use support::log_capture::SharedBuffer;
+use support::mock_upstream::MockUpstream;
+use support::proxy::bind_proxy;
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
 
 /// Log lines written by the JSON subscriber.
 #[derive(Clone, Default)]
-struct Lines(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Lines {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+struct Lines(SharedBuffer);
 
 impl Lines {
     fn json(&self) -> Vec<Value> {
-        let bytes = self.0.lock().unwrap().clone();
+        let bytes = self.0 .0.lock().unwrap().clone();
         String::from_utf8(bytes)
             .unwrap()
             .lines()
@@ -83,11 +72,7 @@ async fn post(base: &str, model: &str, script: &str) -> reqwest::Response {
 }
 
 async fn serve(upstream: &str, layer: RefusalGuardLayer) -> String {
-    let proxy = Proxy::new(Upstream::parse(upstream).unwrap(), &layer)
-        .unwrap()
-        .access_log(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (proxy, listener, url) = bind_proxy(upstream, &layer).await;
     tokio::spawn(proxy.serve(listener, std::future::pending()));
     url
 }
@@ -102,7 +87,7 @@ async fn metrics_and_the_request_span() {
         .with_current_span(true)
         .with_span_list(false)
         .with_max_level(tracing::Level::INFO)
-        .with_writer(move || writer.clone())
+        .with_writer(move || writer.0.clone())
         .finish();
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
@@ -212,7 +197,7 @@ async fn metrics_and_the_request_span() {
     assert_eq!(plain["refusal_guard.outcome"], "ok");
     assert_eq!(plain["refusal_guard.attempts"], 1);
     // Nothing of the prompt reaches the log.
-    let all = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let all = String::from_utf8(lines.0 .0.lock().unwrap().clone()).unwrap();
     assert!(!all.contains("audit claude"));
 
     // Categories past the bound are folded into `other`.

@@ -324,30 +324,15 @@ fn gen_events(rng: &mut Rng) -> Vec<Event> {
                 }
             }
             6 => {
-                out.push(event(
-                    block_start(
-                        i,
-                        json!({"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}}),
-                    ),
-                    Effect::Output,
-                ));
-                out.push(event(
-                    delta(
-                        index,
-                        json!({"type":"input_json_delta","partial_json":"{\"query\": \"x\"}"}),
-                    ),
-                    Effect::Nothing,
-                ));
+                let tool = json!({"type":"server_tool_use","id":"srvtoolu_01","name":"web_search","input":{}});
+                let query = json!({"type":"input_json_delta","partial_json":"{\"query\": \"x\"}"});
+                out.push(event(block_start(i, tool), Effect::Output));
+                out.push(event(delta(index, query), Effect::Nothing));
                 if rng.chance(50) {
                     out.push(event(block_stop(i), Effect::Nothing));
                     index += 1;
-                    out.push(event(
-                        block_start(
-                            index as u64,
-                            json!({"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[]}),
-                        ),
-                        Effect::Nothing,
-                    ));
+                    let result = json!({"type":"web_search_tool_result","tool_use_id":"srvtoolu_01","content":[]});
+                    out.push(event(block_start(index as u64, result), Effect::Nothing));
                 }
             }
             7 => out.push(event(
@@ -358,18 +343,11 @@ fn gen_events(rng: &mut Rng) -> Vec<Event> {
                 Effect::Fallback,
             )),
             _ => {
-                out.push(event(
-                    block_start(i, json!({"type":"future_block","payload":"Hello there"})),
-                    Effect::Nothing,
-                ));
+                let future = json!({"type":"future_block","payload":"Hello there"});
+                out.push(event(block_start(i, future), Effect::Nothing));
                 for _ in 0..rng.below(3) {
-                    out.push(event(
-                        delta(
-                            index,
-                            json!({"type":"future_delta","text":"Visible looking text"}),
-                        ),
-                        Effect::Nothing,
-                    ));
+                    let text = json!({"type":"future_delta","text":"Visible looking text"});
+                    out.push(event(delta(index, text), Effect::Nothing));
                 }
             }
         }
@@ -872,6 +850,13 @@ fn describe(stream: &Stream, extra: &str) -> String {
     )
 }
 
+/// A generator seeded with `seed`, and the first stream it draws.
+fn seeded_stream(seed: u64) -> (Rng, Stream) {
+    let mut rng = Rng::new(seed);
+    let stream = gen_stream(&mut rng);
+    (rng, stream)
+}
+
 /// One generated stream case.
 fn gen_stream(rng: &mut Rng) -> Stream {
     let events = gen_events(rng);
@@ -916,8 +901,7 @@ async fn random_streams_keep_the_invariants() {
     let mut counts = std::collections::BTreeMap::<String, usize>::new();
     for case in 0..STREAM_CASES {
         let seed = 0x5eed_0000 + case;
-        let mut rng = Rng::new(seed);
-        let stream = gen_stream(&mut rng);
+        let (mut rng, stream) = seeded_stream(seed);
         let class = stream.class();
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         for which in 0..4 {
@@ -953,8 +937,7 @@ async fn random_streams_keep_the_invariants() {
 async fn small_hold_limits_never_lose_a_response() {
     for case in 0..1500u64 {
         let seed = 0x11_0000 + case;
-        let mut rng = Rng::new(seed);
-        let stream = gen_stream(&mut rng);
+        let (mut rng, stream) = seeded_stream(seed);
         let class = stream.class();
         let request = messages_request("claude-opus-4-7", true, "Audit my firewall rules");
         let which = rng.below(4);
@@ -1120,8 +1103,7 @@ where
 async fn a_broken_connection_still_delivers_every_byte_then_the_error() {
     for case in 0..800u64 {
         let seed = 0xb20c_0000 + case;
-        let mut rng = Rng::new(seed);
-        let stream = gen_stream(&mut rng);
+        let (mut rng, stream) = seeded_stream(seed);
         let which = rng.below(4);
         let chunks = chunking(&stream.bytes, &mut rng, which);
         let sink = MemorySink::new();

@@ -5,13 +5,13 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::fixture;
 use support::mock_upstream::{marker_text, MockUpstream};
+use support::proxy::{bind_proxy, client, post_messages};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
@@ -39,11 +39,7 @@ impl Running {
 }
 
 async fn start_proxy(upstream: &str, layer: RefusalGuardLayer) -> Running {
-    let proxy = Proxy::new(Upstream::parse(upstream).unwrap(), &layer)
-        .unwrap()
-        .access_log(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (proxy, listener, url) = bind_proxy(upstream, &layer).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(proxy.serve(listener, async {
         let _ = stopped.await;
@@ -64,10 +60,6 @@ async fn start_recording() -> (MockUpstream, MemorySink, Running) {
     (mock, sink, proxy)
 }
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
 fn messages(model: &str, stream: bool, user: &str) -> Value {
     json!({
         "model": model,
@@ -83,14 +75,7 @@ async fn post(
     id: &str,
     body: &Value,
 ) -> (reqwest::StatusCode, reqwest::header::HeaderMap, Bytes) {
-    let response = client()
-        .post(format!("{}/v1/messages", proxy.url))
-        .header("content-type", "application/json")
-        .header("x-api-key", "sk-test-key")
-        .header("anthropic-version", "2023-06-01")
-        .header("x-mock-script", script)
-        .header("x-mock-id", id)
-        .body(body.to_string())
+    let response = post_messages(&proxy.url, script, id, body)
         .send()
         .await
         .unwrap();

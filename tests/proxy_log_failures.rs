@@ -4,13 +4,13 @@
 
 mod support;
 
-use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::telemetry::JsonlSink;
 use refusal_guard::RefusalGuardLayer;
+use support::log_capture::SharedBuffer;
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
@@ -23,26 +23,13 @@ fn captured() -> Arc<Mutex<Vec<u8>>> {
             let buffer = Arc::new(Mutex::new(Vec::new()));
             let sink = buffer.clone();
             tracing_subscriber::fmt()
-                .with_writer(move || Capture(sink.clone()))
+                .with_writer(move || SharedBuffer(sink.clone()))
                 .with_ansi(false)
                 .with_max_level(tracing::Level::WARN)
                 .init();
             buffer
         })
         .clone()
-}
-
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 fn reports(path: &std::path::Path) -> Vec<String> {

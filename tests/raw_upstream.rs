@@ -10,6 +10,13 @@ use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+/// Opens a connection to `addr` and sends `request` on it.
+async fn send(addr: std::net::SocketAddr, request: &[u8]) -> TcpStream {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket.write_all(request).await.unwrap();
+    socket
+}
+
 #[tokio::test]
 async fn serves_a_script_and_records_complete_requests() {
     let upstream = RawUpstream::start(|_, _| {
@@ -20,13 +27,11 @@ async fn serves_a_script_and_records_complete_requests() {
         ]
     })
     .await;
-    let mut socket = TcpStream::connect(upstream.addr()).await.unwrap();
-    socket
-        .write_all(
-            b"POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbody",
-        )
-        .await
-        .unwrap();
+    let mut socket = send(
+        upstream.addr(),
+        b"POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbody",
+    )
+    .await;
     let mut answer = String::new();
     tokio::time::timeout(Duration::from_secs(5), socket.read_to_string(&mut answer))
         .await
@@ -44,13 +49,11 @@ async fn serves_a_script_and_records_complete_requests() {
 #[tokio::test]
 async fn records_an_aborted_chunked_request_as_incomplete() {
     let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
-    let mut socket = TcpStream::connect(upstream.addr()).await.unwrap();
-    socket
-        .write_all(
-            b"POST /v1/x HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n",
-        )
-        .await
-        .unwrap();
+    let socket = send(
+        upstream.addr(),
+        b"POST /v1/x HTTP/1.1\r\nhost: a\r\ntransfer-encoding: chunked\r\n\r\n4\r\nabcd\r\n",
+    )
+    .await;
     drop(socket);
     assert!(
         upstream
@@ -69,11 +72,7 @@ async fn a_hang_ends_when_the_peer_leaves() {
     let upstream =
         RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
             .await;
-    let mut socket = TcpStream::connect(upstream.addr()).await.unwrap();
-    socket
-        .write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
-        .await
-        .unwrap();
+    let mut socket = send(upstream.addr(), b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await;
     let mut first = [0u8; 12];
     socket.read_exact(&mut first).await.unwrap();
     assert_eq!(&first, b"HTTP/1.1 200");

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::redis_store::RedisStore;
 use refusal_guard::store_fallback::FallbackStore;
@@ -15,6 +14,7 @@ use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::fixture;
 use support::mock_upstream::MockUpstream;
+use support::proxy::{bind_proxy, post_messages};
 use support::redis_server::RedisServer;
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
@@ -51,11 +51,7 @@ async fn replica_within(
     let shared = RedisStore::open(redis).unwrap();
     let store = Arc::new(FallbackStore::new(shared).timeout(timeout));
     let layer = layer.store(store.clone());
-    let proxy = Proxy::new(Upstream::parse(upstream).unwrap(), &layer)
-        .unwrap()
-        .access_log(false);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (proxy, listener, url) = bind_proxy(upstream, &layer).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(proxy.serve(listener, async {
         let _ = stopped.await;
@@ -91,17 +87,7 @@ fn conversation_about(model: &str, first_turn: &str) -> Value {
 }
 
 async fn post(replica: &str, script: &str, id: &str, body: &Value) -> Bytes {
-    let response = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
-        .post(format!("{replica}/v1/messages"))
-        .header("content-type", "application/json")
-        .header("x-api-key", "sk-test-key")
-        .header("anthropic-version", "2023-06-01")
-        .header("x-mock-script", script)
-        .header("x-mock-id", id)
-        .body(body.to_string())
+    let response = post_messages(replica, script, id, body)
         .send()
         .await
         .unwrap();

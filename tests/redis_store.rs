@@ -82,11 +82,16 @@ async fn racing_reservations_never_exceed_the_cap() {
     assert_eq!(racing_reservations(&server.url(), 3, 300).await, 3);
 }
 
+/// Two stores on one server, as two replicas would open it.
+fn two_replicas(server: &RedisServer) -> (RedisStore, RedisStore) {
+    let open = || RedisStore::open(&server.url()).unwrap();
+    (open(), open())
+}
+
 #[tokio::test]
 async fn output_clears_the_count_for_every_replica() {
     let server = RedisServer::start();
-    let a = RedisStore::open(&server.url()).unwrap();
-    let b = RedisStore::open(&server.url()).unwrap();
+    let (a, b) = two_replicas(&server);
     let conversation = key("output clears");
 
     assert!(a.reserve_rescue(&conversation, 1).await.unwrap());
@@ -101,8 +106,7 @@ async fn output_clears_the_count_for_every_replica() {
 #[tokio::test]
 async fn sticky_routes_are_shared_and_expire_with_their_ttl() {
     let server = RedisServer::start();
-    let a = RedisStore::open(&server.url()).unwrap();
-    let b = RedisStore::open(&server.url()).unwrap();
+    let (a, b) = two_replicas(&server);
     let conversation = key("sticky");
 
     assert_eq!(b.sticky_route(&conversation).await.unwrap(), None);

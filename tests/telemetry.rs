@@ -1,5 +1,7 @@
 //! Telemetry through the public API: records, sinks and the report.
 
+mod support;
+
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -15,6 +17,7 @@ use refusal_guard::refusal::{
 use refusal_guard::telemetry::{
     format_ts, Fanout, JsonlSink, MemorySink, RefusalRecord, Report, TelemetrySink, TracingSink,
 };
+use support::log_capture::LogCapture;
 
 /// A fresh directory under the system temp dir, removed on drop.
 struct TempDir(PathBuf);
@@ -584,87 +587,31 @@ fn report_reads_a_file_and_reports_a_missing_one() {
 
 // -------------------------------------------------------------- tracing --
 
-mod capture {
-    use std::sync::{Arc, Mutex};
-
-    use tracing::field::{Field, Visit};
-    use tracing::span::{Attributes, Id, Record};
-    use tracing::subscriber::Interest;
-    use tracing::{Event, Level, Metadata, Subscriber};
-
-    /// One captured event: level, target and its fields as strings.
-    pub type Captured = (Level, String, Vec<(String, String)>);
-
-    /// A subscriber that keeps every event.
-    #[derive(Clone, Default)]
-    pub struct Capture(pub Arc<Mutex<Vec<Captured>>>);
-
-    struct Fields(Vec<(String, String)>);
-
-    impl Visit for Fields {
-        fn record_str(&mut self, field: &Field, value: &str) {
-            self.0.push((field.name().to_owned(), value.to_owned()));
-        }
-        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-            self.0.push((field.name().to_owned(), format!("{value:?}")));
-        }
-    }
-
-    impl Subscriber for Capture {
-        fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-            Interest::sometimes()
-        }
-        fn enabled(&self, _: &Metadata<'_>) -> bool {
-            true
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut fields = Fields(Vec::new());
-            event.record(&mut fields);
-            let meta = event.metadata();
-            self.0
-                .lock()
-                .unwrap()
-                .push((*meta.level(), meta.target().to_owned(), fields.0));
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-}
-
 #[test]
 fn tracing_sink_emits_structured_events_at_the_configured_levels() {
     use tracing::Level;
 
-    let capture = capture::Capture::default();
-    tracing::subscriber::with_default(capture.clone(), || {
-        let default = TracingSink::new();
-        default.record(&record(Outcome::Dead, Some("cyber"), Some("claude-x")));
-        default.record(&record(Outcome::Fallback, None, Some("claude-x")));
-        let custom = TracingSink::new()
-            .level(Level::DEBUG)
-            .dead_level(Level::ERROR);
-        custom.record(&record(Outcome::Dead, Some("bio"), None));
-        custom.record(&record(Outcome::Partial, Some("bio"), None));
-    });
+    let capture = LogCapture::this_thread();
+    let default = TracingSink::new();
+    default.record(&record(Outcome::Dead, Some("cyber"), Some("claude-x")));
+    default.record(&record(Outcome::Fallback, None, Some("claude-x")));
+    let custom = TracingSink::new()
+        .level(Level::DEBUG)
+        .dead_level(Level::ERROR);
+    custom.record(&record(Outcome::Dead, Some("bio"), None));
+    custom.record(&record(Outcome::Partial, Some("bio"), None));
 
-    let events = capture.0.lock().unwrap();
-    let levels: Vec<Level> = events.iter().map(|(level, _, _)| *level).collect();
+    let events = capture.all();
+    let levels: Vec<Level> = events.iter().map(|e| e.level).collect();
     assert_eq!(
         levels,
         [Level::WARN, Level::INFO, Level::ERROR, Level::DEBUG]
     );
-    assert!(events
-        .iter()
-        .all(|(_, target, _)| target == "refusal_guard::refusal"));
+    assert!(events.iter().all(|e| e.target == "refusal_guard::refusal"));
 
     let field = |i: usize, name: &str| -> Option<String> {
         events[i]
-            .2
+            .fields
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())

@@ -1,5 +1,6 @@
 """Starts the Rust e2e harness (mock upstream + proxies on loopback) once per session."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -67,12 +68,13 @@ class Harness:
         return seen
 
 
-@pytest.fixture(scope="session")
-def harness(tmp_path_factory):
+@contextlib.contextmanager
+def running_harness(log: Path):
+    """Runs the e2e harness writing refusals to `log`; yields the addresses
+    it prints, and stops it (closing its stdin) on exit."""
     binary = harness_binary()
     if not binary.exists():
         pytest.fail(f"{binary} is missing: run `cargo build --example e2e_harness` first")
-    log = tmp_path_factory.mktemp("log") / "refusals.jsonl"
     process = subprocess.Popen(
         [str(binary), "--log", str(log)],
         stdin=subprocess.PIPE,
@@ -83,13 +85,19 @@ def harness(tmp_path_factory):
     if not line:
         process.kill()
         pytest.fail("the e2e harness exited before printing its addresses")
-    yield Harness(json.loads(line))
+    yield json.loads(line)
     process.stdin.close()  # the harness stops when stdin closes
     try:
         process.wait(timeout=15)
     except subprocess.TimeoutExpired:
         process.kill()
         raise
+
+
+@pytest.fixture(scope="session")
+def harness(tmp_path_factory):
+    with running_harness(tmp_path_factory.mktemp("log") / "refusals.jsonl") as info:
+        yield Harness(info)
 
 
 @pytest.fixture

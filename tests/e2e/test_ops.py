@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, Harness, harness_binary
+from conftest import ROOT, Harness, harness_binary, running_harness
 
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 TEXT_JSON = "e2e/message_text.json"
@@ -106,27 +106,11 @@ class Ops(Harness):
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory):
-    binary = harness_binary()
-    if not binary.exists():
-        pytest.fail(f"{binary} is missing: run `cargo build --example e2e_harness` first")
-    log = tmp_path_factory.mktemp("ops") / "refusals.jsonl"
-    process = subprocess.Popen(
-        [str(binary), "--log", str(log)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    line = process.stdout.readline()
-    if not line:
-        process.kill()
-        pytest.fail("the e2e harness exited before printing its addresses")
-    ops = Ops(json.loads(line))
-    for script, model, stream, _ in RUN:
-        post_messages(ops.proxy, script, model, stream)
-    yield ops
-    process.stdin.close()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        raise
+    with running_harness(tmp_path_factory.mktemp("ops") / "refusals.jsonl") as info:
+        ops = Ops(info)
+        for script, model, stream, _ in RUN:
+            post_messages(ops.proxy, script, model, stream)
+        yield ops
 
 
 def samples(text: str) -> dict:

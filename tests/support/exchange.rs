@@ -10,7 +10,7 @@ use refusal_guard::telemetry::{MemorySink, RefusalRecord};
 use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 use tower::{Layer, Service, ServiceExt};
 
-use super::inner::{Reply, Upstream};
+use super::inner::{Reply, Seen, Upstream};
 
 /// Drives a service once and collects the response body.
 pub async fn call<S, B>(
@@ -46,6 +46,15 @@ impl Exchange {
         assert_eq!(self.body, sent);
         assert_eq!(self.upstream.seen().len(), 1);
         assert!(self.sink.records().is_empty());
+    }
+
+    /// The client got `expected` (`what` says what that is, for the failure
+    /// message) after exactly two upstream calls; returns those calls.
+    pub fn assert_served_on_the_second_call(&self, expected: &Bytes, what: &str) -> Vec<Seen> {
+        assert_eq!(self.body, expected, "{what}");
+        let seen = self.upstream.seen();
+        assert_eq!(seen.len(), 2);
+        seen
     }
 
     /// The typed refusal in the response extensions.

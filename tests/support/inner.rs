@@ -64,6 +64,14 @@ impl Reply {
     pub fn sse(bytes: &[u8]) -> Self {
         Reply::Sse(vec![Bytes::copy_from_slice(bytes)])
     }
+
+    /// One whole-body SSE reply per recorded fixture, in order.
+    pub fn fixtures(paths: &[&str]) -> Vec<Reply> {
+        paths
+            .iter()
+            .map(|path| Reply::sse(&super::fixtures::fixture(path)))
+            .collect()
+    }
 }
 
 /// What the mock received.

@@ -21,7 +21,10 @@
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, that
 //!   can be stopped and restarted (also used by `benches/store.rs` through
 //!   `#[path]`);
-//! - [`log_capture`]: a tracing subscriber that keeps what a test logged.
+//! - [`log_capture`]: a tracing subscriber that keeps what a test logged,
+//!   and a shared buffer for a formatting subscriber's output;
+//! - [`proxy`]: the proxy on loopback and a client posting through it;
+//! - [`socket`]: reading a raw exchange off a socket until the peer closes.
 #![allow(dead_code)]
 
 pub mod anthropic;
@@ -33,9 +36,11 @@ pub mod inner;
 pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
+pub mod proxy;
 pub mod raw_upstream;
 pub mod redis_server;
 pub mod requests;
+pub mod socket;
 
 // What most tests use, at hand through `use support::*;` (not every test
 // uses all of it).
