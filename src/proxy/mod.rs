@@ -298,11 +298,13 @@ where
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                let handle = parts.extensions.get::<RefusalHandle>().cloned();
-                let (done, finished) = tokio::sync::oneshot::channel();
-                let status = parts.status;
-                tokio::spawn(line.after(status, handle, finished));
-                Response::from_parts(parts, Tracked::new(body, done).boxed_unsync())
+                let body = if shared.access_log.off {
+                    body.map_err(Into::into).boxed_unsync()
+                } else {
+                    let handle = parts.extensions.get::<RefusalHandle>().cloned();
+                    Tracked::new(body, line, parts.status, handle).boxed_unsync()
+                };
+                Response::from_parts(parts, body)
             }
             Err(error) => {
                 let message = format!(
