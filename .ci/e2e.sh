@@ -12,7 +12,9 @@
 #      installed from npm (skipped with a clear message if not; set
 #      REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 to skip on purpose);
 #   6. pytest with the pinned official anthropic and openai SDKs
-#      (tests/e2e/requirements.txt, installed into .venv).
+#      (tests/e2e/requirements.txt, installed into .venv), and the operations
+#      tests: /metrics with the Prometheus parser, the dashboard in Debian's
+#      chromium (installed with apt-get when missing) through Playwright.
 # Exits non-zero on any failure; pytest finding no tests counts as a failure.
 set -euo pipefail
 
@@ -130,6 +132,21 @@ print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
         grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
         cat "$WORK/proxy-claude.err"
+    fi
+fi
+
+step "chromium for the dashboard test (tests/e2e/test_ops.py)"
+# Debian's chromium, driven by Playwright; never a downloaded browser.
+if [ ! -x /usr/bin/chromium ]; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO=sudo
+    if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+        $SUDO apt-get update -qq >"$WORK/apt.log" 2>&1 || true
+        $SUDO apt-get install -y -qq chromium >>"$WORK/apt.log" 2>&1 || tail -20 "$WORK/apt.log"
+    fi
+    if [ ! -x /usr/bin/chromium ]; then
+        export REFUSAL_GUARD_E2E_NO_CHROMIUM="chromium cannot be installed here (no apt-get or no root)"
+        echo "SKIPPED (the dashboard in a browser): $REFUSAL_GUARD_E2E_NO_CHROMIUM"
     fi
 fi
 

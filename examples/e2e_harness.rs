@@ -13,17 +13,21 @@
 //! The proxy in front of the mock is configured as the tests expect: rescue
 //! on, `--retarget claude-retarget-a,claude-retarget-b` and
 //! `--chain claude-chain-source=claude-chain-target`. A second one in front
-//! of the mock (`live`) streams thinking live.
+//! of the mock (`live`) streams thinking live. Two admin listeners serve
+//! metrics, health and the dashboard: `admin` for the proxy in front of the
+//! mock (its log, its upstream), `admin_unreachable` for the one whose
+//! upstream is down.
 #[path = "../tests/support/mock_upstream.rs"]
 mod mock;
 
 use std::io::Write;
 use std::path::PathBuf;
 
+use refusal_guard::admin::{self, AdminState};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::simulate::Simulator;
-use refusal_guard::telemetry::JsonlSink;
+use refusal_guard::telemetry::{JsonlSink, MetricsSink};
 use refusal_guard::RefusalGuardLayer;
 use tokio::io::AsyncReadExt;
 use tower::Layer;
@@ -45,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let mock = mock::MockUpstream::start().await?;
     let layer = RefusalGuardLayer::new()
-        .telemetry(JsonlSink::open(&log)?)
+        .telemetry((JsonlSink::open(&log)?, MetricsSink::new()))
         .retarget_fallbacks(["claude-retarget-a", "claude-retarget-b"])
         .fallback_chains(
             FallbackChains::new().chain("claude-chain-source", ["claude-chain-target"]),
@@ -66,6 +70,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(closed);
     let unreachable = Proxy::new(Upstream::parse(&closed_url)?, &RefusalGuardLayer::new())?;
 
+    let metrics = admin::install_recorder()?;
+    let admin_state = AdminState::new()
+        .metrics(metrics.clone())
+        .log(&log)
+        .probe_upstream(proxy.upstream());
+    let admin_down_state = AdminState::new()
+        .metrics(metrics)
+        .probe_upstream(unreachable.upstream());
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let admin_down_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let down_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -76,6 +91,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "simulated": format!("http://{}", sim_listener.local_addr()?),
         "unreachable": format!("http://{}", down_listener.local_addr()?),
         "live": format!("http://{}", live_listener.local_addr()?),
+        "admin": format!("http://{}", admin_listener.local_addr()?),
+        "admin_unreachable": format!("http://{}", admin_down_listener.local_addr()?),
         "log": log,
     });
 
@@ -87,9 +104,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let a = proxy.serve(listener, wait(stopped.clone()));
         let b = simulated.serve(sim_listener, wait(stopped.clone()));
         let c = unreachable.serve(down_listener, wait(stopped.clone()));
-        let d = live.serve(live_listener, wait(stopped));
-        let (a, b, c, d) = tokio::join!(a, b, c, d);
-        a.and(b).and(c).and(d)
+        let d = live.serve(live_listener, wait(stopped.clone()));
+        let e = admin::serve(admin_listener, admin_state, wait(stopped.clone()));
+        let f = admin::serve(admin_down_listener, admin_down_state, wait(stopped));
+        let (a, b, c, d, e, f) = tokio::join!(a, b, c, d, e, f);
+        a.and(b).and(c).and(d).and(e).and(f)
     });
 
     println!("{line}");

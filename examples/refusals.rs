@@ -1,11 +1,12 @@
 //! Reports on the refusal log, like pi-refusal-guard's `/refusals` command.
 //!
 //! ```text
-//! cargo run --example refusals -- [--log PATH] [--json] [clear]
+//! cargo run --example refusals -- [--log PATH]... [--json | --html FILE] [clear]
 //! ```
 //!
 //! The log is `--log PATH`, else `$REFUSAL_GUARD_LOG`, else
-//! `~/.refusal-guard/refusals.jsonl`. A missing log is not an error: it means
+//! `~/.refusal-guard/refusals.jsonl`. `--html FILE` writes the dashboard (one
+//! self-contained page) of every `--log` given, read as one log. A missing log is not an error: it means
 //! nothing was recorded yet, so the (empty) report is printed and the exit
 //! status is 0. `clear` deletes the log. A bad argument exits with status 2.
 
@@ -13,20 +14,22 @@ use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use refusal_guard::telemetry::{JsonlSink, Report};
+use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
 
-const USAGE: &str = "usage: refusals [--log PATH] [--json] [clear]";
+const USAGE: &str = "usage: refusals [--log PATH]... [--json | --html FILE] [clear]";
 
 struct Args {
-    log: Option<PathBuf>,
+    logs: Vec<PathBuf>,
     json: bool,
+    html: Option<PathBuf>,
     clear: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     let mut parsed = Args {
-        log: None,
+        logs: Vec::new(),
         json: false,
+        html: None,
         clear: false,
     };
     while let Some(arg) = args.next() {
@@ -35,14 +38,25 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String>
             "--json" => parsed.json = true,
             "clear" => parsed.clear = true,
             "--log" => match args.next() {
-                Some(path) if !path.is_empty() => parsed.log = Some(path.into()),
+                Some(path) if !path.is_empty() => parsed.logs.push(path.into()),
                 _ => return Err("--log needs a path".to_owned()),
             },
-            other => match other.strip_prefix("--log=") {
-                Some(path) if !path.is_empty() => parsed.log = Some(path.into()),
+            "--html" => match args.next() {
+                Some(path) if !path.is_empty() => parsed.html = Some(path.into()),
+                _ => return Err("--html needs a file to write".to_owned()),
+            },
+            other => match other.split_once('=') {
+                Some(("--log", path)) if !path.is_empty() => parsed.logs.push(path.into()),
+                Some(("--html", path)) if !path.is_empty() => parsed.html = Some(path.into()),
                 _ => return Err(format!("unknown argument `{other}`")),
             },
         }
+    }
+    if parsed.html.is_some() && (parsed.json || parsed.clear) {
+        return Err("--html goes with neither --json nor clear".to_owned());
+    }
+    if parsed.clear && parsed.logs.len() > 1 {
+        return Err("clear takes one log".to_owned());
     }
     Ok(Some(parsed))
 }
@@ -60,8 +74,13 @@ fn main() -> ExitCode {
         }
     };
 
+    if let Some(html) = &args.html {
+        return write_html(&args.logs, html);
+    }
     let path = args
-        .log
+        .logs
+        .first()
+        .cloned()
         .or_else(|| std::env::var_os("REFUSAL_GUARD_LOG").map(PathBuf::from))
         .filter(|path| !path.as_os_str().is_empty())
         .or_else(JsonlSink::default_path);
@@ -70,6 +89,10 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     };
 
+    if args.logs.len() > 1 {
+        eprintln!("refusals: several logs are read together only by --html");
+        return ExitCode::from(2);
+    }
     if args.clear {
         return match std::fs::remove_file(&path) {
             Ok(()) => {
@@ -119,5 +142,37 @@ fn main() -> ExitCode {
             path.display()
         );
     }
+    ExitCode::SUCCESS
+}
+
+/// Writes the dashboard of `logs` (or of the default log) to `out`.
+fn write_html(logs: &[PathBuf], out: &PathBuf) -> ExitCode {
+    let logs: Vec<PathBuf> = if logs.is_empty() {
+        std::env::var_os("REFUSAL_GUARD_LOG")
+            .map(PathBuf::from)
+            .filter(|path| !path.as_os_str().is_empty())
+            .or_else(JsonlSink::default_path)
+            .into_iter()
+            .collect()
+    } else {
+        logs.to_vec()
+    };
+    let dashboard = match Dashboard::from_logs(&logs, u64::MAX) {
+        Ok(dashboard) => dashboard,
+        Err(error) => {
+            eprintln!("refusals: cannot read the logs: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = std::fs::write(out, dashboard.to_html()) {
+        eprintln!("refusals: cannot write {}: {error}", out.display());
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "Wrote the dashboard of {} refusal{} to {}",
+        dashboard.total(),
+        if dashboard.total() == 1 { "" } else { "s" },
+        out.display()
+    );
     ExitCode::SUCCESS
 }

@@ -147,6 +147,7 @@ where
     R: Body,
     R::Error: Into<BoxError>,
 {
+    let started = std::time::Instant::now();
     let (parts, body) = response.into_parts();
     let mut held = Held {
         parts,
@@ -169,6 +170,7 @@ where
     {
         hold_json(&mut held, dialect, config, success).await;
     }
+    crate::metrics::record_hold(dialect.wire_api(), started.elapsed(), &held.frames);
     held
 }
 

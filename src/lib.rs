@@ -72,18 +72,27 @@
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
+//! - [`metrics`]: what the guard counts, through the `metrics` facade;
+//!   `admin` (feature `proxy`): the admin listener (metrics, health, the
+//!   refusals dashboard).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "proxy")]
+pub mod admin;
 pub mod api_error;
 pub mod body;
 mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
+pub mod metrics;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod recovery;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis_store;
 pub mod refusal;
 pub mod replay;
 #[cfg(feature = "reqwest")]
@@ -95,6 +104,9 @@ pub mod simulate;
 pub mod soft;
 pub mod sse;
 pub mod store;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod store_fallback;
 pub mod telemetry;
 pub mod timeout;
 

@@ -133,6 +133,8 @@ pub(crate) async fn pump<R>(
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
 pub(crate) struct Call {
+    /// Metrics and the span of the request; counted when the last clone goes.
+    pub(crate) request: Arc<crate::metrics::GuardedRequest>,
     /// Set when sticky routing sent the request to another model.
     pub(crate) route: Option<StickyRoute>,
     pub(crate) config: Arc<Config>,
@@ -173,6 +175,7 @@ impl Call {
     /// Sends the record to the sink and settles the handle.
     pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
         let latency_ms = millis(self.started.elapsed());
+        self.request.settled(refusal, attempts.len());
         tracing::info!(
             provider = %refusal.provider,
             category = refusal.code(),

@@ -200,16 +200,19 @@ where
             },
             Some(recognised) => ResponseFuture {
                 kind: Kind::Guarded {
-                    future: Box::pin(guard(
-                        Upstream {
-                            inner,
-                            primed: true,
-                            timeouts,
-                        },
-                        self.config.clone(),
-                        recognised.dialect,
-                        recognised.path_model,
-                        request,
+                    future: Box::pin(tracing::Instrument::instrument(
+                        guard(
+                            Upstream {
+                                inner,
+                                primed: true,
+                                timeouts,
+                            },
+                            self.config.clone(),
+                            recognised.dialect,
+                            recognised.path_model,
+                            request,
+                        ),
+                        crate::metrics::request_span(recognised.dialect.wire_api()),
                     )),
                 },
             },
@@ -493,14 +496,21 @@ where
         dialect.request_fallback_credit(&mut parts.headers);
     }
 
+    let handle = RefusalHandle::default();
     let call = Call {
+        request: crate::metrics::GuardedRequest::start(
+            dialect,
+            model.as_deref(),
+            streaming,
+            &handle,
+        ),
         route,
         config: config.clone(),
         dialect,
         model: model.clone(),
         conversation,
         started,
-        handle: RefusalHandle::default(),
+        handle,
     };
     let template = Template {
         parts,
@@ -519,6 +529,7 @@ where
         Err(SendError::Inner(error)) => return Err(error),
         Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
     };
+    let _added = crate::metrics::AddedDelay::start(dialect.wire_api());
     let live = config.live_thinking
         && response.status().is_success()
         && is_event_stream(response.headers());

@@ -78,7 +78,7 @@ use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient};
-pub use options::Options;
+pub use options::{Options, State};
 pub use run::run;
 pub use server::ServerLimits;
 pub use upstream::{TargetError, Upstream, UpstreamError};

@@ -122,6 +122,57 @@ pub struct Options {
     /// Bytes held across all streams at once [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_MAX_TOTAL_HELD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_total_held_bytes: Option<u64>,
+    /// Serve /metrics, /healthz, /readyz and the refusals dashboard on ADDR [default: off]
+    #[arg(long, env = "REFUSAL_GUARD_ADMIN", value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// Where conversation state lives: this process's memory, or a Redis server shared by replicas
+    #[arg(long, env = "REFUSAL_GUARD_STATE", value_name = "memory|redis://HOST:PORT/DB", value_parser = state, default_value = "memory")]
+    pub state: State,
+    /// Longest wait for the shared store before deciding from memory
+    #[arg(long, env = "REFUSAL_GUARD_STATE_TIMEOUT", value_name = "SECS", value_parser = seconds, default_value = "0.05")]
+    pub state_timeout: Duration,
+}
+
+/// Where the proxy keeps conversation state (`--state`).
+///
+/// ```
+/// use clap::Parser;
+/// use refusal_guard::proxy::{Options, State};
+///
+/// let options = Options::try_parse_from(["proxy", "--state", "redis://10.0.0.5:6379/0"])?;
+/// assert_eq!(options.state, State::Redis("redis://10.0.0.5:6379/0".to_owned()));
+/// assert_eq!(Options::try_parse_from(["proxy"])?.state, State::Memory);
+/// # Ok::<(), clap::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum State {
+    /// This process's [`MemoryStore`](crate::store::MemoryStore).
+    Memory,
+    /// A Redis server at this URL, shared by every replica that names it,
+    /// through a [`FallbackStore`](crate::store_fallback::FallbackStore).
+    Redis(String),
+}
+
+impl State {
+    /// How the startup line names it: a Redis URL without its password.
+    ///
+    /// ```
+    /// use refusal_guard::proxy::State;
+    ///
+    /// let state = State::Redis("redis://:hunter2@cache:6379/1".to_owned());
+    /// assert_eq!(state.shown(), "redis://cache:6379/1");
+    /// assert_eq!(State::Memory.shown(), "memory");
+    /// ```
+    pub fn shown(&self) -> String {
+        match self {
+            State::Memory => "memory".to_owned(),
+            State::Redis(url) => match (url.split_once("://"), url.rsplit_once('@')) {
+                (Some((scheme, _)), Some((_, host))) => format!("{scheme}://{host}"),
+                _ => url.clone(),
+            },
+        }
+    }
 }
 
 impl Options {
@@ -253,6 +304,20 @@ fn seconds(value: &str) -> Result<Duration, String> {
     }
 }
 
+fn state(value: &str) -> Result<State, String> {
+    let value = value.trim();
+    if value.eq_ignore_ascii_case("memory") {
+        return Ok(State::Memory);
+    }
+    let redis = ["redis://", "rediss://", "redis+unix://", "unix://"];
+    if !redis.iter().any(|scheme| value.starts_with(scheme)) {
+        return Err("expected memory or redis://HOST:PORT/DB".to_owned());
+    }
+    redis::Client::open(value)
+        .map(|_| State::Redis(value.to_owned()))
+        .map_err(|e| format!("expected memory or redis://HOST:PORT/DB: {e}"))
+}
+
 fn log_setting(value: &str) -> Result<LogSetting, String> {
     let value = value.trim();
     if env::parse_switch("", value) == Ok(false) {
@@ -285,6 +350,25 @@ mod tests {
 
     fn none(_: &str) -> Option<String> {
         None
+    }
+
+    #[test]
+    fn state_is_memory_or_a_redis_url() {
+        assert_eq!(parse(&[], none).unwrap().state, State::Memory);
+        let redis = parse(&["--state", "redis://127.0.0.1:6380/2"], none).unwrap();
+        assert_eq!(
+            redis.state,
+            State::Redis("redis://127.0.0.1:6380/2".to_owned())
+        );
+        assert_eq!(redis.state_timeout, Duration::from_millis(50));
+        for bad in ["postgres://db", "redis://host:notaport", ""] {
+            let error = parse(&["--state", bad], none).unwrap_err();
+            assert_eq!(error.kind(), ErrorKind::ValueValidation, "{bad}");
+            assert!(
+                error.to_string().contains("redis://HOST:PORT/DB"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

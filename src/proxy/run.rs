@@ -8,10 +8,12 @@ use std::sync::OnceLock;
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
-use super::{LogFormat, Options, Proxy, ServerLimits, Upstream};
+use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
+use crate::redis_store::RedisStore;
 use crate::simulate::Simulator;
-use crate::telemetry::JsonlSink;
+use crate::store_fallback::FallbackStore;
+use crate::telemetry::{JsonlSink, MetricsSink};
 use crate::RefusalGuardLayer;
 
 /// File descriptors kept for everything but client connections (the
@@ -138,7 +140,8 @@ fn fit_connections(wanted: usize) -> usize {
     fit.min(wanted)
 }
 
-/// The layer the options describe; `Err` when the log cannot be opened.
+/// The layer the options describe; `Err` when the log cannot be opened or
+/// the `--state` URL is malformed.
 fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
@@ -162,10 +165,18 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(bytes) = options.max_total_held_bytes {
         layer = layer.max_total_held_bytes(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
+    if let State::Redis(url) = &options.state {
+        let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
+        layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));
+    }
     match options.log_setting() {
-        LogSetting::Off => Ok((layer, "off".to_owned())),
+        // Metrics count the records the log gets (nothing without --admin).
+        LogSetting::Off => Ok((layer.telemetry(MetricsSink::new()), "off".to_owned())),
         LogSetting::Path(path) => match JsonlSink::open(&path) {
-            Ok(sink) => Ok((layer.telemetry(sink), path.display().to_string())),
+            Ok(sink) => Ok((
+                layer.telemetry((sink, MetricsSink::new())),
+                path.display().to_string(),
+            )),
             Err(error) => Err(format!(
                 "cannot open the refusal log {}: {error}",
                 path.display()
@@ -192,6 +203,16 @@ async fn serve(options: Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let admin = match options.admin {
+        Some(addr) => match start_admin(&options, addr).await {
+            Ok(local) => Some(local),
+            Err(message) => {
+                say("ERROR", &format!("proxy: {message}"));
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let limits = ServerLimits {
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
@@ -200,6 +221,12 @@ async fn serve(options: Options) -> ExitCode {
     };
     let local = listener.local_addr().unwrap_or(options.listen);
     announce(&options, local, &log_shown, &limits);
+    if let Some(admin) = admin {
+        let line = format!(
+            "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
+        );
+        say("INFO", &line);
+    }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
@@ -261,10 +288,33 @@ fn announce(
     };
     let banner = format!(
         "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {rescue}, log {log_shown}, max connections {})",
+         (rescue {rescue}, log {log_shown}, state {}, max connections {})",
+        options.state.shown(),
         limits.max_connections
     );
     say("INFO", &banner);
+}
+
+/// Starts the admin listener (`--admin`): the proxy's upstream among its
+/// readiness probes (none for `--simulate`), its refusal log on the dashboard.
+async fn start_admin(
+    options: &Options,
+    addr: std::net::SocketAddr,
+) -> Result<std::net::SocketAddr, String> {
+    let upstream = (!options.simulate).then_some(&options.upstream);
+    let log = match options.log_setting() {
+        LogSetting::Path(path) => Some(path),
+        LogSetting::Off => None,
+    };
+    let local = crate::admin::start_for_proxy(addr, upstream, log).await?;
+    if !local.ip().is_loopback() {
+        let warning = format!(
+            "proxy: warning: the admin listener on {local} is reachable from other machines; \
+             its dashboard shows models and categories from the refusal log"
+        );
+        say("WARN", &warning);
+    }
+    Ok(local)
 }
 
 fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Proxy<S> {

@@ -10,12 +10,14 @@
 //!   `~/.refusal-guard/refusals.jsonl` (the same file and line shape that
 //!   pi-refusal-guard writes, so both tools share one log).
 //! - [`MemorySink`]: keeps the most recent records in memory (tests, dashboards).
+//! - [`MetricsSink`]: counts refusals through the [`metrics`](crate::metrics) facade.
 //! - [`TracingSink`]: one `tracing` event per record.
 //! - `()` does nothing; any `Fn(&RefusalRecord)` closure is a sink; and
 //!   [`Fanout`], `Vec<S>`, `(A, B)` and `(A, B, C)` send each record to
 //!   several sinks.
 //!
-//! [`Report`] summarises records (or a JSONL log) for the `refusals` example.
+//! [`Report`] summarises records (or a JSONL log) for the `refusals` example;
+//! [`Dashboard`] renders them as a self-contained HTML page.
 //!
 //! ```
 //! use refusal_guard::telemetry::{Fanout, MemorySink, RefusalRecord, TelemetrySink};
@@ -50,13 +52,17 @@ use crate::refusal::{
     Attempt, DeadReason, Outcome, Provider, Refusal, RefusalKind, RefusalSignal, WireApi,
 };
 
+mod dashboard;
 mod jsonl;
 mod memory;
+mod metrics;
 mod report;
 mod trace;
 
+pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
+pub use metrics::MetricsSink;
 pub use report::Report;
 pub use trace::TracingSink;
 

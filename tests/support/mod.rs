@@ -17,7 +17,11 @@
 //! - [`judge`]: one harness that serves a body under every chunking and
 //!   checks the verdict;
 //! - [`anthropic`]: Anthropic stream event builders;
-//! - [`chains`]: the fallback chains of the recovery tests.
+//! - [`chains`]: the fallback chains of the recovery tests;
+//! - [`redis_server`]: a real `redis-server` on a free loopback port, that
+//!   can be stopped and restarted (also used by `benches/store.rs` through
+//!   `#[path]`);
+//! - [`log_capture`]: a tracing subscriber that keeps what a test logged.
 #![allow(dead_code)]
 
 pub mod anthropic;
@@ -27,8 +31,10 @@ pub mod exchange;
 pub mod fixtures;
 pub mod inner;
 pub mod judge;
+pub mod log_capture;
 pub mod mock_upstream;
 pub mod raw_upstream;
+pub mod redis_server;
 pub mod requests;
 
 // What most tests use, at hand through `use support::*;` (not every test
