@@ -23,7 +23,7 @@ mod mock;
 use std::io::Write;
 use std::path::PathBuf;
 
-use refusal_guard::admin::{self, AdminState};
+use refusal_guard::proxy::admin::{self, AdminState};
 use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::simulate::Simulator;

@@ -12,8 +12,8 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::body::{BoxError, Findings, StreamWatch};
+use crate::config::Config;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::layer::Config;
 use crate::reserve::Share;
 use crate::soft::PrefixVerdict;
 use crate::sse::SseFramer;
@@ -79,7 +79,7 @@ pub(crate) fn is_json(headers: &HeaderMap) -> bool {
 
 /// Live thinking: the frames of a held stream that may go out before the
 /// decision are sent as they complete; the rest wait in the [`Held`].
-pub(crate) struct Forward {
+pub(crate) struct LiveForward {
     sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
     pub(crate) splice: Box<dyn LiveSplice>,
     framer: SseFramer,
@@ -89,13 +89,13 @@ pub(crate) struct Forward {
     pub(crate) gone: bool,
 }
 
-impl Forward {
+impl LiveForward {
     pub(crate) fn new(
         sender: tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>,
         splice: Box<dyn LiveSplice>,
         max_frame_bytes: usize,
     ) -> Self {
-        Forward {
+        LiveForward {
             sender,
             splice,
             framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
@@ -141,7 +141,7 @@ pub(crate) async fn hold<R>(
     dialect: &'static dyn Dialect,
     config: &Config,
     streaming: bool,
-    forward: Option<&mut Forward>,
+    forward: Option<&mut LiveForward>,
 ) -> Held<R>
 where
     R: Body,
@@ -178,21 +178,12 @@ pub(crate) async fn hold_stream<R>(
     held: &mut Held<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
-    mut forward: Option<&mut Forward>,
+    mut forward: Option<&mut LiveForward>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
 {
-    // One frame may be as large as the hold allows, and never less than the
-    // framer's default, so that a small hold limit still lets a committed
-    // stream be read frame by frame for a later refusal.
-    let frame_limit = config
-        .max_hold_bytes
-        .max(crate::sse::SseFramer::DEFAULT_MAX_FRAME_BYTES);
-    let mut watch = StreamWatch::new(dialect.stream_inspector(), frame_limit);
-    let mut bytes = 0usize;
-    // Whether the text detector still has to rule on this answer.
-    let mut text_pending = config.text_detection;
+    let mut judge = StreamJudge::new(dialect, config);
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -203,115 +194,171 @@ pub(crate) async fn hold_stream<R>(
             r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
                 .map_err(Into::<BoxError>::into)
         });
-        match next {
+        let frame = match next {
             None => {
                 held.rest = None;
-                watch.finish();
-                if text_pending {
-                    watch.findings.judge_text();
-                }
-                break match &watch.findings.empty_refusal {
-                    Some(info) => Verdict::Refused {
-                        info: info.clone(),
-                        complete: true,
-                    },
-                    None if watch.findings.output => Verdict::Output,
-                    None if watch.findings.error => Verdict::Errored,
-                    None => Verdict::Ended,
-                };
+                break judge.at_end();
             }
             Some(Err(error)) => {
                 // Reading stops here; the client will see this error after
                 // what was read, as the provider's connection delivered it.
                 held.rest = None;
                 held.error = Some(error);
-                // Judge what arrived before the break, as at a clean end: a
-                // frame may be complete but not yet dispatched (its blank
-                // line a lone CR, or missing).
-                watch.finish();
-                break match &watch.findings.empty_refusal {
-                    Some(info) => Verdict::Refused {
-                        info: info.clone(),
-                        complete: true,
-                    },
-                    // Output held for the text detector: the client gets
-                    // it, then the error.
-                    None if watch.findings.output => Verdict::Output,
-                    None => Verdict::Errored,
-                };
+                break judge.at_error();
             }
-            Some(Ok(frame)) => {
-                let mut pool_full = false;
-                if let Some(data) = frame.data_ref() {
-                    bytes += data.len();
-                    pool_full = !held.share.grow(data.len());
-                    watch.feed(data);
-                }
-                match (forward.as_deref_mut(), frame.into_data()) {
-                    (Some(forward), Ok(data)) => {
-                        forward.take(data, &mut held.frames).await;
-                        if forward.gone {
-                            break Verdict::Pass;
-                        }
-                    }
-                    (_, Ok(data)) => held.frames.push_back(Frame::data(data)),
-                    (_, Err(frame)) => held.frames.push_back(frame),
-                }
-                if text_pending {
-                    let findings = &mut watch.findings;
-                    if findings.tool_call || findings.empty_refusal.is_some() {
-                        text_pending = false;
-                    } else if findings.output {
-                        // Text alone so far: commit as soon as its opening
-                        // rules a prose refusal out, else hold up to the cap.
-                        if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
-                            text_pending = false;
-                        } else if findings.text.len() >= config.text_hold_bytes {
-                            text_pending = false;
-                            findings.judge_text();
-                        }
-                    }
-                }
-                let findings = &watch.findings;
-                if findings.empty_refusal.is_none() {
-                    if findings.output && !text_pending {
-                        break Verdict::Output;
-                    }
-                    if findings.error {
-                        break Verdict::Errored;
-                    }
-                }
-                if watch.overflowed
-                    || pool_full
-                    || bytes > config.max_hold_bytes
-                    || watch.frames > config.max_hold_frames
-                {
-                    // Committing blind: say why, since a refusal that comes
-                    // later can no longer be recovered.
-                    tracing::warn!(
-                        wire_api = %dialect.wire_api(),
-                        held_bytes = bytes,
-                        held_frames = watch.frames,
-                        oversized_frame = watch.overflowed,
-                        total_held_limit = pool_full,
-                        "hold limit reached before a decision; letting the response through"
-                    );
-                    break match &findings.empty_refusal {
-                        Some(info) => Verdict::Refused {
-                            info: info.clone(),
-                            complete: false,
-                        },
-                        None => Verdict::Limit,
-                    };
+            Some(Ok(frame)) => frame,
+        };
+        let mut pool_full = false;
+        if let Some(data) = frame.data_ref() {
+            pool_full = !held.share.grow(data.len());
+            judge.feed(data);
+        }
+        match (forward.as_deref_mut(), frame.into_data()) {
+            (Some(forward), Ok(data)) => {
+                forward.take(data, &mut held.frames).await;
+                if forward.gone {
+                    break Verdict::Pass;
                 }
             }
+            (_, Ok(data)) => held.frames.push_back(Frame::data(data)),
+            (_, Err(frame)) => held.frames.push_back(frame),
+        }
+        if let Some(verdict) = judge.after_chunk(pool_full) {
+            break verdict;
         }
     };
     if let Some(forward) = forward {
         forward.close(&mut held.frames);
     }
     held.verdict = verdict;
-    held.watch = Some(watch);
+    held.watch = Some(judge.watch);
+}
+
+/// What a held stream has shown so far, and whether that decides it.
+struct StreamJudge<'a> {
+    dialect: &'static dyn Dialect,
+    config: &'a Config,
+    watch: StreamWatch,
+    /// Bytes held so far.
+    bytes: usize,
+    /// Whether the text detector still has to rule on this answer.
+    text_pending: bool,
+}
+
+impl<'a> StreamJudge<'a> {
+    fn new(dialect: &'static dyn Dialect, config: &'a Config) -> Self {
+        // One frame may be as large as the hold allows, and never less than
+        // the framer's default, so that a small hold limit still lets a
+        // committed stream be read frame by frame for a later refusal.
+        let frame_limit = config
+            .max_hold_bytes
+            .max(crate::sse::SseFramer::DEFAULT_MAX_FRAME_BYTES);
+        StreamJudge {
+            dialect,
+            config,
+            watch: StreamWatch::new(dialect.stream_inspector(), frame_limit),
+            bytes: 0,
+            text_pending: config.text_detection,
+        }
+    }
+
+    fn feed(&mut self, data: &Bytes) {
+        self.bytes += data.len();
+        self.watch.feed(data);
+    }
+
+    /// The stream ended.
+    fn at_end(&mut self) -> Verdict {
+        self.watch.finish();
+        if self.text_pending {
+            self.watch.findings.judge_text();
+        }
+        match &self.watch.findings.empty_refusal {
+            Some(info) => Verdict::Refused {
+                info: info.clone(),
+                complete: true,
+            },
+            None if self.watch.findings.output => Verdict::Output,
+            None if self.watch.findings.error => Verdict::Errored,
+            None => Verdict::Ended,
+        }
+    }
+
+    /// The connection broke: judge what arrived before the break, as at a
+    /// clean end (a frame may be complete but not yet dispatched, its blank
+    /// line a lone CR, or missing).
+    fn at_error(&mut self) -> Verdict {
+        self.watch.finish();
+        match &self.watch.findings.empty_refusal {
+            Some(info) => Verdict::Refused {
+                info: info.clone(),
+                complete: true,
+            },
+            // Output held for the text detector: the client gets it, then
+            // the error.
+            None if self.watch.findings.output => Verdict::Output,
+            None => Verdict::Errored,
+        }
+    }
+
+    /// After a chunk: the verdict, once there is one. `pool_full` when the
+    /// layer-wide bound on held bytes is reached.
+    fn after_chunk(&mut self, pool_full: bool) -> Option<Verdict> {
+        self.rule_on_text();
+        let findings = &self.watch.findings;
+        if findings.empty_refusal.is_none() {
+            if findings.output && !self.text_pending {
+                return Some(Verdict::Output);
+            }
+            if findings.error {
+                return Some(Verdict::Errored);
+            }
+        }
+        let config = self.config;
+        if !(self.watch.overflowed
+            || pool_full
+            || self.bytes > config.max_hold_bytes
+            || self.watch.frames > config.max_hold_frames)
+        {
+            return None;
+        }
+        // Committing blind: say why, since a refusal that comes later can no
+        // longer be recovered.
+        tracing::warn!(
+            wire_api = %self.dialect.wire_api(),
+            held_bytes = self.bytes,
+            held_frames = self.watch.frames,
+            oversized_frame = self.watch.overflowed,
+            total_held_limit = pool_full,
+            "hold limit reached before a decision; letting the response through"
+        );
+        Some(match &findings.empty_refusal {
+            Some(info) => Verdict::Refused {
+                info: info.clone(),
+                complete: false,
+            },
+            None => Verdict::Limit,
+        })
+    }
+
+    /// The text detector: commit as soon as the answer's opening rules a
+    /// prose refusal out, else hold up to the cap.
+    fn rule_on_text(&mut self) {
+        if !self.text_pending {
+            return;
+        }
+        let findings = &mut self.watch.findings;
+        if findings.tool_call || findings.empty_refusal.is_some() {
+            self.text_pending = false;
+        } else if findings.output {
+            if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+                self.text_pending = false;
+            } else if findings.text.len() >= self.config.text_hold_bytes {
+                self.text_pending = false;
+                findings.judge_text();
+            }
+        }
+    }
 }
 
 pub(crate) async fn hold_json<R>(

@@ -8,76 +8,14 @@ use http::header::HeaderName;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::recovery::{Budget, FallbackChains, RescueModel, RescueNote, RescueSwitch};
+use crate::config::Config;
+use crate::recovery::{
+    Budget, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
+};
 use crate::reserve::BytePool;
 use crate::service::RefusalGuard;
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
-
-/// A user hook that names the conversation a request belongs to.
-type ConversationFn = dyn Fn(&http::request::Parts, &Value) -> Option<String> + Send + Sync;
-
-/// Everything the service needs, shared by every clone.
-#[derive(Clone)]
-pub(crate) struct Config {
-    pub(crate) rescue: RescueSwitch,
-    pub(crate) rescue_note: RescueNote,
-    pub(crate) rescue_cap: u32,
-    pub(crate) rescue_model: RescueModel,
-    pub(crate) store: Arc<dyn ConversationStore>,
-    pub(crate) telemetry: Arc<dyn TelemetrySink>,
-    pub(crate) conversation_header: Option<HeaderName>,
-    pub(crate) conversation_fn: Option<Arc<ConversationFn>>,
-    pub(crate) max_request_body: usize,
-    pub(crate) max_response_body: usize,
-    pub(crate) max_hold_bytes: usize,
-    pub(crate) max_hold_frames: usize,
-    pub(crate) retarget: Vec<String>,
-    pub(crate) inject_fallbacks: bool,
-    pub(crate) chains: FallbackChains,
-    pub(crate) fallback_credit: bool,
-    pub(crate) budget: Budget,
-    pub(crate) sticky_ttl: Option<Duration>,
-    pub(crate) handoff_marker: bool,
-    pub(crate) text_detection: bool,
-    pub(crate) text_hold_bytes: usize,
-    pub(crate) keepalive_after: Option<Duration>,
-    pub(crate) keepalive_interval: Duration,
-    pub(crate) live_thinking: bool,
-    pub(crate) head_timeout: Duration,
-    pub(crate) idle_timeout: Duration,
-    pub(crate) held: Arc<BytePool>,
-}
-
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("rescue", &self.rescue.is_on())
-            .field("rescue_cap", &self.rescue_cap)
-            .field("rescue_model", &self.rescue_model)
-            .field("conversation_header", &self.conversation_header)
-            .field("max_request_body", &self.max_request_body)
-            .field("max_response_body", &self.max_response_body)
-            .field("max_hold_bytes", &self.max_hold_bytes)
-            .field("max_hold_frames", &self.max_hold_frames)
-            .field("retarget", &self.retarget)
-            .field("inject_fallbacks", &self.inject_fallbacks)
-            .field("chains", &self.chains)
-            .field("fallback_credit", &self.fallback_credit)
-            .field("budget", &self.budget)
-            .field("sticky_ttl", &self.sticky_ttl)
-            .field("handoff_marker", &self.handoff_marker)
-            .field("text_detection", &self.text_detection)
-            .field("text_hold_bytes", &self.text_hold_bytes)
-            .field("keepalive_after", &self.keepalive_after)
-            .field("keepalive_interval", &self.keepalive_interval)
-            .field("live_thinking", &self.live_thinking)
-            .field("head_timeout", &self.head_timeout)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("max_total_held_bytes", &self.held.limit())
-            .finish_non_exhaustive()
-    }
-}
 
 /// Wraps an HTTP client service so that provider refusals are seen, told
 /// apart (empty or partial), recovered where possible and recorded.
@@ -149,9 +87,9 @@ impl RefusalGuardLayer {
         RefusalGuardLayer {
             config: Arc::new(Config {
                 rescue: RescueSwitch::default(),
-                rescue_note: RescueNote::default(),
                 rescue_cap: 1,
-                rescue_model: RescueModel::Original,
+                ladder: Ladder::new(),
+                policy: None,
                 store: Arc::new(MemoryStore::new()),
                 telemetry: Arc::new(()),
                 conversation_header: Some(HeaderName::from_static(
@@ -164,7 +102,6 @@ impl RefusalGuardLayer {
                 max_hold_frames: Self::DEFAULT_MAX_HOLD_FRAMES,
                 retarget: Vec::new(),
                 inject_fallbacks: false,
-                chains: FallbackChains::new(),
                 fallback_credit: true,
                 budget: Budget::default(),
                 sticky_ttl: None,
@@ -224,9 +161,35 @@ impl RefusalGuardLayer {
         self.config.rescue.clone()
     }
 
-    /// The note the rescue appends (default: [`RescueNote::default`]).
+    /// Decides what to try after an empty refusal (default: the [`Ladder`]
+    /// that the shorthand methods [`fallback_chains`](Self::fallback_chains),
+    /// [`rescue_note`](Self::rescue_note) and
+    /// [`rescue_model`](Self::rescue_model) configure; they have no effect
+    /// on a policy given here). The rescue cap, the runtime
+    /// [`rescue_switch`](Self::rescue_switch), `max_attempts` and the
+    /// recovery deadline bound every policy.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::{NextStep, RecoveryState, Rescue};
+    /// use refusal_guard::refusal::DeadReason;
+    ///
+    /// let layer = refusal_guard::RefusalGuardLayer::new().policy(|state: &RecoveryState<'_>| {
+    ///     if state.rescues_tried() == 0 {
+    ///         NextStep::Rescue(Rescue::new("Say plainly what you can do."))
+    ///     } else {
+    ///         NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused))
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// ```
+    pub fn policy(self, policy: impl RecoveryPolicy) -> Self {
+        self.with(|c| c.policy = Some(Arc::new(policy)))
+    }
+
+    /// The note the default ladder's rescue appends (default:
+    /// [`RescueNote::default`]).
     pub fn rescue_note(self, note: RescueNote) -> Self {
-        self.with(|c| c.rescue_note = note)
+        self.with(|c| c.ladder = c.ladder.clone().rescue_note(note))
     }
 
     /// How many rescues a conversation may have before it produces real
@@ -235,10 +198,10 @@ impl RefusalGuardLayer {
         self.with(|c| c.rescue_cap = cap)
     }
 
-    /// Which model the rescue asks once a fallback chain is exhausted
-    /// (default: the one the client asked for).
+    /// Which model the default ladder's rescue asks once a fallback chain
+    /// is exhausted (default: the one the client asked for).
     pub fn rescue_model(self, model: RescueModel) -> Self {
-        self.with(|c| c.rescue_model = model)
+        self.with(|c| c.ladder = c.ladder.clone().rescue_model(model))
     }
 
     /// Keeps per-conversation state (rescues since output, sticky routes)
@@ -313,10 +276,11 @@ impl RefusalGuardLayer {
         self.with(|c| c.inject_fallbacks = inject)
     }
 
-    /// Client-side fallback chains: on an empty refusal, the request is sent
-    /// again to each model of its chain in turn.
+    /// Client-side fallback chains of the default ladder: on an empty
+    /// refusal, the request is sent again to each model of its chain in
+    /// turn.
     pub fn fallback_chains(self, chains: FallbackChains) -> Self {
-        self.with(|c| c.chains = chains)
+        self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
     }
 
     /// Asks Anthropic for fallback credit tokens on requests that have a

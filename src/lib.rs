@@ -63,31 +63,74 @@
 //!
 //! - [`layer`]: the layer and all its configuration; [`service`] and [`body`]:
 //!   the service and the response body it returns.
-//! - [`recovery`]: the rescue note, the runtime switch, fallback chains and
-//!   the per-call budget; [`store`]: per-conversation state behind an async
-//!   trait.
+//! - [`recovery`]: the [`RecoveryPolicy`](recovery::RecoveryPolicy) that
+//!   decides what to try after an empty refusal, its default
+//!   [`Ladder`](recovery::Ladder), the rescue note, the runtime switch and
+//!   fallback chains; [`store`]: per-conversation state behind an async
+//!   trait; [`timeout`]: the bounded waits on the upstream and their error.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
-//!   report.
+//!   report; [`api_error`]: errors the guard answers itself, in each API's
+//!   own shape.
 //! - [`sse`]: the incremental SSE framer; [`soft`]: the opt-in prose refusal
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
 //! - [`metrics`]: what the guard counts, through the `metrics` facade;
-//!   `admin` (feature `proxy`): the admin listener (metrics, health, the
-//!   refusals dashboard).
+//!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
+//!   health, the refusals dashboard).
+//!
+//! Inside, one request flows upward through private modules, each using
+//! only those before it: `config` (the layer's settings) → `call` (the
+//! per-call context, the request template, the inner service) → `hold`
+//! (holding a response back and judging it) → `respond` (a decision turned
+//! into the response, the record and the handle) → `decide` (the policy's
+//! steps, each sent and held) → `live` (keep-alive, live thinking) →
+//! `request` (reading and rewriting the request) → [`service`] →
+//! [`layer`]. `.ci/module-graph.py` keeps that order free of cycles.
+//!
+//! # Vocabulary
+//!
+//! One word per concept, in the API and the docs alike:
+//!
+//! - **refusal**: a provider's safety decline. **Empty** when nothing real
+//!   (text, a tool call) came before it (thinking does not count),
+//!   **partial** otherwise. Only empty refusals are recovered.
+//! - **hold**: keeping a response back until it can be decided; then it is
+//!   **served**: let through byte for byte, what was held first.
+//! - **judge**: reading a response, event by event or as a whole JSON body,
+//!   for real output and refusals.
+//! - **recovery**: what follows an empty refusal, step by step as the
+//!   **policy** says: a **fallback** (the request sent to another model) or
+//!   a **rescue** (the request sent again with a reframing note). Each
+//!   request sent upstream for a call, the original included, is an
+//!   **attempt**.
+//! - **outcome**: what became of a refusal (fallback, rescued, partial,
+//!   dead); a dead one has a **dead reason**.
+//! - **conversation**: the turns one refusal rule spans, named by a
+//!   [`ConversationKey`](store::ConversationKey) and kept in a **store**.
+//! - **record**: the telemetry value for one refusal, sent to a **sink**.
+//! - **inner service**: the client the layer wraps; **upstream**: the
+//!   provider it reaches.
+//! - **timeout**: a bounded wait on the upstream (head, idle) or on the
+//!   whole call (the recovery **deadline**).
 #![deny(missing_docs)]
+#![deny(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
-#[cfg(feature = "proxy")]
-pub mod admin;
 pub mod api_error;
 pub mod body;
+mod call;
+mod config;
+mod decide;
 mod dialect;
 pub mod env;
 mod hold;
 pub mod layer;
+mod live;
 pub mod metrics;
 #[cfg(feature = "proxy")]
+#[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;
 pub mod recovery;
 #[cfg(feature = "redis")]
@@ -95,7 +138,9 @@ pub mod recovery;
 pub mod redis_store;
 pub mod refusal;
 pub mod replay;
+mod request;
 #[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 mod reserve;
 mod respond;

@@ -19,7 +19,7 @@
 //! | [`STORE_FALLBACKS`] | counter | `store` |
 //!
 //! Refusals and recovery attempts are counted from each
-//! [`RefusalRecord`] by [`MetricsSink`](crate::telemetry::MetricsSink), so
+//! [`RefusalRecord`](crate::telemetry::RefusalRecord) by [`MetricsSink`](crate::telemetry::MetricsSink), so
 //! they agree with the JSONL log line for line; the rest is recorded by the
 //! guard itself.
 //!
@@ -43,14 +43,11 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
-use metrics::{Label, SharedString, Unit};
+use metrics::{SharedString, Unit};
 
-use crate::refusal::{
-    AttemptStep, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, WireApi,
-};
-use crate::telemetry::RefusalRecord;
+use crate::refusal::{Refusal, RefusalHandle, RefusalSignal, WireApi};
 
-/// Refusals, one per [`RefusalRecord`].
+/// Refusals, one per [`RefusalRecord`](crate::telemetry::RefusalRecord).
 pub const REFUSALS: &str = "refusal_guard_refusals_total";
 /// Recovery requests the guard sent after a refusal (`step`: `fallback`,
 /// `rescue`, or `retarget` for a provider's server-side fallback; `result` as
@@ -163,95 +160,7 @@ pub fn category_label(category: Option<&str>) -> SharedString {
     }
 }
 
-/// The `kind` label: `empty`, `partial`, or `text` for a prose refusal.
-fn kind_label(record: &RefusalRecord) -> &'static str {
-    match (record.signal, record.refusal().kind) {
-        (Some(RefusalSignal::Text), _) => "text",
-        (_, RefusalKind::Empty) => "empty",
-        (_, RefusalKind::Partial) => "partial",
-    }
-}
-
-/// Counts one refusal record: the refusal, its recovery attempts and its
-/// latency. [`MetricsSink`](crate::telemetry::MetricsSink) calls this.
-///
-/// A provider's server-side fallback (the outcome `fallback` without a
-/// fallback attempt of the guard's own) counts as one `retarget` attempt
-/// with result `served`.
-///
-/// ```
-/// let record = serde_json::from_str(
-///     r#"{"ts":"2026-01-01T00:00:00.000Z","category":"cyber","outcome":"dead"}"#,
-/// ).unwrap();
-/// refusal_guard::metrics::record_refusal(&record); // a no-op without a recorder
-/// ```
-pub fn record_refusal(record: &RefusalRecord) {
-    let labels = vec![
-        Label::new(
-            "provider",
-            label_or_unknown(record.provider.map(|p| p.as_str())),
-        ),
-        Label::new(
-            "wire_api",
-            label_or_unknown(record.wire_api.map(WireApi::as_str)),
-        ),
-        Label::new("category", category_label(record.category.as_deref())),
-        Label::new("kind", kind_label(record)),
-        Label::new("outcome", record.outcome.as_str()),
-    ];
-    counter!(REFUSALS, labels).increment(1);
-    for (step, result) in recovery_attempts(record) {
-        counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
-    }
-    histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
-        .record(record.latency_ms as f64 / 1000.0);
-}
-
-/// The `(step, result)` of each recovery attempt a record counts, as
-/// [`record_refusal`] counts them.
-///
-/// ```
-/// let record: refusal_guard::telemetry::RefusalRecord = serde_json::from_str(
-///     r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"rescued","attempts":[
-///         {"step":"original","model":"m","result":"refused","latency_ms":3},
-///         {"step":"rescue","model":"m","result":"served","latency_ms":9}]}"#,
-/// ).unwrap();
-/// assert_eq!(refusal_guard::metrics::recovery_attempts(&record), [("rescue", "served")]);
-/// ```
-pub fn recovery_attempts(record: &RefusalRecord) -> Vec<(&'static str, &'static str)> {
-    let mut steps: Vec<_> = record
-        .attempts
-        .iter()
-        .filter(|a| a.step != AttemptStep::Original)
-        .map(|a| (step_word(a.step), result_word(a.result)))
-        .collect();
-    if steps.is_empty() && record.outcome == Outcome::Fallback {
-        steps.push(("retarget", "served"));
-    }
-    steps
-}
-
-fn step_word(step: AttemptStep) -> &'static str {
-    match step {
-        AttemptStep::Original => "original",
-        AttemptStep::Fallback => "fallback",
-        AttemptStep::Rescue => "rescue",
-    }
-}
-
-fn result_word(result: crate::refusal::AttemptResult) -> &'static str {
-    use crate::refusal::AttemptResult as R;
-    match result {
-        R::Served => "served",
-        R::Output => "output",
-        R::Refused => "refused",
-        R::HttpError => "http_error",
-        R::TransportError => "transport_error",
-        R::NoOutput => "no_output",
-    }
-}
-
-fn label_or_unknown(word: Option<&'static str>) -> SharedString {
+pub(crate) fn label_or_unknown(word: Option<&'static str>) -> SharedString {
     SharedString::const_str(word.unwrap_or("unknown"))
 }
 
@@ -506,18 +415,5 @@ mod tests {
         assert_eq!(&*category_label(Some("a b")), "other");
         assert_eq!(&*category_label(Some(&"x".repeat(49))), "other");
         assert_eq!(&*category_label(Some("")), "other");
-    }
-
-    #[test]
-    fn server_side_fallback_counts_as_retarget() {
-        let record: RefusalRecord = serde_json::from_str(
-            r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"fallback","attempts":[
-                {"step":"original","model":"m","result":"served","latency_ms":3}]}"#,
-        )
-        .unwrap();
-        assert_eq!(recovery_attempts(&record), [("retarget", "served")]);
-        let dead: RefusalRecord =
-            serde_json::from_str(r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"dead"}"#).unwrap();
-        assert!(recovery_attempts(&dead).is_empty());
     }
 }

@@ -1,30 +1,17 @@
-//! The recovery ladder: fallback chain hops, then one reframed rescue, then
-//! dead: its configuration (the rescue note, the runtime switch, the chains,
-//! the per-call budget) and the ladder itself, which decides what a held
-//! response becomes.
+//! Recovery configuration: the [`RecoveryPolicy`] that decides what to try
+//! after an empty refusal ([`Ladder`] by default: fallback chain hops, then
+//! one reframed rescue), the rescue note, the runtime rescue switch and the
+//! fallback chains. Nothing here sends a request or builds a response.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use http::header::CONTENT_LENGTH;
-use http::{HeaderValue, Request, Response};
-use http_body::{Body, Frame};
-use serde_json::Value;
-use tower_service::Service;
-
-use crate::body::{BoxError, GuardBody, Splice};
-use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::hold::{hold, Held, Verdict};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, RefusalKind};
-use crate::replay::ReplayBody;
-use crate::respond::{
-    judge_findings, millis, serve, serve_settled, timed_out, Call, ServedRecovery, Shape, Watched,
+use crate::dialect::RefusalInfo;
+use crate::refusal::{
+    Attempt, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
-use crate::service::{Template, Upstream};
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The reframing note the rescue appends as a user turn.
 ///
@@ -120,6 +107,7 @@ impl Default for RescueSwitch {
 
 /// Which model the rescue asks, once a fallback chain is exhausted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RescueModel {
     /// The model the client asked for (default).
     #[default]
@@ -188,12 +176,12 @@ impl FallbackChains {
 
 /// Limits on the work one call may cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Most requests sent upstream for one call, the original included.
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
     /// Longest time, from the original request, after which no new recovery
     /// attempt starts and a running one is abandoned.
-    pub deadline: Duration,
+    pub(crate) deadline: Duration,
 }
 
 impl Default for Budget {
@@ -205,445 +193,297 @@ impl Default for Budget {
     }
 }
 
-/// How long a fallback credit token stays redeemable after its refusal.
-const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
-
-/// Holds the original response, then serves it or climbs the ladder.
-pub(crate) async fn decide<S, B, R>(
-    upstream: Upstream<S>,
-    call: Call,
-    template: Template,
-    chain: Vec<String>,
-    streaming: bool,
-    response: Response<IdleTimeout<R>>,
-    sent: Instant,
-) -> Response<GuardBody<R>>
-where
-    S: Service<Request<B>, Response = Response<R>> + Send,
-    B: ReplayBody,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    let held = hold(response, call.dialect, &call.config, streaming, None);
-    // The recovery deadline bounds the original's hold too.
-    let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
-        let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
-        call.handle.settle(None);
-        return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
-    };
-    conclude(upstream, call, template, chain, streaming, held, sent).await
+/// What a [`RecoveryPolicy`] is asked about: the latest refusal of a call and
+/// what was tried for it so far.
+///
+/// ```
+/// use refusal_guard::recovery::{NextStep, RecoveryState};
+///
+/// fn describe(state: &RecoveryState<'_>) -> String {
+///     format!(
+///         "{} refused ({}) after {} attempt(s), {:?} in",
+///         state.provider(),
+///         state.category().unwrap_or("no category"),
+///         state.attempts().len(),
+///         state.elapsed(),
+///     )
+/// }
+/// # let _ = describe;
+/// ```
+#[derive(Debug)]
+pub struct RecoveryState<'a> {
+    pub(crate) provider: Provider,
+    pub(crate) wire_api: WireApi,
+    pub(crate) refusal: &'a RefusalInfo,
+    pub(crate) model: Option<&'a str>,
+    pub(crate) attempts: &'a [Attempt],
+    pub(crate) elapsed: Duration,
+    pub(crate) fallbacks: usize,
+    pub(crate) rescues: usize,
+    pub(crate) last_failure: Option<DeadReason>,
 }
 
-/// Serves a held original as it is, or climbs the ladder on an empty refusal.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn conclude<S, B, R>(
-    upstream: Upstream<S>,
-    call: Call,
-    template: Template,
-    chain: Vec<String>,
-    streaming: bool,
-    held: Held<IdleTimeout<R>>,
-    sent: Instant,
-) -> Response<GuardBody<R>>
-where
-    S: Service<Request<B>, Response = Response<R>> + Send,
-    B: ReplayBody,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    let dialect = call.dialect;
-    let model = call.model.clone();
-    let request_id = dialect.request_id(&held.parts.headers);
-    let original_attempt = Attempt {
-        step: AttemptStep::Original,
-        model: model.clone(),
-        result: AttemptResult::Served,
-        status: Some(held.status()),
-        latency_ms: millis(sent.elapsed()),
-    };
-
-    // The upstream went quiet before any output: nothing was sent yet, so
-    // the client gets a 504 of its API, never the bytes read so far framed
-    // as a response. (A broken connection is served as it came: what
-    // arrived, then its error.)
-    if matches!(held.verdict, Verdict::Errored) {
-        if let Some(timeout) = held.error.as_ref().and_then(UpstreamTimeout::find) {
-            call.handle.settle(None);
-            return timed_out(Shape::Api(dialect.wire_api()), timeout);
-        }
+impl<'a> RecoveryState<'a> {
+    /// The provider that refused.
+    pub fn provider(&self) -> Provider {
+        self.provider
     }
-    match held.verdict {
-        Verdict::Refused { ref info, complete } if complete => {
-            let info = info.clone();
-            let original_attempt = Attempt {
-                result: AttemptResult::Refused,
-                ..original_attempt
-            };
-            recover(
-                upstream,
-                call,
-                template,
-                chain,
-                streaming,
-                held,
-                info,
-                original_attempt,
-                request_id,
-            )
-            .await
-        }
-        Verdict::Refused { ref info, .. } => {
-            // Too much came before or after the refusal to keep it whole:
-            // the client gets it as it is, and the log says why.
-            let refusal = call.refusal(
-                info,
-                RefusalKind::Empty,
-                Outcome::Dead,
-                Some(DeadReason::HoldLimit),
-                None,
-                model.clone(),
-                request_id,
-            );
-            let attempts = vec![Attempt {
-                result: AttemptResult::Refused,
-                ..original_attempt
-            }];
-            call.emit(&refusal, attempts);
-            let watch = None;
-            let mut held = held;
-            held.watch = watch;
-            serve(held, &call, None, Some(&refusal), None)
-        }
-        Verdict::Pass => {
-            call.handle.settle(None);
-            serve(held, &call, None, None, None)
-        }
-        // The upstream went quiet before anything was decided or sent.
-        _ => {
-            let output = matches!(held.verdict, Verdict::Output);
-            if output {
-                call.record_output();
-            }
-            if let Some(findings) = held.judged.clone() {
-                let refusal = judge_findings(&call, &findings, request_id, false);
-                return serve_settled(held, &call, refusal, vec![original_attempt], None);
-            }
-            let settle = Watched {
-                call: call.clone(),
-                request_id,
-                attempts: vec![original_attempt],
-                recovery: None,
-            };
-            serve(held, &call, Some(settle), None, None)
-        }
+
+    /// The wire API of the request.
+    pub fn wire_api(&self) -> WireApi {
+        self.wire_api
+    }
+
+    /// The category of the latest refusal in the provider's words (`cyber`,
+    /// `content_filter`, `SAFETY`, ...), when it gave one.
+    pub fn category(&self) -> Option<&'a str> {
+        self.refusal.category.as_deref()
+    }
+
+    /// The provider's explanation of the latest refusal, when it gave one.
+    pub fn explanation(&self) -> Option<&'a str> {
+        self.refusal.explanation.as_deref()
+    }
+
+    /// How the latest refusal was expressed.
+    pub fn signal(&self) -> RefusalSignal {
+        self.refusal.signal.unwrap_or(RefusalSignal::StopReason)
+    }
+
+    /// Empty or partial. Only empty refusals are recovered, so this is
+    /// [`RefusalKind::Empty`] today.
+    pub fn kind(&self) -> RefusalKind {
+        RefusalKind::Empty
+    }
+
+    /// The model the client asked for.
+    pub fn model(&self) -> Option<&'a str> {
+        self.model
+    }
+
+    /// Every request sent upstream for the call so far, the original first.
+    pub fn attempts(&self) -> &'a [Attempt] {
+        self.attempts
+    }
+
+    /// Time since the client's request arrived.
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// Fallback steps taken so far (including any whose request could not
+    /// be built).
+    pub fn fallbacks_tried(&self) -> usize {
+        self.fallbacks
+    }
+
+    /// Rescue steps taken so far.
+    pub fn rescues_tried(&self) -> usize {
+        self.rescues
+    }
+
+    /// Why the latest step did not recover, if one was taken.
+    pub fn last_failure(&self) -> Option<DeadReason> {
+        self.last_failure
     }
 }
 
-/// Marks a handoff inside a whole (already read) JSON body.
-fn mark_json<R>(
-    held: &mut Held<IdleTimeout<R>>,
-    dialect: &'static dyn Dialect,
-    handoff: &Handoff<'_>,
-) {
-    if held.rest.is_some() {
-        return;
-    }
-    let mut whole = BytesMut::new();
-    for frame in &held.frames {
-        if let Some(data) = frame.data_ref() {
-            whole.extend_from_slice(data);
+/// A rescue step: the note appended as a user turn, and the model to ask
+/// (the client's own unless set).
+///
+/// ```
+/// use refusal_guard::recovery::Rescue;
+///
+/// let rescue = Rescue::new("Restate the task defensively.").on_model("claude-sonnet-4-5");
+/// assert_eq!(rescue.note(), "Restate the task defensively.");
+/// assert_eq!(rescue.model(), Some("claude-sonnet-4-5"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rescue {
+    note: String,
+    model: Option<String>,
+}
+
+impl Rescue {
+    /// A rescue with this note, on the client's model.
+    pub fn new(note: impl Into<String>) -> Self {
+        Rescue {
+            note: note.into(),
+            model: None,
         }
     }
-    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
-        return;
-    };
-    if dialect.handoff_json(&mut json, handoff) {
-        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
-        held.parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        held.frames = VecDeque::from([Frame::data(bytes)]);
+
+    /// Asks `model` instead of the client's.
+    pub fn on_model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// The note.
+    pub fn note(&self) -> &str {
+        &self.note
+    }
+
+    /// The model asked, when not the client's.
+    pub fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 }
 
-/// One rung of the ladder.
-enum Step {
+/// What to do next about an empty refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NextStep {
+    /// Send the request again to this model.
     Fallback(String),
-    Rescue,
+    /// Send the request again with a reframing note. The guard still keeps
+    /// the conversation to its rescue cap and honours the runtime
+    /// [`RescueSwitch`].
+    Rescue(Rescue),
+    /// Recover no further: the client gets the refusal as sent, recorded
+    /// dead for this reason.
+    Stop(DeadReason),
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn recover<S, B, R>(
-    mut upstream: Upstream<S>,
-    call: Call,
-    template: Template,
-    chain: Vec<String>,
-    streaming: bool,
-    original: Held<IdleTimeout<R>>,
-    info: RefusalInfo,
-    original_attempt: Attempt,
-    original_request_id: Option<String>,
-) -> Response<GuardBody<R>>
-where
-    S: Service<Request<B>, Response = Response<R>> + Send,
-    B: ReplayBody,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    let config = call.config.clone();
-    let dialect = call.dialect;
-    let refused_at = Instant::now();
-    let mut departure = Departure {
-        call: call.clone(),
-        info: info.clone(),
-        attempts: vec![original_attempt],
-        decided: false,
-    };
-    let attempts = &mut departure.attempts;
-    let mut credit = info.credit_token.clone().map(|token| (token, refused_at));
-    let mut last_info = info.clone();
-    let mut reason: Option<DeadReason> = None;
-    let mut last_hop: Option<String> = None;
-    let deadline = call.started + config.budget.deadline;
+/// Decides, refusal by refusal, what the guard tries next: in the spirit of
+/// tower's `retry::Policy`.
+///
+/// The guard asks after the original refused and again after every step
+/// that did not recover, until the policy says [`NextStep::Stop`] or the
+/// call's budget ([`max_attempts`](crate::RefusalGuardLayer::max_attempts),
+/// [`recovery_deadline`](crate::RefusalGuardLayer::recovery_deadline)) runs
+/// out. [`Ladder`] is the default. Any
+/// `Fn(&RecoveryState) -> NextStep + Send + Sync + 'static` closure is a
+/// policy.
+///
+/// ```
+/// use refusal_guard::recovery::{NextStep, RecoveryState, Rescue};
+/// use refusal_guard::refusal::DeadReason;
+/// use refusal_guard::RefusalGuardLayer;
+///
+/// // Never retry `bio`; only fall back for `reasoning_extraction`; rescue
+/// // everything else once.
+/// let layer = RefusalGuardLayer::new().policy(|state: &RecoveryState<'_>| {
+///     match state.category() {
+///         Some("bio") => NextStep::Stop(DeadReason::PolicyStop),
+///         Some("reasoning_extraction") if state.fallbacks_tried() == 0 => {
+///             NextStep::Fallback("claude-sonnet-4-5".into())
+///         }
+///         Some("reasoning_extraction") => NextStep::Stop(DeadReason::StillRefused),
+///         _ if state.rescues_tried() == 0 => NextStep::Rescue(Rescue::new("Say what you can do.")),
+///         _ => NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused)),
+///     }
+/// });
+/// # let _ = layer;
+/// ```
+pub trait RecoveryPolicy: Send + Sync + 'static {
+    /// The next step for this refusal.
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep;
+}
 
-    let steps = chain
-        .iter()
-        .cloned()
-        .map(Step::Fallback)
-        .chain(std::iter::once(Step::Rescue));
-    for step in steps {
-        if attempts.len() as u32 >= config.budget.max_attempts || Instant::now() >= deadline {
-            reason = Some(DeadReason::BudgetExhausted);
-            break;
-        }
-        let mut json = template.json.clone();
-        let mut parts = template.parts.clone();
-        let (kind, step_model) = match &step {
-            Step::Fallback(model) => {
-                if dialect
-                    .swap_model(&mut parts.uri, &mut json, model)
-                    .is_err()
-                {
-                    reason = Some(DeadReason::Unrecoverable);
-                    continue;
-                }
-                // A token is redeemable once, within its lifetime.
-                if let Some((token, minted)) = credit.take() {
-                    if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
-                        dialect.attach_credit_token(&mut parts.headers, &mut json, &token);
-                    }
-                }
-                last_hop = Some(model.clone());
-                (AttemptStep::Fallback, Some(model.clone()))
-            }
-            Step::Rescue => {
-                if !config.rescue.is_on() {
-                    reason.get_or_insert(DeadReason::RescueOff);
-                    break;
-                }
-                if let Some(key) = &call.conversation {
-                    let reservation = config.store.reserve_rescue(key, config.rescue_cap);
-                    if !call.ask_store(reservation, false).await {
-                        reason = Some(DeadReason::RescueCap);
-                        break;
-                    }
-                }
-                let mut rescue_model = call.model.clone();
-                if config.rescue_model == RescueModel::LastFallback {
-                    if let Some(hop) = &last_hop {
-                        if dialect.swap_model(&mut parts.uri, &mut json, hop).is_ok() {
-                            rescue_model = Some(hop.clone());
-                        }
-                    }
-                }
-                let note = config.rescue_note.render(
-                    last_info.category.as_deref(),
-                    last_info.explanation.as_deref(),
-                );
-                if dialect.append_note(&mut json, &note).is_err() {
-                    reason = Some(DeadReason::Unrecoverable);
-                    break;
-                }
-                (AttemptStep::Rescue, rescue_model)
-            }
-        };
-        let template_for_step = Template {
-            parts,
-            json,
-            _share: template._share.clone(),
-        };
-        let request: Request<B> = template_for_step.request(&template_for_step.json);
-        let sent = Instant::now();
-        let remaining = deadline.saturating_duration_since(sent);
-        let attempt = tokio::time::timeout(remaining, async {
-            match upstream.send(request).await {
-                Ok(response) => Ok(hold(response, dialect, &config, streaming, None).await),
-                Err(_) => Err(()),
-            }
-        })
-        .await;
-        let mut record = Attempt {
-            step: kind,
-            model: step_model.clone(),
-            result: AttemptResult::TransportError,
-            status: None,
-            latency_ms: millis(sent.elapsed()),
-        };
-        let held = match attempt {
-            Err(_elapsed) => {
-                attempts.push(record);
-                reason = Some(DeadReason::BudgetExhausted);
-                break;
-            }
-            Ok(Err(())) => {
-                attempts.push(record);
-                reason = Some(DeadReason::UpstreamError);
-                continue;
-            }
-            Ok(Ok(held)) => held,
-        };
-        record.status = Some(held.status());
-        // An error status the dialect reads as a refusal (Azure's 400
-        // `content_filter`) is a refusal of this attempt, not an upstream error.
-        if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
-            record.result = AttemptResult::HttpError;
-            attempts.push(record);
-            reason = Some(DeadReason::UpstreamError);
-            continue;
-        }
-        let success = match kind {
-            AttemptStep::Fallback => Outcome::Fallback,
-            _ => Outcome::Rescued,
-        };
-        let served_model = held
-            .watch
-            .as_ref()
-            .and_then(|w| w.findings.model.clone())
-            .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
-            .or(step_model.clone());
-        let request_id = dialect.request_id(&held.parts.headers);
-        match &held.verdict {
-            Verdict::Output => {
-                record.result = AttemptResult::Served;
-                attempts.push(record);
-                call.record_output();
-                if let (Some(ttl), Some(key), Outcome::Fallback, Some(model)) =
-                    (config.sticky_ttl, &call.conversation, success, &step_model)
-                {
-                    let route = config.store.set_sticky_route(key, model, ttl);
-                    call.ask_store(route, ()).await;
-                }
-                let mut held = held;
-                let mut splice = None;
-                if let (true, Outcome::Fallback, Some(from), Some(to)) = (
-                    config.handoff_marker,
-                    success,
-                    call.model.as_deref(),
-                    step_model.as_deref(),
-                ) {
-                    let handoff = Handoff {
-                        from,
-                        to,
-                        category: info.category.as_deref(),
-                    };
-                    if held.watch.is_some() {
-                        splice = dialect
-                            .handoff_stream(&handoff)
-                            .map(|rewrite| Splice::new(rewrite, config.max_hold_bytes.max(1)));
-                        held.parts.headers.remove(CONTENT_LENGTH);
-                    } else {
-                        mark_json(&mut held, dialect, &handoff);
-                    }
-                }
-                let refusal = call.refusal(
-                    &info,
-                    RefusalKind::Empty,
-                    success,
-                    None,
-                    None,
-                    served_model,
-                    request_id,
-                );
-                departure.decided = true;
-                let attempts = std::mem::take(attempts);
-                let mut response = serve_settled(held, &call, Some(refusal), attempts, splice);
-                response.extensions_mut().insert(ServedRecovery);
-                return response;
-            }
-            Verdict::Limit => {
-                // Held as long as allowed without a decision: serve it and
-                // let the end of its stream decide the outcome.
-                record.result = AttemptResult::Served;
-                attempts.push(record);
-                departure.decided = true;
-                let settle = Watched {
-                    call: call.clone(),
-                    request_id,
-                    attempts: std::mem::take(attempts),
-                    recovery: Some((info.clone(), success, served_model)),
-                };
-                let mut response = serve(held, &call, Some(settle), None, None);
-                response.extensions_mut().insert(ServedRecovery);
-                return response;
-            }
-            Verdict::Refused { info: again, .. } => {
-                record.result = AttemptResult::Refused;
-                attempts.push(record);
-                credit = again.credit_token.clone().map(|t| (t, Instant::now()));
-                last_info = again.clone();
-                reason = Some(DeadReason::StillRefused);
-            }
-            Verdict::Ended => {
-                record.result = AttemptResult::NoOutput;
-                attempts.push(record);
-                reason = Some(DeadReason::NoOutput);
-            }
-            Verdict::Errored | Verdict::Pass => {
-                record.result = AttemptResult::HttpError;
-                attempts.push(record);
-                reason = Some(DeadReason::UpstreamError);
-            }
-        }
+impl<F> RecoveryPolicy for F
+where
+    F: Fn(&RecoveryState<'_>) -> NextStep + Send + Sync + 'static,
+{
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
+        self(state)
+    }
+}
+
+impl<P: RecoveryPolicy + ?Sized> RecoveryPolicy for Arc<P> {
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
+        (**self).next_step(state)
+    }
+}
+
+/// The default policy: each model of the client model's fallback chain in
+/// turn, then one reframed rescue, then stop.
+///
+/// The layer's shorthand methods
+/// ([`fallback_chains`](crate::RefusalGuardLayer::fallback_chains),
+/// [`rescue_note`](crate::RefusalGuardLayer::rescue_note),
+/// [`rescue_model`](crate::RefusalGuardLayer::rescue_model)) configure the
+/// ladder the layer uses unless given another policy.
+///
+/// ```
+/// use refusal_guard::recovery::{FallbackChains, Ladder, RescueModel, RescueNote};
+/// use refusal_guard::RefusalGuardLayer;
+///
+/// let ladder = Ladder::new()
+///     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
+///     .rescue_note(RescueNote::template("Declined ({category}). Restate defensively."))
+///     .rescue_model(RescueModel::LastFallback);
+/// let layer = RefusalGuardLayer::new().policy(ladder);
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ladder {
+    chains: FallbackChains,
+    note: RescueNote,
+    rescue_model: RescueModel,
+    no_rescue: bool,
+}
+
+impl Ladder {
+    /// No fallback chains; a rescue with the default note on the client's
+    /// model.
+    pub fn new() -> Self {
+        Ladder::default()
     }
 
-    let refusal = call.refusal(
-        &info,
-        RefusalKind::Empty,
-        Outcome::Dead,
-        Some(reason.unwrap_or(DeadReason::StillRefused)),
-        None,
-        call.model.clone(),
-        original_request_id,
-    );
-    departure.decided = true;
-    let attempts = std::mem::take(attempts);
-    serve_settled(original, &call, Some(refusal), attempts, None)
+    /// The fallback chains to climb before the rescue.
+    pub fn fallback_chains(mut self, chains: FallbackChains) -> Self {
+        self.chains = chains;
+        self
+    }
+
+    /// The note the rescue appends.
+    pub fn rescue_note(mut self, note: RescueNote) -> Self {
+        self.note = note;
+        self
+    }
+
+    /// Which model the rescue asks.
+    pub fn rescue_model(mut self, model: RescueModel) -> Self {
+        self.rescue_model = model;
+        self
+    }
+
+    /// Whether the ladder ends in a rescue (on by default).
+    pub fn rescue(mut self, on: bool) -> Self {
+        self.no_rescue = !on;
+        self
+    }
+
+    /// The chains this ladder climbs.
+    pub fn chains(&self) -> &FallbackChains {
+        &self.chains
+    }
 }
 
-/// A refusal on the ladder: if the ladder is dropped before it decides (the
-/// client went away), the record says so.
-struct Departure {
-    call: Call,
-    info: RefusalInfo,
-    attempts: Vec<Attempt>,
-    decided: bool,
-}
-
-impl Drop for Departure {
-    fn drop(&mut self) {
-        if self.decided {
-            return;
+impl RecoveryPolicy for Ladder {
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
+        let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
+        if let Some(model) = chain.get(state.fallbacks_tried()) {
+            return NextStep::Fallback(model.clone());
         }
-        let call = &self.call;
-        let refusal = call.refusal(
-            &self.info,
-            RefusalKind::Empty,
-            Outcome::Dead,
-            Some(DeadReason::ClientGone),
-            None,
-            call.model.clone(),
-            None,
-        );
-        call.emit(&refusal, std::mem::take(&mut self.attempts));
+        if state.rescues_tried() > 0 {
+            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused));
+        }
+        if self.no_rescue {
+            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::RescueOff));
+        }
+        let note = self.note.render(state.category(), state.explanation());
+        let rescue = Rescue::new(note);
+        let last_hop = state
+            .attempts()
+            .iter()
+            .rev()
+            .find(|a| a.step == AttemptStep::Fallback)
+            .and_then(|a| a.model.clone());
+        NextStep::Rescue(match (self.rescue_model, last_hop) {
+            (RescueModel::LastFallback, Some(hop)) => rescue.on_model(hop),
+            _ => rescue,
+        })
     }
 }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 /// The company whose model produced the response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Provider {
     /// Anthropic (first party or Claude on Vertex AI).
     Anthropic,
@@ -48,6 +49,7 @@ impl fmt::Display for Provider {
 /// The HTTP API a request was made against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WireApi {
     /// Anthropic Messages (`POST /v1/messages`, or Vertex `:rawPredict`).
     AnthropicMessages,
@@ -85,6 +87,7 @@ impl fmt::Display for WireApi {
 /// Whether real output came before the refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RefusalKind {
     /// Nothing real was emitted before the refusal (thinking does not count).
     /// Only an empty refusal may be recovered.
@@ -96,6 +99,7 @@ pub enum RefusalKind {
 /// How the provider expressed the refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RefusalSignal {
     /// A refusal stop reason from a safety classifier (Anthropic
     /// `stop_reason: "refusal"`, OpenAI `finish_reason: "content_filter"`,
@@ -114,6 +118,7 @@ pub enum RefusalSignal {
 /// Why a refusal could not be recovered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DeadReason {
     /// Rescue is switched off and no fallback served.
     RescueOff,
@@ -132,6 +137,9 @@ pub enum DeadReason {
     HoldLimit,
     /// The request could not be rebuilt for a recovery attempt.
     Unrecoverable,
+    /// The recovery policy chose to recover no further (see
+    /// [`RecoveryPolicy`](crate::recovery::RecoveryPolicy)).
+    PolicyStop,
     /// The client went away before the refusal was decided; the guard
     /// stopped every piece of work for it and sent nothing more upstream.
     ClientGone,
@@ -154,6 +162,7 @@ impl DeadReason {
             DeadReason::BudgetExhausted => "budget_exhausted",
             DeadReason::HoldLimit => "hold_limit",
             DeadReason::Unrecoverable => "unrecoverable",
+            DeadReason::PolicyStop => "policy_stop",
             DeadReason::ClientGone => "client_gone",
         }
     }
@@ -170,6 +179,7 @@ impl fmt::Display for DeadReason {
 /// separately as [`Refusal::reason`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Outcome {
     /// A fallback model answered (client-side chain, or the provider's own
     /// server-side fallback).
@@ -207,6 +217,7 @@ impl fmt::Display for Outcome {
 /// The error family a refusal belongs to, for callers that sort failures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorCategory {
     /// A provider policy decision (classifier decline, content filter, blocked prompt).
     Policy,
@@ -215,6 +226,7 @@ pub enum ErrorCategory {
 /// What one recovery step was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttemptStep {
     /// The request as the client sent it (after any outbound rewrite).
     Original,
@@ -227,12 +239,10 @@ pub enum AttemptStep {
 /// How one attempt ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum AttemptResult {
     /// It produced real output (or ended normally) and was served to the client.
     Served,
-    /// It produced real output but was not served (never happens for the
-    /// original; kept for completeness of the log).
-    Output,
     /// It refused before any real output.
     Refused,
     /// The upstream answered with a non-2xx status.

@@ -3,9 +3,7 @@
 //! extensions, the telemetry record, and the settling of its handle.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -13,16 +11,10 @@ use http_body::{Body, Frame};
 
 use crate::api_error::{api_error, api_error_for};
 use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
-use crate::dialect::{Dialect, RefusalInfo};
+use crate::call::Call;
+use crate::dialect::RefusalInfo;
 use crate::hold::Held;
-use crate::layer::Config;
-use crate::refusal::{
-    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
-    WireApi,
-};
-use crate::store::ConversationKey;
-use crate::store::StoreFuture;
-use crate::telemetry::RefusalRecord;
+use crate::refusal::{Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi};
 use crate::timeout::{IdleTimeout, UpstreamTimeout};
 
 /// Whose error shape an answer the guard makes itself takes.
@@ -130,139 +122,6 @@ pub(crate) async fn pump<R>(
     }
 }
 
-/// Everything known about the call that records and settles need.
-#[derive(Clone)]
-pub(crate) struct Call {
-    /// Metrics and the span of the request; counted when the last clone goes.
-    pub(crate) request: Arc<crate::metrics::GuardedRequest>,
-    /// Set when sticky routing sent the request to another model.
-    pub(crate) route: Option<StickyRoute>,
-    pub(crate) config: Arc<Config>,
-    pub(crate) dialect: &'static dyn Dialect,
-    pub(crate) model: Option<String>,
-    pub(crate) conversation: Option<ConversationKey>,
-    pub(crate) started: Instant,
-    pub(crate) handle: RefusalHandle,
-}
-
-impl Call {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn refusal(
-        &self,
-        info: &RefusalInfo,
-        kind: RefusalKind,
-        outcome: Outcome,
-        reason: Option<DeadReason>,
-        model: Option<String>,
-        served_model: Option<String>,
-        request_id: Option<String>,
-    ) -> Refusal {
-        Refusal {
-            provider: self.dialect.provider(),
-            wire_api: self.dialect.wire_api(),
-            signal: info.signal.unwrap_or(RefusalSignal::StopReason),
-            category: info.category.clone(),
-            explanation: info.explanation.clone(),
-            model: model.or_else(|| self.model.clone()),
-            request_id,
-            kind,
-            outcome,
-            reason,
-            served_model,
-        }
-    }
-
-    /// Sends the record to the sink and settles the handle.
-    pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
-        let latency_ms = millis(self.started.elapsed());
-        self.request.settled(refusal, attempts.len());
-        tracing::info!(
-            provider = %refusal.provider,
-            category = refusal.code(),
-            outcome = %refusal.outcome,
-            reason = refusal.reason.map(DeadReason::as_str),
-            attempts = attempts.len(),
-            latency_ms,
-            "refusal"
-        );
-        let record = RefusalRecord::new(
-            refusal,
-            attempts,
-            self.conversation.as_ref().map(|k| k.as_str().to_owned()),
-            latency_ms,
-        );
-        // A sink that panics must not take the request down with it.
-        let sink = self.config.telemetry.clone();
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()
-        {
-            tracing::warn!("telemetry sink panicked; record dropped");
-        }
-        self.handle.settle(Some(refusal.clone()));
-    }
-
-    /// Puts what every guarded response carries in its extensions.
-    pub(crate) fn mark<T>(&self, response: &mut Response<T>) {
-        response.extensions_mut().insert(self.handle.clone());
-        if let Some(route) = &self.route {
-            response.extensions_mut().insert(route.clone());
-        }
-    }
-
-    /// When holding and recovering must be over.
-    pub(crate) fn deadline(&self) -> tokio::time::Instant {
-        tokio::time::Instant::from_std(self.started + self.config.budget.deadline)
-    }
-
-    /// Tells the store the conversation produced real output. It never
-    /// delays the response: a store that answers at once has done so on
-    /// return, a slower one finishes on its own task.
-    pub(crate) fn record_output(&self) {
-        let Some(key) = self.conversation.clone() else {
-            return;
-        };
-        let store = self.config.store.clone();
-        detach(Box::pin(async move { store.record_output(&key).await }));
-    }
-
-    /// Asks the store, within what is left of the call's deadline; a store
-    /// that does not answer in time counts as `fallback`.
-    pub(crate) async fn ask_store<T>(&self, question: StoreFuture<'_, T>, fallback: T) -> T {
-        match tokio::time::timeout_at(self.deadline(), question).await {
-            Ok(answer) => answer,
-            Err(_elapsed) => {
-                tracing::warn!("the conversation store did not answer within the deadline");
-                fallback
-            }
-        }
-    }
-}
-
-/// Runs `work` as far as it goes now, and the rest on its own task.
-fn detach(mut work: StoreFuture<'static, ()>) {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    let waker = std::task::Waker::from(Arc::new(Noop));
-    if work
-        .as_mut()
-        .poll(&mut std::task::Context::from_waker(&waker))
-        .is_ready()
-    {
-        return;
-    }
-    match tokio::runtime::Handle::try_current() {
-        Ok(runtime) => {
-            runtime.spawn(work);
-        }
-        Err(_) => tracing::warn!("no runtime to finish a conversation store update on"),
-    }
-}
-
-pub(crate) fn millis(duration: Duration) -> u64 {
-    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
 /// Settles a response the guard let through: what it showed decides whether
 /// there is a refusal to record (partial, a server-side fallback, or an
 /// empty refusal that came after the hold bound).
@@ -289,30 +148,23 @@ impl Settle for Watched {
         let this = *self;
         let refusal = match this.recovery {
             Some((original, success, served)) => Some(if findings.output {
-                this.call.refusal(
-                    &original,
-                    RefusalKind::Empty,
-                    success,
-                    None,
-                    None,
-                    served,
-                    this.request_id.clone(),
-                )
+                Refusal {
+                    served_model: served,
+                    request_id: this.request_id.clone(),
+                    ..this.call.refusal(&original, success)
+                }
             } else {
                 let reason = if findings.empty_refusal.is_some() {
                     DeadReason::StillRefused
                 } else {
                     DeadReason::NoOutput
                 };
-                this.call.refusal(
-                    &original,
-                    RefusalKind::Empty,
-                    Outcome::Dead,
-                    Some(reason),
-                    None,
-                    served,
-                    this.request_id.clone(),
-                )
+                Refusal {
+                    reason: Some(reason),
+                    served_model: served,
+                    request_id: this.request_id.clone(),
+                    ..this.call.refusal(&original, Outcome::Dead)
+                }
             }),
             None => judge_findings(&this.call, findings, this.request_id.clone(), true),
         };
@@ -332,32 +184,26 @@ pub(crate) fn judge_findings(
 ) -> Option<Refusal> {
     let served_model = findings.model.clone().or_else(|| call.model.clone());
     if let Some(info) = &findings.partial_refusal {
-        return Some(call.refusal(
-            info,
-            RefusalKind::Partial,
-            Outcome::Partial,
-            None,
-            None,
+        return Some(Refusal {
+            kind: RefusalKind::Partial,
             served_model,
             request_id,
-        ));
+            ..call.refusal(info, Outcome::Partial)
+        });
     }
     if let Some(info) = &findings.empty_refusal {
         // Only reachable when the hold bound forced the guard to let the
         // response through before the refusal arrived.
-        return Some(call.refusal(
-            info,
-            RefusalKind::Empty,
-            Outcome::Dead,
-            Some(if held_back {
+        return Some(Refusal {
+            reason: Some(if held_back {
                 DeadReason::HoldLimit
             } else {
                 DeadReason::Unrecoverable
             }),
-            None,
             served_model,
             request_id,
-        ));
+            ..call.refusal(info, Outcome::Dead)
+        });
     }
     findings.server_fallback.as_ref().map(|fallback| {
         let info = RefusalInfo {
@@ -365,15 +211,12 @@ pub(crate) fn judge_findings(
             category: fallback.category.clone(),
             ..RefusalInfo::default()
         };
-        call.refusal(
-            &info,
-            RefusalKind::Empty,
-            Outcome::Fallback,
-            None,
-            fallback.from.clone(),
-            fallback.to.clone().or(served_model),
+        Refusal {
+            model: fallback.from.clone().or_else(|| call.model.clone()),
+            served_model: fallback.to.clone().or(served_model),
             request_id,
-        )
+            ..call.refusal(&info, Outcome::Fallback)
+        }
     })
 }
 

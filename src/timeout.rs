@@ -17,7 +17,8 @@ use std::time::Duration;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::body::BoxError;
+/// The body error type, as in [`crate::body::BoxError`].
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Which bounded wait on the upstream ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
+use refusal_guard::recovery::{NextStep, RecoveryState, Rescue, RescueNote};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
 use refusal_guard::telemetry::MemorySink;
@@ -16,36 +17,19 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-fn events(events: &[Value]) -> Bytes {
-    let mut out = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap();
-        out.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    Bytes::from(out)
-}
-
-fn message_start() -> Value {
-    json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}})
-}
+mod support;
+use support::anthropic::{anthropic_stream as events, events as ev};
 
 fn refused(category: &str) -> Bytes {
     events(&[
-        message_start(),
-        json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":category,"explanation":null}},"usage":{"output_tokens":1}}),
-        json!({"type":"message_stop"}),
+        ev::message_start("claude-x"),
+        ev::refusal(Some(category), None),
+        ev::message_stop(),
     ])
 }
 
 fn answer() -> Bytes {
-    events(&[
-        message_start(),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        json!({"type":"message_stop"}),
-    ])
+    events(&ev::text_answer("claude-x", "Hello"))
 }
 
 /// A provider that refuses (with the category the user turn names, after
@@ -55,6 +39,19 @@ fn answer() -> Bytes {
 #[derive(Clone, Default)]
 struct Provider {
     seen: Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Provider {
+    /// The model and whether the rescue note was present, per request.
+    fn asked(&self) -> Vec<(String, bool)> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter()
+            .map(|json| {
+                let model = json["model"].as_str().unwrap_or_default().to_owned();
+                (model, json.to_string().contains("[refusal-guard]"))
+            })
+            .collect()
+    }
 }
 
 impl Service<Request<Full<Bytes>>> for Provider {
@@ -256,4 +253,58 @@ async fn rescue_off_on_a_clone_leaves_the_original_and_its_services_alone() {
     let built = outcome(built_from_a, "refuse:cyber built").await;
     assert_eq!(built.unwrap().outcome, Outcome::Rescued);
     assert!(a.rescue_switch().is_on());
+}
+
+/// Never retry `bio`; only fall back (once) for `reasoning_extraction`;
+/// rescue `cyber` (once).
+fn by_category(state: &RecoveryState<'_>) -> NextStep {
+    let stop = NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused));
+    match state.category() {
+        Some("bio") => NextStep::Stop(DeadReason::PolicyStop),
+        Some("reasoning_extraction") if state.fallbacks_tried() == 0 => {
+            NextStep::Fallback("claude-fallback".into())
+        }
+        Some("cyber") if state.rescues_tried() == 0 => {
+            let note = RescueNote::default().render(state.category(), state.explanation());
+            NextStep::Rescue(Rescue::new(note))
+        }
+        _ => stop,
+    }
+}
+
+#[tokio::test]
+async fn a_custom_policy_decides_per_category() {
+    let cases = [
+        ("bio", Outcome::Dead, vec![("claude-x", false)]),
+        (
+            "reasoning_extraction",
+            Outcome::Fallback,
+            vec![("claude-x", false), ("claude-fallback", false)],
+        ),
+        (
+            "cyber",
+            Outcome::Rescued,
+            vec![("claude-x", false), ("claude-x", true)],
+        ),
+    ];
+    for (category, outcome_wanted, asked) in cases {
+        let provider = Provider::default();
+        let guard = RefusalGuardLayer::new()
+            .fallback_chains(
+                // Shorthand for the default ladder: the custom policy wins.
+                refusal_guard::recovery::FallbackChains::new().chain("claude-x", ["claude-y"]),
+            )
+            .policy(by_category)
+            .layer(provider.clone());
+        let refusal = outcome(guard, format!("refuse:{category}")).await.unwrap();
+        assert_eq!(refusal.outcome, outcome_wanted, "{category}");
+        let wanted: Vec<(String, bool)> = asked
+            .into_iter()
+            .map(|(m, note)| (m.to_owned(), note))
+            .collect();
+        assert_eq!(provider.asked(), wanted, "{category}");
+        if category == "bio" {
+            assert_eq!(refusal.reason, Some(DeadReason::PolicyStop));
+        }
+    }
 }

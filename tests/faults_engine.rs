@@ -23,6 +23,9 @@ use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
+mod support;
+use support::anthropic::{anthropic_stream as events, events as ev};
+
 /// One step of a scripted upstream body.
 #[derive(Clone)]
 enum Step {
@@ -159,44 +162,24 @@ impl Service<Request<BoxBody<Bytes, BoxError>>> for Script {
     }
 }
 
-fn events(events: &[Value]) -> Bytes {
-    let mut out = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap();
-        out.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    Bytes::from(out)
-}
-
-fn message_start() -> Value {
-    json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}})
-}
-
 fn thinking() -> Vec<Value> {
     vec![
-        message_start(),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Considering..."}}),
+        ev::message_start("claude-x"),
+        ev::block_start(0, json!({"type":"thinking","thinking":""})),
+        ev::thinking_delta(0, "Considering..."),
     ]
 }
 
 fn refused() -> Bytes {
     events(&[
-        message_start(),
-        json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":null}},"usage":{"output_tokens":1}}),
-        json!({"type":"message_stop"}),
+        ev::message_start("claude-x"),
+        ev::refusal(Some("cyber"), None),
+        ev::message_stop(),
     ])
 }
 
 fn answer() -> Bytes {
-    events(&[
-        message_start(),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":2}}),
-        json!({"type":"message_stop"}),
-    ])
+    events(&ev::text_answer("claude-x", "Hello"))
 }
 
 fn request(path: &str) -> Request<BoxBody<Bytes, BoxError>> {
@@ -299,7 +282,7 @@ async fn a_head_then_silence_gets_a_504_and_the_upstream_body_is_dropped() {
 #[tokio::test]
 async fn a_hang_after_a_committed_head_cuts_the_stream() {
     let text = events(&[
-        message_start(),
+        ev::message_start("claude-x"),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
     ]);
@@ -321,7 +304,7 @@ async fn a_hang_after_a_committed_head_cuts_the_stream() {
 #[tokio::test]
 async fn a_reset_before_output_is_a_cut_stream_of_unknown_length() {
     let script = Script::new(vec![Reply::Sse(vec![
-        Step::Data(events(&[message_start()])),
+        Step::Data(events(&[ev::message_start("claude-x")])),
         Step::Reset,
     ])]);
     let guard = layer().layer(script.clone());
@@ -336,14 +319,14 @@ async fn a_reset_before_output_is_a_cut_stream_of_unknown_length() {
     );
     assert!(!body.is_end_stream());
     let (bytes, error) = read(body).await;
-    assert_eq!(bytes, &events(&[message_start()])[..]);
+    assert_eq!(bytes, &events(&[ev::message_start("claude-x")])[..]);
     assert!(error.unwrap().to_string().contains("reset"));
 }
 
 #[tokio::test]
 async fn a_reset_after_output_is_a_cut_stream_of_unknown_length() {
     let text = events(&[
-        message_start(),
+        ev::message_start("claude-x"),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
     ]);
@@ -371,7 +354,7 @@ async fn a_reset_after_output_is_a_cut_stream_of_unknown_length() {
 
 #[tokio::test]
 async fn a_hold_past_the_deadline_gets_a_504() {
-    let mut steps = vec![Step::Data(events(&[message_start()]))];
+    let mut steps = vec![Step::Data(events(&[ev::message_start("claude-x")]))];
     for _ in 0..100 {
         steps.push(Step::Wait(Duration::from_millis(20)));
         steps.push(Step::Data(events(&[json!({"type":"ping"})])));
@@ -395,7 +378,10 @@ async fn a_stalled_rescue_is_bounded_and_the_refusal_served_as_sent() {
     let sink = MemorySink::new();
     let script = Script::new(vec![
         Reply::Sse(vec![Step::Data(refused())]),
-        Reply::Sse(vec![Step::Data(events(&[message_start()])), Step::Stall]),
+        Reply::Sse(vec![
+            Step::Data(events(&[ev::message_start("claude-x")])),
+            Step::Stall,
+        ]),
     ]);
     let guard = layer().telemetry(sink.clone()).layer(script.clone());
 
@@ -438,7 +424,10 @@ async fn client_leaves_during_the_rescue(mode: Mode) {
     let sink = MemorySink::new();
     let script = Script::new(vec![
         Reply::Sse(vec![Step::Data(refused())]),
-        Reply::Sse(vec![Step::Data(events(&[message_start()])), Step::Stall]),
+        Reply::Sse(vec![
+            Step::Data(events(&[ev::message_start("claude-x")])),
+            Step::Stall,
+        ]),
         Reply::Sse(vec![Step::Data(answer())]),
     ]);
     let guard = mode

@@ -14,6 +14,7 @@ use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
+use support::anthropic::{anthropic_stream, events as ev};
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -44,21 +45,12 @@ fn stop_on_drop(stop: tokio::sync::oneshot::Sender<()>) -> Stop {
 }
 
 fn events(events: &[Value]) -> Vec<u8> {
-    let mut out = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap();
-        out.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    out.into_bytes()
-}
-
-fn message_start() -> Value {
-    json!({"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude-x","stop_reason":null,"usage":{"input_tokens":10,"output_tokens":1}}})
+    anthropic_stream(events).to_vec()
 }
 
 fn thinking() -> Vec<u8> {
     events(&[
-        message_start(),
+        ev::message_start("claude-x"),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}),
         json!({"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Considering..."}}),
     ])
@@ -233,7 +225,7 @@ async fn reset_before_output_is_never_a_complete_response() {
     let upstream = RawUpstream::start(|_, _| {
         vec![
             Act::Write(head(200, "text/event-stream")),
-            Act::Write(chunk(&events(&[message_start()]))),
+            Act::Write(chunk(&events(&[ev::message_start("claude-x")]))),
             Act::Sleep(Duration::from_millis(50)),
             Act::Reset,
         ]
@@ -248,7 +240,7 @@ async fn reset_before_output_is_never_a_complete_response() {
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.header("content-length"), None, "{}", answer.head);
     let (body, clean) = answer.body();
-    assert!(events(&[message_start()]).starts_with(&body));
+    assert!(events(&[ev::message_start("claude-x")]).starts_with(&body));
     assert!(!clean, "the stream is cut, not ended");
 }
 
@@ -280,7 +272,7 @@ async fn reset_during_the_continuation_serves_the_refusal_as_sent() {
             0 => sse(&refused()),
             _ => vec![
                 Act::Write(head(200, "text/event-stream")),
-                Act::Write(chunk(&events(&[message_start()]))),
+                Act::Write(chunk(&events(&[ev::message_start("claude-x")]))),
                 Act::Sleep(Duration::from_millis(50)),
                 Act::Reset,
             ],

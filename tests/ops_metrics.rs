@@ -237,14 +237,14 @@ async fn metrics_and_the_request_span() {
 /// A readiness check that never answers.
 struct Hangs;
 
-impl refusal_guard::admin::Probe for Hangs {
+impl refusal_guard::proxy::admin::Probe for Hangs {
     fn name(&self) -> String {
         "hangs".to_owned()
     }
     fn check(
         &self,
     ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = refusal_guard::admin::ProbeResult> + Send + '_>,
+        Box<dyn std::future::Future<Output = refusal_guard::proxy::admin::ProbeResult> + Send + '_>,
     > {
         Box::pin(std::future::pending())
     }
@@ -252,7 +252,7 @@ impl refusal_guard::admin::Probe for Hangs {
 
 #[tokio::test]
 async fn admin_routes_answer_within_their_bounds() {
-    use refusal_guard::admin::{self, AdminState};
+    use refusal_guard::proxy::admin::{self, AdminState};
 
     let dir = std::env::temp_dir().join(format!("rg-ops-admin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

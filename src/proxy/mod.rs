@@ -49,6 +49,7 @@
 //! ```
 
 mod access_log;
+pub mod admin;
 mod client;
 mod errors;
 mod headers;

@@ -306,7 +306,7 @@ async fn start_admin(
         LogSetting::Path(path) => Some(path),
         LogSetting::Off => None,
     };
-    let local = crate::admin::start_for_proxy(addr, upstream, log).await?;
+    let local = crate::proxy::admin::start_for_proxy(addr, upstream, log).await?;
     if !local.ip().is_loopback() {
         let warning = format!(
             "proxy: warning: the admin listener on {local} is reachable from other machines; \

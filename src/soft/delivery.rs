@@ -129,7 +129,7 @@ pub(super) struct Delivery {
 
 impl Delivery {
     /// Content was delivered.
-    pub fn delivered(&self) -> bool {
+    pub(crate) fn delivered(&self) -> bool {
         self.weight >= 2
     }
 }

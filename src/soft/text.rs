@@ -108,7 +108,7 @@ pub(super) struct Reader<'t> {
 impl Reader<'_> {
     /// Finds the next sentence starting at or after `pos`, ending before
     /// `limit`.
-    pub fn next_sentence(&self, pos: usize, limit: usize) -> Option<Sentence> {
+    pub(crate) fn next_sentence(&self, pos: usize, limit: usize) -> Option<Sentence> {
         let start = self.skip_decoration(pos, limit)?;
         let (text, bytes) = (self.text, self.text.as_bytes());
         let done = |end: usize| Sentence {
@@ -294,7 +294,7 @@ impl Quotes {
 
 impl Words {
     /// Splits `text[range]` into lower-cased words.
-    pub fn new(text: &str, range: Range<usize>) -> Words {
+    pub(crate) fn new(text: &str, range: Range<usize>) -> Words {
         let mut buf = String::with_capacity(range.len());
         let mut placed = Vec::new();
         let mut quotes = Quotes::default();
@@ -339,7 +339,7 @@ impl Words {
     }
 
     /// The words, borrowing the buffer.
-    pub fn toks(&self) -> Vec<Tok<'_>> {
+    pub(crate) fn toks(&self) -> Vec<Tok<'_>> {
         self.placed
             .iter()
             .map(|p| Tok {

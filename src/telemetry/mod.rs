@@ -62,7 +62,7 @@ mod trace;
 pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
-pub use metrics::MetricsSink;
+pub use metrics::{record_refusal, recovery_attempts, MetricsSink};
 pub use report::Report;
 pub use trace::TracingSink;
 

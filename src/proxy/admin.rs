@@ -13,7 +13,7 @@
 //! guards it: the dashboard shows models and categories from the log.
 //!
 //! ```no_run
-//! use refusal_guard::admin::{self, AdminState};
+//! use refusal_guard::proxy::admin::{self, AdminState};
 //! use refusal_guard::proxy::Upstream;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -64,8 +64,8 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Fails if a recorder is already installed.
 ///
 /// ```
-/// let handle = refusal_guard::admin::install_recorder().unwrap();
-/// assert!(refusal_guard::admin::install_recorder().is_err()); // one per process
+/// let handle = refusal_guard::proxy::admin::install_recorder().unwrap();
+/// assert!(refusal_guard::proxy::admin::install_recorder().is_err()); // one per process
 /// # let _ = handle;
 /// ```
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
@@ -92,7 +92,7 @@ pub type ProbeResult = Result<(), String>;
 /// ```
 /// use std::pin::Pin;
 /// use std::future::Future;
-/// use refusal_guard::admin::{Probe, ProbeResult};
+/// use refusal_guard::proxy::admin::{Probe, ProbeResult};
 ///
 /// struct AlwaysReady;
 ///
@@ -102,7 +102,7 @@ pub type ProbeResult = Result<(), String>;
 ///         Box::pin(async { Ok(()) })
 ///     }
 /// }
-/// # let _ = refusal_guard::admin::AdminState::new().probe(AlwaysReady);
+/// # let _ = refusal_guard::proxy::admin::AdminState::new().probe(AlwaysReady);
 /// ```
 pub trait Probe: Send + Sync + 'static {
     /// What is checked, as `/readyz` names it (`upstream api.anthropic.com:443`).
@@ -123,7 +123,7 @@ impl TcpProbe {
     /// A probe of `host:port`, named `label` in `/readyz`.
     ///
     /// ```
-    /// use refusal_guard::admin::{AdminState, TcpProbe};
+    /// use refusal_guard::proxy::admin::{AdminState, TcpProbe};
     ///
     /// let state = AdminState::new().probe(TcpProbe::new("redis", "127.0.0.1", 6379));
     /// # let _ = state;
@@ -140,7 +140,7 @@ impl TcpProbe {
     /// names none).
     ///
     /// ```
-    /// use refusal_guard::admin::{Probe, TcpProbe};
+    /// use refusal_guard::proxy::admin::{Probe, TcpProbe};
     /// use refusal_guard::proxy::Upstream;
     ///
     /// let probe = TcpProbe::upstream(&Upstream::parse("https://api.anthropic.com").unwrap());
@@ -185,7 +185,7 @@ impl Probe for TcpProbe {
 /// The conversation store kept in the process's memory: always reachable.
 ///
 /// ```
-/// use refusal_guard::admin::{MemoryStoreProbe, Probe};
+/// use refusal_guard::proxy::admin::{MemoryStoreProbe, Probe};
 ///
 /// assert_eq!(MemoryStoreProbe.name(), "store memory");
 /// ```
@@ -207,7 +207,7 @@ impl Probe for MemoryStoreProbe {
 ///
 /// ```
 /// use std::time::Duration;
-/// use refusal_guard::admin::AdminState;
+/// use refusal_guard::proxy::admin::AdminState;
 /// use refusal_guard::proxy::Upstream;
 ///
 /// let state = AdminState::new()
@@ -247,7 +247,7 @@ impl AdminState {
     /// No metrics, no log, and the in-memory store as the only probe.
     ///
     /// ```
-    /// let state = refusal_guard::admin::AdminState::new();
+    /// let state = refusal_guard::proxy::admin::AdminState::new();
     /// # let _ = state;
     /// ```
     pub fn new() -> Self {
@@ -322,7 +322,7 @@ type AdminBody = Full<Bytes>;
 /// waits for the requests in flight.
 ///
 /// ```
-/// use refusal_guard::admin::{self, AdminState};
+/// use refusal_guard::proxy::admin::{self, AdminState};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {

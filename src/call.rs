@@ -1,0 +1,251 @@
+//! One guarded call: what every step of it reads (the configuration, the
+//! dialect, the model, the conversation, the handle), the request as the
+//! guard will send it, and the inner service it is sent to.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderValue, Request, Response};
+use serde_json::Value;
+use tower::ServiceExt;
+use tower_service::Service;
+
+use crate::config::Config;
+use crate::dialect::{Dialect, RefusalInfo};
+use crate::refusal::{
+    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
+};
+use crate::replay::ReplayBody;
+use crate::reserve::Share;
+use crate::store::{ConversationKey, StoreFuture};
+use crate::telemetry::RefusalRecord;
+use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+
+/// Everything known about the call that records and settles need.
+#[derive(Clone)]
+pub(crate) struct Call {
+    /// Metrics and the span of the request; counted when the last clone goes.
+    pub(crate) request: Arc<crate::metrics::GuardedRequest>,
+    /// Set when sticky routing sent the request to another model.
+    pub(crate) route: Option<StickyRoute>,
+    pub(crate) config: Arc<Config>,
+    pub(crate) dialect: &'static dyn Dialect,
+    pub(crate) model: Option<String>,
+    pub(crate) conversation: Option<ConversationKey>,
+    pub(crate) started: Instant,
+    pub(crate) handle: RefusalHandle,
+}
+
+impl Call {
+    /// The typed refusal for `info`: empty, of the client's model, with
+    /// this outcome; callers set what else they know with struct update.
+    pub(crate) fn refusal(&self, info: &RefusalInfo, outcome: Outcome) -> Refusal {
+        Refusal {
+            provider: self.dialect.provider(),
+            wire_api: self.dialect.wire_api(),
+            signal: info.signal.unwrap_or(RefusalSignal::StopReason),
+            category: info.category.clone(),
+            explanation: info.explanation.clone(),
+            model: self.model.clone(),
+            request_id: None,
+            kind: RefusalKind::Empty,
+            outcome,
+            reason: None,
+            served_model: None,
+        }
+    }
+
+    /// Sends the record to the sink and settles the handle.
+    pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
+        let latency_ms = millis(self.started.elapsed());
+        self.request.settled(refusal, attempts.len());
+        tracing::info!(
+            provider = %refusal.provider,
+            category = refusal.code(),
+            outcome = %refusal.outcome,
+            reason = refusal.reason.map(DeadReason::as_str),
+            attempts = attempts.len(),
+            latency_ms,
+            "refusal"
+        );
+        let record = RefusalRecord::new(
+            refusal,
+            attempts,
+            self.conversation.as_ref().map(|k| k.as_str().to_owned()),
+            latency_ms,
+        );
+        // A sink that panics must not take the request down with it.
+        let sink = self.config.telemetry.clone();
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()
+        {
+            tracing::warn!("telemetry sink panicked; record dropped");
+        }
+        self.handle.settle(Some(refusal.clone()));
+    }
+
+    /// Puts what every guarded response carries in its extensions.
+    pub(crate) fn mark<T>(&self, response: &mut Response<T>) {
+        response.extensions_mut().insert(self.handle.clone());
+        if let Some(route) = &self.route {
+            response.extensions_mut().insert(route.clone());
+        }
+    }
+
+    /// When holding and recovering must be over.
+    pub(crate) fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::from_std(self.started + self.config.budget.deadline)
+    }
+
+    /// Tells the store the conversation produced real output. It never
+    /// delays the response: a store that answers at once has done so on
+    /// return, a slower one finishes on its own task.
+    pub(crate) fn record_output(&self) {
+        let Some(key) = self.conversation.clone() else {
+            return;
+        };
+        let store = self.config.store.clone();
+        detach(Box::pin(async move { store.record_output(&key).await }));
+    }
+
+    /// Asks the store, within what is left of the call's deadline; a store
+    /// that does not answer in time counts as `fallback`.
+    pub(crate) async fn ask_store<T>(&self, question: StoreFuture<'_, T>, fallback: T) -> T {
+        match tokio::time::timeout_at(self.deadline(), question).await {
+            Ok(answer) => answer,
+            Err(_elapsed) => {
+                tracing::warn!("the conversation store did not answer within the deadline");
+                fallback
+            }
+        }
+    }
+}
+
+/// Runs `work` as far as it goes now, and the rest on its own task.
+fn detach(mut work: StoreFuture<'static, ()>) {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    let waker = std::task::Waker::from(Arc::new(Noop));
+    if work
+        .as_mut()
+        .poll(&mut std::task::Context::from_waker(&waker))
+        .is_ready()
+    {
+        return;
+    }
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(work);
+        }
+        Err(_) => tracing::warn!("no runtime to finish a conversation store update on"),
+    }
+}
+
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The bounds on waiting for the upstream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    pub(crate) head: Duration,
+    pub(crate) idle: Duration,
+}
+
+impl Timeouts {
+    pub(crate) fn of(config: &Config) -> Self {
+        Timeouts {
+            head: config.head_timeout,
+            idle: config.idle_timeout,
+        }
+    }
+}
+
+/// Why a request sent upstream got no response.
+pub(crate) enum SendError<E> {
+    /// The inner service failed.
+    Inner(E),
+    /// No response head within the head timeout.
+    Timeout(UpstreamTimeout),
+}
+
+/// The inner service, remembering whether it was already polled ready.
+pub(crate) struct Inner<S> {
+    inner: S,
+    primed: bool,
+    timeouts: Timeouts,
+}
+
+impl<S> Inner<S> {
+    /// The inner service, already polled ready.
+    pub(crate) fn primed(inner: S, timeouts: Timeouts) -> Self {
+        Inner {
+            inner,
+            primed: true,
+            timeouts,
+        }
+    }
+
+    /// Sends `request`: its head within the head timeout, its body then
+    /// bounded by the idle timeout.
+    pub(crate) async fn send<B, R>(
+        &mut self,
+        request: Request<B>,
+    ) -> Result<Response<IdleTimeout<R>>, SendError<S::Error>>
+    where
+        S: Service<Request<B>, Response = Response<R>>,
+    {
+        let Timeouts { head, idle } = self.timeouts;
+        let primed = std::mem::take(&mut self.primed);
+        let inner = &mut self.inner;
+        let sent = async move {
+            if !primed {
+                inner.ready().await?;
+            }
+            inner.call(request).await
+        };
+        match tokio::time::timeout(head, sent).await {
+            Ok(Ok(response)) => Ok(response.map(|body| IdleTimeout::new(body, idle))),
+            Ok(Err(error)) => Err(SendError::Inner(error)),
+            Err(_elapsed) => Err(SendError::Timeout(UpstreamTimeout::new(
+                TimeoutKind::Head,
+                head,
+            ))),
+        }
+    }
+}
+
+/// The request as the guard will send it, before any recovery rewrite.
+#[derive(Clone)]
+pub(crate) struct Template {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) json: Value,
+    /// The layer-wide pool's part for the buffered request body, given back
+    /// when the call is decided.
+    pub(crate) _share: Arc<Share>,
+}
+
+impl Template {
+    pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
+        let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
+        with_body(self.parts.clone(), bytes, true)
+    }
+}
+
+/// Builds a request, making its length headers true of the new body.
+pub(crate) fn with_body<B: ReplayBody>(
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    rewritten: bool,
+) -> Request<B> {
+    if rewritten {
+        parts.headers.remove(TRANSFER_ENCODING);
+        parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    }
+    Request::from_parts(parts, B::from_bytes(bytes))
+}

@@ -1,0 +1,92 @@
+//! What every guarded call reads: the layer's whole configuration, shared
+//! by every service the layer builds. The builder is
+//! [`RefusalGuardLayer`](crate::RefusalGuardLayer).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::HeaderName;
+use serde_json::Value;
+
+use crate::recovery::{Budget, Ladder, RecoveryPolicy, RescueSwitch};
+use crate::reserve::BytePool;
+use crate::store::ConversationStore;
+use crate::telemetry::TelemetrySink;
+
+/// A user hook that names the conversation a request belongs to.
+pub(crate) type ConversationFn =
+    dyn Fn(&http::request::Parts, &Value) -> Option<String> + Send + Sync;
+
+/// Everything the service needs, shared by every clone.
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) rescue: RescueSwitch,
+    pub(crate) rescue_cap: u32,
+    /// The default policy, which the shorthand builder methods configure.
+    pub(crate) ladder: Ladder,
+    /// A policy given with [`RefusalGuardLayer::policy`], used instead.
+    pub(crate) policy: Option<Arc<dyn RecoveryPolicy>>,
+    pub(crate) store: Arc<dyn ConversationStore>,
+    pub(crate) telemetry: Arc<dyn TelemetrySink>,
+    pub(crate) conversation_header: Option<HeaderName>,
+    pub(crate) conversation_fn: Option<Arc<ConversationFn>>,
+    pub(crate) max_request_body: usize,
+    pub(crate) max_response_body: usize,
+    pub(crate) max_hold_bytes: usize,
+    pub(crate) max_hold_frames: usize,
+    pub(crate) retarget: Vec<String>,
+    pub(crate) inject_fallbacks: bool,
+    pub(crate) fallback_credit: bool,
+    pub(crate) budget: Budget,
+    pub(crate) sticky_ttl: Option<Duration>,
+    pub(crate) handoff_marker: bool,
+    pub(crate) text_detection: bool,
+    pub(crate) text_hold_bytes: usize,
+    pub(crate) keepalive_after: Option<Duration>,
+    pub(crate) keepalive_interval: Duration,
+    pub(crate) live_thinking: bool,
+    pub(crate) head_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) held: Arc<BytePool>,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("rescue", &self.rescue.is_on())
+            .field("rescue_cap", &self.rescue_cap)
+            .field("ladder", &self.ladder)
+            .field("custom_policy", &self.policy.is_some())
+            .field("conversation_header", &self.conversation_header)
+            .field("max_request_body", &self.max_request_body)
+            .field("max_response_body", &self.max_response_body)
+            .field("max_hold_bytes", &self.max_hold_bytes)
+            .field("max_hold_frames", &self.max_hold_frames)
+            .field("retarget", &self.retarget)
+            .field("inject_fallbacks", &self.inject_fallbacks)
+            .field("fallback_credit", &self.fallback_credit)
+            .field("budget", &self.budget)
+            .field("sticky_ttl", &self.sticky_ttl)
+            .field("handoff_marker", &self.handoff_marker)
+            .field("text_detection", &self.text_detection)
+            .field("text_hold_bytes", &self.text_hold_bytes)
+            .field("keepalive_after", &self.keepalive_after)
+            .field("keepalive_interval", &self.keepalive_interval)
+            .field("live_thinking", &self.live_thinking)
+            .field("head_timeout", &self.head_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("max_total_held_bytes", &self.held.limit())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Config {
+    /// The policy in force.
+    pub(crate) fn policy(&self) -> &dyn RecoveryPolicy {
+        match &self.policy {
+            Some(policy) => policy.as_ref(),
+            None => &self.ladder,
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! Answering before the decision: keep-alive comments through a long hold,
+//! and live thinking (the original's thinking streamed as it comes, a
+//! recovered turn spliced into the same message). Work for a client that
+//! went away stops at once: the decision is dropped with its upstream
+//! requests and bodies.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
+
+use http::header::CONTENT_LENGTH;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use crate::body::{BoxError, GuardBody, Splice};
+use crate::call::Call;
+use crate::decide::Exchange;
+use crate::dialect::LiveSplice;
+use crate::hold::{hold, is_event_stream, LiveForward};
+use crate::replay::ReplayBody;
+use crate::respond::{pump, timed_out, unless_gone, ServedRecovery, Shape};
+use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+
+/// What the client gets for the original `response`: the decision, or,
+/// when configured, an answer that begins before it.
+pub(crate) async fn answer<S, B, R>(
+    exchange: Exchange<S>,
+    response: Response<IdleTimeout<R>>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let config = exchange.call.config.clone();
+    let stream = response.status().is_success() && is_event_stream(response.headers());
+    let live = config.live_thinking && stream;
+    if let Some(splice) = live.then(|| exchange.call.dialect.live_splice()).flatten() {
+        return live_thinking(exchange, response, splice);
+    }
+    let call = exchange.call.clone();
+    let Some(after) = config.keepalive_after.filter(|_| stream) else {
+        return exchange.decide(response).await;
+    };
+    let (parts, body) = response.into_parts();
+    let early_head = parts.clone();
+    // A long hold (minutes of extended thinking) must not starve the client:
+    // past `after`, answer with the original head and keep the connection
+    // busy with SSE comments until the decision is made.
+    let mut decision = Box::pin(exchange.decide(Response::from_parts(parts, body)));
+    let mut timer = Box::pin(tokio::time::sleep(after));
+    let early = std::future::poll_fn(|cx| {
+        if let Poll::Ready(served) = decision.as_mut().poll(cx) {
+            return Poll::Ready(Some(served));
+        }
+        timer.as_mut().poll(cx).map(|()| None)
+    })
+    .await;
+    match early {
+        Some(served) => served,
+        None => keep_alive(early_head, decision, &call, config.keepalive_interval),
+    }
+}
+
+/// Answers with `head` now and streams the decision's response body when it
+/// comes, SSE comments meanwhile. The decision is dropped, and with it every
+/// upstream request it made, as soon as the client goes.
+fn keep_alive<R, F>(
+    mut head: http::response::Parts,
+    decision: Pin<Box<F>>,
+    call: &Call,
+    interval: Duration,
+) -> Response<GuardBody<R>>
+where
+    F: Future<Output = Response<GuardBody<R>>> + Send + 'static,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        if let Some(served) = unless_gone(&sender, decision).await {
+            pump(served, &sender, None).await;
+        }
+    });
+    // The body that follows is not the one this length was for.
+    head.headers.remove(CONTENT_LENGTH);
+    let mut response = Response::from_parts(head, GuardBody::channel(receiver, Some(interval)));
+    call.mark(&mut response);
+    response
+}
+
+/// Live thinking: answers with the original head at once and streams the
+/// original's thinking as it comes, holding back only what a decision
+/// depends on (text, tool use, the stop). A recovered turn then continues
+/// the same message: its blocks follow the thinking the client has seen.
+fn live_thinking<S, B, R>(
+    exchange: Exchange<S>,
+    response: Response<IdleTimeout<R>>,
+    splice: Box<dyn LiveSplice>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let call = exchange.call.clone();
+    let config = call.config.clone();
+    let streaming = exchange.streaming;
+    let max_frame = config.max_hold_bytes.max(1);
+    let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    let mut head = response.headers().clone();
+    head.remove(CONTENT_LENGTH);
+    let (parts, body) = response.into_parts();
+    let mut client = Response::from_parts(parts.clone(), ());
+    *client.headers_mut() = head;
+    let marks = call.clone();
+    let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
+    tokio::spawn(async move {
+        let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
+        let dialect = call.dialect;
+        let original = Response::from_parts(parts, body);
+        let deadline = call.deadline();
+        let work = async {
+            let held = hold(original, dialect, &config, streaming, Some(&mut forward));
+            let Ok(held) = tokio::time::timeout_at(deadline, held).await else {
+                let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
+                return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
+            };
+            let served = exchange.conclude(held).await;
+            let continuation = served
+                .extensions()
+                .get::<ServedRecovery>()
+                .map(|_| Splice::new(forward.splice.continuation(), max_frame));
+            (served, continuation)
+        };
+        if let Some((served, continuation)) = unless_gone(&sender, work).await {
+            pump(served, &sender, continuation).await;
+        }
+    });
+    let (parts, ()) = client.into_parts();
+    let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
+    marks.mark(&mut response);
+    response
+}

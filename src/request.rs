@@ -1,0 +1,230 @@
+//! The request side of a guarded call: reading the body (bounded, never
+//! forwarding a broken one), naming the conversation, and the outbound
+//! rewrites (sticky route, server-side fallbacks, fallback credit, identity
+//! encoding).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH};
+use http::{HeaderMap, HeaderValue, Request};
+use http_body_util::BodyExt;
+use serde_json::Value;
+
+use crate::body::BoxError;
+use crate::call::{with_body, Call, Template};
+use crate::config::Config;
+use crate::dialect::Dialect;
+use crate::refusal::{RefusalHandle, StickyRoute};
+use crate::replay::ReplayBody;
+use crate::reserve::Share;
+use crate::store::ConversationKey;
+
+pub(crate) enum RequestBody<B> {
+    Read(Bytes),
+    /// Too large to guard: forward as it is, streaming.
+    Unguarded(B),
+    /// The client's body failed while read: nothing goes upstream.
+    Failed(BoxError),
+    /// The layer-wide bound on held bytes leaves no room to buffer it.
+    NoRoom,
+}
+
+pub(crate) async fn read_request_body<B>(
+    headers: &HeaderMap,
+    mut body: B,
+    limit: usize,
+    share: &mut Share,
+) -> RequestBody<B>
+where
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+{
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .or_else(|| body.size_hint().exact());
+    if declared.is_some_and(|len| len > limit as u64) {
+        return RequestBody::Unguarded(body);
+    }
+    let mut buffer = BytesMut::new();
+    loop {
+        match body.frame().await {
+            None => return RequestBody::Read(buffer.freeze()),
+            Some(Ok(frame)) => {
+                if let Ok(mut data) = frame.into_data() {
+                    if !share.grow(data.remaining()) {
+                        tracing::warn!(
+                            "the bound on bytes held across requests is reached: request refused"
+                        );
+                        return RequestBody::NoRoom;
+                    }
+                    while data.has_remaining() {
+                        let chunk = data.chunk();
+                        buffer.extend_from_slice(chunk);
+                        let n = chunk.len();
+                        data.advance(n);
+                    }
+                }
+                if buffer.len() > limit {
+                    tracing::debug!(limit, "request body over the limit: forwarded unguarded");
+                    return RequestBody::Unguarded(B::prefixed(buffer.freeze(), body));
+                }
+            }
+            Some(Err(error)) => {
+                // A truncated request must never reach the upstream as if
+                // it were complete.
+                let error: BoxError = error.into();
+                tracing::warn!(%error, "request body failed while read: not forwarded");
+                return RequestBody::Failed(error);
+            }
+        }
+    }
+}
+
+/// A guardable request on its way out: its head and JSON as they will be
+/// sent, and what the guard knows of it.
+pub(crate) struct Outbound {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) json: Value,
+    /// The body as the client sent it, sent as is unless rewritten.
+    bytes: Bytes,
+    rewritten: bool,
+    pub(crate) model: Option<String>,
+    pub(crate) streaming: bool,
+    route: Option<StickyRoute>,
+    conversation: Option<ConversationKey>,
+}
+
+impl Outbound {
+    /// Reads what the guard needs from a guardable request. `named` is the
+    /// conversation the client named in the guard's header, if it did.
+    pub(crate) fn new(
+        config: &Config,
+        dialect: &'static dyn Dialect,
+        path_model: Option<&str>,
+        request: (http::request::Parts, Value, Bytes),
+        named: Option<String>,
+    ) -> Self {
+        let (mut parts, json, bytes) = request;
+        // The guard must read what comes back: a compressed stream would
+        // pass unjudged.
+        parts
+            .headers
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        // Which conversation: the user's closure, then the header, then a
+        // hash of what stays the same across the conversation.
+        let conversation = config
+            .conversation_fn
+            .as_ref()
+            .and_then(|key| key(&parts, &json))
+            .or(named)
+            .map(|key| ConversationKey::from_bytes(key.as_bytes()))
+            .or_else(|| {
+                dialect.conversation_seed(&json).map(|seed| {
+                    let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
+                    keyed.extend_from_slice(&seed);
+                    ConversationKey::from_bytes(&keyed)
+                })
+            });
+        Outbound {
+            model: dialect.request_model(path_model, &json),
+            streaming: dialect.is_streaming(&parts.uri, &json),
+            parts,
+            json,
+            bytes,
+            rewritten: false,
+            route: None,
+            conversation,
+        }
+    }
+
+    /// Sticky fallback: a conversation a fallback served goes there
+    /// directly.
+    pub(crate) async fn route_sticky(&mut self, config: &Config, dialect: &'static dyn Dialect) {
+        let (Some(_), Some(key)) = (config.sticky_ttl, &self.conversation) else {
+            return;
+        };
+        let asked = config.store.sticky_route(key);
+        let bound = config.budget.deadline;
+        let Some(sticky) = tokio::time::timeout(bound, asked).await.ok().flatten() else {
+            return;
+        };
+        if self.model.as_deref() == Some(sticky.as_str())
+            || dialect
+                .swap_model(&mut self.parts.uri, &mut self.json, &sticky)
+                .is_err()
+        {
+            return;
+        }
+        tracing::info!(from = ?self.model, to = %sticky, "sticky fallback route");
+        self.route = Some(StickyRoute {
+            requested: self.model.clone(),
+            routed_to: sticky.clone(),
+        });
+        self.model = Some(sticky);
+        self.rewritten = true;
+    }
+
+    /// Server-side fallbacks and fallback credit.
+    pub(crate) fn rewrite(&mut self, config: &Config, dialect: &'static dyn Dialect) {
+        if !config.retarget.is_empty() {
+            self.rewritten |= dialect.retarget_fallbacks(
+                &mut self.parts.headers,
+                &mut self.json,
+                &config.retarget,
+                self.model.as_deref(),
+                config.inject_fallbacks,
+            );
+        }
+        // Fallback credit is asked for when the default ladder has a chain
+        // to redeem it on.
+        let chain = match (&config.policy, self.model.as_deref()) {
+            (None, Some(model)) => config.ladder.chains().for_model(model),
+            _ => &[],
+        };
+        if config.fallback_credit && !chain.is_empty() {
+            dialect.request_fallback_credit(&mut self.parts.headers);
+        }
+    }
+
+    /// The call, the template recoveries start from, and the original
+    /// request to send.
+    pub(crate) fn into_call<B: ReplayBody>(
+        self,
+        config: Arc<Config>,
+        dialect: &'static dyn Dialect,
+        started: Instant,
+        share: Share,
+    ) -> (Call, Template, Request<B>) {
+        let handle = RefusalHandle::default();
+        let request = crate::metrics::GuardedRequest::start(
+            dialect,
+            self.model.as_deref(),
+            self.streaming,
+            &handle,
+        );
+        let call = Call {
+            request,
+            route: self.route,
+            config,
+            dialect,
+            model: self.model,
+            conversation: self.conversation,
+            started,
+            handle,
+        };
+        let template = Template {
+            parts: self.parts,
+            json: self.json,
+            _share: Arc::new(share),
+        };
+        let original = if self.rewritten {
+            template.request(&template.json)
+        } else {
+            with_body(template.parts.clone(), self.bytes, false)
+        };
+        (call, template, original)
+    }
+}
