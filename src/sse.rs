@@ -274,7 +274,7 @@ impl SseFramer {
         }
 
         let mut scan = line_start;
-        while let Some(off) = chunk[scan..].iter().position(|&b| b == b'\n' || b == b'\r') {
+        while let Some(off) = memchr::memchr2(b'\n', b'\r', &chunk[scan..]) {
             let eol = scan + off;
             let mut next = eol + 1;
             // A CR as the chunk's last byte may be half of a CRLF.
@@ -419,7 +419,7 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> 
     if line[0] == b':' {
         return false;
     }
-    let (name, value) = match line.iter().position(|&b| b == b':') {
+    let (name, value) = match memchr::memchr(b':', line) {
         Some(colon) => {
             let value = &line[colon + 1..];
             (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
@@ -432,7 +432,10 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> 
         b"data" => match &mut fields.data {
             Some(data) => {
                 data.push('\n');
-                data.push_str(&String::from_utf8_lossy(value));
+                match std::str::from_utf8(value) {
+                    Ok(text) => data.push_str(text),
+                    Err(_) => data.push_str(&String::from_utf8_lossy(value)),
+                }
             }
             None => fields.data = Some(lossy(value)),
         },
@@ -448,8 +451,14 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> 
     false
 }
 
+/// The bytes as text, invalid sequences replaced. Valid UTF-8 (nearly
+/// always) takes `from_utf8`'s fast path, which is several times quicker
+/// than the lossy decoder's.
 fn lossy(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
 }
 
 #[cfg(test)]

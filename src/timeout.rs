@@ -15,7 +15,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
 /// The body error type, as in [`crate::body::BoxError`].
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -106,6 +106,11 @@ pin_project_lite::pin_project! {
         #[pin]
         sleep: Option<Sleep>,
         idle: Duration,
+        // When the wait for the next frame began (the first poll without
+        // one). The timer is not re-armed on every frame (a timer-wheel
+        // removal and insertion per chunk): once armed it stays, and is
+        // pushed back to `waiting_since + idle` when it fires early.
+        waiting_since: Option<Instant>,
     }
 }
 
@@ -115,6 +120,7 @@ impl<B> IdleTimeout<B> {
             body,
             sleep: None,
             idle,
+            waiting_since: None,
         }
     }
 }
@@ -133,14 +139,24 @@ where
     ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
         let mut this = self.project();
         if let Poll::Ready(frame) = this.body.poll_frame(cx) {
-            this.sleep.set(None);
+            *this.waiting_since = None;
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
-        if this.sleep.is_none() {
-            this.sleep.set(Some(tokio::time::sleep(*this.idle)));
-        }
-        if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
-            ready!(sleep.poll(cx));
+        let deadline = *this.waiting_since.get_or_insert_with(Instant::now) + *this.idle;
+        match this.sleep.as_mut().as_pin_mut() {
+            Some(mut sleep) => {
+                if sleep.deadline() < deadline {
+                    // Armed for an earlier wait: this one ends later.
+                    sleep.as_mut().reset(deadline);
+                }
+                ready!(sleep.poll(cx));
+            }
+            None => {
+                this.sleep.set(Some(tokio::time::sleep_until(deadline)));
+                if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
+                    ready!(sleep.poll(cx));
+                }
+            }
         }
         this.sleep.set(None);
         let error = UpstreamTimeout::new(TimeoutKind::Idle, *this.idle);

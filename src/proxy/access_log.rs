@@ -15,7 +15,6 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::oneshot;
 
 use crate::body::BoxError;
 use crate::refusal::RefusalHandle;
@@ -75,6 +74,16 @@ pub(crate) enum Ending {
     ClientGone,
 }
 
+impl Ending {
+    fn note(self) -> &'static str {
+        match self {
+            Ending::Complete => "",
+            Ending::Failed => "stream failed",
+            Ending::ClientGone => "client closed",
+        }
+    }
+}
+
 impl LogLine {
     pub(crate) fn new(log: AccessLog, method: http::Method, path: String) -> Self {
         LogLine {
@@ -90,38 +99,25 @@ impl LogLine {
         &self.path
     }
 
-    /// Writes the line once the body reports how it ended.
-    pub(crate) async fn after(
-        mut self,
-        status: StatusCode,
-        handle: Option<RefusalHandle>,
-        finished: oneshot::Receiver<Ending>,
-    ) {
-        let ending = finished.await.unwrap_or(Ending::ClientGone);
-        let outcome = match handle {
-            // The guard settles the handle when its body ends or is dropped,
-            // which is at the latest just after the body above signalled.
-            Some(handle) => {
-                match tokio::time::timeout(Duration::from_secs(5), handle.settled()).await {
-                    Ok(Some(refusal)) => {
-                        let mut outcome = format!("{}({})", refusal.outcome, refusal.code());
-                        if let Some(reason) = refusal.reason {
-                            outcome.push_str(&format!(":{reason}"));
-                        }
-                        outcome
-                    }
-                    Ok(None) => "ok".to_owned(),
-                    Err(_) => "unsettled".to_owned(),
-                }
+    /// Writes the line for a response that ended as `ending`: at once when
+    /// the guard has settled (or does not guard this response), else from a
+    /// task that waits, boundedly, for it to settle.
+    fn after(mut self, ending: Ending, status: StatusCode, handle: Option<RefusalHandle>) {
+        match handle {
+            Some(handle) if !handle.is_settled() => {
+                tokio::spawn(async move {
+                    let settled =
+                        tokio::time::timeout(Duration::from_secs(5), handle.settled()).await;
+                    let outcome = match settled {
+                        Ok(refusal) => outcome(refusal),
+                        Err(_) => "unsettled".to_owned(),
+                    };
+                    self.write(status.as_u16(), &outcome, ending.note());
+                });
             }
-            None => "pass".to_owned(),
-        };
-        let note = match ending {
-            Ending::Complete => "",
-            Ending::Failed => "stream failed",
-            Ending::ClientGone => "client closed",
-        };
-        self.write(status.as_u16(), &outcome, note);
+            Some(handle) => self.write(status.as_u16(), &outcome(handle.get()), ending.note()),
+            None => self.write(status.as_u16(), "pass", ending.note()),
+        }
     }
 
     /// Writes the line now (status, outcome and an optional note).
@@ -172,29 +168,51 @@ impl Drop for LogLine {
     }
 }
 
-/// A response body that reports once how it ended.
+/// How a response came out, for its line: the line, status and handle.
+struct Report {
+    line: LogLine,
+    status: StatusCode,
+    handle: Option<RefusalHandle>,
+}
+
+/// A response body that writes its request's line once it has ended, failed
+/// or been dropped (the client left). Written here, in the body's own poll
+/// or drop, rather than by a task waiting on a channel: no task, channel or
+/// wake-up per request unless the guard has yet to settle.
 pub(crate) struct Tracked<B> {
-    body: Pin<Box<B>>,
-    done: Option<oneshot::Sender<Ending>>,
+    body: Option<Pin<Box<B>>>,
+    report: Option<Report>,
 }
 
 impl<B> Tracked<B> {
-    pub(crate) fn new(body: B, done: oneshot::Sender<Ending>) -> Self {
+    pub(crate) fn new(
+        body: B,
+        line: LogLine,
+        status: StatusCode,
+        handle: Option<RefusalHandle>,
+    ) -> Self {
         Tracked {
-            body: Box::pin(body),
-            done: Some(done),
+            body: Some(Box::pin(body)),
+            report: Some(Report {
+                line,
+                status,
+                handle,
+            }),
         }
     }
 
     fn finish(&mut self, ending: Ending) {
-        if let Some(done) = self.done.take() {
-            let _ = done.send(ending);
+        if let Some(report) = self.report.take() {
+            report.line.after(ending, report.status, report.handle);
         }
     }
 }
 
 impl<B> Drop for Tracked<B> {
     fn drop(&mut self) {
+        // The guarded body settles its handle when dropped: drop it first,
+        // so that the line can say how the response came out.
+        self.body = None;
         self.finish(Ending::ClientGone);
     }
 }
@@ -211,7 +229,10 @@ where
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let polled = self.body.as_mut().poll_frame(cx);
+        let Some(body) = self.body.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let polled = body.as_mut().poll_frame(cx);
         match polled {
             Poll::Pending => Poll::Pending,
             Poll::Ready(None) => {
@@ -223,7 +244,7 @@ where
                 Poll::Ready(Some(Err(error.into())))
             }
             Poll::Ready(Some(Ok(frame))) => {
-                if self.body.is_end_stream() {
+                if body.is_end_stream() {
                     self.finish(Ending::Complete);
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -232,12 +253,26 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        self.body.as_ref().map_or(true, |body| body.is_end_stream())
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        self.body
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), |body| body.size_hint())
     }
+}
+
+/// The outcome column: `ok`, or the refusal's outcome, code and reason.
+fn outcome(refusal: Option<crate::refusal::Refusal>) -> String {
+    let Some(refusal) = refusal else {
+        return "ok".to_owned();
+    };
+    let mut outcome = format!("{}({})", refusal.outcome, refusal.code());
+    if let Some(reason) = refusal.reason {
+        outcome.push_str(&format!(":{reason}"));
+    }
+    outcome
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@
 
 mod access_log;
 pub mod admin;
+mod client;
 mod errors;
 mod headers;
 mod options;
@@ -73,15 +74,15 @@ use tower_service::Service;
 
 use crate::body::BoxError;
 use crate::refusal::RefusalHandle;
-use crate::reqwest::ReqwestService;
 use crate::service::RefusalGuard;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
+pub use client::{client, UpstreamBody, UpstreamClient};
 pub use options::{Options, State};
 pub use run::run;
 pub use server::ServerLimits;
-pub use upstream::{client, TargetError, Upstream, UpstreamError};
+pub use upstream::{TargetError, Upstream, UpstreamError};
 
 use access_log::{AccessLog, LogLine, Tracked};
 use errors::error_response;
@@ -91,8 +92,8 @@ use headers::strip_hop_by_hop;
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// The service [`Proxy::new`] builds: the guard over response decoding over
-/// reqwest.
-pub type GuardedClient = RefusalGuard<Decompression<ReqwestService>>;
+/// the [`UpstreamClient`].
+pub type GuardedClient = RefusalGuard<Decompression<UpstreamClient>>;
 
 /// The proxy: a guarded service, the upstream it forwards to and the
 /// server's limits.
@@ -127,13 +128,14 @@ impl<S> fmt::Debug for Proxy<S> {
 }
 
 impl Proxy<GuardedClient> {
-    /// A proxy to `upstream` through `layer`, over the client of [`client`].
+    /// A proxy to `upstream` through `layer`, over the client of [`client`];
+    /// `Err` when the platform's certificate verifier cannot be set up.
     ///
     /// Under the guard sits tower-http's decompression, so a gzip-encoded
     /// refusal is seen (and recovered) like any other; the client receives
     /// the decoded bytes, which is valid whatever encoding it accepted.
-    pub fn new(upstream: Upstream, layer: &RefusalGuardLayer) -> Result<Self, ::reqwest::Error> {
-        let client = DecompressionLayer::new().layer(ReqwestService::new(client()?));
+    pub fn new(upstream: Upstream, layer: &RefusalGuardLayer) -> Result<Self, std::io::Error> {
+        let client = DecompressionLayer::new().layer(client()?);
         Ok(Proxy::with_service(upstream, layer.layer(client)))
     }
 }
@@ -254,7 +256,7 @@ impl<S> Proxy<S> {
 
 impl<S, RB> Proxy<S>
 where
-    S: Service<Request<::reqwest::Body>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S: Service<Request<UpstreamBody>, Response = Response<RB>> + Clone + Send + Sync + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     RB: Body<Data = Bytes> + Send + 'static,
@@ -291,17 +293,19 @@ where
         parts
             .headers
             .insert(http::header::HOST, shared.upstream.host());
-        let outbound = Request::from_parts(parts, ::reqwest::Body::wrap(body));
+        let outbound = Request::from_parts(parts, UpstreamBody::new(body));
 
         match shared.service.clone().oneshot(outbound).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
-                let handle = parts.extensions.get::<RefusalHandle>().cloned();
-                let (done, finished) = tokio::sync::oneshot::channel();
-                let status = parts.status;
-                tokio::spawn(line.after(status, handle, finished));
-                Response::from_parts(parts, Tracked::new(body, done).boxed_unsync())
+                let body = if shared.access_log.off {
+                    body.map_err(Into::into).boxed_unsync()
+                } else {
+                    let handle = parts.extensions.get::<RefusalHandle>().cloned();
+                    Tracked::new(body, line, parts.status, handle).boxed_unsync()
+                };
+                Response::from_parts(parts, body)
             }
             Err(error) => {
                 let message = format!(

@@ -35,10 +35,7 @@ const RESERVED_FDS: u64 = 64;
 pub fn run(options: Options) -> ExitCode {
     let _ = FORMAT.set(options.log_format);
     install_subscriber(&options);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime_builder().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             say(
@@ -49,6 +46,18 @@ pub fn run(options: Options) -> ExitCode {
         }
     };
     runtime.block_on(serve(options))
+}
+
+/// The multi-thread runtime when the process may run on more than one CPU;
+/// on one (a container limited to one CPU, a `taskset`), the current-thread
+/// runtime: the multi-thread one would still run the accept loop on the main
+/// thread and every connection on its one worker, handing wake-ups between
+/// the two threads on the same CPU for nothing.
+fn runtime_builder() -> tokio::runtime::Builder {
+    match std::thread::available_parallelism() {
+        Ok(cpus) if cpus.get() == 1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    }
 }
 
 /// The format of the proxy's own lines, set once at start.

@@ -151,7 +151,11 @@ impl InFlight {
 
 impl<S, RB> Proxy<S>
 where
-    S: Service<Request<::reqwest::Body>, Response = Response<RB>> + Clone + Send + Sync + 'static,
+    S: Service<Request<super::UpstreamBody>, Response = Response<RB>>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Into<BoxError>,
     RB: Body<Data = Bytes> + Send + 'static,

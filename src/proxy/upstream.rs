@@ -9,7 +9,6 @@
 //! about than resolving: a client of an LLM API never needs a dot segment.
 
 use std::fmt;
-use std::time::Duration;
 
 use http::header::HeaderValue;
 use http::{Method, Uri, Version};
@@ -234,19 +233,6 @@ fn percent_decode(input: &[u8]) -> Option<Vec<u8>> {
         }
     }
     changed.then_some(out)
-}
-
-/// The reqwest client the proxy uses by default: rustls, HTTP/1 and HTTP/2,
-/// no redirects (a redirect would carry credentials elsewhere), no system
-/// proxy, a 10 s connect timeout and no overall timeout (streams may run
-/// long).
-pub fn client() -> Result<::reqwest::Client, ::reqwest::Error> {
-    ::reqwest::Client::builder()
-        .redirect(::reqwest::redirect::Policy::none())
-        .no_proxy()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(60))
-        .build()
 }
 
 #[cfg(test)]

@@ -1,0 +1,305 @@
+//! What the proxy adds to a streamed request, against a bare forwarder, in
+//! the same run, over loopback.
+//!
+//! `cargo bench --bench proxy` (about 20 s). An in-process mock upstream
+//! streams a 200-event Anthropic answer (each event its own chunk) to a
+//! ~20 KB `"stream": true` request. The same request goes `direct` to the
+//! mock, through `floor` (a bare hyper forwarder: hyper's server, hyper-util's
+//! pooled client, bodies passed straight through) and through `guard` (the
+//! crate's proxy with the default layer, access log off). Each server runs
+//! on its own thread and single-threaded runtime, like a process of its own;
+//! the client sends one request at a time on a keep-alive connection. At the
+//! end the bench prints the mean time per request of each and the ratio
+//! guard ÷ floor, which is what the project tracks (the shared perf harness,
+//! `../shared/perf/bench.sh`, measures the same thing across processes).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, Criterion};
+use http::{Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use refusal_guard::proxy::{Proxy, Upstream};
+use refusal_guard::RefusalGuardLayer;
+use serde_json::json;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Events of text in the answer.
+const EVENTS: usize = 200;
+
+/// A body that yields prepared chunks, each its own frame.
+struct Chunks(VecDeque<Bytes>);
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+/// The mock's answer: message_start, a text block of `EVENTS` 20-byte
+/// deltas, message_delta and message_stop, one event per chunk.
+fn answer() -> Vec<Bytes> {
+    let event = |v: serde_json::Value| {
+        Bytes::from(format!(
+            "event: {}\ndata: {}\n\n",
+            v["type"].as_str().unwrap(),
+            v
+        ))
+    };
+    let mut events = vec![
+        event(
+            json!({"type":"message_start","message":{"id":"msg_bench","type":"message","role":"assistant","content":[],"model":"claude-mock-1","stop_reason":null,"usage":{"input_tokens":5000,"output_tokens":1}}}),
+        ),
+        event(
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+    ];
+    for i in 0..EVENTS {
+        events.push(event(
+            json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("word {i:04} of reply ")}}),
+        ));
+    }
+    events.push(event(json!({"type":"content_block_stop","index":0})));
+    events.push(event(
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":EVENTS}}),
+    ));
+    events.push(event(json!({"type":"message_stop"})));
+    events
+}
+
+/// A ~20 KB streamed request: a system prompt and five turns.
+fn request_body() -> Bytes {
+    let filler = "The quick brown fox jumps over the lazy dog. ".repeat(75);
+    let turns: Vec<_> = (0..5)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "content": format!("Turn {i}. {filler}")})
+        })
+        .collect();
+    let body = json!({
+        "model": "claude-mock-1", "max_tokens": 1024, "stream": true,
+        "system": format!("You are a helpful assistant. {filler}"),
+        "messages": turns,
+    });
+    Bytes::from(body.to_string())
+}
+
+/// Runs `serve` on a thread of its own with a single-threaded runtime (as a
+/// process of its own would) and returns the address it listens on.
+fn spawn_server<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            sender.send(listener.local_addr().unwrap()).unwrap();
+            serve(listener).await;
+        });
+    });
+    receiver.recv().unwrap()
+}
+
+/// Serves every connection on `listener` with `service` (HTTP/1).
+async fn accept_loop<S, B>(listener: tokio::net::TcpListener, service: S)
+where
+    S: Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<B>>>> + Clone + 'static,
+    B: Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    loop {
+        let (stream, _) = listener.accept().await.unwrap();
+        let _ = stream.set_nodelay(true);
+        let service = service.clone();
+        tokio::task::spawn_local(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let response = service(request);
+                async move { Ok::<_, Infallible>(response.await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Runs `accept_loop` inside a `LocalSet` (its tasks are not `Send`).
+async fn local_accept_loop<S, B>(listener: tokio::net::TcpListener, service: S)
+where
+    S: Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<B>>>> + Clone + 'static,
+    B: Body<Data = Bytes> + 'static,
+    B::Error: Into<BoxError>,
+{
+    tokio::task::LocalSet::new()
+        .run_until(accept_loop(listener, service))
+        .await;
+}
+
+/// The mock upstream: reads the request whole, then streams the answer.
+fn mock_upstream() -> SocketAddr {
+    let answer = Arc::new(answer());
+    spawn_server(move |listener| {
+        local_accept_loop(listener, move |request: Request<Incoming>| {
+            let answer = answer.clone();
+            Box::pin(async move {
+                let _ = request.into_body().collect().await;
+                Response::builder()
+                    .header("content-type", "text/event-stream")
+                    .body(Chunks(answer.iter().cloned().collect()))
+                    .unwrap()
+            })
+        })
+    })
+}
+
+/// The floor: hyper's server and hyper-util's pooled client, bodies passed
+/// straight through, the URL and `Host` rewritten.
+fn floor(upstream: SocketAddr) -> SocketAddr {
+    spawn_server(move |listener| {
+        let client: Client<HttpConnector, Incoming> =
+            Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+        local_accept_loop(listener, move |request: Request<Incoming>| {
+            let client = client.clone();
+            Box::pin(async move {
+                let (mut parts, body) = request.into_parts();
+                let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                parts.uri = format!("http://{upstream}{path}").parse().unwrap();
+                parts
+                    .headers
+                    .insert(http::header::HOST, upstream.to_string().parse().unwrap());
+                match client.request(Request::from_parts(parts, body)).await {
+                    Ok(response) => response.map(|body| body.map_err(BoxError::from).boxed()),
+                    Err(error) => Response::builder()
+                        .status(502)
+                        .body(
+                            Full::new(Bytes::from(error.to_string()))
+                                .map_err(|never| match never {})
+                                .boxed(),
+                        )
+                        .unwrap(),
+                }
+            })
+        })
+    })
+}
+
+/// The crate's proxy with the default layer, access log off.
+fn guard(upstream: SocketAddr) -> SocketAddr {
+    spawn_server(move |listener| async move {
+        let upstream = Upstream::parse(&format!("http://{upstream}")).unwrap();
+        let proxy = Proxy::new(upstream, &RefusalGuardLayer::new())
+            .unwrap()
+            .access_log(false);
+        let _ = proxy.serve(listener, std::future::pending()).await;
+    })
+}
+
+/// Sends the request to `target` and reads the answer to its end.
+async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Uri, body: &Bytes) {
+    let request = Request::post(target.clone())
+        .header("content-type", "application/json")
+        .header("anthropic-version", "2023-06-01")
+        .header("x-api-key", "bench")
+        .body(Full::new(body.clone()))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    assert!(bytes.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+}
+
+/// The measured time and request count of each benchmark.
+type Tally = Arc<Mutex<Vec<(&'static str, Duration, u64)>>>;
+
+fn bench(c: &mut Criterion) {
+    let upstream = mock_upstream();
+    let targets = [
+        ("direct", upstream),
+        ("floor", floor(upstream)),
+        ("guard", guard(upstream)),
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let body = request_body();
+    let tally: Tally = Arc::default();
+    let mut group = c.benchmark_group("proxy_200_events");
+    for (name, addr) in targets {
+        let target: http::Uri = format!("http://{addr}/v1/messages").parse().unwrap();
+        runtime.block_on(exchange(&client, &target, &body));
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let started = Instant::now();
+                runtime.block_on(async {
+                    for _ in 0..iters {
+                        exchange(&client, &target, &body).await;
+                    }
+                });
+                let elapsed = started.elapsed();
+                tally.lock().unwrap().push((name, elapsed, iters));
+                elapsed
+            })
+        });
+    }
+    group.finish();
+    report(&tally.lock().unwrap());
+}
+
+/// Prints the mean time per request of each and guard ÷ floor.
+fn report(tally: &[(&'static str, Duration, u64)]) {
+    let mean = |name: &str| {
+        let (time, count) = tally
+            .iter()
+            .filter(|(n, _, _)| *n == name)
+            .fold((0.0, 0u64), |(t, c), (_, d, i)| {
+                (t + d.as_secs_f64(), c + i)
+            });
+        time / count.max(1) as f64
+    };
+    let (direct, floor, guard) = (mean("direct"), mean("floor"), mean("guard"));
+    println!(
+        "proxy_200_events mean per request: direct {:.1} µs, floor {:.1} µs, guard {:.1} µs; \
+         guard ÷ floor = {:.2}x",
+        direct * 1e6,
+        floor * 1e6,
+        guard * 1e6,
+        guard / floor
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(20)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    targets = bench
+}
+criterion_main!(benches);
