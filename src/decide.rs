@@ -82,6 +82,7 @@ impl<S> Exchange<S> {
             result: AttemptResult::Served,
             status: Some(held.status()),
             latency_ms: millis(sent.elapsed()),
+            usage: None,
         };
 
         // The upstream went quiet before any output: nothing was sent yet, so
@@ -99,6 +100,7 @@ impl<S> Exchange<S> {
                 let info = info.clone();
                 let original_attempt = Attempt {
                     result: AttemptResult::Refused,
+                    usage: info.usage,
                     ..original_attempt
                 };
                 self.recover(held, info, original_attempt, request_id).await
@@ -114,6 +116,7 @@ impl<S> Exchange<S> {
                 };
                 let attempts = vec![Attempt {
                     result: AttemptResult::Refused,
+                    usage: info.usage,
                     ..original_attempt
                 }];
                 call.emit(&refusal, attempts);
@@ -369,6 +372,7 @@ impl Climb {
             result: AttemptResult::TransportError,
             status: None,
             latency_ms: millis(sent.elapsed()),
+            usage: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -451,6 +455,7 @@ impl Climb {
             Verdict::Refused { info: again, .. } => {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
                 self.last = again.clone();
+                record.usage = again.usage;
                 (AttemptResult::Refused, DeadReason::StillRefused)
             }
             Verdict::Ended => (AttemptResult::NoOutput, DeadReason::NoOutput),
