@@ -410,3 +410,57 @@ impl StreamInspector for GeminiStream {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    fn blocked(usage: Value) -> Value {
+        json!({"candidates": [{"finishReason": "SAFETY"}], "usageMetadata": usage})
+    }
+
+    #[test]
+    fn a_refusal_takes_its_chunks_usage_with_thinking_as_output() {
+        let usage = json!({"promptTokenCount": 40, "cachedContentTokenCount": 10,
+            "candidatesTokenCount": 2, "thoughtsTokenCount": 25});
+        let refusal = GeminiGenerateContent
+            .inspect_json(&blocked(usage))
+            .refusal
+            .unwrap();
+        let expected = Usage::new()
+            .input_tokens(30)
+            .output_tokens(27)
+            .cache_read_tokens(10);
+        assert_eq!(refusal.usage, Some(expected));
+    }
+
+    #[test]
+    fn only_chunks_after_a_refusal_report_usage() {
+        let answer = json!({"candidates": [{"content": {"parts": [{"text": "Hi"}]}}],
+            "usageMetadata": {"promptTokenCount": 5}});
+        let later = json!({"usageMetadata": {"promptTokenCount": 40, "candidatesTokenCount": 1}});
+        let stream = format!(
+            "data: {answer}\n\ndata: {}\n\ndata: {later}\n\n",
+            blocked(json!({"promptTokenCount": 40}))
+        );
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from(stream)).unwrap();
+        let mut inspector = GeminiGenerateContent.stream_inspector();
+        let seen: Vec<Observation> = std::iter::from_fn(|| framer.next_frame())
+            .map(|frame| inspector.observe(&frame, false))
+            .collect();
+        assert_eq!(seen[0].usage, None);
+        assert_eq!(
+            seen[1].refusal.as_ref().unwrap().usage,
+            Some(Usage::new().input_tokens(40))
+        );
+        assert_eq!(
+            seen[2].usage,
+            Some(Usage::new().input_tokens(40).output_tokens(1))
+        );
+    }
+}

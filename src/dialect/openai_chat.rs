@@ -413,3 +413,67 @@ impl ChatStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    fn observe_all(stream: &str) -> Vec<Observation> {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from(stream.to_owned())).unwrap();
+        let mut inspector = OpenAiChat.stream_inspector();
+        std::iter::from_fn(|| framer.next_frame())
+            .map(|frame| inspector.observe(&frame, false))
+            .collect()
+    }
+
+    fn chunk(choices: Value, usage: Value) -> String {
+        let chunk = json!({"object": "chat.completion.chunk", "model": "gpt-4o",
+            "choices": choices, "usage": usage});
+        format!("data: {chunk}\n\n")
+    }
+
+    #[test]
+    fn a_refused_body_reports_usage_with_cached_tokens_taken_out() {
+        let body = json!({
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null},
+                "finish_reason": "content_filter"}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 0, "total_tokens": 1000,
+                "prompt_tokens_details": {"cached_tokens": 400}},
+        });
+        let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
+        let expected = Usage::new()
+            .input_tokens(600)
+            .output_tokens(0)
+            .cache_read_tokens(400);
+        assert_eq!(refusal.usage, Some(expected));
+    }
+
+    #[test]
+    fn a_stream_reports_the_usage_after_its_refusal_and_never_an_answers() {
+        let usage = json!({"prompt_tokens": 50, "completion_tokens": 0});
+        let refused = chunk(
+            json!([{"index": 0, "delta": {}, "finish_reason": "content_filter"}]),
+            Value::Null,
+        ) + &chunk(json!([]), usage.clone())
+            + "data: [DONE]\n\n";
+        let seen = observe_all(&refused);
+        assert!(seen[0].refusal.is_some());
+        let expected = Usage::new().input_tokens(50).output_tokens(0);
+        assert_eq!(seen[1].usage, Some(expected));
+
+        let answered = chunk(
+            json!([{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]),
+            Value::Null,
+        ) + &chunk(json!([]), usage)
+            + "data: [DONE]\n\n";
+        assert!(observe_all(&answered)
+            .iter()
+            .all(|seen| seen.usage.is_none()));
+    }
+}

@@ -333,3 +333,41 @@ impl StreamInspector for ResponsesStream {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    #[test]
+    fn the_terminal_event_carries_the_refusals_usage() {
+        let response = json!({
+            "model": "gpt-4o", "status": "incomplete", "output": [],
+            "incomplete_details": {"reason": "content_filter"},
+            "usage": {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 600},
+                "output_tokens": 3},
+        });
+        let event = json!({"type": "response.incomplete", "response": response});
+        let mut framer = SseFramer::new();
+        framer
+            .push(Bytes::from(format!(
+                "event: response.incomplete\ndata: {event}\n\n"
+            )))
+            .unwrap();
+        let frame = framer.next_frame().unwrap();
+        let seen = OpenAiResponses.stream_inspector().observe(&frame, false);
+        let expected = Usage::new()
+            .input_tokens(300)
+            .output_tokens(3)
+            .cache_read_tokens(600);
+        assert!(seen.refusal.is_some());
+        assert_eq!(seen.usage, Some(expected));
+        assert_eq!(
+            OpenAiResponses.inspect_json(&response).usage,
+            Some(expected)
+        );
+    }
+}
