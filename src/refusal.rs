@@ -314,29 +314,54 @@ pub struct Usage {
 
 impl Usage {
     /// No counts known.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new(), Usage::default());
+    /// ```
     pub fn new() -> Self {
         Usage::default()
     }
 
     /// With `tokens` prompt tokens read fresh.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().input_tokens(3).input_tokens, Some(3));
+    /// ```
     pub fn input_tokens(mut self, tokens: u64) -> Self {
         self.input_tokens = Some(tokens);
         self
     }
 
     /// With `tokens` generated tokens.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().output_tokens(3).output_tokens, Some(3));
+    /// ```
     pub fn output_tokens(mut self, tokens: u64) -> Self {
         self.output_tokens = Some(tokens);
         self
     }
 
     /// With `tokens` prompt tokens read from the cache.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().cache_read_tokens(3).cache_read_tokens, Some(3));
+    /// ```
     pub fn cache_read_tokens(mut self, tokens: u64) -> Self {
         self.cache_read_tokens = Some(tokens);
         self
     }
 
     /// With `tokens` prompt tokens written to the cache.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().cache_write_tokens(3).cache_write_tokens, Some(3));
+    /// ```
     pub fn cache_write_tokens(mut self, tokens: u64) -> Self {
         self.cache_write_tokens = Some(tokens);
         self
@@ -471,6 +496,12 @@ pub struct Attempt {
 
 impl Attempt {
     /// An attempt of this step that ended so, with nothing else known.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Refused);
+    /// assert_eq!((attempt.model, attempt.status, attempt.usage), (None, None, None));
+    /// ```
     pub fn new(step: AttemptStep, result: AttemptResult) -> Self {
         Attempt {
             step,
@@ -483,24 +514,49 @@ impl Attempt {
     }
 
     /// Asking for `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Rescue, AttemptResult::Served).model("m");
+    /// assert_eq!(attempt.model.as_deref(), Some("m"));
+    /// ```
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
         self
     }
 
     /// Answered with this HTTP status.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::HttpError).status(529);
+    /// assert_eq!(attempt.status, Some(529));
+    /// ```
     pub fn status(mut self, status: u16) -> Self {
         self.status = Some(status);
         self
     }
 
     /// Decided `latency_ms` milliseconds after it was sent.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Served).latency_ms(40);
+    /// assert_eq!(attempt.latency_ms, 40);
+    /// ```
     pub fn latency_ms(mut self, latency_ms: u64) -> Self {
         self.latency_ms = latency_ms;
         self
     }
 
     /// Costing these tokens.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(12));
+    /// assert_eq!(attempt.usage.unwrap().total_tokens(), 12);
+    /// ```
     pub fn usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
         self
@@ -583,54 +639,109 @@ impl Refusal {
     }
 
     /// Refused by `provider` (by default, the one `wire_api` belongs to).
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).provider(Provider::Google);
+    /// assert_eq!(refusal.provider, Provider::Google);
+    /// ```
     pub fn provider(mut self, provider: Provider) -> Self {
         self.provider = provider;
         self
     }
 
     /// Expressed this way.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::GeminiGenerateContent, Outcome::Dead).signal(RefusalSignal::BlockedPrompt);
+    /// assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    /// ```
     pub fn signal(mut self, signal: RefusalSignal) -> Self {
         self.signal = signal;
         self
     }
 
     /// In the provider's `category`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).category("cyber");
+    /// assert_eq!(refusal.code(), "cyber");
+    /// ```
     pub fn category(mut self, category: impl Into<String>) -> Self {
         self.category = Some(category.into());
         self
     }
 
     /// With the provider's `explanation`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).explanation("policy");
+    /// assert_eq!(refusal.explanation.as_deref(), Some("policy"));
+    /// ```
     pub fn explanation(mut self, explanation: impl Into<String>) -> Self {
         self.explanation = Some(explanation.into());
         self
     }
 
     /// By `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::OpenAiResponses, Outcome::Dead).model("gpt-x");
+    /// assert_eq!(refusal.model.as_deref(), Some("gpt-x"));
+    /// ```
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
         self
     }
 
     /// With the provider's request id.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::OpenAiResponses, Outcome::Dead).request_id("req_1");
+    /// assert_eq!(refusal.request_id.as_deref(), Some("req_1"));
+    /// ```
     pub fn request_id(mut self, request_id: impl Into<String>) -> Self {
         self.request_id = Some(request_id.into());
         self
     }
 
     /// Empty or partial.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Partial).kind(RefusalKind::Partial);
+    /// assert_eq!(refusal.kind, RefusalKind::Partial);
+    /// ```
     pub fn kind(mut self, kind: RefusalKind) -> Self {
         self.kind = kind;
         self
     }
 
     /// Dead for this reason.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).reason(DeadReason::RescueCap);
+    /// assert_eq!(refusal.reason, Some(DeadReason::RescueCap));
+    /// ```
     pub fn reason(mut self, reason: DeadReason) -> Self {
         self.reason = Some(reason);
         self
     }
 
     /// Served to the client by `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Fallback).served_model("claude-y");
+    /// assert!(refusal.recovered());
+    /// assert_eq!(refusal.served_model.as_deref(), Some("claude-y"));
+    /// ```
     pub fn served_model(mut self, model: impl Into<String>) -> Self {
         self.served_model = Some(model.into());
         self

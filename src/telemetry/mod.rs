@@ -221,6 +221,19 @@ impl RefusalRecord {
 
     /// With these attempts, in order; [`usage`](RefusalRecord::usage)
     /// becomes their total.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// use refusal_guard::telemetry::RefusalRecord;
+    ///
+    /// let refused = Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(10));
+    /// let again = Attempt::new(AttemptStep::Rescue, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(12).output_tokens(1));
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal).attempts(vec![refused, again]);
+    /// assert_eq!(record.usage, Some(Usage::new().input_tokens(22).output_tokens(1)));
+    /// ```
     pub fn attempts(mut self, attempts: Vec<Attempt>) -> Self {
         self.usage = attempts.iter().filter_map(|a| a.usage).reduce(|a, b| a + b);
         self.attempts = attempts;
@@ -229,12 +242,27 @@ impl RefusalRecord {
 
     /// Of the conversation with this key. It should already be hashed:
     /// records end up in files that outlive the conversation.
+    ///
+    /// ```
+    /// # use refusal_guard::refusal::*;
+    /// # use refusal_guard::telemetry::RefusalRecord;
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal).conversation("9f86d081");
+    /// assert_eq!(record.conversation.as_deref(), Some("9f86d081"));
+    /// ```
     pub fn conversation(mut self, key: impl Into<String>) -> Self {
         self.conversation = Some(key.into());
         self
     }
 
     /// Settled `latency_ms` milliseconds after the original request.
+    ///
+    /// ```
+    /// # use refusal_guard::refusal::*;
+    /// # use refusal_guard::telemetry::RefusalRecord;
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// assert_eq!(RefusalRecord::new(&refusal).latency_ms(840).latency_ms, 840);
+    /// ```
     pub fn latency_ms(mut self, latency_ms: u64) -> Self {
         self.latency_ms = latency_ms;
         self
