@@ -392,8 +392,8 @@ impl Usage {
     }
 
     /// Each count with its short name (`input`, `output`, `cache_read`,
-    /// `cache_write`), the `kind` label of
-    /// [`REFUSED_TOKENS`](crate::metrics::REFUSED_TOKENS).
+    /// `cache_write`), the `kind` label of the
+    /// `refusal_guard_refused_tokens_total` metric.
     ///
     /// ```
     /// use refusal_guard::refusal::Usage;
