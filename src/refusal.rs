@@ -489,9 +489,24 @@ pub struct Attempt {
     pub latency_ms: u64,
     /// The tokens the provider reported for a refused response, when it
     /// reported any. The guard reads usage only from responses it judged
-    /// refused: answers it served are the client's to account.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// refused: answers it served are the client's to account. A value this
+    /// version cannot read is `None`, not a reason to drop the attempt.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_usage"
+    )]
     pub usage: Option<Usage>,
+}
+
+/// Reads an attempt's usage, turning one this version cannot read (a newer
+/// writer's, a hand-edited line's) into `None`.
+fn lenient_usage<'de, D>(deserializer: D) -> Result<Option<Usage>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|value| serde_json::from_value(value).ok()))
 }
 
 impl Attempt {

@@ -395,8 +395,8 @@ fn pi_refusal_guard_lines_are_read_with_defaults() {
 fn unknown_values_from_newer_writers_do_not_reject_the_line() {
     let line = r#"{"ts":"2026-11-29T17:44:06.123Z","model":"m","category":null,"explanation":null,
         "outcome":"dead","reason":"some_future_reason","provider":"mistral","wire_api":"x",
-        "signal":"telepathy","kind":"both","attempts":[{"step":"original","model":"m","result":"refused","latency_ms":5},{"step":"teleport"}],
-        "latency_ms":7,"new_field":{"nested":true}}"#;
+        "signal":"telepathy","kind":"both","attempts":[{"step":"original","model":"m","result":"refused","latency_ms":5,"usage":{"input_tokens":-3}},{"step":"teleport"}],
+        "latency_ms":7,"new_field":{"nested":true},"usage":"lots"}"#;
     let record: RefusalRecord = serde_json::from_str(line).unwrap();
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, None);
@@ -404,6 +404,11 @@ fn unknown_values_from_newer_writers_do_not_reject_the_line() {
     assert_eq!(record.signal, None);
     assert_eq!(record.kind, None);
     assert_eq!(record.attempts.len(), 1, "the parsable attempt is kept");
+    assert_eq!(
+        record.attempts[0].usage, None,
+        "usage it cannot read is unknown"
+    );
+    assert_eq!(record.usage, None);
     assert_eq!(record.latency_ms, 7);
 }
 
