@@ -4,6 +4,10 @@
 //! cargo run --example refusals -- [--log PATH]... [--json | --html FILE] [clear]
 //! ```
 //!
+//! The report counts refusals by outcome, category, model and dead reason,
+//! adds up the tokens refused attempts cost (by the model that refused and
+//! by category), and lists the five most recent.
+//!
 //! The log is `--log PATH`, else `$REFUSAL_GUARD_LOG`, else
 //! `~/.refusal-guard/refusals.jsonl`. `--html FILE` writes the dashboard (one
 //! self-contained page) of every `--log` given, read as one log. A missing log is not an error: it means

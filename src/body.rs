@@ -64,6 +64,7 @@ impl Findings {
                     None => said,
                 }),
                 credit_token: None,
+                usage: None,
             });
             self.output = false;
         }
@@ -90,6 +91,19 @@ impl Findings {
                 self.partial_refusal.get_or_insert(refusal);
             } else {
                 self.empty_refusal.get_or_insert(refusal);
+            }
+        }
+        // Usage reported after the refusal is its cost (a running total).
+        if let Some(usage) = seen.usage {
+            let refused = self
+                .partial_refusal
+                .as_mut()
+                .or(self.empty_refusal.as_mut());
+            if let Some(refused) = refused {
+                refused
+                    .usage
+                    .get_or_insert_with(Default::default)
+                    .update(usage);
             }
         }
         if self.server_fallback.is_none() {

@@ -70,12 +70,10 @@ impl Call {
             latency_ms,
             "refusal"
         );
-        let record = RefusalRecord::new(
-            refusal,
-            attempts,
-            self.conversation.as_ref().map(|k| k.as_str().to_owned()),
-            latency_ms,
-        );
+        let mut record = RefusalRecord::new(refusal)
+            .attempts(attempts)
+            .latency_ms(latency_ms);
+        record.conversation = self.conversation.as_ref().map(|k| k.as_str().to_owned());
         // A sink that panics must not take the request down with it.
         let sink = self.config.telemetry.clone();
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()

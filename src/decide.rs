@@ -138,6 +138,7 @@ impl<S> Exchange<S> {
             result: AttemptResult::Served,
             status: Some(held.status()),
             latency_ms: millis(self.sent.elapsed()),
+            usage: None,
         };
 
         // A broken connection is served as it came: what arrived, then its
@@ -152,6 +153,7 @@ impl<S> Exchange<S> {
                 let info = info.clone();
                 let original_attempt = Attempt {
                     result: AttemptResult::Refused,
+                    usage: info.usage,
                     ..original_attempt
                 };
                 self.recover(held, info, original_attempt, request_id).await
@@ -167,6 +169,7 @@ impl<S> Exchange<S> {
                 };
                 let attempts = vec![Attempt {
                     result: AttemptResult::Refused,
+                    usage: info.usage,
                     ..original_attempt
                 }];
                 Decision::Dead {
@@ -431,6 +434,7 @@ impl Climb {
             result: AttemptResult::TransportError,
             status: None,
             latency_ms: millis(sent.elapsed()),
+            usage: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -506,6 +510,7 @@ impl Climb {
             Verdict::Refused { info: again, .. } => {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
                 self.last = again.clone();
+                record.usage = again.usage;
                 (AttemptResult::Refused, DeadReason::StillRefused)
             }
             Verdict::Ended => (AttemptResult::NoOutput, DeadReason::NoOutput),

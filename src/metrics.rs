@@ -9,6 +9,7 @@
 //! |---|---|---|
 //! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome` |
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result` |
+//! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
@@ -22,10 +23,12 @@
 //! the telemetry module's `MetricsSink`, so they agree with the JSONL log
 //! line for line; the rest is recorded by the guard itself.
 //!
-//! No label carries prompt text, keys, models or anything else unbounded:
-//! labels are the crate's own words, and a provider's category is kept only
-//! while it looks like a category (short, `[A-Za-z0-9_.-]`) and only for the
-//! first [`MAX_CATEGORIES`] seen; past that it is counted as `other`.
+//! No label carries prompt text, keys or anything else unbounded: labels
+//! are the crate's own words, and a provider's category is kept only while
+//! it looks like a category (short, `[A-Za-z0-9_.-]`) and only for the first
+//! [`MAX_CATEGORIES`] seen; past that it is counted as `other`. A model (the
+//! `model` label of [`REFUSED_TOKENS`] only) is bounded the same way, by
+//! [`model_label`].
 //!
 //! ```
 //! use refusal_guard::metrics;
@@ -52,6 +55,12 @@ pub const REFUSALS: &str = "refusal_guard_refusals_total";
 /// `rescue`, or `retarget` for a provider's server-side fallback; `result` as
 /// in [`AttemptResult`](crate::refusal::AttemptResult)).
 pub const RECOVERY_ATTEMPTS: &str = "refusal_guard_recovery_attempts_total";
+/// Tokens the provider reported for refused attempts (the original and any
+/// recovery attempt that refused), by the model that refused, the refusal's
+/// category, and `kind`: `input`, `output`, `cache_read` or `cache_write`
+/// (see [`Usage`](crate::refusal::Usage)). Counted from each record's
+/// attempts, so it agrees with the log.
+pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
 /// Seconds from the original request to a refusal's settled outcome.
 pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
 /// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
@@ -74,6 +83,10 @@ pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
 
 /// How many distinct categories get their own label value.
 pub const MAX_CATEGORIES: usize = 32;
+/// How many distinct models get their own label value.
+pub const MAX_MODELS: usize = 32;
+/// The longest model name kept as a label value.
+const MAX_MODEL_LEN: usize = 96;
 /// The longest category kept as a label value.
 const MAX_CATEGORY_LEN: usize = 48;
 
@@ -89,6 +102,11 @@ pub fn describe() {
         RECOVERY_ATTEMPTS,
         Unit::Count,
         "Recovery requests sent after a refusal, by step and result"
+    );
+    describe_counter!(
+        REFUSED_TOKENS,
+        Unit::Count,
+        "Tokens the provider reported for refused attempts, by model, category and kind"
     );
     describe_histogram!(
         RECOVERY_LATENCY,
@@ -154,6 +172,42 @@ pub fn category_label(category: Option<&str>) -> SharedString {
     if seen.contains(category) || seen.len() < MAX_CATEGORIES {
         seen.insert(category.to_owned());
         SharedString::from(category.to_owned())
+    } else {
+        SharedString::const_str("other")
+    }
+}
+
+/// The `model` label value for a model name: `none` when there is none,
+/// the name itself while it looks like one (`[A-Za-z0-9_.:/@-]`, at most 96
+/// bytes) and is among the first [`MAX_MODELS`] seen by this process,
+/// `other` otherwise.
+///
+/// ```
+/// use refusal_guard::metrics::model_label;
+///
+/// assert_eq!(&*model_label(Some("claude-opus-4-7")), "claude-opus-4-7");
+/// assert_eq!(&*model_label(Some("no spaces, please")), "other");
+/// ```
+pub fn model_label(model: Option<&str>) -> SharedString {
+    static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    let Some(model) = model else {
+        return SharedString::const_str("none");
+    };
+    let plausible = !model.is_empty()
+        && model.len() <= MAX_MODEL_LEN
+        && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:/@".contains(&b));
+    if !plausible || model == "other" || model == "none" {
+        return SharedString::const_str("other");
+    }
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if seen.contains(model) || seen.len() < MAX_MODELS {
+        seen.insert(model.to_owned());
+        SharedString::from(model.to_owned())
     } else {
         SharedString::const_str("other")
     }

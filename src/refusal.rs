@@ -78,6 +78,22 @@ impl WireApi {
     }
 }
 
+impl WireApi {
+    /// The provider whose API this is (Vertex AI's Claude is Anthropic's).
+    ///
+    /// ```
+    /// use refusal_guard::refusal::{Provider, WireApi};
+    /// assert_eq!(WireApi::OpenAiResponses.provider(), Provider::OpenAi);
+    /// ```
+    pub fn provider(self) -> Provider {
+        match self {
+            WireApi::AnthropicMessages => Provider::Anthropic,
+            WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => Provider::OpenAi,
+            WireApi::GeminiGenerateContent => Provider::Google,
+        }
+    }
+}
+
 impl fmt::Display for WireApi {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -253,8 +269,212 @@ pub enum AttemptResult {
     NoOutput,
 }
 
+/// Tokens a provider reported for one response: what an attempt cost.
+///
+/// Every count is `None` when the response did not say. The words mean the
+/// same for every provider, so totals add up across them:
+///
+/// - `input_tokens`: prompt tokens read fresh, *not* from the cache (OpenAI's
+///   and Gemini's prompt counts include cached tokens; they are subtracted).
+/// - `output_tokens`: generated tokens, reasoning or thinking included
+///   (Gemini's `thoughtsTokenCount` is added to its candidates' count).
+/// - `cache_read_tokens`: prompt tokens served from the cache (Anthropic
+///   `cache_read_input_tokens`, OpenAI `cached_tokens`, Gemini
+///   `cachedContentTokenCount`).
+/// - `cache_write_tokens`: prompt tokens written to the cache (Anthropic
+///   `cache_creation_input_tokens`; the others do not report it).
+///
+/// ```
+/// use refusal_guard::refusal::Usage;
+///
+/// let first = Usage::new().input_tokens(1200).output_tokens(3);
+/// let second = Usage::new().input_tokens(1200).cache_read_tokens(800);
+/// let total = first + second;
+/// assert_eq!(total.input_tokens, Some(2400));
+/// assert_eq!(total.cache_read_tokens, Some(800));
+/// assert_eq!(total.cache_write_tokens, None);
+/// assert_eq!(total.total_tokens(), 3203);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Usage {
+    /// Prompt tokens read fresh (not from the cache).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_tokens: Option<u64>,
+    /// Generated tokens, reasoning included.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_tokens: Option<u64>,
+    /// Prompt tokens read from the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<u64>,
+    /// Prompt tokens written to the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_write_tokens: Option<u64>,
+}
+
+impl Usage {
+    /// No counts known.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new(), Usage::default());
+    /// ```
+    pub fn new() -> Self {
+        Usage::default()
+    }
+
+    /// With `tokens` prompt tokens read fresh.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().input_tokens(3).input_tokens, Some(3));
+    /// ```
+    pub fn input_tokens(mut self, tokens: u64) -> Self {
+        self.input_tokens = Some(tokens);
+        self
+    }
+
+    /// With `tokens` generated tokens.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().output_tokens(3).output_tokens, Some(3));
+    /// ```
+    pub fn output_tokens(mut self, tokens: u64) -> Self {
+        self.output_tokens = Some(tokens);
+        self
+    }
+
+    /// With `tokens` prompt tokens read from the cache.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().cache_read_tokens(3).cache_read_tokens, Some(3));
+    /// ```
+    pub fn cache_read_tokens(mut self, tokens: u64) -> Self {
+        self.cache_read_tokens = Some(tokens);
+        self
+    }
+
+    /// With `tokens` prompt tokens written to the cache.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// assert_eq!(Usage::new().cache_write_tokens(3).cache_write_tokens, Some(3));
+    /// ```
+    pub fn cache_write_tokens(mut self, tokens: u64) -> Self {
+        self.cache_write_tokens = Some(tokens);
+        self
+    }
+
+    /// Whether no count is known.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::Usage;
+    /// assert!(Usage::new().is_empty());
+    /// assert!(!Usage::new().output_tokens(0).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.kinds().iter().all(|(_, count)| count.is_none())
+    }
+
+    /// The sum of every known count.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::Usage;
+    /// assert_eq!(Usage::new().input_tokens(10).output_tokens(2).total_tokens(), 12);
+    /// ```
+    pub fn total_tokens(&self) -> u64 {
+        self.kinds()
+            .iter()
+            .filter_map(|(_, count)| *count)
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Each count with its short name (`input`, `output`, `cache_read`,
+    /// `cache_write`), the `kind` label of the
+    /// `refusal_guard_refused_tokens_total` metric.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::Usage;
+    /// let usage = Usage::new().output_tokens(7);
+    /// assert_eq!(usage.kinds()[1], ("output", Some(7)));
+    /// ```
+    pub fn kinds(&self) -> [(&'static str, Option<u64>); 4] {
+        [
+            ("input", self.input_tokens),
+            ("output", self.output_tokens),
+            ("cache_read", self.cache_read_tokens),
+            ("cache_write", self.cache_write_tokens),
+        ]
+    }
+
+    /// `later` laid over `self`: the counts `later` knows replace these.
+    /// Providers that repeat usage during a response report running totals,
+    /// so the last report of each count is the response's.
+    pub(crate) fn update(&mut self, later: Usage) {
+        let pairs = [
+            (&mut self.input_tokens, later.input_tokens),
+            (&mut self.output_tokens, later.output_tokens),
+            (&mut self.cache_read_tokens, later.cache_read_tokens),
+            (&mut self.cache_write_tokens, later.cache_write_tokens),
+        ];
+        for (count, later) in pairs {
+            if later.is_some() {
+                *count = later;
+            }
+        }
+    }
+}
+
+fn add_counts(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
+    /// Adds the counts; a count known on one side only is kept as it is.
+    fn add(self, other: Usage) -> Usage {
+        Usage {
+            input_tokens: add_counts(self.input_tokens, other.input_tokens),
+            output_tokens: add_counts(self.output_tokens, other.output_tokens),
+            cache_read_tokens: add_counts(self.cache_read_tokens, other.cache_read_tokens),
+            cache_write_tokens: add_counts(self.cache_write_tokens, other.cache_write_tokens),
+        }
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        *self = *self + other;
+    }
+}
+
+impl std::iter::Sum for Usage {
+    fn sum<I: Iterator<Item = Usage>>(iter: I) -> Usage {
+        iter.fold(Usage::default(), |total, usage| total + usage)
+    }
+}
+
 /// One request the guard sent upstream for a call.
+///
+/// ```
+/// use refusal_guard::refusal::{Attempt, AttemptResult, AttemptStep, Usage};
+///
+/// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Refused)
+///     .model("claude-fallback")
+///     .status(200)
+///     .latency_ms(12)
+///     .usage(Usage::new().input_tokens(900).output_tokens(4));
+/// assert_eq!(attempt.model.as_deref(), Some("claude-fallback"));
+/// assert_eq!(attempt.usage.unwrap().output_tokens, Some(4));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Attempt {
     /// What the attempt was.
     pub step: AttemptStep,
@@ -267,6 +487,95 @@ pub struct Attempt {
     pub status: Option<u16>,
     /// Milliseconds from sending the request to the decision about it.
     pub latency_ms: u64,
+    /// The tokens the provider reported for a refused response, when it
+    /// reported any. The guard reads usage only from responses it judged
+    /// refused: answers it served are the client's to account. A value this
+    /// version cannot read is `None`, not a reason to drop the attempt.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_usage"
+    )]
+    pub usage: Option<Usage>,
+}
+
+/// Reads an attempt's usage, turning one this version cannot read (a newer
+/// writer's, a hand-edited line's) into `None`.
+fn lenient_usage<'de, D>(deserializer: D) -> Result<Option<Usage>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|value| serde_json::from_value(value).ok()))
+}
+
+impl Attempt {
+    /// An attempt of this step that ended so, with nothing else known.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Refused);
+    /// assert_eq!((attempt.model, attempt.status, attempt.usage), (None, None, None));
+    /// ```
+    pub fn new(step: AttemptStep, result: AttemptResult) -> Self {
+        Attempt {
+            step,
+            model: None,
+            result,
+            status: None,
+            latency_ms: 0,
+            usage: None,
+        }
+    }
+
+    /// Asking for `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Rescue, AttemptResult::Served).model("m");
+    /// assert_eq!(attempt.model.as_deref(), Some("m"));
+    /// ```
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Answered with this HTTP status.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::HttpError).status(529);
+    /// assert_eq!(attempt.status, Some(529));
+    /// ```
+    pub fn status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// Decided `latency_ms` milliseconds after it was sent.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Served).latency_ms(40);
+    /// assert_eq!(attempt.latency_ms, 40);
+    /// ```
+    pub fn latency_ms(mut self, latency_ms: u64) -> Self {
+        self.latency_ms = latency_ms;
+        self
+    }
+
+    /// Costing these tokens.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(12));
+    /// assert_eq!(attempt.usage.unwrap().total_tokens(), 12);
+    /// ```
+    pub fn usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
 }
 
 /// A provider refusal as a typed value.
@@ -283,7 +592,10 @@ pub struct Attempt {
 ///     format!("{} refused ({}): {}", refusal.provider, refusal.code(), refusal.outcome)
 /// }
 /// ```
+///
+/// Sinks and tests build one with [`Refusal::new`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Refusal {
     /// The provider that refused.
     pub provider: Provider,
@@ -311,6 +623,145 @@ pub struct Refusal {
 }
 
 impl Refusal {
+    /// An empty refusal on `wire_api` (its provider's), expressed by a stop
+    /// reason, that became `outcome`; nothing else known. The other parts
+    /// are set with the methods named after them.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::{DeadReason, Outcome, Provider, Refusal, WireApi};
+    ///
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead)
+    ///     .category("cyber")
+    ///     .model("claude-x")
+    ///     .reason(DeadReason::RescueOff);
+    /// assert_eq!(refusal.provider, Provider::Anthropic);
+    /// assert_eq!(refusal.to_string(), "policy refusal by anthropic (cyber): dead (rescue_off)");
+    /// ```
+    pub fn new(wire_api: WireApi, outcome: Outcome) -> Self {
+        Refusal {
+            provider: wire_api.provider(),
+            wire_api,
+            signal: RefusalSignal::StopReason,
+            category: None,
+            explanation: None,
+            model: None,
+            request_id: None,
+            kind: RefusalKind::Empty,
+            outcome,
+            reason: None,
+            served_model: None,
+        }
+    }
+
+    /// Refused by `provider` (by default, the one `wire_api` belongs to).
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).provider(Provider::Google);
+    /// assert_eq!(refusal.provider, Provider::Google);
+    /// ```
+    pub fn provider(mut self, provider: Provider) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Expressed this way.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::GeminiGenerateContent, Outcome::Dead).signal(RefusalSignal::BlockedPrompt);
+    /// assert_eq!(refusal.signal, RefusalSignal::BlockedPrompt);
+    /// ```
+    pub fn signal(mut self, signal: RefusalSignal) -> Self {
+        self.signal = signal;
+        self
+    }
+
+    /// In the provider's `category`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).category("cyber");
+    /// assert_eq!(refusal.code(), "cyber");
+    /// ```
+    pub fn category(mut self, category: impl Into<String>) -> Self {
+        self.category = Some(category.into());
+        self
+    }
+
+    /// With the provider's `explanation`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).explanation("policy");
+    /// assert_eq!(refusal.explanation.as_deref(), Some("policy"));
+    /// ```
+    pub fn explanation(mut self, explanation: impl Into<String>) -> Self {
+        self.explanation = Some(explanation.into());
+        self
+    }
+
+    /// By `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::OpenAiResponses, Outcome::Dead).model("gpt-x");
+    /// assert_eq!(refusal.model.as_deref(), Some("gpt-x"));
+    /// ```
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// With the provider's request id.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::OpenAiResponses, Outcome::Dead).request_id("req_1");
+    /// assert_eq!(refusal.request_id.as_deref(), Some("req_1"));
+    /// ```
+    pub fn request_id(mut self, request_id: impl Into<String>) -> Self {
+        self.request_id = Some(request_id.into());
+        self
+    }
+
+    /// Empty or partial.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Partial).kind(RefusalKind::Partial);
+    /// assert_eq!(refusal.kind, RefusalKind::Partial);
+    /// ```
+    pub fn kind(mut self, kind: RefusalKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Dead for this reason.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).reason(DeadReason::RescueCap);
+    /// assert_eq!(refusal.reason, Some(DeadReason::RescueCap));
+    /// ```
+    pub fn reason(mut self, reason: DeadReason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    /// Served to the client by `model`.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Fallback).served_model("claude-y");
+    /// assert!(refusal.recovered());
+    /// assert_eq!(refusal.served_model.as_deref(), Some("claude-y"));
+    /// ```
+    pub fn served_model(mut self, model: impl Into<String>) -> Self {
+        self.served_model = Some(model.into());
+        self
+    }
+
     /// Refusals are always [`ErrorCategory::Policy`].
     pub fn error_category(&self) -> ErrorCategory {
         ErrorCategory::Policy

@@ -16,6 +16,7 @@ use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::log_capture::SharedBuffer;
 use support::mock_upstream::MockUpstream;
+use support::prometheus::sample;
 use support::proxy::bind_proxy;
 
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
@@ -34,22 +35,6 @@ impl Lines {
             .map(|line| serde_json::from_str(line).expect("every log line is one JSON object"))
             .collect()
     }
-}
-
-/// The value of the sample `name{labels}` in Prometheus text, if present.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter(|line| {
-            line.starts_with(&format!("{name}{{")) || line.starts_with(&format!("{name} "))
-        })
-        .filter(|line| {
-            labels
-                .iter()
-                .all(|(k, v)| line.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
-        .reduce(|a, b| a + b)
 }
 
 async fn post(base: &str, model: &str, script: &str) -> reqwest::Response {

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use refusal_guard::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, RefusalKind,
-    RefusalSignal, WireApi,
+    RefusalSignal, Usage, WireApi,
 };
 use refusal_guard::telemetry::{
     format_ts, Fanout, JsonlSink, MemorySink, RefusalRecord, Report, TelemetrySink, TracingSink,
@@ -48,27 +48,26 @@ impl Drop for TempDir {
 }
 
 fn refusal(outcome: Outcome, category: Option<&str>, model: Option<&str>) -> Refusal {
-    Refusal {
-        provider: Provider::Anthropic,
-        wire_api: WireApi::AnthropicMessages,
-        signal: RefusalSignal::StopReason,
-        category: category.map(str::to_owned),
-        explanation: Some("the request looked like malware development".to_owned()),
-        model: model.map(str::to_owned),
-        request_id: Some("req_011".to_owned()),
-        kind: if outcome == Outcome::Partial {
+    let mut refusal = Refusal::new(WireApi::AnthropicMessages, outcome)
+        .signal(RefusalSignal::StopReason)
+        .explanation("the request looked like malware development")
+        .request_id("req_011")
+        .kind(if outcome == Outcome::Partial {
             RefusalKind::Partial
         } else {
             RefusalKind::Empty
-        },
-        outcome,
-        reason: (outcome == Outcome::Dead).then_some(DeadReason::RescueCap),
-        served_model: None,
+        });
+    refusal.category = category.map(str::to_owned);
+    refusal.model = model.map(str::to_owned);
+    if outcome == Outcome::Dead {
+        refusal = refusal.reason(DeadReason::RescueCap);
     }
+    assert_eq!(refusal.provider, Provider::Anthropic);
+    refusal
 }
 
 fn record(outcome: Outcome, category: Option<&str>, model: Option<&str>) -> RefusalRecord {
-    RefusalRecord::new(&refusal(outcome, category, model), Vec::new(), None, 10)
+    RefusalRecord::new(&refusal(outcome, category, model)).latency_ms(10)
 }
 
 fn at_secs(secs: u64) -> SystemTime {
@@ -107,7 +106,7 @@ fn concurrent_writers_on_two_sinks_never_interleave_lines() {
                     let mut r = refusal(Outcome::Dead, Some("cyber"), Some("claude-x"));
                     r.request_id = Some(format!("{thread_id}-{n}"));
                     r.explanation = Some(long.clone());
-                    sink.record(&RefusalRecord::new(&r, Vec::new(), None, n));
+                    sink.record(&RefusalRecord::new(&r).latency_ms(n));
                 }
             })
         })
@@ -216,22 +215,19 @@ fn a_full_record_round_trips_in_field_order() {
     let mut r = refusal(Outcome::Dead, Some("cyber"), Some("claude-opus-x"));
     r.served_model = Some("claude-opus-x".to_owned());
     let attempts = vec![
-        Attempt {
-            step: AttemptStep::Original,
-            model: Some("claude-opus-x".to_owned()),
-            result: AttemptResult::Refused,
-            status: Some(200),
-            latency_ms: 900,
-        },
-        Attempt {
-            step: AttemptStep::Rescue,
-            model: Some("claude-opus-x".to_owned()),
-            result: AttemptResult::TransportError,
-            status: None,
-            latency_ms: 30,
-        },
+        Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+            .model("claude-opus-x")
+            .status(200)
+            .latency_ms(900)
+            .usage(Usage::new().input_tokens(1800).output_tokens(2)),
+        Attempt::new(AttemptStep::Rescue, AttemptResult::TransportError)
+            .model("claude-opus-x")
+            .latency_ms(30),
     ];
-    let record = RefusalRecord::new(&r, attempts.clone(), Some("9f86d081".to_owned()), 1234);
+    let record = RefusalRecord::new(&r)
+        .attempts(attempts.clone())
+        .conversation("9f86d081")
+        .latency_ms(1234);
 
     let line = record.to_json_line();
     assert_eq!(line.last(), Some(&b'\n'));
@@ -241,6 +237,10 @@ fn a_full_record_round_trips_in_field_order() {
     assert_eq!(back.attempts, attempts);
     assert_eq!(back.conversation.as_deref(), Some("9f86d081"));
     assert_eq!(back.latency_ms, 1234);
+    assert_eq!(
+        back.usage,
+        Some(Usage::new().input_tokens(1800).output_tokens(2))
+    );
 
     let text = String::from_utf8(line).unwrap();
     let order = [
@@ -259,6 +259,7 @@ fn a_full_record_round_trips_in_field_order() {
         "conversation",
         "attempts",
         "latency_ms",
+        "usage",
     ];
     let positions: Vec<usize> = order
         .iter()
@@ -272,24 +273,36 @@ fn a_full_record_round_trips_in_field_order() {
         "fields out of order: {text}"
     );
     assert!(text.contains(r#""outcome":"dead","reason":"rescue_cap","provider":"anthropic""#));
+    // The attempt's usage, and the record's total as its last field.
+    assert!(
+        text.contains(r#""latency_ms":900,"usage":{"input_tokens":1800,"output_tokens":2}}"#),
+        "{text}"
+    );
+    assert!(
+        text.ends_with(
+            "\"latency_ms\":1234,\"usage\":{\"input_tokens\":1800,\"output_tokens\":2}}\n"
+        ),
+        "{text}"
+    );
 }
 
 #[test]
 fn unknown_pi_fields_are_null_and_absent_extras_are_omitted() {
-    let r = Refusal {
-        category: None,
-        explanation: None,
-        model: None,
-        request_id: None,
-        ..refusal(Outcome::Rescued, None, None)
-    };
-    let text =
-        String::from_utf8(RefusalRecord::new(&r, Vec::new(), None, 0).to_json_line()).unwrap();
+    let mut r = refusal(Outcome::Rescued, None, None);
+    r.explanation = None;
+    r.request_id = None;
+    let text = String::from_utf8(RefusalRecord::new(&r).to_json_line()).unwrap();
     assert!(
         text.contains(r#""model":null,"category":null,"explanation":null,"outcome":"rescued""#),
         "{text}"
     );
-    for absent in ["reason", "served_model", "request_id", "conversation"] {
+    for absent in [
+        "reason",
+        "served_model",
+        "request_id",
+        "conversation",
+        "usage",
+    ] {
         assert!(
             !text.contains(&format!("\"{absent}\"")),
             "{absent} in {text}"
@@ -382,8 +395,8 @@ fn pi_refusal_guard_lines_are_read_with_defaults() {
 fn unknown_values_from_newer_writers_do_not_reject_the_line() {
     let line = r#"{"ts":"2026-11-29T17:44:06.123Z","model":"m","category":null,"explanation":null,
         "outcome":"dead","reason":"some_future_reason","provider":"mistral","wire_api":"x",
-        "signal":"telepathy","kind":"both","attempts":[{"step":"original","model":"m","result":"refused","latency_ms":5},{"step":"teleport"}],
-        "latency_ms":7,"new_field":{"nested":true}}"#;
+        "signal":"telepathy","kind":"both","attempts":[{"step":"original","model":"m","result":"refused","latency_ms":5,"usage":{"input_tokens":-3}},{"step":"teleport"}],
+        "latency_ms":7,"new_field":{"nested":true},"usage":"lots"}"#;
     let record: RefusalRecord = serde_json::from_str(line).unwrap();
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, None);
@@ -391,6 +404,11 @@ fn unknown_values_from_newer_writers_do_not_reject_the_line() {
     assert_eq!(record.signal, None);
     assert_eq!(record.kind, None);
     assert_eq!(record.attempts.len(), 1, "the parsable attempt is kept");
+    assert_eq!(
+        record.attempts[0].usage, None,
+        "usage it cannot read is unknown"
+    );
+    assert_eq!(record.usage, None);
     assert_eq!(record.latency_ms, 7);
 }
 

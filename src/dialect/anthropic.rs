@@ -7,11 +7,11 @@ use http::{HeaderMap, Method, Uri};
 use serde_json::{json, Map, Value};
 
 use super::{
-    event_type, is_real_text, json_event, merge_list_header, path_segments, str_field, Dialect,
-    FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError, ServerFallback,
-    StreamInspector,
+    count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
+    str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError,
+    ServerFallback, StreamInspector,
 };
-use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 /// The provider caps the server-side `fallbacks` list at three models.
@@ -77,6 +77,17 @@ fn refusal(carrier: &Value) -> Option<RefusalInfo> {
         category: str_field(details, "category"),
         explanation: str_field(details, "explanation"),
         credit_token: str_field(details, "fallback_credit_token"),
+        usage: None,
+    })
+}
+
+/// A `usage` object: `input_tokens` already leaves the cache out.
+fn usage(usage: &Value) -> Option<Usage> {
+    known(Usage {
+        input_tokens: count(usage, "input_tokens"),
+        output_tokens: count(usage, "output_tokens"),
+        cache_read_tokens: count(usage, "cache_read_input_tokens"),
+        cache_write_tokens: count(usage, "cache_creation_input_tokens"),
     })
 }
 
@@ -130,7 +141,7 @@ impl Dialect for AnthropicMessages {
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
-        Box::new(AnthropicStream)
+        Box::<AnthropicStream>::default()
     }
 
     fn inspect_json(&self, body: &Value) -> Observation {
@@ -157,6 +168,9 @@ impl Dialect for AnthropicMessages {
             }
         }
         seen.refusal = refusal(body);
+        if let Some(refused) = &mut seen.refusal {
+            refused.usage = body.get("usage").and_then(usage);
+        }
         seen
     }
 
@@ -437,9 +451,14 @@ impl FrameRewrite for Continuation {
     }
 }
 
-/// Anthropic streams are stateless to inspect: every event names its type
-/// and carries what it means.
-struct AnthropicStream;
+/// Anthropic streams are all but stateless to inspect: every event names
+/// its type and carries what it means. Only the usage `message_start`
+/// reported is kept, for a refusal's cost: `message_delta` repeats the
+/// counts that changed.
+#[derive(Default)]
+struct AnthropicStream {
+    start_usage: Option<Usage>,
+}
 
 impl StreamInspector for AnthropicStream {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
@@ -454,7 +473,9 @@ impl StreamInspector for AnthropicStream {
         };
         match event_type(&event, frame) {
             "message_start" => {
-                seen.model = event.get("message").and_then(|m| str_field(m, "model"));
+                let message = event.get("message");
+                seen.model = message.and_then(|m| str_field(m, "model"));
+                self.start_usage = message.and_then(|m| m.get("usage")).and_then(usage);
             }
             "content_block_start" => {
                 if let Some(block) = event.get("content_block") {
@@ -475,6 +496,13 @@ impl StreamInspector for AnthropicStream {
             }
             "message_delta" => {
                 seen.refusal = event.get("delta").and_then(refusal);
+                if let Some(refused) = &mut seen.refusal {
+                    let mut total = self.start_usage.unwrap_or_default();
+                    if let Some(delta) = event.get("usage").and_then(usage) {
+                        total.update(delta);
+                    }
+                    refused.usage = known(total);
+                }
             }
             "error" => seen.error = true,
             _ => {}

@@ -35,9 +35,10 @@
 use http::{Method, Uri};
 use serde_json::{json, Value};
 
-use super::{is_real_text, str_field, Dialect, Observation, RefusalInfo, RewriteError};
+use super::{count, fresh_input, is_real_text, known, str_field, Dialect, Observation};
 use super::{path_segments, StreamInspector};
-use crate::refusal::{Provider, RefusalSignal, WireApi};
+use super::{RefusalInfo, RewriteError};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 #[derive(Debug)]
@@ -160,6 +161,25 @@ fn blocking_ratings(ratings: Option<&Value>) -> Option<String> {
     (!named.is_empty()).then(|| named.join("; "))
 }
 
+/// A chunk's `usageMetadata`: the prompt count includes cached tokens, and
+/// the candidates' count leaves thinking out.
+fn usage(chunk: &Value) -> Option<Usage> {
+    let metadata = chunk.get("usageMetadata")?;
+    let cached = count(metadata, "cachedContentTokenCount");
+    let candidates = count(metadata, "candidatesTokenCount");
+    let thoughts = count(metadata, "thoughtsTokenCount");
+    let output = match (candidates, thoughts) {
+        (None, None) => None,
+        (c, t) => Some(c.unwrap_or(0).saturating_add(t.unwrap_or(0))),
+    };
+    known(Usage {
+        input_tokens: fresh_input(count(metadata, "promptTokenCount"), cached),
+        output_tokens: output,
+        cache_read_tokens: cached,
+        cache_write_tokens: None,
+    })
+}
+
 /// A blocked prompt in `promptFeedback`.
 fn prompt_block(chunk: &Value) -> Option<RefusalInfo> {
     let feedback = chunk.get("promptFeedback")?;
@@ -173,6 +193,7 @@ fn prompt_block(chunk: &Value) -> Option<RefusalInfo> {
         category: reason,
         explanation: message.or_else(|| blocking_ratings(feedback.get("safetyRatings"))),
         credit_token: None,
+        usage: None,
     })
 }
 
@@ -221,8 +242,13 @@ fn inspect_chunk(chunk: &Value) -> Observation {
                     .or_else(|| blocking_ratings(candidate.get("safetyRatings"))),
                 category: Some(reason),
                 credit_token: None,
+                usage: None,
             });
         }
+    }
+    // Every chunk reports usage; only a refusal's is read.
+    if let Some(refused) = &mut seen.refusal {
+        refused.usage = usage(chunk);
     }
     seen
 }
@@ -277,7 +303,7 @@ impl Dialect for GeminiGenerateContent {
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
-        Box::new(GeminiStream)
+        Box::<GeminiStream>::default()
     }
 
     fn inspect_json(&self, body: &Value) -> Observation {
@@ -350,8 +376,12 @@ impl Dialect for GeminiGenerateContent {
 }
 
 /// Gemini chunks are self-contained: each one is a whole
-/// `GenerateContentResponse`.
-struct GeminiStream;
+/// `GenerateContentResponse`. After a refusal, a later chunk's usage (a
+/// running total) is the refusal's cost.
+#[derive(Default)]
+struct GeminiStream {
+    refused: bool,
+}
 
 impl StreamInspector for GeminiStream {
     // Any chunk may carry a finish reason or prompt feedback, so every one
@@ -367,17 +397,76 @@ impl StreamInspector for GeminiStream {
         if text.is_empty() {
             return Observation::default();
         }
-        match serde_json::from_str::<Value>(text) {
-            Ok(Value::Array(chunks)) => GeminiGenerateContent.inspect_json(&Value::Array(chunks)),
-            Ok(chunk) => inspect_chunk(&chunk),
+        let (mut seen, chunk) = match serde_json::from_str::<Value>(text) {
+            Ok(chunks @ Value::Array(_)) => (GeminiGenerateContent.inspect_json(&chunks), None),
+            Ok(chunk) => (inspect_chunk(&chunk), Some(chunk)),
             // Broken JSON is passed through, not judged.
-            Err(_) => Observation::default(),
+            Err(_) => return Observation::default(),
+        };
+        if self.refused && seen.refusal.is_none() {
+            seen.usage = chunk.as_ref().and_then(usage);
         }
+        self.refused |= seen.refusal.is_some();
+        seen
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    fn blocked(usage: Value) -> Value {
+        json!({"candidates": [{"finishReason": "SAFETY"}], "usageMetadata": usage})
+    }
+
+    #[test]
+    fn a_refusal_takes_its_chunks_usage_with_thinking_as_output() {
+        let usage = json!({"promptTokenCount": 40, "cachedContentTokenCount": 10,
+            "candidatesTokenCount": 2, "thoughtsTokenCount": 25});
+        let refusal = GeminiGenerateContent
+            .inspect_json(&blocked(usage))
+            .refusal
+            .unwrap();
+        let expected = Usage::new()
+            .input_tokens(30)
+            .output_tokens(27)
+            .cache_read_tokens(10);
+        assert_eq!(refusal.usage, Some(expected));
+    }
+
+    #[test]
+    fn only_chunks_after_a_refusal_report_usage() {
+        let answer = json!({"candidates": [{"content": {"parts": [{"text": "Hi"}]}}],
+            "usageMetadata": {"promptTokenCount": 5}});
+        let later = json!({"usageMetadata": {"promptTokenCount": 40, "candidatesTokenCount": 1}});
+        let stream = format!(
+            "data: {answer}\n\ndata: {}\n\ndata: {later}\n\n",
+            blocked(json!({"promptTokenCount": 40}))
+        );
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from(stream)).unwrap();
+        let mut inspector = GeminiGenerateContent.stream_inspector();
+        let seen: Vec<Observation> = std::iter::from_fn(|| framer.next_frame())
+            .map(|frame| inspector.observe(&frame, false))
+            .collect();
+        assert_eq!(seen[0].usage, None);
+        assert_eq!(
+            seen[1].refusal.as_ref().unwrap().usage,
+            Some(Usage::new().input_tokens(40))
+        );
+        assert_eq!(
+            seen[2].usage,
+            Some(Usage::new().input_tokens(40).output_tokens(1))
+        );
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
     use super::*;
     use crate::dialect::tests::{data, frames, observe};
 

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
-use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 pub(crate) mod anthropic;
@@ -33,6 +33,8 @@ pub(crate) struct RefusalInfo {
     pub(crate) explanation: Option<String>,
     /// Anthropic fallback credit: redeemable once, on another model.
     pub(crate) credit_token: Option<String>,
+    /// The tokens the refused response cost, as far as it has said yet.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// A recovery the provider made on its own (Anthropic server-side fallback).
@@ -60,6 +62,11 @@ pub(crate) struct Observation {
     pub(crate) model: Option<String>,
     /// A provider error event inside an otherwise successful stream.
     pub(crate) error: bool,
+    /// Usage reported after the refusal it belongs to (the last chunk of an
+    /// OpenAI stream, a Responses terminal event). Inspectors read usage only
+    /// once they have seen a refusal (or once per response), never on every
+    /// event of an answer.
+    pub(crate) usage: Option<Usage>,
 }
 
 /// Per-response state for reading a stream event by event.
@@ -236,6 +243,22 @@ pub(crate) fn truncate_explanation(text: &str) -> String {
         end -= 1;
     }
     format!("{}…", &text[..end])
+}
+
+/// A non-negative integer field, or `None`.
+pub(crate) fn count(value: &Value, key: &str) -> Option<u64> {
+    value.get(key)?.as_u64()
+}
+
+/// `usage`, unless it knows no count.
+pub(crate) fn known(usage: Usage) -> Option<Usage> {
+    (!usage.is_empty()).then_some(usage)
+}
+
+/// Prompt tokens read fresh: a prompt count that includes cached tokens,
+/// less those.
+pub(crate) fn fresh_input(prompt: Option<u64>, cached: Option<u64>) -> Option<u64> {
+    prompt.map(|p| p.saturating_sub(cached.unwrap_or(0)))
 }
 
 /// A string field, or `None` for null, missing or non-string values.

@@ -25,10 +25,10 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
 use super::{
-    is_real_text, path_segments, str_field, truncate_explanation, Dialect, Observation,
-    RefusalInfo, RewriteError, StreamInspector,
+    count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
+    Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 /// The category recorded for a refusal the model wrote in its `refusal` field.
@@ -90,6 +90,7 @@ pub(crate) fn azure_blocked_prompt(status: StatusCode, body: &Value) -> Option<R
         category: Some(CONTENT_FILTER.to_owned()),
         explanation: explanation.map(|e| truncate_explanation(&e)),
         credit_token: None,
+        usage: None,
     })
 }
 
@@ -155,12 +156,28 @@ fn filtered_categories(choice: &Value) -> Option<String> {
     (!filtered.is_empty()).then(|| format!("filtered: {}", filtered.join(", ")))
 }
 
+/// A Chat Completions `usage` object (a JSON body's, or a stream's last
+/// chunk's with `stream_options.include_usage`). `prompt_tokens` counts
+/// cached tokens too.
+pub(crate) fn chat_usage(usage: &Value) -> Option<Usage> {
+    let cached = usage
+        .get("prompt_tokens_details")
+        .and_then(|d| count(d, "cached_tokens"));
+    known(Usage {
+        input_tokens: fresh_input(count(usage, "prompt_tokens"), cached),
+        output_tokens: count(usage, "completion_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: None,
+    })
+}
+
 fn filter_stop(explanation: Option<String>) -> RefusalInfo {
     RefusalInfo {
         signal: Some(RefusalSignal::StopReason),
         category: Some(CONTENT_FILTER.to_owned()),
         explanation,
         credit_token: None,
+        usage: None,
     }
 }
 
@@ -170,6 +187,7 @@ fn model_refusal(text: &str) -> RefusalInfo {
         category: Some(MODEL_REFUSAL.to_owned()),
         explanation: Some(truncate_explanation(text.trim())),
         credit_token: None,
+        usage: None,
     }
 }
 
@@ -253,6 +271,9 @@ impl Dialect for OpenAiChat {
                 seen.refusal = Some(model_refusal(text));
             }
         }
+        if let Some(refused) = &mut seen.refusal {
+            refused.usage = body.get("usage").and_then(chat_usage);
+        }
         seen
     }
 
@@ -303,6 +324,8 @@ impl Dialect for OpenAiChat {
 struct ChatStream {
     /// Refusal text gathered so far, per choice index.
     refusals: BTreeMap<u64, String>,
+    /// A refusal was reported: the usage that follows is its cost.
+    refused: bool,
 }
 
 impl ChatStream {
@@ -342,6 +365,21 @@ impl StreamInspector for ChatStream {
         };
         seen.model = model_of(&chunk);
         seen.error = chunk.get("error").is_some_and(|e| !e.is_null());
+        self.choices(&chunk, &mut seen);
+        self.refused |= seen.refusal.is_some();
+        if self.refused {
+            // With `stream_options.include_usage`, a last chunk without
+            // choices carries the usage, after the finish reason.
+            seen.usage = chunk.get("usage").and_then(chat_usage);
+        }
+        seen
+    }
+}
+
+impl ChatStream {
+    /// Reads each choice of a chunk: output, tool calls, refusal text and
+    /// finish reasons.
+    fn choices(&mut self, chunk: &Value, seen: &mut Observation) {
         for choice in chunk
             .get("choices")
             .and_then(Value::as_array)
@@ -373,12 +411,75 @@ impl StreamInspector for ChatStream {
                 seen.refusal = Some(model_refusal(&text));
             }
         }
-        seen
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    fn observe_all(stream: &str) -> Vec<Observation> {
+        let mut framer = SseFramer::new();
+        framer.push(Bytes::from(stream.to_owned())).unwrap();
+        let mut inspector = OpenAiChat.stream_inspector();
+        std::iter::from_fn(|| framer.next_frame())
+            .map(|frame| inspector.observe(&frame, false))
+            .collect()
+    }
+
+    fn chunk(choices: Value, usage: Value) -> String {
+        let chunk = json!({"object": "chat.completion.chunk", "model": "gpt-4o",
+            "choices": choices, "usage": usage});
+        format!("data: {chunk}\n\n")
+    }
+
+    #[test]
+    fn a_refused_body_reports_usage_with_cached_tokens_taken_out() {
+        let body = json!({
+            "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": null},
+                "finish_reason": "content_filter"}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 0, "total_tokens": 1000,
+                "prompt_tokens_details": {"cached_tokens": 400}},
+        });
+        let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
+        let expected = Usage::new()
+            .input_tokens(600)
+            .output_tokens(0)
+            .cache_read_tokens(400);
+        assert_eq!(refusal.usage, Some(expected));
+    }
+
+    #[test]
+    fn a_stream_reports_the_usage_after_its_refusal_and_never_an_answers() {
+        let usage = json!({"prompt_tokens": 50, "completion_tokens": 0});
+        let refused = chunk(
+            json!([{"index": 0, "delta": {}, "finish_reason": "content_filter"}]),
+            Value::Null,
+        ) + &chunk(json!([]), usage.clone())
+            + "data: [DONE]\n\n";
+        let seen = observe_all(&refused);
+        assert!(seen[0].refusal.is_some());
+        let expected = Usage::new().input_tokens(50).output_tokens(0);
+        assert_eq!(seen[1].usage, Some(expected));
+
+        let answered = chunk(
+            json!([{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]),
+            Value::Null,
+        ) + &chunk(json!([]), usage)
+            + "data: [DONE]\n\n";
+        assert!(observe_all(&answered)
+            .iter()
+            .all(|seen| seen.usage.is_none()));
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
     use http::HeaderValue;
 
     use super::*;

@@ -23,10 +23,10 @@ use serde_json::{json, Value};
 
 use super::openai_chat::{azure_blocked_prompt, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL};
 use super::{
-    event_type, is_real_text, json_event, str_field, truncate_explanation, Dialect, Observation,
-    RefusalInfo, RewriteError, StreamInspector,
+    count, event_type, fresh_input, is_real_text, json_event, known, str_field,
+    truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::refusal::{Provider, RefusalSignal, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 #[derive(Debug)]
@@ -47,6 +47,7 @@ fn model_refusal(text: Option<&str>) -> RefusalInfo {
             .filter(|t| !t.is_empty())
             .map(truncate_explanation),
         credit_token: None,
+        usage: None,
     }
 }
 
@@ -105,8 +106,21 @@ fn scan_item(item: &Value, seen: &mut Observation) {
     }
 }
 
+/// A response's `usage`: `input_tokens` counts cached tokens too.
+fn response_usage(usage: &Value) -> Option<Usage> {
+    let cached = usage
+        .get("input_tokens_details")
+        .and_then(|d| count(d, "cached_tokens"));
+    known(Usage {
+        input_tokens: fresh_input(count(usage, "input_tokens"), cached),
+        output_tokens: count(usage, "output_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: None,
+    })
+}
+
 /// Reads a whole response object (a JSON body, or the one a terminal event
-/// carries).
+/// carries). Its usage is read once per response, here at its end.
 fn scan_response(response: &Value, seen: &mut Observation) {
     if seen.model.is_none() {
         seen.model = str_field(response, "model").filter(|m| !m.is_empty());
@@ -130,10 +144,12 @@ fn scan_response(response: &Value, seen: &mut Observation) {
             category: Some(CONTENT_FILTER.to_owned()),
             explanation: None,
             credit_token: None,
+            usage: None,
         });
     }
     seen.error |= response.get("status").and_then(Value::as_str) == Some("failed")
         || response.get("error").is_some_and(|e| !e.is_null());
+    seen.usage = response.get("usage").and_then(response_usage);
 }
 
 impl Dialect for OpenAiResponses {
@@ -508,6 +524,44 @@ mod tests {
         assert_ne!(
             OpenAiResponses.conversation_seed(&c),
             OpenAiResponses.conversation_seed(&d)
+        );
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use bytes::Bytes;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    #[test]
+    fn the_terminal_event_carries_the_refusals_usage() {
+        let response = json!({
+            "model": "gpt-4o", "status": "incomplete", "output": [],
+            "incomplete_details": {"reason": "content_filter"},
+            "usage": {"input_tokens": 900, "input_tokens_details": {"cached_tokens": 600},
+                "output_tokens": 3},
+        });
+        let event = json!({"type": "response.incomplete", "response": response});
+        let mut framer = SseFramer::new();
+        framer
+            .push(Bytes::from(format!(
+                "event: response.incomplete\ndata: {event}\n\n"
+            )))
+            .unwrap();
+        let frame = framer.next_frame().unwrap();
+        let seen = OpenAiResponses.stream_inspector().observe(&frame, false);
+        let expected = Usage::new()
+            .input_tokens(300)
+            .output_tokens(3)
+            .cache_read_tokens(600);
+        assert!(seen.refusal.is_some());
+        assert_eq!(seen.usage, Some(expected));
+        assert_eq!(
+            OpenAiResponses.inspect_json(&response).usage,
+            Some(expected)
         );
     }
 }

@@ -4,13 +4,15 @@ use metrics::{counter, histogram, Label};
 
 use super::{RefusalRecord, TelemetrySink};
 use crate::metrics::{
-    category_label, label_or_unknown, RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS,
+    category_label, label_or_unknown, model_label, RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS,
+    REFUSED_TOKENS,
 };
-use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{AttemptResult, AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
 
 /// Counts each record through the [`metrics`](crate::metrics) facade:
-/// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`
-/// and `refusal_guard_recovery_latency_seconds`.
+/// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
+/// `refusal_guard_refused_tokens_total` and
+/// `refusal_guard_recovery_latency_seconds`.
 ///
 /// Put it beside the log sink so that the counters and the log agree line
 /// for line:
@@ -48,8 +50,9 @@ fn kind_label(record: &RefusalRecord) -> &'static str {
     }
 }
 
-/// Counts one refusal record: the refusal, its recovery attempts and its
-/// latency. [`MetricsSink`] calls this.
+/// Counts one refusal record: the refusal, its recovery attempts, the
+/// tokens its refused attempts cost, and its latency. [`MetricsSink`] calls
+/// this.
 ///
 /// A provider's server-side fallback (the outcome `fallback` without a
 /// fallback attempt of the guard's own) counts as one `retarget` attempt
@@ -79,8 +82,31 @@ pub fn record_refusal(record: &RefusalRecord) {
     for (step, result) in recovery_attempts(record) {
         counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
     }
+    count_refused_tokens(record);
     histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
         .record(record.latency_ms as f64 / 1000.0);
+}
+
+/// Adds each refused attempt's usage to [`REFUSED_TOKENS`], under the
+/// model that refused (the attempt's, else the record's).
+fn count_refused_tokens(record: &RefusalRecord) {
+    let refused = record
+        .attempts
+        .iter()
+        .filter(|a| a.result == AttemptResult::Refused);
+    for attempt in refused {
+        let Some(usage) = attempt.usage else {
+            continue;
+        };
+        let model = model_label(attempt.model.as_deref().or(record.model.as_deref()));
+        let category = category_label(record.category.as_deref());
+        for (kind, tokens) in usage.kinds() {
+            if let Some(tokens) = tokens.filter(|&t| t > 0) {
+                counter!(REFUSED_TOKENS, "model" => model.clone(), "category" => category.clone(), "kind" => kind)
+                    .increment(tokens);
+            }
+        }
+    }
 }
 
 /// The `(step, result)` of each recovery attempt a record counts, as
@@ -115,8 +141,8 @@ fn step_word(step: AttemptStep) -> &'static str {
     }
 }
 
-fn result_word(result: crate::refusal::AttemptResult) -> &'static str {
-    use crate::refusal::AttemptResult as R;
+fn result_word(result: AttemptResult) -> &'static str {
+    use AttemptResult as R;
     match result {
         R::Served => "served",
         R::Refused => "refused",

@@ -26,18 +26,9 @@
 //! let sink = Fanout::new()
 //!     .and(memory.clone())
 //!     .and(|record: &RefusalRecord| println!("refusal: {}", record.outcome));
-//! # let refusal = refusal_guard::refusal::Refusal {
-//! #     provider: refusal_guard::refusal::Provider::Anthropic,
-//! #     wire_api: refusal_guard::refusal::WireApi::AnthropicMessages,
-//! #     signal: refusal_guard::refusal::RefusalSignal::StopReason,
-//! #     category: Some("cyber".into()), explanation: None,
-//! #     model: Some("claude-x".into()), request_id: None,
-//! #     kind: refusal_guard::refusal::RefusalKind::Empty,
-//! #     outcome: refusal_guard::refusal::Outcome::Dead,
-//! #     reason: Some(refusal_guard::refusal::DeadReason::RescueOff),
-//! #     served_model: None,
-//! # };
-//! sink.record(&RefusalRecord::new(&refusal, Vec::new(), None, 12));
+//! # use refusal_guard::refusal::{Outcome, Refusal, WireApi};
+//! # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).category("cyber");
+//! sink.record(&RefusalRecord::new(&refusal).latency_ms(12));
 //! assert_eq!(memory.len(), 1);
 //! ```
 
@@ -49,7 +40,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::refusal::{
-    Attempt, DeadReason, Outcome, Provider, Refusal, RefusalKind, RefusalSignal, WireApi,
+    Attempt, DeadReason, Outcome, Provider, Refusal, RefusalKind, RefusalSignal, Usage, WireApi,
 };
 
 mod dashboard;
@@ -72,7 +63,8 @@ pub use trace::TracingSink;
 /// `outcome`) are exactly the fields pi-refusal-guard writes, in the same
 /// order, with `null` for an unknown `model`, `category` or `explanation`.
 /// The fields after them are this crate's additions and are left out of the
-/// JSON when unknown.
+/// JSON when unknown. `usage`, the tokens the refused attempts cost, comes
+/// last; lines written before it existed read as `None`.
 ///
 /// Reading is lenient so that a log written by pi-refusal-guard (or by an
 /// older or newer version of this crate) can be reported on: only `ts` and
@@ -94,8 +86,13 @@ pub use trace::TracingSink;
 /// assert_eq!(record.outcome, Outcome::Dead);
 /// assert_eq!(record.provider, None);
 /// assert!(record.attempts.is_empty());
+/// assert_eq!(record.usage, None);
 /// ```
+///
+/// The guard builds one per refusal with [`RefusalRecord::new`]; so can
+/// sinks and tests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RefusalRecord {
     /// When the record was made: RFC 3339 in UTC with milliseconds and a `Z`
     /// (`2026-11-29T17:44:06.123Z`), the shape JavaScript's `toISOString`
@@ -163,42 +160,45 @@ pub struct RefusalRecord {
     /// (`0` when the line did not say).
     #[serde(default)]
     pub latency_ms: u64,
+    /// The tokens the attempts cost, added up over those that reported
+    /// usage (see [`Attempt::usage`]); `None` when none did.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
+    pub usage: Option<Usage>,
 }
 
 impl RefusalRecord {
-    /// Builds the record for `refusal`, stamped with the current time.
-    ///
-    /// `conversation` should already be a hashed key: records end up in files
-    /// that outlive the conversation.
+    /// The record of `refusal`, stamped with the current time, with no
+    /// attempts, no conversation and a latency of `0` until the methods
+    /// named after them set them.
     ///
     /// ```
     /// use refusal_guard::refusal::*;
     /// use refusal_guard::telemetry::RefusalRecord;
     ///
-    /// let refusal = Refusal {
-    ///     provider: Provider::OpenAi,
-    ///     wire_api: WireApi::OpenAiChatCompletions,
-    ///     signal: RefusalSignal::StopReason,
-    ///     category: Some("content_filter".into()),
-    ///     explanation: None,
-    ///     model: Some("gpt-x".into()),
-    ///     request_id: Some("req_1".into()),
-    ///     kind: RefusalKind::Empty,
-    ///     outcome: Outcome::Fallback,
-    ///     reason: None,
-    ///     served_model: Some("gpt-y".into()),
-    /// };
-    /// let record = RefusalRecord::new(&refusal, Vec::new(), Some("c0ffee".into()), 840);
+    /// let refusal = Refusal::new(WireApi::OpenAiChatCompletions, Outcome::Fallback)
+    ///     .category("content_filter")
+    ///     .model("gpt-x")
+    ///     .request_id("req_1")
+    ///     .served_model("gpt-y");
+    /// let refused = Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+    ///     .model("gpt-x")
+    ///     .status(200)
+    ///     .usage(Usage::new().input_tokens(1500).output_tokens(1));
+    /// let served = Attempt::new(AttemptStep::Fallback, AttemptResult::Served).model("gpt-y");
+    /// let record = RefusalRecord::new(&refusal)
+    ///     .attempts(vec![refused, served])
+    ///     .conversation("c0ffee")
+    ///     .latency_ms(840);
     /// assert_eq!(record.provider, Some(Provider::OpenAi));
     /// assert_eq!(record.refusal(), refusal);
+    /// assert_eq!(record.usage.unwrap().input_tokens, Some(1500));
     /// assert!(record.ts.ends_with('Z'));
     /// ```
-    pub fn new(
-        refusal: &Refusal,
-        attempts: Vec<Attempt>,
-        conversation: Option<String>,
-        latency_ms: u64,
-    ) -> Self {
+    pub fn new(refusal: &Refusal) -> Self {
         RefusalRecord {
             ts: format_ts(SystemTime::now()),
             model: refusal.model.clone(),
@@ -212,10 +212,60 @@ impl RefusalRecord {
             kind: Some(refusal.kind),
             served_model: refusal.served_model.clone(),
             request_id: refusal.request_id.clone(),
-            conversation,
-            attempts,
-            latency_ms,
+            conversation: None,
+            attempts: Vec::new(),
+            latency_ms: 0,
+            usage: None,
         }
+    }
+
+    /// With these attempts, in order; [`usage`](RefusalRecord::usage)
+    /// becomes their total.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// use refusal_guard::telemetry::RefusalRecord;
+    ///
+    /// let refused = Attempt::new(AttemptStep::Original, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(10));
+    /// let again = Attempt::new(AttemptStep::Rescue, AttemptResult::Refused)
+    ///     .usage(Usage::new().input_tokens(12).output_tokens(1));
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal).attempts(vec![refused, again]);
+    /// assert_eq!(record.usage, Some(Usage::new().input_tokens(22).output_tokens(1)));
+    /// ```
+    pub fn attempts(mut self, attempts: Vec<Attempt>) -> Self {
+        self.usage = attempts.iter().filter_map(|a| a.usage).reduce(|a, b| a + b);
+        self.attempts = attempts;
+        self
+    }
+
+    /// Of the conversation with this key. It should already be hashed:
+    /// records end up in files that outlive the conversation.
+    ///
+    /// ```
+    /// # use refusal_guard::refusal::*;
+    /// # use refusal_guard::telemetry::RefusalRecord;
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal).conversation("9f86d081");
+    /// assert_eq!(record.conversation.as_deref(), Some("9f86d081"));
+    /// ```
+    pub fn conversation(mut self, key: impl Into<String>) -> Self {
+        self.conversation = Some(key.into());
+        self
+    }
+
+    /// Settled `latency_ms` milliseconds after the original request.
+    ///
+    /// ```
+    /// # use refusal_guard::refusal::*;
+    /// # use refusal_guard::telemetry::RefusalRecord;
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// assert_eq!(RefusalRecord::new(&refusal).latency_ms(840).latency_ms, 840);
+    /// ```
+    pub fn latency_ms(mut self, latency_ms: u64) -> Self {
+        self.latency_ms = latency_ms;
+        self
     }
 
     /// Replaces the timestamp with `time` (formatted by [`format_ts`]).
@@ -224,11 +274,8 @@ impl RefusalRecord {
     /// # use refusal_guard::refusal::*;
     /// # use refusal_guard::telemetry::RefusalRecord;
     /// use std::time::{Duration, UNIX_EPOCH};
-    /// # let refusal = Refusal { provider: Provider::Google, wire_api: WireApi::GeminiGenerateContent,
-    /// #     signal: RefusalSignal::BlockedPrompt, category: Some("SAFETY".into()), explanation: None,
-    /// #     model: None, request_id: None, kind: RefusalKind::Empty, outcome: Outcome::Dead,
-    /// #     reason: Some(DeadReason::RescueOff), served_model: None };
-    /// let record = RefusalRecord::new(&refusal, Vec::new(), None, 0)
+    /// # let refusal = Refusal::new(WireApi::GeminiGenerateContent, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal)
     ///     .at(UNIX_EPOCH + Duration::from_secs(86_400));
     /// assert_eq!(record.ts, "1970-01-02T00:00:00.000Z");
     /// ```
@@ -272,11 +319,8 @@ impl RefusalRecord {
     /// ```
     /// # use refusal_guard::refusal::*;
     /// # use refusal_guard::telemetry::RefusalRecord;
-    /// # let refusal = Refusal { provider: Provider::Anthropic, wire_api: WireApi::AnthropicMessages,
-    /// #     signal: RefusalSignal::StopReason, category: None, explanation: None,
-    /// #     model: Some("claude-x".into()), request_id: None, kind: RefusalKind::Empty,
-    /// #     outcome: Outcome::Rescued, reason: None, served_model: None };
-    /// let line = RefusalRecord::new(&refusal, Vec::new(), None, 5).to_json_line();
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Rescued);
+    /// let line = RefusalRecord::new(&refusal).latency_ms(5).to_json_line();
     /// assert!(line.starts_with(br#"{"ts":""#));
     /// assert!(line.ends_with(b"}\n"));
     /// assert_eq!(line.iter().filter(|&&b| b == b'\n').count(), 1);

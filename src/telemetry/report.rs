@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::RefusalRecord;
-use crate::refusal::Outcome;
+use crate::refusal::{AttemptResult, Outcome, Usage};
 
 /// The key used for a record with no category, model or dead reason.
 const NONE: &str = "(none)";
@@ -18,8 +18,8 @@ const NONE: &str = "(none)";
 /// How many records [`Report::recent`] holds.
 const RECENT: usize = 5;
 
-/// Counts of refusals by category, model, outcome and dead reason, plus the
-/// most recent ones.
+/// Counts of refusals by category, model, outcome and dead reason, the
+/// tokens spent on refused attempts, plus the most recent refusals.
 ///
 /// The maps are ordered by key so that the JSON form is deterministic; the
 /// [`Display`](fmt::Display) form lists each table by count, largest first.
@@ -38,6 +38,13 @@ const RECENT: usize = 5;
 /// assert_eq!(report.by_category["(none)"], 1);
 /// assert_eq!(report.recent[0].ts, "2026-11-29T18:00:00.000Z");
 /// println!("{report}");
+///
+/// // The tokens refused attempts cost, from the attempts' usage.
+/// let line = r#"{"ts":"2026-11-29T19:00:00.000Z","model":"claude-x","category":"bio","explanation":null,"outcome":"dead","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40,"usage":{"input_tokens":1200,"output_tokens":5}}]}"#;
+/// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
+/// assert_eq!(report.refused_tokens.input_tokens, Some(1200));
+/// assert_eq!(report.refused_tokens_by_category["bio"].total_tokens(), 1205);
+/// assert!(report.to_string().contains("Tokens spent on refused attempts: 1205 (input 1200, output 5)"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -54,6 +61,16 @@ pub struct Report {
     /// For dead refusals only: count per dead reason (`rescue_cap`, ...);
     /// `(none)` when the record does not say.
     pub by_reason: BTreeMap<String, usize>,
+    /// The tokens providers reported for refused attempts (attempts whose
+    /// result is `refused`; see [`Attempt::usage`](crate::refusal::Attempt::usage)),
+    /// over every record.
+    pub refused_tokens: Usage,
+    /// [`refused_tokens`](Report::refused_tokens) per model that refused
+    /// (the attempt's model, else the record's; `(none)` when unknown).
+    pub refused_tokens_by_model: BTreeMap<String, Usage>,
+    /// [`refused_tokens`](Report::refused_tokens) per refusal category;
+    /// `(none)` when the provider gave none.
+    pub refused_tokens_by_category: BTreeMap<String, Usage>,
     /// Up to five most recent records, newest first. Ordered by `ts` (the
     /// fixed-width UTC format sorts as text); records with the same `ts`
     /// keep log order, later first.
@@ -118,6 +135,25 @@ impl Report {
         Ok(Report::from_jsonl_reader(BufReader::new(file)))
     }
 
+    fn add_refused_tokens(&mut self, record: &RefusalRecord) {
+        let category = record.category.as_deref().unwrap_or(NONE);
+        for attempt in &record.attempts {
+            let (AttemptResult::Refused, Some(usage)) = (attempt.result, attempt.usage) else {
+                continue;
+            };
+            let model = attempt.model.as_deref().or(record.model.as_deref());
+            self.refused_tokens += usage;
+            *self
+                .refused_tokens_by_model
+                .entry(model.unwrap_or(NONE).to_owned())
+                .or_default() += usage;
+            *self
+                .refused_tokens_by_category
+                .entry(category.to_owned())
+                .or_default() += usage;
+        }
+    }
+
     /// Whether no refusals were read.
     pub fn is_empty(&self) -> bool {
         self.total == 0
@@ -154,6 +190,7 @@ impl Builder {
                 record.reason.map(|r| r.as_str()).unwrap_or(NONE),
             );
         }
+        report.add_refused_tokens(&record);
 
         // Newest first: a kept record stays ahead of the new one when it has a
         // later `ts`, or the same `ts` and a later position in the log.
@@ -195,6 +232,16 @@ impl fmt::Display for Report {
         if !self.by_reason.is_empty() {
             table(f, "Why dead", &self.by_reason)?;
         }
+        if !self.refused_tokens.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Tokens spent on refused attempts: {}",
+                tokens(&self.refused_tokens)
+            )?;
+            token_table(f, "By model", &self.refused_tokens_by_model)?;
+            token_table(f, "By category", &self.refused_tokens_by_category)?;
+        }
         writeln!(f)?;
         writeln!(f, "Most recent:")?;
         for record in &self.recent {
@@ -216,6 +263,31 @@ impl fmt::Display for Report {
         }
         Ok(())
     }
+}
+
+/// `1234 (input 1000, output 34, cache read 200)`: the total, then each
+/// known count.
+fn tokens(usage: &Usage) -> String {
+    let parts: Vec<String> = usage
+        .kinds()
+        .iter()
+        .filter_map(|(kind, count)| Some(format!("{} {}", kind.replace('_', " "), (*count)?)))
+        .collect();
+    format!("{} ({})", usage.total_tokens(), parts.join(", "))
+}
+
+fn token_table(
+    f: &mut fmt::Formatter<'_>,
+    title: &str,
+    spent: &BTreeMap<String, Usage>,
+) -> fmt::Result {
+    let mut rows: Vec<(&String, &Usage)> = spent.iter().collect();
+    rows.sort_by_key(|(_, usage)| Reverse(usage.total_tokens()));
+    writeln!(f, "  {title}:")?;
+    for (name, usage) in rows {
+        writeln!(f, "    {name}: {}", tokens(usage))?;
+    }
+    Ok(())
 }
 
 fn table(f: &mut fmt::Formatter<'_>, title: &str, counts: &BTreeMap<String, usize>) -> fmt::Result {

@@ -305,8 +305,9 @@ def test_refusals_html_report_shows_the_log(ops, browser, tmp_path):
         json.dumps(
             {"ts": "2026-11-28T09:00:00.000Z", "model": "gpt-x", "category": "content_filter",
              "explanation": None, "outcome": "dead", "reason": "rescue_off",
-             "attempts": [{"step": "original", "model": "gpt-x", "result": "refused", "latency_ms": 40}],
-             "latency_ms": 41}
+             "attempts": [{"step": "original", "model": "gpt-x", "result": "refused", "latency_ms": 40,
+                           "usage": {"input_tokens": 1200, "output_tokens": 5}}],
+             "latency_ms": 41, "usage": {"input_tokens": 1200, "output_tokens": 5}}
         )
         + "\n"
     )
@@ -318,10 +319,19 @@ def test_refusals_html_report_shows_the_log(ops, browser, tmp_path):
     assert done.returncode == 0, done.stderr
     records = ops.records() + [json.loads(older.read_text())]
     assert f"{len(records)} refusals" in done.stdout
+    # What the older log's refused attempt cost: in its text report, and on the page.
+    text = subprocess.run(
+        [str(refusals), "--log", str(older)], capture_output=True, text=True, timeout=60,
+    )
+    assert text.returncode == 0, text.stderr
+    assert "Tokens spent on refused attempts: 1205 (input 1200, output 5)" in text.stdout
+    assert "gpt-x: 1205 (input 1200, output 5)" in text.stdout
     page, errors, requests = open_page(browser, out.as_uri(), "dashboard-report.png")
     assert errors == []
     assert requests == [out.as_uri()]
     check_numbers(page, records)
+    costed = page.locator('.attempt[title="gpt-x · 1205 tokens"]')
+    assert costed.count() == 1
     page.close()
     shutil.copy(out, ARTEFACTS / "dashboard-report.html")
 

@@ -24,6 +24,7 @@
 //! - [`log_capture`]: a tracing subscriber that keeps what a test logged,
 //!   and a shared buffer for a formatting subscriber's output;
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
+//! - [`prometheus`]: reading samples out of the Prometheus text format;
 //! - [`socket`]: reading a raw exchange off a socket until the peer closes.
 #![allow(dead_code)]
 
@@ -36,6 +37,7 @@ pub mod inner;
 pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
+pub mod prometheus;
 pub mod proxy;
 pub mod raw_upstream;
 pub mod redis_server;
