@@ -20,12 +20,16 @@ use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
 use crate::replay::ReplayBody;
 use crate::respond::{
-    judge_findings, serve, serve_settled, timed_out, ServedRecovery, Shape, Watched,
+    judge_findings, mark_recovered, serve, serve_settled, timed_out, Shape, Watched,
 };
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
+
+/// Steps in a row that could not be built before the climb gives up: a
+/// policy that keeps asking for one must not spin.
+const MAX_SKIPS: usize = 8;
 
 /// A guarded call once its original is sent: what deciding its response
 /// needs, step after step.
@@ -151,12 +155,21 @@ impl<S> Exchange<S> {
             streaming,
             ..
         } = self;
+        let mut skips = 0;
         loop {
             let step = match climb.prepare(&call, &template).await {
                 Prep::Send(step) => *step,
-                Prep::Skip => continue,
+                Prep::Skip if skips < MAX_SKIPS => {
+                    skips += 1;
+                    continue;
+                }
+                Prep::Skip => {
+                    climb.reason.get_or_insert(DeadReason::Unrecoverable);
+                    break;
+                }
                 Prep::Stop => break,
             };
+            skips = 0;
             let Some((held, record)) = climb.send(&mut upstream, &call, streaming, &step).await
             else {
                 if climb.stopped {
@@ -209,6 +222,7 @@ struct Climb {
     reason: Option<DeadReason>,
     fallbacks: usize,
     rescues: usize,
+    retargets: usize,
     deadline: Instant,
     /// The budget ran out while an attempt was running.
     stopped: bool,
@@ -232,6 +246,7 @@ impl Climb {
             reason: None,
             fallbacks: 0,
             rescues: 0,
+            retargets: 0,
             deadline: call.started + call.config.budget.deadline,
             stopped: false,
         }
@@ -253,6 +268,7 @@ impl Climb {
             elapsed: call.started.elapsed(),
             fallbacks: self.fallbacks,
             rescues: self.rescues,
+            retargets: self.retargets,
             last_failure: self.reason,
         };
         next_step(call.config.policy(), &state)
@@ -275,6 +291,7 @@ impl Climb {
         match step {
             NextStep::Fallback(model) => self.fallback(call, template.clone(), model),
             NextStep::Rescue(rescue) => self.rescue(call, template.clone(), rescue).await,
+            NextStep::Retarget => self.retarget(call, template.clone()),
             NextStep::Stop(_) => Prep::Stop,
         }
     }
@@ -289,7 +306,13 @@ impl Climb {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Skip;
         }
-        // A token is redeemable once, within its lifetime.
+        // A token is redeemable once, within its lifetime. With fallback
+        // credit off, a token the refusal offers anyway is never presented,
+        // and the hop carries no credit beta.
+        if !call.config.fallback_credit {
+            self.credit = None;
+            dialect.withdraw_fallback_credit(&mut next.parts.headers, &mut next.json);
+        }
         if let Some((token, minted)) = self.credit.take() {
             if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
                 dialect.attach_credit_token(&mut next.parts.headers, &mut next.json, &token);
@@ -299,6 +322,30 @@ impl Climb {
             template: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
+        }))
+    }
+
+    /// The refused request again, with the retarget list as server-side
+    /// fallbacks: skipped without a list, for a request that carried
+    /// fallbacks already, and where the dialect has none.
+    fn retarget(&mut self, call: &Call, mut next: Template) -> Prep {
+        self.retargets += 1;
+        let (config, dialect) = (&call.config, call.dialect);
+        if config.retarget.is_empty() || dialect.carries_server_fallbacks(&next.json) {
+            return Prep::Skip;
+        }
+        let (headers, json) = (&mut next.parts.headers, &mut next.json);
+        let model = call.model.as_deref();
+        if !dialect.retarget_fallbacks(headers, json, &config.retarget, model, true) {
+            return Prep::Skip;
+        }
+        if !config.fallback_credit {
+            dialect.withdraw_fallback_credit(headers, json);
+        }
+        Prep::Send(Box::new(Step {
+            template: next,
+            kind: AttemptStep::Retarget,
+            model: call.model.clone(),
         }))
     }
 
@@ -412,7 +459,7 @@ impl Climb {
         R::Error: Into<BoxError>,
     {
         let outcome = match step.kind {
-            AttemptStep::Fallback => Outcome::Fallback,
+            AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
         let served_model = held
@@ -438,6 +485,8 @@ impl Climb {
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
                 self.departure.attempts.push(record);
+                let category = self.info.category.clone();
+                let served_by = served_model.clone();
                 let settle = Watched {
                     call: call.clone(),
                     request_id,
@@ -445,7 +494,8 @@ impl Climb {
                     recovery: Some((self.info.clone(), outcome, served_model)),
                 };
                 let mut response = serve(held, call, Some(settle), None, None);
-                response.extensions_mut().insert(ServedRecovery);
+                let (category, served_by) = (category.as_deref(), served_by.as_deref());
+                mark_recovered(&mut response, outcome, category, served_by);
                 return Some(response);
             }
             Verdict::Refused { info: again, .. } => {
@@ -507,8 +557,11 @@ impl Climb {
             }
         }
         let attempts = self.finish();
+        let (outcome, category) = (refusal.outcome, refusal.category.clone());
+        let served_by = refusal.served_model.clone();
         let mut response = serve_settled(held, call, Some(refusal), attempts, splice);
-        response.extensions_mut().insert(ServedRecovery);
+        let (category, served_by) = (category.as_deref(), served_by.as_deref());
+        mark_recovered(&mut response, outcome, category, served_by);
         response
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dialect::RefusalInfo;
+use crate::policy::{CategoryPolicy, Step};
 use crate::refusal::{
     Attempt, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
@@ -220,6 +221,7 @@ pub struct RecoveryState<'a> {
     pub(crate) elapsed: Duration,
     pub(crate) fallbacks: usize,
     pub(crate) rescues: usize,
+    pub(crate) retargets: usize,
     pub(crate) last_failure: Option<DeadReason>,
 }
 
@@ -282,6 +284,11 @@ impl<'a> RecoveryState<'a> {
         self.rescues
     }
 
+    /// Retarget steps taken so far (including skipped ones).
+    pub fn retargets_tried(&self) -> usize {
+        self.retargets
+    }
+
     /// Why the latest step did not recover, if one was taken.
     pub fn last_failure(&self) -> Option<DeadReason> {
         self.last_failure
@@ -340,6 +347,13 @@ pub enum NextStep {
     /// the conversation to its rescue cap and honours the runtime
     /// [`RescueSwitch`].
     Rescue(Rescue),
+    /// Send the refused request again to the same model with the layer's
+    /// [retarget list](crate::RefusalGuardLayer::retarget_fallbacks) as
+    /// Anthropic server-side `fallbacks`, so the provider climbs it. The
+    /// guard skips the step (and asks the policy again) when no retarget
+    /// list is configured, when the request already carried server-side
+    /// fallbacks (they were climbed already), or for another provider.
+    Retarget,
     /// Recover no further: the client gets the refusal as sent, recorded
     /// dead for this reason.
     Stop(DeadReason),
@@ -397,7 +411,14 @@ impl<P: RecoveryPolicy + ?Sized> RecoveryPolicy for Arc<P> {
 }
 
 /// The default policy: each model of the client model's fallback chain in
-/// turn, then one reframed rescue, then stop.
+/// turn, then one reframed rescue, then stop; or, per refusal category, the
+/// steps a [`CategoryPolicy`] gives it, in its order.
+///
+/// The category of the latest refusal decides: when a fallback hop refuses
+/// with another category, that category's steps apply from then on (a step
+/// already taken is not taken again). A step list that ends without a
+/// recovery stops with the last step's failure, or
+/// [`DeadReason::PolicyStop`] when the policy took no step at all.
 ///
 /// The layer's shorthand methods
 /// ([`fallback_chains`](crate::RefusalGuardLayer::fallback_chains),
@@ -422,6 +443,7 @@ pub struct Ladder {
     note: RescueNote,
     rescue_model: RescueModel,
     no_rescue: bool,
+    categories: CategoryPolicy,
 }
 
 impl Ladder {
@@ -455,24 +477,53 @@ impl Ladder {
         self
     }
 
+    /// The steps per refusal category (replacing any set before).
+    ///
+    /// ```
+    /// use refusal_guard::policy::CategoryPolicy;
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;*=chain,rescue".parse()?;
+    /// let ladder = Ladder::new().category_policy(policy);
+    /// # let _ = ladder;
+    /// # Ok::<(), refusal_guard::policy::PolicyError>(())
+    /// ```
+    pub fn category_policy(mut self, policy: CategoryPolicy) -> Self {
+        self.categories = policy;
+        self
+    }
+
+    /// The steps a refusal of `category` takes (`*` for every category
+    /// without its own), in order; see [`CategoryPolicy::category`].
+    ///
+    /// ```
+    /// use refusal_guard::policy::Step;
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let ladder = Ladder::new()
+    ///     .for_category("bio", [Step::Stop])
+    ///     .for_category("reasoning_extraction", [Step::Chain]);
+    /// assert_eq!(ladder.categories().steps_for(Some("bio")), [Step::Stop]);
+    /// ```
+    pub fn for_category<I>(mut self, category: impl Into<String>, steps: I) -> Self
+    where
+        I: IntoIterator<Item = Step>,
+    {
+        self.categories = self.categories.category(category, steps);
+        self
+    }
+
     /// The chains this ladder climbs.
     pub fn chains(&self) -> &FallbackChains {
         &self.chains
     }
-}
 
-impl RecoveryPolicy for Ladder {
-    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
-        let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
-        if let Some(model) = chain.get(state.fallbacks_tried()) {
-            return NextStep::Fallback(model.clone());
-        }
-        if state.rescues_tried() > 0 {
-            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused));
-        }
-        if self.no_rescue {
-            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::RescueOff));
-        }
+    /// The steps per refusal category.
+    pub fn categories(&self) -> &CategoryPolicy {
+        &self.categories
+    }
+
+    fn rescue_step(&self, state: &RecoveryState<'_>) -> NextStep {
         let note = self.note.render(state.category(), state.explanation());
         let rescue = Rescue::new(note);
         let last_hop = state
@@ -485,5 +536,36 @@ impl RecoveryPolicy for Ladder {
             (RescueModel::LastFallback, Some(hop)) => rescue.on_model(hop),
             _ => rescue,
         })
+    }
+}
+
+impl RecoveryPolicy for Ladder {
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
+        let steps = self.categories.steps_for(state.category());
+        let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
+        for step in steps {
+            match step {
+                Step::Retarget if state.retargets_tried() == 0 => return NextStep::Retarget,
+                Step::Chain => {
+                    if let Some(model) = chain.get(state.fallbacks_tried()) {
+                        return NextStep::Fallback(model.clone());
+                    }
+                }
+                Step::Rescue if state.rescues_tried() == 0 && !self.no_rescue => {
+                    return self.rescue_step(state)
+                }
+                Step::Stop => return NextStep::Stop(DeadReason::PolicyStop),
+                _ => {}
+            }
+        }
+        // Every step taken: why the last one failed, else why none was.
+        let untried = if steps.contains(&Step::Rescue) && self.no_rescue {
+            DeadReason::RescueOff
+        } else if state.attempts().len() > 1 || state.rescues_tried() > 0 {
+            DeadReason::StillRefused
+        } else {
+            DeadReason::PolicyStop
+        };
+        NextStep::Stop(state.last_failure().unwrap_or(untried))
     }
 }

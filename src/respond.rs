@@ -6,7 +6,7 @@ use std::future::Future;
 use std::task::Poll;
 
 use bytes::Bytes;
-use http::{Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame};
 
 use crate::api_error::{api_error, api_error_for};
@@ -14,7 +14,9 @@ use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::call::Call;
 use crate::dialect::RefusalInfo;
 use crate::hold::Held;
-use crate::refusal::{Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{
+    Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi, RECOVERY_HEADER,
+};
 use crate::timeout::{IdleTimeout, UpstreamTimeout};
 
 /// Whose error shape an answer the guard makes itself takes.
@@ -55,6 +57,38 @@ pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Respon
 /// that live thinking knows to continue the message the client has begun.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ServedRecovery;
+
+/// Marks a recovered response for the client: the `refusal-guard-recovery`
+/// header (see [`RECOVERY_HEADER`]) and [`ServedRecovery`].
+pub(crate) fn mark_recovered<B>(
+    response: &mut Response<B>,
+    outcome: Outcome,
+    category: Option<&str>,
+    served_by: Option<&str>,
+) {
+    let mut value = outcome.as_str().to_owned();
+    for (name, part) in [("category", category), ("served-by", served_by)] {
+        if let Some(part) = part.map(header_safe).filter(|p| !p.is_empty()) {
+            value.push_str(&format!("; {name}={part}"));
+        }
+    }
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(RECOVERY_HEADER, value);
+    }
+    response.extensions_mut().insert(ServedRecovery);
+}
+
+/// A provider's word as a header value part: the characters a model or
+/// category name is made of, anything else as `_`, at most 100 of them.
+fn header_safe(word: &str) -> String {
+    word.chars()
+        .take(100)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | ':' | '/' | '@' | '+' | '-' => c,
+            _ => '_',
+        })
+        .collect()
+}
 
 /// The sending side of a body answered before its decision.
 pub(crate) type FrameSender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;
