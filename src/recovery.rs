@@ -569,3 +569,139 @@ impl RecoveryPolicy for Ladder {
         NextStep::Stop(state.last_failure().unwrap_or(untried))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPUS: &str = "claude-opus-4-7";
+
+    /// The steps `ladder` takes for a refusal of `category` when every step
+    /// fails (a step sent is refused again; a retarget is sent only when
+    /// `retarget_sent`), as words, ending with the stop reason.
+    fn climb(ladder: &Ladder, category: Option<&str>, retarget_sent: bool) -> String {
+        let refusal = RefusalInfo {
+            category: category.map(str::to_owned),
+            ..RefusalInfo::default()
+        };
+        let attempt = |step: &str, model: &str| -> Attempt {
+            let attempt = serde_json::json!({
+                "step": step, "model": model, "result": "refused", "latency_ms": 1
+            });
+            serde_json::from_value(attempt).unwrap()
+        };
+        let mut attempts = vec![attempt("original", OPUS)];
+        let (mut fallbacks, mut rescues, mut retargets) = (0, 0, 0);
+        let mut last_failure = None;
+        let mut taken = Vec::new();
+        for _ in 0..10 {
+            let state = RecoveryState {
+                provider: Provider::Anthropic,
+                wire_api: WireApi::AnthropicMessages,
+                refusal: &refusal,
+                model: Some(OPUS),
+                attempts: &attempts,
+                elapsed: Duration::ZERO,
+                fallbacks,
+                rescues,
+                retargets,
+                last_failure,
+            };
+            match ladder.next_step(&state) {
+                NextStep::Fallback(model) => {
+                    fallbacks += 1;
+                    taken.push(format!("fallback:{model}"));
+                    attempts.push(attempt("fallback", &model));
+                }
+                NextStep::Rescue(rescue) => {
+                    rescues += 1;
+                    let model = rescue.model().unwrap_or(OPUS).to_owned();
+                    taken.push(format!("rescue:{model}"));
+                    attempts.push(attempt("rescue", &model));
+                }
+                NextStep::Retarget => {
+                    retargets += 1;
+                    if !retarget_sent {
+                        continue;
+                    }
+                    taken.push("retarget".to_owned());
+                    attempts.push(attempt("retarget", OPUS));
+                }
+                NextStep::Stop(reason) => {
+                    taken.push(format!("stop:{}", reason.as_str()));
+                    return taken.join(" ");
+                }
+            }
+            last_failure = Some(DeadReason::StillRefused);
+        }
+        panic!("the ladder never stopped: {taken:?}");
+    }
+
+    #[test]
+    fn each_category_climbs_the_steps_its_spec_gives_in_order() {
+        let chains = FallbackChains::new().chain(OPUS, ["sonnet", "haiku"]);
+        let ladder = |spec: Option<&str>| {
+            let ladder = Ladder::new().fallback_chains(chains.clone());
+            match spec {
+                Some(spec) => ladder.category_policy(spec.parse().unwrap()),
+                None => ladder,
+            }
+        };
+        let whole = "fallback:sonnet fallback:haiku rescue:claude-opus-4-7 stop:still_refused";
+        let spec = "bio=stop;cyber=chain;reasoning_extraction=rescue,chain;\
+                    SAFETY=retarget,rescue;frontier_llm=retarget;*=chain,rescue";
+        let no_star = "bio=stop;cyber=rescue";
+        #[rustfmt::skip]
+        let table: &[(Option<&str>, Option<&str>, bool, &str)] = &[
+            // The default: every category, named or not, climbs the whole ladder.
+            (None, Some("bio"), true, whole),
+            (None, Some("cyber"), true, whole),
+            (None, None, true, whole),
+            (Some(spec), Some("bio"), true, "stop:policy_stop"),
+            (Some(spec), Some("BIO"), true, "stop:policy_stop"),
+            (Some(spec), Some("cyber"), true, "fallback:sonnet fallback:haiku stop:still_refused"),
+            (Some(spec), Some("reasoning_extraction"), true,
+                "rescue:claude-opus-4-7 fallback:sonnet fallback:haiku stop:still_refused"),
+            (Some(spec), Some("safety"), true, "retarget rescue:claude-opus-4-7 stop:still_refused"),
+            // A retarget that cannot be sent is skipped.
+            (Some(spec), Some("SAFETY"), false, "rescue:claude-opus-4-7 stop:still_refused"),
+            (Some(spec), Some("frontier_llm"), true, "retarget stop:still_refused"),
+            (Some(spec), Some("frontier_llm"), false, "stop:policy_stop"),
+            (Some(spec), Some("content_filter"), true, whole),
+            (Some(spec), Some("PROHIBITED_CONTENT"), true, whole),
+            (Some(spec), None, true, whole),
+            // Without `*`, other categories take the default steps.
+            (Some(no_star), Some("bio"), true, "stop:policy_stop"),
+            (Some(no_star), Some("cyber"), true, "rescue:claude-opus-4-7 stop:still_refused"),
+            (Some(no_star), Some("text_refusal"), true, whole),
+            (Some(no_star), None, true, whole),
+        ];
+        for (spec, category, retarget_sent, expected) in table {
+            let taken = climb(&ladder(*spec), *category, *retarget_sent);
+            assert_eq!(taken, *expected, "{spec:?} × {category:?}");
+        }
+    }
+
+    #[test]
+    fn rescue_off_still_stops_with_rescue_off_and_chain_only_with_policy_stop() {
+        let chains = FallbackChains::new().chain(OPUS, ["sonnet"]);
+        let off = Ladder::new().fallback_chains(chains.clone()).rescue(false);
+        assert_eq!(
+            climb(&off, Some("cyber"), true),
+            "fallback:sonnet stop:still_refused"
+        );
+        assert_eq!(
+            climb(&Ladder::new().rescue(false), Some("cyber"), true),
+            "stop:rescue_off"
+        );
+        let chain_only = Ladder::new().for_category("*", [Step::Chain]);
+        assert_eq!(climb(&chain_only, Some("cyber"), true), "stop:policy_stop");
+        let last_hop = Ladder::new()
+            .fallback_chains(chains)
+            .rescue_model(RescueModel::LastFallback);
+        assert_eq!(
+            climb(&last_hop, None, true),
+            "fallback:sonnet rescue:sonnet stop:still_refused"
+        );
+    }
+}
