@@ -301,7 +301,7 @@ mod tests {
             ("bio=stop;BIO=chain", "category `BIO` given twice"),
             (
                 "bio=stop,chain",
-                "`stop` combined with other steps in `bio=stop,chain`",
+                "`stop` combined with other steps (stop stands alone) in `bio=stop,chain`",
             ),
             ("bio=chain,,rescue", "empty step in `bio=chain,,rescue`"),
             ("bio=chain,chain", "step `chain` given twice"),
