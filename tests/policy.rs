@@ -1,18 +1,23 @@
 //! Issue 14, items 1, 4 and 5 through the real proxy (`run` from flags, as
 //! `examples/proxy.rs`) over a scripted loopback upstream: a policy per
 //! refusal category, fallback credit off, the conversation header never
-//! upstream, and the `refusal-guard-recovery` header on recovered responses
-//! only.
+//! upstream, the `refusal-guard-recovery` header on recovered responses
+//! only, and the trace a sticky route leaves when it ends.
 mod support;
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
 use refusal_guard::proxy::Options;
+use refusal_guard::telemetry::{Fanout, JsonlSink, Report, RouteRestored, TelemetrySink};
+use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::events::*;
 use support::proxy::{client, run_proxy};
 use support::raw_upstream::{whole, Act, RawRequest, RawUpstream};
 use support::*;
+use tower::Layer;
 
 const OPUS: &str = "claude-opus-4-7";
 const SONNET: &str = "claude-sonnet-4-5";
@@ -323,4 +328,62 @@ async fn only_recovered_responses_carry_the_recovery_header() {
             "stream {stream}: sanitised"
         );
     }
+}
+
+// ---- a sticky route that ends -----------------------------------------------
+
+/// A sink that keeps the route-restored events it receives.
+#[derive(Clone, Default)]
+struct Restorations(std::sync::Arc<std::sync::Mutex<Vec<RouteRestored>>>);
+
+impl TelemetrySink for Restorations {
+    fn record(&self, _record: &refusal_guard::telemetry::RefusalRecord) {}
+    fn route_restored(&self, event: &RouteRestored) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+#[tokio::test]
+async fn the_first_request_after_a_sticky_route_ends_leaves_a_restored_trace() {
+    let dir = std::env::temp_dir().join(format!("rg-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("refusals.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let events = Restorations::default();
+    let sink = Fanout::new()
+        .and(events.clone())
+        .and(JsonlSink::open(&log).unwrap());
+    let upstream = Upstream::new(vec![
+        Reply::sse(&anthropic_stream(&think_then_refuse(OPUS, "cyber"))),
+        Reply::sse(&anthropic_stream(&text_answer(SONNET, "a"))),
+        Reply::sse(&anthropic_stream(&text_answer(SONNET, "b"))),
+        Reply::sse(&anthropic_stream(&text_answer(OPUS, "c"))),
+        Reply::sse(&anthropic_stream(&text_answer(OPUS, "d"))),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .sticky_fallback(Duration::from_secs(1))
+        .telemetry(sink)
+        .layer(upstream.service());
+    let request = || messages(OPUS, true, "same conversation");
+    call(&mut guard, request()).await; // refused, served by the fallback
+    call(&mut guard, request()).await; // routed to the fallback
+    assert_eq!(upstream.seen()[2].json()["model"], SONNET);
+    assert!(events.0.lock().unwrap().is_empty(), "no end within the TTL");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    call(&mut guard, request()).await; // the route ended: back to the primary
+    call(&mut guard, request()).await; // told once only
+    assert_eq!(upstream.seen()[3].json()["model"], OPUS);
+    let seen = events.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].model.as_deref(), Some(OPUS));
+    assert_eq!(seen[0].routed_to, SONNET);
+    assert!(seen[0].conversation.is_some());
+    // The log line is apart from refusal records: the report counts it as
+    // a restoration, not as a refusal nor as a bad line.
+    let (report, skipped) = Report::read_path(&log).unwrap();
+    assert_eq!((report.total, report.restored, skipped), (1, 1, 0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""event":"route_restored""#), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::RefusalRecord;
+use super::{RefusalRecord, RouteRestored};
 use crate::refusal::Outcome;
 
 /// The key used for a record with no category, model or dead reason.
@@ -58,6 +58,9 @@ pub struct Report {
     /// fixed-width UTC format sorts as text); records with the same `ts`
     /// keep log order, later first.
     pub recent: Vec<RefusalRecord>,
+    /// Sticky routes that ended, each with the conversation's primary model
+    /// restored ([`RouteRestored`] lines; not refusals).
+    pub restored: usize,
 }
 
 impl Report {
@@ -104,6 +107,9 @@ impl Report {
             }
             match serde_json::from_slice::<RefusalRecord>(&line) {
                 Ok(record) => builder.add(record),
+                Err(_) if RouteRestored::from_json_line(&line).is_some() => {
+                    builder.report.restored += 1;
+                }
                 Err(_) => skipped += 1,
             }
         }
@@ -194,6 +200,14 @@ impl fmt::Display for Report {
         table(f, "By model", &self.by_model)?;
         if !self.by_reason.is_empty() {
             table(f, "Why dead", &self.by_reason)?;
+        }
+        if self.restored > 0 {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Sticky routes ended (primary model restored): {}",
+                self.restored
+            )?;
         }
         writeln!(f)?;
         writeln!(f, "Most recent:")?;
