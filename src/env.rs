@@ -311,3 +311,24 @@ impl RefusalGuardLayer {
         Ok(EnvConfig::from_env()?.apply(RefusalGuardLayer::new())?)
     }
 }
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_variable_is_read_and_a_bad_one_names_it() {
+        let config =
+            EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=stop;*=chain,rescue")]).unwrap();
+        assert_eq!(
+            config.policy.unwrap().to_string(),
+            "bio=stop;*=chain,rescue"
+        );
+        let error = EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=halt")]).unwrap_err();
+        assert_eq!(error.variable, "REFUSAL_GUARD_POLICY");
+        assert!(error.to_string().contains("bio=halt"), "{error}");
+        // Only under REFUSAL_GUARD_: pi-refusal-guard has no such setting.
+        let config = EnvConfig::from_vars([("OMP_REFUSAL_POLICY", "bio=halt")]).unwrap();
+        assert_eq!(config.policy, None);
+    }
+}
