@@ -20,7 +20,7 @@ use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
 use crate::replay::ReplayBody;
 use crate::respond::{
-    judge_findings, mark_recovered, serve, serve_settled, timed_out, Shape, Watched,
+    judge_findings, mark_recovered, serve, serve_settled, timed_out, ServedRecovery, Shape, Watched,
 };
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
@@ -485,8 +485,6 @@ impl Climb {
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
                 self.departure.attempts.push(record);
-                let category = self.info.category.clone();
-                let served_by = served_model.clone();
                 let settle = Watched {
                     call: call.clone(),
                     request_id,
@@ -494,8 +492,9 @@ impl Climb {
                     recovery: Some((self.info.clone(), outcome, served_model)),
                 };
                 let mut response = serve(held, call, Some(settle), None, None);
-                let (category, served_by) = (category.as_deref(), served_by.as_deref());
-                mark_recovered(&mut response, outcome, category, served_by);
+                // Not yet known to be a recovery: no recovery header, which
+                // must never announce one that may still refuse.
+                response.extensions_mut().insert(ServedRecovery);
                 return Some(response);
             }
             Verdict::Refused { info: again, .. } => {

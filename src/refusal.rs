@@ -363,8 +363,10 @@ impl std::error::Error for Refusal {}
 ///
 /// Responses the guard did not change carry no such header. A response
 /// whose head went out before the decision (keep-alive comments, live
-/// thinking) cannot carry it either: the head was already sent; the record
-/// and the [`Refusal`] still say what happened.
+/// thinking) cannot carry it either: the head was already sent; nor does a
+/// recovery attempt the guard had to let through before it could tell
+/// whether it answered (its hold bounds reached), since it may still refuse.
+/// The record and the [`RefusalHandle`] still say what happened.
 ///
 /// ```
 /// let response = http::Response::new(());
