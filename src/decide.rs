@@ -22,6 +22,10 @@ use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
 
+/// Steps in a row that could not be built before the climb gives up: a
+/// policy that keeps asking for one must not spin.
+const MAX_SKIPS: usize = 8;
+
 /// What a held response becomes. Deciding records nothing and settles
 /// nothing: the refusal and the attempts travel in the decision, and the
 /// response, the record and the handle come from it afterwards.
@@ -213,12 +217,21 @@ impl<S> Exchange<S> {
             streaming,
             ..
         } = self;
+        let mut skips = 0;
         loop {
             let step = match climb.prepare(&call, &template).await {
                 Prep::Send(step) => *step,
-                Prep::Skip => continue,
+                Prep::Skip if skips < MAX_SKIPS => {
+                    skips += 1;
+                    continue;
+                }
+                Prep::Skip => {
+                    climb.reason.get_or_insert(DeadReason::Unrecoverable);
+                    break;
+                }
                 Prep::Stop => break,
             };
+            skips = 0;
             let Some((held, record)) = climb.send(&mut upstream, &call, streaming, &step).await
             else {
                 if climb.stopped {
@@ -274,6 +287,7 @@ struct Climb {
     reason: Option<DeadReason>,
     fallbacks: usize,
     rescues: usize,
+    retargets: usize,
     deadline: Instant,
     /// The budget ran out while an attempt was running.
     stopped: bool,
@@ -297,6 +311,7 @@ impl Climb {
             reason: None,
             fallbacks: 0,
             rescues: 0,
+            retargets: 0,
             deadline: call.started + call.config.budget.deadline,
             stopped: false,
         }
@@ -318,6 +333,7 @@ impl Climb {
             elapsed: call.started.elapsed(),
             fallbacks: self.fallbacks,
             rescues: self.rescues,
+            retargets: self.retargets,
             last_failure: self.reason,
         };
         next_step(call.config.policy(), &state)
@@ -340,6 +356,7 @@ impl Climb {
         match step {
             NextStep::Fallback(model) => self.fallback(call, template.clone(), model),
             NextStep::Rescue(rescue) => self.rescue(call, template.clone(), rescue).await,
+            NextStep::Retarget => self.retarget(call, template.clone()),
             NextStep::Stop(_) => Prep::Stop,
         }
     }
@@ -354,7 +371,13 @@ impl Climb {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Skip;
         }
-        // A token is redeemable once, within its lifetime.
+        // A token is redeemable once, within its lifetime. With fallback
+        // credit off, a token the refusal offers anyway is never presented,
+        // and the hop carries no credit beta.
+        if !call.config.fallback_credit {
+            self.credit = None;
+            dialect.withdraw_fallback_credit(&mut next.parts.headers, &mut next.json);
+        }
         if let Some((token, minted)) = self.credit.take() {
             if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
                 dialect.attach_credit_token(&mut next.parts.headers, &mut next.json, &token);
@@ -364,6 +387,30 @@ impl Climb {
             template: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
+        }))
+    }
+
+    /// The refused request again, with the retarget list as server-side
+    /// fallbacks: skipped without a list, for a request that carried
+    /// fallbacks already, and where the dialect has none.
+    fn retarget(&mut self, call: &Call, mut next: Template) -> Prep {
+        self.retargets += 1;
+        let (config, dialect) = (&call.config, call.dialect);
+        if config.retarget.is_empty() || dialect.carries_server_fallbacks(&next.json) {
+            return Prep::Skip;
+        }
+        let (headers, json) = (&mut next.parts.headers, &mut next.json);
+        let model = call.model.as_deref();
+        if !dialect.retarget_fallbacks(headers, json, &config.retarget, model, true) {
+            return Prep::Skip;
+        }
+        if !config.fallback_credit {
+            dialect.withdraw_fallback_credit(headers, json);
+        }
+        Prep::Send(Box::new(Step {
+            template: next,
+            kind: AttemptStep::Retarget,
+            model: call.model.clone(),
         }))
     }
 
@@ -474,7 +521,7 @@ impl Climb {
         step: Step,
     ) -> Option<Decision<IdleTimeout<R>>> {
         let outcome = match step.kind {
-            AttemptStep::Fallback => Outcome::Fallback,
+            AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
         let served_model = held

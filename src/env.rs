@@ -6,6 +6,7 @@
 //! | `REFUSAL_GUARD_FALLBACKS` | the server-side fallback retarget list | `claude-sonnet-4-5,claude-haiku-4-5` |
 //! | `REFUSAL_GUARD_LOG` | JSONL log path, or an off value for no log | `~/.refusal-guard/refusals.jsonl` |
 //! | `REFUSAL_GUARD_CHAIN` | client-side fallback chains | `claude-opus-4-7=claude-sonnet-4-5,claude-haiku-4-5;gpt-4o=gpt-4o-mini` |
+//! | `REFUSAL_GUARD_POLICY` | the ladder's steps per refusal category ([`CategoryPolicy`] syntax) | `bio=stop;frontier_llm=stop;reasoning_extraction=stop;*=chain,rescue` |
 //!
 //! For drop-in compatibility with pi-refusal-guard, `RESCUE`, `FALLBACKS` and
 //! `LOG` are also read as `OMP_REFUSAL_*` and `PI_REFUSAL_*`. Precedence:
@@ -23,6 +24,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 
+use crate::policy::CategoryPolicy;
 use crate::recovery::FallbackChains;
 use crate::telemetry::JsonlSink;
 use crate::RefusalGuardLayer;
@@ -108,6 +110,8 @@ pub struct EnvConfig {
     pub log: Option<LogSetting>,
     /// `REFUSAL_GUARD_CHAIN`.
     pub chains: Option<FallbackChains>,
+    /// `REFUSAL_GUARD_POLICY`: the steps per refusal category.
+    pub policy: Option<CategoryPolicy>,
 }
 
 /// Reads an on/off value; `name` (a variable or a flag) goes in the error.
@@ -155,6 +159,8 @@ pub fn parse_chains(name: &str, value: &str) -> Result<FallbackChains, EnvError>
 const SWITCH: &str = "on/off (1, on, true, yes / 0, off, false, no)";
 const MODELS: &str = "a comma-separated list of model names";
 const CHAINS: &str = "MODEL=FALLBACK[,FALLBACK...] entries separated by ';'";
+const POLICY: &str = "CATEGORY=STEP[,STEP...] entries separated by ';', each category once \
+(any case), steps retarget, chain, rescue, stop (stop alone)";
 
 fn switch(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
@@ -262,6 +268,13 @@ impl EnvConfig {
                 })?
             });
         }
+        if let Some(found) = winner("POLICY", &PREFIXES[..1]) {
+            let parsed = found.1.parse::<CategoryPolicy>();
+            config.policy = Some(parsed.map_err(|error| {
+                tracing::warn!(%error, "REFUSAL_GUARD_POLICY is invalid");
+                fail(found, POLICY)
+            })?);
+        }
         Ok(config)
     }
 
@@ -276,6 +289,9 @@ impl EnvConfig {
         }
         if let Some(chains) = &self.chains {
             layer = layer.fallback_chains(chains.clone());
+        }
+        if let Some(policy) = &self.policy {
+            layer = layer.category_policy(policy.clone());
         }
         if let Some(LogSetting::Path(path)) = &self.log {
             layer = layer.telemetry(JsonlSink::open(path.clone())?);
@@ -293,5 +309,26 @@ impl RefusalGuardLayer {
     /// ```
     pub fn from_env() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
         Ok(EnvConfig::from_env()?.apply(RefusalGuardLayer::new())?)
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_variable_is_read_and_a_bad_one_names_it() {
+        let config =
+            EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=stop;*=chain,rescue")]).unwrap();
+        assert_eq!(
+            config.policy.unwrap().to_string(),
+            "bio=stop;*=chain,rescue"
+        );
+        let error = EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=halt")]).unwrap_err();
+        assert_eq!(error.variable, "REFUSAL_GUARD_POLICY");
+        assert!(error.to_string().contains("bio=halt"), "{error}");
+        // Only under REFUSAL_GUARD_: pi-refusal-guard has no such setting.
+        let config = EnvConfig::from_vars([("OMP_REFUSAL_POLICY", "bio=halt")]).unwrap();
+        assert_eq!(config.policy, None);
     }
 }

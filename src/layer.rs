@@ -9,6 +9,7 @@ use serde_json::Value;
 use tower_layer::Layer;
 
 use crate::config::Config;
+use crate::policy::CategoryPolicy;
 use crate::recovery::{
     Budget, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
 };
@@ -287,6 +288,23 @@ impl RefusalGuardLayer {
     /// turn.
     pub fn fallback_chains(self, chains: FallbackChains) -> Self {
         self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
+    }
+
+    /// The default ladder's steps per refusal category, in order (by
+    /// default every category takes `chain,rescue`, the whole ladder).
+    /// Ignored when a custom [`policy`](Self::policy) is set.
+    ///
+    /// ```
+    /// use refusal_guard::policy::CategoryPolicy;
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;reasoning_extraction=stop".parse()?;
+    /// let layer = RefusalGuardLayer::new().category_policy(policy);
+    /// # let _ = layer;
+    /// # Ok::<(), refusal_guard::policy::PolicyError>(())
+    /// ```
+    pub fn category_policy(self, policy: CategoryPolicy) -> Self {
+        self.with(|c| c.ladder = c.ladder.clone().category_policy(policy))
     }
 
     /// Asks Anthropic for fallback credit tokens on requests that have a

@@ -66,7 +66,8 @@
 //! - [`recovery`]: the [`RecoveryPolicy`](recovery::RecoveryPolicy) that
 //!   decides what to try after an empty refusal, its default
 //!   [`Ladder`](recovery::Ladder), the rescue note, the runtime switch and
-//!   fallback chains; [`store`]: per-conversation state behind an async
+//!   fallback chains; [`policy`]: the ladder's steps per refusal category;
+//!   [`store`]: per-conversation state behind an async
 //!   trait; [`timeout`]: the bounded waits on the upstream and their error.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
@@ -130,6 +131,7 @@ mod hold;
 pub mod layer;
 mod live;
 pub mod metrics;
+pub mod policy;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;

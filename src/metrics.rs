@@ -18,6 +18,7 @@
 //! | [`STREAMS_IN_FLIGHT`] | gauge | `wire_api` |
 //! | [`STORE_ERRORS`] | counter | `store`, `operation` |
 //! | [`STORE_FALLBACKS`] | counter | `store` |
+//! | [`ROUTES_RESTORED`] | counter | `wire_api` |
 //!
 //! Refusals and recovery attempts are counted from each refusal record by
 //! the telemetry module's `MetricsSink`, so they agree with the JSONL log
@@ -80,6 +81,9 @@ pub const STREAMS_IN_FLIGHT: &str = "refusal_guard_streams_in_flight";
 pub const STORE_ERRORS: &str = "refusal_guard_store_errors_total";
 /// Times a conversation store was unreachable and memory served instead.
 pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
+/// Sticky routes that ended, the conversation's primary model restored
+/// (`wire_api`).
+pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
 
 /// How many distinct categories get their own label value.
 pub const MAX_CATEGORIES: usize = 32;
@@ -135,6 +139,11 @@ pub fn describe() {
         "Guarded streaming requests not yet settled"
     );
     describe_counter!(STORE_ERRORS, Unit::Count, "Conversation store errors");
+    describe_counter!(
+        ROUTES_RESTORED,
+        Unit::Count,
+        "Sticky routes that ended, the primary model restored"
+    );
     describe_counter!(
         STORE_FALLBACKS,
         Unit::Count,
@@ -273,6 +282,12 @@ pub fn store_error(store: &'static str, operation: &'static str) {
 /// ```
 pub fn store_fallback(store: &'static str) {
     counter!(STORE_FALLBACKS, "store" => store).increment(1);
+}
+
+/// Counts a sticky route that ended: the conversation's primary model is
+/// asked for again.
+pub(crate) fn route_restored(wire_api: WireApi) {
+    counter!(ROUTES_RESTORED, "wire_api" => wire_api.as_str()).increment(1);
 }
 
 /// Guarded requests settled in this process, by outcome, for pages that

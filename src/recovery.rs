@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dialect::RefusalInfo;
+use crate::policy::{CategoryPolicy, Step};
 use crate::refusal::{
     Attempt, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
@@ -220,6 +221,7 @@ pub struct RecoveryState<'a> {
     pub(crate) elapsed: Duration,
     pub(crate) fallbacks: usize,
     pub(crate) rescues: usize,
+    pub(crate) retargets: usize,
     pub(crate) last_failure: Option<DeadReason>,
 }
 
@@ -282,6 +284,11 @@ impl<'a> RecoveryState<'a> {
         self.rescues
     }
 
+    /// Retarget steps taken so far (including skipped ones).
+    pub fn retargets_tried(&self) -> usize {
+        self.retargets
+    }
+
     /// Why the latest step did not recover, if one was taken.
     pub fn last_failure(&self) -> Option<DeadReason> {
         self.last_failure
@@ -340,6 +347,13 @@ pub enum NextStep {
     /// the conversation to its rescue cap and honours the runtime
     /// [`RescueSwitch`].
     Rescue(Rescue),
+    /// Send the refused request again to the same model with the layer's
+    /// [retarget list](crate::RefusalGuardLayer::retarget_fallbacks) as
+    /// Anthropic server-side `fallbacks`, so the provider climbs it. The
+    /// guard skips the step (and asks the policy again) when no retarget
+    /// list is configured, when the request already carried server-side
+    /// fallbacks (they were climbed already), or for another provider.
+    Retarget,
     /// Recover no further: the client gets the refusal as sent, recorded
     /// dead for this reason.
     Stop(DeadReason),
@@ -397,7 +411,14 @@ impl<P: RecoveryPolicy + ?Sized> RecoveryPolicy for Arc<P> {
 }
 
 /// The default policy: each model of the client model's fallback chain in
-/// turn, then one reframed rescue, then stop.
+/// turn, then one reframed rescue, then stop; or, per refusal category, the
+/// steps a [`CategoryPolicy`] gives it, in its order.
+///
+/// The category of the latest refusal decides: when a fallback hop refuses
+/// with another category, that category's steps apply from then on (a step
+/// already taken is not taken again). A step list that ends without a
+/// recovery stops with the last step's failure, or
+/// [`DeadReason::PolicyStop`] when the policy took no step at all.
 ///
 /// The layer's shorthand methods
 /// ([`fallback_chains`](crate::RefusalGuardLayer::fallback_chains),
@@ -422,6 +443,7 @@ pub struct Ladder {
     note: RescueNote,
     rescue_model: RescueModel,
     no_rescue: bool,
+    categories: CategoryPolicy,
 }
 
 impl Ladder {
@@ -455,24 +477,53 @@ impl Ladder {
         self
     }
 
+    /// The steps per refusal category (replacing any set before).
+    ///
+    /// ```
+    /// use refusal_guard::policy::CategoryPolicy;
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;*=chain,rescue".parse()?;
+    /// let ladder = Ladder::new().category_policy(policy);
+    /// # let _ = ladder;
+    /// # Ok::<(), refusal_guard::policy::PolicyError>(())
+    /// ```
+    pub fn category_policy(mut self, policy: CategoryPolicy) -> Self {
+        self.categories = policy;
+        self
+    }
+
+    /// The steps a refusal of `category` takes (`*` for every category
+    /// without its own), in order; see [`CategoryPolicy::category`].
+    ///
+    /// ```
+    /// use refusal_guard::policy::Step;
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let ladder = Ladder::new()
+    ///     .for_category("bio", [Step::Stop])
+    ///     .for_category("reasoning_extraction", [Step::Chain]);
+    /// assert_eq!(ladder.categories().steps_for(Some("bio")), [Step::Stop]);
+    /// ```
+    pub fn for_category<I>(mut self, category: impl Into<String>, steps: I) -> Self
+    where
+        I: IntoIterator<Item = Step>,
+    {
+        self.categories = self.categories.category(category, steps);
+        self
+    }
+
     /// The chains this ladder climbs.
     pub fn chains(&self) -> &FallbackChains {
         &self.chains
     }
-}
 
-impl RecoveryPolicy for Ladder {
-    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
-        let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
-        if let Some(model) = chain.get(state.fallbacks_tried()) {
-            return NextStep::Fallback(model.clone());
-        }
-        if state.rescues_tried() > 0 {
-            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::StillRefused));
-        }
-        if self.no_rescue {
-            return NextStep::Stop(state.last_failure().unwrap_or(DeadReason::RescueOff));
-        }
+    /// The steps per refusal category.
+    pub fn categories(&self) -> &CategoryPolicy {
+        &self.categories
+    }
+
+    fn rescue_step(&self, state: &RecoveryState<'_>) -> NextStep {
         let note = self.note.render(state.category(), state.explanation());
         let rescue = Rescue::new(note);
         let last_hop = state
@@ -485,5 +536,172 @@ impl RecoveryPolicy for Ladder {
             (RescueModel::LastFallback, Some(hop)) => rescue.on_model(hop),
             _ => rescue,
         })
+    }
+}
+
+impl RecoveryPolicy for Ladder {
+    fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
+        let steps = self.categories.steps_for(state.category());
+        let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
+        for step in steps {
+            match step {
+                Step::Retarget if state.retargets_tried() == 0 => return NextStep::Retarget,
+                Step::Chain => {
+                    if let Some(model) = chain.get(state.fallbacks_tried()) {
+                        return NextStep::Fallback(model.clone());
+                    }
+                }
+                Step::Rescue if state.rescues_tried() == 0 && !self.no_rescue => {
+                    return self.rescue_step(state)
+                }
+                Step::Stop => return NextStep::Stop(DeadReason::PolicyStop),
+                _ => {}
+            }
+        }
+        // Every step taken: why the last one failed, else why none was.
+        let untried = if steps.contains(&Step::Rescue) && self.no_rescue {
+            DeadReason::RescueOff
+        } else if state.attempts().len() > 1 || state.rescues_tried() > 0 {
+            DeadReason::StillRefused
+        } else {
+            DeadReason::PolicyStop
+        };
+        NextStep::Stop(state.last_failure().unwrap_or(untried))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OPUS: &str = "claude-opus-4-7";
+
+    /// The steps `ladder` takes for a refusal of `category` when every step
+    /// fails (a step sent is refused again; a retarget is sent only when
+    /// `retarget_sent`), as words, ending with the stop reason.
+    fn climb(ladder: &Ladder, category: Option<&str>, retarget_sent: bool) -> String {
+        let refusal = RefusalInfo {
+            category: category.map(str::to_owned),
+            ..RefusalInfo::default()
+        };
+        let attempt = |step: &str, model: &str| -> Attempt {
+            let attempt = serde_json::json!({
+                "step": step, "model": model, "result": "refused", "latency_ms": 1
+            });
+            serde_json::from_value(attempt).unwrap()
+        };
+        let mut attempts = vec![attempt("original", OPUS)];
+        let (mut fallbacks, mut rescues, mut retargets) = (0, 0, 0);
+        let mut last_failure = None;
+        let mut taken = Vec::new();
+        for _ in 0..10 {
+            let state = RecoveryState {
+                provider: Provider::Anthropic,
+                wire_api: WireApi::AnthropicMessages,
+                refusal: &refusal,
+                model: Some(OPUS),
+                attempts: &attempts,
+                elapsed: Duration::ZERO,
+                fallbacks,
+                rescues,
+                retargets,
+                last_failure,
+            };
+            match ladder.next_step(&state) {
+                NextStep::Fallback(model) => {
+                    fallbacks += 1;
+                    taken.push(format!("fallback:{model}"));
+                    attempts.push(attempt("fallback", &model));
+                }
+                NextStep::Rescue(rescue) => {
+                    rescues += 1;
+                    let model = rescue.model().unwrap_or(OPUS).to_owned();
+                    taken.push(format!("rescue:{model}"));
+                    attempts.push(attempt("rescue", &model));
+                }
+                NextStep::Retarget => {
+                    retargets += 1;
+                    if !retarget_sent {
+                        continue;
+                    }
+                    taken.push("retarget".to_owned());
+                    attempts.push(attempt("retarget", OPUS));
+                }
+                NextStep::Stop(reason) => {
+                    taken.push(format!("stop:{}", reason.as_str()));
+                    return taken.join(" ");
+                }
+            }
+            last_failure = Some(DeadReason::StillRefused);
+        }
+        panic!("the ladder never stopped: {taken:?}");
+    }
+
+    #[test]
+    fn each_category_climbs_the_steps_its_spec_gives_in_order() {
+        let chains = FallbackChains::new().chain(OPUS, ["sonnet", "haiku"]);
+        let ladder = |spec: Option<&str>| {
+            let ladder = Ladder::new().fallback_chains(chains.clone());
+            match spec {
+                Some(spec) => ladder.category_policy(spec.parse().unwrap()),
+                None => ladder,
+            }
+        };
+        let whole = "fallback:sonnet fallback:haiku rescue:claude-opus-4-7 stop:still_refused";
+        let spec = "bio=stop;cyber=chain;reasoning_extraction=rescue,chain;\
+                    SAFETY=retarget,rescue;frontier_llm=retarget;*=chain,rescue";
+        let no_star = "bio=stop;cyber=rescue";
+        #[rustfmt::skip]
+        let table: &[(Option<&str>, Option<&str>, bool, &str)] = &[
+            // The default: every category, named or not, climbs the whole ladder.
+            (None, Some("bio"), true, whole),
+            (None, Some("cyber"), true, whole),
+            (None, None, true, whole),
+            (Some(spec), Some("bio"), true, "stop:policy_stop"),
+            (Some(spec), Some("BIO"), true, "stop:policy_stop"),
+            (Some(spec), Some("cyber"), true, "fallback:sonnet fallback:haiku stop:still_refused"),
+            (Some(spec), Some("reasoning_extraction"), true,
+                "rescue:claude-opus-4-7 fallback:sonnet fallback:haiku stop:still_refused"),
+            (Some(spec), Some("safety"), true, "retarget rescue:claude-opus-4-7 stop:still_refused"),
+            // A retarget that cannot be sent is skipped.
+            (Some(spec), Some("SAFETY"), false, "rescue:claude-opus-4-7 stop:still_refused"),
+            (Some(spec), Some("frontier_llm"), true, "retarget stop:still_refused"),
+            (Some(spec), Some("frontier_llm"), false, "stop:policy_stop"),
+            (Some(spec), Some("content_filter"), true, whole),
+            (Some(spec), Some("PROHIBITED_CONTENT"), true, whole),
+            (Some(spec), None, true, whole),
+            // Without `*`, other categories take the default steps.
+            (Some(no_star), Some("bio"), true, "stop:policy_stop"),
+            (Some(no_star), Some("cyber"), true, "rescue:claude-opus-4-7 stop:still_refused"),
+            (Some(no_star), Some("text_refusal"), true, whole),
+            (Some(no_star), None, true, whole),
+        ];
+        for (spec, category, retarget_sent, expected) in table {
+            let taken = climb(&ladder(*spec), *category, *retarget_sent);
+            assert_eq!(taken, *expected, "{spec:?} × {category:?}");
+        }
+    }
+
+    #[test]
+    fn rescue_off_still_stops_with_rescue_off_and_chain_only_with_policy_stop() {
+        let chains = FallbackChains::new().chain(OPUS, ["sonnet"]);
+        let off = Ladder::new().fallback_chains(chains.clone()).rescue(false);
+        assert_eq!(
+            climb(&off, Some("cyber"), true),
+            "fallback:sonnet stop:still_refused"
+        );
+        assert_eq!(
+            climb(&Ladder::new().rescue(false), Some("cyber"), true),
+            "stop:rescue_off"
+        );
+        let chain_only = Ladder::new().for_category("*", [Step::Chain]);
+        assert_eq!(climb(&chain_only, Some("cyber"), true), "stop:policy_stop");
+        let last_hop = Ladder::new()
+            .fallback_chains(chains)
+            .rescue_model(RescueModel::LastFallback);
+        assert_eq!(
+            climb(&last_hop, None, true),
+            "fallback:sonnet rescue:sonnet stop:still_refused"
+        );
     }
 }

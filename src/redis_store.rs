@@ -15,14 +15,17 @@
 //!
 //! # Keys
 //!
-//! Two keys per conversation, named after the hashed
+//! Three keys per conversation, named after the hashed
 //! [`ConversationKey`] only (never prompt text):
 //!
 //! - `{prefix}{key}:rescues`: rescues since the last real output; expires
 //!   after [`MemoryStore::DEFAULT_IDLE_TTL`]
 //!   without a refusal, like an idle conversation in memory;
 //! - `{prefix}{key}:sticky`: the model a fallback served the conversation
-//!   with; expires with the sticky route's own TTL.
+//!   with; expires with the sticky route's own TTL;
+//! - `{prefix}{key}:sticky-was`: the same model, kept for the idle TTL past
+//!   the route's end, so that the first lookup after the end can report it
+//!   (once: the lookup deletes it).
 //!
 //! The prefix defaults to [`RedisStore::DEFAULT_KEY_PREFIX`].
 
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
-use crate::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
+use crate::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup, StoreFuture};
 
 /// Reserves a rescue if the conversation is below the cap, atomically on the
 /// server: replicas racing on one conversation are serialised by Redis, so
@@ -49,6 +52,24 @@ if used >= tonumber(ARGV[1]) then
 end
 redis.call('SET', KEYS[1], used + 1, 'PX', ARGV[2])
 return 1
+";
+
+/// The sticky route, or its end reported once: a route still set answers
+/// `routed`; otherwise a remembered route is taken (deleted) and answers
+/// `ended`. Atomic, so that of replicas racing only one reports the end.
+///
+/// KEYS[1]: the route. KEYS[2]: the remembered route.
+const LOOKUP_ROUTE: &str = r"
+local routed = redis.call('GET', KEYS[1])
+if routed then
+    return {'routed', routed}
+end
+local was = redis.call('GET', KEYS[2])
+if was then
+    redis.call('DEL', KEYS[2])
+    return {'ended', was}
+end
+return {}
 ";
 
 /// A call to the store failed: the server is unreachable, answered with an
@@ -110,6 +131,7 @@ impl From<redis::RedisError> for StoreError {
 pub struct RedisStore {
     connection: ConnectionManager,
     reserve: Script,
+    lookup: Script,
     prefix: String,
     idle_ttl: Duration,
     /// When a failure was last logged (shared by clones).
@@ -149,6 +171,7 @@ impl RedisStore {
         Ok(RedisStore {
             connection,
             reserve: Script::new(RESERVE_RESCUE),
+            lookup: Script::new(LOOKUP_ROUTE),
             prefix: Self::DEFAULT_KEY_PREFIX.to_owned(),
             idle_ttl: MemoryStore::DEFAULT_IDLE_TTL,
             warned_at: Arc::new(Mutex::new(None)),
@@ -211,17 +234,37 @@ impl RedisStore {
         Ok(self.connection.clone().get(self.sticky_key(key)).await?)
     }
 
-    /// Routes the conversation to `model` for `ttl` (the server expires it).
+    /// The sticky route as the conversation's next request finds it: still
+    /// routed, ended (reported once), or none.
+    pub async fn sticky_lookup(&self, key: &ConversationKey) -> Result<StickyLookup, StoreError> {
+        let found: Vec<String> = self
+            .lookup
+            .key(self.sticky_key(key))
+            .key(self.sticky_was_key(key))
+            .invoke_async(&mut self.connection.clone())
+            .await?;
+        Ok(match found.as_slice() {
+            [word, model] if word == "routed" => StickyLookup::Routed(model.clone()),
+            [word, model] if word == "ended" => StickyLookup::Ended(model.clone()),
+            _ => StickyLookup::Unrouted,
+        })
+    }
+
+    /// Routes the conversation to `model` for `ttl` (the server expires it),
+    /// and remembers the route for the idle TTL past its end.
     pub async fn set_sticky_route(
         &self,
         key: &ConversationKey,
         model: &str,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let () = self
-            .connection
-            .clone()
+        let () = redis::pipe()
+            .atomic()
             .pset_ex(self.sticky_key(key), model, millis(ttl))
+            .ignore()
+            .pset_ex(self.sticky_was_key(key), model, millis(ttl + self.idle_ttl))
+            .ignore()
+            .query_async(&mut self.connection.clone())
             .await?;
         Ok(())
     }
@@ -254,6 +297,10 @@ impl RedisStore {
     fn sticky_key(&self, key: &ConversationKey) -> String {
         format!("{}{}:sticky", self.prefix, key.as_str())
     }
+
+    fn sticky_was_key(&self, key: &ConversationKey) -> String {
+        format!("{}{}:sticky-was", self.prefix, key.as_str())
+    }
 }
 
 /// Least interval between two warnings of a failing [`RedisStore`] used on
@@ -284,6 +331,13 @@ impl ConversationStore for RedisStore {
         Box::pin(async move {
             let route = RedisStore::sticky_route(self, key).await;
             self.or_closed("sticky_route", route, None)
+        })
+    }
+
+    fn sticky_lookup<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, StickyLookup> {
+        Box::pin(async move {
+            let route = RedisStore::sticky_lookup(self, key).await;
+            self.or_closed("sticky_lookup", route, StickyLookup::Unrouted)
         })
     }
 

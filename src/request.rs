@@ -19,7 +19,8 @@ use crate::dialect::Dialect;
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
-use crate::store::ConversationKey;
+use crate::store::{ConversationKey, StickyLookup};
+use crate::telemetry::RouteRestored;
 
 pub(crate) enum RequestBody<B> {
     Read(Bytes),
@@ -146,10 +147,15 @@ impl Outbound {
         let (Some(_), Some(key)) = (config.sticky_ttl, &self.conversation) else {
             return;
         };
-        let asked = config.store.sticky_route(key);
+        let asked = config.store.sticky_lookup(key);
         let bound = config.budget.deadline;
-        let Some(sticky) = tokio::time::timeout(bound, asked).await.ok().flatten() else {
-            return;
+        let sticky = match tokio::time::timeout(bound, asked).await {
+            Ok(StickyLookup::Routed(model)) => model,
+            Ok(StickyLookup::Ended(routed_to)) => {
+                let key = Some(key.as_str().to_owned());
+                return restored(config, dialect, key, self.model.clone(), routed_to);
+            }
+            _ => return,
         };
         if self.model.as_deref() == Some(sticky.as_str())
             || dialect
@@ -226,5 +232,29 @@ impl Outbound {
             with_body(template.parts.clone(), self.bytes, false)
         };
         (call, template, original)
+    }
+}
+
+/// A sticky route ended: this request goes to its own (primary) model
+/// again. Leaves a trace in the log, the metrics and the telemetry sink.
+fn restored(
+    config: &Config,
+    dialect: &'static dyn Dialect,
+    conversation: Option<String>,
+    model: Option<String>,
+    routed_to: String,
+) {
+    tracing::info!(
+        model = ?model,
+        routed_to = %routed_to,
+        "sticky route ended: primary model restored"
+    );
+    crate::metrics::route_restored(dialect.wire_api());
+    let event = RouteRestored::new(conversation, model, routed_to);
+    let sink = &config.telemetry;
+    let told =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.route_restored(&event)));
+    if told.is_err() {
+        tracing::warn!("telemetry sink panicked on route_restored");
     }
 }

@@ -19,7 +19,9 @@ use crate::call::Call;
 use crate::decide::{Decision, Exchange, HandoffMark};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::Held;
-use crate::refusal::{Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{
+    Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi, RECOVERY_HEADER,
+};
 use crate::replay::ReplayBody;
 use crate::timeout::{IdleTimeout, UpstreamTimeout};
 
@@ -73,8 +75,11 @@ where
             handoff,
         } => {
             let splice = handoff.and_then(|mark| mark_handoff(&mut attempt, call, &mark));
+            let (outcome, category) = (refusal.outcome, refusal.category.clone());
+            let served_by = refusal.served_model.clone();
             let mut response = serve_settled(attempt, call, Some(refusal), attempts, splice);
-            response.extensions_mut().insert(ServedRecovery);
+            let (category, served_by) = (category.as_deref(), served_by.as_deref());
+            mark_recovered(&mut response, outcome, category, served_by);
             response
         }
         Decision::Committed {
@@ -90,6 +95,8 @@ where
                 recovery: Some(recovery),
             };
             let mut response = serve(attempt, call, Some(settle), None, None);
+            // Not yet known to be a recovery: no recovery header, which
+            // must never announce one that may still refuse.
             response.extensions_mut().insert(ServedRecovery);
             response
         }
@@ -207,6 +214,38 @@ pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Respon
 /// that live thinking knows to continue the message the client has begun.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ServedRecovery;
+
+/// Marks a recovered response for the client: the `refusal-guard-recovery`
+/// header (see [`RECOVERY_HEADER`]) and [`ServedRecovery`].
+pub(crate) fn mark_recovered<B>(
+    response: &mut Response<B>,
+    outcome: Outcome,
+    category: Option<&str>,
+    served_by: Option<&str>,
+) {
+    let mut value = outcome.as_str().to_owned();
+    for (name, part) in [("category", category), ("served-by", served_by)] {
+        if let Some(part) = part.map(header_safe).filter(|p| !p.is_empty()) {
+            value.push_str(&format!("; {name}={part}"));
+        }
+    }
+    if let Ok(value) = HeaderValue::from_str(&value) {
+        response.headers_mut().insert(RECOVERY_HEADER, value);
+    }
+    response.extensions_mut().insert(ServedRecovery);
+}
+
+/// A provider's word as a header value part: the characters a model or
+/// category name is made of, anything else as `_`, at most 100 of them.
+fn header_safe(word: &str) -> String {
+    word.chars()
+        .take(100)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | ':' | '/' | '@' | '+' | '-' => c,
+            _ => '_',
+        })
+        .collect()
+}
 
 /// The sending side of a body answered before its decision.
 pub(crate) type FrameSender = tokio::sync::mpsc::Sender<Result<Frame<Bytes>, BoxError>>;

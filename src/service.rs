@@ -188,7 +188,7 @@ where
             None => ResponseFuture {
                 kind: Kind::Passthrough {
                     path: request.uri().path().to_owned(),
-                    future: inner.call(request),
+                    future: inner.call(without_conversation_header(&self.config, request)),
                     head: None,
                     timeouts,
                 },
@@ -290,6 +290,16 @@ where
         sent,
     };
     Ok(answer(exchange, response).await)
+}
+
+/// A request the guard does not judge (a token count, a listing, a GET),
+/// without the guard's own conversation header: it never goes upstream, on
+/// any path.
+fn without_conversation_header<B>(config: &Config, mut request: Request<B>) -> Request<B> {
+    if let Some(name) = &config.conversation_header {
+        request.headers_mut().remove(name);
+    }
+    request
 }
 
 /// Forwards a request the guard will not judge.

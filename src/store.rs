@@ -98,6 +98,19 @@ pub trait ConversationStore: Send + Sync + 'static {
     /// The model a fallback served this conversation with, if still sticky.
     fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>>;
 
+    /// The conversation's sticky route as its next request arrives: still
+    /// routed, or ended since the last lookup (reported once, so that the
+    /// guard can tell the primary model was restored), or none. By default
+    /// [`sticky_route`](Self::sticky_route), which never reports an end.
+    fn sticky_lookup<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, StickyLookup> {
+        Box::pin(async move {
+            match self.sticky_route(key).await {
+                Some(model) => StickyLookup::Routed(model),
+                None => StickyLookup::Unrouted,
+            }
+        })
+    }
+
     /// Routes the conversation to `model` for `ttl`.
     fn set_sticky_route<'a>(
         &'a self,
@@ -105,6 +118,34 @@ pub trait ConversationStore: Send + Sync + 'static {
         model: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, ()>;
+}
+
+/// A conversation's sticky route, as [`ConversationStore::sticky_lookup`]
+/// finds it.
+///
+/// ```
+/// use std::time::Duration;
+/// use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let store = MemoryStore::new();
+/// let key = ConversationKey::from_bytes(b"c");
+/// store.set_sticky_route(&key, "claude-sonnet-4-5", Duration::ZERO).await;
+/// assert_eq!(store.sticky_lookup(&key).await, StickyLookup::Ended("claude-sonnet-4-5".into()));
+/// assert_eq!(store.sticky_lookup(&key).await, StickyLookup::Unrouted);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StickyLookup {
+    /// Send the conversation to this model.
+    Routed(String),
+    /// The route to this model ended (its TTL ran out) since the last
+    /// lookup: the conversation is back on its primary model.
+    Ended(String),
+    /// No route.
+    Unrouted,
 }
 
 #[derive(Debug)]
@@ -225,16 +266,18 @@ impl MemoryStore {
         }
     }
 
-    fn route_now(&self, key: &ConversationKey) -> Option<String> {
+    fn route_now(&self, key: &ConversationKey) -> StickyLookup {
         let mut entries = self.lock();
-        let entry = entries.get_mut(key)?;
-        match &entry.sticky {
-            Some((model, until)) if Instant::now() < *until => Some(model.clone()),
-            Some(_) => {
-                entry.sticky = None;
-                None
+        let Some(entry) = entries.get_mut(key) else {
+            return StickyLookup::Unrouted;
+        };
+        match entry.sticky.take() {
+            Some((model, until)) if Instant::now() < until => {
+                entry.sticky = Some((model.clone(), until));
+                StickyLookup::Routed(model)
             }
-            None => None,
+            Some((model, _)) => StickyLookup::Ended(model),
+            None => StickyLookup::Unrouted,
         }
     }
 }
@@ -251,8 +294,15 @@ impl ConversationStore for MemoryStore {
     }
 
     fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
-        let route = self.route_now(key);
+        let route = match self.route_now(key) {
+            StickyLookup::Routed(model) => Some(model),
+            _ => None,
+        };
         Box::pin(std::future::ready(route))
+    }
+
+    fn sticky_lookup<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, StickyLookup> {
+        Box::pin(std::future::ready(self.route_now(key)))
     }
 
     fn set_sticky_route<'a>(
@@ -277,6 +327,9 @@ impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
     }
     fn sticky_route<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, Option<String>> {
         (**self).sticky_route(key)
+    }
+    fn sticky_lookup<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, StickyLookup> {
+        (**self).sticky_lookup(key)
     }
     fn set_sticky_route<'a>(
         &'a self,

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::redis_store::{RedisStore, StoreError};
-use crate::store::{ConversationKey, ConversationStore, MemoryStore, StoreFuture};
+use crate::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup, StoreFuture};
 
 /// Why a call was answered from memory.
 enum Failure {
@@ -262,6 +262,19 @@ impl ConversationStore for FallbackStore {
             {
                 Some(route) => route,
                 None => self.local.sticky_route(key).await,
+            }
+        })
+    }
+
+    fn sticky_lookup<'a>(&'a self, key: &'a ConversationKey) -> StoreFuture<'a, StickyLookup> {
+        Box::pin(async move {
+            let local = self.local.sticky_lookup(key).await;
+            match self
+                .attempt("sticky_lookup", self.shared.sticky_lookup(key))
+                .await
+            {
+                Some(route) => route,
+                None => local,
             }
         })
     }

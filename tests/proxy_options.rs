@@ -59,6 +59,31 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     );
     std::env::remove_var("REFUSAL_GUARD_DRAIN_TIMEOUT");
 
+    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop;*=chain");
+    std::env::set_var("REFUSAL_GUARD_FALLBACK_CREDIT", "off");
+    let o = parse(&[]).unwrap();
+    assert_eq!(o.policy.unwrap().to_string(), "bio=stop;*=chain");
+    assert!(!o.fallback_credit);
+    let o = parse(&["--policy", "cyber=rescue", "--fallback-credit", "on"]).unwrap();
+    assert_eq!(
+        o.policy.unwrap().to_string(),
+        "cyber=rescue",
+        "flag over variable"
+    );
+    assert!(o.fallback_credit);
+    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop,chain");
+    let error = parse(&[]).unwrap_err();
+    assert_eq!(error.exit_code(), 2);
+    let message = error.to_string();
+    assert!(message.contains("`stop` combined"), "{message}");
+    assert!(message.contains("REFUSAL_GUARD_POLICY") || message.contains("--policy"));
+    assert!(
+        parse(&["--policy", "bio=stop"]).is_ok(),
+        "a flag hides a bad variable"
+    );
+    std::env::remove_var("REFUSAL_GUARD_POLICY");
+    std::env::remove_var("REFUSAL_GUARD_FALLBACK_CREDIT");
+
     std::env::set_var("REFUSAL_GUARD_RESCUE", "maybe");
     let error = parse(&[]).unwrap_err().to_string();
     assert!(error.contains("maybe"), "{error}");

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use refusal_guard::redis_store::RedisStore;
-use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
+use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup};
 use refusal_guard::store_fallback::FallbackStore;
 use support::log_capture::LogCapture;
 use support::redis_server::RedisServer;
@@ -163,6 +163,50 @@ async fn idle_conversations_expire_on_the_memory_stores_schedule() {
 }
 
 #[tokio::test]
+async fn the_end_of_a_sticky_route_is_reported_once_across_replicas() {
+    let server = RedisServer::start();
+    let (a, b) = two_replicas(&server);
+    let conversation = key("restored");
+    assert_eq!(
+        b.sticky_lookup(&conversation).await.unwrap(),
+        StickyLookup::Unrouted
+    );
+    a.set_sticky_route(&conversation, "claude-fallback", Duration::from_millis(300))
+        .await
+        .unwrap();
+    // Generous: the route is asked for at once, well within its 300 ms.
+    let first = b.sticky_lookup(&conversation).await.unwrap();
+    assert!(
+        matches!(&first, StickyLookup::Routed(m) if m == "claude-fallback")
+            || matches!(&first, StickyLookup::Ended(_)),
+        "{first:?}"
+    );
+    let mut ended = usize::from(matches!(first, StickyLookup::Ended(_)));
+    // Both replicas keep asking after the end: exactly one hears of it.
+    let deadline = Instant::now() + EVENTUALLY;
+    while Instant::now() < deadline {
+        for replica in [&a, &b] {
+            if let StickyLookup::Ended(model) = replica.sticky_lookup(&conversation).await.unwrap()
+            {
+                assert_eq!(model, "claude-fallback");
+                ended += 1;
+            }
+        }
+        if ended > 0 && b.sticky_route(&conversation).await.unwrap().is_none() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    for replica in [&a, &b] {
+        assert_eq!(
+            replica.sticky_lookup(&conversation).await.unwrap(),
+            StickyLookup::Unrouted
+        );
+    }
+    assert_eq!(ended, 1, "the end is reported once");
+}
+
+#[tokio::test]
 async fn keys_carry_the_prefix_and_no_prompt_text() {
     let server = RedisServer::start();
     let prompt = "SYSTEM: you are helpful. USER: the secret plan is PINEAPPLE";
@@ -190,6 +234,7 @@ async fn keys_carry_the_prefix_and_no_prompt_text() {
         [
             format!("team-a:{hex}:rescues"),
             format!("team-a:{hex}:sticky"),
+            format!("team-a:{hex}:sticky-was"),
             format!("team-b:{hex}:rescues"),
         ]
     );

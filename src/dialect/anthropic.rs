@@ -8,6 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
+    remove_list_value,
     str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError,
     ServerFallback, StreamInspector,
 };
@@ -259,6 +260,19 @@ impl Dialect for AnthropicMessages {
                 "fallback_credit_token".into(),
                 json!({"token": token, "mode": "best_effort"}),
             );
+        }
+    }
+
+    fn carries_server_fallbacks(&self, body: &Value) -> bool {
+        body.get("fallbacks")
+            .and_then(Value::as_array)
+            .is_some_and(|list| !list.is_empty())
+    }
+
+    fn withdraw_fallback_credit(&self, headers: &mut HeaderMap, body: &mut Value) {
+        remove_list_value(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
+        if let Some(object) = body.as_object_mut() {
+            object.remove("fallback_credit_token");
         }
     }
 

@@ -155,6 +155,14 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
     /// Presents a fallback credit token on a hop (Anthropic only).
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
+    /// Whether the request already carries server-side fallbacks (Anthropic
+    /// only): the provider climbed them before it refused.
+    fn carries_server_fallbacks(&self, _body: &Value) -> bool {
+        false
+    }
+    /// Takes every trace of fallback credit off a hop (its beta, a token in
+    /// its body), for when credit is off (Anthropic only).
+    fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, _body: &mut Value) {}
     /// Replaces an existing server-side `fallbacks` list, or adds one (and
     /// whatever header enables it) when `inject` is set. Returns whether the
     /// body changed.
@@ -285,6 +293,25 @@ pub(crate) fn merge_list_header(headers: &mut HeaderMap, name: &'static str, val
     if let Ok(joined) = http::HeaderValue::from_str(&merged.join(",")) {
         headers.remove(name);
         headers.insert(name, joined);
+    }
+}
+
+/// Removes one value from a comma-separated list header, keeping the others
+/// (the header goes when nothing is left).
+pub(crate) fn remove_list_value(headers: &mut HeaderMap, name: &'static str, value: &str) {
+    let kept: Vec<String> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty() && v != value)
+        .collect();
+    headers.remove(name);
+    if let Ok(joined) = http::HeaderValue::from_str(&kept.join(",")) {
+        if !kept.is_empty() {
+            headers.insert(name, joined);
+        }
     }
 }
 

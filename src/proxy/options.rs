@@ -14,6 +14,7 @@ use clap::{ArgAction, CommandFactory, Parser};
 
 use super::{LogFormat, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
+use crate::policy::CategoryPolicy;
 use crate::recovery::FallbackChains;
 
 const ENVIRONMENT: &str = "\
@@ -71,6 +72,12 @@ pub struct Options {
     /// Client-side fallback chain for MODEL (repeatable)
     #[arg(long = "chain", env = "REFUSAL_GUARD_CHAIN", value_name = "MODEL=M1,M2", value_delimiter = ';', value_parser = chains)]
     pub chains: Vec<FallbackChains>,
+    /// Steps per refusal category, in order: retarget, chain, rescue, stop; `*` for the rest [default: chain,rescue for all]
+    #[arg(long, env = "REFUSAL_GUARD_POLICY", value_name = "CATEGORY=STEP,..;..", value_parser = policy)]
+    pub policy: Option<CategoryPolicy>,
+    /// Ask Anthropic for fallback credit and present its tokens on the next hop
+    #[arg(long, env = "REFUSAL_GUARD_FALLBACK_CREDIT", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "on")]
+    pub fallback_credit: bool,
     /// Treat prose refusals (I can't help with that) as refusals
     #[arg(long, env = "REFUSAL_GUARD_DETECT_TEXT", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off")]
     pub detect_text: bool,
@@ -293,6 +300,12 @@ fn chains(value: &str) -> Result<FallbackChains, String> {
         return Ok(FallbackChains::new());
     }
     env::parse_chains("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+fn policy(value: &str) -> Result<CategoryPolicy, String> {
+    value
+        .parse()
+        .map_err(|e: crate::policy::PolicyError| e.to_string())
 }
 
 fn seconds(value: &str) -> Result<Duration, String> {

@@ -149,8 +149,12 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
         .inject_server_fallbacks(options.inject_fallbacks)
         .fallback_chains(options.fallback_chains())
+        .fallback_credit(options.fallback_credit)
         .detect_text_refusals(options.detect_text)
         .live_thinking(options.live_thinking);
+    if let Some(policy) = options.policy.clone() {
+        layer = layer.category_policy(policy);
+    }
     if let Some(after) = options.keepalive {
         layer = layer.keepalive_after(after);
     }
@@ -287,9 +291,13 @@ fn announce(
     } else {
         "off"
     };
+    let policy = options
+        .policy
+        .as_ref()
+        .map_or_else(String::new, |policy| format!(", policy {policy}"));
     let banner = format!(
         "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {rescue}, log {log_shown}, state {}, max connections {})",
+         (rescue {rescue}, log {log_shown}, state {}, max connections {}{policy})",
         options.state.shown(),
         limits.max_connections
     );

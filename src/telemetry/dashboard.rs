@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{format_ts, RefusalRecord};
+use super::{format_ts, RefusalRecord, RouteRestored};
 use crate::metrics::RequestTally;
 use crate::refusal::Outcome;
 
@@ -262,6 +262,8 @@ impl Builder {
             }
             match serde_json::from_slice::<RefusalRecord>(&line) {
                 Ok(record) => self.add(record),
+                // Not a refusal, and not a bad line either.
+                Err(_) if RouteRestored::from_json_line(&line).is_some() => {}
                 Err(_) => self.skipped += 1,
             }
         }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{RefusalRecord, TelemetrySink};
+use super::{RefusalRecord, RouteRestored, TelemetrySink};
 
 /// Appends each record to a file as one JSON line.
 ///
@@ -126,6 +126,14 @@ impl TelemetrySink for JsonlSink {
     fn record(&self, record: &RefusalRecord) {
         let line = record.to_json_line();
         if let Err(error) = self.append(&line) {
+            self.report(&error);
+        }
+    }
+
+    /// Appends the event as a line without `outcome`, which readers of
+    /// refusal records skip (see [`Report`](super::Report)).
+    fn route_restored(&self, event: &RouteRestored) {
+        if let Err(error) = self.append(&event.to_json_line()) {
             self.report(&error);
         }
     }

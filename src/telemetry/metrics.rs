@@ -138,6 +138,7 @@ fn step_word(step: AttemptStep) -> &'static str {
         AttemptStep::Original => "original",
         AttemptStep::Fallback => "fallback",
         AttemptStep::Rescue => "rescue",
+        AttemptStep::Retarget => "retarget",
     }
 }
 

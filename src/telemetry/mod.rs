@@ -48,6 +48,7 @@ mod jsonl;
 mod memory;
 mod metrics;
 mod report;
+mod restored;
 mod trace;
 
 pub use dashboard::Dashboard;
@@ -55,6 +56,7 @@ pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
 pub use metrics::{record_refusal, recovery_attempts, MetricsSink};
 pub use report::Report;
+pub use restored::RouteRestored;
 pub use trace::TracingSink;
 
 /// One refusal as it is logged: one JSON object per line.
@@ -449,6 +451,10 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 pub trait TelemetrySink: Send + Sync + 'static {
     /// Handles one record. Must not panic on I/O or encoding failures.
     fn record(&self, record: &RefusalRecord);
+
+    /// Handles a sticky route that ended: the conversation's next request
+    /// went to its primary model again. Does nothing unless implemented.
+    fn route_restored(&self, _event: &RouteRestored) {}
 }
 
 impl TelemetrySink for () {
@@ -468,11 +474,17 @@ impl<T: TelemetrySink + ?Sized> TelemetrySink for Arc<T> {
     fn record(&self, record: &RefusalRecord) {
         (**self).record(record)
     }
+    fn route_restored(&self, event: &RouteRestored) {
+        (**self).route_restored(event)
+    }
 }
 
 impl TelemetrySink for Box<dyn TelemetrySink> {
     fn record(&self, record: &RefusalRecord) {
         (**self).record(record)
+    }
+    fn route_restored(&self, event: &RouteRestored) {
+        (**self).route_restored(event)
     }
 }
 
@@ -482,12 +494,21 @@ impl<S: TelemetrySink> TelemetrySink for Vec<S> {
             sink.record(record);
         }
     }
+    fn route_restored(&self, event: &RouteRestored) {
+        for sink in self {
+            sink.route_restored(event);
+        }
+    }
 }
 
 impl<A: TelemetrySink, B: TelemetrySink> TelemetrySink for (A, B) {
     fn record(&self, record: &RefusalRecord) {
         self.0.record(record);
         self.1.record(record);
+    }
+    fn route_restored(&self, event: &RouteRestored) {
+        self.0.route_restored(event);
+        self.1.route_restored(event);
     }
 }
 
@@ -496,6 +517,11 @@ impl<A: TelemetrySink, B: TelemetrySink, C: TelemetrySink> TelemetrySink for (A,
         self.0.record(record);
         self.1.record(record);
         self.2.record(record);
+    }
+    fn route_restored(&self, event: &RouteRestored) {
+        self.0.route_restored(event);
+        self.1.route_restored(event);
+        self.2.route_restored(event);
     }
 }
 
@@ -557,6 +583,11 @@ impl TelemetrySink for Fanout {
     fn record(&self, record: &RefusalRecord) {
         for sink in &self.sinks {
             sink.record(record);
+        }
+    }
+    fn route_restored(&self, event: &RouteRestored) {
+        for sink in &self.sinks {
+            sink.route_restored(event);
         }
     }
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::RefusalRecord;
+use super::{RefusalRecord, RouteRestored};
 use crate::refusal::{AttemptResult, Outcome, Usage};
 
 /// The key used for a record with no category, model or dead reason.
@@ -75,6 +75,9 @@ pub struct Report {
     /// fixed-width UTC format sorts as text); records with the same `ts`
     /// keep log order, later first.
     pub recent: Vec<RefusalRecord>,
+    /// Sticky routes that ended, each with the conversation's primary model
+    /// restored ([`RouteRestored`] lines; not refusals).
+    pub restored: usize,
 }
 
 impl Report {
@@ -121,6 +124,9 @@ impl Report {
             }
             match serde_json::from_slice::<RefusalRecord>(&line) {
                 Ok(record) => builder.add(record),
+                Err(_) if RouteRestored::from_json_line(&line).is_some() => {
+                    builder.report.restored += 1;
+                }
                 Err(_) => skipped += 1,
             }
         }
@@ -241,6 +247,14 @@ impl fmt::Display for Report {
             )?;
             token_table(f, "By model", &self.refused_tokens_by_model)?;
             token_table(f, "By category", &self.refused_tokens_by_category)?;
+        }
+        if self.restored > 0 {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "Sticky routes ended (primary model restored): {}",
+                self.restored
+            )?;
         }
         writeln!(f)?;
         writeln!(f, "Most recent:")?;

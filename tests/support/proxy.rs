@@ -37,3 +37,38 @@ pub fn post_messages(base: &str, script: &str, id: &str, body: &Value) -> reqwes
         .header("x-mock-id", id)
         .body(body.to_string())
 }
+
+/// The proxy as `examples/proxy.rs` runs it, from these command-line flags
+/// (after `--listen` on a free loopback port, `--log off` and `--quiet`), on
+/// a thread of its own that lives as long as the test process. Returns its
+/// URL once it accepts connections (within 10 s).
+pub async fn run_proxy(flags: &[&str]) -> String {
+    use clap::Parser;
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        &listen,
+        "--log",
+        "off",
+        "--quiet",
+        "--log-level",
+        "error",
+    ];
+    args.extend_from_slice(flags);
+    let options = refusal_guard::proxy::Options::try_parse_from(&args).unwrap();
+    std::thread::spawn(move || refusal_guard::proxy::run(options));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(&listen).await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the proxy did not listen within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    format!("http://{listen}")
+}

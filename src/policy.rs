@@ -1,0 +1,343 @@
+//! A recovery policy per refusal category: which steps of the default
+//! [`Ladder`](crate::recovery::Ladder) a refusal of each category may take,
+//! and in which order. Parsed from the proxy's `--policy` and
+//! `REFUSAL_GUARD_POLICY`, or built in code.
+//!
+//! # Syntax
+//!
+//! Entries separated by `;`, each `CATEGORY=STEP[,STEP...]`, for example
+//! `bio=stop;cyber=chain,rescue;reasoning_extraction=chain;*=chain,rescue`.
+//! Spaces around names are ignored; an empty entry (a trailing `;`) too.
+//!
+//! - A **category** is the provider's word, as it arrives: `cyber`, `bio`,
+//!   `frontier_llm`, `reasoning_extraction` (Anthropic), `content_filter`
+//!   (OpenAI, Azure), `SAFETY`, `PROHIBITED_CONTENT` (Gemini),
+//!   `text_refusal` (prose refusals). Names match **without regard to ASCII
+//!   case**, because providers spell them in different cases (`SAFETY` and
+//!   `safety` are the same category); two entries for the same name in any
+//!   case are an error. `*` names every category without an entry of its
+//!   own, and refusals that name no category. Without `*`, those take the
+//!   default steps, `chain,rescue` (what the guard does without a policy).
+//! - A **step** is one of [`Step`]'s words: `retarget`, `chain`, `rescue`,
+//!   `stop`, tried in the order given, each at most once per refusal.
+//!   `stop` stands alone.
+//!
+//! Anything else is a [`PolicyError`] naming the bad part.
+//!
+//! ```
+//! use refusal_guard::policy::{CategoryPolicy, Step};
+//!
+//! let policy: CategoryPolicy = "bio=stop; cyber=chain,rescue; *=chain".parse()?;
+//! assert_eq!(policy.steps_for(Some("bio")), [Step::Stop]);
+//! assert_eq!(policy.steps_for(Some("CYBER")), [Step::Chain, Step::Rescue]);
+//! assert_eq!(policy.steps_for(Some("SAFETY")), [Step::Chain]);
+//! assert_eq!(policy.steps_for(None), [Step::Chain]);
+//!
+//! let error = "bio=stop;cyber=chain,explode".parse::<CategoryPolicy>().unwrap_err();
+//! assert!(error.to_string().contains("explode"));
+//! # Ok::<(), refusal_guard::policy::PolicyError>(())
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One step a category may take after an empty refusal.
+///
+/// ```
+/// use refusal_guard::policy::Step;
+///
+/// assert_eq!("Rescue".parse::<Step>(), Ok(Step::Rescue));
+/// assert_eq!(Step::Retarget.as_str(), "retarget");
+/// assert!("retry".parse::<Step>().is_err());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Step {
+    /// Send the refused request again with the layer's retarget list as
+    /// Anthropic server-side `fallbacks`, so the provider climbs it (with
+    /// its own credit semantics). Skipped when no retarget list is
+    /// configured, when the request already carried server-side fallbacks
+    /// (the provider climbed them already), and for other providers.
+    Retarget,
+    /// Each model of the client model's fallback chain in turn (none when
+    /// no chain is configured for the model).
+    Chain,
+    /// One reframed rescue (subject to the rescue switch and the
+    /// conversation's rescue cap).
+    Rescue,
+    /// Recover no further: the client gets the refusal as sent, recorded
+    /// dead with [`DeadReason::PolicyStop`](crate::refusal::DeadReason::PolicyStop).
+    Stop,
+}
+
+impl Step {
+    /// Every step, in the words the syntax uses.
+    pub const ALL: [Step; 4] = [Step::Retarget, Step::Chain, Step::Rescue, Step::Stop];
+
+    /// The step's word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Retarget => "retarget",
+            Step::Chain => "chain",
+            Step::Rescue => "rescue",
+            Step::Stop => "stop",
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Step {
+    type Err = PolicyError;
+
+    fn from_str(word: &str) -> Result<Self, Self::Err> {
+        let word = word.trim();
+        Step::ALL
+            .into_iter()
+            .find(|step| step.as_str().eq_ignore_ascii_case(word))
+            .ok_or_else(|| PolicyError::new(format!("unknown step `{word}`")))
+    }
+}
+
+/// A policy spec that could not be read. Its message names the bad part.
+///
+/// ```
+/// use refusal_guard::policy::CategoryPolicy;
+///
+/// let error = "bio=stop;BIO=chain".parse::<CategoryPolicy>().unwrap_err();
+/// assert!(error.to_string().contains("`BIO`"), "{error}");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyError {
+    message: String,
+}
+
+impl PolicyError {
+    fn new(message: String) -> Self {
+        PolicyError { message }
+    }
+
+    fn within(self, entry: &str) -> Self {
+        PolicyError::new(format!("{} in `{}`", self.message, entry.trim()))
+    }
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (expected CATEGORY=STEP[,STEP...] entries separated by ';', \
+             steps retarget, chain, rescue, stop)",
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// The steps each refusal category may take, and in which order.
+///
+/// The default (no entry at all) gives every category the default steps,
+/// `chain,rescue`: the whole ladder, as without a policy. See the
+/// [module docs](self) for the syntax and case handling.
+///
+/// ```
+/// use refusal_guard::policy::{CategoryPolicy, Step};
+///
+/// let policy = CategoryPolicy::new()
+///     .category("bio", [Step::Stop])
+///     .category("reasoning_extraction", [Step::Chain]);
+/// assert_eq!(policy.steps_for(Some("bio")), [Step::Stop]);
+/// assert_eq!(policy.steps_for(Some("cyber")), CategoryPolicy::DEFAULT_STEPS);
+/// assert_eq!(policy.to_string(), "bio=stop;reasoning_extraction=chain");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CategoryPolicy {
+    /// Entries in the order given, `*` among them.
+    entries: Vec<(String, Vec<Step>)>,
+}
+
+impl CategoryPolicy {
+    /// The steps of a category without an entry when there is no `*`.
+    pub const DEFAULT_STEPS: &'static [Step] = &[Step::Chain, Step::Rescue];
+
+    /// The name of the entry for every other category.
+    pub const OTHERS: &'static str = "*";
+
+    /// No entries: every category takes the default steps.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the steps of `category` (`*` for every other one), replacing an
+    /// earlier entry for the same name in any case. Steps after a
+    /// [`Step::Stop`] are never reached; a step given twice is tried once.
+    pub fn category<I>(mut self, category: impl Into<String>, steps: I) -> Self
+    where
+        I: IntoIterator<Item = Step>,
+    {
+        let category = category.into();
+        let mut kept = Vec::new();
+        for step in steps {
+            if !kept.contains(&step) {
+                kept.push(step);
+            }
+        }
+        match self.position(&category) {
+            Some(at) => self.entries[at].1 = kept,
+            None => self.entries.push((category, kept)),
+        }
+        self
+    }
+
+    /// The steps a refusal of `category` takes: its entry, else `*`'s, else
+    /// [`DEFAULT_STEPS`](Self::DEFAULT_STEPS). A refusal without a
+    /// category takes `*`'s.
+    pub fn steps_for(&self, category: Option<&str>) -> &[Step] {
+        category
+            .and_then(|name| self.position(name))
+            .or_else(|| self.position(Self::OTHERS))
+            .map_or(Self::DEFAULT_STEPS, |at| &self.entries[at].1)
+    }
+
+    /// Whether there is no entry (every category takes the default steps).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn position(&self, category: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|(name, _)| name.eq_ignore_ascii_case(category))
+    }
+}
+
+impl fmt::Display for CategoryPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (category, steps)) in self.entries.iter().enumerate() {
+            if i > 0 {
+                f.write_str(";")?;
+            }
+            write!(f, "{category}=")?;
+            for (j, step) in steps.iter().enumerate() {
+                if j > 0 {
+                    f.write_str(",")?;
+                }
+                f.write_str(step.as_str())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for CategoryPolicy {
+    type Err = PolicyError;
+
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let mut policy = CategoryPolicy::new();
+        for entry in spec.split(';').filter(|e| !e.trim().is_empty()) {
+            let (category, steps) = parse_entry(entry).map_err(|e| e.within(entry))?;
+            if policy.position(category).is_some() {
+                let message = format!("category `{category}` given twice (names ignore case)");
+                return Err(PolicyError::new(message));
+            }
+            policy.entries.push((category.to_owned(), steps));
+        }
+        if policy.is_empty() {
+            return Err(PolicyError::new("empty policy".to_owned()));
+        }
+        Ok(policy)
+    }
+}
+
+/// One `CATEGORY=STEP[,STEP...]` entry.
+fn parse_entry(entry: &str) -> Result<(&str, Vec<Step>), PolicyError> {
+    let Some((category, list)) = entry.split_once('=') else {
+        return Err(PolicyError::new("no `=`".to_owned()));
+    };
+    let category = category.trim();
+    if category.is_empty() {
+        return Err(PolicyError::new("empty category".to_owned()));
+    }
+    if category.contains([',', '=']) || category.contains(char::is_whitespace) {
+        let message = format!("category `{category}` contains `,`, `=` or a space");
+        return Err(PolicyError::new(message));
+    }
+    if list.trim().is_empty() {
+        return Err(PolicyError::new(format!("no steps for `{category}`")));
+    }
+    let mut steps = Vec::new();
+    for word in list.split(',') {
+        if word.trim().is_empty() {
+            return Err(PolicyError::new("empty step".to_owned()));
+        }
+        let step: Step = word.parse()?;
+        if steps.contains(&step) {
+            return Err(PolicyError::new(format!("step `{step}` given twice")));
+        }
+        steps.push(step);
+    }
+    if steps.len() > 1 && steps.contains(&Step::Stop) {
+        let message = "`stop` combined with other steps (stop stands alone)".to_owned();
+        return Err(PolicyError::new(message));
+    }
+    Ok((category, steps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_specs_name_the_bad_part() {
+        for (spec, part) in [
+            ("bio=explode", "unknown step `explode` in `bio=explode`"),
+            ("=stop", "empty category in `=stop`"),
+            (" =stop", "empty category"),
+            ("bio=stop;BIO=chain", "category `BIO` given twice"),
+            (
+                "bio=stop,chain",
+                "`stop` combined with other steps (stop stands alone) in `bio=stop,chain`",
+            ),
+            ("bio=chain,,rescue", "empty step in `bio=chain,,rescue`"),
+            ("bio=chain,chain", "step `chain` given twice"),
+            ("bio", "no `=` in `bio`"),
+            ("bio=", "no steps for `bio`"),
+            ("", "empty policy"),
+            (" ; ", "empty policy"),
+            ("bi o=stop", "category `bi o` contains"),
+            ("cyber=chain;bio", "no `=` in `bio`"),
+        ] {
+            let error = spec.parse::<CategoryPolicy>().unwrap_err().to_string();
+            assert!(error.contains(part), "{spec:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn specs_round_trip_and_ignore_spaces_and_step_case() {
+        let policy: CategoryPolicy = " bio = STOP ; cyber=Chain, rescue ;*=retarget,chain;"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            policy.to_string(),
+            "bio=stop;cyber=chain,rescue;*=retarget,chain"
+        );
+        assert_eq!(policy.to_string().parse::<CategoryPolicy>(), Ok(policy));
+    }
+
+    #[test]
+    fn the_builder_keeps_the_last_entry_for_a_name_and_each_step_once() {
+        let policy = CategoryPolicy::new()
+            .category("SAFETY", [Step::Stop])
+            .category("safety", [Step::Chain, Step::Chain, Step::Rescue]);
+        assert_eq!(
+            policy.steps_for(Some("Safety")),
+            [Step::Chain, Step::Rescue]
+        );
+        assert_eq!(policy.to_string(), "SAFETY=chain,rescue");
+    }
+}

@@ -1,0 +1,389 @@
+//! Issue 14, items 1, 4 and 5 through the real proxy (`run` from flags, as
+//! `examples/proxy.rs`) over a scripted loopback upstream: a policy per
+//! refusal category, fallback credit off, the conversation header never
+//! upstream, the `refusal-guard-recovery` header on recovered responses
+//! only, and the trace a sticky route leaves when it ends.
+mod support;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use clap::Parser;
+use refusal_guard::proxy::Options;
+use refusal_guard::telemetry::{Fanout, JsonlSink, Report, RouteRestored, TelemetrySink};
+use refusal_guard::RefusalGuardLayer;
+use serde_json::{json, Value};
+use support::events::*;
+use support::proxy::{client, run_proxy};
+use support::raw_upstream::{whole, Act, RawRequest, RawUpstream};
+use support::*;
+use tower::Layer;
+
+const OPUS: &str = "claude-opus-4-7";
+const SONNET: &str = "claude-sonnet-4-5";
+const HAIKU: &str = "claude-haiku-4-5";
+const RECOVERY: &str = "refusal-guard-recovery";
+
+/// A JSON refusal of `category`, with a credit token when given.
+fn json_refusal(category: &str, token: Option<&str>) -> Value {
+    let mut details = json!({"type": "refusal", "category": category, "explanation": null});
+    if let Some(token) = token {
+        details["fallback_credit_token"] = json!(token);
+        details["fallback_has_prefill_claim"] = json!(false);
+    }
+    json!({"id": "msg_refused", "type": "message", "role": "assistant", "model": OPUS,
+        "content": [], "stop_reason": "refusal", "stop_details": details,
+        "usage": {"input_tokens": 10, "output_tokens": 0}})
+}
+
+fn json_answer(model: &str) -> Value {
+    json!({"id": "msg_ok", "type": "message", "role": "assistant", "model": model,
+        "content": [{"type": "text", "text": format!("answer from {model}")}],
+        "stop_reason": "end_turn", "usage": {"input_tokens": 10, "output_tokens": 4}})
+}
+
+/// What the scripted upstream does with a Messages request: the original
+/// (on the client's model, no note, no `fallbacks`) is refused with the
+/// category its user text names (`refuse:CATEGORY`); every recovery is
+/// answered, by the model it asks for. Streams when the request does.
+fn reply(request: &RawRequest) -> Vec<Act> {
+    let json = request.json();
+    let model = json["model"].as_str().unwrap_or_default().to_owned();
+    let text = json.to_string();
+    let stream = json["stream"] == json!(true);
+    let recovery =
+        model != OPUS || json.get("fallbacks").is_some() || text.contains("[refusal-guard]");
+    let category = json["messages"][0]["content"]
+        .as_str()
+        .and_then(|t| t.strip_prefix("refuse:"))
+        .map(str::to_owned);
+    let (body, content_type) = match (recovery, category, stream) {
+        (false, Some(category), true) => (
+            anthropic_stream(&think_then_refuse(OPUS, &category)),
+            "text/event-stream",
+        ),
+        (false, Some(category), false) => (
+            Bytes::from(json_refusal(&category, None).to_string()),
+            "application/json",
+        ),
+        (_, _, true) => (
+            anthropic_stream(&text_answer(&model, &format!("answer from {model}"))),
+            "text/event-stream",
+        ),
+        (_, _, false) => (
+            Bytes::from(json_answer(&model).to_string()),
+            "application/json",
+        ),
+    };
+    vec![Act::Write(whole(200, content_type, &body))]
+}
+
+fn refusing(category: &str, stream: bool) -> Value {
+    messages_request(OPUS, stream, &format!("refuse:{category}"))
+}
+
+async fn post(base: &str, body: &Value) -> reqwest::Response {
+    client()
+        .post(format!("{base}/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-api-key", "sk-test-key")
+        .header("anthropic-version", "2023-06-01")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The requests the upstream received since `from`.
+fn since(upstream: &RawUpstream, from: usize) -> Vec<Value> {
+    upstream.requests()[from..]
+        .iter()
+        .map(RawRequest::json)
+        .collect()
+}
+
+// ---- a policy per category -------------------------------------------------
+
+#[tokio::test]
+async fn the_policy_sends_each_category_down_its_own_path() {
+    let upstream = RawUpstream::start(|_, request| reply(request)).await;
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--chain",
+        &format!("{OPUS}={SONNET},{HAIKU}"),
+        "--retarget",
+        &format!("{SONNET},{HAIKU}"),
+        "--policy",
+        "bio=stop; cyber=chain; frontier_llm=retarget; SAFETY=rescue,chain; *=rescue",
+    ])
+    .await;
+
+    // bio: stop. One request upstream; the client gets the refusal as sent.
+    let response = post(&base, &refusing("bio", false)).await;
+    assert!(response.headers().get(RECOVERY).is_none());
+    let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(body, json_refusal("bio", None));
+    assert_eq!(upstream.requests().len(), 1);
+
+    // cyber: the chain only, first hop answers. No note anywhere.
+    let from = upstream.requests().len();
+    let response = post(&base, &refusing("cyber", true)).await;
+    assert_eq!(
+        response.headers()[RECOVERY],
+        format!("fallback; category=cyber; served-by={SONNET}")
+    );
+    let text = response.text().await.unwrap();
+    assert!(text.contains(&format!("answer from {SONNET}")), "{text}");
+    let seen = since(&upstream, from);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1]["model"], SONNET);
+    assert!(!seen[1].to_string().contains("[refusal-guard]"));
+    assert!(seen[1].get("fallbacks").is_none());
+
+    // frontier_llm: retarget. The same model again, with the retarget list
+    // as server-side fallbacks; no chain hop, no rescue.
+    let from = upstream.requests().len();
+    let response = post(&base, &refusing("frontier_llm", false)).await;
+    assert!(response.headers()[RECOVERY]
+        .to_str()
+        .unwrap()
+        .starts_with("fallback; category=frontier_llm"));
+    let seen = since(&upstream, from);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1]["model"], OPUS);
+    assert_eq!(
+        seen[1]["fallbacks"],
+        json!([{"model": SONNET}, {"model": HAIKU}])
+    );
+    let beta = upstream.requests()[from + 1]
+        .header("anthropic-beta")
+        .map(str::to_owned);
+    assert!(
+        beta.is_some_and(|b| b.contains("server-side-fallback")),
+        "the fallbacks beta"
+    );
+
+    // A category without an entry takes `*`, and `Safety` matches `SAFETY`
+    // (names ignore case): the rescue first, on the client's model.
+    for category in ["violence", "Safety"] {
+        let from = upstream.requests().len();
+        let response = post(&base, &refusing(category, true)).await;
+        assert_eq!(
+            response.headers()[RECOVERY],
+            format!("rescued; category={category}; served-by={OPUS}")
+        );
+        let seen = since(&upstream, from);
+        assert_eq!(seen.len(), 2, "{category}: {seen:?}");
+        assert_eq!(seen[1]["model"], OPUS);
+        assert!(seen[1].to_string().contains("[refusal-guard]"));
+    }
+}
+
+#[test]
+fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
+    for (spec, part) in [
+        ("bio=stop;cyber=chain,explode", "unknown step `explode`"),
+        ("=stop", "empty category"),
+        ("bio=stop;Bio=chain", "category `Bio` given twice"),
+        ("bio=stop,rescue", "`stop` combined with other steps"),
+    ] {
+        let error = Options::try_parse_from(["proxy", "--policy", spec]).unwrap_err();
+        assert_eq!(error.exit_code(), 2, "{spec}");
+        let message = error.to_string();
+        assert!(message.contains(part), "{spec}: {message}");
+        assert!(message.contains("--policy"), "{message}");
+    }
+    let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=chain,rescue"]).unwrap();
+    assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=chain,rescue");
+}
+
+// ---- fallback credit off -----------------------------------------------------
+
+#[tokio::test]
+async fn credit_off_presents_no_token_even_when_the_refusal_offers_one() {
+    let upstream = RawUpstream::start(|index, request| {
+        let json = request.json();
+        let body = if index == 0 {
+            json_refusal("cyber", Some("tok-offered"))
+        } else {
+            json_answer(json["model"].as_str().unwrap_or_default())
+        };
+        vec![Act::Write(whole(
+            200,
+            "application/json",
+            body.to_string().as_bytes(),
+        ))]
+    })
+    .await;
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--chain",
+        &format!("{OPUS}={SONNET}"),
+        "--fallback-credit",
+        "off",
+    ])
+    .await;
+    let response = post(&base, &messages_request(OPUS, false, "x")).await;
+    assert_eq!(response.status(), 200);
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        let beta = request.header("anthropic-beta").unwrap_or_default();
+        assert!(!beta.contains("fallback-credit"), "{beta}");
+        assert!(request.json().get("fallback_credit_token").is_none());
+    }
+    assert_eq!(requests[1].json()["model"], SONNET);
+}
+
+// ---- the conversation header -------------------------------------------------
+
+#[tokio::test]
+async fn the_conversation_header_never_reaches_the_upstream_on_any_path() {
+    let upstream = RawUpstream::start(|_, request| {
+        let body = match request.json()["model"].as_str() {
+            Some(model) => json_answer(model),
+            None => json!({"data": []}),
+        };
+        vec![Act::Write(whole(
+            200,
+            "application/json",
+            body.to_string().as_bytes(),
+        ))]
+    })
+    .await;
+    let base = run_proxy(&["--upstream", &upstream.url()]).await;
+    let message = messages_request(OPUS, false, "x").to_string();
+    let count = json!({"model": OPUS, "messages": [{"role": "user", "content": "x"}]});
+    let calls: Vec<(&str, &str, Option<String>)> = vec![
+        ("POST", "/v1/messages", Some(message)),
+        ("POST", "/v1/messages/count_tokens", Some(count.to_string())),
+        ("GET", "/v1/models", None),
+        ("GET", "/v1/messages", None),
+        ("POST", "/v1/unknown/path", Some("{}".to_owned())),
+        ("POST", "/v1/chat/completions", Some("not json".to_owned())),
+    ];
+    for (method, path, body) in &calls {
+        let mut request = client()
+            .request(method.parse().unwrap(), format!("{base}{path}"))
+            .header("x-refusal-guard-conversation", "conv-secret-1")
+            .header("content-type", "application/json");
+        if let Some(body) = body {
+            request = request.body(body.clone());
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "{method} {path}");
+    }
+    let requests = upstream.requests();
+    assert_eq!(requests.len(), calls.len());
+    for (request, (method, path, _)) in requests.iter().zip(&calls) {
+        assert!(request.line.starts_with(method), "{}", request.line);
+        assert_eq!(request.path(), *path);
+        assert!(
+            request.header("x-refusal-guard-conversation").is_none(),
+            "{method} {path} carried the conversation header"
+        );
+    }
+}
+
+// ---- the recovery header -------------------------------------------------------
+
+#[tokio::test]
+async fn only_recovered_responses_carry_the_recovery_header() {
+    let upstream = RawUpstream::start(|_, request| reply(request)).await;
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--chain",
+        &format!("{OPUS}={SONNET}"),
+        "--policy",
+        "bio=stop;cyber=chain;*=rescue",
+    ])
+    .await;
+    for stream in [false, true] {
+        // Untouched: an answer, and a refusal the policy let through.
+        for body in [
+            messages_request(OPUS, stream, "hello"),
+            refusing("bio", stream),
+        ] {
+            let response = post(&base, &body).await;
+            assert_eq!(response.status(), 200);
+            let names: Vec<_> = response.headers().keys().map(|k| k.to_string()).collect();
+            assert!(
+                !names.iter().any(|n| n.starts_with("refusal-guard")),
+                "{names:?}"
+            );
+        }
+        let response = post(&base, &refusing("cyber", stream)).await;
+        assert_eq!(
+            response.headers()[RECOVERY],
+            format!("fallback; category=cyber; served-by={SONNET}"),
+            "stream {stream}"
+        );
+        let response = post(&base, &refusing("weird cat\"egory", stream)).await;
+        assert_eq!(
+            response.headers()[RECOVERY],
+            format!("rescued; category=weird_cat_egory; served-by={OPUS}"),
+            "stream {stream}: sanitised"
+        );
+    }
+}
+
+// ---- a sticky route that ends -----------------------------------------------
+
+/// A sink that keeps the route-restored events it receives.
+#[derive(Clone, Default)]
+struct Restorations(std::sync::Arc<std::sync::Mutex<Vec<RouteRestored>>>);
+
+impl TelemetrySink for Restorations {
+    fn record(&self, _record: &refusal_guard::telemetry::RefusalRecord) {}
+    fn route_restored(&self, event: &RouteRestored) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+#[tokio::test]
+async fn the_first_request_after_a_sticky_route_ends_leaves_a_restored_trace() {
+    let dir = std::env::temp_dir().join(format!("rg-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("refusals.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let events = Restorations::default();
+    let sink = Fanout::new()
+        .and(events.clone())
+        .and(JsonlSink::open(&log).unwrap());
+    let upstream = Upstream::new(vec![
+        Reply::sse(&anthropic_stream(&think_then_refuse(OPUS, "cyber"))),
+        Reply::sse(&anthropic_stream(&text_answer(SONNET, "a"))),
+        Reply::sse(&anthropic_stream(&text_answer(SONNET, "b"))),
+        Reply::sse(&anthropic_stream(&text_answer(OPUS, "c"))),
+        Reply::sse(&anthropic_stream(&text_answer(OPUS, "d"))),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .sticky_fallback(Duration::from_secs(1))
+        .telemetry(sink)
+        .layer(upstream.service());
+    let request = || messages(OPUS, true, "same conversation");
+    call(&mut guard, request()).await; // refused, served by the fallback
+    call(&mut guard, request()).await; // routed to the fallback
+    assert_eq!(upstream.seen()[2].json()["model"], SONNET);
+    assert!(events.0.lock().unwrap().is_empty(), "no end within the TTL");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    call(&mut guard, request()).await; // the route ended: back to the primary
+    call(&mut guard, request()).await; // told once only
+    assert_eq!(upstream.seen()[3].json()["model"], OPUS);
+    let seen = events.0.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].model.as_deref(), Some(OPUS));
+    assert_eq!(seen[0].routed_to, SONNET);
+    assert!(seen[0].conversation.is_some());
+    // The log line is apart from refusal records: the report counts it as
+    // a restoration, not as a refusal nor as a bad line.
+    let (report, skipped) = Report::read_path(&log).unwrap();
+    assert_eq!((report.total, report.restored, skipped), (1, 1, 0));
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(r#""event":"route_restored""#), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
