@@ -84,7 +84,9 @@
 //! per-call context, the request template, the inner service) → `hold`
 //! (holding a response back and judging it) → `respond` (a decision turned
 //! into the response, the record and the handle) → `decide` (the policy's
-//! steps, each sent and held) → `live` (keep-alive, live thinking) →
+//! steps, each sent and held) → `continuation` (a partial refusal
+//! continued on the next model, opt-in) → `live` (keep-alive, live
+//! thinking) →
 //! `request` (reading and rewriting the request) → [`service`] →
 //! [`layer`]. `.ci/module-graph.py` keeps that order free of cycles.
 //!
@@ -122,6 +124,7 @@ pub mod api_error;
 pub mod body;
 mod call;
 mod config;
+mod continuation;
 mod decide;
 mod dialect;
 pub mod env;

@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Splice};
 use crate::call::Call;
+use crate::continuation::decide;
 use crate::decide::Exchange;
 use crate::dialect::LiveSplice;
 use crate::hold::{hold, is_event_stream, LiveForward};
@@ -46,14 +47,14 @@ where
     }
     let call = exchange.call.clone();
     let Some(after) = config.keepalive_after.filter(|_| stream) else {
-        return exchange.decide(response).await;
+        return decide(exchange, response).await;
     };
     let (parts, body) = response.into_parts();
     let early_head = parts.clone();
     // A long hold (minutes of extended thinking) must not starve the client:
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(exchange.decide(Response::from_parts(parts, body)));
+    let mut decision = Box::pin(decide(exchange, Response::from_parts(parts, body)));
     let mut timer = Box::pin(tokio::time::sleep(after));
     let early = std::future::poll_fn(|cx| {
         if let Poll::Ready(served) = decision.as_mut().poll(cx) {

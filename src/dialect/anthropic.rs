@@ -8,8 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::{
     event_type, is_real_text, json_event, merge_list_header, path_segments, str_field, Dialect,
-    FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError, ServerFallback,
-    StreamInspector,
+    FrameRewrite, Handoff, LiveSplice, Observation, PartialContinuation, PrefillClaim, RefusalInfo,
+    RewriteError, ServerFallback, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, WireApi};
 use crate::sse::Frame;
@@ -213,6 +213,13 @@ impl Dialect for AnthropicMessages {
 
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         Some(Box::<LiveThinking>::default())
+    }
+
+    fn partial_continuation(&self, max_text_bytes: usize) -> Option<Box<dyn PartialContinuation>> {
+        Some(Box::new(Prefill {
+            max_text_bytes,
+            ..Prefill::default()
+        }))
     }
 
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
@@ -434,6 +441,137 @@ impl FrameRewrite for Continuation {
             }
             _ => None,
         }
+    }
+}
+
+/// Partial-refusal continuation: keeps the text blocks as the client got
+/// them, and offers a continuation only for a refusal that carries the
+/// prefill claim and a credit token, after real text, in a response that
+/// started no block other than text and thinking. A tool call, open or
+/// finished, rules it out: the prefill would have to carry a call without
+/// its result, which no other model can continue, and the client would be
+/// left with a call the continuation knows nothing of. Thinking is not
+/// carried (its signature belongs to the refusing model).
+#[derive(Default)]
+struct Prefill {
+    /// The text blocks by index, in the order they started.
+    texts: Vec<(u64, String)>,
+    /// Bytes of text kept.
+    kept: usize,
+    max_text_bytes: usize,
+    /// Blocks the client has seen start: a continuation's blocks go after.
+    started: u64,
+    /// Something this continuation cannot carry was seen.
+    ruled_out: bool,
+}
+
+impl Prefill {
+    fn keep(&mut self, index: u64, text: &str) {
+        self.kept += text.len();
+        if self.kept > self.max_text_bytes {
+            self.ruled_out = true;
+            return;
+        }
+        match self.texts.iter_mut().find(|(i, _)| *i == index) {
+            Some((_, kept)) => kept.push_str(text),
+            None => self.ruled_out = true,
+        }
+    }
+
+    fn block_started(&mut self, index: u64, block: &Value) {
+        self.started = self.started.max(index + 1);
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                self.texts.push((index, String::new()));
+                self.keep(
+                    index,
+                    block.get("text").and_then(Value::as_str).unwrap_or(""),
+                );
+            }
+            Some("thinking" | "redacted_thinking") => {}
+            _ => self.ruled_out = true,
+        }
+    }
+
+    fn claim(&self, delta: &Value) -> Option<PrefillClaim> {
+        let details = delta.get("stop_details")?;
+        let offered = details.get("fallback_has_prefill_claim") == Some(&Value::Bool(true));
+        let real = self.texts.iter().any(|(_, text)| is_real_text(text));
+        (refusal(delta).is_some() && offered && real && !self.ruled_out)
+            .then(|| str_field(details, "fallback_credit_token"))
+            .flatten()
+            .map(|token| PrefillClaim { token })
+    }
+}
+
+impl PartialContinuation for Prefill {
+    fn observe(&mut self, frame: &Frame) -> Option<PrefillClaim> {
+        let event = json_event(frame)?;
+        let index = event.get("index").and_then(Value::as_u64);
+        match (event_type(&event, frame), index) {
+            ("content_block_start", Some(index)) => {
+                self.block_started(index, event.get("content_block")?);
+            }
+            ("content_block_delta", Some(index)) => {
+                let delta = event.get("delta")?;
+                if delta.get("type").and_then(Value::as_str) == Some("text_delta") {
+                    self.keep(index, delta.get("text").and_then(Value::as_str)?);
+                }
+            }
+            ("message_delta", _) => return self.claim(event.get("delta")?),
+            ("content_block_start" | "content_block_delta", None) => self.ruled_out = true,
+            _ => {}
+        }
+        None
+    }
+
+    fn prefill(
+        &self,
+        headers: &mut HeaderMap,
+        body: &mut Value,
+        claim: &PrefillClaim,
+    ) -> Result<(), RewriteError> {
+        let mut blocks: Vec<Value> = Vec::new();
+        for (_, text) in self.texts.iter().filter(|(_, text)| !text.is_empty()) {
+            blocks.push(json!({"type": "text", "text": text}));
+        }
+        // The API rejects a final assistant turn that ends in whitespace.
+        match blocks.last_mut() {
+            Some(last) => {
+                let trimmed = last["text"].as_str().unwrap_or("").trim_end().to_owned();
+                last["text"] = Value::String(trimmed);
+            }
+            None => return Err(RewriteError("no text to continue from")),
+        }
+        let messages = body
+            .get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("request has no messages array"))?;
+        match messages.last_mut() {
+            // The client's own prefill: the refused response continued it.
+            Some(last) if last.get("role").and_then(Value::as_str) == Some("assistant") => {
+                let content = last
+                    .get_mut("content")
+                    .ok_or(RewriteError("assistant message has no content"))?;
+                if let Value::String(text) = content {
+                    let text = std::mem::take(text);
+                    *content = json!([{"type": "text", "text": text}]);
+                }
+                content
+                    .as_array_mut()
+                    .ok_or(RewriteError("assistant content is neither text nor blocks"))?
+                    .extend(blocks);
+            }
+            _ => messages.push(json!({"role": "assistant", "content": blocks})),
+        }
+        AnthropicMessages.attach_credit_token(headers, body, &claim.token);
+        Ok(())
+    }
+
+    fn continuation(&self) -> Box<dyn FrameRewrite> {
+        Box::new(Continuation {
+            offset: self.started,
+        })
     }
 }
 

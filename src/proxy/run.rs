@@ -150,7 +150,8 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .inject_server_fallbacks(options.inject_fallbacks)
         .fallback_chains(options.fallback_chains())
         .detect_text_refusals(options.detect_text)
-        .live_thinking(options.live_thinking);
+        .live_thinking(options.live_thinking)
+        .continue_partial(options.continue_partial);
     if let Some(after) = options.keepalive {
         layer = layer.keepalive_after(after);
     }

@@ -1,0 +1,285 @@
+//! Partial-refusal continuation (`continue_partial(true)`), through the
+//! layer over the scripted inner service: a stream refused after text, whose
+//! refusal offers the prefill claim and a credit token, continues on the
+//! chain's next model inside the same message; anything else is the
+//! original, byte for byte.
+
+mod support;
+
+use bytes::Bytes;
+use refusal_guard::refusal::{AttemptResult, AttemptStep, RefusalKind};
+use refusal_guard::{Outcome, RefusalGuardLayer};
+use serde_json::{json, Value};
+use support::events::*;
+use support::*;
+
+/// A recorded stream (the Go SDK's fallback test data): thinking, the text
+/// "Hi", then a refusal with the prefill claim and `credit-token-a`.
+const RECORDED: &str = "anthropic/anthropic-sdk-go/refusal.sse";
+
+fn layer() -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .continue_partial(true)
+}
+
+/// A refusal `message_delta` with these fallback-credit details.
+fn refusal_with(details: Value) -> Value {
+    let mut stop = json!({"type":"refusal","category":"cyber","explanation":null});
+    for (key, value) in details.as_object().unwrap() {
+        stop[key] = value.clone();
+    }
+    json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":stop},"usage":{"output_tokens":12}})
+}
+
+fn claim() -> Value {
+    json!({"fallback_credit_token":"tok-partial","fallback_has_prefill_claim":true})
+}
+
+/// Text, then a refusal carrying `details`.
+fn text_then_refusal(details: Value) -> Bytes {
+    anthropic_stream(&[
+        message_start("claude-opus-4-7"),
+        block_start(0, json!({"type":"text","text":""})),
+        text_delta(0, "Step one: list the listening "),
+        text_delta(0, "services. "),
+        block_stop(0),
+        refusal_with(details),
+        message_stop(),
+    ])
+}
+
+/// The fallback's answer: one text block.
+fn continuation() -> Bytes {
+    anthropic_stream(&text_answer(
+        "claude-sonnet-4-5",
+        "Step two: close what you do not use.",
+    ))
+}
+
+/// What the client should read: the original up to its refusal, then the
+/// continuation without its `message_start`, its blocks from `offset` on.
+fn spliced(original: &Bytes, offset: u64) -> Bytes {
+    let text = String::from_utf8_lossy(original);
+    let cut = text.find("event: message_delta").unwrap();
+    let mut out = text[..cut].as_bytes().to_vec();
+    out.extend_from_slice(&anthropic_stream(&[
+        block_start(offset, json!({"type":"text","text":""})),
+        text_delta(offset, "Step two: close what you do not use."),
+        block_stop(offset),
+        stop("end_turn"),
+        message_stop(),
+    ]));
+    Bytes::from(out)
+}
+
+fn one_byte_chunks(bytes: &Bytes) -> Vec<Bytes> {
+    (0..bytes.len()).map(|i| bytes.slice(i..i + 1)).collect()
+}
+
+#[tokio::test]
+async fn text_then_a_claimed_refusal_continues_in_the_same_message() {
+    let original = text_then_refusal(claim());
+    for chunks in [vec![original.clone()], one_byte_chunks(&original)] {
+        let replies = vec![Reply::Sse(chunks), Reply::sse(&continuation())];
+        let done = exchange(
+            layer(),
+            replies,
+            messages("claude-opus-4-7", true, "Harden my server"),
+        )
+        .await;
+        assert_eq!(done.body, spliced(&original, 1));
+        assert_eq!(done.parts.status, 200);
+        assert!(done.parts.headers.get("content-length").is_none());
+
+        let seen = done.upstream.seen();
+        assert_eq!(seen.len(), 2);
+        let (first, second) = (seen[0].json(), seen[1].json());
+        assert_eq!(second["model"], "claude-sonnet-4-5");
+        assert_eq!(
+            second["fallback_credit_token"],
+            json!({"token":"tok-partial","mode":"best_effort"})
+        );
+        // The same body, plus one assistant turn holding the text sent so
+        // far (its trailing whitespace trimmed, as the API requires).
+        assert_eq!(second["messages"][0], first["messages"][0]);
+        assert_eq!(second["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            seen[1].last_message(),
+            json!({"role":"assistant","content":[{"type":"text","text":"Step one: list the listening services."}]})
+        );
+        assert_eq!(second["system"], first["system"]);
+        let beta = seen[1]
+            .headers
+            .get("anthropic-beta")
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert!(beta.contains("fallback-credit-2026-07-01"), "{beta}");
+
+        let records = done.sink.records();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].outcome, Outcome::Fallback);
+        assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+        assert_eq!(records[0].category.as_deref(), Some("cyber"));
+        let attempts = &records[0].attempts;
+        assert_eq!(attempts.len(), 2);
+        assert_eq!(attempts[0].result, AttemptResult::Refused);
+        assert_eq!(attempts[1].step, AttemptStep::Fallback);
+        assert_eq!(attempts[1].model.as_deref(), Some("claude-sonnet-4-5"));
+        assert_eq!(attempts[1].result, AttemptResult::Served);
+    }
+}
+
+#[tokio::test]
+async fn a_recorded_refusal_after_thinking_and_text_continues_after_both_blocks() {
+    let original = fixture(RECORDED);
+    let replies = vec![Reply::sse(&original), Reply::sse(&continuation())];
+    let done = exchange(layer(), replies, messages("claude-opus-4-7", true, "hi")).await;
+    // Thinking at 0 and text at 1 went out: the continuation starts at 2.
+    assert_eq!(done.body, spliced(&original, 2));
+    let seen = done.upstream.seen();
+    assert_eq!(
+        seen[1].last_message(),
+        json!({"role":"assistant","content":[{"type":"text","text":"Hi"}]}),
+        "thinking is not carried"
+    );
+    assert_eq!(
+        seen[1].json()["fallback_credit_token"]["token"],
+        "credit-token-a"
+    );
+}
+
+/// The fallback's answers that must leave the client with the original.
+fn failed_continuations() -> Vec<(&'static str, Reply, AttemptResult)> {
+    let error = Bytes::from_static(
+        br#"{"type":"error","error":{"type":"invalid_request_error","message":"prefill rejected"}}"#,
+    );
+    vec![
+        (
+            "a 400 to the prefill",
+            Reply::Status(400, error),
+            AttemptResult::HttpError,
+        ),
+        (
+            "a refusal again",
+            Reply::sse(&anthropic_stream(&think_then_refuse(
+                "claude-sonnet-4-5",
+                "cyber",
+            ))),
+            AttemptResult::Refused,
+        ),
+        (
+            "a failing inner service",
+            Reply::Fail,
+            AttemptResult::TransportError,
+        ),
+        (
+            "a stream without output",
+            Reply::sse(&anthropic_stream(&[
+                message_start("claude-sonnet-4-5"),
+                stop("end_turn"),
+                message_stop(),
+            ])),
+            AttemptResult::NoOutput,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn a_failed_continuation_leaves_the_original_partial_refusal_byte_exact() {
+    let original = text_then_refusal(claim());
+    for (what, reply, result) in failed_continuations() {
+        let replies = vec![Reply::Sse(vec![original.clone()]), reply];
+        let done = exchange(layer(), replies, messages("claude-opus-4-7", true, "x")).await;
+        assert_eq!(done.body, original, "{what}");
+        assert_eq!(done.upstream.seen().len(), 2, "{what}");
+        let records = done.sink.records();
+        assert_eq!(records.len(), 1, "{what}");
+        assert_eq!(records[0].outcome, Outcome::Partial, "{what}");
+        assert_eq!(records[0].kind, Some(RefusalKind::Partial), "{what}");
+        let attempts = &records[0].attempts;
+        assert_eq!(attempts.len(), 2, "{what}");
+        assert_eq!(attempts[1].step, AttemptStep::Fallback, "{what}");
+        assert_eq!(attempts[1].result, result, "{what}");
+    }
+}
+
+/// One request, the original served as sent, recorded as partial.
+async fn assert_untouched(layer: RefusalGuardLayer, original: Bytes, what: &str) {
+    let replies = vec![
+        Reply::Sse(vec![original.clone()]),
+        Reply::sse(&continuation()),
+    ];
+    let done = exchange(layer, replies, messages("claude-opus-4-7", true, "x")).await;
+    assert_eq!(done.body, original, "{what}");
+    assert_eq!(done.upstream.seen().len(), 1, "{what}: no second request");
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1, "{what}");
+    assert_eq!(records[0].outcome, Outcome::Partial, "{what}");
+    assert_eq!(records[0].attempts.len(), 1, "{what}");
+}
+
+#[tokio::test]
+async fn an_open_tool_call_leaves_the_refusal_untouched() {
+    let open_tool = anthropic_stream(&[
+        message_start("claude-opus-4-7"),
+        block_start(0, json!({"type":"text","text":""})),
+        text_delta(0, "Let me check the config."),
+        block_stop(0),
+        block_start(
+            1,
+            json!({"type":"tool_use","id":"toolu_1","name":"read_file","input":{}}),
+        ),
+        json!({"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"path\":"}}),
+        refusal_with(claim()),
+        message_stop(),
+    ]);
+    assert_untouched(layer(), open_tool, "an open tool_use").await;
+    // A finished server tool call (recorded: web search, its result, text).
+    let recorded = fixture("anthropic/anthropic-sdk-python/stream-a-toolrefusal.sse");
+    assert_untouched(layer(), recorded, "a finished server tool call").await;
+}
+
+#[tokio::test]
+async fn without_the_claim_a_token_the_option_or_a_chain_nothing_is_continued() {
+    let no_claim = json!({"fallback_credit_token":"tok","fallback_has_prefill_claim":false});
+    let claim_only = json!({"fallback_has_prefill_claim":true});
+    let off = RefusalGuardLayer::new().fallback_chains(chains());
+    let no_chain = RefusalGuardLayer::new().continue_partial(true);
+    let no_credit = layer().fallback_credit(false);
+    assert_untouched(layer(), text_then_refusal(no_claim), "claim false").await;
+    assert_untouched(layer(), text_then_refusal(claim_only), "no token").await;
+    assert_untouched(layer(), text_then_refusal(json!({})), "no details").await;
+    assert_untouched(off, text_then_refusal(claim()), "option off").await;
+    assert_untouched(no_chain, text_then_refusal(claim()), "no chain").await;
+    assert_untouched(no_credit, text_then_refusal(claim()), "credit off").await;
+}
+
+#[tokio::test]
+async fn thinking_alone_before_the_refusal_is_an_empty_refusal_not_a_continuation() {
+    // No text came first: the ordinary ladder recovers it (a fallback hop
+    // without any prefill).
+    let original = anthropic_stream(&think_then_refuse("claude-opus-4-7", "cyber"));
+    let replies = vec![Reply::sse(&original), Reply::sse(&continuation())];
+    let done = exchange(layer(), replies, messages("claude-opus-4-7", true, "x")).await;
+    assert_eq!(done.body, continuation());
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].last_message()["role"], "user");
+    assert_eq!(done.sink.records()[0].kind, Some(RefusalKind::Empty));
+}
+
+#[tokio::test]
+async fn a_response_without_a_refusal_passes_byte_exact() {
+    let answer = anthropic_stream(&text_answer("claude-opus-4-7", "All good."));
+    let done = exchange(
+        layer(),
+        vec![Reply::Sse(one_byte_chunks(&answer))],
+        messages("claude-opus-4-7", true, "x"),
+    )
+    .await;
+    assert_eq!(done.body, answer);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert!(done.sink.records().is_empty());
+}
