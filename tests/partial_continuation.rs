@@ -2,7 +2,8 @@
 //! layer over the scripted inner service: a stream refused after text, whose
 //! refusal offers the prefill claim and a credit token, continues on the
 //! chain's next model inside the same message; anything else is the
-//! original, byte for byte.
+//! original, byte for byte. Then the same through the proxy, against the
+//! scripted mock upstream on loopback.
 
 mod support;
 
@@ -11,6 +12,8 @@ use refusal_guard::refusal::{AttemptResult, AttemptStep, RefusalKind};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::events::*;
+use support::mock_upstream::{frames, MockUpstream};
+use support::proxy::{bind_proxy, post_messages};
 use support::*;
 
 /// A recorded stream (the Go SDK's fallback test data): thinking, the text
@@ -282,4 +285,105 @@ async fn a_response_without_a_refusal_passes_byte_exact() {
     assert_eq!(done.body, answer);
     assert_eq!(done.upstream.seen().len(), 1);
     assert!(done.sink.records().is_empty());
+}
+
+// Through the proxy, against the scripted mock upstream on loopback.
+
+const PARTIAL: &str = "e2e/partial_refusal_claim.sse";
+const CONTINUATION: &str = "e2e/continuation_text.sse";
+
+/// The mock, and a continuing proxy in front of it (stopped with the test's
+/// runtime).
+async fn proxy_over_mock(layer: RefusalGuardLayer) -> (MockUpstream, String) {
+    let mock = MockUpstream::start().await.unwrap();
+    let (proxy, listener, url) = bind_proxy(&mock.url(), &layer).await;
+    tokio::spawn(proxy.serve(listener, std::future::pending::<()>()));
+    (mock, url)
+}
+
+/// `original` up to its refusal, then `continuation` without its
+/// `message_start`, its block indices moved up by `offset`.
+fn continued(original: &Bytes, continuation: &Bytes, offset: u64) -> Bytes {
+    let text = String::from_utf8_lossy(original);
+    let mut out = text[..text.find("event: message_delta").unwrap()]
+        .as_bytes()
+        .to_vec();
+    for frame in frames(continuation) {
+        let data = String::from_utf8_lossy(&frame);
+        let json = data.lines().find_map(|l| l.strip_prefix("data: "));
+        let mut event: Value = serde_json::from_str(json.unwrap()).unwrap();
+        match event["type"].as_str().unwrap() {
+            "message_start" => {}
+            kind if kind.starts_with("content_block_") => {
+                event["index"] = json!(event["index"].as_u64().unwrap() + offset);
+                out.extend_from_slice(&anthropic_stream(&[event]));
+            }
+            _ => out.extend_from_slice(&frame),
+        }
+    }
+    Bytes::from(out)
+}
+
+fn request_body() -> Value {
+    json!({
+        "model": "claude-opus-4-7",
+        "max_tokens": 1024,
+        "stream": true,
+        "messages": [{"role": "user", "content": "Harden my server"}],
+    })
+}
+
+#[tokio::test]
+async fn the_proxy_splices_the_continuation_into_the_message() {
+    let (mock, url) = proxy_over_mock(layer()).await;
+    let script = format!("{PARTIAL},{CONTINUATION}");
+    let response = post_messages(&url, &script, "continued", &request_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.bytes().await.unwrap();
+    assert_eq!(
+        body,
+        continued(&fixture(PARTIAL), &fixture(CONTINUATION), 1)
+    );
+
+    let seen = mock.seen_for("continued");
+    assert_eq!(seen.len(), 2);
+    let beta = seen[0].header("anthropic-beta").unwrap_or_default();
+    assert!(
+        beta.contains("fallback-credit-2026-07-01"),
+        "asked for: {beta}"
+    );
+    let second = seen[1].json();
+    assert_eq!(second["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        second["messages"],
+        json!([
+            {"role": "user", "content": "Harden my server"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Start by listing the services that listen on the network."}]},
+        ])
+    );
+    assert_eq!(
+        second["fallback_credit_token"],
+        json!({"token": "tok_e2e_partial", "mode": "best_effort"})
+    );
+    let beta = seen[1].header("anthropic-beta").unwrap_or_default();
+    assert!(
+        beta.contains("fallback-credit-2026-07-01"),
+        "presented with: {beta}"
+    );
+}
+
+#[tokio::test]
+async fn the_proxy_serves_the_original_when_the_prefill_is_rejected() {
+    let (mock, url) = proxy_over_mock(layer()).await;
+    let script = format!("{PARTIAL},status=400");
+    let response = post_messages(&url, &script, "rejected", &request_body())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.bytes().await.unwrap(), fixture(PARTIAL));
+    assert_eq!(mock.seen_for("rejected").len(), 2);
 }
