@@ -7,14 +7,21 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::{AttemptResult, AttemptStep, RefusalKind};
-use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard::{GuardBody, Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::events::*;
 use support::mock_upstream::{frames, MockUpstream};
 use support::proxy::{bind_proxy, post_messages};
 use support::*;
+use tower::{Layer, Service, ServiceExt};
 
 /// A recorded stream (the Go SDK's fallback test data): thinking, the text
 /// "Hi", then a refusal with the prefill claim and `credit-token-a`.
@@ -386,4 +393,100 @@ async fn the_proxy_serves_the_original_when_the_prefill_is_rejected() {
     assert_eq!(response.status(), 200);
     assert_eq!(response.bytes().await.unwrap(), fixture(PARTIAL));
     assert_eq!(mock.seen_for("rejected").len(), 2);
+}
+
+/// A guard over an inner service that answers the original with `original`
+/// and the continuation with a head whose body waits on a gate that never
+/// opens; the gate's sender tells when that body is dropped.
+fn stalling_continuation(
+    layer: RefusalGuardLayer,
+    original: Bytes,
+) -> (
+    impl MockGuard,
+    tokio::sync::oneshot::Sender<()>,
+    Arc<AtomicUsize>,
+) {
+    let (gate, stalled) = tokio::sync::oneshot::channel::<()>();
+    let stalled = Arc::new(Mutex::new(Some(stalled)));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let inner = answering(move |_request| {
+        let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+        let stalled = if first {
+            None
+        } else {
+            stalled.lock().unwrap().take()
+        };
+        let original = original.clone();
+        async move {
+            match stalled {
+                Some(gate) => sse_response(Drip::steps(vec![Step::Gate(gate)], Duration::ZERO)),
+                None => sse_response(Chunked::chunks(vec![original])),
+            }
+        }
+    });
+    (layer.layer(inner), gate, counted)
+}
+
+/// What [`stalling_continuation`] builds.
+trait MockGuard:
+    Service<Request<Full<Bytes>>, Response = Response<GuardBody<Chunked>>, Error = tower::BoxError>
+{
+}
+impl<S> MockGuard for S where
+    S: Service<
+        Request<Full<Bytes>>,
+        Response = Response<GuardBody<Chunked>>,
+        Error = tower::BoxError,
+    >
+{
+}
+
+#[tokio::test]
+async fn a_continuation_that_never_answers_ends_at_the_deadline_with_the_original() {
+    let original = text_then_refusal(claim());
+    let layer = layer().recovery_deadline(Duration::from_millis(300));
+    let (mut guard, mut gate, _) = stalling_continuation(layer, original.clone());
+    let request = messages("claude-opus-4-7", true, "x");
+    let (parts, body) = tokio::time::timeout(Duration::from_secs(10), call(&mut guard, request))
+        .await
+        .expect("bounded by the recovery deadline");
+    assert_eq!(parts.status, 200);
+    assert_eq!(body, original);
+    // The stalled continuation was given up, its body dropped.
+    tokio::time::timeout(Duration::from_secs(5), gate.closed())
+        .await
+        .expect("the stalled continuation is dropped");
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_during_the_continuation_stops_it() {
+    let original = text_then_refusal(claim());
+    let (mut guard, mut gate, calls) = stalling_continuation(layer(), original.clone());
+    let request = messages("claude-opus-4-7", true, "x");
+    let response = guard.ready().await.unwrap().call(request).await.unwrap();
+    let mut body = response.into_body();
+    // Read what the client gets before the refusal: all of it up to the
+    // held `message_delta`.
+    let before = String::from_utf8_lossy(&original)
+        .find("event: message_delta")
+        .unwrap();
+    let mut read = 0;
+    while read < before {
+        let frame = body.frame().await.unwrap().unwrap();
+        read += frame.data_ref().map_or(0, |d| d.len());
+    }
+    assert_eq!(read, before);
+    // Leave once the continuation is on its way.
+    for _ in 0..500 {
+        if calls.load(Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the continuation was sent");
+    drop(body);
+    tokio::time::timeout(Duration::from_secs(5), gate.closed())
+        .await
+        .expect("the continuation's request is dropped with the client");
 }
