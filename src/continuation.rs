@@ -1,30 +1,34 @@
-//! Partial-refusal continuation (opt-in, Anthropic streams): a stream
-//! refused after real text, whose refusal offers the prefill claim and a
-//! credit token, is continued on the next model of the client model's
-//! fallback chain, with the text already sent as an assistant prefill. The
-//! refusal's closing events are held meanwhile; the continuation's blocks
-//! follow in the same message (the live-thinking splice). When the
-//! continuation does not answer with output, the held events go out byte
-//! for byte, as if the option were off.
+//! Partial-refusal continuation (opt-in, Anthropic): a response refused
+//! after real text, whose refusal offers the prefill claim and a credit
+//! token, is continued on the next model of the client model's fallback
+//! chain, with the text already sent as an assistant prefill. In a stream
+//! the refusal's closing events are held meanwhile and the continuation's
+//! blocks follow in the same message (the live-thinking splice); a whole
+//! JSON message gets the continuation's content appended. When the
+//! continuation does not answer with output, the original goes out byte for
+//! byte, as if the option were off.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::CONTENT_LENGTH;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
+use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
 use crate::call::{millis, Call, Inner, Template};
 use crate::decide::Exchange;
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::hold::{hold, is_event_stream, Held, Verdict};
+use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::replay::ReplayBody;
-use crate::respond::{pump, serve, timed_out, unless_gone, FrameSender, Shape, Watched};
+use crate::respond::{
+    judge_findings, pump, serve, serve_settled, timed_out, unless_gone, FrameSender, Shape, Watched,
+};
 use crate::sse::SseFramer;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
@@ -48,17 +52,116 @@ where
         return exchange.decide(response).await;
     };
     let call = exchange.call.clone();
-    let held = hold(response, call.dialect, &call.config, true, None);
+    let held = hold(
+        response,
+        call.dialect,
+        &call.config,
+        exchange.streaming,
+        None,
+    );
     // The recovery deadline bounds the original's hold, as without the option.
     let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
         let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
         call.handle.settle(None);
         return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
     };
-    if !matches!(held.verdict, Verdict::Output) || held.watch.is_none() {
+    if !matches!(held.verdict, Verdict::Output) {
+        return exchange.conclude(held).await;
+    }
+    if held.judged.is_some() {
+        return continue_json(exchange, held, plan).await;
+    }
+    if held.watch.is_none() {
         return exchange.conclude(held).await;
     }
     serve_continuable(exchange, held, plan)
+}
+
+/// A whole JSON body held back, parsed.
+fn whole_json<R>(held: &Held<R>) -> Option<Value> {
+    if held.rest.is_some() {
+        return None;
+    }
+    let mut whole = Vec::new();
+    for frame in &held.frames {
+        whole.extend_from_slice(frame.data_ref()?);
+    }
+    serde_json::from_slice(&whole).ok()
+}
+
+/// A whole JSON message refused after text: continued with the same
+/// prefill, answered as one message (the content arrays merged), or as it
+/// is when the continuation does not answer with output.
+async fn continue_json<S, B, R>(
+    exchange: Exchange<S>,
+    mut held: Held<IdleTimeout<R>>,
+    mut plan: Plan,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let findings = held.judged.clone().unwrap_or_default();
+    let claimed = findings
+        .partial_refusal
+        .as_ref()
+        .and_then(|_| whole_json(&held))
+        .and_then(|message| Some((plan.track.observe_json(&message)?, message)));
+    let Some((claim, mut message)) = claimed else {
+        return exchange.conclude(held).await;
+    };
+    let Exchange {
+        upstream,
+        call,
+        template,
+        sent,
+        ..
+    } = exchange;
+    call.record_output();
+    let original = Attempt {
+        step: AttemptStep::Original,
+        model: call.model.clone(),
+        result: AttemptResult::Refused,
+        status: Some(held.status()),
+        latency_ms: millis(sent.elapsed()),
+    };
+    let request_id = call.dialect.request_id(&held.parts.headers);
+    let mut hop = Hop {
+        upstream,
+        call: call.clone(),
+        template,
+        streaming: false,
+        plan,
+    };
+    let deadline = tokio::time::Instant::now() + call.config.budget.deadline;
+    let (attempt, answer) = hop.attempt::<B, R>(&claim, deadline).await;
+    let served_model = answer
+        .as_ref()
+        .and_then(|a| a.judged.as_ref()?.model.clone());
+    let merged = answer
+        .as_ref()
+        .and_then(whole_json)
+        .and_then(|more| hop.plan.track.merge_json(&mut message, &more).ok());
+    let attempts = vec![original, attempt];
+    let Some(()) = merged else {
+        let refusal = judge_findings(&call, &findings, request_id, false);
+        return serve_settled(held, &call, refusal, attempts, None);
+    };
+    let bytes = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
+    held.parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    held.frames = VecDeque::from([Frame::data(bytes)]);
+    let info = findings.partial_refusal.clone().unwrap_or_default();
+    let refusal = Refusal {
+        kind: RefusalKind::Partial,
+        served_model: served_model.or_else(|| attempts[1].model.clone()),
+        request_id,
+        ..call.refusal(&info, Outcome::Fallback)
+    };
+    serve_settled(held, &call, Some(refusal), attempts, None)
 }
 
 /// What continuing this call would take: the model to continue on and the
@@ -74,10 +177,15 @@ impl Plan {
         let config = &call.config;
         // The provider offers the claim only with a credit token, which is
         // asked for and presented only with fallback credit on.
-        if !(config.continue_partial && config.fallback_credit && exchange.streaming) {
+        if !(config.continue_partial && config.fallback_credit) {
             return None;
         }
-        if !(response.status().is_success() && is_event_stream(response.headers())) {
+        let headers = response.headers();
+        let shape = match exchange.streaming {
+            true => is_event_stream(headers),
+            false => is_json(headers),
+        };
+        if !(response.status().is_success() && shape) {
             return None;
         }
         let model = config
@@ -152,10 +260,13 @@ where
         .max_hold_bytes
         .max(SseFramer::DEFAULT_MAX_FRAME_BYTES);
     let continuer = Continuer {
-        upstream,
-        call: call.clone(),
-        template,
-        plan,
+        hop: Hop {
+            upstream,
+            call: call.clone(),
+            template,
+            streaming: true,
+            plan,
+        },
         sender: sender.clone(),
         tail,
         framer: SseFramer::with_max_frame_bytes(frame_limit),
@@ -170,6 +281,83 @@ where
     let mut response = Response::from_parts(parts, GuardBody::channel(receiver, None));
     call.mark(&mut response);
     response
+}
+
+/// What sending the continuation takes: the inner service, the call, the
+/// request as the original was sent, and the plan.
+struct Hop<S> {
+    upstream: Inner<S>,
+    call: Call,
+    template: Template,
+    streaming: bool,
+    plan: Plan,
+}
+
+impl<S> Hop<S> {
+    /// Sends the continuation and holds its answer, within the deadline.
+    /// The attempt's record, and its held answer when it has output.
+    async fn attempt<B, R>(
+        &mut self,
+        claim: &PrefillClaim,
+        deadline: tokio::time::Instant,
+    ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
+    where
+        S: Service<Request<B>, Response = Response<R>> + Send,
+        B: ReplayBody,
+        R: Body + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
+        let call = &self.call;
+        let mut record = Attempt {
+            step: AttemptStep::Fallback,
+            model: Some(self.plan.model.clone()),
+            result: AttemptResult::TransportError,
+            status: None,
+            latency_ms: 0,
+        };
+        let mut next = self.template.clone();
+        let built = call
+            .dialect
+            .swap_model(&mut next.parts.uri, &mut next.json, &self.plan.model)
+            .and_then(|()| {
+                let headers = &mut next.parts.headers;
+                self.plan.track.prefill(headers, &mut next.json, claim)
+            });
+        if let Err(why) = built {
+            tracing::warn!(reason = why.0, "the partial refusal could not be continued");
+            return (record, None);
+        }
+        let request: Request<B> = next.request(&next.json);
+        let sent = Instant::now();
+        let (dialect, config, streaming) = (call.dialect, &call.config, self.streaming);
+        let upstream = &mut self.upstream;
+        let answer = tokio::time::timeout_at(deadline, async move {
+            let response = upstream.send(request).await.ok()?;
+            Some(hold(response, dialect, config, streaming, None).await)
+        })
+        .await;
+        record.latency_ms = millis(sent.elapsed());
+        let Ok(Some(held)) = answer else {
+            return (record, None);
+        };
+        record.status = Some(held.status());
+        record.result = match (&held.verdict, held.parts.status.is_success()) {
+            (_, false) => AttemptResult::HttpError,
+            (Verdict::Output, true) => {
+                return (
+                    Attempt {
+                        result: AttemptResult::Served,
+                        ..record
+                    },
+                    Some(held),
+                )
+            }
+            (Verdict::Refused { .. }, true) => AttemptResult::Refused,
+            (Verdict::Ended, true) => AttemptResult::NoOutput,
+            _ => AttemptResult::HttpError,
+        };
+        (record, None)
+    }
 }
 
 /// The original's watch and its settling: the record of a response that was
@@ -209,10 +397,7 @@ struct Gone;
 /// The task that streams the original to the client and, on a refusal that
 /// may be continued, holds its closing frames and tries the continuation.
 struct Continuer<S> {
-    upstream: Inner<S>,
-    call: Call,
-    template: Template,
-    plan: Plan,
+    hop: Hop<S>,
     sender: FrameSender,
     tail: Tail,
     framer: SseFramer,
@@ -240,7 +425,7 @@ impl<S> Continuer<S> {
                 return;
             }
         };
-        let (attempt, served) = self.attempt(&closing).await;
+        let (attempt, served) = self.hop.attempt(&closing.claim, closing.deadline).await;
         match served {
             Some(held) => self.splice(held, attempt).await,
             None => {
@@ -311,7 +496,7 @@ impl<S> Continuer<S> {
             let overflow = self.framer.push(data).is_err();
             self.take_frames(overflow);
             let held = self.closing.as_ref().map_or(0, |c| c.bytes);
-            if overflow || held > self.call.config.max_hold_bytes {
+            if overflow || held > self.hop.call.config.max_hold_bytes {
                 tracing::warn!(
                     held_bytes = held,
                     oversized_frame = overflow,
@@ -334,8 +519,9 @@ impl<S> Continuer<S> {
             };
             let Some(frame) = frame else { break };
             if self.closing.is_none() {
-                if let Some(claim) = self.plan.track.observe(&frame) {
-                    let deadline = tokio::time::Instant::now() + self.call.config.budget.deadline;
+                if let Some(claim) = self.hop.plan.track.observe(&frame) {
+                    let deadline =
+                        tokio::time::Instant::now() + self.hop.call.config.budget.deadline;
                     self.closing = Some(Closing {
                         claim,
                         frames: VecDeque::new(),
@@ -390,69 +576,6 @@ impl<S> Continuer<S> {
         Ok(false)
     }
 
-    /// Sends the continuation and holds its answer, within the deadline.
-    /// The attempt's record, and its held answer when it has output.
-    async fn attempt<B, R>(&mut self, closing: &Closing) -> (Attempt, Option<Held<IdleTimeout<R>>>)
-    where
-        S: Service<Request<B>, Response = Response<R>> + Send,
-        B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
-    {
-        let call = &self.call;
-        let mut record = Attempt {
-            step: AttemptStep::Fallback,
-            model: Some(self.plan.model.clone()),
-            result: AttemptResult::TransportError,
-            status: None,
-            latency_ms: 0,
-        };
-        let mut next = self.template.clone();
-        let built = call
-            .dialect
-            .swap_model(&mut next.parts.uri, &mut next.json, &self.plan.model)
-            .and_then(|()| {
-                let headers = &mut next.parts.headers;
-                self.plan
-                    .track
-                    .prefill(headers, &mut next.json, &closing.claim)
-            });
-        if let Err(why) = built {
-            tracing::warn!(reason = why.0, "the partial refusal could not be continued");
-            return (record, None);
-        }
-        let request: Request<B> = next.request(&next.json);
-        let sent = Instant::now();
-        let (dialect, config) = (call.dialect, &call.config);
-        let upstream = &mut self.upstream;
-        let answer = tokio::time::timeout_at(closing.deadline, async move {
-            let response = upstream.send(request).await.ok()?;
-            Some(hold(response, dialect, config, true, None).await)
-        })
-        .await;
-        record.latency_ms = millis(sent.elapsed());
-        let Ok(Some(held)) = answer else {
-            return (record, None);
-        };
-        record.status = Some(held.status());
-        record.result = match (&held.verdict, held.parts.status.is_success()) {
-            (_, false) => AttemptResult::HttpError,
-            (Verdict::Output, true) => {
-                return (
-                    Attempt {
-                        result: AttemptResult::Served,
-                        ..record
-                    },
-                    Some(held),
-                )
-            }
-            (Verdict::Refused { .. }, true) => AttemptResult::Refused,
-            (Verdict::Ended, true) => AttemptResult::NoOutput,
-            _ => AttemptResult::HttpError,
-        };
-        (record, None)
-    }
-
     /// Continues the client's message with the held continuation, and
     /// records the refusal as continued.
     async fn splice<R>(&mut self, held: Held<IdleTimeout<R>>, attempt: Attempt)
@@ -460,7 +583,7 @@ impl<S> Continuer<S> {
         R: Body + Send + 'static,
         R::Error: Into<BoxError>,
     {
-        let call = self.call.clone();
+        let call = self.hop.call.clone();
         let Some(mut settle) = self.tail.settle.take() else {
             return;
         };
@@ -486,7 +609,7 @@ impl<S> Continuer<S> {
             ..call.refusal(&info, Outcome::Fallback)
         };
         call.emit(&refusal, std::mem::take(&mut settle.attempts));
-        let splice = Splice::new(self.plan.track.continuation(), self.frame_limit);
+        let splice = Splice::new(self.hop.plan.track.continuation(), self.frame_limit);
         let mut held = held;
         held.watch = None;
         pump(

@@ -410,7 +410,7 @@ impl RefusalGuardLayer {
         self.with(|c| c.live_thinking = on)
     }
 
-    /// Continues an Anthropic stream refused after real output (off by
+    /// Continues an Anthropic response refused after real output (off by
     /// default). When the refusal's `stop_details` offers
     /// `fallback_has_prefill_claim: true` with a `fallback_credit_token`,
     /// the response started no tool call, and the client's model has a
@@ -426,7 +426,9 @@ impl RefusalGuardLayer {
     ///
     /// Needs [`fallback_credit`](Self::fallback_credit) (on by default): the
     /// provider only offers the claim with a token. Live thinking, when on,
-    /// takes precedence. Whole JSON responses are not continued.
+    /// takes precedence. A whole JSON message is continued the same way: its
+    /// content array and the continuation's, merged, with the
+    /// continuation's stop and usage.
     ///
     /// ```
     /// use refusal_guard::recovery::FallbackChains;

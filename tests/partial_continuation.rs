@@ -490,3 +490,98 @@ async fn a_client_that_leaves_during_the_continuation_stops_it() {
         .await
         .expect("the continuation's request is dropped with the client");
 }
+
+/// A whole JSON message: these content blocks, then a refusal carrying the
+/// claim and a token.
+fn json_partial(content: Value) -> Bytes {
+    let message = json!({
+        "id": "msg_json", "type": "message", "role": "assistant", "model": "claude-opus-4-7",
+        "content": content,
+        "stop_reason": "refusal", "stop_sequence": null,
+        "stop_details": {"type": "refusal", "category": "cyber", "explanation": null,
+            "fallback_credit_token": "tok-json", "fallback_has_prefill_claim": true},
+        "usage": {"input_tokens": 20, "output_tokens": 9},
+    });
+    Bytes::from(serde_json::to_vec(&message).unwrap())
+}
+
+fn json_answer() -> Bytes {
+    let message = json!({
+        "id": "msg_next", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Step two: close what you do not use."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 30, "output_tokens": 11},
+    });
+    Bytes::from(serde_json::to_vec(&message).unwrap())
+}
+
+#[tokio::test]
+async fn a_json_message_refused_after_text_is_continued_as_one_message() {
+    let original = json_partial(json!([{"type": "text", "text": "Step one: list services. "}]));
+    let replies = vec![Reply::Json(original), Reply::Json(json_answer())];
+    let done = exchange(layer(), replies, messages("claude-opus-4-7", false, "x")).await;
+    let body: Value = serde_json::from_slice(&done.body).unwrap();
+    assert_eq!(
+        body["content"],
+        json!([
+            {"type": "text", "text": "Step one: list services. "},
+            {"type": "text", "text": "Step two: close what you do not use."},
+        ])
+    );
+    assert_eq!(body["id"], "msg_json");
+    assert_eq!(body["stop_reason"], "end_turn");
+    assert!(body.get("stop_details").is_none());
+    assert_eq!(
+        body["usage"],
+        json!({"input_tokens": 30, "output_tokens": 11})
+    );
+    let length = done.parts.headers["content-length"].to_str().unwrap();
+    assert_eq!(length, done.body.len().to_string());
+
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let second = seen[1].json();
+    assert_eq!(second["model"], "claude-sonnet-4-5");
+    assert_eq!(second["stream"], false);
+    assert_eq!(
+        seen[1].last_message(),
+        json!({"role": "assistant", "content": [{"type": "text", "text": "Step one: list services."}]})
+    );
+    assert_eq!(
+        second["fallback_credit_token"],
+        json!({"token": "tok-json", "mode": "best_effort"})
+    );
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Fallback);
+    assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+    assert_eq!(records[0].attempts.len(), 2);
+    assert_eq!(done.refusal().map(|r| r.outcome), Some(Outcome::Fallback));
+}
+
+#[tokio::test]
+async fn a_json_continuation_that_fails_leaves_the_original_byte_exact() {
+    let original = json_partial(json!([{"type": "text", "text": "Step one."}]));
+    for (what, reply, result) in failed_continuations() {
+        let replies = vec![Reply::Json(original.clone()), reply];
+        let done = exchange(layer(), replies, messages("claude-opus-4-7", false, "x")).await;
+        assert_eq!(done.body, original, "{what}");
+        assert_eq!(done.upstream.seen().len(), 2, "{what}");
+        let records = done.sink.records();
+        assert_eq!(records[0].outcome, Outcome::Partial, "{what}");
+        assert_eq!(records[0].attempts[1].result, result, "{what}");
+    }
+}
+
+#[tokio::test]
+async fn a_json_message_with_a_tool_call_is_untouched() {
+    let original = json_partial(json!([
+        {"type": "text", "text": "Reading it."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "/etc/ssh"}},
+    ]));
+    let replies = vec![Reply::Json(original.clone()), Reply::Json(json_answer())];
+    let done = exchange(layer(), replies, messages("claude-opus-4-7", false, "x")).await;
+    assert_eq!(done.body, original);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Partial);
+}

@@ -573,6 +573,37 @@ impl PartialContinuation for Prefill {
             offset: self.started,
         })
     }
+
+    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim> {
+        let content = message.get("content")?.as_array()?;
+        for (index, block) in (0u64..).zip(content) {
+            self.block_started(index, block);
+        }
+        self.claim(message)
+    }
+
+    fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError> {
+        let more = continuation
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or(RewriteError("the continuation has no content"))?;
+        original
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("the original has no content"))?
+            .extend(more.iter().cloned());
+        let message = original
+            .as_object_mut()
+            .ok_or(RewriteError("the original is not an object"))?;
+        // How the message ends is how the continuation ended.
+        for key in ["stop_reason", "stop_sequence", "stop_details", "usage"] {
+            match continuation.get(key) {
+                Some(value) => message.insert(key.into(), value.clone()),
+                None => message.remove(key),
+            };
+        }
+        Ok(())
+    }
 }
 
 /// Anthropic streams are stateless to inspect: every event names its type

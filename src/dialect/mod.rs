@@ -113,6 +113,11 @@ pub(crate) trait PartialContinuation: Send {
     ) -> Result<(), RewriteError>;
     /// The rewrite that continues the message the client has begun.
     fn continuation(&self) -> Box<dyn FrameRewrite>;
+    /// [`observe`](Self::observe) for a whole JSON message.
+    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim>;
+    /// The original whole message continued by the continuation's: one
+    /// content array, the continuation's stop and usage.
+    fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError>;
 }
 
 /// Who handed a turn to whom, for a handoff marker.

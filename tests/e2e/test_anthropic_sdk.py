@@ -220,3 +220,14 @@ def test_partial_refusal_after_a_tool_call_is_untouched(harness, script_id):
     direct = stream_final(client(harness.mock, script, script_id + "-direct"))
     assert through.model_dump() == direct.model_dump()
     assert len(harness.seen(script_id)) == 1
+
+
+def test_json_partial_refusal_with_a_prefill_claim_is_continued_in_one_message(harness, script_id):
+    script = "e2e/message_partial_refusal_claim.json,e2e/message_continuation.json"
+    message = create(client(harness.partial, script, script_id))
+    assert "".join(block.text for block in message.content) == PARTIAL_TEXT + CONTINUED_TEXT
+    assert message.stop_reason == "end_turn"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    assert seen[1]["json"]["messages"][-1]["role"] == "assistant"
+    assert seen[1]["json"]["fallback_credit_token"]["token"] == "tok_e2e_json"
