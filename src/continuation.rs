@@ -77,6 +77,22 @@ where
     serve_continuable(exchange, held, plan)
 }
 
+/// The original request's attempt record.
+fn original_attempt<R>(
+    call: &Call,
+    held: &Held<R>,
+    sent: Instant,
+    result: AttemptResult,
+) -> Attempt {
+    Attempt {
+        step: AttemptStep::Original,
+        model: call.model.clone(),
+        result,
+        status: Some(held.status()),
+        latency_ms: millis(sent.elapsed()),
+    }
+}
+
 /// A whole JSON body held back, parsed.
 fn whole_json<R>(held: &Held<R>) -> Option<Value> {
     if held.rest.is_some() {
@@ -120,13 +136,7 @@ where
         ..
     } = exchange;
     call.record_output();
-    let original = Attempt {
-        step: AttemptStep::Original,
-        model: call.model.clone(),
-        result: AttemptResult::Refused,
-        status: Some(held.status()),
-        latency_ms: millis(sent.elapsed()),
-    };
+    let original = original_attempt(&call, &held, sent, AttemptResult::Refused);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let mut hop = Hop {
         upstream,
@@ -223,13 +233,7 @@ where
         ..
     } = exchange;
     call.record_output();
-    let original = Attempt {
-        step: AttemptStep::Original,
-        model: call.model.clone(),
-        result: AttemptResult::Served,
-        status: Some(held.status()),
-        latency_ms: millis(sent.elapsed()),
-    };
+    let original = original_attempt(&call, &held, sent, AttemptResult::Served);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let Held {
         mut parts,
@@ -255,25 +259,14 @@ where
             recovery: None,
         }),
     };
-    let frame_limit = call
-        .config
-        .max_hold_bytes
-        .max(SseFramer::DEFAULT_MAX_FRAME_BYTES);
-    let continuer = Continuer {
-        hop: Hop {
-            upstream,
-            call: call.clone(),
-            template,
-            streaming: true,
-            plan,
-        },
-        sender: sender.clone(),
-        tail,
-        framer: SseFramer::with_max_frame_bytes(frame_limit),
-        frame_limit,
-        pending: VecDeque::new(),
-        closing: None,
+    let hop = Hop {
+        upstream,
+        call: call.clone(),
+        template,
+        streaming: true,
+        plan,
     };
+    let continuer = Continuer::new(hop, sender.clone(), tail);
     tokio::spawn(async move {
         // Everything, the continuation included, stops when the client goes.
         unless_gone(&sender, continuer.run(original_body)).await;
@@ -409,6 +402,25 @@ struct Continuer<S> {
 }
 
 impl<S> Continuer<S> {
+    fn new(hop: Hop<S>, sender: FrameSender, tail: Tail) -> Self {
+        // Frames as large as the hold allows, never less than the framer's
+        // default (as the hold itself reads them).
+        let frame_limit = hop
+            .call
+            .config
+            .max_hold_bytes
+            .max(SseFramer::DEFAULT_MAX_FRAME_BYTES);
+        Continuer {
+            hop,
+            sender,
+            tail,
+            framer: SseFramer::with_max_frame_bytes(frame_limit),
+            frame_limit,
+            pending: VecDeque::new(),
+            closing: None,
+        }
+    }
+
     async fn run<B, R>(mut self, mut original: GuardBody<R>)
     where
         S: Service<Request<B>, Response = Response<R>> + Send,
