@@ -33,8 +33,8 @@ use crate::sse::SseFramer;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// Decides the original `response`: as [`Exchange::decide`] does, except
-/// that a stream with output is served so that a partial refusal in it can
-/// be continued, when the call allows it.
+/// that, when the call allows it, a response with output is served so that
+/// a partial refusal in it can be continued.
 pub(crate) async fn decide<S, B, R>(
     exchange: Exchange<S>,
     response: Response<IdleTimeout<R>>,

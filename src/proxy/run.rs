@@ -374,3 +374,25 @@ async fn signal() {
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Options;
+
+    fn layer_for(args: &[&str]) -> String {
+        let args = ["proxy", "--log", "off"]
+            .into_iter()
+            .chain(args.iter().copied());
+        let options = Options::try_parse_from(args).unwrap();
+        format!("{:?}", super::layer(&options).unwrap().0)
+    }
+
+    #[test]
+    fn continue_partial_reaches_the_layer() {
+        assert!(layer_for(&[]).contains("continue_partial: false"));
+        let on = layer_for(&["--continue-partial"]);
+        assert!(on.contains("continue_partial: true"), "{on}");
+    }
+}
