@@ -27,15 +27,17 @@ use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::replay::ReplayBody;
 use crate::respond::{
-    judge_findings, pump, serve, serve_settled, timed_out, unless_gone, FrameSender, Shape, Watched,
+    self, judge_findings, pump, serve, serve_settled, timed_out, unless_gone, FrameSender, Shape,
+    Watched,
 };
 use crate::sse::SseFramer;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
-/// Decides the original `response`: as [`Exchange::decide`] does, except
+/// Decides the original `response` and answers: as
+/// [`respond::decide_and_respond`](crate::respond::decide_and_respond) does, except
 /// that, when the call allows it, a response with output is served so that
 /// a partial refusal in it can be continued.
-pub(crate) async fn decide<S, B, R>(
+pub(crate) async fn decide_and_respond<S, B, R>(
     exchange: Exchange<S>,
     response: Response<IdleTimeout<R>>,
 ) -> Response<GuardBody<R>>
@@ -49,7 +51,7 @@ where
     R::Error: Into<BoxError>,
 {
     let Some(plan) = Plan::for_call(&exchange, &response) else {
-        return exchange.decide(response).await;
+        return respond::decide_and_respond(exchange, response).await;
     };
     let call = exchange.call.clone();
     let held = hold(
@@ -66,13 +68,13 @@ where
         return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
     };
     if !matches!(held.verdict, Verdict::Output) {
-        return exchange.conclude(held).await;
+        return respond::respond(exchange.conclude(held).await, &call);
     }
     if held.judged.is_some() {
         return continue_json(exchange, held, plan).await;
     }
     if held.watch.is_none() {
-        return exchange.conclude(held).await;
+        return respond::respond(exchange.conclude(held).await, &call);
     }
     serve_continuable(exchange, held, plan)
 }
@@ -126,7 +128,8 @@ where
         .and_then(|_| whole_json(&held))
         .and_then(|message| Some((plan.track.observe_json(&message)?, message)));
     let Some((claim, mut message)) = claimed else {
-        return exchange.conclude(held).await;
+        let call = exchange.call.clone();
+        return respond::respond(exchange.conclude(held).await, &call);
     };
     let Exchange {
         upstream,
