@@ -585,3 +585,20 @@ async fn a_json_message_with_a_tool_call_is_untouched() {
     assert_eq!(done.upstream.seen().len(), 1);
     assert_eq!(done.sink.records()[0].outcome, Outcome::Partial);
 }
+
+#[tokio::test]
+async fn other_providers_partial_refusals_stay_untouched() {
+    // OpenAI's filter cut after text: no prefill claim, no credit token.
+    let cut = Bytes::from_static(
+        b"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Step one: list services.\"},\"finish_reason\":null}]}\n\n\
+data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n\
+data: [DONE]\n\n",
+    );
+    let body =
+        json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let replies = vec![Reply::Sse(vec![cut.clone()]), Reply::Sse(vec![cut.clone()])];
+    let done = exchange(layer(), replies, post("/v1/chat/completions", &body)).await;
+    assert_eq!(done.body, cut);
+    assert_eq!(done.upstream.seen().len(), 1);
+    assert_eq!(done.sink.records()[0].outcome, Outcome::Partial);
+}
