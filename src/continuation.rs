@@ -73,10 +73,11 @@ where
     if held.judged.is_some() {
         return continue_json(exchange, held, plan).await;
     }
-    if held.watch.is_none() {
+    let mut held = held;
+    let Some(watch) = held.watch.take() else {
         return respond::respond(exchange.conclude(held).await, &call);
-    }
-    serve_continuable(exchange, held, plan)
+    };
+    serve_continuable(exchange, held, watch, plan)
 }
 
 /// The original request's attempt record.
@@ -217,6 +218,7 @@ impl Plan {
 fn serve_continuable<S, B, R>(
     exchange: Exchange<S>,
     held: Held<IdleTimeout<R>>,
+    mut watch: StreamWatch,
     plan: Plan,
 ) -> Response<GuardBody<R>>
 where
@@ -244,17 +246,21 @@ where
         share,
         rest,
         error,
-        watch,
         ..
     } = held;
-    let mut watch = watch.expect("a held stream has its watch");
     watch.committed = true;
     // The body that follows may not be the one this length was for.
     parts.headers.remove(CONTENT_LENGTH);
+    let seen = frames
+        .iter()
+        .filter_map(|f| f.data_ref())
+        .map(Bytes::len)
+        .sum();
     let original_body = GuardBody::guarded(frames, Some(share), rest, error, None, None, None);
     let (sender, receiver) = tokio::sync::mpsc::channel(64);
     let tail = Tail {
         watch,
+        seen,
         settle: Some(Watched {
             call: call.clone(),
             request_id,
@@ -360,10 +366,21 @@ impl<S> Hop<S> {
 /// not continued, made when it ends or when the client goes.
 struct Tail {
     watch: StreamWatch,
+    /// Bytes the watch saw while the original was held: the body replays
+    /// them first, and they are not fed twice.
+    seen: usize,
     settle: Option<Watched>,
 }
 
 impl Tail {
+    fn feed(&mut self, data: &Bytes) {
+        let skip = self.seen.min(data.len());
+        self.seen -= skip;
+        if skip < data.len() {
+            self.watch.feed(&data.slice(skip..));
+        }
+    }
+
     fn settle(&mut self) {
         if let Some(settle) = self.settle.take() {
             self.watch.finish();
@@ -507,7 +524,7 @@ impl<S> Continuer<S> {
                     }
                 },
             };
-            self.tail.watch.feed(&data);
+            self.tail.feed(&data);
             let overflow = self.framer.push(data).is_err();
             self.take_frames(overflow);
             let held = self.closing.as_ref().map_or(0, |c| c.bytes);
@@ -583,7 +600,7 @@ impl<S> Continuer<S> {
         while let Some(frame) = original.frame().await {
             if let Ok(frame) = &frame {
                 if let Some(data) = frame.data_ref() {
-                    self.tail.watch.feed(data);
+                    self.tail.feed(data);
                 }
             }
             self.sender.send(frame).await.map_err(|_| Gone)?;
