@@ -6,6 +6,10 @@ every other module it names as `crate::OTHER` (in a `use` line or inline).
 `src/lib.rs` only declares and re-exports, so it is left out. Prints the
 dependency order (each module after what it uses) when there is no cycle,
 and every cycle when there is one.
+
+With `--with-comments`, mentions inside comments count too, as a plain text
+scan of `crate::` would count them: a doc link from a lower module to a
+higher one (`[X](crate::higher::X)`) then shows as the cycle it reads as.
 """
 import pathlib
 import re
@@ -31,13 +35,14 @@ def modules():
     return found
 
 
-def graph(found):
+def graph(found, with_comments=False):
     edges = {name: set() for name in found}
     for name, files in found.items():
         for path in files:
             for line in path.read_text().splitlines():
-                # Comments (doc examples included) are not dependencies.
-                code = COMMENT.sub("", line)
+                # Comments (doc examples included) are not dependencies,
+                # unless asked for.
+                code = line if with_comments else COMMENT.sub("", line)
                 for other in MENTION.findall(code):
                     if other in found and other != name:
                         edges[name].add(other)
@@ -95,7 +100,7 @@ def order(edges):
 
 
 def main():
-    edges = graph(modules())
+    edges = graph(modules(), with_comments="--with-comments" in sys.argv[1:])
     found = cycles(edges)
     for component in [c for c in found if set(c) in KNOWN]:
         print("module-graph: KNOWN CYCLE, to untangle: " + " <-> ".join(component))

@@ -18,10 +18,9 @@
 //! | [`STORE_ERRORS`] | counter | `store`, `operation` |
 //! | [`STORE_FALLBACKS`] | counter | `store` |
 //!
-//! Refusals and recovery attempts are counted from each
-//! [`RefusalRecord`](crate::telemetry::RefusalRecord) by [`MetricsSink`](crate::telemetry::MetricsSink), so
-//! they agree with the JSONL log line for line; the rest is recorded by the
-//! guard itself.
+//! Refusals and recovery attempts are counted from each refusal record by
+//! the telemetry module's `MetricsSink`, so they agree with the JSONL log
+//! line for line; the rest is recorded by the guard itself.
 //!
 //! No label carries prompt text, keys, models or anything else unbounded:
 //! labels are the crate's own words, and a provider's category is kept only
@@ -47,7 +46,7 @@ use metrics::{SharedString, Unit};
 
 use crate::refusal::{Refusal, RefusalHandle, RefusalSignal, WireApi};
 
-/// Refusals, one per [`RefusalRecord`](crate::telemetry::RefusalRecord).
+/// Refusals, one per refusal record (`telemetry::RefusalRecord`).
 pub const REFUSALS: &str = "refusal_guard_refusals_total";
 /// Recovery requests the guard sent after a refusal (`step`: `fallback`,
 /// `rescue`, or `retarget` for a provider's server-side fallback; `result` as

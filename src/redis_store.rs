@@ -10,8 +10,8 @@
 //! It talks to the server through redis-rs's tokio
 //! [`ConnectionManager`], which multiplexes
 //! every call over one connection and reconnects by itself. It fails when the
-//! server does: wrap it in a [`FallbackStore`](crate::store_fallback::FallbackStore)
-//! to bound every call by a short timeout and answer from memory meanwhile.
+//! server does: wrap it in a `store_fallback::FallbackStore` to bound every
+//! call by a short timeout and answer from memory meanwhile.
 //!
 //! # Keys
 //!
@@ -264,7 +264,7 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 /// as the trait asks: no rescue, no route; a warning is logged at most every
 /// 30 s. Calls are bounded by the connection's 1 s response timeout and by
 /// the guard's deadline. To keep deciding from memory during an outage, and
-/// within 50 ms, wrap it in a [`FallbackStore`](crate::store_fallback::FallbackStore).
+/// within 50 ms, wrap it in a `store_fallback::FallbackStore`.
 impl ConversationStore for RedisStore {
     fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
         Box::pin(async move {

@@ -138,7 +138,7 @@ pub enum DeadReason {
     /// The request could not be rebuilt for a recovery attempt.
     Unrecoverable,
     /// The recovery policy chose to recover no further (see
-    /// [`RecoveryPolicy`](crate::recovery::RecoveryPolicy)).
+    /// `recovery::RecoveryPolicy`).
     PolicyStop,
     /// The client went away before the refusal was decided; the guard
     /// stopped every piece of work for it and sent nothing more upstream.

@@ -651,3 +651,321 @@ impl StreamInspector for AnthropicStream {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+    use crate::dialect::tests::{data, event, frames, observe};
+
+    fn one(frame: Frame) -> Observation {
+        observe(&AnthropicMessages, &[frame]).remove(0)
+    }
+
+    fn stop(delta: Value) -> Observation {
+        one(event(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": delta, "usage": {"output_tokens": 3}}),
+        ))
+    }
+
+    #[test]
+    fn a_refusal_stop_in_a_stream_names_its_category_and_explanation() {
+        let seen = stop(json!({"stop_reason": "refusal", "stop_details":
+            {"type": "refusal", "category": "cyber", "explanation": "Declined."}}));
+        let info = seen.refusal.unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::StopReason));
+        assert_eq!(info.category.as_deref(), Some("cyber"));
+        assert_eq!(info.explanation.as_deref(), Some("Declined."));
+        assert_eq!(info.credit_token, None);
+        assert!(!seen.real_output);
+    }
+
+    #[test]
+    fn a_refusal_may_carry_a_credit_token() {
+        let seen = stop(json!({"stop_reason": "refusal", "stop_details":
+            {"type": "refusal", "category": "bio", "fallback_credit_token": "tok_1"}}));
+        assert_eq!(seen.refusal.unwrap().credit_token.as_deref(), Some("tok_1"));
+    }
+
+    #[test]
+    fn a_refusal_without_details_or_with_a_null_category_is_still_one() {
+        let bare = stop(json!({"stop_reason": "refusal"})).refusal.unwrap();
+        assert_eq!((bare.category, bare.explanation), (None, None));
+        let null = stop(json!({"stop_reason": "refusal",
+            "stop_details": {"type": "refusal", "category": null, "explanation": null}}));
+        assert_eq!(null.refusal.unwrap().category, None);
+        assert!(stop(json!({"stop_reason": "end_turn"})).refusal.is_none());
+    }
+
+    #[test]
+    fn thinking_and_blank_text_are_not_output() {
+        let start = |block: Value| {
+            one(event(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0, "content_block": block}),
+            ))
+        };
+        assert!(!start(json!({"type": "thinking", "thinking": ""})).real_output);
+        assert!(!start(json!({"type": "redacted_thinking", "data": "x"})).real_output);
+        assert!(!start(json!({"type": "text", "text": " \n"})).real_output);
+        assert!(start(json!({"type": "text", "text": "Hi"})).real_output);
+        let tool = start(json!({"type": "tool_use", "id": "t", "name": "f", "input": {}}));
+        assert!(tool.real_output && tool.tool_call);
+        let delta = |delta: Value| {
+            one(event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 0, "delta": delta}),
+            ))
+        };
+        assert!(!delta(json!({"type": "thinking_delta", "thinking": "hm"})).real_output);
+        let text = delta(json!({"type": "text_delta", "text": "Sure"}));
+        assert!(text.real_output);
+        assert_eq!(text.text, "Sure");
+    }
+
+    #[test]
+    fn unknown_events_and_broken_json_are_tolerated() {
+        let seen = observe(
+            &AnthropicMessages,
+            &frames(concat!(
+                "event: future_event\ndata: {\"type\":\"future_event\",\"stop_reason\":\"refusal\"}\n\n",
+                "event: content_block_delta\ndata: {broken\n\n",
+                ": keep-alive\n\n",
+            )),
+        );
+        assert_eq!(seen.len(), 3);
+        assert!(seen.iter().all(|o| *o == Observation::default()));
+        let error = one(event(
+            "error",
+            &json!({"type": "error", "error": {"type": "overloaded_error"}}),
+        ));
+        assert!(error.error);
+    }
+
+    #[test]
+    fn the_model_comes_from_message_start() {
+        let seen = one(event(
+            "message_start",
+            &json!({"type": "message_start", "message": {"model": "claude-sonnet-4-5", "content": []}}),
+        ));
+        assert_eq!(seen.model.as_deref(), Some("claude-sonnet-4-5"));
+    }
+
+    #[test]
+    fn deltas_are_skipped_once_committed() {
+        let frame = event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": "Sure"}}),
+        );
+        let mut inspector = AnthropicMessages.stream_inspector();
+        assert_eq!(inspector.observe(&frame, true), Observation::default());
+        assert!(inspector.observe(&frame, false).real_output);
+    }
+
+    #[test]
+    fn a_server_side_fallback_block_is_read() {
+        let block = json!({"type": "fallback", "from": {"model": "claude-opus-4-7"},
+            "to": {"model": "claude-sonnet-4-5"}, "trigger": {"type": "refusal", "category": "cyber"}});
+        let seen = one(event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": 0, "content_block": block}),
+        ));
+        let fallback = seen.server_fallback.unwrap();
+        assert_eq!(fallback.from.as_deref(), Some("claude-opus-4-7"));
+        assert_eq!(fallback.to.as_deref(), Some("claude-sonnet-4-5"));
+        assert_eq!(fallback.category.as_deref(), Some("cyber"));
+        assert!(!seen.real_output);
+    }
+
+    #[test]
+    fn a_json_body_shows_an_empty_or_a_partial_refusal() {
+        let empty = AnthropicMessages.inspect_json(&json!({"type": "message",
+            "model": "claude-opus-4-7", "content": [], "stop_reason": "refusal",
+            "stop_details": {"type": "refusal", "category": "cyber", "explanation": "No."}}));
+        assert!(!empty.real_output);
+        assert_eq!(empty.model.as_deref(), Some("claude-opus-4-7"));
+        assert_eq!(empty.refusal.unwrap().explanation.as_deref(), Some("No."));
+        let partial = AnthropicMessages.inspect_json(&json!({"type": "message",
+            "content": [{"type": "thinking", "thinking": "x"}, {"type": "text", "text": "Part"}],
+            "stop_reason": "refusal"}));
+        assert!(partial.real_output && partial.refusal.is_some());
+        assert_eq!(partial.text, "Part");
+        let error = AnthropicMessages.inspect_json(&json!({"type": "error", "error": {}}));
+        assert!(error.error && error.refusal.is_none());
+    }
+
+    #[test]
+    fn the_rescue_note_joins_the_last_user_turn_after_its_tool_results() {
+        let mut body = json!({"messages": [
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ]});
+        AnthropicMessages.append_note(&mut body, "NOTE").unwrap();
+        let content = body["messages"][1]["content"].as_array().unwrap();
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(content[0]["type"], "tool_result");
+        assert_eq!(content[1], json!({"type": "text", "text": "NOTE"}));
+    }
+
+    #[test]
+    fn the_rescue_note_turns_text_content_into_blocks_or_adds_a_turn() {
+        let mut text = json!({"messages": [{"role": "user", "content": "Audit this"}]});
+        AnthropicMessages.append_note(&mut text, "NOTE").unwrap();
+        assert_eq!(
+            text["messages"][0]["content"],
+            json!([{"type": "text", "text": "Audit this"}, {"type": "text", "text": "NOTE"}])
+        );
+        let mut after = json!({"messages": [{"role": "user", "content": "a"},
+                                            {"role": "assistant", "content": "b"}]});
+        AnthropicMessages.append_note(&mut after, "NOTE").unwrap();
+        assert_eq!(after["messages"][2]["role"], "user");
+        assert_eq!(after["messages"][2]["content"][0]["text"], "NOTE");
+        assert!(AnthropicMessages
+            .append_note(&mut json!({}), "NOTE")
+            .is_err());
+        let mut odd = json!({"messages": [{"role": "user", "content": 7}]});
+        assert!(AnthropicMessages.append_note(&mut odd, "NOTE").is_err());
+    }
+
+    #[test]
+    fn a_model_swap_rewrites_the_body_or_the_vertex_path() {
+        let mut uri: Uri = "https://h/v1/messages".parse().unwrap();
+        let mut body = json!({"model": "claude-opus-4-7", "messages": []});
+        AnthropicMessages
+            .swap_model(&mut uri, &mut body, "claude-sonnet-4-5")
+            .unwrap();
+        assert_eq!(body["model"], "claude-sonnet-4-5");
+        assert_eq!(uri, "https://h/v1/messages");
+
+        let vertex = "https://h/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-7:streamRawPredict?x=1";
+        let mut uri: Uri = vertex.parse().unwrap();
+        let mut body = json!({"anthropic_version": "vertex-2023-10-16", "messages": []});
+        assert!(AnthropicMessages.is_streaming(&uri, &body));
+        AnthropicMessages
+            .swap_model(&mut uri, &mut body, "claude-sonnet-4-5")
+            .unwrap();
+        assert_eq!(
+            uri,
+            "https://h/v1/projects/p/locations/l/publishers/anthropic/models/claude-sonnet-4-5:streamRawPredict?x=1"
+        );
+        assert!(body.get("model").is_none());
+        let recognised = AnthropicMessages.recognise(&Method::POST, &uri);
+        assert_eq!(recognised, Some(Some("claude-sonnet-4-5".to_owned())));
+    }
+
+    #[test]
+    fn vertex_paths_of_other_publishers_or_methods_are_not_claude() {
+        let other = |path: &str| AnthropicMessages.recognise(&Method::POST, &path.parse().unwrap());
+        let base = "https://h/v1/projects/p/locations/l/publishers";
+        assert_eq!(
+            other(&format!("{base}/google/models/gemini:rawPredict")),
+            None
+        );
+        assert_eq!(
+            other(&format!("{base}/anthropic/models/claude:countTokens")),
+            None
+        );
+        let uri: Uri = format!("{base}/anthropic/models/claude:rawPredict")
+            .parse()
+            .unwrap();
+        assert!(!AnthropicMessages.is_streaming(&uri, &json!({"stream": false})));
+        assert!(AnthropicMessages.is_streaming(&uri, &json!({"stream": true})));
+    }
+
+    #[test]
+    fn a_credit_token_goes_in_the_body_with_its_beta() {
+        let mut headers = HeaderMap::new();
+        headers.insert(BETA_HEADER, HeaderValue::from_static("other-beta"));
+        let mut body = json!({"model": "m"});
+        AnthropicMessages.attach_credit_token(&mut headers, &mut body, "tok_1");
+        assert_eq!(
+            body["fallback_credit_token"],
+            json!({"token": "tok_1", "mode": "best_effort"})
+        );
+        assert_eq!(
+            headers[BETA_HEADER],
+            format!("other-beta,{FALLBACK_CREDIT_BETA}")
+        );
+        let mut asked = HeaderMap::new();
+        AnthropicMessages.request_fallback_credit(&mut asked);
+        assert_eq!(asked[BETA_HEADER], FALLBACK_CREDIT_BETA);
+    }
+
+    #[test]
+    fn server_fallbacks_are_retargeted_or_injected_within_the_cap() {
+        let models: Vec<String> = ["claude-opus-4-7", "a", "b", "a", "c", "d"]
+            .map(str::to_owned)
+            .to_vec();
+        let own = Some("claude-opus-4-7");
+        let mut headers = HeaderMap::new();
+        let mut body = json!({"model": "claude-opus-4-7"});
+        // Nothing to retarget and no injection asked for.
+        assert!(!AnthropicMessages.retarget_fallbacks(
+            &mut headers,
+            &mut body,
+            &models,
+            own,
+            false
+        ));
+        assert!(body.get("fallbacks").is_none());
+
+        assert!(AnthropicMessages.retarget_fallbacks(&mut headers, &mut body, &models, own, true));
+        let listed: Vec<&str> = body["fallbacks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["model"].as_str().unwrap())
+            .collect();
+        assert_eq!(listed, ["a", "b", "c"]);
+        assert_eq!(headers[BETA_HEADER], SERVER_FALLBACK_BETA);
+
+        // The client's own options for a model it listed are kept.
+        let mut headers = HeaderMap::new();
+        let mut body = json!({"fallbacks": [{"model": "b", "max_tokens": 9}]});
+        let two = ["b".to_owned(), "e".to_owned()];
+        assert!(AnthropicMessages.retarget_fallbacks(&mut headers, &mut body, &two, own, false));
+        assert_eq!(
+            body["fallbacks"],
+            json!([{"model": "b", "max_tokens": 9}, {"model": "e"}])
+        );
+        assert!(headers.get(BETA_HEADER).is_none());
+    }
+
+    #[test]
+    fn a_handoff_is_marked_first_in_json_and_in_the_stream() {
+        let handoff = Handoff {
+            from: "claude-opus-4-7",
+            to: "claude-sonnet-4-5",
+            category: Some("cyber"),
+        };
+        let mut body = json!({"content": [{"type": "text", "text": "Hi"}]});
+        assert!(AnthropicMessages.handoff_json(&mut body, &handoff));
+        assert_eq!(body["content"][0]["type"], "fallback");
+        assert_eq!(body["content"][0]["to"]["model"], "claude-sonnet-4-5");
+        assert_eq!(body["content"][1]["text"], "Hi");
+
+        let mut rewrite = AnthropicMessages.handoff_stream(&handoff).unwrap();
+        let start = data(r#"{"type":"message_start","message":{"content":[]}}"#);
+        let out = rewrite.rewrite(&start).unwrap();
+        let out = std::str::from_utf8(&out).unwrap();
+        assert!(out.starts_with("data: {\"type\":\"message_start\""));
+        let marked = frames(&out[start.raw().len()..]);
+        assert_eq!(
+            json_event(&marked[0]).unwrap()["content_block"]["type"],
+            "fallback"
+        );
+        assert_eq!(
+            json_event(&marked[1]).unwrap()["type"],
+            "content_block_stop"
+        );
+        let block = data(
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
+        );
+        let moved = frames(std::str::from_utf8(&rewrite.rewrite(&block).unwrap()).unwrap());
+        assert_eq!(json_event(&moved[0]).unwrap()["index"], 1);
+        assert!(rewrite.rewrite(&data(r#"{"type":"ping"}"#)).is_none());
+    }
+}

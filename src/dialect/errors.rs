@@ -157,4 +157,40 @@ mod tests {
         assert_eq!(g["error"]["code"], 504);
         assert_eq!(g["error"]["status"], "DEADLINE_EXCEEDED");
     }
+
+    #[test]
+    fn each_wire_api_answers_in_its_own_shape() {
+        assert_eq!(
+            ErrorShape::for_wire_api(WireApi::AnthropicMessages),
+            ErrorShape::Anthropic
+        );
+        assert_eq!(
+            ErrorShape::for_wire_api(WireApi::OpenAiResponses),
+            ErrorShape::OpenAi
+        );
+        assert_eq!(
+            ErrorShape::for_wire_api(WireApi::GeminiGenerateContent),
+            ErrorShape::Google
+        );
+        assert_eq!(
+            ErrorShape::for_path("/openai/deployments/d/embeddings"),
+            ErrorShape::OpenAi
+        );
+    }
+
+    #[test]
+    fn error_types_follow_the_status() {
+        let overloaded = StatusCode::from_u16(529).unwrap();
+        let a = ErrorShape::Anthropic.body(overloaded, "c", "m");
+        assert_eq!(a["error"]["type"], "overloaded_error");
+        let bad = ErrorShape::Anthropic.body(StatusCode::BAD_REQUEST, "c", "m");
+        assert_eq!(bad["error"]["type"], "invalid_request_error");
+        assert_eq!(bad["error"]["message"], "m");
+        let o = ErrorShape::OpenAi.body(StatusCode::TOO_MANY_REQUESTS, "c", "m");
+        assert_eq!(o["error"]["type"], "rate_limit_error");
+        assert!(o["error"]["param"].is_null());
+        let g = ErrorShape::Google.body(StatusCode::SERVICE_UNAVAILABLE, "c", "m");
+        assert_eq!(g["error"]["status"], "UNAVAILABLE");
+        assert_eq!(g["error"]["code"], 503);
+    }
 }

@@ -375,3 +375,208 @@ impl StreamInspector for GeminiStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::tests::{data, frames, observe};
+
+    const STREAM: &str =
+        "https://h/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=k";
+
+    fn chunk(candidate: Value) -> Value {
+        json!({"candidates": [candidate], "modelVersion": "gemini-2.5-pro"})
+    }
+
+    #[test]
+    fn a_safety_finish_in_a_stream_names_the_blocking_ratings() {
+        let candidate = json!({"content": {"role": "model", "parts": []}, "finishReason": "SAFETY",
+            "safetyRatings": [
+                {"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"},
+                {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}]});
+        let seen = observe(
+            &GeminiGenerateContent,
+            &[data(&chunk(candidate).to_string())],
+        );
+        let info = seen[0].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::StopReason));
+        assert_eq!(info.category.as_deref(), Some("SAFETY"));
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("HARM_CATEGORY_DANGEROUS_CONTENT (HIGH)")
+        );
+        assert_eq!(seen[0].model.as_deref(), Some("gemini-2.5-pro"));
+    }
+
+    #[test]
+    fn a_finish_message_is_the_explanation_and_unknown_reasons_are_not_refusals() {
+        let with_message = inspect_chunk(&chunk(
+            json!({"finishReason": "PROHIBITED_CONTENT", "finishMessage": "Blocked."}),
+        ));
+        assert_eq!(
+            with_message.refusal.unwrap().explanation.as_deref(),
+            Some("Blocked.")
+        );
+        for reason in ["STOP", "MAX_TOKENS", "SOMETHING_NEW"] {
+            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
+            assert!(seen.refusal.is_none(), "{reason}");
+        }
+    }
+
+    #[test]
+    fn a_blocked_prompt_is_read_from_prompt_feedback() {
+        let blocked = inspect_chunk(&json!({"promptFeedback": {"blockReason": "OTHER"}}));
+        let info = blocked.refusal.unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
+        assert_eq!(info.category.as_deref(), Some("OTHER"));
+        // A reason this file does not know, or only a message, still blocks.
+        let message_only =
+            inspect_chunk(&json!({"promptFeedback": {"blockReasonMessage": "Not allowed."}}));
+        let info = message_only.refusal.unwrap();
+        assert_eq!(info.category, None);
+        assert_eq!(info.explanation.as_deref(), Some("Not allowed."));
+        let ratings_only = inspect_chunk(
+            &json!({"promptFeedback": {"safetyRatings": [{"category": "X", "probability": "HIGH"}]}}),
+        );
+        assert!(ratings_only.refusal.is_none());
+    }
+
+    #[test]
+    fn thoughts_are_not_output_and_calls_and_code_are() {
+        let parts = |parts: Value| inspect_chunk(&chunk(json!({"content": {"parts": parts}})));
+        let thought = parts(json!([{"text": "pondering", "thought": true}]));
+        assert!(!thought.real_output);
+        assert_eq!(thought.text, "");
+        assert!(!parts(json!([{"text": "  "}])).real_output);
+        let text = parts(json!([{"text": "Hi"}]));
+        assert!(text.real_output);
+        assert_eq!(text.text, "Hi");
+        let call = parts(json!([{"functionCall": {"name": "f", "args": {}}}]));
+        assert!(call.real_output && call.tool_call);
+        assert!(parts(json!([{"executableCode": {"code": "1"}}])).real_output);
+        assert!(!parts(json!([{"functionCall": null}])).real_output);
+    }
+
+    #[test]
+    fn a_chunk_array_is_judged_in_order_up_to_the_first_refusal() {
+        let body = json!([
+            chunk(json!({"content": {"parts": [{"text": "Part"}]}})),
+            chunk(json!({"finishReason": "RECITATION"})),
+            chunk(json!({"finishReason": "SAFETY"})),
+        ]);
+        let seen = GeminiGenerateContent.inspect_json(&body);
+        assert!(seen.real_output);
+        assert_eq!(
+            seen.refusal.unwrap().category.as_deref(),
+            Some("RECITATION")
+        );
+        assert_eq!(seen.model.as_deref(), Some("gemini-2.5-pro"));
+    }
+
+    #[test]
+    fn an_error_outside_sse_framing_is_read_from_raw_bytes() {
+        let raw =
+            "{\n  \"error\": {\n    \"code\": 500,\n    \"message\": \"Internal\"\n  }\n}\n\n";
+        let seen = observe(&GeminiGenerateContent, &frames(raw));
+        assert!(seen.iter().any(|o| o.error), "{seen:?}");
+        let tolerated = observe(&GeminiGenerateContent, &frames("data: {broken\n\n: c\n\n"));
+        assert!(tolerated.iter().all(|o| *o == Observation::default()));
+    }
+
+    #[test]
+    fn the_model_is_in_the_path_on_both_apis() {
+        let model =
+            |path: &str| GeminiGenerateContent.recognise(&Method::POST, &path.parse().unwrap());
+        assert_eq!(model(STREAM), Some(Some("gemini-2.5-pro".to_owned())));
+        assert_eq!(
+            model("https://h/v1/projects/p/locations/us/publishers/google/models/gemini-2.0-flash:generateContent"),
+            Some(Some("gemini-2.0-flash".to_owned()))
+        );
+        assert_eq!(
+            model("https://h/v1beta/models/gemini-2.5-pro%3AgenerateContent"),
+            Some(Some("gemini-2.5-pro".to_owned()))
+        );
+        assert_eq!(
+            model("https://h/v1/projects/p/locations/us/publishers/anthropic/models/claude:generateContent"),
+            None
+        );
+        assert_eq!(
+            model("https://h/v1beta/models/gemini-2.5-pro:countTokens"),
+            None
+        );
+        assert_eq!(
+            model("https://h/v1beta/models/gemini-2.5-pro:generateContent/"),
+            None
+        );
+        assert_eq!(
+            GeminiGenerateContent.recognise(&Method::GET, &STREAM.parse().unwrap()),
+            None
+        );
+    }
+
+    #[test]
+    fn only_alt_sse_is_a_stream() {
+        let body = json!({});
+        let streaming =
+            |path: &str| GeminiGenerateContent.is_streaming(&path.parse().unwrap(), &body);
+        assert!(streaming(STREAM));
+        assert!(!streaming(
+            "https://h/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+        ));
+        assert!(!streaming(
+            "https://h/v1beta/models/gemini-2.5-pro:generateContent?alt=sse"
+        ));
+    }
+
+    #[test]
+    fn a_model_swap_rewrites_the_path_and_keeps_the_query() {
+        let mut uri: Uri = STREAM.parse().unwrap();
+        let mut body = json!({"contents": []});
+        GeminiGenerateContent
+            .swap_model(&mut uri, &mut body, "gemini-2.5-flash")
+            .unwrap();
+        assert_eq!(
+            uri,
+            "https://h/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=k"
+        );
+        assert_eq!(body, json!({"contents": []}));
+        let mut encoded: Uri = "https://h/v1beta/models/a%3AgenerateContent"
+            .parse()
+            .unwrap();
+        GeminiGenerateContent
+            .swap_model(&mut encoded, &mut body, "b")
+            .unwrap();
+        assert_eq!(encoded, "https://h/v1beta/models/b%3AgenerateContent");
+        for bad in ["", "a/b", "a:b", "a b", "a?b"] {
+            assert!(
+                GeminiGenerateContent
+                    .swap_model(&mut uri, &mut body, bad)
+                    .is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rescue_note_is_a_user_content_at_the_end() {
+        let mut body = json!({"contents": [{"role": "user", "parts": [{"text": "a"}]},
+                                           {"role": "model", "parts": [{"text": "b"}]}]});
+        GeminiGenerateContent
+            .append_note(&mut body, "NOTE")
+            .unwrap();
+        assert_eq!(
+            body["contents"][2],
+            json!({"role": "user", "parts": [{"text": "NOTE"}]})
+        );
+        assert!(GeminiGenerateContent
+            .append_note(&mut json!({}), "NOTE")
+            .is_err());
+    }
+
+    #[test]
+    fn several_candidates_cannot_be_guarded() {
+        let body = json!({"generationConfig": {"candidateCount": 2}});
+        assert!(GeminiGenerateContent.unguardable(&body).is_some());
+        assert!(GeminiGenerateContent.unguardable(&json!({})).is_none());
+    }
+}

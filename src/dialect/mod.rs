@@ -306,3 +306,138 @@ pub(crate) fn merge_list_header(headers: &mut HeaderMap, name: &'static str, val
 pub(crate) fn path_segments(uri: &Uri) -> Vec<&str> {
     uri.path().split('/').filter(|s| !s.is_empty()).collect()
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use http::HeaderValue;
+    use serde_json::json;
+
+    use super::*;
+    use crate::sse::SseFramer;
+
+    /// The frames of `text`, as the guard's framer cuts them.
+    pub(crate) fn frames(text: &str) -> Vec<Frame> {
+        let mut framer = SseFramer::new();
+        framer
+            .push(Bytes::copy_from_slice(text.as_bytes()))
+            .unwrap();
+        let mut frames = Vec::new();
+        while let Some(frame) = framer.next_frame() {
+            frames.push(frame);
+        }
+        while let Some(frame) = framer.finish() {
+            frames.push(frame);
+        }
+        frames
+    }
+
+    /// One frame carrying `data` (as JSON text) under the event name `event`.
+    pub(crate) fn event(event: &str, data: &Value) -> Frame {
+        let mut framed = frames(&format!("event: {event}\ndata: {data}\n\n"));
+        assert_eq!(framed.len(), 1);
+        framed.remove(0)
+    }
+
+    /// One frame carrying only `data:` lines.
+    pub(crate) fn data(data: &str) -> Frame {
+        let mut framed = frames(&format!("data: {data}\n\n"));
+        assert_eq!(framed.len(), 1);
+        framed.remove(0)
+    }
+
+    /// What one fresh inspector of `dialect` observes in `frames`, in order.
+    pub(crate) fn observe(dialect: &dyn Dialect, frames: &[Frame]) -> Vec<Observation> {
+        let mut inspector = dialect.stream_inspector();
+        frames.iter().map(|f| inspector.observe(f, false)).collect()
+    }
+
+    fn api_of(method: Method, uri: &str) -> Option<(WireApi, Option<String>)> {
+        let found = recognise(&method, &uri.parse().unwrap())?;
+        Some((found.dialect.wire_api(), found.path_model))
+    }
+
+    #[test]
+    fn each_path_goes_to_its_dialect() {
+        let post = Method::POST;
+        let anthropic = Some((WireApi::AnthropicMessages, None));
+        assert_eq!(api_of(post.clone(), "https://h/v1/messages"), anthropic);
+        assert_eq!(
+            api_of(post.clone(), "https://h/base/v1/messages/"),
+            anthropic
+        );
+        assert_eq!(
+            api_of(post.clone(), "https://h/v1/chat/completions"),
+            Some((WireApi::OpenAiChatCompletions, None))
+        );
+        assert_eq!(
+            api_of(post.clone(), "https://h/v1/responses"),
+            Some((WireApi::OpenAiResponses, None))
+        );
+        let vertex_claude = "https://h/v1/projects/p/locations/l/publishers/anthropic/models/claude-opus-4-7:rawPredict";
+        assert_eq!(
+            api_of(post.clone(), vertex_claude),
+            Some((WireApi::AnthropicMessages, Some("claude-opus-4-7".into())))
+        );
+        let vertex_gemini = "https://h/v1/projects/p/locations/l/publishers/google/models/gemini-2.5-pro:generateContent";
+        assert_eq!(
+            api_of(post.clone(), vertex_gemini),
+            Some((
+                WireApi::GeminiGenerateContent,
+                Some("gemini-2.5-pro".into())
+            ))
+        );
+        // Other endpoints and methods pass through.
+        assert_eq!(
+            api_of(post.clone(), "https://h/v1/messages/count_tokens"),
+            None
+        );
+        assert_eq!(api_of(post, "https://h/v1/models"), None);
+        assert_eq!(api_of(Method::GET, "https://h/v1/messages"), None);
+    }
+
+    #[test]
+    fn explanations_are_cut_at_a_character_boundary() {
+        assert_eq!(truncate_explanation("short"), "short");
+        // 'é' is two bytes: a cut at 500 would fall inside one.
+        let long = format!("a{}", "é".repeat(400));
+        let cut = truncate_explanation(&long);
+        assert!(cut.ends_with('…'));
+        assert!(cut.len() <= MAX_EXPLANATION_BYTES + '…'.len_utf8());
+        assert!(long.starts_with(cut.trim_end_matches('…')));
+    }
+
+    #[test]
+    fn list_headers_gain_a_value_once() {
+        let mut headers = HeaderMap::new();
+        headers.insert("anthropic-beta", HeaderValue::from_static("a, b"));
+        merge_list_header(&mut headers, "anthropic-beta", "c");
+        assert_eq!(headers["anthropic-beta"], "a,b,c");
+        merge_list_header(&mut headers, "anthropic-beta", "b");
+        assert_eq!(headers["anthropic-beta"], "a,b,c");
+        let mut empty = HeaderMap::new();
+        merge_list_header(&mut empty, "anthropic-beta", "c");
+        assert_eq!(empty["anthropic-beta"], "c");
+    }
+
+    #[test]
+    fn event_types_fall_back_to_the_event_name() {
+        let named = event("message_stop", &json!({"x": 1}));
+        let parsed = json_event(&named).unwrap();
+        assert_eq!(event_type(&parsed, &named), "message_stop");
+        let typed = data(r#"{"type":"ping"}"#);
+        assert_eq!(event_type(&json_event(&typed).unwrap(), &typed), "ping");
+        assert!(json_event(&data("{broken")).is_none());
+        assert!(json_event(&frames(": comment\n\n")[0]).is_none());
+    }
+
+    #[test]
+    fn string_fields_ignore_null_and_other_types() {
+        let value = json!({"a": "x", "b": null, "c": 3});
+        assert_eq!(str_field(&value, "a").as_deref(), Some("x"));
+        assert_eq!(str_field(&value, "b"), None);
+        assert_eq!(str_field(&value, "c"), None);
+        assert_eq!(str_field(&value, "d"), None);
+        assert!(!is_real_text(" \n\t"));
+        assert!(is_real_text(" x "));
+    }
+}

@@ -376,3 +376,234 @@ impl StreamInspector for ChatStream {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use http::HeaderValue;
+
+    use super::*;
+    use crate::dialect::tests::{data, frames, observe};
+
+    fn chunk(choice: Value) -> String {
+        json!({"id": "c1", "object": "chat.completion.chunk", "model": "gpt-5", "choices": [choice]})
+            .to_string()
+    }
+
+    #[test]
+    fn a_content_filter_stop_in_a_stream_is_a_refusal() {
+        let seen = observe(
+            &OpenAiChat,
+            &[data(&chunk(
+                json!({"index": 0, "delta": {}, "finish_reason": "content_filter"}),
+            ))],
+        );
+        let info = seen[0].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::StopReason));
+        assert_eq!(info.category.as_deref(), Some(CONTENT_FILTER));
+        assert_eq!(info.explanation, None);
+        assert_eq!(seen[0].model.as_deref(), Some("gpt-5"));
+    }
+
+    #[test]
+    fn azure_names_the_filtered_categories() {
+        let choice = json!({"index": 0, "delta": {}, "finish_reason": "content_filter",
+            "content_filter_results": {"hate": {"filtered": false, "severity": "safe"},
+                                       "violence": {"filtered": true, "severity": "medium"}}});
+        let seen = observe(&OpenAiChat, &[data(&chunk(choice))]);
+        let explanation = seen[0].refusal.clone().unwrap().explanation;
+        assert_eq!(explanation.as_deref(), Some("filtered: violence"));
+    }
+
+    #[test]
+    fn refusal_text_is_gathered_until_the_choice_finishes() {
+        let seen = observe(
+            &OpenAiChat,
+            &[
+                data(&chunk(
+                    json!({"index": 0, "delta": {"role": "assistant", "refusal": ""}}),
+                )),
+                data(&chunk(
+                    json!({"index": 0, "delta": {"refusal": "I can't "}}),
+                )),
+                data(&chunk(
+                    json!({"index": 0, "delta": {"refusal": "help with that."}}),
+                )),
+                data(&chunk(
+                    json!({"index": 0, "delta": {}, "finish_reason": "stop"}),
+                )),
+            ],
+        );
+        assert!(seen[..3]
+            .iter()
+            .all(|o| o.refusal.is_none() && !o.real_output));
+        let info = seen[3].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::ModelRefusal));
+        assert_eq!(info.category.as_deref(), Some(MODEL_REFUSAL));
+        assert_eq!(info.explanation.as_deref(), Some("I can't help with that."));
+    }
+
+    #[test]
+    fn refusal_text_without_a_finish_is_reported_at_done() {
+        let seen = observe(
+            &OpenAiChat,
+            &[
+                data(&chunk(json!({"index": 0, "delta": {"refusal": "No."}}))),
+                data("[DONE]"),
+            ],
+        );
+        let info = seen[1].refusal.clone().unwrap();
+        assert_eq!(info.explanation.as_deref(), Some("No."));
+        // Blank refusal text is no refusal.
+        let blank = observe(
+            &OpenAiChat,
+            &[
+                data(&chunk(json!({"index": 0, "delta": {"refusal": "  "}}))),
+                data("[DONE]"),
+            ],
+        );
+        assert!(blank[1].refusal.is_none());
+    }
+
+    #[test]
+    fn content_and_tool_calls_are_output() {
+        let seen = observe(
+            &OpenAiChat,
+            &[
+                data(&chunk(
+                    json!({"index": 0, "delta": {"role": "assistant", "content": ""}}),
+                )),
+                data(&chunk(json!({"index": 0, "delta": {"content": "Hi"}}))),
+                data(&chunk(
+                    json!({"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t"}]}}),
+                )),
+            ],
+        );
+        assert!(!seen[0].real_output);
+        assert!(seen[1].real_output && !seen[1].tool_call);
+        assert_eq!(seen[1].text, "Hi");
+        assert!(seen[2].real_output && seen[2].tool_call);
+    }
+
+    #[test]
+    fn azure_prompt_filter_frames_and_broken_json_are_tolerated() {
+        let prompt_filter = json!({"id": "", "model": "", "choices": [],
+            "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]});
+        let seen = observe(
+            &OpenAiChat,
+            &frames(&format!(
+                "data: {prompt_filter}\n\ndata: {{broken\n\n: ping\n\n"
+            )),
+        );
+        assert_eq!(seen.len(), 3);
+        assert!(seen.iter().all(|o| *o == Observation::default()));
+        let error = observe(&OpenAiChat, &[data(r#"{"error":{"message":"boom"}}"#)]);
+        assert!(error[0].error);
+    }
+
+    #[test]
+    fn a_json_body_shows_filter_stops_and_model_refusals() {
+        let filtered = OpenAiChat.inspect_json(&json!({"model": "gpt-5", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": null}, "finish_reason": "content_filter"}]}));
+        assert_eq!(
+            filtered.refusal.unwrap().signal,
+            Some(RefusalSignal::StopReason)
+        );
+        let refused = OpenAiChat.inspect_json(&json!({"choices": [
+            {"index": 0, "message": {"role": "assistant", "content": null, "refusal": "Sorry, no."},
+             "finish_reason": "stop"}]}));
+        assert!(!refused.real_output);
+        let info = refused.refusal.unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::ModelRefusal));
+        assert_eq!(info.explanation.as_deref(), Some("Sorry, no."));
+        let answered = OpenAiChat.inspect_json(&json!({"choices": [
+            {"index": 0, "message": {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]},
+             "finish_reason": "stop"}]}));
+        assert!(answered.real_output && answered.refusal.is_none());
+    }
+
+    #[test]
+    fn azure_blocks_a_prompt_with_a_400() {
+        let body = json!({"error": {"code": "content_filter", "message": "Filtered.",
+            "innererror": {"code": "ResponsibleAIPolicyViolation"}}});
+        let info = OpenAiChat
+            .inspect_error(StatusCode::BAD_REQUEST, &body)
+            .unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("ResponsibleAIPolicyViolation: Filtered.")
+        );
+        assert!(OpenAiChat
+            .inspect_error(StatusCode::INTERNAL_SERVER_ERROR, &body)
+            .is_none());
+        let other = json!({"error": {"code": "rate_limit", "message": "slow down"}});
+        assert!(OpenAiChat
+            .inspect_error(StatusCode::BAD_REQUEST, &other)
+            .is_none());
+    }
+
+    #[test]
+    fn the_rescue_note_is_a_user_turn_at_the_end() {
+        let mut body = json!({"messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "tool_calls": [{"id": "t", "type": "function"}]},
+            {"role": "tool", "tool_call_id": "t", "content": "ok"},
+        ]});
+        OpenAiChat.append_note(&mut body, "NOTE").unwrap();
+        assert_eq!(body["messages"][2]["role"], "tool");
+        assert_eq!(
+            body["messages"][3],
+            json!({"role": "user", "content": "NOTE"})
+        );
+        assert!(OpenAiChat.append_note(&mut json!({}), "NOTE").is_err());
+    }
+
+    #[test]
+    fn a_model_swap_on_azure_rewrites_the_deployment() {
+        let azure = "https://r.openai.azure.com/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21";
+        let mut uri: Uri = azure.parse().unwrap();
+        assert_eq!(
+            OpenAiChat.recognise(&Method::POST, &uri),
+            Some(Some("gpt-4o".to_owned()))
+        );
+        let mut body = json!({"messages": []});
+        OpenAiChat
+            .swap_model(&mut uri, &mut body, "gpt-4o-mini")
+            .unwrap();
+        assert_eq!(
+            uri,
+            "https://r.openai.azure.com/openai/deployments/gpt-4o-mini/chat/completions?api-version=2024-10-21"
+        );
+        // No body model is added where the client sent none.
+        assert!(body.get("model").is_none());
+        let mut with_model = json!({"model": "gpt-4o"});
+        OpenAiChat
+            .swap_model(&mut uri, &mut with_model, "gpt-5")
+            .unwrap();
+        assert_eq!(with_model["model"], "gpt-5");
+
+        let mut plain: Uri = "https://h/v1/chat/completions".parse().unwrap();
+        let mut body = json!({"model": "gpt-5"});
+        OpenAiChat
+            .swap_model(&mut plain, &mut body, "gpt-5-mini")
+            .unwrap();
+        assert_eq!(body["model"], "gpt-5-mini");
+        assert_eq!(plain, "https://h/v1/chat/completions");
+    }
+
+    #[test]
+    fn several_choices_cannot_be_guarded() {
+        assert!(OpenAiChat.unguardable(&json!({"n": 2})).is_some());
+        assert!(OpenAiChat.unguardable(&json!({"n": 1})).is_none());
+        assert!(OpenAiChat.unguardable(&json!({})).is_none());
+    }
+
+    #[test]
+    fn request_ids_come_from_openai_or_azure_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("apim-request-id", HeaderValue::from_static("azure-1"));
+        assert_eq!(OpenAiChat.request_id(&headers).as_deref(), Some("azure-1"));
+        headers.insert("x-request-id", HeaderValue::from_static("req_1"));
+        assert_eq!(OpenAiChat.request_id(&headers).as_deref(), Some("req_1"));
+    }
+}

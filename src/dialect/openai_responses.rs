@@ -317,3 +317,197 @@ impl StreamInspector for ResponsesStream {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::tests::{event, frames, observe};
+
+    /// One Responses event, framed with its name as the provider does.
+    fn named(body: Value) -> Frame {
+        let kind = body["type"].as_str().unwrap().to_owned();
+        event(&kind, &body)
+    }
+
+    #[test]
+    fn an_incomplete_response_for_content_filter_is_a_refusal() {
+        let seen = observe(
+            &OpenAiResponses,
+            &[named(json!({"type": "response.incomplete", "response": {
+                "model": "gpt-5", "status": "incomplete", "output": [],
+                "incomplete_details": {"reason": "content_filter"}}}))],
+        );
+        let info = seen[0].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::StopReason));
+        assert_eq!(info.category.as_deref(), Some(CONTENT_FILTER));
+        assert_eq!(seen[0].model.as_deref(), Some("gpt-5"));
+        let long = observe(
+            &OpenAiResponses,
+            &[named(json!({"type": "response.incomplete", "response": {
+                "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}}))],
+        );
+        assert!(long[0].refusal.is_none());
+    }
+
+    #[test]
+    fn a_refusal_part_is_reported_with_its_whole_text() {
+        let seen = observe(
+            &OpenAiResponses,
+            &[
+                named(
+                    json!({"type": "response.content_part.added", "item_id": "m", "output_index": 0,
+                    "content_index": 0, "part": {"type": "refusal", "refusal": ""}}),
+                ),
+                named(json!({"type": "response.refusal.delta", "delta": "I can't "})),
+                named(json!({"type": "response.refusal.delta", "delta": "do that."})),
+                named(json!({"type": "response.refusal.done", "refusal": "I can't do that."})),
+            ],
+        );
+        assert!(seen[..3].iter().all(|o| o.refusal.is_none()));
+        let info = seen[3].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::ModelRefusal));
+        assert_eq!(info.category.as_deref(), Some(MODEL_REFUSAL));
+        assert_eq!(info.explanation.as_deref(), Some("I can't do that."));
+    }
+
+    #[test]
+    fn gathered_refusal_text_is_reported_at_the_terminal_event() {
+        let seen = observe(
+            &OpenAiResponses,
+            &[
+                named(json!({"type": "response.refusal.delta", "delta": "No."})),
+                named(
+                    json!({"type": "response.completed", "response": {"status": "completed", "output": []}}),
+                ),
+            ],
+        );
+        let info = seen[1].refusal.clone().unwrap();
+        assert_eq!(info.explanation.as_deref(), Some("No."));
+    }
+
+    #[test]
+    fn text_and_tool_calls_are_output_and_reasoning_is_not() {
+        let seen = observe(
+            &OpenAiResponses,
+            &[
+                named(
+                    json!({"type": "response.output_item.added", "item": {"type": "reasoning", "summary": []}}),
+                ),
+                named(
+                    json!({"type": "response.reasoning_summary_text.delta", "delta": "thinking"}),
+                ),
+                named(json!({"type": "response.output_text.delta", "delta": " "})),
+                named(json!({"type": "response.output_text.delta", "delta": "Hi"})),
+                named(
+                    json!({"type": "response.output_item.added", "item": {"type": "function_call", "name": "f"}}),
+                ),
+                named(
+                    json!({"type": "response.output_item.added", "item": {"type": "mcp_approval_request"}}),
+                ),
+            ],
+        );
+        let output: Vec<bool> = seen.iter().map(|o| o.real_output).collect();
+        assert_eq!(output, [false, false, false, true, true, true]);
+        assert_eq!(seen[3].text, "Hi");
+        assert!(seen[4].tool_call);
+    }
+
+    #[test]
+    fn unknown_events_and_broken_json_are_tolerated() {
+        let seen = observe(
+            &OpenAiResponses,
+            &frames(concat!(
+                "event: response.future\ndata: {\"type\":\"response.future\",\"refusal\":\"x\"}\n\n",
+                "data: {broken\n\n",
+            )),
+        );
+        assert!(seen.iter().all(|o| *o == Observation::default()));
+        let failed = observe(
+            &OpenAiResponses,
+            &[named(
+                json!({"type": "response.failed", "response": {"status": "failed",
+                "error": {"code": "server_error"}}}),
+            )],
+        );
+        assert!(failed[0].error && failed[0].refusal.is_none());
+    }
+
+    #[test]
+    fn a_json_body_shows_refusal_parts_and_output() {
+        let refused = OpenAiResponses.inspect_json(&json!({"model": "gpt-5", "status": "completed",
+            "output": [{"type": "message", "content": [{"type": "refusal", "refusal": "Not this."}]}]}));
+        assert!(!refused.real_output);
+        assert_eq!(
+            refused.refusal.unwrap().explanation.as_deref(),
+            Some("Not this.")
+        );
+        let answered = OpenAiResponses.inspect_json(&json!({"status": "completed",
+            "output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi"}]}]}));
+        assert!(answered.real_output && answered.refusal.is_none());
+        assert_eq!(answered.text, "Hi");
+    }
+
+    #[test]
+    fn the_rescue_note_follows_the_input_whatever_its_form() {
+        let note = json!({"role": "user", "content": "NOTE"});
+        let mut text = json!({"input": "Audit this"});
+        OpenAiResponses.append_note(&mut text, "NOTE").unwrap();
+        assert_eq!(
+            text["input"],
+            json!([{"role": "user", "content": "Audit this"}, note])
+        );
+        let mut items =
+            json!({"input": [{"type": "function_call_output", "call_id": "c", "output": "ok"}]});
+        OpenAiResponses.append_note(&mut items, "NOTE").unwrap();
+        assert_eq!(items["input"][0]["type"], "function_call_output");
+        assert_eq!(items["input"][1], note);
+        let mut chained = json!({"previous_response_id": "resp_1"});
+        OpenAiResponses.append_note(&mut chained, "NOTE").unwrap();
+        assert_eq!(chained["input"], json!([note]));
+        assert!(OpenAiResponses
+            .append_note(&mut json!({"input": 3}), "NOTE")
+            .is_err());
+    }
+
+    #[test]
+    fn a_model_swap_changes_the_body_model_only() {
+        let mut uri: Uri = "https://h/openai/v1/responses".parse().unwrap();
+        let mut body = json!({"model": "my-deployment", "input": "x"});
+        OpenAiResponses
+            .swap_model(&mut uri, &mut body, "other")
+            .unwrap();
+        assert_eq!(body["model"], "other");
+        assert_eq!(uri, "https://h/openai/v1/responses");
+        assert!(OpenAiResponses
+            .swap_model(&mut uri, &mut json!([]), "other")
+            .is_err());
+    }
+
+    #[test]
+    fn only_creation_is_recognised() {
+        let is = |path: &str| OpenAiResponses.recognise(&Method::POST, &path.parse().unwrap());
+        assert_eq!(is("https://h/v1/responses"), Some(None));
+        assert_eq!(
+            is("https://h/openai/responses?api-version=2025-04-01-preview"),
+            Some(None)
+        );
+        assert_eq!(is("https://h/v1/responses/resp_1/cancel"), None);
+        assert_eq!(is("https://h/v1/responses/resp_1"), None);
+    }
+
+    #[test]
+    fn a_server_side_conversation_names_itself() {
+        let a = json!({"conversation": {"id": "conv_1"}, "input": "one"});
+        let b = json!({"conversation": "conv_1", "input": "two"});
+        assert_eq!(
+            OpenAiResponses.conversation_seed(&a),
+            OpenAiResponses.conversation_seed(&b)
+        );
+        let c = json!({"instructions": "sys", "input": "one"});
+        let d = json!({"instructions": "sys", "input": "two"});
+        assert_ne!(
+            OpenAiResponses.conversation_seed(&c),
+            OpenAiResponses.conversation_seed(&d)
+        );
+    }
+}
