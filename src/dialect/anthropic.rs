@@ -968,4 +968,93 @@ mod tests {
         assert_eq!(json_event(&moved[0]).unwrap()["index"], 1);
         assert!(rewrite.rewrite(&data(r#"{"type":"ping"}"#)).is_none());
     }
+
+    fn prefill_after(events: &[Value]) -> (Box<dyn PartialContinuation>, Option<PrefillClaim>) {
+        let mut track = AnthropicMessages.partial_continuation(1 << 20).unwrap();
+        let mut claim = None;
+        for payload in events {
+            let kind = payload["type"].as_str().unwrap();
+            claim = claim.or(track.observe(&event(kind, payload)));
+        }
+        (track, claim)
+    }
+
+    fn claimed_refusal() -> Value {
+        json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details":
+            {"type": "refusal", "category": "cyber", "explanation": null,
+             "fallback_credit_token": "tok", "fallback_has_prefill_claim": true}}})
+    }
+
+    fn text_block(index: u64, text: &str) -> [Value; 2] {
+        [
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+        ]
+    }
+
+    #[test]
+    fn a_claimed_refusal_after_text_is_offered_and_prefilled_after_the_clients_own_prefill() {
+        let [start, delta] = text_block(1, "continued \n");
+        let thinking = json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": ""}});
+        let (track, claim) = prefill_after(&[thinking, start, delta, claimed_refusal()]);
+        let claim = claim.expect("offered");
+        assert_eq!(claim.token, "tok");
+        // The client's own prefill, as a string: the text goes after it.
+        let mut body = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Sure:"},
+        ]});
+        let mut headers = HeaderMap::new();
+        headers.insert(BETA_HEADER, HeaderValue::from_static("other-beta"));
+        track.prefill(&mut headers, &mut body, &claim).unwrap();
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Sure:"},
+                {"type": "text", "text": "continued"},
+            ]})
+        );
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            body["fallback_credit_token"],
+            json!({"token": "tok", "mode": "best_effort"})
+        );
+        assert_eq!(
+            headers[BETA_HEADER],
+            "other-beta,fallback-credit-2026-07-01"
+        );
+    }
+
+    #[test]
+    fn no_offer_without_real_text_or_after_a_tool_call() {
+        let [start, blank] = text_block(0, "  ");
+        assert!(prefill_after(&[start.clone(), blank, claimed_refusal()])
+            .1
+            .is_none());
+        let [_, delta] = text_block(0, "text");
+        let tool = json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "mcp_tool_use", "id": "t", "name": "n", "input": {}}});
+        let stop = json!({"type": "content_block_stop", "index": 1});
+        assert!(
+            prefill_after(&[start, delta, tool, stop, claimed_refusal()])
+                .1
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn merged_json_keeps_both_contents_and_ends_as_the_continuation_ended() {
+        let mut original = json!({"id": "a", "content": [{"type": "text", "text": "one"}],
+            "stop_reason": "refusal", "stop_details": {"type": "refusal"}, "usage": {"output_tokens": 1}});
+        let more = json!({"id": "b", "content": [{"type": "text", "text": "two"}],
+            "stop_reason": "end_turn", "stop_sequence": null, "usage": {"output_tokens": 2}});
+        let track = AnthropicMessages.partial_continuation(1024).unwrap();
+        track.merge_json(&mut original, &more).unwrap();
+        assert_eq!(
+            original,
+            json!({"id": "a", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+                "stop_reason": "end_turn", "stop_sequence": null, "usage": {"output_tokens": 2}})
+        );
+    }
 }
