@@ -13,7 +13,9 @@
 //! The proxy in front of the mock is configured as the tests expect: rescue
 //! on, `--retarget claude-retarget-a,claude-retarget-b` and
 //! `--chain claude-chain-source=claude-chain-target`. A second one in front
-//! of the mock (`live`) streams thinking live. Two admin listeners serve
+//! of the mock (`live`) streams thinking live; a third (`partial`)
+//! continues partial refusals (`--continue-partial`, with the chain
+//! `claude-opus-4-7=claude-sonnet-4-5`). Two admin listeners serve
 //! metrics, health and the dashboard: `admin` for the proxy in front of the
 //! mock (its log, its upstream), `admin_unreachable` for the one whose
 //! upstream is down.
@@ -59,6 +61,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Upstream::parse(&mock.url())?,
         &RefusalGuardLayer::new().live_thinking(true),
     )?;
+    let partial = Proxy::new(
+        Upstream::parse(&mock.url())?,
+        &RefusalGuardLayer::new()
+            .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
+            .continue_partial(true),
+    )?;
     let simulated = Proxy::with_service(
         Upstream::parse("http://simulated.invalid")?,
         RefusalGuardLayer::new().layer(Simulator::new()),
@@ -85,12 +93,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let down_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let live_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let partial_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let line = serde_json::json!({
         "mock": mock.url(),
         "proxy": format!("http://{}", listener.local_addr()?),
         "simulated": format!("http://{}", sim_listener.local_addr()?),
         "unreachable": format!("http://{}", down_listener.local_addr()?),
         "live": format!("http://{}", live_listener.local_addr()?),
+        "partial": format!("http://{}", partial_listener.local_addr()?),
         "admin": format!("http://{}", admin_listener.local_addr()?),
         "admin_unreachable": format!("http://{}", admin_down_listener.local_addr()?),
         "log": log,
@@ -105,10 +115,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let b = simulated.serve(sim_listener, wait(stopped.clone()));
         let c = unreachable.serve(down_listener, wait(stopped.clone()));
         let d = live.serve(live_listener, wait(stopped.clone()));
+        let g = partial.serve(partial_listener, wait(stopped.clone()));
         let e = admin::serve(admin_listener, admin_state, wait(stopped.clone()));
         let f = admin::serve(admin_down_listener, admin_down_state, wait(stopped));
-        let (a, b, c, d, e, f) = tokio::join!(a, b, c, d, e, f);
-        a.and(b).and(c).and(d).and(e).and(f)
+        let (a, b, c, d, e, f, g) = tokio::join!(a, b, c, d, e, f, g);
+        a.and(b).and(c).and(d).and(e).and(f).and(g)
     });
 
     println!("{line}");

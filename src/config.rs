@@ -46,6 +46,7 @@ pub(crate) struct Config {
     pub(crate) keepalive_after: Option<Duration>,
     pub(crate) keepalive_interval: Duration,
     pub(crate) live_thinking: bool,
+    pub(crate) continue_partial: bool,
     pub(crate) head_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) held: Arc<BytePool>,
@@ -74,6 +75,7 @@ impl fmt::Debug for Config {
             .field("keepalive_after", &self.keepalive_after)
             .field("keepalive_interval", &self.keepalive_interval)
             .field("live_thinking", &self.live_thinking)
+            .field("continue_partial", &self.continue_partial)
             .field("head_timeout", &self.head_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_total_held_bytes", &self.held.limit())

@@ -112,6 +112,7 @@ impl RefusalGuardLayer {
                 keepalive_after: None,
                 keepalive_interval: Self::DEFAULT_KEEPALIVE_INTERVAL,
                 live_thinking: false,
+                continue_partial: false,
                 head_timeout: Self::DEFAULT_UPSTREAM_HEAD_TIMEOUT,
                 idle_timeout: Self::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
                 held: BytePool::new(Self::DEFAULT_MAX_TOTAL_HELD_BYTES),
@@ -431,6 +432,38 @@ impl RefusalGuardLayer {
     /// ```
     pub fn live_thinking(self, on: bool) -> Self {
         self.with(|c| c.live_thinking = on)
+    }
+
+    /// Continues an Anthropic response refused after real output (off by
+    /// default). When the refusal's `stop_details` offers
+    /// `fallback_has_prefill_claim: true` with a `fallback_credit_token`,
+    /// the response started no tool call, and the client's model has a
+    /// [fallback chain](Self::fallback_chains), the refusal's closing events
+    /// are held back and the request goes to the chain's first model with
+    /// the text already sent as an assistant prefill and the credit token.
+    /// Its answer continues the same message: one `message_start`, block
+    /// indices continuing, one final `message_delta`. If that attempt
+    /// fails, refuses or does not answer within the
+    /// [recovery deadline](Self::recovery_deadline), the client gets the
+    /// held closing events byte for byte, as with the option off. The
+    /// record says `fallback`, kind `partial`.
+    ///
+    /// Needs [`fallback_credit`](Self::fallback_credit) (on by default): the
+    /// provider only offers the claim with a token. Live thinking, when on,
+    /// takes precedence. A whole JSON message is continued the same way: its
+    /// content array and the continuation's, merged, with the
+    /// continuation's stop and usage.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::FallbackChains;
+    ///
+    /// let layer = refusal_guard::RefusalGuardLayer::new()
+    ///     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
+    ///     .continue_partial(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn continue_partial(self, on: bool) -> Self {
+        self.with(|c| c.continue_partial = on)
     }
 
     /// Time between keep-alive comments (default 15 s).

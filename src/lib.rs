@@ -86,7 +86,8 @@
 //! (holding a response back and judging it) → `decide` (the policy's steps,
 //! each sent and held, ending in a decision: a value, not a response) →
 //! `respond` (the decision turned into the response, the record and the
-//! handle) → `live` (keep-alive, live thinking) →
+//! handle) → `continuation` (a partial refusal continued on the next
+//! model, opt-in) → `live` (keep-alive, live thinking) →
 //! `request` (reading and rewriting the request) → [`service`] →
 //! [`layer`]. `.ci/module-graph.py` keeps that order free of cycles.
 //!
@@ -124,6 +125,7 @@ pub mod api_error;
 pub mod body;
 mod call;
 mod config;
+mod continuation;
 mod decide;
 mod dialect;
 pub mod env;

@@ -16,13 +16,12 @@ use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Splice};
 use crate::call::Call;
+use crate::continuation::decide_and_respond;
 use crate::decide::Exchange;
 use crate::dialect::LiveSplice;
 use crate::hold::{hold, is_event_stream, LiveForward};
 use crate::replay::ReplayBody;
-use crate::respond::{
-    decide_and_respond, pump, respond, timed_out, unless_gone, ServedRecovery, Shape,
-};
+use crate::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// What the client gets for the original `response`: the decision, or,

@@ -50,6 +50,17 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     assert_eq!(o.fallback_chains().for_model("c"), ["d", "e"]);
     assert_eq!(o.log_setting(), LogSetting::Off);
 
+    assert!(!parse(&[]).unwrap().continue_partial);
+    std::env::set_var("REFUSAL_GUARD_CONTINUE_PARTIAL", "on");
+    assert!(parse(&[]).unwrap().continue_partial);
+    assert!(
+        !parse(&["--continue-partial", "off"])
+            .unwrap()
+            .continue_partial,
+        "flag over variable"
+    );
+    std::env::remove_var("REFUSAL_GUARD_CONTINUE_PARTIAL");
+
     std::env::set_var("REFUSAL_GUARD_DRAIN_TIMEOUT", "never");
     let error = parse(&[]).unwrap_err();
     assert_eq!(error.exit_code(), 2);

@@ -8,9 +8,8 @@ use serde_json::{json, Map, Value};
 
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
-    remove_list_value,
-    str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation, RefusalInfo, RewriteError,
-    ServerFallback, StreamInspector,
+    remove_list_value, str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
+    PartialContinuation, PrefillClaim, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -228,6 +227,13 @@ impl Dialect for AnthropicMessages {
 
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         Some(Box::<LiveThinking>::default())
+    }
+
+    fn partial_continuation(&self, max_text_bytes: usize) -> Option<Box<dyn PartialContinuation>> {
+        Some(Box::new(Prefill {
+            max_text_bytes,
+            ..Prefill::default()
+        }))
     }
 
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
@@ -462,6 +468,168 @@ impl FrameRewrite for Continuation {
             }
             _ => None,
         }
+    }
+}
+
+/// Partial-refusal continuation: keeps the text blocks as the client got
+/// them, and offers a continuation only for a refusal that carries the
+/// prefill claim and a credit token, after real text, in a response that
+/// started no block other than text and thinking. A tool call, open or
+/// finished, rules it out: the prefill would have to carry a call without
+/// its result, which no other model can continue, and the client would be
+/// left with a call the continuation knows nothing of. Thinking is not
+/// carried (its signature belongs to the refusing model).
+#[derive(Default)]
+struct Prefill {
+    /// The text blocks by index, in the order they started.
+    texts: Vec<(u64, String)>,
+    /// Bytes of text kept.
+    kept: usize,
+    max_text_bytes: usize,
+    /// Blocks the client has seen start: a continuation's blocks go after.
+    started: u64,
+    /// Something this continuation cannot carry was seen.
+    ruled_out: bool,
+}
+
+impl Prefill {
+    fn keep(&mut self, index: u64, text: &str) {
+        self.kept += text.len();
+        if self.kept > self.max_text_bytes {
+            self.ruled_out = true;
+            return;
+        }
+        match self.texts.iter_mut().find(|(i, _)| *i == index) {
+            Some((_, kept)) => kept.push_str(text),
+            None => self.ruled_out = true,
+        }
+    }
+
+    fn block_started(&mut self, index: u64, block: &Value) {
+        self.started = self.started.max(index + 1);
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                self.texts.push((index, String::new()));
+                self.keep(
+                    index,
+                    block.get("text").and_then(Value::as_str).unwrap_or(""),
+                );
+            }
+            Some("thinking" | "redacted_thinking") => {}
+            _ => self.ruled_out = true,
+        }
+    }
+
+    fn claim(&self, delta: &Value) -> Option<PrefillClaim> {
+        let details = delta.get("stop_details")?;
+        let offered = details.get("fallback_has_prefill_claim") == Some(&Value::Bool(true));
+        let real = self.texts.iter().any(|(_, text)| is_real_text(text));
+        (refusal(delta).is_some() && offered && real && !self.ruled_out)
+            .then(|| str_field(details, "fallback_credit_token"))
+            .flatten()
+            .map(|token| PrefillClaim { token })
+    }
+}
+
+impl PartialContinuation for Prefill {
+    fn observe(&mut self, frame: &Frame) -> Option<PrefillClaim> {
+        let event = json_event(frame)?;
+        let index = event.get("index").and_then(Value::as_u64);
+        match (event_type(&event, frame), index) {
+            ("content_block_start", Some(index)) => {
+                self.block_started(index, event.get("content_block")?);
+            }
+            ("content_block_delta", Some(index)) => {
+                let delta = event.get("delta")?;
+                if delta.get("type").and_then(Value::as_str) == Some("text_delta") {
+                    self.keep(index, delta.get("text").and_then(Value::as_str)?);
+                }
+            }
+            ("message_delta", _) => return self.claim(event.get("delta")?),
+            ("content_block_start" | "content_block_delta", None) => self.ruled_out = true,
+            _ => {}
+        }
+        None
+    }
+
+    fn prefill(
+        &self,
+        headers: &mut HeaderMap,
+        body: &mut Value,
+        claim: &PrefillClaim,
+    ) -> Result<(), RewriteError> {
+        let mut blocks: Vec<Value> = Vec::new();
+        for (_, text) in self.texts.iter().filter(|(_, text)| !text.is_empty()) {
+            blocks.push(json!({"type": "text", "text": text}));
+        }
+        // The API rejects a final assistant turn that ends in whitespace.
+        match blocks.last_mut() {
+            Some(last) => {
+                let trimmed = last["text"].as_str().unwrap_or("").trim_end().to_owned();
+                last["text"] = Value::String(trimmed);
+            }
+            None => return Err(RewriteError("no text to continue from")),
+        }
+        let messages = body
+            .get_mut("messages")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("request has no messages array"))?;
+        match messages.last_mut() {
+            // The client's own prefill: the refused response continued it.
+            Some(last) if last.get("role").and_then(Value::as_str) == Some("assistant") => {
+                let content = last
+                    .get_mut("content")
+                    .ok_or(RewriteError("assistant message has no content"))?;
+                if let Value::String(text) = content {
+                    let text = std::mem::take(text);
+                    *content = json!([{"type": "text", "text": text}]);
+                }
+                content
+                    .as_array_mut()
+                    .ok_or(RewriteError("assistant content is neither text nor blocks"))?
+                    .extend(blocks);
+            }
+            _ => messages.push(json!({"role": "assistant", "content": blocks})),
+        }
+        AnthropicMessages.attach_credit_token(headers, body, &claim.token);
+        Ok(())
+    }
+
+    fn continuation(&self) -> Box<dyn FrameRewrite> {
+        Box::new(Continuation {
+            offset: self.started,
+        })
+    }
+
+    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim> {
+        let content = message.get("content")?.as_array()?;
+        for (index, block) in (0u64..).zip(content) {
+            self.block_started(index, block);
+        }
+        self.claim(message)
+    }
+
+    fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError> {
+        let more = continuation
+            .get("content")
+            .and_then(Value::as_array)
+            .ok_or(RewriteError("the continuation has no content"))?;
+        original
+            .get_mut("content")
+            .and_then(Value::as_array_mut)
+            .ok_or(RewriteError("the original has no content"))?
+            .extend(more.iter().cloned());
+        let message = original
+            .as_object_mut()
+            .ok_or(RewriteError("the original is not an object"))?;
+        // How the message ends is how the continuation ended.
+        for key in ["stop_reason", "stop_sequence", "stop_details", "usage"] {
+            match continuation.get(key) {
+                Some(value) => message.insert(key.into(), value.clone()),
+                None => message.remove(key),
+            };
+        }
+        Ok(())
     }
 }
 
@@ -840,5 +1008,94 @@ mod tests {
         let moved = frames(std::str::from_utf8(&rewrite.rewrite(&block).unwrap()).unwrap());
         assert_eq!(json_event(&moved[0]).unwrap()["index"], 1);
         assert!(rewrite.rewrite(&data(r#"{"type":"ping"}"#)).is_none());
+    }
+
+    fn prefill_after(events: &[Value]) -> (Box<dyn PartialContinuation>, Option<PrefillClaim>) {
+        let mut track = AnthropicMessages.partial_continuation(1 << 20).unwrap();
+        let mut claim = None;
+        for payload in events {
+            let kind = payload["type"].as_str().unwrap();
+            claim = claim.or(track.observe(&event(kind, payload)));
+        }
+        (track, claim)
+    }
+
+    fn claimed_refusal() -> Value {
+        json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details":
+            {"type": "refusal", "category": "cyber", "explanation": null,
+             "fallback_credit_token": "tok", "fallback_has_prefill_claim": true}}})
+    }
+
+    fn text_block(index: u64, text: &str) -> [Value; 2] {
+        [
+            json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}),
+        ]
+    }
+
+    #[test]
+    fn a_claimed_refusal_after_text_is_offered_and_prefilled_after_the_clients_own_prefill() {
+        let [start, delta] = text_block(1, "continued \n");
+        let thinking = json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": ""}});
+        let (track, claim) = prefill_after(&[thinking, start, delta, claimed_refusal()]);
+        let claim = claim.expect("offered");
+        assert_eq!(claim.token, "tok");
+        // The client's own prefill, as a string: the text goes after it.
+        let mut body = json!({"messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Sure:"},
+        ]});
+        let mut headers = HeaderMap::new();
+        headers.insert(BETA_HEADER, HeaderValue::from_static("other-beta"));
+        track.prefill(&mut headers, &mut body, &claim).unwrap();
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Sure:"},
+                {"type": "text", "text": "continued"},
+            ]})
+        );
+        assert_eq!(body["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            body["fallback_credit_token"],
+            json!({"token": "tok", "mode": "best_effort"})
+        );
+        assert_eq!(
+            headers[BETA_HEADER],
+            "other-beta,fallback-credit-2026-07-01"
+        );
+    }
+
+    #[test]
+    fn no_offer_without_real_text_or_after_a_tool_call() {
+        let [start, blank] = text_block(0, "  ");
+        assert!(prefill_after(&[start.clone(), blank, claimed_refusal()])
+            .1
+            .is_none());
+        let [_, delta] = text_block(0, "text");
+        let tool = json!({"type": "content_block_start", "index": 1,
+            "content_block": {"type": "mcp_tool_use", "id": "t", "name": "n", "input": {}}});
+        let stop = json!({"type": "content_block_stop", "index": 1});
+        assert!(
+            prefill_after(&[start, delta, tool, stop, claimed_refusal()])
+                .1
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn merged_json_keeps_both_contents_and_ends_as_the_continuation_ended() {
+        let mut original = json!({"id": "a", "content": [{"type": "text", "text": "one"}],
+            "stop_reason": "refusal", "stop_details": {"type": "refusal"}, "usage": {"output_tokens": 1}});
+        let more = json!({"id": "b", "content": [{"type": "text", "text": "two"}],
+            "stop_reason": "end_turn", "stop_sequence": null, "usage": {"output_tokens": 2}});
+        let track = AnthropicMessages.partial_continuation(1024).unwrap();
+        track.merge_json(&mut original, &more).unwrap();
+        assert_eq!(
+            original,
+            json!({"id": "a", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
+                "stop_reason": "end_turn", "stop_sequence": null, "usage": {"output_tokens": 2}})
+        );
     }
 }

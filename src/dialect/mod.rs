@@ -95,6 +95,38 @@ pub(crate) trait LiveSplice: Send {
     fn continuation(&self) -> Box<dyn FrameRewrite>;
 }
 
+/// A refusal after real output that the provider lets another model
+/// continue: the credit token to present with the prefill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PrefillClaim {
+    pub(crate) token: String,
+}
+
+/// Partial-refusal continuation (Anthropic only): follows a stream on its
+/// way to the client for what continuing it needs, and builds the request
+/// and the rewrite that continue it.
+pub(crate) trait PartialContinuation: Send {
+    /// Looks at one frame before it goes to the client. `Some` when the
+    /// frame is a refusal after real text that may be continued; it and
+    /// every frame after it are then held back.
+    fn observe(&mut self, frame: &Frame) -> Option<PrefillClaim>;
+    /// Turns the original request into the continuation's: the text the
+    /// client has seen as an appended assistant turn, and the credit token.
+    fn prefill(
+        &self,
+        headers: &mut HeaderMap,
+        body: &mut Value,
+        claim: &PrefillClaim,
+    ) -> Result<(), RewriteError>;
+    /// The rewrite that continues the message the client has begun.
+    fn continuation(&self) -> Box<dyn FrameRewrite>;
+    /// [`observe`](Self::observe) for a whole JSON message.
+    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim>;
+    /// The original whole message continued by the continuation's: one
+    /// content array, the continuation's stop and usage.
+    fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError>;
+}
+
 /// Who handed a turn to whom, for a handoff marker.
 #[derive(Debug, Clone)]
 pub(crate) struct Handoff<'a> {
@@ -183,6 +215,11 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// Live thinking support (Anthropic only): see [`LiveSplice`].
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
+        None
+    }
+    /// Partial-refusal continuation support (Anthropic only), keeping at
+    /// most `max_text_bytes` of the text sent: see [`PartialContinuation`].
+    fn partial_continuation(&self, _max_text_bytes: usize) -> Option<Box<dyn PartialContinuation>> {
         None
     }
     /// The same mark in a whole JSON body. Returns whether the body changed.

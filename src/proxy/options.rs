@@ -84,6 +84,9 @@ pub struct Options {
     /// Stream thinking before the decision; a recovered turn continues the same message
     #[arg(long, env = "REFUSAL_GUARD_LIVE_THINKING", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off")]
     pub live_thinking: bool,
+    /// Continue an Anthropic stream refused after text on the chain's next model, when the refusal offers the prefill claim
+    #[arg(long, env = "REFUSAL_GUARD_CONTINUE_PARTIAL", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub continue_partial: bool,
     /// After SECS of holding a stream, send the head and SSE keep-alive comments until the guard decides [default: off]
     #[arg(long, env = "REFUSAL_GUARD_KEEPALIVE", value_name = "SECS", value_parser = seconds)]
     pub keepalive: Option<Duration>,
@@ -491,6 +494,28 @@ mod tests {
         let o = parse(&[], none).unwrap();
         assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet);
         assert_eq!(o.keepalive, None);
+    }
+
+    #[test]
+    fn continue_partial_as_a_bare_flag_or_a_switch() {
+        assert!(!parse(&[], none).unwrap().continue_partial);
+        assert!(
+            parse(&["--continue-partial"], none)
+                .unwrap()
+                .continue_partial
+        );
+        assert!(
+            parse(&["--continue-partial", "on"], none)
+                .unwrap()
+                .continue_partial
+        );
+        assert!(
+            !parse(&["--continue-partial=off"], none)
+                .unwrap()
+                .continue_partial
+        );
+        let error = parse(&["--continue-partial=perhaps"], none).unwrap_err();
+        assert_eq!(error.exit_code(), 2);
     }
 
     #[test]

@@ -151,7 +151,8 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .fallback_chains(options.fallback_chains())
         .fallback_credit(options.fallback_credit)
         .detect_text_refusals(options.detect_text)
-        .live_thinking(options.live_thinking);
+        .live_thinking(options.live_thinking)
+        .continue_partial(options.continue_partial);
     if let Some(policy) = options.policy.clone() {
         layer = layer.category_policy(policy);
     }
@@ -380,4 +381,26 @@ async fn signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Options;
+
+    fn layer_for(args: &[&str]) -> String {
+        let args = ["proxy", "--log", "off"]
+            .into_iter()
+            .chain(args.iter().copied());
+        let options = Options::try_parse_from(args).unwrap();
+        format!("{:?}", super::layer(&options).unwrap().0)
+    }
+
+    #[test]
+    fn continue_partial_reaches_the_layer() {
+        assert!(layer_for(&[]).contains("continue_partial: false"));
+        let on = layer_for(&["--continue-partial"]);
+        assert!(on.contains("continue_partial: true"), "{on}");
+    }
 }

@@ -56,6 +56,7 @@ class Harness:
         self.simulated = info["simulated"]
         self.unreachable = info["unreachable"]
         self.live = info["live"]
+        self.partial = info["partial"]
         self.log = Path(info["log"])
 
     def seen(self, script_id: str) -> list:

@@ -169,3 +169,65 @@ def test_live_thinking_without_a_rescue_is_the_refusal_as_sent(harness, script_i
     # client gets the original refusal, byte for byte.
     assert through.model_dump() == direct.model_dump()
     assert through.stop_reason == "refusal"
+
+
+PARTIAL_CLAIM = "e2e/partial_refusal_claim.sse"
+CONTINUATION = "e2e/continuation_text.sse"
+PARTIAL_TEXT = "Start by listing the services that listen on the network."
+CONTINUED_TEXT = " Then close the ones you do not need."
+
+
+def test_partial_refusal_with_a_prefill_claim_is_continued_in_one_message(harness, script_id):
+    """With --continue-partial, a stream refused after text (claim + token)
+    reads, in the SDK, as one message: the partial text, then the fallback's."""
+    c = client(harness.partial, f"{PARTIAL_CLAIM},{CONTINUATION}", script_id)
+    with c.messages.stream(
+        model=MODEL,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Harden my server"}],
+    ) as stream:
+        events = [event.type for event in stream]
+        message = stream.get_final_message()
+    assert events.count("message_start") == 1
+    assert events.count("message_delta") == 1
+    assert [block.type for block in message.content] == ["text", "text"]
+    assert "".join(block.text for block in message.content) == PARTIAL_TEXT + CONTINUED_TEXT
+    assert message.stop_reason == "end_turn"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    second = seen[1]["json"]
+    assert second["model"] == "claude-sonnet-4-5"
+    assert second["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": PARTIAL_TEXT}],
+    }
+    assert second["fallback_credit_token"] == {"token": "tok_e2e_partial", "mode": "best_effort"}
+    assert "fallback-credit-2026-07-01" in seen[1]["header"]["anthropic-beta"]
+
+
+def test_partial_refusal_whose_prefill_is_rejected_is_the_original(harness, script_id):
+    through = stream_final(client(harness.partial, f"{PARTIAL_CLAIM},status=400", script_id))
+    direct = stream_final(client(harness.mock, PARTIAL_CLAIM, script_id + "-direct"))
+    assert through.model_dump() == direct.model_dump()
+    assert through.stop_reason == "refusal"
+    assert through.content[0].text == PARTIAL_TEXT
+    assert len(harness.seen(script_id)) == 2
+
+
+def test_partial_refusal_after_a_tool_call_is_untouched(harness, script_id):
+    script = "anthropic/anthropic-sdk-python/stream-a-toolrefusal.sse"
+    through = stream_final(client(harness.partial, f"{script},{CONTINUATION}", script_id))
+    direct = stream_final(client(harness.mock, script, script_id + "-direct"))
+    assert through.model_dump() == direct.model_dump()
+    assert len(harness.seen(script_id)) == 1
+
+
+def test_json_partial_refusal_with_a_prefill_claim_is_continued_in_one_message(harness, script_id):
+    script = "e2e/message_partial_refusal_claim.json,e2e/message_continuation.json"
+    message = create(client(harness.partial, script, script_id))
+    assert "".join(block.text for block in message.content) == PARTIAL_TEXT + CONTINUED_TEXT
+    assert message.stop_reason == "end_turn"
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    assert seen[1]["json"]["messages"][-1]["role"] == "assistant"
+    assert seen[1]["json"]["fallback_credit_token"]["token"] == "tok_e2e_json"

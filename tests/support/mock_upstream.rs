@@ -12,7 +12,8 @@
 //!   `text/event-stream`, split at frame boundaries and sent as separate
 //!   chunks), or `marker` (a text stream of 20 chunks, 2 ms apart, that
 //!   repeats the `x-mock-marker` header, for load tests), or
-//!   `redirect=URL` (a 307 to URL);
+//!   `redirect=URL` (a 307 to URL), or `status=CODE` (that status with an
+//!   Anthropic-shaped error body);
 //! - `x-mock-id: ID`: which requests count as one script run (default: the
 //!   script itself).
 //!
@@ -270,6 +271,16 @@ async fn serve(
             .headers_mut()
             .insert("location", location.parse().unwrap());
         return response;
+    }
+    if let Some(status) = entry.strip_prefix("status=") {
+        let status = status
+            .parse()
+            .ok()
+            .and_then(|s| StatusCode::from_u16(s).ok());
+        return error(
+            status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            "scripted error status",
+        );
     }
     if entry == "marker" {
         return reply(

@@ -1,0 +1,656 @@
+//! Partial-refusal continuation (opt-in, Anthropic): a response refused
+//! after real text, whose refusal offers the prefill claim and a credit
+//! token, is continued on the next model of the client model's fallback
+//! chain, with the text already sent as an assistant prefill. In a stream
+//! the refusal's closing events are held meanwhile and the continuation's
+//! blocks follow in the same message (the live-thinking splice); a whole
+//! JSON message gets the continuation's content appended. When the
+//! continuation does not answer with output, the original goes out byte for
+//! byte, as if the option were off.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::header::CONTENT_LENGTH;
+use http::{HeaderValue, Request, Response};
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower_service::Service;
+
+use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
+use crate::call::{millis, Call, Inner, Template};
+use crate::decide::Exchange;
+use crate::dialect::{PartialContinuation, PrefillClaim};
+use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
+use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
+use crate::replay::ReplayBody;
+use crate::respond::{
+    self, judge_findings, pump, serve, serve_settled, timed_out, unless_gone, FrameSender, Shape,
+    Watched,
+};
+use crate::sse::SseFramer;
+use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+
+/// Decides the original `response` and answers: as
+/// [`respond::decide_and_respond`](crate::respond::decide_and_respond) does, except
+/// that, when the call allows it, a response with output is served so that
+/// a partial refusal in it can be continued.
+pub(crate) async fn decide_and_respond<S, B, R>(
+    exchange: Exchange<S>,
+    response: Response<IdleTimeout<R>>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let Some(plan) = Plan::for_call(&exchange, &response) else {
+        return respond::decide_and_respond(exchange, response).await;
+    };
+    let call = exchange.call.clone();
+    let held = hold(
+        response,
+        call.dialect,
+        &call.config,
+        exchange.streaming,
+        None,
+    );
+    // The recovery deadline bounds the original's hold, as without the option.
+    let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
+        let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
+        call.handle.settle(None);
+        return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+    };
+    if !matches!(held.verdict, Verdict::Output) {
+        return respond::respond(exchange.conclude(held).await, &call);
+    }
+    if held.judged.is_some() {
+        return continue_json(exchange, held, plan).await;
+    }
+    let mut held = held;
+    let Some(watch) = held.watch.take() else {
+        return respond::respond(exchange.conclude(held).await, &call);
+    };
+    serve_continuable(exchange, held, watch, plan)
+}
+
+/// The original request's attempt record.
+fn original_attempt<R>(
+    call: &Call,
+    held: &Held<R>,
+    sent: Instant,
+    result: AttemptResult,
+) -> Attempt {
+    Attempt {
+        step: AttemptStep::Original,
+        model: call.model.clone(),
+        result,
+        status: Some(held.status()),
+        latency_ms: millis(sent.elapsed()),
+        usage: None,
+    }
+}
+
+/// A whole JSON body held back, parsed.
+fn whole_json<R>(held: &Held<R>) -> Option<Value> {
+    if held.rest.is_some() {
+        return None;
+    }
+    let mut whole = Vec::new();
+    for frame in &held.frames {
+        whole.extend_from_slice(frame.data_ref()?);
+    }
+    serde_json::from_slice(&whole).ok()
+}
+
+/// A whole JSON message refused after text: continued with the same
+/// prefill, answered as one message (the content arrays merged), or as it
+/// is when the continuation does not answer with output.
+async fn continue_json<S, B, R>(
+    exchange: Exchange<S>,
+    mut held: Held<IdleTimeout<R>>,
+    mut plan: Plan,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let findings = held.judged.clone().unwrap_or_default();
+    let claimed = findings
+        .partial_refusal
+        .as_ref()
+        .and_then(|_| whole_json(&held))
+        .and_then(|message| Some((plan.track.observe_json(&message)?, message)));
+    let Some((claim, mut message)) = claimed else {
+        let call = exchange.call.clone();
+        return respond::respond(exchange.conclude(held).await, &call);
+    };
+    let Exchange {
+        upstream,
+        call,
+        template,
+        sent,
+        ..
+    } = exchange;
+    call.record_output();
+    let original = original_attempt(&call, &held, sent, AttemptResult::Refused);
+    let request_id = call.dialect.request_id(&held.parts.headers);
+    let mut hop = Hop {
+        upstream,
+        call: call.clone(),
+        template,
+        streaming: false,
+        plan,
+    };
+    let deadline = tokio::time::Instant::now() + call.config.budget.deadline;
+    let (attempt, answer) = hop.attempt::<B, R>(&claim, deadline).await;
+    let served_model = answer
+        .as_ref()
+        .and_then(|a| a.judged.as_ref()?.model.clone());
+    let merged = answer
+        .as_ref()
+        .and_then(whole_json)
+        .and_then(|more| hop.plan.track.merge_json(&mut message, &more).ok());
+    let attempts = vec![original, attempt];
+    let Some(()) = merged else {
+        let refusal = judge_findings(&call, &findings, request_id, false);
+        return serve_settled(held, &call, refusal, attempts, None);
+    };
+    let bytes = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
+    held.parts
+        .headers
+        .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+    held.frames = VecDeque::from([Frame::data(bytes)]);
+    let info = findings.partial_refusal.clone().unwrap_or_default();
+    let refusal = Refusal {
+        kind: RefusalKind::Partial,
+        served_model: served_model.or_else(|| attempts[1].model.clone()),
+        request_id,
+        ..call.refusal(&info, Outcome::Fallback)
+    };
+    serve_settled(held, &call, Some(refusal), attempts, None)
+}
+
+/// What continuing this call would take: the model to continue on and the
+/// dialect's tracker of what the client has seen.
+struct Plan {
+    model: String,
+    track: Box<dyn PartialContinuation>,
+}
+
+impl Plan {
+    fn for_call<S, R>(exchange: &Exchange<S>, response: &Response<R>) -> Option<Plan> {
+        let call = &exchange.call;
+        let config = &call.config;
+        // The provider offers the claim only with a credit token, which is
+        // asked for and presented only with fallback credit on.
+        if !(config.continue_partial && config.fallback_credit) {
+            return None;
+        }
+        let headers = response.headers();
+        let shape = match exchange.streaming {
+            true => is_event_stream(headers),
+            false => is_json(headers),
+        };
+        if !(response.status().is_success() && shape) {
+            return None;
+        }
+        let model = config
+            .ladder
+            .chains()
+            .for_model(call.model.as_deref()?)
+            .first()?
+            .clone();
+        let track = call.dialect.partial_continuation(config.max_request_body)?;
+        Some(Plan { model, track })
+    }
+}
+
+/// Answers with the original head and streams the original through a task
+/// that may continue it.
+fn serve_continuable<S, B, R>(
+    exchange: Exchange<S>,
+    held: Held<IdleTimeout<R>>,
+    mut watch: StreamWatch,
+    plan: Plan,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Send,
+    B: ReplayBody,
+    B::Error: Into<BoxError>,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let Exchange {
+        upstream,
+        call,
+        template,
+        sent,
+        ..
+    } = exchange;
+    call.record_output();
+    let original = original_attempt(&call, &held, sent, AttemptResult::Served);
+    let request_id = call.dialect.request_id(&held.parts.headers);
+    let Held {
+        mut parts,
+        frames,
+        share,
+        rest,
+        error,
+        ..
+    } = held;
+    watch.committed = true;
+    // The body that follows may not be the one this length was for.
+    parts.headers.remove(CONTENT_LENGTH);
+    let seen = frames
+        .iter()
+        .filter_map(|f| f.data_ref())
+        .map(Bytes::len)
+        .sum();
+    let original_body = GuardBody::guarded(frames, Some(share), rest, error, None, None, None);
+    let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    let tail = Tail {
+        watch,
+        seen,
+        settle: Some(Watched {
+            call: call.clone(),
+            request_id,
+            attempts: vec![original],
+            recovery: None,
+        }),
+    };
+    let hop = Hop {
+        upstream,
+        call: call.clone(),
+        template,
+        streaming: true,
+        plan,
+    };
+    let continuer = Continuer::new(hop, sender.clone(), tail);
+    tokio::spawn(async move {
+        // Everything, the continuation included, stops when the client goes.
+        unless_gone(&sender, continuer.run(original_body)).await;
+    });
+    let mut response = Response::from_parts(parts, GuardBody::channel(receiver, None));
+    call.mark(&mut response);
+    response
+}
+
+/// What sending the continuation takes: the inner service, the call, the
+/// request as the original was sent, and the plan.
+struct Hop<S> {
+    upstream: Inner<S>,
+    call: Call,
+    template: Template,
+    streaming: bool,
+    plan: Plan,
+}
+
+impl<S> Hop<S> {
+    /// Sends the continuation and holds its answer, within the deadline.
+    /// The attempt's record, and its held answer when it has output.
+    async fn attempt<B, R>(
+        &mut self,
+        claim: &PrefillClaim,
+        deadline: tokio::time::Instant,
+    ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
+    where
+        S: Service<Request<B>, Response = Response<R>> + Send,
+        B: ReplayBody,
+        R: Body + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
+        let call = &self.call;
+        let mut record = Attempt {
+            step: AttemptStep::Fallback,
+            model: Some(self.plan.model.clone()),
+            result: AttemptResult::TransportError,
+            status: None,
+            latency_ms: 0,
+            usage: None,
+        };
+        let mut next = self.template.clone();
+        let built = call
+            .dialect
+            .swap_model(&mut next.parts.uri, &mut next.json, &self.plan.model)
+            .and_then(|()| {
+                let headers = &mut next.parts.headers;
+                self.plan.track.prefill(headers, &mut next.json, claim)
+            });
+        if let Err(why) = built {
+            tracing::warn!(reason = why.0, "the partial refusal could not be continued");
+            return (record, None);
+        }
+        let request: Request<B> = next.request(&next.json);
+        let sent = Instant::now();
+        let (dialect, config, streaming) = (call.dialect, &call.config, self.streaming);
+        let upstream = &mut self.upstream;
+        let answer = tokio::time::timeout_at(deadline, async move {
+            let response = upstream.send(request).await.ok()?;
+            Some(hold(response, dialect, config, streaming, None).await)
+        })
+        .await;
+        record.latency_ms = millis(sent.elapsed());
+        let Ok(Some(held)) = answer else {
+            return (record, None);
+        };
+        record.status = Some(held.status());
+        record.result = match (&held.verdict, held.parts.status.is_success()) {
+            (_, false) => AttemptResult::HttpError,
+            (Verdict::Output, true) => {
+                return (
+                    Attempt {
+                        result: AttemptResult::Served,
+                        ..record
+                    },
+                    Some(held),
+                )
+            }
+            (Verdict::Refused { .. }, true) => AttemptResult::Refused,
+            (Verdict::Ended, true) => AttemptResult::NoOutput,
+            _ => AttemptResult::HttpError,
+        };
+        (record, None)
+    }
+}
+
+/// The original's watch and its settling: the record of a response that was
+/// not continued, made when it ends or when the client goes.
+struct Tail {
+    watch: StreamWatch,
+    /// Bytes the watch saw while the original was held: the body replays
+    /// them first, and they are not fed twice.
+    seen: usize,
+    settle: Option<Watched>,
+}
+
+impl Tail {
+    fn feed(&mut self, data: &Bytes) {
+        let skip = self.seen.min(data.len());
+        self.seen -= skip;
+        if skip < data.len() {
+            self.watch.feed(&data.slice(skip..));
+        }
+    }
+
+    fn settle(&mut self) {
+        if let Some(settle) = self.settle.take() {
+            self.watch.finish();
+            Box::new(settle).settle(Some(&self.watch), true);
+        }
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
+
+/// The refusal's closing frames, held back while a continuation is tried.
+struct Closing {
+    claim: PrefillClaim,
+    frames: VecDeque<Frame<Bytes>>,
+    bytes: usize,
+    /// When holding and the continuation must be over.
+    deadline: tokio::time::Instant,
+}
+
+/// The client went away: nothing more is worth doing.
+struct Gone;
+
+/// The task that streams the original to the client and, on a refusal that
+/// may be continued, holds its closing frames and tries the continuation.
+struct Continuer<S> {
+    hop: Hop<S>,
+    sender: FrameSender,
+    tail: Tail,
+    framer: SseFramer,
+    /// The largest frame read whole.
+    frame_limit: usize,
+    /// Whole frames of the original on their way to the client.
+    pending: VecDeque<Frame<Bytes>>,
+    closing: Option<Closing>,
+}
+
+impl<S> Continuer<S> {
+    fn new(hop: Hop<S>, sender: FrameSender, tail: Tail) -> Self {
+        // Frames as large as the hold allows, never less than the framer's
+        // default (as the hold itself reads them).
+        let frame_limit = hop
+            .call
+            .config
+            .max_hold_bytes
+            .max(SseFramer::DEFAULT_MAX_FRAME_BYTES);
+        Continuer {
+            hop,
+            sender,
+            tail,
+            framer: SseFramer::with_max_frame_bytes(frame_limit),
+            frame_limit,
+            pending: VecDeque::new(),
+            closing: None,
+        }
+    }
+
+    async fn run<B, R>(mut self, mut original: GuardBody<R>)
+    where
+        S: Service<Request<B>, Response = Response<R>> + Send,
+        B: ReplayBody,
+        R: Body + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
+        let ended = self.read_original(&mut original).await;
+        drop(original);
+        let closing = match (ended, self.closing.take()) {
+            (Ok(true), Some(closing)) => closing,
+            _ => {
+                self.tail.settle();
+                return;
+            }
+        };
+        let (attempt, served) = self.hop.attempt(&closing.claim, closing.deadline).await;
+        match served {
+            Some(held) => self.splice(held, attempt).await,
+            None => {
+                if let Some(settle) = self.tail.settle.as_mut() {
+                    settle.attempts[0].result = AttemptResult::Refused;
+                    settle.attempts.push(attempt);
+                }
+                self.pending = closing.frames;
+                let _ = self.flush().await;
+                self.tail.settle();
+            }
+        }
+    }
+
+    /// Streams the original to the client frame by frame, holding back a
+    /// continuable refusal's closing frames. `Ok(true)` when it ended cleanly
+    /// with closing frames held; `Ok(false)` when all of it went out.
+    async fn read_original<R>(&mut self, original: &mut GuardBody<R>) -> Result<bool, Gone>
+    where
+        R: Body,
+        R::Error: Into<BoxError>,
+    {
+        loop {
+            let next = match self.closing.as_ref().map(|c| c.deadline) {
+                None => original.frame().await,
+                Some(at) => {
+                    match tokio::time::timeout_at(at, original.frame()).await {
+                        Ok(next) => next,
+                        Err(_elapsed) => {
+                            tracing::warn!("the partial refusal's original did not end in time; served as it is");
+                            return self.give_up(original).await;
+                        }
+                    }
+                }
+            };
+            let data = match next {
+                None => {
+                    self.take_frames(true);
+                    if self.closing.is_some() {
+                        self.flush().await?;
+                        return Ok(true);
+                    }
+                    self.flush().await?;
+                    return Ok(false);
+                }
+                Some(Err(error)) => {
+                    // A broken original is served as it came: no continuation.
+                    self.take_frames(true);
+                    self.release();
+                    self.flush().await?;
+                    let _ = self.sender.send(Err(error)).await;
+                    return Ok(false);
+                }
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(other) => {
+                        // Not SSE data (trailers): what came before goes
+                        // first, and nothing is held past it.
+                        self.take_frames(true);
+                        self.release();
+                        self.pending.push_back(other);
+                        self.flush().await?;
+                        continue;
+                    }
+                },
+            };
+            self.tail.feed(&data);
+            let overflow = self.framer.push(data).is_err();
+            self.take_frames(overflow);
+            let held = self.closing.as_ref().map_or(0, |c| c.bytes);
+            if overflow || held > self.hop.call.config.max_hold_bytes {
+                tracing::warn!(
+                    held_bytes = held,
+                    oversized_frame = overflow,
+                    "a partial refusal's closing frames outgrew the hold; served as they are"
+                );
+                return self.give_up(original).await;
+            }
+            self.flush().await?;
+        }
+    }
+
+    /// Moves the framer's complete frames (all of them at `end`) to the
+    /// client's queue or, from a continuable refusal on, to the held ones.
+    fn take_frames(&mut self, end: bool) {
+        loop {
+            let frame = if end {
+                self.framer.finish()
+            } else {
+                self.framer.next_frame()
+            };
+            let Some(frame) = frame else { break };
+            if self.closing.is_none() {
+                if let Some(claim) = self.hop.plan.track.observe(&frame) {
+                    let deadline =
+                        tokio::time::Instant::now() + self.hop.call.config.budget.deadline;
+                    self.closing = Some(Closing {
+                        claim,
+                        frames: VecDeque::new(),
+                        bytes: 0,
+                        deadline,
+                    });
+                }
+            }
+            let raw = frame.into_raw();
+            match self.closing.as_mut() {
+                Some(closing) => {
+                    closing.bytes += raw.len();
+                    closing.frames.push_back(Frame::data(raw));
+                }
+                None => self.pending.push_back(Frame::data(raw)),
+            }
+        }
+    }
+
+    /// Stops holding: the held frames join the client's queue, in order.
+    fn release(&mut self) {
+        if let Some(closing) = self.closing.take() {
+            self.pending.extend(closing.frames);
+        }
+    }
+
+    /// Sends the client's queue.
+    async fn flush(&mut self) -> Result<(), Gone> {
+        while let Some(frame) = self.pending.pop_front() {
+            self.sender.send(Ok(frame)).await.map_err(|_| Gone)?;
+        }
+        Ok(())
+    }
+
+    /// Serves the rest of the original as it comes, as with the option off.
+    async fn give_up<R>(&mut self, original: &mut GuardBody<R>) -> Result<bool, Gone>
+    where
+        R: Body,
+        R::Error: Into<BoxError>,
+    {
+        self.take_frames(true);
+        self.release();
+        self.flush().await?;
+        while let Some(frame) = original.frame().await {
+            if let Ok(frame) = &frame {
+                if let Some(data) = frame.data_ref() {
+                    self.tail.feed(data);
+                }
+            }
+            self.sender.send(frame).await.map_err(|_| Gone)?;
+        }
+        Ok(false)
+    }
+
+    /// Continues the client's message with the held continuation, and
+    /// records the refusal as continued.
+    async fn splice<R>(&mut self, held: Held<IdleTimeout<R>>, attempt: Attempt)
+    where
+        R: Body + Send + 'static,
+        R::Error: Into<BoxError>,
+    {
+        let call = self.hop.call.clone();
+        let Some(mut settle) = self.tail.settle.take() else {
+            return;
+        };
+        self.tail.watch.finish();
+        let info = self
+            .tail
+            .watch
+            .findings
+            .partial_refusal
+            .clone()
+            .unwrap_or_default();
+        let served_model = held
+            .watch
+            .as_ref()
+            .and_then(|w| w.findings.model.clone())
+            .or_else(|| attempt.model.clone());
+        settle.attempts[0].result = AttemptResult::Refused;
+        settle.attempts.push(attempt);
+        let refusal = Refusal {
+            kind: RefusalKind::Partial,
+            served_model,
+            request_id: settle.request_id.take(),
+            ..call.refusal(&info, Outcome::Fallback)
+        };
+        call.emit(&refusal, std::mem::take(&mut settle.attempts));
+        let splice = Splice::new(self.hop.plan.track.continuation(), self.frame_limit);
+        let mut held = held;
+        held.watch = None;
+        pump(
+            serve(held, &call, None, None, None),
+            &self.sender,
+            Some(splice),
+        )
+        .await;
+    }
+}
