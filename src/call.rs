@@ -13,13 +13,14 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use crate::config::Config;
+use crate::conversation::Conversation;
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
-use crate::store::{ConversationKey, StoreFuture};
+use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
@@ -33,7 +34,7 @@ pub(crate) struct Call {
     pub(crate) config: Arc<Config>,
     pub(crate) dialect: &'static dyn Dialect,
     pub(crate) model: Option<String>,
-    pub(crate) conversation: Option<ConversationKey>,
+    pub(crate) conversation: Conversation,
     pub(crate) started: Instant,
     pub(crate) handle: RefusalHandle,
 }
@@ -73,7 +74,7 @@ impl Call {
         let record = RefusalRecord::new(
             refusal,
             attempts,
-            self.conversation.as_ref().map(|k| k.as_str().to_owned()),
+            self.conversation.key().map(|k| k.as_str().to_owned()),
             latency_ms,
         );
         // A sink that panics must not take the request down with it.
@@ -102,10 +103,15 @@ impl Call {
     /// delays the response: a store that answers at once has done so on
     /// return, a slower one finishes on its own task.
     pub(crate) fn record_output(&self) {
-        let Some(key) = self.conversation.clone() else {
+        // A store that holds nothing has nothing to clear: the key is not
+        // worth computing.
+        let store = self.config.store.clone();
+        if !store.may_hold_any() {
+            return;
+        }
+        let Some(key) = self.conversation.key().cloned() else {
             return;
         };
-        let store = self.config.store.clone();
         detach(Box::pin(async move { store.record_output(&key).await }));
     }
 

@@ -309,7 +309,7 @@ impl Climb {
             self.reason.get_or_insert(DeadReason::RescueOff);
             return Prep::Stop;
         }
-        if let Some(key) = &call.conversation {
+        if let Some(key) = call.conversation.key() {
             let reservation = config.store.reserve_rescue(key, config.rescue_cap);
             if !call.ask_store(reservation, false).await {
                 self.reason = Some(DeadReason::RescueCap);
@@ -478,9 +478,12 @@ impl Climb {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
-        if let (Some(ttl), Some(key), true, Some(model)) =
-            (config.sticky_ttl, &call.conversation, fallback, &step.model)
-        {
+        if let (Some(ttl), Some(key), true, Some(model)) = (
+            config.sticky_ttl,
+            call.conversation.key(),
+            fallback,
+            &step.model,
+        ) {
             let route = config.store.set_sticky_route(key, model, ttl);
             call.ask_store(route, ()).await;
         }

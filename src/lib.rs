@@ -122,6 +122,7 @@ pub mod api_error;
 pub mod body;
 mod call;
 mod config;
+mod conversation;
 mod decide;
 mod dialect;
 pub mod env;

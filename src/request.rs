@@ -15,6 +15,7 @@ use serde_json::Value;
 use crate::body::BoxError;
 use crate::call::{with_body, Call, Template};
 use crate::config::Config;
+use crate::conversation::Conversation;
 use crate::dialect::Dialect;
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
@@ -94,7 +95,7 @@ pub(crate) struct Outbound {
     pub(crate) model: Option<String>,
     pub(crate) streaming: bool,
     route: Option<StickyRoute>,
-    conversation: Option<ConversationKey>,
+    conversation: Conversation,
 }
 
 impl Outbound {
@@ -114,20 +115,17 @@ impl Outbound {
             .headers
             .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         // Which conversation: the user's closure, then the header, then a
-        // hash of what stays the same across the conversation.
-        let conversation = config
+        // hash of what stays the same across the conversation, computed
+        // only if asked for.
+        let conversation = match config
             .conversation_fn
             .as_ref()
             .and_then(|key| key(&parts, &json))
             .or(named)
-            .map(|key| ConversationKey::from_bytes(key.as_bytes()))
-            .or_else(|| {
-                dialect.conversation_seed(&json).map(|seed| {
-                    let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
-                    keyed.extend_from_slice(&seed);
-                    ConversationKey::from_bytes(&keyed)
-                })
-            });
+        {
+            Some(key) => Conversation::named(Some(ConversationKey::from_bytes(key.as_bytes()))),
+            None => Conversation::derived(dialect, bytes.clone()),
+        };
         Outbound {
             model: dialect.request_model(path_model, &json),
             streaming: dialect.is_streaming(&parts.uri, &json),
@@ -143,7 +141,11 @@ impl Outbound {
     /// Sticky fallback: a conversation a fallback served goes there
     /// directly.
     pub(crate) async fn route_sticky(&mut self, config: &Config, dialect: &'static dyn Dialect) {
-        let (Some(_), Some(key)) = (config.sticky_ttl, &self.conversation) else {
+        // An empty store routes nothing: the key is not worth computing.
+        if config.sticky_ttl.is_none() || !config.store.may_hold_any() {
+            return;
+        }
+        let Some(key) = self.conversation.key() else {
             return;
         };
         let asked = config.store.sticky_route(key);
