@@ -224,7 +224,72 @@ impl<S> Inner<S> {
     }
 }
 
-/// The request as the guard will send it, before any recovery rewrite.
+/// A request body as the client sent it, parsed only once something
+/// rewrites it: most requests go out as they came.
+pub(crate) struct JsonBody {
+    original: Bytes,
+    parsed: Option<Value>,
+}
+
+impl JsonBody {
+    /// The body as read; the caller has seen that it is a JSON object.
+    pub(crate) fn new(original: Bytes) -> Self {
+        JsonBody {
+            original,
+            parsed: None,
+        }
+    }
+
+    /// The body as JSON to rewrite, parsed on the first call. `None` when it
+    /// is JSON too deep for the parser, which the head read does not see.
+    pub(crate) fn json_mut(&mut self) -> Option<&mut Value> {
+        if self.parsed.is_none() {
+            self.parsed = serde_json::from_slice(&self.original).ok();
+        }
+        self.parsed.as_mut()
+    }
+
+    /// A copy of the body as JSON.
+    fn to_json(&self) -> Option<Value> {
+        match &self.parsed {
+            Some(json) => Some(json.clone()),
+            None => serde_json::from_slice(&self.original).ok(),
+        }
+    }
+}
+
+/// The request as the guard sent it; recoveries start from a draft of it.
+pub(crate) struct Original {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) body: JsonBody,
+    /// Whether an outbound rewrite changed the body.
+    pub(crate) rewritten: bool,
+    /// The layer-wide pool's part for the buffered request body, given back
+    /// when the call is decided.
+    pub(crate) _share: Arc<Share>,
+}
+
+impl Original {
+    /// The request to send: the client's bytes, or the rewritten JSON.
+    pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
+        match (&self.body.parsed, self.rewritten) {
+            (Some(json), true) => request_of(self.parts.clone(), json),
+            _ => with_body(self.parts.clone(), self.body.original.clone(), false),
+        }
+    }
+
+    /// A copy for a recovery step to rewrite; `None` when the body cannot
+    /// be parsed whole.
+    pub(crate) fn draft(&self) -> Option<Template> {
+        Some(Template {
+            parts: self.parts.clone(),
+            json: self.body.to_json()?,
+            _share: self._share.clone(),
+        })
+    }
+}
+
+/// A recovery step's request, before it is sent.
 #[derive(Clone)]
 pub(crate) struct Template {
     pub(crate) parts: http::request::Parts,
@@ -236,9 +301,13 @@ pub(crate) struct Template {
 
 impl Template {
     pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
-        let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
-        with_body(self.parts.clone(), bytes, true)
+        request_of(self.parts.clone(), json)
     }
+}
+
+fn request_of<B: ReplayBody>(parts: http::request::Parts, json: &Value) -> Request<B> {
+    let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
+    with_body(parts, bytes, true)
 }
 
 /// Builds a request, making its length headers true of the new body.

@@ -13,7 +13,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Splice};
-use crate::call::{millis, Call, Inner, Template};
+use crate::call::{millis, Call, Inner, Original, Template};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
@@ -33,7 +33,7 @@ pub(crate) struct Exchange<S> {
     pub(crate) upstream: Inner<S>,
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Template,
+    pub(crate) template: Original,
     /// Whether the request asked for a stream.
     pub(crate) streaming: bool,
     /// When the original was sent.
@@ -259,7 +259,7 @@ impl Climb {
     }
 
     /// Builds the request for the policy's next step, within the budget.
-    async fn prepare(&mut self, call: &Call, template: &Template) -> Prep {
+    async fn prepare(&mut self, call: &Call, template: &Original) -> Prep {
         let step = self.ask(call);
         if let NextStep::Stop(why) = step {
             self.reason = Some(why);
@@ -272,9 +272,13 @@ impl Climb {
             self.reason = Some(DeadReason::BudgetExhausted);
             return Prep::Stop;
         }
+        let Some(next) = template.draft() else {
+            self.reason = Some(DeadReason::Unrecoverable);
+            return Prep::Stop;
+        };
         match step {
-            NextStep::Fallback(model) => self.fallback(call, template.clone(), model),
-            NextStep::Rescue(rescue) => self.rescue(call, template.clone(), rescue).await,
+            NextStep::Fallback(model) => self.fallback(call, next, model),
+            NextStep::Rescue(rescue) => self.rescue(call, next, rescue).await,
             NextStep::Stop(_) => Prep::Stop,
         }
     }
