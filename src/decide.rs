@@ -1,31 +1,90 @@
 //! Deciding what a held response becomes: the original as it is, or the
 //! steps the [`RecoveryPolicy`] asks for, each sent and held in turn, until
-//! one recovers or the policy or the budget says stop.
+//! one recovers or the policy or the budget says stop. The answer is a
+//! [`Decision`], a value: turning it into the client's response, the record
+//! and the handle's settling is the next module's work (`respond.rs`).
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
-use http::header::CONTENT_LENGTH;
-use http::{HeaderValue, Request, Response};
-use http_body::{Body, Frame};
-use serde_json::Value;
+use http::{Request, Response};
+use http_body::Body;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Splice};
+use crate::body::BoxError;
 use crate::call::{millis, Call, Inner, Original, Template};
-use crate::dialect::{Dialect, Handoff, RefusalInfo};
+use crate::dialect::{Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
 use crate::replay::ReplayBody;
-use crate::respond::{
-    judge_findings, serve, serve_settled, timed_out, ServedRecovery, Shape, Watched,
-};
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
+
+/// What a held response becomes. Deciding records nothing and settles
+/// nothing: the refusal and the attempts travel in the decision, and the
+/// response, the record and the handle come from it afterwards.
+pub(crate) enum Decision<B> {
+    /// The upstream went quiet (or the deadline passed) before any output:
+    /// nothing was sent yet, so the client gets a `504` of its API, never
+    /// the bytes read so far framed as a response.
+    TimedOut(UpstreamTimeout),
+    /// Not a response the guard judges (an error status, another content
+    /// type): served as it came, with nothing to record.
+    Unjudged(Held<B>),
+    /// Not an empty refusal (output, an end without output, a provider
+    /// error, a hold bound): the original as sent; what it shows (a partial
+    /// refusal, a server-side fallback) is recorded as it is seen.
+    AsSent {
+        original: Held<B>,
+        request_id: Option<String>,
+        attempt: Attempt,
+    },
+    /// An empty refusal that was not recovered: the original as sent, and
+    /// the refusal, dead with its reason.
+    Dead {
+        original: Held<B>,
+        refusal: Refusal,
+        attempts: Vec<Attempt>,
+    },
+    /// A recovery attempt with real output, served instead of the original.
+    Recovered {
+        attempt: Held<B>,
+        refusal: Refusal,
+        attempts: Vec<Attempt>,
+        /// Set when the client should be told of a fallback's model change.
+        handoff: Option<HandoffMark>,
+    },
+    /// A recovery attempt held as long as allowed without a decision: served,
+    /// and the end of its stream decides the outcome.
+    Committed {
+        attempt: Held<B>,
+        request_id: Option<String>,
+        attempts: Vec<Attempt>,
+        /// The original refusal, the outcome should the attempt produce
+        /// output, and the model it was sent to.
+        recovery: (RefusalInfo, Outcome, Option<String>),
+    },
+}
+
+/// A fallback's change of model, to be marked in the response served.
+pub(crate) struct HandoffMark {
+    from: String,
+    to: String,
+    category: Option<String>,
+}
+
+impl HandoffMark {
+    /// The mark as the dialects write it.
+    pub(crate) fn handoff(&self) -> Handoff<'_> {
+        Handoff {
+            from: &self.from,
+            to: &self.to,
+            category: self.category.as_deref(),
+        }
+    }
+}
 
 /// A guarded call once its original is sent: what deciding its response
 /// needs, step after step.
@@ -41,11 +100,11 @@ pub(crate) struct Exchange<S> {
 }
 
 impl<S> Exchange<S> {
-    /// Holds the original response, then serves it or climbs the ladder.
+    /// Holds the original response, then decides what it becomes.
     pub(crate) async fn decide<B, R>(
         self,
         response: Response<IdleTimeout<R>>,
-    ) -> Response<GuardBody<R>>
+    ) -> Decision<IdleTimeout<R>>
     where
         S: Service<Request<B>, Response = Response<R>> + Send,
         B: ReplayBody,
@@ -57,14 +116,14 @@ impl<S> Exchange<S> {
         // The recovery deadline bounds the original's hold too.
         let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
             let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
-            call.handle.settle(None);
-            return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+            return Decision::TimedOut(timeout);
         };
         self.conclude(held).await
     }
 
-    /// Serves a held original as it is, or climbs the ladder on an empty refusal.
-    pub(crate) async fn conclude<B, R>(self, held: Held<IdleTimeout<R>>) -> Response<GuardBody<R>>
+    /// Decides a held original: as it is, or, on an empty refusal, what the
+    /// ladder comes to.
+    pub(crate) async fn conclude<B, R>(self, held: Held<IdleTimeout<R>>) -> Decision<IdleTimeout<R>>
     where
         S: Service<Request<B>, Response = Response<R>> + Send,
         B: ReplayBody,
@@ -72,26 +131,20 @@ impl<S> Exchange<S> {
         R::Error: Into<BoxError>,
     {
         let call = self.call.clone();
-        let sent = self.sent;
-        let dialect = call.dialect;
-        let model = call.model.clone();
-        let request_id = dialect.request_id(&held.parts.headers);
+        let request_id = call.dialect.request_id(&held.parts.headers);
         let original_attempt = Attempt {
             step: AttemptStep::Original,
-            model: model.clone(),
+            model: call.model.clone(),
             result: AttemptResult::Served,
             status: Some(held.status()),
-            latency_ms: millis(sent.elapsed()),
+            latency_ms: millis(self.sent.elapsed()),
         };
 
-        // The upstream went quiet before any output: nothing was sent yet, so
-        // the client gets a 504 of its API, never the bytes read so far framed
-        // as a response. (A broken connection is served as it came: what
-        // arrived, then its error.)
+        // A broken connection is served as it came: what arrived, then its
+        // error. A quiet one before any output is a timeout.
         if matches!(held.verdict, Verdict::Errored) {
             if let Some(timeout) = held.error.as_ref().and_then(UpstreamTimeout::find) {
-                call.handle.settle(None);
-                return timed_out(Shape::Api(dialect.wire_api()), timeout);
+                return Decision::TimedOut(timeout);
             }
         }
         match held.verdict {
@@ -108,7 +161,7 @@ impl<S> Exchange<S> {
                 // the client gets it as it is, and the log says why.
                 let refusal = Refusal {
                     reason: Some(DeadReason::HoldLimit),
-                    served_model: model.clone(),
+                    served_model: call.model.clone(),
                     request_id,
                     ..call.refusal(info, Outcome::Dead)
                 };
@@ -116,17 +169,23 @@ impl<S> Exchange<S> {
                     result: AttemptResult::Refused,
                     ..original_attempt
                 }];
-                call.emit(&refusal, attempts);
-                let watch = None;
-                let mut held = held;
-                held.watch = watch;
-                serve(held, &call, None, Some(&refusal), None)
+                Decision::Dead {
+                    original: held,
+                    refusal,
+                    attempts,
+                }
             }
-            Verdict::Pass => {
-                call.handle.settle(None);
-                serve(held, &call, None, None, None)
+            Verdict::Pass => Decision::Unjudged(held),
+            _ => {
+                if matches!(held.verdict, Verdict::Output) {
+                    call.record_output();
+                }
+                Decision::AsSent {
+                    original: held,
+                    request_id,
+                    attempt: original_attempt,
+                }
             }
-            _ => serve_as_is(&call, held, original_attempt, request_id),
         }
     }
 
@@ -136,7 +195,7 @@ impl<S> Exchange<S> {
         info: RefusalInfo,
         original_attempt: Attempt,
         original_request_id: Option<String>,
-    ) -> Response<GuardBody<R>>
+    ) -> Decision<IdleTimeout<R>>
     where
         S: Service<Request<B>, Response = Response<R>> + Send,
         B: ReplayBody,
@@ -164,8 +223,8 @@ impl<S> Exchange<S> {
                 }
                 continue;
             };
-            if let Some(served) = climb.judge(&call, held, record, step).await {
-                return served;
+            if let Some(decided) = climb.judge(&call, held, record, step).await {
+                return decided;
             }
         }
         let reason = climb.reason.unwrap_or(DeadReason::StillRefused);
@@ -175,8 +234,11 @@ impl<S> Exchange<S> {
             request_id: original_request_id,
             ..call.refusal(&climb.info, Outcome::Dead)
         };
-        let attempts = climb.finish();
-        serve_settled(original, &call, Some(refusal), attempts, None)
+        Decision::Dead {
+            original,
+            refusal,
+            attempts: climb.finish(),
+        }
     }
 }
 
@@ -402,19 +464,15 @@ impl Climb {
         self.reason = Some(reason);
     }
 
-    /// What a held attempt decides: the response to serve, or `None` to go
-    /// on climbing.
+    /// What a held attempt decides: the decision, or `None` to go on
+    /// climbing.
     async fn judge<R>(
         &mut self,
         call: &Call,
         held: Held<IdleTimeout<R>>,
         mut record: Attempt,
         step: Step,
-    ) -> Option<Response<GuardBody<R>>>
-    where
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
-    {
+    ) -> Option<Decision<IdleTimeout<R>>> {
         let outcome = match step.kind {
             AttemptStep::Fallback => Outcome::Fallback,
             _ => Outcome::Rescued,
@@ -435,22 +493,19 @@ impl Climb {
                     request_id,
                     ..call.refusal(&self.info, outcome)
                 };
-                return Some(self.serve_output(call, held, refusal, step).await);
+                return Some(self.recovered(call, held, refusal, step).await);
             }
             Verdict::Limit => {
                 // Held as long as allowed without a decision: serve it and
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
                 self.departure.attempts.push(record);
-                let settle = Watched {
-                    call: call.clone(),
+                return Some(Decision::Committed {
+                    attempt: held,
                     request_id,
                     attempts: self.finish(),
-                    recovery: Some((self.info.clone(), outcome, served_model)),
-                };
-                let mut response = serve(held, call, Some(settle), None, None);
-                response.extensions_mut().insert(ServedRecovery);
-                return Some(response);
+                    recovery: (self.info.clone(), outcome, served_model),
+                });
             }
             Verdict::Refused { info: again, .. } => {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
@@ -467,18 +522,15 @@ impl Climb {
         None
     }
 
-    /// Serves a recovery attempt that produced real output.
-    async fn serve_output<R>(
+    /// Decides on a recovery attempt that produced real output: the sticky
+    /// route is stored, and a fallback's model change marked if configured.
+    async fn recovered<R>(
         &mut self,
         call: &Call,
-        mut held: Held<IdleTimeout<R>>,
+        held: Held<IdleTimeout<R>>,
         refusal: Refusal,
         step: Step,
-    ) -> Response<GuardBody<R>>
-    where
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
-    {
+    ) -> Decision<IdleTimeout<R>> {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
@@ -491,88 +543,20 @@ impl Climb {
             let route = config.store.set_sticky_route(key, model, ttl);
             call.ask_store(route, ()).await;
         }
-        let mut splice = None;
-        if let (true, true, Some(from), Some(to)) = (
-            config.handoff_marker,
-            fallback,
-            call.model.as_deref(),
-            step.model.as_deref(),
-        ) {
-            let handoff = Handoff {
-                from,
+        let handoff = match (config.handoff_marker, fallback, &call.model, step.model) {
+            (true, true, Some(from), Some(to)) => Some(HandoffMark {
+                from: from.clone(),
                 to,
-                category: self.info.category.as_deref(),
-            };
-            if held.watch.is_some() {
-                splice = call
-                    .dialect
-                    .handoff_stream(&handoff)
-                    .map(|rewrite| Splice::new(rewrite, config.max_hold_bytes.max(1)));
-                held.parts.headers.remove(CONTENT_LENGTH);
-            } else {
-                mark_json(&mut held, call.dialect, &handoff);
-            }
+                category: self.info.category.clone(),
+            }),
+            _ => None,
+        };
+        Decision::Recovered {
+            attempt: held,
+            refusal,
+            attempts: self.finish(),
+            handoff,
         }
-        let attempts = self.finish();
-        let mut response = serve_settled(held, call, Some(refusal), attempts, splice);
-        response.extensions_mut().insert(ServedRecovery);
-        response
-    }
-}
-
-/// Serves an original that was not an empty refusal: output, an end
-/// without output, a provider error or a hold bound. A whole JSON body is
-/// settled now; a stream is settled by what the rest of it shows.
-fn serve_as_is<R>(
-    call: &Call,
-    held: Held<IdleTimeout<R>>,
-    original: Attempt,
-    request_id: Option<String>,
-) -> Response<GuardBody<R>>
-where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-    if matches!(held.verdict, Verdict::Output) {
-        call.record_output();
-    }
-    if let Some(findings) = held.judged.clone() {
-        let refusal = judge_findings(call, &findings, request_id, false);
-        return serve_settled(held, call, refusal, vec![original], None);
-    }
-    let settle = Watched {
-        call: call.clone(),
-        request_id,
-        attempts: vec![original],
-        recovery: None,
-    };
-    serve(held, call, Some(settle), None, None)
-}
-
-/// Marks a handoff inside a whole (already read) JSON body.
-fn mark_json<R>(
-    held: &mut Held<IdleTimeout<R>>,
-    dialect: &'static dyn Dialect,
-    handoff: &Handoff<'_>,
-) {
-    if held.rest.is_some() {
-        return;
-    }
-    let mut whole = BytesMut::new();
-    for frame in &held.frames {
-        if let Some(data) = frame.data_ref() {
-            whole.extend_from_slice(data);
-        }
-    }
-    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
-        return;
-    };
-    if dialect.handoff_json(&mut json, handoff) {
-        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
-        held.parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-        held.frames = VecDeque::from([Frame::data(bytes)]);
     }
 }
 
@@ -606,5 +590,154 @@ impl Drop for Departure {
             ..call.refusal(&self.info, Outcome::Dead)
         };
         call.emit(&refusal, std::mem::take(&mut self.attempts));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use bytes::{Bytes, BytesMut};
+    use http::Method;
+    use http_body_util::Full;
+
+    use super::*;
+    use crate::call::Timeouts;
+    use crate::recovery::{NextStep, RecoveryState, Rescue};
+    use crate::refusal::RefusalHandle;
+    use crate::telemetry::MemorySink;
+    // The layer is the only builder of a configuration; tests reach it
+    // through the crate's public re-export.
+    use crate::RefusalGuardLayer;
+
+    const URL: &str = "https://api.anthropic.com/v1/messages";
+    const MODEL: &str = "claude-opus-4-7";
+    /// An empty Anthropic refusal, as a whole JSON body.
+    const REFUSAL: &str = r#"{"id":"msg_1","type":"message","role":"assistant","model":"claude-opus-4-7","content":[],"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":"Declined."},"usage":{"input_tokens":9,"output_tokens":0}}"#;
+
+    type Upstream =
+        tower::util::BoxCloneService<Request<Full<Bytes>>, Response<Full<Bytes>>, Infallible>;
+
+    /// The ladder's side of one call: the guard as configured by `layer`, an
+    /// inner service that counts what is sent to it, and the refusal above
+    /// as the original's response.
+    /// What shows whether deciding did more than decide.
+    struct Witness {
+        handle: RefusalHandle,
+        sent: Arc<AtomicUsize>,
+    }
+
+    fn setup(layer: RefusalGuardLayer) -> (Exchange<Upstream>, Witness) {
+        let config = layer.config();
+        let sent = Arc::new(AtomicUsize::new(0));
+        let counter = sent.clone();
+        let inner = tower::service_fn(move |_: Request<Full<Bytes>>| {
+            counter.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::new()))) }
+        });
+        let uri: http::Uri = URL.parse().unwrap();
+        let dialect = crate::dialect::recognise(&Method::POST, &uri)
+            .unwrap()
+            .dialect;
+        let handle = RefusalHandle::default();
+        let model = Some(MODEL.to_owned());
+        let call = Call {
+            request: crate::metrics::GuardedRequest::start(
+                dialect,
+                model.as_deref(),
+                false,
+                &handle,
+            ),
+            route: None,
+            config: config.clone(),
+            dialect,
+            model,
+            conversation: crate::conversation::Conversation::named(None),
+            started: Instant::now(),
+            handle: handle.clone(),
+        };
+        let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
+        let json = serde_json::json!({"model": MODEL, "max_tokens": 64,
+            "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+        let template = Original {
+            parts,
+            body: crate::call::JsonBody::new(Bytes::from(json.to_string())),
+            rewritten: false,
+            _share: Arc::new(config.held.share()),
+        };
+        let exchange = Exchange {
+            upstream: Inner::primed(Upstream::new(inner), Timeouts::of(&config)),
+            call,
+            template,
+            streaming: false,
+            sent: Instant::now(),
+        };
+        (exchange, Witness { handle, sent })
+    }
+
+    fn original() -> Response<IdleTimeout<Full<Bytes>>> {
+        let body = IdleTimeout::new(Full::new(Bytes::from(REFUSAL)), Duration::from_secs(5));
+        Response::builder()
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap()
+    }
+
+    fn held_bytes<B>(held: &Held<B>) -> Bytes {
+        let mut whole = BytesMut::new();
+        for frame in &held.frames {
+            whole.extend_from_slice(frame.data_ref().unwrap());
+        }
+        whole.freeze()
+    }
+
+    /// Asserts `decision` is the refusal left dead for `reason`, with the
+    /// original as sent and nothing recorded or settled yet.
+    fn assert_dead(
+        decision: Decision<IdleTimeout<Full<Bytes>>>,
+        witness: &Witness,
+        reason: DeadReason,
+    ) {
+        let Decision::Dead {
+            original,
+            refusal,
+            attempts,
+        } = decision
+        else {
+            panic!("expected a dead refusal");
+        };
+        assert_eq!(refusal.reason, Some(reason));
+        assert_eq!(refusal.outcome, Outcome::Dead);
+        assert_eq!(refusal.category.as_deref(), Some("cyber"));
+        assert_eq!(held_bytes(&original), REFUSAL.as_bytes());
+        assert_eq!(attempts.len(), 1);
+        assert_eq!(attempts[0].result, AttemptResult::Refused);
+        assert_eq!(
+            witness.sent.load(Ordering::SeqCst),
+            0,
+            "nothing sent upstream"
+        );
+        assert!(!witness.handle.is_settled(), "deciding settles nothing");
+    }
+
+    #[tokio::test]
+    async fn a_policy_that_stops_decides_dead_without_recording() {
+        let sink = MemorySink::new();
+        let stop = |_: &RecoveryState<'_>| NextStep::Stop(DeadReason::PolicyStop);
+        let layer = RefusalGuardLayer::new().policy(stop);
+        let (exchange, witness) = setup(layer.telemetry(sink.clone()));
+        let decision = exchange.decide(original()).await;
+        assert!(sink.is_empty(), "deciding records nothing");
+        assert_dead(decision, &witness, DeadReason::PolicyStop);
+    }
+
+    #[tokio::test]
+    async fn a_rescue_switched_off_decides_dead_before_sending() {
+        let rescue = |_: &RecoveryState<'_>| NextStep::Rescue(Rescue::new("Say what you can do."));
+        let (exchange, witness) = setup(RefusalGuardLayer::new().policy(rescue).rescue(false));
+        let decision = exchange.decide(original()).await;
+        assert_dead(decision, &witness, DeadReason::RescueOff);
     }
 }

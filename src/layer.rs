@@ -118,6 +118,12 @@ impl RefusalGuardLayer {
         }
     }
 
+    /// The configuration built so far, for the engine's unit tests.
+    #[cfg(test)]
+    pub(crate) fn config(&self) -> Arc<Config> {
+        self.config.clone()
+    }
+
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
         match Arc::get_mut(&mut self.config) {
             Some(config) => change(config),

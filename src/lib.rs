@@ -82,9 +82,10 @@
 //! Inside, one request flows upward through private modules, each using
 //! only those before it: `config` (the layer's settings) → `call` (the
 //! per-call context, the request template, the inner service) → `hold`
-//! (holding a response back and judging it) → `respond` (a decision turned
-//! into the response, the record and the handle) → `decide` (the policy's
-//! steps, each sent and held) → `live` (keep-alive, live thinking) →
+//! (holding a response back and judging it) → `decide` (the policy's steps,
+//! each sent and held, ending in a decision: a value, not a response) →
+//! `respond` (the decision turned into the response, the record and the
+//! handle) → `live` (keep-alive, live thinking) →
 //! `request` (reading and rewriting the request) → [`service`] →
 //! [`layer`]. `.ci/module-graph.py` keeps that order free of cycles.
 //!

@@ -20,7 +20,9 @@ use crate::decide::Exchange;
 use crate::dialect::LiveSplice;
 use crate::hold::{hold, is_event_stream, LiveForward};
 use crate::replay::ReplayBody;
-use crate::respond::{pump, timed_out, unless_gone, ServedRecovery, Shape};
+use crate::respond::{
+    decide_and_respond, pump, respond, timed_out, unless_gone, ServedRecovery, Shape,
+};
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// What the client gets for the original `response`: the decision, or,
@@ -46,14 +48,17 @@ where
     }
     let call = exchange.call.clone();
     let Some(after) = config.keepalive_after.filter(|_| stream) else {
-        return exchange.decide(response).await;
+        return decide_and_respond(exchange, response).await;
     };
     let (parts, body) = response.into_parts();
     let early_head = parts.clone();
     // A long hold (minutes of extended thinking) must not starve the client:
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(exchange.decide(Response::from_parts(parts, body)));
+    let mut decision = Box::pin(decide_and_respond(
+        exchange,
+        Response::from_parts(parts, body),
+    ));
     let mut timer = Box::pin(tokio::time::sleep(after));
     let early = std::future::poll_fn(|cx| {
         if let Poll::Ready(served) = decision.as_mut().poll(cx) {
@@ -136,7 +141,7 @@ where
                 let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
                 return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
             };
-            let served = exchange.conclude(held).await;
+            let served = respond(exchange.conclude(held).await, &call);
             let continuation = served
                 .extensions()
                 .get::<ServedRecovery>()

@@ -2,20 +2,172 @@
 //! (head, held bytes, the rest of the stream), the typed refusal in its
 //! extensions, the telemetry record, and the settling of its handle.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::task::Poll;
 
-use bytes::Bytes;
-use http::{Response, StatusCode};
+use bytes::{Bytes, BytesMut};
+use http::header::CONTENT_LENGTH;
+use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::{Body, Frame};
+use serde_json::Value;
+use tower_service::Service;
 
 use crate::api_error::{api_error, api_error_for};
 use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::call::Call;
-use crate::dialect::RefusalInfo;
+use crate::decide::{Decision, Exchange, HandoffMark};
+use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::hold::Held;
 use crate::refusal::{Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi};
+use crate::replay::ReplayBody;
 use crate::timeout::{IdleTimeout, UpstreamTimeout};
+
+/// Decides the original `response` of `exchange` and answers with what the
+/// decision comes to.
+pub(crate) async fn decide_and_respond<S, B, R>(
+    exchange: Exchange<S>,
+    response: Response<IdleTimeout<R>>,
+) -> Response<GuardBody<R>>
+where
+    S: Service<Request<B>, Response = Response<R>> + Send,
+    B: ReplayBody,
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    let call = exchange.call.clone();
+    respond(exchange.decide(response).await, &call)
+}
+
+/// Turns a decision into the response the client gets, recording the
+/// refusal it carries and settling the handle (or leaving both to the end
+/// of the stream, when that is what decides).
+pub(crate) fn respond<R>(decision: Decision<IdleTimeout<R>>, call: &Call) -> Response<GuardBody<R>>
+where
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    match decision {
+        Decision::TimedOut(timeout) => {
+            call.handle.settle(None);
+            timed_out(Shape::Api(call.dialect.wire_api()), timeout)
+        }
+        Decision::Unjudged(original) => {
+            call.handle.settle(None);
+            serve(original, call, None, None, None)
+        }
+        Decision::AsSent {
+            original,
+            request_id,
+            attempt,
+        } => serve_as_sent(original, call, request_id, attempt),
+        Decision::Dead {
+            original,
+            refusal,
+            attempts,
+        } => serve_settled(original, call, Some(refusal), attempts, None),
+        Decision::Recovered {
+            mut attempt,
+            refusal,
+            attempts,
+            handoff,
+        } => {
+            let splice = handoff.and_then(|mark| mark_handoff(&mut attempt, call, &mark));
+            let mut response = serve_settled(attempt, call, Some(refusal), attempts, splice);
+            response.extensions_mut().insert(ServedRecovery);
+            response
+        }
+        Decision::Committed {
+            attempt,
+            request_id,
+            attempts,
+            recovery,
+        } => {
+            let settle = Watched {
+                call: call.clone(),
+                request_id,
+                attempts,
+                recovery: Some(recovery),
+            };
+            let mut response = serve(attempt, call, Some(settle), None, None);
+            response.extensions_mut().insert(ServedRecovery);
+            response
+        }
+    }
+}
+
+/// Serves an original that was not an empty refusal: output, an end
+/// without output, a provider error or a hold bound. A whole JSON body is
+/// settled now; a stream is settled by what the rest of it shows.
+fn serve_as_sent<R>(
+    held: Held<IdleTimeout<R>>,
+    call: &Call,
+    request_id: Option<String>,
+    original: Attempt,
+) -> Response<GuardBody<R>>
+where
+    R: Body + Send + 'static,
+    R::Error: Into<BoxError>,
+{
+    if let Some(findings) = held.judged.clone() {
+        let refusal = judge_findings(call, &findings, request_id, false);
+        return serve_settled(held, call, refusal, vec![original], None);
+    }
+    let settle = Watched {
+        call: call.clone(),
+        request_id,
+        attempts: vec![original],
+        recovery: None,
+    };
+    serve(held, call, Some(settle), None, None)
+}
+
+/// Marks a fallback's model change in the response served: a stream through
+/// the splice returned, a whole JSON body at once.
+fn mark_handoff<R>(
+    held: &mut Held<IdleTimeout<R>>,
+    call: &Call,
+    mark: &HandoffMark,
+) -> Option<Splice> {
+    let handoff = mark.handoff();
+    if held.watch.is_none() {
+        mark_json(held, call.dialect, &handoff);
+        return None;
+    }
+    // The body that follows is not the one this length was for.
+    held.parts.headers.remove(CONTENT_LENGTH);
+    let max_frame = call.config.max_hold_bytes.max(1);
+    call.dialect
+        .handoff_stream(&handoff)
+        .map(|rewrite| Splice::new(rewrite, max_frame))
+}
+
+/// Marks a handoff inside a whole (already read) JSON body.
+fn mark_json<R>(
+    held: &mut Held<IdleTimeout<R>>,
+    dialect: &'static dyn Dialect,
+    handoff: &Handoff<'_>,
+) {
+    if held.rest.is_some() {
+        return;
+    }
+    let mut whole = BytesMut::new();
+    for frame in &held.frames {
+        if let Some(data) = frame.data_ref() {
+            whole.extend_from_slice(data);
+        }
+    }
+    let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
+        return;
+    };
+    if dialect.handoff_json(&mut json, handoff) {
+        let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
+        held.parts
+            .headers
+            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
+        held.frames = VecDeque::from([Frame::data(bytes)]);
+    }
+}
 
 /// Whose error shape an answer the guard makes itself takes.
 #[derive(Debug, Clone, Copy)]
