@@ -116,6 +116,7 @@ where
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     for (name, chunks, content_type, stream) in [

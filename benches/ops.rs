@@ -108,6 +108,7 @@ where
 
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
         .build()
         .unwrap();
     let prometheus = PrometheusBuilder::new().build_recorder();

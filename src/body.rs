@@ -75,7 +75,11 @@ impl Findings {
     pub(crate) const TEXT_KEPT: usize = 64 << 10;
 
     pub(crate) fn absorb(&mut self, seen: Observation) {
-        if self.text.len() < Self::TEXT_KEPT {
+        if self.text.is_empty() && seen.text.len() <= Self::TEXT_KEPT {
+            // A whole JSON answer comes in one observation: keep its text
+            // rather than copy it.
+            self.text = seen.text;
+        } else if self.text.len() < Self::TEXT_KEPT {
             let room = Self::TEXT_KEPT - self.text.len();
             let mut end = seen.text.len().min(room);
             while !seen.text.is_char_boundary(end) {

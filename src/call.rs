@@ -13,13 +13,14 @@ use tower::ServiceExt;
 use tower_service::Service;
 
 use crate::config::Config;
+use crate::conversation::Conversation;
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
-use crate::store::{ConversationKey, StoreFuture};
+use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
@@ -33,7 +34,7 @@ pub(crate) struct Call {
     pub(crate) config: Arc<Config>,
     pub(crate) dialect: &'static dyn Dialect,
     pub(crate) model: Option<String>,
-    pub(crate) conversation: Option<ConversationKey>,
+    pub(crate) conversation: Conversation,
     pub(crate) started: Instant,
     pub(crate) handle: RefusalHandle,
 }
@@ -73,7 +74,7 @@ impl Call {
         let mut record = RefusalRecord::new(refusal)
             .attempts(attempts)
             .latency_ms(latency_ms);
-        record.conversation = self.conversation.as_ref().map(|k| k.as_str().to_owned());
+        record.conversation = self.conversation.key().map(|k| k.as_str().to_owned());
         // A sink that panics must not take the request down with it.
         let sink = self.config.telemetry.clone();
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()
@@ -100,10 +101,15 @@ impl Call {
     /// delays the response: a store that answers at once has done so on
     /// return, a slower one finishes on its own task.
     pub(crate) fn record_output(&self) {
-        let Some(key) = self.conversation.clone() else {
+        // A store that holds nothing has nothing to clear: the key is not
+        // worth computing.
+        let store = self.config.store.clone();
+        if !store.may_hold_any() {
+            return;
+        }
+        let Some(key) = self.conversation.key().cloned() else {
             return;
         };
-        let store = self.config.store.clone();
         detach(Box::pin(async move { store.record_output(&key).await }));
     }
 
@@ -216,7 +222,72 @@ impl<S> Inner<S> {
     }
 }
 
-/// The request as the guard will send it, before any recovery rewrite.
+/// A request body as the client sent it, parsed only once something
+/// rewrites it: most requests go out as they came.
+pub(crate) struct JsonBody {
+    original: Bytes,
+    parsed: Option<Value>,
+}
+
+impl JsonBody {
+    /// The body as read; the caller has seen that it is a JSON object.
+    pub(crate) fn new(original: Bytes) -> Self {
+        JsonBody {
+            original,
+            parsed: None,
+        }
+    }
+
+    /// The body as JSON to rewrite, parsed on the first call. `None` when it
+    /// is JSON too deep for the parser, which the head read does not see.
+    pub(crate) fn json_mut(&mut self) -> Option<&mut Value> {
+        if self.parsed.is_none() {
+            self.parsed = serde_json::from_slice(&self.original).ok();
+        }
+        self.parsed.as_mut()
+    }
+
+    /// A copy of the body as JSON.
+    fn to_json(&self) -> Option<Value> {
+        match &self.parsed {
+            Some(json) => Some(json.clone()),
+            None => serde_json::from_slice(&self.original).ok(),
+        }
+    }
+}
+
+/// The request as the guard sent it; recoveries start from a draft of it.
+pub(crate) struct Original {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) body: JsonBody,
+    /// Whether an outbound rewrite changed the body.
+    pub(crate) rewritten: bool,
+    /// The layer-wide pool's part for the buffered request body, given back
+    /// when the call is decided.
+    pub(crate) _share: Arc<Share>,
+}
+
+impl Original {
+    /// The request to send: the client's bytes, or the rewritten JSON.
+    pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
+        match (&self.body.parsed, self.rewritten) {
+            (Some(json), true) => request_of(self.parts.clone(), json),
+            _ => with_body(self.parts.clone(), self.body.original.clone(), false),
+        }
+    }
+
+    /// A copy for a recovery step to rewrite; `None` when the body cannot
+    /// be parsed whole.
+    pub(crate) fn draft(&self) -> Option<Template> {
+        Some(Template {
+            parts: self.parts.clone(),
+            json: self.body.to_json()?,
+            _share: self._share.clone(),
+        })
+    }
+}
+
+/// A recovery step's request, before it is sent.
 #[derive(Clone)]
 pub(crate) struct Template {
     pub(crate) parts: http::request::Parts,
@@ -228,9 +299,13 @@ pub(crate) struct Template {
 
 impl Template {
     pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
-        let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
-        with_body(self.parts.clone(), bytes, true)
+        request_of(self.parts.clone(), json)
     }
+}
+
+fn request_of<B: ReplayBody>(parts: http::request::Parts, json: &Value) -> Request<B> {
+    let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
+    with_body(parts, bytes, true)
 }
 
 /// Builds a request, making its length headers true of the new body.

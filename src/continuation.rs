@@ -20,7 +20,7 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
-use crate::call::{millis, Call, Inner, Template};
+use crate::call::{millis, Call, Inner, Original};
 use crate::decide::Exchange;
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
@@ -291,7 +291,8 @@ where
 struct Hop<S> {
     upstream: Inner<S>,
     call: Call,
-    template: Template,
+    /// The request as the original was sent.
+    template: Original,
     streaming: bool,
     plan: Plan,
 }
@@ -319,7 +320,10 @@ impl<S> Hop<S> {
             latency_ms: 0,
             usage: None,
         };
-        let mut next = self.template.clone();
+        let Some(mut next) = self.template.draft() else {
+            tracing::warn!("the partial refusal could not be continued: the request is not JSON");
+            return (record, None);
+        };
         let built = call
             .dialect
             .swap_model(&mut next.parts.uri, &mut next.json, &self.plan.model)

@@ -11,7 +11,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::BoxError;
-use crate::call::{millis, Call, Inner, Template};
+use crate::call::{millis, Call, Inner, Original, Template};
 use crate::dialect::{Handoff, RefusalInfo};
 use crate::hold::{hold, Held, Verdict};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
@@ -96,7 +96,7 @@ pub(crate) struct Exchange<S> {
     pub(crate) upstream: Inner<S>,
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Template,
+    pub(crate) template: Original,
     /// Whether the request asked for a stream.
     pub(crate) streaming: bool,
     /// When the original was sent.
@@ -340,7 +340,7 @@ impl Climb {
     }
 
     /// Builds the request for the policy's next step, within the budget.
-    async fn prepare(&mut self, call: &Call, template: &Template) -> Prep {
+    async fn prepare(&mut self, call: &Call, template: &Original) -> Prep {
         let step = self.ask(call);
         if let NextStep::Stop(why) = step {
             self.reason = Some(why);
@@ -353,10 +353,14 @@ impl Climb {
             self.reason = Some(DeadReason::BudgetExhausted);
             return Prep::Stop;
         }
+        let Some(next) = template.draft() else {
+            self.reason = Some(DeadReason::Unrecoverable);
+            return Prep::Stop;
+        };
         match step {
-            NextStep::Fallback(model) => self.fallback(call, template.clone(), model),
-            NextStep::Rescue(rescue) => self.rescue(call, template.clone(), rescue).await,
-            NextStep::Retarget => self.retarget(call, template.clone()),
+            NextStep::Fallback(model) => self.fallback(call, next, model),
+            NextStep::Rescue(rescue) => self.rescue(call, next, rescue).await,
+            NextStep::Retarget => self.retarget(call, next),
             NextStep::Stop(_) => Prep::Stop,
         }
     }
@@ -421,7 +425,7 @@ impl Climb {
             self.reason.get_or_insert(DeadReason::RescueOff);
             return Prep::Stop;
         }
-        if let Some(key) = &call.conversation {
+        if let Some(key) = call.conversation.key() {
             let reservation = config.store.reserve_rescue(key, config.rescue_cap);
             if !call.ask_store(reservation, false).await {
                 self.reason = Some(DeadReason::RescueCap);
@@ -582,9 +586,12 @@ impl Climb {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
-        if let (Some(ttl), Some(key), true, Some(model)) =
-            (config.sticky_ttl, &call.conversation, fallback, &step.model)
-        {
+        if let (Some(ttl), Some(key), true, Some(model)) = (
+            config.sticky_ttl,
+            call.conversation.key(),
+            fallback,
+            &step.model,
+        ) {
             let route = config.store.set_sticky_route(key, model, ttl);
             call.ask_store(route, ()).await;
         }
@@ -699,16 +706,17 @@ mod tests {
             config: config.clone(),
             dialect,
             model,
-            conversation: None,
+            conversation: crate::conversation::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
         };
         let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
         let json = serde_json::json!({"model": MODEL, "max_tokens": 64,
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
-        let template = Template {
+        let template = Original {
             parts,
-            json,
+            body: crate::call::JsonBody::new(Bytes::from(json.to_string())),
+            rewritten: false,
             _share: Arc::new(config.held.share()),
         };
         let exchange = Exchange {

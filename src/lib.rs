@@ -126,6 +126,7 @@ pub mod body;
 mod call;
 mod config;
 mod continuation;
+mod conversation;
 mod decide;
 mod dialect;
 pub mod env;

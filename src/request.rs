@@ -13,8 +13,9 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::body::BoxError;
-use crate::call::{with_body, Call, Template};
+use crate::call::{Call, JsonBody, Original};
 use crate::config::Config;
+use crate::conversation::Conversation;
 use crate::dialect::Dialect;
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::replay::ReplayBody;
@@ -84,23 +85,24 @@ where
     }
 }
 
-/// A guardable request on its way out: its head and JSON as they will be
+/// A guardable request on its way out: its head and body as they will be
 /// sent, and what the guard knows of it.
 pub(crate) struct Outbound {
     pub(crate) parts: http::request::Parts,
-    pub(crate) json: Value,
     /// The body as the client sent it, sent as is unless rewritten.
-    bytes: Bytes,
+    body: JsonBody,
     rewritten: bool,
     pub(crate) model: Option<String>,
     pub(crate) streaming: bool,
     route: Option<StickyRoute>,
-    conversation: Option<ConversationKey>,
+    conversation: Conversation,
 }
 
 impl Outbound {
-    /// Reads what the guard needs from a guardable request. `named` is the
-    /// conversation the client named in the guard's header, if it did.
+    /// Reads what the guard needs from a guardable request: its parts, its
+    /// `head` ([`request_head`](crate::dialect::request_head)) and its body.
+    /// `named` is the conversation the client named in the guard's header,
+    /// if it did.
     pub(crate) fn new(
         config: &Config,
         dialect: &'static dyn Dialect,
@@ -108,33 +110,30 @@ impl Outbound {
         request: (http::request::Parts, Value, Bytes),
         named: Option<String>,
     ) -> Self {
-        let (mut parts, json, bytes) = request;
+        let (mut parts, head, bytes) = request;
+        let mut body = JsonBody::new(bytes.clone());
         // The guard must read what comes back: a compressed stream would
         // pass unjudged.
         parts
             .headers
             .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         // Which conversation: the user's closure, then the header, then a
-        // hash of what stays the same across the conversation.
-        let conversation = config
+        // hash of what stays the same across the conversation, computed
+        // only if asked for.
+        let conversation = match config
             .conversation_fn
             .as_ref()
-            .and_then(|key| key(&parts, &json))
+            .and_then(|key| key(&parts, body.json_mut()?))
             .or(named)
-            .map(|key| ConversationKey::from_bytes(key.as_bytes()))
-            .or_else(|| {
-                dialect.conversation_seed(&json).map(|seed| {
-                    let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
-                    keyed.extend_from_slice(&seed);
-                    ConversationKey::from_bytes(&keyed)
-                })
-            });
+        {
+            Some(key) => Conversation::named(Some(ConversationKey::from_bytes(key.as_bytes()))),
+            None => Conversation::derived(dialect, bytes),
+        };
         Outbound {
-            model: dialect.request_model(path_model, &json),
-            streaming: dialect.is_streaming(&parts.uri, &json),
+            model: dialect.request_model(path_model, &head),
+            streaming: dialect.is_streaming(&parts.uri, &head),
             parts,
-            json,
-            bytes,
+            body,
             rewritten: false,
             route: None,
             conversation,
@@ -144,7 +143,11 @@ impl Outbound {
     /// Sticky fallback: a conversation a fallback served goes there
     /// directly.
     pub(crate) async fn route_sticky(&mut self, config: &Config, dialect: &'static dyn Dialect) {
-        let (Some(_), Some(key)) = (config.sticky_ttl, &self.conversation) else {
+        // An empty store routes nothing: the key is not worth computing.
+        if config.sticky_ttl.is_none() || !config.store.may_hold_any() {
+            return;
+        }
+        let Some(key) = self.conversation.key() else {
             return;
         };
         let asked = config.store.sticky_lookup(key);
@@ -157,10 +160,15 @@ impl Outbound {
             }
             _ => return,
         };
-        if self.model.as_deref() == Some(sticky.as_str())
-            || dialect
-                .swap_model(&mut self.parts.uri, &mut self.json, &sticky)
-                .is_err()
+        if self.model.as_deref() == Some(sticky.as_str()) {
+            return;
+        }
+        let Some(json) = self.body.json_mut() else {
+            return;
+        };
+        if dialect
+            .swap_model(&mut self.parts.uri, json, &sticky)
+            .is_err()
         {
             return;
         }
@@ -175,10 +183,11 @@ impl Outbound {
 
     /// Server-side fallbacks and fallback credit.
     pub(crate) fn rewrite(&mut self, config: &Config, dialect: &'static dyn Dialect) {
-        if !config.retarget.is_empty() {
+        let retarget = !config.retarget.is_empty();
+        if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
             self.rewritten |= dialect.retarget_fallbacks(
                 &mut self.parts.headers,
-                &mut self.json,
+                json,
                 &config.retarget,
                 self.model.as_deref(),
                 config.inject_fallbacks,
@@ -203,7 +212,7 @@ impl Outbound {
         dialect: &'static dyn Dialect,
         started: Instant,
         share: Share,
-    ) -> (Call, Template, Request<B>) {
+    ) -> (Call, Original, Request<B>) {
         let handle = RefusalHandle::default();
         let request = crate::metrics::GuardedRequest::start(
             dialect,
@@ -221,16 +230,13 @@ impl Outbound {
             started,
             handle,
         };
-        let template = Template {
+        let template = Original {
             parts: self.parts,
-            json: self.json,
+            body: self.body,
+            rewritten: self.rewritten,
             _share: Arc::new(share),
         };
-        let original = if self.rewritten {
-            template.request(&template.json)
-        } else {
-            with_body(template.parts.clone(), self.bytes, false)
-        };
+        let original = template.request();
         (call, template, original)
     }
 }

@@ -14,7 +14,6 @@ use std::time::Instant;
 
 use http::{Request, Response, StatusCode};
 use http_body::Body;
-use serde_json::Value;
 use tower_service::Service;
 
 use crate::body::{BoxError, GuardBody};
@@ -255,12 +254,11 @@ where
             return Ok(error_response(api, status, "guard_overloaded", message));
         }
     };
-    let json = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(json @ Value::Object(_)) => json,
+    let Some(head) = dialect::request_head(&bytes) else {
         // Not a JSON object: nothing to guard, forward the bytes as they were.
-        _ => return pass(upstream, api, with_body(parts, bytes, false)).await,
+        return pass(upstream, api, with_body(parts, bytes, false)).await;
     };
-    if let Some(reason) = dialect.unguardable(&json) {
+    if let Some(reason) = dialect.unguardable(&head) {
         tracing::debug!(
             wire_api = %dialect.wire_api(),
             reason,
@@ -268,7 +266,7 @@ where
         );
         return pass(upstream, api, with_body(parts, bytes, false)).await;
     }
-    let request = (parts, json, bytes);
+    let request = (parts, head, bytes);
     let mut outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
     outbound.route_sticky(&config, dialect).await;
     outbound.rewrite(&config, dialect);

@@ -32,6 +32,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::ops::Range;
 
 use bytes::{Bytes, BytesMut};
 
@@ -61,11 +62,55 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     raw: Bytes,
-    event: Option<String>,
-    data: Option<String>,
-    id: Option<String>,
+    event: Text,
+    data: Text,
+    id: Text,
     retry: Option<u64>,
     has_fields: bool,
+}
+
+/// A field value of a frame: most are one line of valid UTF-8, read in
+/// place from the raw bytes; a value joined from several `data` lines, or
+/// decoded lossily, is its own string. Which one a value is depends only
+/// on the frame's bytes, so the derived equality is the values' equality.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Text {
+    Absent,
+    /// Valid UTF-8 at this range of the raw bytes.
+    InRaw(Range<usize>),
+    Owned(String),
+}
+
+impl Text {
+    fn get<'a>(&'a self, raw: &'a Bytes) -> Option<&'a str> {
+        match self {
+            Text::Absent => None,
+            // Checked to be UTF-8 when the frame was cut; checked again
+            // rather than trusted, which is cheap for values this short.
+            Text::InRaw(range) => raw
+                .get(range.clone())
+                .and_then(|v| std::str::from_utf8(v).ok()),
+            Text::Owned(text) => Some(text),
+        }
+    }
+
+    /// The value at `ranges` of `raw` (several `data` lines are joined with
+    /// `\n`).
+    fn of(raw: &Bytes, first: Option<Range<usize>>, more: &[Range<usize>]) -> Text {
+        let Some(first) = first else {
+            return Text::Absent;
+        };
+        let bytes = |range: &Range<usize>| raw.get(range.clone()).unwrap_or_default();
+        if more.is_empty() && std::str::from_utf8(bytes(&first)).is_ok() {
+            return Text::InRaw(first);
+        }
+        let mut text = lossy(bytes(&first));
+        for range in more {
+            text.push('\n');
+            text.push_str(&String::from_utf8_lossy(bytes(range)));
+        }
+        Text::Owned(text)
+    }
 }
 
 impl Frame {
@@ -79,19 +124,19 @@ impl Frame {
     /// The value of the last `event:` field, if the frame had one. An
     /// `event:` line with an empty value gives `Some("")`.
     pub fn event(&self) -> Option<&str> {
-        self.event.as_deref()
+        self.event.get(&self.raw)
     }
 
     /// The values of all `data:` lines joined with `\n`, or `None` if the
     /// frame had no `data` line. A single empty `data:` line gives `Some("")`.
     pub fn data(&self) -> Option<&str> {
-        self.data.as_deref()
+        self.data.get(&self.raw)
     }
 
     /// The value of the last `id:` field in this frame (not carried over from
     /// earlier frames), if any. An `id` whose value contains NUL is ignored.
     pub fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+        self.id.get(&self.raw)
     }
 
     /// The value of the last `retry:` field whose value was all ASCII digits
@@ -146,12 +191,16 @@ impl fmt::Display for FrameTooLarge {
 
 impl std::error::Error for FrameTooLarge {}
 
-/// Fields of the frame being parsed.
+/// Fields of the frame being parsed, as where their values lie in the
+/// frame's raw bytes: the bytes are only put together when the frame is
+/// cut, and most values need no copy at all.
 #[derive(Debug, Default)]
 struct Fields {
-    event: Option<String>,
-    data: Option<String>,
-    id: Option<String>,
+    event: Option<Range<usize>>,
+    data: Option<Range<usize>>,
+    /// The second and later `data` lines.
+    more_data: Vec<Range<usize>>,
+    id: Option<Range<usize>>,
     retry: Option<u64>,
     has_fields: bool,
 }
@@ -197,6 +246,8 @@ pub struct SseFramer {
     ready_len: usize,
     /// Start of a line that began in an earlier chunk (a copy).
     line: Vec<u8>,
+    /// Where `line` starts in the current frame's raw bytes.
+    line_at: usize,
     fields: Fields,
     /// The last byte scanned was a CR: an LF right after it is part of the
     /// same line end.
@@ -239,6 +290,7 @@ impl SseFramer {
             held_len: 0,
             ready_len: 0,
             line: Vec::new(),
+            line_at: 0,
             fields: Fields::default(),
             after_cr: false,
             cut_after_cr: false,
@@ -288,7 +340,8 @@ impl SseFramer {
                     undecided_cr = true;
                 }
             }
-            let blank = self.end_line(&chunk[line_start..eol]);
+            let at = self.held_len + line_start - frame_start;
+            let blank = self.end_line(&chunk[line_start..eol], at);
             line_start = next;
             scan = next;
             if undecided_cr {
@@ -301,6 +354,9 @@ impl SseFramer {
         }
 
         if line_start < len {
+            if self.line.is_empty() {
+                self.line_at = self.held_len + line_start - frame_start;
+            }
             self.line.extend_from_slice(&chunk[line_start..]);
         }
         if frame_start < len {
@@ -349,7 +405,7 @@ impl SseFramer {
         if self.held_len > 0 {
             if !self.line.is_empty() {
                 let line = std::mem::take(&mut self.line);
-                process_line(&mut self.fields, &mut self.first_line, &line);
+                process_line(&mut self.fields, &mut self.first_line, &line, self.line_at);
             }
             self.cut(&Bytes::new(), 0, 0);
         }
@@ -359,15 +415,16 @@ impl SseFramer {
         self.next_frame()
     }
 
-    /// Handles the end of a line whose bytes in the current chunk are `tail`
-    /// (the line may have started in an earlier chunk). Returns `true` for a
-    /// blank line.
-    fn end_line(&mut self, tail: &[u8]) -> bool {
+    /// Handles the end of a line whose bytes in the current chunk are `tail`,
+    /// at `tail_at` in the frame's raw bytes (the line may have started in
+    /// an earlier chunk). Returns `true` for a blank line.
+    fn end_line(&mut self, tail: &[u8], tail_at: usize) -> bool {
         if self.line.is_empty() {
-            process_line(&mut self.fields, &mut self.first_line, tail)
+            process_line(&mut self.fields, &mut self.first_line, tail, tail_at)
         } else {
             self.line.extend_from_slice(tail);
-            let blank = process_line(&mut self.fields, &mut self.first_line, &self.line);
+            let at = self.line_at;
+            let blank = process_line(&mut self.fields, &mut self.first_line, &self.line, at);
             self.line.clear();
             blank
         }
@@ -394,10 +451,10 @@ impl SseFramer {
         let oversized = raw.len() > self.max_frame_bytes;
         self.ready_len += raw.len();
         self.ready.push_back(Frame {
+            event: Text::of(&raw, fields.event, &[]),
+            data: Text::of(&raw, fields.data, &fields.more_data),
+            id: Text::of(&raw, fields.id, &[]),
             raw,
-            event: fields.event,
-            data: fields.data,
-            id: fields.id,
             retry: fields.retry,
             has_fields: fields.has_fields,
         });
@@ -405,9 +462,10 @@ impl SseFramer {
     }
 }
 
-/// Applies one complete line (without its line end) to `fields`. Returns
-/// `true` if the line is blank.
-fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> bool {
+/// Applies one complete line (without its line end), found at `at` in the
+/// frame's raw bytes, to `fields`. Returns `true` if the line is blank.
+fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: usize) -> bool {
+    let mut line = whole;
     if std::mem::take(first_line) {
         if let Some(rest) = line.strip_prefix(BOM) {
             line = rest;
@@ -424,22 +482,17 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, mut line: &[u8]) -> 
             let value = &line[colon + 1..];
             (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
         }
-        None => (line, &b""[..]),
+        None => (line, &line[line.len()..]),
     };
+    // `value` is a part of `whole`: where it lies in the frame.
+    let start = at + (value.as_ptr() as usize - whole.as_ptr() as usize);
+    let range = start..start + value.len();
     fields.has_fields = true;
     match name {
-        b"event" => fields.event = Some(lossy(value)),
-        b"data" => match &mut fields.data {
-            Some(data) => {
-                data.push('\n');
-                match std::str::from_utf8(value) {
-                    Ok(text) => data.push_str(text),
-                    Err(_) => data.push_str(&String::from_utf8_lossy(value)),
-                }
-            }
-            None => fields.data = Some(lossy(value)),
-        },
-        b"id" if !value.contains(&0) => fields.id = Some(lossy(value)),
+        b"event" => fields.event = Some(range),
+        b"data" if fields.data.is_none() => fields.data = Some(range),
+        b"data" => fields.more_data.push(range),
+        b"id" if !value.contains(&0) => fields.id = Some(range),
         b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
             // All digits, so this fails only on overflow.
             if let Ok(retry) = lossy(value).parse() {

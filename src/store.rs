@@ -118,6 +118,33 @@ pub trait ConversationStore: Send + Sync + 'static {
         model: &'a str,
         ttl: Duration,
     ) -> StoreFuture<'a, ()>;
+
+    /// Whether the store may hold state for any conversation at all. When
+    /// it answers `false`, the guard skips [`record_output`](Self::record_output)
+    /// (there is no count to clear) and spares computing the key. The
+    /// default, `true`, is right for any store shared with other processes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let store = MemoryStore::new();
+    /// assert!(!store.may_hold_any());
+    /// let key = ConversationKey::from_bytes(b"conversation");
+    /// assert!(store.reserve_rescue(&key, 1).await);
+    /// assert!(store.may_hold_any());
+    /// store.record_output(&key).await; // the count cleared: nothing to keep
+    /// assert!(!store.may_hold_any());
+    /// store.set_sticky_route(&key, "fallback", Duration::from_secs(60)).await;
+    /// store.record_output(&key).await; // the route stays
+    /// assert!(store.may_hold_any());
+    /// # }
+    /// ```
+    fn may_hold_any(&self) -> bool {
+        true
+    }
 }
 
 /// A conversation's sticky route, as [`ConversationStore::sticky_lookup`]
@@ -260,10 +287,17 @@ impl MemoryStore {
 
     fn output_now(&self, key: &ConversationKey) {
         let mut entries = self.lock();
-        if let Some(entry) = entries.get_mut(key) {
-            entry.rescues_since_output = 0;
-            entry.touched = Instant::now();
+        let Some(entry) = entries.get_mut(key) else {
+            return;
+        };
+        if entry.sticky.is_none() {
+            // Nothing left to remember: an absent entry means the same,
+            // and an empty store spares later requests their key.
+            entries.remove(key);
+            return;
         }
+        entry.rescues_since_output = 0;
+        entry.touched = Instant::now();
     }
 
     fn route_now(&self, key: &ConversationKey) -> StickyLookup {
@@ -316,6 +350,10 @@ impl ConversationStore for MemoryStore {
         });
         Box::pin(std::future::ready(()))
     }
+
+    fn may_hold_any(&self) -> bool {
+        !self.is_empty()
+    }
 }
 
 impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
@@ -338,5 +376,8 @@ impl<T: ConversationStore + ?Sized> ConversationStore for std::sync::Arc<T> {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         (**self).set_sticky_route(key, model, ttl)
+    }
+    fn may_hold_any(&self) -> bool {
+        (**self).may_hold_any()
     }
 }

@@ -11,9 +11,12 @@ use serde_json::Value;
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
+pub(crate) use head::request_head;
+
 pub(crate) mod anthropic;
 pub(crate) mod errors;
 pub(crate) mod gemini;
+mod head;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
 
@@ -146,7 +149,9 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// Recognises a request this dialect guards from its method and URL alone.
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>>;
     /// The model the request asks for: the one in the path, else the body's
-    /// `model`.
+    /// `model`. This, [`is_streaming`](Self::is_streaming) and
+    /// [`unguardable`](Self::unguardable) read the request's head
+    /// ([`request_head`]): the body without its conversation fields.
     fn request_model(&self, path_model: Option<&str>, body: &Value) -> Option<String> {
         path_model
             .map(str::to_owned)
