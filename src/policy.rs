@@ -1,5 +1,5 @@
 //! A recovery policy per refusal category: which steps of the default
-//! [`Ladder`](crate::recovery::Ladder) a refusal of each category may take,
+//! `Ladder` (in `recovery`) a refusal of each category may take,
 //! and in which order. Parsed from the proxy's `--policy` and
 //! `REFUSAL_GUARD_POLICY`, or built in code.
 //!
