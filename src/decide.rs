@@ -30,10 +30,6 @@ pub(crate) enum Decision<B> {
     /// nothing was sent yet, so the client gets a `504` of its API, never
     /// the bytes read so far framed as a response.
     TimedOut(UpstreamTimeout),
-    /// The upstream's connection broke (a reset, a close) before any
-    /// output: nothing was sent yet, so the client gets a `502` of its API
-    /// rather than a head and a cut body. Carries the error's description.
-    Broken(String),
     /// Not a response the guard judges (an error status, another content
     /// type): served as it came, with nothing to record.
     Unjudged(Held<B>),
@@ -144,14 +140,11 @@ impl<S> Exchange<S> {
             latency_ms: millis(self.sent.elapsed()),
         };
 
-        // A connection that broke or went quiet before any output: nothing
-        // of it is worth serving, and nothing was sent yet.
+        // A broken connection is served as it came: what arrived, then its
+        // error. A quiet one before any output is a timeout.
         if matches!(held.verdict, Verdict::Errored) {
-            if let Some(error) = held.error.as_ref() {
-                return match UpstreamTimeout::find(error) {
-                    Some(timeout) => Decision::TimedOut(timeout),
-                    None => Decision::Broken(error.to_string()),
-                };
+            if let Some(timeout) = held.error.as_ref().and_then(UpstreamTimeout::find) {
+                return Decision::TimedOut(timeout);
             }
         }
         match held.verdict {

@@ -52,10 +52,6 @@ where
             call.handle.settle(None);
             timed_out(Shape::Api(call.dialect.wire_api()), timeout)
         }
-        Decision::Broken(error) => {
-            call.handle.settle(None);
-            upstream_broke(Shape::Api(call.dialect.wire_api()), &error)
-        }
         Decision::Unjudged(original) => {
             call.handle.settle(None);
             serve(original, call, None, None, None)
@@ -207,33 +203,6 @@ pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Respon
     response
 }
 
-/// A `502` for an upstream whose connection broke before any output. Like
-/// [`timed_out`], it carries its error in its extensions, so that an answer
-/// already begun is cut with it instead.
-pub(crate) fn upstream_broke<R>(shape: Shape<'_>, error: &str) -> Response<GuardBody<R>> {
-    tracing::warn!(error, "upstream connection broke before any output");
-    let message = format!("the upstream connection broke before any output: {error}");
-    let status = StatusCode::BAD_GATEWAY;
-    let mut response = error_response(shape, status, "upstream_broken", &message);
-    response
-        .extensions_mut()
-        .insert(UpstreamBroken(message.into()));
-    response
-}
-
-/// The body error of an answer already begun when the upstream's connection
-/// broke before any output.
-#[derive(Debug, Clone)]
-pub(crate) struct UpstreamBroken(std::sync::Arc<str>);
-
-impl std::fmt::Display for UpstreamBroken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UpstreamBroken {}
-
 /// Marks a response that is a recovery attempt rather than the original, so
 /// that live thinking knows to continue the message the client has begun.
 #[derive(Debug, Clone, Copy)]
@@ -264,7 +233,7 @@ pub(crate) async fn unless_gone<T>(
 /// its decision), through `splice` when given. Stops when the client goes.
 ///
 /// The client already has a head, so an answer the guard made itself (a
-/// timeout, a broken connection) cannot be sent as such: the stream is cut with its error.
+/// timeout) cannot be sent as such: the stream is cut with its error.
 pub(crate) async fn pump<R>(
     served: Response<GuardBody<R>>,
     sender: &FrameSender,
@@ -276,10 +245,6 @@ pub(crate) async fn pump<R>(
     use http_body_util::BodyExt;
     if let Some(timeout) = served.extensions().get::<UpstreamTimeout>() {
         let _ = sender.send(Err(Box::new(*timeout))).await;
-        return;
-    }
-    if let Some(broken) = served.extensions().get::<UpstreamBroken>() {
-        let _ = sender.send(Err(Box::new(broken.clone()))).await;
         return;
     }
     let mut body = served.into_body();
