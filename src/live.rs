@@ -138,6 +138,7 @@ where
             let held = hold(original, dialect, &config, streaming, Some(&mut forward));
             let Ok(held) = tokio::time::timeout_at(deadline, held).await else {
                 let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
+                call.handle.settle(None);
                 return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
             };
             let served = respond(exchange.conclude(held).await, &call);

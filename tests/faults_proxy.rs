@@ -611,3 +611,86 @@ async fn http2_clients_are_served_and_refused_alike() {
     proxy.line_with(&["GET /v1/models 200 pass"]).await;
     proxy.line_with(&["400 dot_segment_in_path"]).await;
 }
+
+#[tokio::test]
+async fn readyz_answers_503_while_the_proxy_drains() {
+    use refusal_guard::proxy::admin::{self, AdminState, Draining};
+    let upstream =
+        RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
+            .await;
+    let draining = Draining::new();
+    let proxy = Proxy::new(
+        Upstream::parse(&upstream.url()).unwrap(),
+        &RefusalGuardLayer::new(),
+    )
+    .unwrap()
+    .access_log(false)
+    .drain_timeout(Duration::from_secs(3));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = draining.clone().after(async {
+        let _ = stopped.await;
+    });
+    let mut served = tokio::spawn(proxy.serve(listener, shutdown));
+    let admin_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin_addr = admin_listener.local_addr().unwrap();
+    let state = AdminState::new().not_ready_when(draining.clone());
+    tokio::spawn(admin::serve(admin_listener, state, std::future::pending()));
+    let readyz = format!("http://{admin_addr}/readyz");
+
+    let ready = reqwest::get(&readyz).await.unwrap();
+    assert_eq!(ready.status(), 200);
+
+    // A stream in flight, then the shutdown signal: the drain begins.
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket
+        .write_all(b"GET /v1/events HTTP/1.1\r\nhost: proxy\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        upstream
+            .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
+            .await
+    );
+    stop.send(()).unwrap();
+    let draining_answer = reqwest::get(&readyz).await.unwrap();
+    assert!(
+        !served.is_finished(),
+        "still draining when /readyz was asked"
+    );
+    assert_eq!(draining_answer.status(), 503);
+    assert!(draining_answer.text().await.unwrap().contains("draining"));
+
+    let ended = tokio::time::timeout(GENEROUS, &mut served).await;
+    assert!(ended.is_ok(), "serve() returned after the drain deadline");
+    drop(socket);
+}
+
+#[tokio::test]
+async fn a_live_thinking_hold_past_the_deadline_settles_its_handle() {
+    let thinking = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[],\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"thinking\",\"thinking\":\"\"}}\n\n",
+    );
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(thinking.as_bytes())),
+            Act::Hang,
+        ]
+    })
+    .await;
+    let layer = RefusalGuardLayer::new()
+        .live_thinking(true)
+        .recovery_deadline(Duration::from_millis(300));
+    let proxy = Running::start(&upstream.url(), layer, |p| p).await;
+
+    let got = proxy.exchange(&messages_request(true, "")).await;
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(!got.ends_with("0\r\n\r\n"), "a cut stream: {got:?}");
+    // An unsettled handle would leave the line waiting, then `unsettled`.
+    let line = proxy.line_with(&["POST /v1/messages 200"]).await;
+    assert!(!line.contains("unsettled"), "{line}");
+    assert!(line.contains(" ok"), "{line}");
+}

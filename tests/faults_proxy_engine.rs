@@ -407,3 +407,134 @@ async fn guarded_requests_ask_the_upstream_for_identity() {
         Some("identity")
     );
 }
+
+/// A named raw request and the check its error body must pass.
+type ApiRequest = (&'static str, Vec<u8>, fn(&Value) -> bool);
+
+/// A request of each wire API (and one the guard does not judge), as raw
+/// HTTP/1.1, with a check that an error body is in that API's shape.
+fn requests_of_every_api() -> Vec<ApiRequest> {
+    fn with(line: &str, body: &str) -> Vec<u8> {
+        format!(
+            "{line} HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    }
+    let chat = r#"{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+    let responses = r#"{"model":"gpt-x","stream":true,"input":"hi"}"#;
+    let gemini = r#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+    let anthropic: fn(&Value) -> bool = |j| j["type"] == "error" && j["error"]["type"].is_string();
+    let openai: fn(&Value) -> bool = |j| j["error"]["code"].is_string();
+    let google: fn(&Value) -> bool = |j| j["error"]["status"].is_string();
+    vec![
+        ("anthropic", post(BODY), anthropic),
+        ("chat", with("POST /v1/chat/completions", chat), openai),
+        ("responses", with("POST /v1/responses", responses), openai),
+        (
+            "gemini",
+            with(
+                "POST /v1beta/models/gemini-x:streamGenerateContent?alt=sse",
+                gemini,
+            ),
+            google,
+        ),
+        // Anthropic and OpenAI share this path; the proxy answers it in
+        // Anthropic's shape.
+        ("models", with("GET /v1/models", ""), anthropic),
+    ]
+}
+
+/// Every wire API, guarded or not, gets a whole 502 in its own shape.
+async fn each_api_gets_a_502(upstream: &RawUpstream, fault: &str) {
+    let (addr, _stop) = proxy(upstream, &quick()).await;
+    for (name, request, shaped) in requests_of_every_api() {
+        let answer = exchange_raw(addr, &request)
+            .await
+            .unwrap_or_else(|| panic!("{fault}, {name}: closed without a head"));
+        assert_eq!(answer.status(), 502, "{fault}, {name}: {}", answer.head);
+        assert!(
+            answer.header("x-refusal-guard-error").is_some(),
+            "{fault}, {name}: {}",
+            answer.head
+        );
+        assert!(answer.body().1, "{fault}, {name}: a whole error body");
+        let json = answer.json();
+        assert!(
+            shaped(&json),
+            "{fault}, {name}: not the API's shape: {json}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_reset_before_the_head_is_a_502_for_every_api() {
+    let upstream = RawUpstream::start(|_, _| vec![Act::Reset]).await;
+    each_api_gets_a_502(&upstream, "reset").await;
+}
+
+#[tokio::test]
+async fn a_close_before_the_head_is_a_502_for_every_api() {
+    let upstream = RawUpstream::start(|_, _| vec![Act::Close]).await;
+    each_api_gets_a_502(&upstream, "close").await;
+}
+
+#[tokio::test]
+async fn a_garbage_head_is_a_502_for_every_api() {
+    let upstream = RawUpstream::start(|_, _| {
+        vec![
+            Act::Write(bytes::Bytes::from_static(b"NOT HTTP AT ALL\r\n\r\n")),
+            Act::Close,
+        ]
+    })
+    .await;
+    each_api_gets_a_502(&upstream, "garbage").await;
+}
+
+#[tokio::test]
+async fn a_refused_connection_is_a_502_for_every_api() {
+    // A loopback port that was just free and now has no listener.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dead = closed.local_addr().unwrap();
+    drop(closed);
+    let url = Upstream::parse(&format!("http://{dead}")).unwrap();
+    let proxy = Proxy::new(url, &quick()).unwrap().access_log(false);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(proxy.serve(listener, async move {
+        let _ = stopped.await;
+    }));
+    for (name, request, shaped) in requests_of_every_api() {
+        let answer = exchange(addr, &request).await;
+        assert_eq!(answer.status(), 502, "{name}: {}", answer.head);
+        assert_eq!(
+            answer.header("x-refusal-guard-error").as_deref(),
+            Some("upstream_unreachable")
+        );
+        assert!(shaped(&answer.json()), "{name}: {}", answer.json());
+    }
+}
+
+#[tokio::test]
+async fn a_reset_before_output_cuts_a_live_thinking_stream() {
+    // The head went out with live thinking: the client gets a cut stream,
+    // never a clean end.
+    let upstream = RawUpstream::start(|_, _| {
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&events(&[ev::message_start("claude-x")]))),
+            Act::Sleep(Duration::from_millis(50)),
+            Act::Reset,
+        ]
+    })
+    .await;
+    let (addr, _stop) = proxy(&upstream, &quick().live_thinking(true)).await;
+
+    let answer = exchange(addr, &post(BODY)).await;
+    assert_eq!(answer.status(), 200);
+    let (body, clean) = answer.body();
+    assert!(events(&[ev::message_start("claude-x")]).starts_with(&body));
+    assert!(!clean, "the stream is cut, not ended");
+}

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | `GET /metrics` | every [`metrics`](crate::metrics) series in the Prometheus text format |
 //! | `GET /healthz` | `200 ok` while the process serves (liveness) |
-//! | `GET /readyz` | `200` when every [`Probe`] passes (the upstream accepts a TCP connection, the conversation store answers), else `503`; one line per probe |
+//! | `GET /readyz` | `200` when every [`Probe`] passes (the upstream accepts a TCP connection, the conversation store answers), else `503`; one line per probe; `503` once the proxy is [`Draining`] |
 //! | `GET /` | the [`Dashboard`] of the refusal log, live (it reloads every 30 s) |
 //!
 //! It never forwards anything upstream, and the proxy's API port never
@@ -33,6 +33,7 @@ use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -264,6 +265,7 @@ impl Probe for RedisStoreProbe {
 /// ```
 pub struct AdminState {
     metrics: Option<PrometheusHandle>,
+    draining: Draining,
     logs: Vec<PathBuf>,
     /// The store's probe first, then the others.
     probes: Vec<Box<dyn Probe>>,
@@ -274,6 +276,7 @@ impl fmt::Debug for AdminState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdminState")
             .field("metrics", &self.metrics.is_some())
+            .field("draining", &self.draining.is_draining())
             .field("logs", &self.logs)
             .field(
                 "probes",
@@ -300,6 +303,7 @@ impl AdminState {
     pub fn new() -> Self {
         AdminState {
             metrics: None,
+            draining: Draining::new(),
             logs: Vec::new(),
             probes: vec![Box::new(MemoryStoreProbe)],
             probe_timeout: DEFAULT_PROBE_TIMEOUT,
@@ -348,6 +352,64 @@ impl AdminState {
         self.probe_timeout = timeout;
         self
     }
+
+    /// Answers `/readyz` with `503` once `draining` has started, so that a
+    /// load balancer stops sending while requests in flight finish.
+    ///
+    /// ```
+    /// use refusal_guard::proxy::admin::{AdminState, Draining};
+    ///
+    /// let draining = Draining::new();
+    /// let state = AdminState::new().not_ready_when(draining.clone());
+    /// draining.start();
+    /// # let _ = state;
+    /// ```
+    pub fn not_ready_when(mut self, draining: Draining) -> Self {
+        self.draining = draining;
+        self
+    }
+}
+
+/// Whether the proxy is shutting down: set once the shutdown signal came,
+/// while requests in flight drain. Clones share one flag.
+///
+/// ```
+/// use refusal_guard::proxy::admin::Draining;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let draining = Draining::new();
+/// let shutdown = draining.clone().after(std::future::ready(()));
+/// assert!(!draining.is_draining());
+/// shutdown.await;
+/// assert!(draining.is_draining());
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Draining(Arc<AtomicBool>);
+
+impl Draining {
+    /// Not draining yet.
+    pub fn new() -> Self {
+        Draining::default()
+    }
+
+    /// Marks the drain as started.
+    pub fn start(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether the drain has started.
+    pub fn is_draining(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Waits for `shutdown`, then marks the drain as started: wraps the
+    /// shutdown future handed to [`Proxy::serve`](crate::proxy::Proxy::serve).
+    pub async fn after(self, shutdown: impl Future<Output = ()>) {
+        shutdown.await;
+        self.start();
+    }
 }
 
 /// Starts the admin listener of the standalone proxy (`--admin ADDR`):
@@ -360,10 +422,11 @@ pub(crate) async fn start_for_proxy(
     upstream: Option<&Upstream>,
     log: Option<PathBuf>,
     store: Option<Box<dyn Probe>>,
+    draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
     let handle =
         install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
-    let mut state = AdminState::new().metrics(handle);
+    let mut state = AdminState::new().metrics(handle).not_ready_when(draining);
     if let Some(store) = store {
         state.probes[0] = store;
     }
@@ -473,8 +536,11 @@ async fn route<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody
 
 /// Runs every probe, each bounded by the probe timeout.
 async fn readiness(state: &AdminState) -> Response<AdminBody> {
-    let mut ready = true;
+    let mut ready = !state.draining.is_draining();
     let mut report = String::new();
+    if !ready {
+        report.push_str("draining: shutting down\n");
+    }
     for probe in &state.probes {
         let result = match tokio::time::timeout(state.probe_timeout, probe.check()).await {
             Ok(result) => result,

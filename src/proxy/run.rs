@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use tower_layer::Layer;
 use tracing_subscriber::EnvFilter;
 
-use super::admin::{Probe, RedisStoreProbe};
+use super::admin::{Draining, Probe, RedisStoreProbe};
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
 use crate::redis_store::RedisStore;
@@ -209,8 +209,10 @@ async fn serve(options: Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Set at the shutdown signal: `/readyz` turns not-ready while draining.
+    let draining = Draining::new();
     let admin = match options.admin {
-        Some(addr) => match start_admin(&options, addr).await {
+        Some(addr) => match start_admin(&options, addr, draining.clone()).await {
             Ok(local) => Some(local),
             Err(message) => {
                 say("ERROR", &format!("proxy: {message}"));
@@ -237,13 +239,13 @@ async fn serve(options: Options) -> ExitCode {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
         configure(proxy, &options, limits)
-            .serve(listener, shutdown())
+            .serve(listener, draining.after(shutdown()))
             .await
     } else {
         match Proxy::new(options.upstream.clone(), &layer) {
             Ok(proxy) => {
                 configure(proxy, &options, limits)
-                    .serve(listener, shutdown())
+                    .serve(listener, draining.after(shutdown()))
                     .await
             }
             Err(error) => {
@@ -325,6 +327,7 @@ fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
 async fn start_admin(
     options: &Options,
     addr: std::net::SocketAddr,
+    draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
     let upstream = (!options.simulate).then_some(&options.upstream);
     let log = match options.log_setting() {
@@ -332,7 +335,8 @@ async fn start_admin(
         LogSetting::Off => None,
     };
     let local =
-        crate::proxy::admin::start_for_proxy(addr, upstream, log, store_probe(options)?).await?;
+        crate::proxy::admin::start_for_proxy(addr, upstream, log, store_probe(options)?, draining)
+            .await?;
     if !local.ip().is_loopback() {
         let warning = format!(
             "proxy: warning: the admin listener on {local} is reachable from other machines; \
