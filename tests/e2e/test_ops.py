@@ -187,9 +187,19 @@ def test_no_label_carries_prompt_text_or_keys(ops):
     status, text = get(f"{ops.admin}/metrics")
     assert status == 200
     assert "Check my SSH" not in text and "sk-ant" not in text
+    # Only the refused-token counter names models (the issue asks for tokens
+    # by model); its values are model names as sent, bounded, never text.
+    models = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            assert "model" not in sample.labels
+            if family.name != "refusal_guard_refused_tokens":
+                assert "model" not in sample.labels, sample
+            elif "model" in sample.labels:
+                models.add(sample.labels["model"])
+    assert models, "the refused attempts' tokens are counted by model"
+    assert len(models) <= 33
+    for model in models:
+        assert re.fullmatch(r"[A-Za-z0-9_.:/@-]{1,128}", model), model
 
 
 def test_health_and_readiness(ops):
