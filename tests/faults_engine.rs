@@ -212,6 +212,25 @@ where
     (bytes, None)
 }
 
+/// A 200 of unknown length whose body is `sent`, then the upstream's reset:
+/// never a clean end.
+async fn cut_by_a_reset<B>(response: Response<B>, sent: &[u8])
+where
+    B: Body<Data = Bytes, Error = BoxError> + Unpin,
+{
+    assert_eq!(response.status(), 200);
+    let body = response.into_body();
+    assert_eq!(
+        body.size_hint().exact(),
+        None,
+        "no exact length before an error"
+    );
+    assert!(!body.is_end_stream());
+    let (bytes, error) = read(body).await;
+    assert_eq!(bytes, sent);
+    assert!(error.unwrap().to_string().contains("reset"));
+}
+
 fn layer() -> RefusalGuardLayer {
     RefusalGuardLayer::new()
         .upstream_head_timeout(Duration::from_millis(300))
@@ -279,13 +298,18 @@ async fn a_head_then_silence_gets_a_504_and_the_upstream_body_is_dropped() {
     assert!(sink.records().is_empty(), "nothing was refused");
 }
 
-#[tokio::test]
-async fn a_hang_after_a_committed_head_cuts_the_stream() {
-    let text = events(&[
+/// The start of an answer: real output ("Hello"), not yet ended.
+fn hello() -> Bytes {
+    events(&[
         ev::message_start("claude-x"),
         json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
         json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
-    ]);
+    ])
+}
+
+#[tokio::test]
+async fn a_hang_after_a_committed_head_cuts_the_stream() {
+    let text = hello();
     let script = Script::new(vec![Reply::Sse(vec![
         Step::Data(text.clone()),
         Step::Stall,
@@ -310,26 +334,12 @@ async fn a_reset_before_output_is_a_cut_stream_of_unknown_length() {
     let guard = layer().layer(script.clone());
 
     let response = guard.oneshot(request("/v1/messages")).await.unwrap();
-    assert_eq!(response.status(), 200);
-    let body = response.into_body();
-    assert_eq!(
-        body.size_hint().exact(),
-        None,
-        "no exact length before an error"
-    );
-    assert!(!body.is_end_stream());
-    let (bytes, error) = read(body).await;
-    assert_eq!(bytes, &events(&[ev::message_start("claude-x")])[..]);
-    assert!(error.unwrap().to_string().contains("reset"));
+    cut_by_a_reset(response, &events(&[ev::message_start("claude-x")])).await;
 }
 
 #[tokio::test]
 async fn a_reset_after_output_is_a_cut_stream_of_unknown_length() {
-    let text = events(&[
-        ev::message_start("claude-x"),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}),
-    ]);
+    let text = hello();
     // Output and the reset in the held part: the error is pending when the
     // response is built.
     let script = Script::new(vec![Reply::Sse(vec![
@@ -339,17 +349,7 @@ async fn a_reset_after_output_is_a_cut_stream_of_unknown_length() {
     let guard = layer().detect_text_refusals(true).layer(script.clone());
 
     let response = guard.oneshot(request("/v1/messages")).await.unwrap();
-    assert_eq!(response.status(), 200);
-    let body = response.into_body();
-    assert_eq!(
-        body.size_hint().exact(),
-        None,
-        "no exact length before an error"
-    );
-    assert!(!body.is_end_stream());
-    let (bytes, error) = read(body).await;
-    assert_eq!(bytes, &text[..]);
-    assert!(error.unwrap().to_string().contains("reset"));
+    cut_by_a_reset(response, &text).await;
 }
 
 #[tokio::test]

@@ -77,6 +77,17 @@ fn sse(bytes: &[u8]) -> Vec<Act> {
 
 const BODY: &str = r#"{"model":"claude-x","max_tokens":64,"stream":true,"messages":[{"role":"user","content":"Audit my SSH config"}]}"#;
 
+/// A stream head and `bytes`, then a reset: the connection breaks before
+/// any real output.
+fn reset_after(bytes: Vec<u8>) -> Vec<Act> {
+    vec![
+        Act::Write(head(200, "text/event-stream")),
+        Act::Write(chunk(&bytes)),
+        Act::Sleep(Duration::from_millis(50)),
+        Act::Reset,
+    ]
+}
+
 fn post(body: &str) -> Vec<u8> {
     format!(
         "POST /v1/messages HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
@@ -222,15 +233,8 @@ async fn hang_after_head_is_a_504_and_the_upstream_connection_closes() {
 
 #[tokio::test]
 async fn reset_before_output_is_never_a_complete_response() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![
-            Act::Write(head(200, "text/event-stream")),
-            Act::Write(chunk(&events(&[ev::message_start("claude-x")]))),
-            Act::Sleep(Duration::from_millis(50)),
-            Act::Reset,
-        ]
-    })
-    .await;
+    let upstream =
+        RawUpstream::start(|_, _| reset_after(events(&[ev::message_start("claude-x")]))).await;
     let (addr, _stop) = proxy(&upstream, &quick()).await;
 
     // The server may close before its first bytes leave: an error too.
@@ -246,15 +250,7 @@ async fn reset_before_output_is_never_a_complete_response() {
 
 #[tokio::test]
 async fn reset_after_a_live_head_cuts_the_stream() {
-    let upstream = RawUpstream::start(|_, _| {
-        vec![
-            Act::Write(head(200, "text/event-stream")),
-            Act::Write(chunk(&thinking())),
-            Act::Sleep(Duration::from_millis(50)),
-            Act::Reset,
-        ]
-    })
-    .await;
+    let upstream = RawUpstream::start(|_, _| reset_after(thinking())).await;
     let (addr, _stop) = proxy(&upstream, &quick().live_thinking(true)).await;
 
     let answer = exchange(addr, &post(BODY)).await;
@@ -521,15 +517,8 @@ async fn a_refused_connection_is_a_502_for_every_api() {
 async fn a_reset_before_output_cuts_a_live_thinking_stream() {
     // The head went out with live thinking: the client gets a cut stream,
     // never a clean end.
-    let upstream = RawUpstream::start(|_, _| {
-        vec![
-            Act::Write(head(200, "text/event-stream")),
-            Act::Write(chunk(&events(&[ev::message_start("claude-x")]))),
-            Act::Sleep(Duration::from_millis(50)),
-            Act::Reset,
-        ]
-    })
-    .await;
+    let upstream =
+        RawUpstream::start(|_, _| reset_after(events(&[ev::message_start("claude-x")]))).await;
     let (addr, _stop) = proxy(&upstream, &quick().live_thinking(true)).await;
 
     let answer = exchange(addr, &post(BODY)).await;

@@ -77,10 +77,12 @@ async fn ask(proxy: &str, script: &str, id: &str, stream: bool) -> String {
         "model": "claude-opus-4-7", "max_tokens": 64, "stream": stream,
         "messages": [{"role": "user", "content": format!("usage test {id}")}],
     });
-    let response = post_messages(proxy, script, id, &body)
-        .send()
-        .await
-        .unwrap();
+    ok_text(post_messages(proxy, script, id, &body)).await
+}
+
+/// Sends `request`, expects a 200 and reads the answer's text.
+async fn ok_text(request: reqwest::RequestBuilder) -> String {
+    let response = request.send().await.unwrap();
     assert_eq!(response.status(), 200);
     response.text().await.unwrap()
 }
@@ -237,17 +239,13 @@ async fn refused_anthropic_attempts_are_accounted_in_records_report_and_metrics(
 
 /// Posts `body` to `path` on the proxy, playing `script`, and reads the answer.
 async fn post(proxy: &str, path: &str, script: &str, body: Value) -> String {
-    let response = client()
+    let request = client()
         .post(format!("{proxy}{path}"))
         .header("content-type", "application/json")
         .header("x-mock-script", script)
         .header("x-mock-id", path)
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap()
+        .body(body.to_string());
+    ok_text(request).await
 }
 
 #[tokio::test]
