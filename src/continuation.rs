@@ -27,8 +27,8 @@ use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::replay::ReplayBody;
 use crate::respond::{
-    self, judge_findings, pump, serve, serve_settled, timed_out, unless_gone, FrameSender, Shape,
-    Watched,
+    self, judge_findings, mark_recovered, pump, serve, serve_settled, timed_out, unless_gone,
+    FrameSender, Shape, Watched,
 };
 use crate::sse::SseFramer;
 use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
@@ -176,7 +176,12 @@ where
         request_id,
         ..call.refusal(&info, Outcome::Fallback)
     };
-    serve_settled(held, &call, Some(refusal), attempts, None)
+    // Head not sent yet: the client can be told this answer was recovered.
+    let (category, served_by) = (refusal.category.clone(), refusal.served_model.clone());
+    let mut response = serve_settled(held, &call, Some(refusal), attempts, None);
+    let (category, served_by) = (category.as_deref(), served_by.as_deref());
+    mark_recovered(&mut response, Outcome::Fallback, category, served_by);
+    response
 }
 
 /// What continuing this call would take: the model to continue on and the

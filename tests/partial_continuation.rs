@@ -203,6 +203,8 @@ async fn a_failed_continuation_leaves_the_original_partial_refusal_byte_exact() 
         let replies = vec![Reply::Sse(vec![original.clone()]), reply];
         let done = exchange(layer(), replies, messages("claude-opus-4-7", true, "x")).await;
         assert_eq!(done.body, original, "{what}");
+        let recovery = done.parts.headers.get("refusal-guard-recovery");
+        assert!(recovery.is_none(), "{what}");
         assert_eq!(done.upstream.seen().len(), 2, "{what}");
         let records = done.sink.records();
         assert_eq!(records.len(), 1, "{what}");
@@ -537,6 +539,14 @@ async fn a_json_message_refused_after_text_is_continued_as_one_message() {
     );
     let length = done.parts.headers["content-length"].to_str().unwrap();
     assert_eq!(length, done.body.len().to_string());
+    let recovery = done.parts.headers["refusal-guard-recovery"]
+        .to_str()
+        .unwrap();
+    assert!(recovery.starts_with("fallback;"), "{recovery}");
+    assert!(
+        recovery.contains("served-by=claude-sonnet-4-5"),
+        "{recovery}"
+    );
 
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
@@ -566,6 +576,8 @@ async fn a_json_continuation_that_fails_leaves_the_original_byte_exact() {
         let replies = vec![Reply::Json(original.clone()), reply];
         let done = exchange(layer(), replies, messages("claude-opus-4-7", false, "x")).await;
         assert_eq!(done.body, original, "{what}");
+        let recovery = done.parts.headers.get("refusal-guard-recovery");
+        assert!(recovery.is_none(), "{what}");
         assert_eq!(done.upstream.seen().len(), 2, "{what}");
         let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Partial, "{what}");
