@@ -34,10 +34,12 @@ trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
-# Starts `proxy --simulate` on a free loopback port; sets SIM_URL and SIM_PID.
+# Starts `proxy --simulate [FLAGS]` on a free loopback port; sets SIM_URL
+# and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
 start_simulated_proxy() {
-    local err=$WORK/proxy-$1.err
-    "$EXAMPLES/proxy" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$1.jsonl" 2>"$err" &
+    local err=$WORK/proxy-$1.err name=$1
+    shift
+    "$EXAMPLES/proxy" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
     SIM_PID=$!
     PIDS+=("$SIM_PID")
     for _ in $(seq 100); do
@@ -98,6 +100,19 @@ start_simulated_proxy agent
 ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
 grep -q 'Simulated answer' "$WORK/agent.out"
 grep -q 'rescued(cyber)' "$WORK/proxy-agent.err"
+grep -q 'guarded request settled' "$WORK/proxy-agent.err"
+
+step "--quiet: no line per request on stderr"
+start_simulated_proxy quiet --quiet
+for _ in 1 2 3; do
+    curl -s -o /dev/null --max-time 20 "$SIM_URL/v1/messages" -H 'content-type: application/json' \
+        -d '{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"Check my SSH config"}]}'
+done
+for _ in $(seq 50); do [ -s "$WORK/refusals-quiet.jsonl" ] && break; sleep 0.1; done
+[ -s "$WORK/refusals-quiet.jsonl" ]
+if grep -E 'settled|POST /v1/messages' "$WORK/proxy-quiet.err"; then
+    echo "--quiet still wrote per-request lines"; exit 1
+fi
 "$EXAMPLES/refusals" --log "$WORK/refusals-agent.jsonl"
 
 step "Claude Code CLI headless through proxy --simulate"

@@ -85,6 +85,17 @@ pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
 /// (`wire_api`).
 pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
 
+/// The tracing target of the one event logged when a guarded request
+/// settles (`guarded request settled`, in its `guarded_request` span): a
+/// line per request, so a subscriber can turn it off on its own, as the
+/// proxy's `--quiet` does.
+///
+/// ```
+/// let filter = format!("info,{}=off", refusal_guard::metrics::SETTLED_TARGET);
+/// assert_eq!(filter, "info,refusal_guard::settled=off");
+/// ```
+pub const SETTLED_TARGET: &str = "refusal_guard::settled";
+
 /// How many distinct categories get their own label value.
 pub const MAX_CATEGORIES: usize = 32;
 /// How many distinct models get their own label value.
@@ -435,6 +446,7 @@ impl Drop for GuardedRequest {
             self.span.record("refusal_guard.attempts", attempts);
         }
         tracing::info!(
+            target: SETTLED_TARGET,
             parent: &self.span,
             outcome,
             attempts,

@@ -24,7 +24,8 @@ FALLBACKS and LOG are also read as pi-refusal-guard's OMP_REFUSAL_* and \
 PI_REFUSAL_* (REFUSAL_GUARD_ wins over OMP_, OMP_ over PI_). An off value \
 for --log means no log. Several chains in REFUSAL_GUARD_CHAIN are separated \
 by `;`. The level of the proxy's own messages: --log-level, else RUST_LOG, \
-else warn (info for refusal_guard).";
+else warn (info for refusal_guard; under --quiet, without the per-request \
+settled event).";
 
 /// The standalone proxy's options (`examples/proxy.rs`).
 ///
@@ -93,7 +94,7 @@ pub struct Options {
     /// No upstream: a built-in provider that refuses each conversation's first attempt
     #[arg(long, env = "REFUSAL_GUARD_SIMULATE", action = ArgAction::SetTrue, value_parser = switch)]
     pub simulate: bool,
-    /// No per-request line on stderr
+    /// No per-request line on stderr (neither the access line nor the settled event)
     #[arg(long, env = "REFUSAL_GUARD_QUIET", action = ArgAction::SetTrue, value_parser = switch)]
     pub quiet: bool,
     /// Format of the proxy's own lines on stderr (access log and messages)
@@ -350,9 +351,31 @@ fn log_setting(value: &str) -> Result<LogSetting, String> {
 }
 
 fn log_filter(value: &str) -> Result<String, String> {
-    tracing_subscriber::EnvFilter::try_new(value)
-        .map(|_| value.to_owned())
-        .map_err(|e| format!("expected a level or a tracing filter: {e}"))
+    LevelFilter::parse(value).map(|_| value.to_owned())
+}
+
+/// A parsed `--log-level` or `RUST_LOG` filter.
+pub(crate) enum LevelFilter {
+    /// Levels by target (`warn,refusal_guard=info`), the common case:
+    /// parsed without regular expressions, so a proxy run with one never
+    /// builds (or maps in the code of) a regex engine.
+    Targets(Box<tracing_subscriber::filter::Targets>),
+    /// Anything else `EnvFilter` accepts: span and field filters.
+    Env(Box<tracing_subscriber::EnvFilter>),
+}
+
+impl LevelFilter {
+    pub(crate) fn parse(value: &str) -> Result<Self, String> {
+        // `Targets` would take a span filter's brackets as part of a target
+        // name, so only a plain list of targets and levels goes to it.
+        let plain = !value.contains(['[', ']', '{', '}']);
+        if let Some(Ok(targets)) = plain.then(|| value.parse()) {
+            return Ok(LevelFilter::Targets(Box::new(targets)));
+        }
+        tracing_subscriber::EnvFilter::try_new(value)
+            .map(|env| LevelFilter::Env(Box::new(env)))
+            .map_err(|e| format!("expected a level or a tracing filter: {e}"))
+    }
 }
 
 #[cfg(test)]
@@ -528,5 +551,30 @@ mod tests {
         assert_eq!(o.retarget, Some(Vec::new()));
         assert!(o.fallback_chains().for_model("a").is_empty());
         assert_eq!(o.log_setting(), LogSetting::Off);
+    }
+
+    #[test]
+    fn level_filters_by_target_need_no_env_filter() {
+        for spec in [
+            "warn",
+            "warn,refusal_guard=info",
+            "refusal_guard::settled=off,info",
+        ] {
+            assert!(
+                matches!(LevelFilter::parse(spec), Ok(LevelFilter::Targets(_))),
+                "{spec}"
+            );
+        }
+        // Span and field filters still work, through EnvFilter.
+        for spec in [
+            "[guarded_request]=debug",
+            "refusal_guard[guarded_request{gen_ai.system=anthropic}]=trace",
+        ] {
+            assert!(
+                matches!(LevelFilter::parse(spec), Ok(LevelFilter::Env(_))),
+                "{spec}"
+            );
+        }
+        assert!(LevelFilter::parse("info,[=bad").is_err());
     }
 }

@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 use tower_layer::Layer;
-use tracing_subscriber::EnvFilter;
 
 use super::admin::{Draining, Probe, RedisStoreProbe};
+use super::options::LevelFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
 use crate::redis_store::RedisStore;
@@ -85,32 +85,57 @@ fn say(level: &str, text: &str) {
 
 /// Messages go to stderr, as text or one JSON object per line (with the
 /// fields of the spans they happened in), filtered by `--log-level`, else
-/// `RUST_LOG`, else warnings (and refusal-guard's own information).
+/// `RUST_LOG`, else warnings (and refusal-guard's own information, less the
+/// per-request settled event under `--quiet`).
 fn install_subscriber(options: &Options) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer as _;
+
     let filter = options
         .log_level
-        .as_deref()
-        .map(EnvFilter::try_new)
-        .or_else(|| std::env::var("RUST_LOG").ok().map(EnvFilter::try_new))
-        .and_then(Result::ok)
-        .unwrap_or_else(|| EnvFilter::new("warn,refusal_guard=info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .and_then(|spec| LevelFilter::parse(&spec).ok())
+        .or_else(|| LevelFilter::parse(&default_filter(options.quiet)).ok());
+    let (targets, env) = match filter {
+        Some(LevelFilter::Targets(targets)) => (Some(*targets), None),
+        Some(LevelFilter::Env(env)) => (None, Some(*env)),
+        None => (None, None),
+    };
+    let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    let installed = match options.log_format {
-        LogFormat::Json => builder
+    let lines = match options.log_format {
+        LogFormat::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(true)
-            .try_init(),
-        _ => builder.try_init(),
+            .boxed(),
+        _ => lines.boxed(),
     };
+    let installed = tracing_subscriber::registry()
+        .with(targets)
+        .with(env)
+        .with(lines)
+        .try_init();
     if let Err(error) = installed {
         say(
             "ERROR",
             &format!("proxy: warning: no tracing subscriber installed: {error}"),
         );
+    }
+}
+
+/// The level filter when neither `--log-level` nor `RUST_LOG` gives one.
+/// `--quiet` promises no line per request, so it also drops the event each
+/// guarded request logs when it settles.
+fn default_filter(quiet: bool) -> String {
+    let filter = "warn,refusal_guard=info";
+    if quiet {
+        format!("{filter},{}=off", crate::metrics::SETTLED_TARGET)
+    } else {
+        filter.to_owned()
     }
 }
 
