@@ -51,17 +51,26 @@ where
         return RequestBody::Unguarded(body);
     }
     let mut buffer = BytesMut::new();
+    // Bytes of `buffer` already counted against the layer-wide bound.
+    let mut counted = 0;
     loop {
         match body.frame().await {
             None => return RequestBody::Read(buffer.freeze()),
             Some(Ok(frame)) => {
                 if let Ok(mut data) = frame.into_data() {
-                    if !share.grow(data.remaining()) {
-                        tracing::warn!(
-                            "the bound on bytes held across requests is reached: request refused"
-                        );
-                        return RequestBody::NoRoom;
+                    let wanted = room_for(&buffer, data.remaining(), declared);
+                    if wanted > counted {
+                        if !share.grow(wanted - counted) {
+                            tracing::warn!(
+                                "the bound on bytes held across requests is reached: request refused"
+                            );
+                            return RequestBody::NoRoom;
+                        }
+                        counted = wanted;
                     }
+                    // At the first bytes, room for all that were declared:
+                    // one allocation, no copies as the buffer grows.
+                    buffer.reserve(wanted - buffer.len());
                     while data.has_remaining() {
                         let chunk = data.chunk();
                         buffer.extend_from_slice(chunk);
@@ -83,6 +92,16 @@ where
             }
         }
     }
+}
+
+/// How many bytes the request buffer needs to take `more`: all the
+/// declared length (already checked to be within the limit) once any byte
+/// came, and more only if the body runs past it. Reserved only when bytes
+/// arrive, so a client that declares a length and sends nothing holds
+/// nothing.
+fn room_for(buffer: &BytesMut, more: usize, declared: Option<u64>) -> usize {
+    let declared = declared.map_or(0, |len| len as usize);
+    (buffer.len() + more).max(if more > 0 { declared } else { 0 })
 }
 
 /// A guardable request on its way out: its head and body as they will be
@@ -262,5 +281,115 @@ fn restored(
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.route_restored(&event)));
     if told.is_err() {
         tracing::warn!("telemetry sink panicked on route_restored");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+
+    use http_body::Frame;
+    use http_body_util::combinators::BoxBody;
+
+    use super::*;
+    use crate::reserve::BytePool;
+
+    /// A body of `chunks` that then ends or, if `open`, never does.
+    struct Chunks {
+        chunks: VecDeque<Bytes>,
+        open: bool,
+    }
+
+    impl http_body::Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            match self.chunks.pop_front() {
+                Some(chunk) => Poll::Ready(Some(Ok(Frame::data(chunk)))),
+                None if self.open => Poll::Pending,
+                None => Poll::Ready(None),
+            }
+        }
+    }
+
+    fn body(chunks: &[&'static str], open: bool) -> BoxBody<Bytes, Infallible> {
+        let chunks = chunks.iter().map(|c| Bytes::from_static(c.as_bytes()));
+        BoxBody::new(Chunks {
+            chunks: chunks.collect(),
+            open,
+        })
+    }
+
+    fn declaring(len: usize) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(CONTENT_LENGTH, HeaderValue::from(len));
+        headers
+    }
+
+    async fn read(
+        headers: &HeaderMap,
+        body: BoxBody<Bytes, Infallible>,
+        pool: &Arc<BytePool>,
+    ) -> (RequestBody<BoxBody<Bytes, Infallible>>, Share) {
+        let mut share = pool.share();
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            read_request_body(headers, body, 1 << 20, &mut share),
+        )
+        .await
+        .expect("the read ended");
+        (read, share)
+    }
+
+    #[tokio::test]
+    async fn the_declared_length_is_counted_when_the_first_bytes_come() {
+        let pool = BytePool::new(1 << 20);
+        let (read, share) = read(&declaring(10), body(&["0123", "456789"], false), &pool).await;
+        assert!(matches!(read, RequestBody::Read(bytes) if bytes == "0123456789"));
+        assert_eq!(pool.used(), 10, "counted once, as declared");
+        drop(share);
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_the_pool_cannot_hold_is_refused_at_the_first_bytes() {
+        // The client is still sending: the answer does not wait for it.
+        let pool = BytePool::new(64);
+        let (read, _share) = read(&declaring(100), body(&["{"], true), &pool).await;
+        assert!(matches!(read, RequestBody::NoRoom));
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_with_no_bytes_yet_holds_nothing() {
+        let pool = BytePool::new(64);
+        let mut share = pool.share();
+        let headers = declaring(60);
+        let reading = read_request_body(&headers, body(&[], true), 1 << 20, &mut share);
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), reading).await;
+        assert!(waited.is_err(), "still waiting for the body");
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_body_longer_than_declared_is_read_whole_and_counted() {
+        let pool = BytePool::new(1 << 20);
+        let (read, _share) = read(&declaring(4), body(&["01", "2345", "67"], false), &pool).await;
+        assert!(matches!(read, RequestBody::Read(bytes) if bytes == "01234567"));
+        assert_eq!(pool.used(), 8);
+    }
+
+    #[tokio::test]
+    async fn without_a_declared_length_the_bytes_are_counted_as_they_come() {
+        let pool = BytePool::new(1 << 20);
+        let (read, _share) = read(&HeaderMap::new(), body(&["01", "2345"], false), &pool).await;
+        assert!(matches!(read, RequestBody::Read(bytes) if bytes == "012345"));
+        assert_eq!(pool.used(), 6);
     }
 }
