@@ -71,7 +71,8 @@ where
         return respond::respond(exchange.conclude(held).await, &call);
     }
     if held.judged.is_some() {
-        return continue_json(exchange, held, plan).await;
+        // Boxed, like the ladder: only a continued answer needs its state.
+        return Box::pin(continue_json(exchange, held, plan)).await;
     }
     let mut held = held;
     let Some(watch) = held.watch.take() else {
@@ -294,10 +295,10 @@ where
 /// What sending the continuation takes: the inner service, the call, the
 /// request as the original was sent, and the plan.
 struct Hop<S> {
-    upstream: Inner<S>,
+    upstream: Box<Inner<S>>,
     call: Call,
     /// The request as the original was sent.
-    template: Original,
+    template: Box<Original>,
     streaming: bool,
     plan: Plan,
 }

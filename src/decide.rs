@@ -92,11 +92,15 @@ impl HandoffMark {
 
 /// A guarded call once its original is sent: what deciding its response
 /// needs, step after step.
+///
+/// The upstream service and the request as sent are boxed: an exchange
+/// moves through every future of the decision, and each future that holds
+/// one is part of every request in flight, so it is kept small.
 pub(crate) struct Exchange<S> {
-    pub(crate) upstream: Inner<S>,
+    pub(crate) upstream: Box<Inner<S>>,
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Original,
+    pub(crate) template: Box<Original>,
     /// Whether the request asked for a stream.
     pub(crate) streaming: bool,
     /// When the original was sent.
@@ -160,7 +164,10 @@ impl<S> Exchange<S> {
                     usage: info.usage,
                     ..original_attempt
                 };
-                self.recover(held, info, original_attempt, request_id).await
+                // Boxed: the ladder's state is most of this future's size,
+                // and only a refused answer needs it; every request in
+                // flight would otherwise carry it.
+                Box::pin(self.recover(held, info, original_attempt, request_id)).await
             }
             Verdict::Refused { ref info, .. } => {
                 // Too much came before or after the refusal to keep it whole:
@@ -720,9 +727,9 @@ mod tests {
             _share: Arc::new(config.held.share()),
         };
         let exchange = Exchange {
-            upstream: Inner::primed(Upstream::new(inner), Timeouts::of(&config)),
+            upstream: Box::new(Inner::primed(Upstream::new(inner), Timeouts::of(&config))),
             call,
-            template,
+            template: Box::new(template),
             streaming: false,
             sent: Instant::now(),
         };

@@ -281,9 +281,9 @@ where
     };
     let _added = crate::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange {
-        upstream,
+        upstream: Box::new(upstream),
         call,
-        template,
+        template: Box::new(template),
         streaming,
         sent,
     };
