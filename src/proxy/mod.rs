@@ -235,6 +235,27 @@ impl<S> Proxy<S> {
         self
     }
 
+    /// Reads request heads (request line and headers) of at most this
+    /// many bytes, answering `431` past it (default 16 KiB, at least
+    /// 8 KiB). The bound also caps each HTTP/1 connection's read buffer.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let _runtime = tokio::runtime::Builder::new_current_thread().build()?;
+    /// use refusal_guard::proxy::{Proxy, Upstream};
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let upstream = Upstream::parse("https://api.anthropic.com")?;
+    /// let proxy = Proxy::new(upstream, &RefusalGuardLayer::new())?.max_head_bytes(64 * 1024);
+    /// assert_eq!(proxy.server_limits().max_head_bytes, 64 * 1024);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_head_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_head_bytes = bytes.max(ServerLimits::MIN_HEAD_BYTES);
+        self
+    }
+
     /// The upstream.
     pub fn upstream(&self) -> &Upstream {
         &self.inner.upstream

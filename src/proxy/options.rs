@@ -121,6 +121,9 @@ pub struct Options {
     /// Connections served at once (lowered to fit the file-descriptor limit)
     #[arg(long, env = "REFUSAL_GUARD_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), default_value = "4096")]
     pub max_connections: u32,
+    /// Largest request head (request line and headers) read, in bytes; larger ones get 431
+    #[arg(long, env = "REFUSAL_GUARD_MAX_HEAD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u32).range(8192..), default_value = "16384")]
+    pub max_head_bytes: u32,
     /// Time for the upstream to send its response head [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_HEAD_TIMEOUT", value_name = "SECS", value_parser = seconds)]
     pub upstream_head_timeout: Option<Duration>,
@@ -434,6 +437,7 @@ mod tests {
         assert_eq!(chains.for_model("d"), ["e"]);
         assert_eq!(o.rescue, None);
         assert_eq!(o.header_read_timeout, Duration::from_secs(30));
+        assert_eq!(o.max_head_bytes, 16 * 1024);
         assert_eq!(o.max_connections, 4096);
     }
 
@@ -474,6 +478,7 @@ mod tests {
             &["--log-format", "xml"],
             &["--log-level", "info,[=bad"],
             &["--header-read-timeout", "-1"],
+            &["--max-head-bytes", "4096"],
         ] {
             let error = parse(args, none).unwrap_err();
             assert_eq!(error.exit_code(), 2, "{args:?}: {error}");

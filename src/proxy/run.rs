@@ -251,6 +251,7 @@ async fn serve(options: Options) -> ExitCode {
         idle_timeout: options.idle_timeout,
         drain_timeout: options.drain_timeout,
         max_connections: fit_connections(options.max_connections as usize),
+        max_head_bytes: options.max_head_bytes as usize,
     };
     let local = listener.local_addr().unwrap_or(options.listen);
     announce(&options, local, &log_shown, &limits);

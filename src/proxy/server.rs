@@ -47,6 +47,7 @@ const OVERFLOW_GRACE: Duration = Duration::from_secs(5);
 /// let limits = ServerLimits::default();
 /// assert_eq!(limits.max_connections, 4096);
 /// assert_eq!(limits.header_read_timeout.as_secs(), 30);
+/// assert_eq!(limits.max_head_bytes, 16 * 1024);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -59,6 +60,19 @@ pub struct ServerLimits {
     pub drain_timeout: Duration,
     /// Connections served at once.
     pub max_connections: usize,
+    /// The largest request head (request line and headers) read, in
+    /// bytes; a larger one is answered `431`. It also caps each HTTP/1
+    /// connection's read buffer: the guard reads a request body as fast as
+    /// it comes, and without a cap every kept-alive connection's buffer
+    /// grows past the body's size (hyper allows about 400 KB). The default,
+    /// 16 KiB, is Node.js's and HAProxy's; SDK and agent requests send a
+    /// few KB of headers.
+    pub max_head_bytes: usize,
+}
+
+impl ServerLimits {
+    /// The least [`ServerLimits::max_head_bytes`] hyper accepts.
+    pub const MIN_HEAD_BYTES: usize = 8 * 1024;
 }
 
 impl Default for ServerLimits {
@@ -68,6 +82,7 @@ impl Default for ServerLimits {
             idle_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
             max_connections: 4096,
+            max_head_bytes: 16 * 1024,
         }
     }
 }
@@ -221,11 +236,16 @@ where
             })
         };
         let mut builder = auto::Builder::new(TokioExecutor::new());
+        let max_head = self.limits.max_head_bytes.max(ServerLimits::MIN_HEAD_BYTES);
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(self.limits.header_read_timeout);
-        builder.http2().timer(TokioTimer::new());
+            .header_read_timeout(self.limits.header_read_timeout)
+            .max_buf_size(max_head);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX));
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let mut connection = std::pin::pin!(connection);
         let mut closing = false;
