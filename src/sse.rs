@@ -33,6 +33,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
 
@@ -59,7 +60,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// assert_eq!(frame.raw().as_ref(), b"event: ping\ndata: {}\n\n");
 /// assert!(!frame.is_comment_only());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Frame {
     raw: Bytes,
     event: Text,
@@ -67,49 +68,81 @@ pub struct Frame {
     id: Text,
     retry: Option<u64>,
     has_fields: bool,
+    /// The values of `event`, `data` and `id`, decoded lossily, made the
+    /// first time one of them turns out not to be UTF-8 (almost never).
+    lossy: OnceLock<Box<[Option<String>; 3]>>,
 }
 
-/// A field value of a frame: most are one line of valid UTF-8, read in
-/// place from the raw bytes; a value joined from several `data` lines, or
-/// decoded lossily, is its own string. Which one a value is depends only
-/// on the frame's bytes, so the derived equality is the values' equality.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a value lies in a frame's `lossy` decodings.
+const EVENT: usize = 0;
+const DATA: usize = 1;
+const ID: usize = 2;
+
+/// A field value of a frame: most are one line, read in place from the raw
+/// bytes; a value joined from several `data` lines is its own string.
+#[derive(Debug, Clone)]
 enum Text {
     Absent,
-    /// Valid UTF-8 at this range of the raw bytes.
+    /// The value is this range of the raw bytes, not yet checked to be
+    /// UTF-8: it is checked when read, so a frame nobody reads a value of
+    /// (most of a committed stream) costs no check at all.
     InRaw(Range<usize>),
     Owned(String),
 }
 
 impl Text {
-    fn get<'a>(&'a self, raw: &'a Bytes) -> Option<&'a str> {
-        match self {
-            Text::Absent => None,
-            // Checked to be UTF-8 when the frame was cut; checked again
-            // rather than trusted, which is cheap for values this short.
-            Text::InRaw(range) => raw
-                .get(range.clone())
-                .and_then(|v| std::str::from_utf8(v).ok()),
-            Text::Owned(text) => Some(text),
-        }
-    }
-
     /// The value at `ranges` of `raw` (several `data` lines are joined with
     /// `\n`).
     fn of(raw: &Bytes, first: Option<Range<usize>>, more: &[Range<usize>]) -> Text {
         let Some(first) = first else {
             return Text::Absent;
         };
-        let bytes = |range: &Range<usize>| raw.get(range.clone()).unwrap_or_default();
-        if more.is_empty() && std::str::from_utf8(bytes(&first)).is_ok() {
+        if more.is_empty() {
             return Text::InRaw(first);
         }
+        let bytes = |range: &Range<usize>| raw.get(range.clone()).unwrap_or_default();
         let mut text = lossy(bytes(&first));
         for range in more {
             text.push('\n');
             text.push_str(&String::from_utf8_lossy(bytes(range)));
         }
         Text::Owned(text)
+    }
+
+    /// The value decoded lossily (`None` when absent).
+    fn decode(&self, raw: &Bytes) -> Option<String> {
+        match self {
+            Text::Absent => None,
+            Text::InRaw(range) => Some(lossy(raw.get(range.clone()).unwrap_or_default())),
+            Text::Owned(text) => Some(text.clone()),
+        }
+    }
+}
+
+impl PartialEq for Frame {
+    /// Frames are equal when their bytes and their values are.
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+            && self.event() == other.event()
+            && self.data() == other.data()
+            && self.id() == other.id()
+            && self.retry == other.retry
+            && self.has_fields == other.has_fields
+    }
+}
+
+impl Eq for Frame {}
+
+impl fmt::Debug for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Frame")
+            .field("raw", &self.raw)
+            .field("event", &self.event())
+            .field("data", &self.data())
+            .field("id", &self.id())
+            .field("retry", &self.retry)
+            .field("has_fields", &self.has_fields)
+            .finish()
     }
 }
 
@@ -124,19 +157,19 @@ impl Frame {
     /// The value of the last `event:` field, if the frame had one. An
     /// `event:` line with an empty value gives `Some("")`.
     pub fn event(&self) -> Option<&str> {
-        self.event.get(&self.raw)
+        self.text(&self.event, EVENT)
     }
 
     /// The values of all `data:` lines joined with `\n`, or `None` if the
     /// frame had no `data` line. A single empty `data:` line gives `Some("")`.
     pub fn data(&self) -> Option<&str> {
-        self.data.get(&self.raw)
+        self.text(&self.data, DATA)
     }
 
     /// The value of the last `id:` field in this frame (not carried over from
     /// earlier frames), if any. An `id` whose value contains NUL is ignored.
     pub fn id(&self) -> Option<&str> {
-        self.id.get(&self.raw)
+        self.text(&self.id, ID)
     }
 
     /// The value of the last `retry:` field whose value was all ASCII digits
@@ -154,6 +187,30 @@ impl Frame {
     /// The raw bytes of the frame, consuming it.
     pub fn into_raw(self) -> Bytes {
         self.raw
+    }
+
+    /// A value as text: in place when it is UTF-8, else its lossy decoding
+    /// (made once, for all three values).
+    fn text<'a>(&'a self, text: &'a Text, which: usize) -> Option<&'a str> {
+        match text {
+            Text::Absent => None,
+            Text::Owned(text) => Some(text),
+            Text::InRaw(range) => {
+                let bytes = self.raw.get(range.clone()).unwrap_or_default();
+                match std::str::from_utf8(bytes) {
+                    Ok(text) => Some(text),
+                    Err(_) => self.lossy.get_or_init(|| self.decode_all())[which].as_deref(),
+                }
+            }
+        }
+    }
+
+    fn decode_all(&self) -> Box<[Option<String>; 3]> {
+        Box::new([
+            self.event.decode(&self.raw),
+            self.data.decode(&self.raw),
+            self.id.decode(&self.raw),
+        ])
     }
 }
 
@@ -457,6 +514,7 @@ impl SseFramer {
             raw,
             retry: fields.retry,
             has_fields: fields.has_fields,
+            lossy: OnceLock::new(),
         });
         oversized
     }
