@@ -645,9 +645,7 @@ struct AnthropicStream {
 impl StreamInspector for AnthropicStream {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
         let mut seen = Observation::default();
-        // Deltas and pings are most of a long stream and never carry a stop
-        // reason: once committed, skip parsing them.
-        if committed && matches!(frame.event(), Some("content_block_delta" | "ping")) {
+        if committed && self.skips_committed(frame) {
             return seen;
         }
         let Some(event) = json_event(frame) else {
@@ -690,6 +688,12 @@ impl StreamInspector for AnthropicStream {
             _ => {}
         }
         seen
+    }
+
+    /// Deltas and pings are most of a long stream and never carry a stop
+    /// reason: once committed, they need no parse.
+    fn skips_committed(&self, frame: &Frame) -> bool {
+        matches!(frame.event(), Some("content_block_delta" | "ping"))
     }
 }
 

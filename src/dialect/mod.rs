@@ -79,6 +79,14 @@ pub(crate) trait StreamInspector: Send {
     /// record) still matter, so an inspector may skip events that cannot
     /// carry one.
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation;
+
+    /// Whether [`observe`](Self::observe) with `committed` set would find
+    /// nothing in this frame, told from a glance (its event name) rather
+    /// than a parse: the watch of a settled stream then skips the call and
+    /// the empty observation, which is most of the cost of a long stream.
+    fn skips_committed(&self, _frame: &Frame) -> bool {
+        false
+    }
 }
 
 /// Rewrites a served stream frame by frame: the guard's splicing hook.
