@@ -160,6 +160,18 @@ impl Frame {
         self.text(&self.event, EVENT)
     }
 
+    /// Whether [`Frame::event`] is `Some(name)`, told from the raw bytes
+    /// without a UTF-8 check when it can be: equal bytes are `name`'s, so
+    /// valid UTF-8; other bytes can only decode to `name` lossily, with a
+    /// U+FFFD in it.
+    pub(crate) fn event_is(&self, name: &str) -> bool {
+        match &self.event {
+            Text::InRaw(range) if self.raw.get(range.clone()) == Some(name.as_bytes()) => true,
+            Text::InRaw(_) if !name.contains(char::REPLACEMENT_CHARACTER) => false,
+            _ => self.event() == Some(name),
+        }
+    }
+
     /// The values of all `data:` lines joined with `\n`, or `None` if the
     /// frame had no `data` line. A single empty `data:` line gives `Some("")`.
     pub fn data(&self) -> Option<&str> {
@@ -938,6 +950,17 @@ mod tests {
         assert_eq!(framer.next_frame().unwrap().data(), Some("12345"));
         assert_eq!(framer.next_frame().unwrap().data(), Some("6"));
         assert_eq!(framer.push(Bytes::from_static(b"data: 7\n\n")), Ok(()));
+    }
+
+    #[test]
+    fn event_is_agrees_with_event() {
+        let f = frames(b"event: ping\n\nevent: \xFF\n\ndata: x\n\nevent: a\nevent: b\n\n");
+        for name in ["ping", "pin", "", "\u{FFFD}", "b", "a"] {
+            for frame in &f {
+                assert_eq!(frame.event_is(name), frame.event() == Some(name), "{name:?}");
+            }
+        }
+        assert!(f[1].event_is("\u{FFFD}"));
     }
 
     #[test]

@@ -693,7 +693,7 @@ impl StreamInspector for AnthropicStream {
     /// Deltas and pings are most of a long stream and never carry a stop
     /// reason: once committed, they need no parse.
     fn skips_committed(&self, frame: &Frame) -> bool {
-        matches!(frame.event(), Some("content_block_delta" | "ping"))
+        frame.event_is("content_block_delta") || frame.event_is("ping")
     }
 }
 
