@@ -395,7 +395,7 @@ impl SseFramer {
         }
 
         let mut scan = line_start;
-        while let Some(off) = memchr::memchr2(b'\n', b'\r', &chunk[scan..]) {
+        while let Some(off) = line_end(&chunk[scan..]) {
             let eol = scan + off;
             let mut next = eol + 1;
             // A CR as the chunk's last byte may be half of a CRLF.
@@ -547,7 +547,16 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
     if line[0] == b':' {
         return false;
     }
-    let (name, value) = match memchr::memchr(b':', line) {
+    // The field name is what comes before the first colon: a line that
+    // starts `data:` or `event:` names that field, no search needed.
+    let colon = if line.starts_with(b"data:") {
+        Some(4)
+    } else if line.starts_with(b"event:") {
+        Some(5)
+    } else {
+        memchr::memchr(b':', line)
+    };
+    let (name, value) = match colon {
         Some(colon) => {
             let value = &line[colon + 1..];
             (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
@@ -572,6 +581,33 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
         _ => {}
     }
     false
+}
+
+/// Where the first line end (CR or LF) in `bytes` is.
+///
+/// Besides data, a stream's lines are short (an event name, a blank line),
+/// shorter than memchr's setup is worth: the first few words are looked
+/// at here, eight bytes at a time, before memchr takes the rest.
+fn line_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGHS: u64 = ONES << 7;
+    let mut at = 0;
+    while at < 32 {
+        let Some(word) = bytes.get(at..at + 8) else {
+            break;
+        };
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        // A byte equal to LF or CR becomes zero; the lowest flagged byte
+        // of `zero(x)` is the first zero byte of `x` (later flags may be
+        // false, never earlier ones).
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+        let found = zero(word ^ (ONES * u64::from(b'\n'))) | zero(word ^ (ONES * u64::from(b'\r')));
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    memchr::memchr2(b'\n', b'\r', &bytes[at..]).map(|off| at + off)
 }
 
 /// The bytes as text, invalid sequences replaced. Valid UTF-8 (nearly
@@ -950,6 +986,24 @@ mod tests {
         assert_eq!(framer.next_frame().unwrap().data(), Some("12345"));
         assert_eq!(framer.next_frame().unwrap().data(), Some("6"));
         assert_eq!(framer.push(Bytes::from_static(b"data: 7\n\n")), Ok(()));
+    }
+
+    #[test]
+    fn line_end_finds_the_first_cr_or_lf() {
+        for len in 0..80 {
+            for at in 0..=len {
+                for end in [b'\n', b'\r'] {
+                    // Bytes next to the line end values, and a later one.
+                    let mut bytes: Vec<u8> = (0..len).map(|i| [0x0B, 0x0C, 0x09, 0x8A, b'a'][i % 5]).collect();
+                    let expected = (at < len).then(|| {
+                        bytes[at] = end;
+                        bytes[len - 1] = b'\n';
+                        at
+                    });
+                    assert_eq!(line_end(&bytes), expected, "{len} {at} {end}");
+                }
+            }
+        }
     }
 
     #[test]
