@@ -71,7 +71,8 @@ where
         return respond::respond(exchange.conclude(held).await, &call);
     }
     if held.judged.is_some() {
-        return continue_json(exchange, held, plan).await;
+        // Boxed, as a recovery is: large, and not every request's.
+        return Box::pin(continue_json(exchange, held, plan)).await;
     }
     let mut held = held;
     let Some(watch) = held.watch.take() else {

@@ -160,7 +160,10 @@ impl<S> Exchange<S> {
                     usage: info.usage,
                     ..original_attempt
                 };
-                self.recover(held, info, original_attempt, request_id).await
+                // Boxed: a recovery is rare and its future large, and
+                // inline it would make every request's future as large
+                // (copied whole each time it is built and moved).
+                Box::pin(self.recover(held, info, original_attempt, request_id)).await
             }
             Verdict::Refused { ref info, .. } => {
                 // Too much came before or after the refusal to keep it whole:
