@@ -549,12 +549,11 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
     }
     // The field name is what comes before the first colon: a line that
     // starts `data:` or `event:` names that field, no search needed.
-    let colon = if line.starts_with(b"data:") {
-        Some(4)
-    } else if line.starts_with(b"event:") {
-        Some(5)
-    } else {
-        memchr::memchr(b':', line)
+    // (Slice patterns: `starts_with` would call memcmp for five bytes.)
+    let colon = match line {
+        [b'd', b'a', b't', b'a', b':', ..] => Some(4),
+        [b'e', b'v', b'e', b'n', b't', b':', ..] => Some(5),
+        _ => memchr::memchr(b':', line),
     };
     let (name, value) = match colon {
         Some(colon) => {
