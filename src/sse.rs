@@ -548,30 +548,31 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
         return false;
     }
     // The field name is what comes before the first colon: a line that
-    // starts `data:` or `event:` names that field, no search needed.
-    // (Slice patterns: `starts_with` would call memcmp for five bytes.)
-    let colon = match line {
-        [b'd', b'a', b't', b'a', b':', ..] => Some(4),
-        [b'e', b'v', b'e', b'n', b't', b':', ..] => Some(5),
-        _ => memchr::memchr(b':', line),
+    // starts `data:` or `event:` names that field, with no search for the
+    // colon nor comparison of names. (Slice patterns: `starts_with` and
+    // slice equality would call memcmp for these few bytes.)
+    let (name, rest) = match line {
+        [b'd', b'a', b't', b'a', b':', rest @ ..] => (Name::Data, rest),
+        [b'e', b'v', b'e', b'n', b't', b':', rest @ ..] => (Name::Event, rest),
+        _ => match memchr::memchr(b':', line) {
+            Some(colon) => (Name::of(&line[..colon]), &line[colon + 1..]),
+            None => (Name::of(line), &line[line.len()..]),
+        },
     };
-    let (name, value) = match colon {
-        Some(colon) => {
-            let value = &line[colon + 1..];
-            (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
-        }
-        None => (line, &line[line.len()..]),
+    let value = match rest {
+        [b' ', value @ ..] => value,
+        value => value,
     };
     // `value` is a part of `whole`: where it lies in the frame.
     let start = at + (value.as_ptr() as usize - whole.as_ptr() as usize);
     let range = start..start + value.len();
     fields.has_fields = true;
     match name {
-        b"event" => fields.event = Some(range),
-        b"data" if fields.data.is_none() => fields.data = Some(range),
-        b"data" => fields.more_data.push(range),
-        b"id" if !value.contains(&0) => fields.id = Some(range),
-        b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+        Name::Event => fields.event = Some(range),
+        Name::Data if fields.data.is_none() => fields.data = Some(range),
+        Name::Data => fields.more_data.push(range),
+        Name::Id if !value.contains(&0) => fields.id = Some(range),
+        Name::Retry if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
             // All digits, so this fails only on overflow.
             if let Ok(retry) = lossy(value).parse() {
                 fields.retry = Some(retry);
@@ -580,6 +581,27 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
         _ => {}
     }
     false
+}
+
+/// The field names the framer reads; any other is ignored.
+enum Name {
+    Event,
+    Data,
+    Id,
+    Retry,
+    Other,
+}
+
+impl Name {
+    fn of(name: &[u8]) -> Name {
+        match name {
+            b"event" => Name::Event,
+            b"data" => Name::Data,
+            b"id" => Name::Id,
+            b"retry" => Name::Retry,
+            _ => Name::Other,
+        }
+    }
 }
 
 /// Where the first line end (CR or LF) in `bytes` is.
