@@ -1015,7 +1015,9 @@ mod tests {
             for at in 0..=len {
                 for end in [b'\n', b'\r'] {
                     // Bytes next to the line end values, and a later one.
-                    let mut bytes: Vec<u8> = (0..len).map(|i| [0x0B, 0x0C, 0x09, 0x8A, b'a'][i % 5]).collect();
+                    let mut bytes: Vec<u8> = (0..len)
+                        .map(|i| [0x0B, 0x0C, 0x09, 0x8A, b'a'][i % 5])
+                        .collect();
                     let expected = (at < len).then(|| {
                         bytes[at] = end;
                         bytes[len - 1] = b'\n';
@@ -1032,7 +1034,11 @@ mod tests {
         let f = frames(b"event: ping\n\nevent: \xFF\n\ndata: x\n\nevent: a\nevent: b\n\n");
         for name in ["ping", "pin", "", "\u{FFFD}", "b", "a"] {
             for frame in &f {
-                assert_eq!(frame.event_is(name), frame.event() == Some(name), "{name:?}");
+                assert_eq!(
+                    frame.event_is(name),
+                    frame.event() == Some(name),
+                    "{name:?}"
+                );
             }
         }
         assert!(f[1].event_is("\u{FFFD}"));

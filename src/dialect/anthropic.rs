@@ -7,12 +7,12 @@ use http::{HeaderMap, Method, Uri};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fields::{typed, Count, Obj, RawText, Str};
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
     remove_list_value, str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
     PartialContinuation, PrefillClaim, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
 };
-use super::fields::{typed, Count, Obj, RawText, Str};
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
@@ -197,7 +197,8 @@ impl MessageFields<'_> {
                 }
             }
             if seen.server_fallback.is_none() && kind == Some("fallback") {
-                let model = |m: &Option<Obj<ModelFields<'_>>>| m.as_ref().and_then(|m| m.0.model.owned());
+                let model =
+                    |m: &Option<Obj<ModelFields<'_>>>| m.as_ref().and_then(|m| m.0.model.owned());
                 seen.server_fallback = Some(ServerFallback {
                     from: model(&block.from),
                     to: model(&block.to),

@@ -240,7 +240,9 @@ pub(crate) fn typed<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
     if !printable(bytes) {
         return None;
     }
-    serde_json::from_slice::<Obj<T>>(bytes).ok().map(|obj| obj.0)
+    serde_json::from_slice::<Obj<T>>(bytes)
+        .ok()
+        .map(|obj| obj.0)
 }
 
 /// UTF-8 without control characters (bytes below 0x20).
@@ -252,9 +254,7 @@ fn printable(bytes: &[u8]) -> bool {
             .iter()
             .fold(false, |found, &b| found | !(low..=high).contains(&b))
     };
-    let ascii = bytes
-        .chunks(256)
-        .all(|block| !outside(block, 0x20, 0x7F));
+    let ascii = bytes.chunks(256).all(|block| !outside(block, 0x20, 0x7F));
     if ascii {
         return true;
     }
@@ -304,14 +304,33 @@ mod tests {
     #[test]
     fn a_raw_text_is_read_as_strictly_as_a_string() {
         assert_eq!(answer(r#"{"text":"Hi"}"#), Some((true, Some("Hi".into()))));
-        assert_eq!(answer(r#"{"text":" \n\t"}"#), Some((false, Some(" \n\t".into()))));
-        assert_eq!(answer("{\"text\":\" \u{3000}\"}"), Some((false, Some(" \u{3000}".into()))));
-        assert_eq!(answer("{\"text\":\" \u{e9}\"}"), Some((true, Some(" \u{e9}".into()))));
-        assert_eq!(answer(r#"{"text":"\u00e9\ud83d\ude00"}"#), Some((true, Some("\u{e9}\u{1F600}".into()))));
+        assert_eq!(
+            answer(r#"{"text":" \n\t"}"#),
+            Some((false, Some(" \n\t".into())))
+        );
+        assert_eq!(
+            answer("{\"text\":\" \u{3000}\"}"),
+            Some((false, Some(" \u{3000}".into())))
+        );
+        assert_eq!(
+            answer("{\"text\":\" \u{e9}\"}"),
+            Some((true, Some(" \u{e9}".into())))
+        );
+        assert_eq!(
+            answer(r#"{"text":"\u00e9\ud83d\ude00"}"#),
+            Some((true, Some("\u{e9}\u{1F600}".into())))
+        );
         assert_eq!(answer(r#"{}"#), Some((false, None)));
         // Where serde_json's strict read fails, this fails too.
-        for broken in [r#"{"text":"\ud800"}"#, r#"{"text":"\udc00x"}"#, "{\"text\":\"a\u{1}\"}",
-            "{\"text\":\"a\nb\"}", r#"{"text":3}"#, r#"{"text":[104]}"#, r#"{"text":null}"#] {
+        for broken in [
+            r#"{"text":"\ud800"}"#,
+            r#"{"text":"\udc00x"}"#,
+            "{\"text\":\"a\u{1}\"}",
+            "{\"text\":\"a\nb\"}",
+            r#"{"text":3}"#,
+            r#"{"text":[104]}"#,
+            r#"{"text":null}"#,
+        ] {
             assert_eq!(answer(broken), None, "{broken:?}");
         }
         let not_utf8: &[u8] = b"{\"text\":\"\xFF\"}";
