@@ -151,10 +151,7 @@ impl StreamWatch {
     pub(crate) fn feed(&mut self, chunk: &Bytes) {
         let overflow = self.framer.push(chunk.clone()).is_err();
         while let Some(frame) = self.framer.next_frame() {
-            self.frames += 1;
-            let settled = self.committed && self.findings.output;
-            let seen = self.inspector.observe(&frame, settled);
-            self.findings.absorb(seen);
+            self.judge(&frame);
         }
         if overflow {
             self.overflowed = true;
@@ -170,11 +167,19 @@ impl StreamWatch {
     /// The stream ended: judge any bytes that never got their blank line.
     pub(crate) fn finish(&mut self) {
         while let Some(frame) = self.framer.finish() {
-            self.frames += 1;
-            let settled = self.committed && self.findings.output;
-            let seen = self.inspector.observe(&frame, settled);
-            self.findings.absorb(seen);
+            self.judge(&frame);
         }
+    }
+
+    fn judge(&mut self, frame: &crate::sse::Frame) {
+        self.frames += 1;
+        let settled = self.committed && self.findings.output;
+        if settled && self.inspector.skips_committed(frame) {
+            // Nothing to absorb: an empty observation changes no finding.
+            return;
+        }
+        let seen = self.inspector.observe(frame, settled);
+        self.findings.absorb(seen);
     }
 }
 

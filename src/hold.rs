@@ -373,7 +373,9 @@ pub(crate) async fn hold_json<R>(
     let Some(body) = held.rest.as_mut() else {
         return;
     };
-    let mut buffer = BytesMut::new();
+    // Bytes read so far; the body is joined into one buffer only if it came
+    // in more than one frame.
+    let mut len = 0;
     loop {
         match body.frame().await {
             None => break,
@@ -387,17 +389,17 @@ pub(crate) async fn hold_json<R>(
                 let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
                 let mut pool_full = false;
                 if let Some(data) = frame.data_ref() {
-                    buffer.extend_from_slice(data);
+                    len += data.len();
                     pool_full = !held.share.grow(data.len());
                 }
                 held.frames.push_back(frame);
                 if pool_full {
                     tracing::warn!(
-                        held_bytes = buffer.len(),
+                        held_bytes = len,
                         "the bound on bytes held across responses is reached; letting the response through"
                     );
                 }
-                if pool_full || buffer.len() > config.max_response_body {
+                if pool_full || len > config.max_response_body {
                     held.verdict = Verdict::Limit;
                     return;
                 }
@@ -405,17 +407,13 @@ pub(crate) async fn hold_json<R>(
         }
     }
     held.rest = None;
-    let Ok(json) = serde_json::from_slice::<Value>(&buffer) else {
-        // Not JSON after all: pass it on as it came.
-        held.verdict = if success {
-            Verdict::Ended
-        } else {
-            Verdict::Pass
-        };
-        return;
-    };
+    let whole = joined(&held.frames, len);
     if !success {
-        held.verdict = match dialect.inspect_error(held.parts.status, &json) {
+        // Not JSON after all: pass it on as it came.
+        let info = serde_json::from_slice::<Value>(&whole)
+            .ok()
+            .and_then(|json| dialect.inspect_error(held.parts.status, &json));
+        held.verdict = match info {
             Some(info) => Verdict::Refused {
                 info,
                 complete: true,
@@ -424,8 +422,13 @@ pub(crate) async fn hold_json<R>(
         };
         return;
     }
+    let Some(seen) = dialect.inspect_json_bytes(&whole, config.text_detection) else {
+        // Not JSON after all: pass it on as it came.
+        held.verdict = Verdict::Ended;
+        return;
+    };
     let mut findings = Findings::default();
-    findings.absorb(dialect.inspect_json(&json));
+    findings.absorb(seen);
     if config.text_detection {
         findings.judge_text();
     }
@@ -439,4 +442,21 @@ pub(crate) async fn hold_json<R>(
         None => Verdict::Ended,
     };
     held.judged = Some(findings);
+}
+
+/// The data of `frames` (`len` bytes in all) as one buffer: the frame
+/// itself when there is only one, which is how most bodies arrive.
+fn joined(frames: &VecDeque<Frame<Bytes>>, len: usize) -> Bytes {
+    let mut data = frames.iter().filter_map(Frame::data_ref);
+    match (data.next(), data.next()) {
+        (None, _) => Bytes::new(),
+        (Some(only), None) => only.clone(),
+        _ => {
+            let mut whole = BytesMut::with_capacity(len);
+            for piece in frames.iter().filter_map(Frame::data_ref) {
+                whole.extend_from_slice(piece);
+            }
+            whole.freeze()
+        }
+    }
 }

@@ -33,6 +33,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::ops::Range;
+use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
 
@@ -59,7 +60,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// assert_eq!(frame.raw().as_ref(), b"event: ping\ndata: {}\n\n");
 /// assert!(!frame.is_comment_only());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Frame {
     raw: Bytes,
     event: Text,
@@ -67,49 +68,81 @@ pub struct Frame {
     id: Text,
     retry: Option<u64>,
     has_fields: bool,
+    /// The values of `event`, `data` and `id`, decoded lossily, made the
+    /// first time one of them turns out not to be UTF-8 (almost never).
+    lossy: OnceLock<Box<[Option<String>; 3]>>,
 }
 
-/// A field value of a frame: most are one line of valid UTF-8, read in
-/// place from the raw bytes; a value joined from several `data` lines, or
-/// decoded lossily, is its own string. Which one a value is depends only
-/// on the frame's bytes, so the derived equality is the values' equality.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where a value lies in a frame's `lossy` decodings.
+const EVENT: usize = 0;
+const DATA: usize = 1;
+const ID: usize = 2;
+
+/// A field value of a frame: most are one line, read in place from the raw
+/// bytes; a value joined from several `data` lines is its own string.
+#[derive(Debug, Clone)]
 enum Text {
     Absent,
-    /// Valid UTF-8 at this range of the raw bytes.
+    /// The value is this range of the raw bytes, not yet checked to be
+    /// UTF-8: it is checked when read, so a frame nobody reads a value of
+    /// (most of a committed stream) costs no check at all.
     InRaw(Range<usize>),
     Owned(String),
 }
 
 impl Text {
-    fn get<'a>(&'a self, raw: &'a Bytes) -> Option<&'a str> {
-        match self {
-            Text::Absent => None,
-            // Checked to be UTF-8 when the frame was cut; checked again
-            // rather than trusted, which is cheap for values this short.
-            Text::InRaw(range) => raw
-                .get(range.clone())
-                .and_then(|v| std::str::from_utf8(v).ok()),
-            Text::Owned(text) => Some(text),
-        }
-    }
-
     /// The value at `ranges` of `raw` (several `data` lines are joined with
     /// `\n`).
     fn of(raw: &Bytes, first: Option<Range<usize>>, more: &[Range<usize>]) -> Text {
         let Some(first) = first else {
             return Text::Absent;
         };
-        let bytes = |range: &Range<usize>| raw.get(range.clone()).unwrap_or_default();
-        if more.is_empty() && std::str::from_utf8(bytes(&first)).is_ok() {
+        if more.is_empty() {
             return Text::InRaw(first);
         }
+        let bytes = |range: &Range<usize>| raw.get(range.clone()).unwrap_or_default();
         let mut text = lossy(bytes(&first));
         for range in more {
             text.push('\n');
             text.push_str(&String::from_utf8_lossy(bytes(range)));
         }
         Text::Owned(text)
+    }
+
+    /// The value decoded lossily (`None` when absent).
+    fn decode(&self, raw: &Bytes) -> Option<String> {
+        match self {
+            Text::Absent => None,
+            Text::InRaw(range) => Some(lossy(raw.get(range.clone()).unwrap_or_default())),
+            Text::Owned(text) => Some(text.clone()),
+        }
+    }
+}
+
+impl PartialEq for Frame {
+    /// Frames are equal when their bytes and their values are.
+    fn eq(&self, other: &Self) -> bool {
+        self.raw == other.raw
+            && self.event() == other.event()
+            && self.data() == other.data()
+            && self.id() == other.id()
+            && self.retry == other.retry
+            && self.has_fields == other.has_fields
+    }
+}
+
+impl Eq for Frame {}
+
+impl fmt::Debug for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Frame")
+            .field("raw", &self.raw)
+            .field("event", &self.event())
+            .field("data", &self.data())
+            .field("id", &self.id())
+            .field("retry", &self.retry)
+            .field("has_fields", &self.has_fields)
+            .finish()
     }
 }
 
@@ -124,19 +157,31 @@ impl Frame {
     /// The value of the last `event:` field, if the frame had one. An
     /// `event:` line with an empty value gives `Some("")`.
     pub fn event(&self) -> Option<&str> {
-        self.event.get(&self.raw)
+        self.text(&self.event, EVENT)
+    }
+
+    /// Whether [`Frame::event`] is `Some(name)`, told from the raw bytes
+    /// without a UTF-8 check when it can be: equal bytes are `name`'s, so
+    /// valid UTF-8; other bytes can only decode to `name` lossily, with a
+    /// U+FFFD in it.
+    pub(crate) fn event_is(&self, name: &str) -> bool {
+        match &self.event {
+            Text::InRaw(range) if self.raw.get(range.clone()) == Some(name.as_bytes()) => true,
+            Text::InRaw(_) if !name.contains(char::REPLACEMENT_CHARACTER) => false,
+            _ => self.event() == Some(name),
+        }
     }
 
     /// The values of all `data:` lines joined with `\n`, or `None` if the
     /// frame had no `data` line. A single empty `data:` line gives `Some("")`.
     pub fn data(&self) -> Option<&str> {
-        self.data.get(&self.raw)
+        self.text(&self.data, DATA)
     }
 
     /// The value of the last `id:` field in this frame (not carried over from
     /// earlier frames), if any. An `id` whose value contains NUL is ignored.
     pub fn id(&self) -> Option<&str> {
-        self.id.get(&self.raw)
+        self.text(&self.id, ID)
     }
 
     /// The value of the last `retry:` field whose value was all ASCII digits
@@ -154,6 +199,30 @@ impl Frame {
     /// The raw bytes of the frame, consuming it.
     pub fn into_raw(self) -> Bytes {
         self.raw
+    }
+
+    /// A value as text: in place when it is UTF-8, else its lossy decoding
+    /// (made once, for all three values).
+    fn text<'a>(&'a self, text: &'a Text, which: usize) -> Option<&'a str> {
+        match text {
+            Text::Absent => None,
+            Text::Owned(text) => Some(text),
+            Text::InRaw(range) => {
+                let bytes = self.raw.get(range.clone()).unwrap_or_default();
+                match std::str::from_utf8(bytes) {
+                    Ok(text) => Some(text),
+                    Err(_) => self.lossy.get_or_init(|| self.decode_all())[which].as_deref(),
+                }
+            }
+        }
+    }
+
+    fn decode_all(&self) -> Box<[Option<String>; 3]> {
+        Box::new([
+            self.event.decode(&self.raw),
+            self.data.decode(&self.raw),
+            self.id.decode(&self.raw),
+        ])
     }
 }
 
@@ -326,7 +395,7 @@ impl SseFramer {
         }
 
         let mut scan = line_start;
-        while let Some(off) = memchr::memchr2(b'\n', b'\r', &chunk[scan..]) {
+        while let Some(off) = line_end(&chunk[scan..]) {
             let eol = scan + off;
             let mut next = eol + 1;
             // A CR as the chunk's last byte may be half of a CRLF.
@@ -457,6 +526,7 @@ impl SseFramer {
             raw,
             retry: fields.retry,
             has_fields: fields.has_fields,
+            lossy: OnceLock::new(),
         });
         oversized
     }
@@ -477,23 +547,32 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
     if line[0] == b':' {
         return false;
     }
-    let (name, value) = match memchr::memchr(b':', line) {
-        Some(colon) => {
-            let value = &line[colon + 1..];
-            (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
-        }
-        None => (line, &line[line.len()..]),
+    // The field name is what comes before the first colon: a line that
+    // starts `data:` or `event:` names that field, with no search for the
+    // colon nor comparison of names. (Slice patterns: `starts_with` and
+    // slice equality would call memcmp for these few bytes.)
+    let (name, rest) = match line {
+        [b'd', b'a', b't', b'a', b':', rest @ ..] => (Name::Data, rest),
+        [b'e', b'v', b'e', b'n', b't', b':', rest @ ..] => (Name::Event, rest),
+        _ => match memchr::memchr(b':', line) {
+            Some(colon) => (Name::of(&line[..colon]), &line[colon + 1..]),
+            None => (Name::of(line), &line[line.len()..]),
+        },
+    };
+    let value = match rest {
+        [b' ', value @ ..] => value,
+        value => value,
     };
     // `value` is a part of `whole`: where it lies in the frame.
     let start = at + (value.as_ptr() as usize - whole.as_ptr() as usize);
     let range = start..start + value.len();
     fields.has_fields = true;
     match name {
-        b"event" => fields.event = Some(range),
-        b"data" if fields.data.is_none() => fields.data = Some(range),
-        b"data" => fields.more_data.push(range),
-        b"id" if !value.contains(&0) => fields.id = Some(range),
-        b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+        Name::Event => fields.event = Some(range),
+        Name::Data if fields.data.is_none() => fields.data = Some(range),
+        Name::Data => fields.more_data.push(range),
+        Name::Id if !value.contains(&0) => fields.id = Some(range),
+        Name::Retry if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
             // All digits, so this fails only on overflow.
             if let Ok(retry) = lossy(value).parse() {
                 fields.retry = Some(retry);
@@ -502,6 +581,54 @@ fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: us
         _ => {}
     }
     false
+}
+
+/// The field names the framer reads; any other is ignored.
+enum Name {
+    Event,
+    Data,
+    Id,
+    Retry,
+    Other,
+}
+
+impl Name {
+    fn of(name: &[u8]) -> Name {
+        match name {
+            b"event" => Name::Event,
+            b"data" => Name::Data,
+            b"id" => Name::Id,
+            b"retry" => Name::Retry,
+            _ => Name::Other,
+        }
+    }
+}
+
+/// Where the first line end (CR or LF) in `bytes` is.
+///
+/// Besides data, a stream's lines are short (an event name, a blank line),
+/// shorter than memchr's setup is worth: the first few words are looked
+/// at here, eight bytes at a time, before memchr takes the rest.
+fn line_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 255;
+    const HIGHS: u64 = ONES << 7;
+    let mut at = 0;
+    while at < 32 {
+        let Some(word) = bytes.get(at..at + 8) else {
+            break;
+        };
+        let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        // A byte equal to LF or CR becomes zero; the lowest flagged byte
+        // of `zero(x)` is the first zero byte of `x` (later flags may be
+        // false, never earlier ones).
+        let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;
+        let found = zero(word ^ (ONES * u64::from(b'\n'))) | zero(word ^ (ONES * u64::from(b'\r')));
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    memchr::memchr2(b'\n', b'\r', &bytes[at..]).map(|off| at + off)
 }
 
 /// The bytes as text, invalid sequences replaced. Valid UTF-8 (nearly
@@ -880,6 +1007,41 @@ mod tests {
         assert_eq!(framer.next_frame().unwrap().data(), Some("12345"));
         assert_eq!(framer.next_frame().unwrap().data(), Some("6"));
         assert_eq!(framer.push(Bytes::from_static(b"data: 7\n\n")), Ok(()));
+    }
+
+    #[test]
+    fn line_end_finds_the_first_cr_or_lf() {
+        for len in 0..80 {
+            for at in 0..=len {
+                for end in [b'\n', b'\r'] {
+                    // Bytes next to the line end values, and a later one.
+                    let mut bytes: Vec<u8> = (0..len)
+                        .map(|i| [0x0B, 0x0C, 0x09, 0x8A, b'a'][i % 5])
+                        .collect();
+                    let expected = (at < len).then(|| {
+                        bytes[at] = end;
+                        bytes[len - 1] = b'\n';
+                        at
+                    });
+                    assert_eq!(line_end(&bytes), expected, "{len} {at} {end}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn event_is_agrees_with_event() {
+        let f = frames(b"event: ping\n\nevent: \xFF\n\ndata: x\n\nevent: a\nevent: b\n\n");
+        for name in ["ping", "pin", "", "\u{FFFD}", "b", "a"] {
+            for frame in &f {
+                assert_eq!(
+                    frame.event_is(name),
+                    frame.event() == Some(name),
+                    "{name:?}"
+                );
+            }
+        }
+        assert!(f[1].event_is("\u{FFFD}"));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Uri};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use super::fields::{typed, Count, Obj, RawText, Str};
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
     remove_list_value, str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
@@ -103,6 +105,128 @@ fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
         .then_some((at, model, method))
 }
 
+/// The fields of a whole message that [`AnthropicMessages`] inspects, read
+/// straight from the body's bytes (strings borrowed where they hold no
+/// escape). A body these types do not fit (a key twice, an object or a list
+/// where none belongs) is read as a whole `Value` instead.
+#[derive(Deserialize)]
+struct MessageFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(default, borrow)]
+    model: Str<'a>,
+    #[serde(default, borrow)]
+    content: Option<Vec<Obj<BlockFields<'a>>>>,
+    #[serde(default, borrow)]
+    stop_reason: Str<'a>,
+    #[serde(default, borrow)]
+    stop_details: Option<Obj<StopDetailsFields<'a>>>,
+    #[serde(default)]
+    usage: Option<Obj<UsageFields>>,
+}
+
+#[derive(Deserialize)]
+struct BlockFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    /// Read raw: it is most of a message's bytes.
+    #[serde(default, borrow)]
+    text: Option<RawText<'a>>,
+    /// A `fallback` block's models and trigger.
+    #[serde(default, borrow)]
+    from: Option<Obj<ModelFields<'a>>>,
+    #[serde(default, borrow)]
+    to: Option<Obj<ModelFields<'a>>>,
+    #[serde(default, borrow)]
+    trigger: Option<Obj<TriggerFields<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct ModelFields<'a> {
+    #[serde(default, borrow)]
+    model: Str<'a>,
+}
+
+#[derive(Deserialize)]
+struct TriggerFields<'a> {
+    #[serde(default, borrow)]
+    category: Str<'a>,
+}
+
+#[derive(Deserialize)]
+struct StopDetailsFields<'a> {
+    #[serde(default, borrow)]
+    category: Str<'a>,
+    #[serde(default, borrow)]
+    explanation: Str<'a>,
+    #[serde(default, borrow)]
+    fallback_credit_token: Str<'a>,
+}
+
+#[derive(Deserialize)]
+struct UsageFields {
+    #[serde(default)]
+    input_tokens: Count,
+    #[serde(default)]
+    output_tokens: Count,
+    #[serde(default)]
+    cache_read_input_tokens: Count,
+    #[serde(default)]
+    cache_creation_input_tokens: Count,
+}
+
+impl MessageFields<'_> {
+    /// What [`AnthropicMessages::inspect_json`] observes in the same body.
+    fn observe(&self, keep_text: bool) -> Observation {
+        let mut seen = Observation {
+            model: self.model.owned(),
+            error: self.kind.is("error"),
+            ..Observation::default()
+        };
+        for Obj(block) in self.content.iter().flatten() {
+            let kind = block.kind.as_deref();
+            seen.real_output |= match kind {
+                Some("text") => block.text.as_ref().is_some_and(RawText::is_real),
+                Some(kind) => is_tool_call_block(kind),
+                None => false,
+            };
+            seen.tool_call |= kind.is_some_and(is_tool_call_block);
+            if keep_text && kind == Some("text") {
+                if let Some(text) = block.text.as_ref().and_then(RawText::text) {
+                    seen.text.push_str(text);
+                }
+            }
+            if seen.server_fallback.is_none() && kind == Some("fallback") {
+                let model =
+                    |m: &Option<Obj<ModelFields<'_>>>| m.as_ref().and_then(|m| m.0.model.owned());
+                seen.server_fallback = Some(ServerFallback {
+                    from: model(&block.from),
+                    to: model(&block.to),
+                    category: block.trigger.as_ref().and_then(|t| t.0.category.owned()),
+                });
+            }
+        }
+        if self.stop_reason.is("refusal") {
+            let details = self.stop_details.as_ref().map(|d| &d.0);
+            seen.refusal = Some(RefusalInfo {
+                signal: Some(RefusalSignal::StopReason),
+                category: details.and_then(|d| d.category.owned()),
+                explanation: details.and_then(|d| d.explanation.owned()),
+                credit_token: details.and_then(|d| d.fallback_credit_token.owned()),
+                usage: self.usage.as_ref().and_then(|Obj(u)| {
+                    known(Usage {
+                        input_tokens: u.input_tokens.0,
+                        output_tokens: u.output_tokens.0,
+                        cache_read_tokens: u.cache_read_input_tokens.0,
+                        cache_write_tokens: u.cache_creation_input_tokens.0,
+                    })
+                }),
+            });
+        }
+        seen
+    }
+}
+
 impl Dialect for AnthropicMessages {
     fn provider(&self) -> Provider {
         Provider::Anthropic
@@ -172,6 +296,18 @@ impl Dialect for AnthropicMessages {
             refused.usage = body.get("usage").and_then(usage);
         }
         seen
+    }
+
+    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
+        if let Some(message) = typed::<MessageFields<'_>>(body) {
+            return Some(message.observe(keep_text));
+        }
+        let json = serde_json::from_slice::<Value>(body).ok()?;
+        let mut seen = self.inspect_json(&json);
+        if !keep_text {
+            seen.text = String::new();
+        }
+        Some(seen)
     }
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
@@ -645,9 +781,7 @@ struct AnthropicStream {
 impl StreamInspector for AnthropicStream {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
         let mut seen = Observation::default();
-        // Deltas and pings are most of a long stream and never carry a stop
-        // reason: once committed, skip parsing them.
-        if committed && matches!(frame.event(), Some("content_block_delta" | "ping")) {
+        if committed && self.skips_committed(frame) {
             return seen;
         }
         let Some(event) = json_event(frame) else {
@@ -690,6 +824,12 @@ impl StreamInspector for AnthropicStream {
             _ => {}
         }
         seen
+    }
+
+    /// Deltas and pings are most of a long stream and never carry a stop
+    /// reason: once committed, they need no parse.
+    fn skips_committed(&self, frame: &Frame) -> bool {
+        frame.event_is("content_block_delta") || frame.event_is("ping")
     }
 }
 
@@ -836,6 +976,55 @@ mod tests {
         assert_eq!(partial.text, "Part");
         let error = AnthropicMessages.inspect_json(&json!({"type": "error", "error": {}}));
         assert!(error.error && error.refusal.is_none());
+    }
+
+    #[test]
+    fn a_body_read_from_its_bytes_shows_what_its_value_shows() {
+        let bodies = [
+            r#"{"type":"message","model":"claude-opus-4-7","content":[],"stop_reason":"refusal",
+                "stop_details":{"type":"refusal","category":"cyber","explanation":"No.",
+                "fallback_credit_token":"tok"},"usage":{"input_tokens":5,"output_tokens":2,
+                "cache_read_input_tokens":1,"cache_creation_input_tokens":0}}"#,
+            r#"{"content":[{"type":"thinking","thinking":"x"},{"type":"text","text":"Pa\nrt"},
+                {"type":"text","text":" "}],"stop_reason":"refusal","stop_details":null,
+                "usage":{"input_tokens":-1,"output_tokens":1.5}}"#,
+            r#"{"content":[{"type":"tool_use","id":"t","name":"n","input":{"a":[1,{"b":null}]}}],
+                "stop_reason":"tool_use"}"#,
+            r#"{"content":[{"type":"fallback","from":{"model":"a"},"to":{"model":"b"},
+                "trigger":{"category":"cyber"}},{"type":"fallback","from":{"model":"c"}},
+                {"type":"text","text":"Hi"}],"model":null}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"x"}}"#,
+            // Leaves of other types read as absent.
+            r#"{"type":7,"model":["m"],"content":[{"type":{"x":1},"text":"y"}],"stop_reason":"refusal",
+                "stop_details":{"category":1,"explanation":true},"usage":{"input_tokens":"3"}}"#,
+            // Shapes the typed read does not fit: read as a whole Value.
+            r#"{"model":"a","model":"b","content":[{"type":"text","text":"x"}]}"#,
+            r#"{"content":{"type":"text","text":"x"},"stop_reason":"refusal","usage":5}"#,
+            r#"{"content":["text",{"type":"text","text":"y"}],"stop_reason":"refusal","stop_details":"x"}"#,
+            r#"{"content":[{"type":"fallback","from":"a","trigger":[]}]}"#,
+            r#"[{"type":"error"}]"#,
+            r#"{"content":[{"type":"text","text":3},{"type":"text","text":null}]}"#,
+            r#"["error","m"]"#,
+            r#"{"content":[["text","Hi"]],"stop_reason":"refusal","stop_details":["cyber"],"usage":[1,2]}"#,
+        ];
+        let compact = bodies.map(|body| body.lines().map(str::trim).collect::<String>());
+        let pretty = "{\n  \"content\": [{\"type\": \"text\", \"text\": \"x\"}]\n}".to_owned();
+        for (at, body) in compact.iter().chain([&pretty]).enumerate() {
+            // The first six fit the typed read, the others take the Value.
+            let fits = typed::<MessageFields<'_>>(body.as_bytes()).is_some();
+            assert_eq!(fits, at < 6, "{body}");
+            let value: Value = serde_json::from_str(body).unwrap();
+            let from_value = AnthropicMessages.inspect_json(&value);
+            let read = AnthropicMessages.inspect_json_bytes(body.as_bytes(), true);
+            assert_eq!(read.as_ref(), Some(&from_value), "{body}");
+            let without_text = AnthropicMessages.inspect_json_bytes(body.as_bytes(), false);
+            let expected = Observation {
+                text: String::new(),
+                ..from_value
+            };
+            assert_eq!(without_text, Some(expected), "{body}");
+        }
+        assert_eq!(AnthropicMessages.inspect_json_bytes(b"{broken", true), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub(crate) use head::request_head;
 
 pub(crate) mod anthropic;
 pub(crate) mod errors;
+mod fields;
 pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai_chat;
@@ -79,6 +80,14 @@ pub(crate) trait StreamInspector: Send {
     /// record) still matter, so an inspector may skip events that cannot
     /// carry one.
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation;
+
+    /// Whether [`observe`](Self::observe) with `committed` set would find
+    /// nothing in this frame, told from a glance (its event name) rather
+    /// than a parse: the watch of a settled stream then skips the call and
+    /// the empty observation, which is most of the cost of a long stream.
+    fn skips_committed(&self, _frame: &Frame) -> bool {
+        false
+    }
 }
 
 /// Rewrites a served stream frame by frame: the guard's splicing hook.
@@ -174,6 +183,19 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn stream_inspector(&self) -> Box<dyn StreamInspector>;
     /// Inspects a whole successful JSON body.
     fn inspect_json(&self, body: &Value) -> Observation;
+    /// [`inspect_json`](Self::inspect_json) from the body's bytes, or `None`
+    /// if they are not JSON. The observation carries the answer's text only
+    /// if `keep_text` (only the text detector reads it). A dialect may
+    /// override this to read just the fields it inspects, without building
+    /// a whole [`Value`]; it must observe the same.
+    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
+        let json = serde_json::from_slice::<Value>(body).ok()?;
+        let mut seen = self.inspect_json(&json);
+        if !keep_text {
+            seen.text = String::new();
+        }
+        Some(seen)
+    }
     /// Inspects a non-2xx JSON body: some providers block prompts with an
     /// HTTP error (Azure's 400 `content_filter`).
     fn inspect_error(&self, _status: StatusCode, _body: &Value) -> Option<RefusalInfo> {
