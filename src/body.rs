@@ -35,11 +35,27 @@ pub(crate) struct Findings {
     pub(crate) error: bool,
     /// A tool call was started.
     pub(crate) tool_call: bool,
-    /// The opening of the answer's text, up to [`Findings::TEXT_KEPT`] bytes.
+    /// The opening of the answer's text, up to `text_limit` bytes.
     pub(crate) text: String,
+    /// How much text to keep: only the text detector reads it, so without
+    /// it none is kept (a long answer's text would be memory for nothing).
+    text_limit: usize,
 }
 
 impl Findings {
+    /// Findings that keep the answer's opening (up to
+    /// [`Findings::TEXT_KEPT`] bytes) when `for_text_detector`, else none.
+    pub(crate) fn keeping_text(for_text_detector: bool) -> Self {
+        Findings {
+            text_limit: if for_text_detector {
+                Self::TEXT_KEPT
+            } else {
+                0
+            },
+            ..Findings::default()
+        }
+    }
+
     /// Runs the text detector on an answer made of text alone, and records a
     /// prose refusal as an empty refusal of kind text.
     pub(crate) fn judge_text(&mut self) {
@@ -75,12 +91,12 @@ impl Findings {
     pub(crate) const TEXT_KEPT: usize = 64 << 10;
 
     pub(crate) fn absorb(&mut self, seen: Observation) {
-        if self.text.is_empty() && seen.text.len() <= Self::TEXT_KEPT {
+        if self.text.is_empty() && seen.text.len() <= self.text_limit {
             // A whole JSON answer comes in one observation: keep its text
             // rather than copy it.
             self.text = seen.text;
-        } else if self.text.len() < Self::TEXT_KEPT {
-            let room = Self::TEXT_KEPT - self.text.len();
+        } else if self.text.len() < self.text_limit {
+            let room = self.text_limit - self.text.len();
             let mut end = seen.text.len().min(room);
             while !seen.text.is_char_boundary(end) {
                 end -= 1;
@@ -135,11 +151,16 @@ pub(crate) struct StreamWatch {
 }
 
 impl StreamWatch {
-    pub(crate) fn new(inspector: Box<dyn StreamInspector>, max_frame_bytes: usize) -> Self {
+    /// `keep_text`: the answer's opening is kept for the text detector.
+    pub(crate) fn new(
+        inspector: Box<dyn StreamInspector>,
+        max_frame_bytes: usize,
+        keep_text: bool,
+    ) -> Self {
         StreamWatch {
             framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
             inspector,
-            findings: Findings::default(),
+            findings: Findings::keeping_text(keep_text),
             frames: 0,
             overflowed: false,
             max_frame_bytes,
@@ -523,5 +544,38 @@ where
                 hint
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recorded Anthropic stream whose answer is "Hello there!".
+    const STREAM: &[u8] =
+        include_bytes!("../tests/fixtures/anthropic/anthropic-sdk-python/basic_response.txt");
+
+    fn watched(keep_text: bool) -> Findings {
+        let dialect =
+            crate::dialect::recognise(&http::Method::POST, &"/v1/messages".parse().unwrap())
+                .unwrap()
+                .dialect;
+        let mut watch = StreamWatch::new(dialect.stream_inspector(), 1 << 20, keep_text);
+        watch.feed(&Bytes::from_static(STREAM));
+        watch.finish();
+        watch.findings
+    }
+
+    #[test]
+    fn the_answer_text_is_kept_only_for_the_text_detector() {
+        let detecting = watched(true);
+        assert_eq!(detecting.text, "Hello there!");
+        assert!(detecting.output);
+        let not_detecting = watched(false);
+        assert_eq!(not_detecting.text, "");
+        assert!(
+            not_detecting.output,
+            "the rest of the findings are the same"
+        );
     }
 }

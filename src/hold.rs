@@ -256,7 +256,11 @@ impl<'a> StreamJudge<'a> {
         StreamJudge {
             dialect,
             config,
-            watch: StreamWatch::new(dialect.stream_inspector(), frame_limit),
+            watch: StreamWatch::new(
+                dialect.stream_inspector(),
+                frame_limit,
+                config.text_detection,
+            ),
             bytes: 0,
             text_pending: config.text_detection,
         }
@@ -427,7 +431,7 @@ pub(crate) async fn hold_json<R>(
         held.verdict = Verdict::Ended;
         return;
     };
-    let mut findings = Findings::default();
+    let mut findings = Findings::keeping_text(config.text_detection);
     findings.absorb(seen);
     if config.text_detection {
         findings.judge_text();
