@@ -143,20 +143,18 @@ where
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         let deadline = *this.waiting_since.get_or_insert_with(Instant::now) + *this.idle;
-        match this.sleep.as_mut().as_pin_mut() {
-            Some(mut sleep) => {
-                if sleep.deadline() < deadline {
-                    // Armed for an earlier wait: this one ends later.
-                    sleep.as_mut().reset(deadline);
-                }
-                ready!(sleep.poll(cx));
+        if this.sleep.is_none() {
+            this.sleep.set(Some(tokio::time::sleep_until(deadline)));
+        }
+        while let Some(mut sleep) = this.sleep.as_mut().as_pin_mut() {
+            ready!(sleep.as_mut().poll(cx));
+            if sleep.deadline() >= deadline {
+                break;
             }
-            None => {
-                this.sleep.set(Some(tokio::time::sleep_until(deadline)));
-                if let Some(sleep) = this.sleep.as_mut().as_pin_mut() {
-                    ready!(sleep.poll(cx));
-                }
-            }
+            // Armed for an earlier wait, which a chunk ended: move it on
+            // only now, once per idle period, rather than at every chunk
+            // (a reset takes the timer wheel's lock).
+            sleep.as_mut().reset(deadline);
         }
         this.sleep.set(None);
         let error = UpstreamTimeout::new(TimeoutKind::Idle, *this.idle);
@@ -209,5 +207,61 @@ mod tests {
         assert_eq!(body.size_hint().exact(), Some(3));
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"abc");
+    }
+
+    /// A chunk every `gap`, `count` of them, then silence.
+    struct Paced {
+        gap: Duration,
+        count: usize,
+        next: Option<Pin<Box<tokio::time::Sleep>>>,
+    }
+
+    impl Body for Paced {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            if self.count == 0 {
+                return Poll::Pending;
+            }
+            let gap = self.gap;
+            let next = self
+                .next
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(gap)));
+            ready!(next.as_mut().poll(cx));
+            self.next = None;
+            self.count -= 1;
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"x")))))
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_bound_runs_from_the_last_chunk() {
+        let idle = Duration::from_millis(50);
+        let paced = Paced {
+            gap: Duration::from_millis(30),
+            count: 10,
+            next: None,
+        };
+        let mut body = Box::pin(IdleTimeout::new(paced, idle));
+        let started = tokio::time::Instant::now();
+        for _ in 0..10 {
+            // 300 ms of chunks 30 ms apart: never 50 ms without one.
+            assert!(body.frame().await.unwrap().is_ok());
+        }
+        let last = tokio::time::Instant::now();
+        assert_eq!(last - started, Duration::from_millis(300));
+        let error = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(
+            UpstreamTimeout::find(&error).unwrap().kind(),
+            TimeoutKind::Idle
+        );
+        assert_eq!(
+            tokio::time::Instant::now() - last,
+            idle,
+            "50 ms after the last chunk"
+        );
     }
 }
