@@ -35,7 +35,10 @@ const RESERVED_FDS: u64 = 64;
 pub fn run(options: Options) -> ExitCode {
     let _ = FORMAT.set(options.log_format);
     install_subscriber(&options);
-    let runtime = match runtime_builder().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             say(
@@ -45,18 +48,18 @@ pub fn run(options: Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(serve(options))
-}
-
-/// The multi-thread runtime when the process may run on more than one CPU;
-/// on one (a container limited to one CPU, a `taskset`), the current-thread
-/// runtime: the multi-thread one would still run the accept loop on the main
-/// thread and every connection on its one worker, handing wake-ups between
-/// the two threads on the same CPU for nothing.
-fn runtime_builder() -> tokio::runtime::Builder {
-    match std::thread::available_parallelism() {
-        Ok(cpus) if cpus.get() == 1 => tokio::runtime::Builder::new_current_thread(),
-        _ => tokio::runtime::Builder::new_multi_thread(),
+    // The multi-thread runtime even on one CPU: a task woken by another
+    // (a chunk handed from the upstream connection to the client's) runs
+    // next, from the worker's LIFO slot, while its data is still in cache;
+    // the current-thread runtime queues it behind every other connection.
+    // The accept loop runs on the workers too, not on this thread, so that
+    // no wake-up crosses threads.
+    match runtime.block_on(runtime.spawn(serve(options))) {
+        Ok(code) => code,
+        Err(error) => {
+            say("ERROR", &format!("proxy: stopped abnormally: {error}"));
+            ExitCode::FAILURE
+        }
     }
 }
 
