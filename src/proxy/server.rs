@@ -25,7 +25,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tower_service::Service;
 
@@ -222,7 +222,7 @@ where
 
     /// Serves one connection until it ends, is idle too long or the server
     /// stops.
-    async fn connection(self, stream: TcpStream, slot: Slot, mut stopping: watch::Receiver<bool>) {
+    async fn connection(self, stream: TcpStream, slot: Slot, stopping: watch::Receiver<bool>) {
         let in_flight = InFlight::new();
         let (overflow, idle) = match slot {
             Slot::Served(_) => (false, self.limits.idle_timeout),
@@ -248,21 +248,23 @@ where
             .max_header_list_size(u32::try_from(max_head).unwrap_or(u32::MAX));
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         let mut connection = std::pin::pin!(connection);
-        let mut closing = false;
-        loop {
-            tokio::select! {
-                ended = connection.as_mut() => {
-                    if let Err(error) = ended {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                    break;
-                }
-                _ = stopping.wait_for(|stop| *stop), if !closing => closing = true,
-                () = in_flight.idle_for(idle), if !closing => closing = true,
-            }
-            if closing {
+        let (close, mut closing) = oneshot::channel();
+        tokio::spawn(close_when_idle_or_stopping(
+            in_flight, idle, stopping, close,
+        ));
+        // Only the connection and a cheap one-shot are polled at each of
+        // the connection's wake-ups (one per chunk it forwards); the idle
+        // and shutdown watches live on their own task.
+        let ended = tokio::select! {
+            biased;
+            ended = connection.as_mut() => ended,
+            Ok(()) = &mut closing => {
                 connection.as_mut().graceful_shutdown();
+                connection.await
             }
+        };
+        if let Err(error) = ended {
+            tracing::debug!(%error, "connection ended with an error");
         }
         drop(slot);
     }
@@ -282,6 +284,23 @@ where
         };
         response.map(|body| WhileBusy { body, _busy: busy }.boxed_unsync())
     }
+}
+
+/// Sends on `close` once the proxy is stopping or nothing has been in
+/// flight on the connection for `idle`; ends with the connection (when
+/// `close`'s receiver is dropped) otherwise.
+async fn close_when_idle_or_stopping(
+    in_flight: InFlight,
+    idle: Duration,
+    mut stopping: watch::Receiver<bool>,
+    mut close: oneshot::Sender<()>,
+) {
+    tokio::select! {
+        () = close.closed() => return,
+        _ = stopping.wait_for(|stop| *stop) => {}
+        () = in_flight.idle_for(idle) => {}
+    }
+    let _ = close.send(());
 }
 
 /// A response body that keeps its request counted as in flight until it is
