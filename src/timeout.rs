@@ -11,7 +11,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{ready, Context, Poll};
+use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
@@ -111,6 +111,11 @@ pin_project_lite::pin_project! {
         // removal and insertion per chunk): once armed it stays, and is
         // pushed back to `waiting_since + idle` when it fires early.
         waiting_since: Option<Instant>,
+        // The waker `sleep` was last polled with: while the body is polled
+        // with the same one and the timer has not fired, the timer will
+        // wake that task when it fires, and polling it again (a waker
+        // registration per chunk) can be skipped.
+        armed_for: Option<Waker>,
     }
 }
 
@@ -121,6 +126,7 @@ impl<B> IdleTimeout<B> {
             sleep: None,
             idle,
             waiting_since: None,
+            armed_for: None,
         }
     }
 }
@@ -143,8 +149,17 @@ where
             return Poll::Ready(frame.map(|r| r.map_err(Into::into)));
         }
         let deadline = *this.waiting_since.get_or_insert_with(Instant::now) + *this.idle;
-        if this.sleep.is_none() {
-            this.sleep.set(Some(tokio::time::sleep_until(deadline)));
+        let same_task = this
+            .armed_for
+            .as_ref()
+            .is_some_and(|waker| waker.will_wake(cx.waker()));
+        match this.sleep.as_ref().as_pin_ref() {
+            None => this.sleep.set(Some(tokio::time::sleep_until(deadline))),
+            Some(sleep) if same_task && !sleep.is_elapsed() => return Poll::Pending,
+            Some(_) => {}
+        }
+        if !same_task {
+            *this.armed_for = Some(cx.waker().clone());
         }
         while let Some(mut sleep) = this.sleep.as_mut().as_pin_mut() {
             ready!(sleep.as_mut().poll(cx));
@@ -157,6 +172,7 @@ where
             sleep.as_mut().reset(deadline);
         }
         this.sleep.set(None);
+        *this.armed_for = None;
         let error = UpstreamTimeout::new(TimeoutKind::Idle, *this.idle);
         Poll::Ready(Some(Err(Box::new(error))))
     }
@@ -262,6 +278,46 @@ mod tests {
             tokio::time::Instant::now() - last,
             idle,
             "50 ms after the last chunk"
+        );
+    }
+
+    /// A waker that counts its wake-ups.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counting {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_wakes_the_task_that_polled_last() {
+        use std::sync::{atomic::Ordering, Arc};
+        let idle = Duration::from_millis(50);
+        let mut body = Box::pin(IdleTimeout::new(Silent, idle));
+        let (first, second) = (Arc::new(Counting(0.into())), Arc::new(Counting(0.into())));
+        // Armed while polled by one task, then polled by another (a body
+        // handed on): the timer must now wake the second.
+        for counting in [&first, &second] {
+            let waker = Waker::from(counting.clone());
+            let poll = body.as_mut().poll_frame(&mut Context::from_waker(&waker));
+            assert!(poll.is_pending());
+        }
+        tokio::time::sleep(idle).await;
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            second.0.load(Ordering::SeqCst),
+            1,
+            "the second task is woken"
+        );
+        let waker = Waker::from(second.clone());
+        let poll = body.as_mut().poll_frame(&mut Context::from_waker(&waker));
+        let Poll::Ready(Some(Err(error))) = poll else {
+            panic!("the idle bound fires once the timer has: {poll:?}");
+        };
+        assert_eq!(
+            UpstreamTimeout::find(&error).unwrap().kind(),
+            TimeoutKind::Idle
         );
     }
 }
