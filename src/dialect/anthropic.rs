@@ -781,7 +781,7 @@ struct AnthropicStream {
 impl StreamInspector for AnthropicStream {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
         let mut seen = Observation::default();
-        if committed && self.skips_committed(frame) {
+        if committed && self.skips_committed(frame.event_raw()) {
             return seen;
         }
         let Some(event) = json_event(frame) else {
@@ -827,9 +827,10 @@ impl StreamInspector for AnthropicStream {
     }
 
     /// Deltas and pings are most of a long stream and never carry a stop
-    /// reason: once committed, they need no parse.
-    fn skips_committed(&self, frame: &Frame) -> bool {
-        frame.event_is("content_block_delta") || frame.event_is("ping")
+    /// reason: once committed, they need no parse. (Names without U+FFFD:
+    /// their raw bytes match exactly when the decoded name does.)
+    fn skips_committed(&self, event: Option<&[u8]>) -> bool {
+        matches!(event, Some(b"content_block_delta" | b"ping"))
     }
 }
 
