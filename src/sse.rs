@@ -274,6 +274,19 @@ struct Fields {
     has_fields: bool,
 }
 
+impl Fields {
+    /// Empties the fields for the next frame, in place: moving them out
+    /// would copy the whole struct at every frame.
+    fn clear(&mut self) {
+        self.event = None;
+        self.data = None;
+        self.more_data.clear();
+        self.id = None;
+        self.retry = None;
+        self.has_fields = false;
+    }
+}
+
 /// Incremental event-stream framer: push network chunks in, pull [`Frame`]s
 /// out.
 ///
@@ -503,7 +516,7 @@ impl SseFramer {
         self.ready = queue.ready;
         self.ready_len = queue.len;
         self.line.clear();
-        self.fields = Fields::default();
+        self.fields.clear();
         self.first_line = true;
         self.next_frame()
     }
@@ -527,16 +540,17 @@ impl SseFramer {
     /// `chunk[start..end]`. The frame goes to `sink`, or is never built if
     /// the sink skips it. Returns `true` if the frame is over the limit.
     fn cut(&mut self, chunk: &Bytes, start: usize, end: usize, sink: &mut impl FrameSink) -> bool {
-        let fields = std::mem::take(&mut self.fields);
         let oversized = self.held_len + (end - start) > self.max_frame_bytes;
         let raw = if self.held.is_empty() {
             // The frame lies in `chunk`: its event name can be read there,
             // before any slice of the chunk is taken.
-            let event = fields
+            let event = self
+                .fields
                 .event
                 .clone()
                 .map(|r| &chunk[start + r.start..start + r.end]);
             if sink.skips(event) {
+                self.fields.clear();
                 return oversized;
             }
             chunk.slice(start..end)
@@ -553,20 +567,24 @@ impl SseFramer {
             };
             self.held.clear();
             self.held_len = 0;
-            if sink.skips(fields.event.clone().and_then(|r| raw.get(r))) {
+            if sink.skips(self.fields.event.clone().and_then(|r| raw.get(r))) {
+                self.fields.clear();
                 return oversized;
             }
             raw
         };
-        sink.take(Frame {
-            event: Text::of(&raw, fields.event, &[]),
-            data: Text::of(&raw, fields.data, &fields.more_data),
-            id: Text::of(&raw, fields.id, &[]),
+        let fields = &self.fields;
+        let frame = Frame {
+            event: Text::of(&raw, fields.event.clone(), &[]),
+            data: Text::of(&raw, fields.data.clone(), &fields.more_data),
+            id: Text::of(&raw, fields.id.clone(), &[]),
             raw,
             retry: fields.retry,
             has_fields: fields.has_fields,
             lossy: OnceLock::new(),
-        });
+        };
+        self.fields.clear();
+        sink.take(frame);
         oversized
     }
 }
