@@ -555,6 +555,21 @@ impl SseFramer {
             }
             chunk.slice(start..end)
         } else {
+            // Most frames that span chunks are skipped whole by a settled
+            // watch: ask before joining their pieces, when the event name
+            // lies in one of them (`None`: it straddles two, ask after).
+            let skipped = match self.fields.event.clone() {
+                None => Some(sink.skips(None)),
+                Some(range) => self
+                    .in_one_piece(&chunk[start..end], range)
+                    .map(|event| sink.skips(Some(event))),
+            };
+            if skipped == Some(true) {
+                self.held.clear();
+                self.held_len = 0;
+                self.fields.clear();
+                return oversized;
+            }
             let raw = if self.held.len() == 1 && start == end {
                 self.held.pop().unwrap_or_default()
             } else {
@@ -567,7 +582,7 @@ impl SseFramer {
             };
             self.held.clear();
             self.held_len = 0;
-            if sink.skips(self.fields.event.clone().and_then(|r| raw.get(r))) {
+            if skipped.is_none() && sink.skips(self.fields.event.clone().and_then(|r| raw.get(r))) {
                 self.fields.clear();
                 return oversized;
             }
@@ -586,6 +601,22 @@ impl SseFramer {
         self.fields.clear();
         sink.take(frame);
         oversized
+    }
+
+    /// The bytes at `range` of the frame made of `held` then `tail`, if they
+    /// lie within one of those pieces.
+    fn in_one_piece<'a>(&'a self, tail: &'a [u8], range: Range<usize>) -> Option<&'a [u8]> {
+        let mut at = 0;
+        for piece in self.held.iter().map(|piece| &piece[..]).chain([tail]) {
+            if range.start >= at && range.end <= at + piece.len() {
+                return piece.get(range.start - at..range.end - at);
+            }
+            at += piece.len();
+            if range.start < at {
+                return None;
+            }
+        }
+        None
     }
 }
 
