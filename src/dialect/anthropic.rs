@@ -829,8 +829,14 @@ impl StreamInspector for AnthropicStream {
     /// Deltas and pings are most of a long stream and never carry a stop
     /// reason: once committed, they need no parse. (Names without U+FFFD:
     /// their raw bytes match exactly when the decoded name does.)
+    ///
+    /// The names are compared as arrays, which compiles to a few word
+    /// compares rather than a `memcmp` call per name.
     fn skips_committed(&self, event: Option<&[u8]>) -> bool {
-        matches!(event, Some(b"content_block_delta" | b"ping"))
+        event.is_some_and(|name| {
+            <[u8; 19]>::try_from(name).ok() == Some(*b"content_block_delta")
+                || <[u8; 4]>::try_from(name).ok() == Some(*b"ping")
+        })
     }
 }
 
@@ -945,6 +951,26 @@ mod tests {
         let mut inspector = AnthropicMessages.stream_inspector();
         assert_eq!(inspector.observe(&frame, true), Observation::default());
         assert!(inspector.observe(&frame, false).real_output);
+    }
+
+    #[test]
+    fn only_deltas_and_pings_are_skipped_by_name() {
+        let inspector = AnthropicMessages.stream_inspector();
+        let skips = |name: &[u8]| inspector.skips_committed(Some(name));
+        assert!(skips(b"content_block_delta") && skips(b"ping"));
+        for name in [
+            &b"content_block_deltas"[..],
+            b"content_block_delt",
+            b"content_block_start",
+            b"message_delta",
+            b"pin",
+            b"ping ",
+            b"Ping",
+            b"",
+        ] {
+            assert!(!skips(name), "{name:?}");
+        }
+        assert!(!inspector.skips_committed(None));
     }
 
     #[test]
