@@ -749,7 +749,16 @@ fn line_end(bytes: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    memchr::memchr2(b'\n', b'\r', &bytes[at..]).map(|off| at + off)
+    let rest = &bytes[at..];
+    if rest.len() < 8 {
+        // A chunk's last few bytes (often just the blank line's LF, or
+        // nothing): cheaper looked at one by one than through memchr.
+        return rest
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .map(|off| at + off);
+    }
+    memchr::memchr2(b'\n', b'\r', rest).map(|off| at + off)
 }
 
 /// The bytes as text, invalid sequences replaced. Valid UTF-8 (nearly
