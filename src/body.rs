@@ -14,7 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 
 use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
 use crate::reserve::Share;
-use crate::sse::SseFramer;
+use crate::sse::{FrameSink, SseFramer};
 use crate::timeout::IdleTimeout;
 
 /// The error type of [`GuardBody`]: the inner body's error, boxed.
@@ -170,10 +170,13 @@ impl StreamWatch {
 
     /// Feeds one network chunk.
     pub(crate) fn feed(&mut self, chunk: &Bytes) {
-        let overflow = self.framer.push(chunk.clone()).is_err();
-        while let Some(frame) = self.framer.next_frame() {
-            self.judge(&frame);
-        }
+        let mut judge = Judge {
+            inspector: &mut *self.inspector,
+            findings: &mut self.findings,
+            frames: &mut self.frames,
+            committed: self.committed,
+        };
+        let overflow = self.framer.push_to(chunk, &mut judge).is_err();
         if overflow {
             self.overflowed = true;
             if self.framer.pending_len() > self.max_frame_bytes {
@@ -188,18 +191,47 @@ impl StreamWatch {
     /// The stream ended: judge any bytes that never got their blank line.
     pub(crate) fn finish(&mut self) {
         while let Some(frame) = self.framer.finish() {
-            self.judge(&frame);
+            let mut judge = Judge {
+                inspector: &mut *self.inspector,
+                findings: &mut self.findings,
+                frames: &mut self.frames,
+                committed: self.committed,
+            };
+            if !judge.skips(frame.event_raw()) {
+                judge.take(frame);
+            }
         }
     }
+}
 
-    fn judge(&mut self, frame: &crate::sse::Frame) {
-        self.frames += 1;
-        let settled = self.committed && self.findings.output;
-        if settled && self.inspector.skips_committed(frame) {
-            // Nothing to absorb: an empty observation changes no finding.
-            return;
-        }
-        let seen = self.inspector.observe(frame, settled);
+/// A [`StreamWatch`]'s judging, borrowed apart from its framer so that the
+/// framer can hand it frames as it cuts them.
+struct Judge<'a> {
+    inspector: &'a mut dyn StreamInspector,
+    findings: &'a mut Findings,
+    frames: &'a mut usize,
+    committed: bool,
+}
+
+impl Judge<'_> {
+    /// Committed with real output seen: only a later refusal still matters.
+    fn settled(&self) -> bool {
+        self.committed && self.findings.output
+    }
+}
+
+impl FrameSink for Judge<'_> {
+    fn skips(&mut self, event: Option<&[u8]>) -> bool {
+        // A skipped frame has nothing to absorb: an empty observation
+        // changes no finding.
+        let skip = self.settled() && self.inspector.skips_committed(event);
+        *self.frames += usize::from(skip);
+        skip
+    }
+
+    fn take(&mut self, frame: crate::sse::Frame) {
+        *self.frames += 1;
+        let seen = self.inspector.observe(&frame, self.settled());
         self.findings.absorb(seen);
     }
 }

@@ -160,15 +160,15 @@ impl Frame {
         self.text(&self.event, EVENT)
     }
 
-    /// Whether [`Frame::event`] is `Some(name)`, told from the raw bytes
-    /// without a UTF-8 check when it can be: equal bytes are `name`'s, so
-    /// valid UTF-8; other bytes can only decode to `name` lossily, with a
-    /// U+FFFD in it.
-    pub(crate) fn event_is(&self, name: &str) -> bool {
+    /// The raw bytes of the last `event:` value, before any UTF-8 check.
+    /// Equal to a name's bytes exactly when [`Frame::event`] is that name,
+    /// for any name without a U+FFFD in it: equal bytes are valid UTF-8,
+    /// and other bytes can only decode to it lossily.
+    pub(crate) fn event_raw(&self) -> Option<&[u8]> {
         match &self.event {
-            Text::InRaw(range) if self.raw.get(range.clone()) == Some(name.as_bytes()) => true,
-            Text::InRaw(_) if !name.contains(char::REPLACEMENT_CHARACTER) => false,
-            _ => self.event() == Some(name),
+            Text::Absent => None,
+            Text::InRaw(range) => self.raw.get(range.clone()),
+            Text::Owned(text) => Some(text.as_bytes()),
         }
     }
 
@@ -274,6 +274,19 @@ struct Fields {
     has_fields: bool,
 }
 
+impl Fields {
+    /// Empties the fields for the next frame, in place: moving them out
+    /// would copy the whole struct at every frame.
+    fn clear(&mut self) {
+        self.event = None;
+        self.data = None;
+        self.more_data.clear();
+        self.id = None;
+        self.retry = None;
+        self.has_fields = false;
+    }
+}
+
 /// Incremental event-stream framer: push network chunks in, pull [`Frame`]s
 /// out.
 ///
@@ -375,6 +388,24 @@ impl SseFramer {
     /// [`SseFramer::next_frame`] and the rest by later pushes or
     /// [`SseFramer::finish`].
     pub fn push(&mut self, chunk: Bytes) -> Result<(), FrameTooLarge> {
+        let mut queue = Queue {
+            ready: std::mem::take(&mut self.ready),
+            len: self.ready_len,
+        };
+        let result = self.push_to(&chunk, &mut queue);
+        self.ready = queue.ready;
+        self.ready_len = queue.len;
+        result
+    }
+
+    /// [`SseFramer::push`], with each frame handed to `sink` as it is cut
+    /// instead of queued: the guard's watch judges frames and keeps none,
+    /// so a queue would only move them in and out again.
+    pub(crate) fn push_to(
+        &mut self,
+        chunk: &Bytes,
+        sink: &mut impl FrameSink,
+    ) -> Result<(), FrameTooLarge> {
         let mut oversized = false;
         let len = chunk.len();
         // Start of the current frame's bytes in `chunk`.
@@ -389,7 +420,7 @@ impl SseFramer {
             }
             if self.cut_after_cr {
                 self.cut_after_cr = false;
-                oversized |= self.cut(&chunk, 0, line_start);
+                oversized |= self.cut(chunk, 0, line_start, sink);
                 frame_start = line_start;
             }
         }
@@ -417,7 +448,7 @@ impl SseFramer {
                 self.after_cr = true;
                 self.cut_after_cr = blank;
             } else if blank {
-                oversized |= self.cut(&chunk, frame_start, next);
+                oversized |= self.cut(chunk, frame_start, next, sink);
                 frame_start = next;
             }
         }
@@ -467,19 +498,25 @@ impl SseFramer {
     /// the stream. Afterwards the framer starts a new stream (a leading BOM is
     /// recognised again).
     pub fn finish(&mut self) -> Option<Frame> {
+        let mut queue = Queue {
+            ready: std::mem::take(&mut self.ready),
+            len: self.ready_len,
+        };
         self.after_cr = false;
         if std::mem::take(&mut self.cut_after_cr) {
-            self.cut(&Bytes::new(), 0, 0);
+            self.cut(&Bytes::new(), 0, 0, &mut queue);
         }
         if self.held_len > 0 {
             if !self.line.is_empty() {
                 let line = std::mem::take(&mut self.line);
                 process_line(&mut self.fields, &mut self.first_line, &line, self.line_at);
             }
-            self.cut(&Bytes::new(), 0, 0);
+            self.cut(&Bytes::new(), 0, 0, &mut queue);
         }
+        self.ready = queue.ready;
+        self.ready_len = queue.len;
         self.line.clear();
-        self.fields = Fields::default();
+        self.fields.clear();
         self.first_line = true;
         self.next_frame()
     }
@@ -487,6 +524,10 @@ impl SseFramer {
     /// Handles the end of a line whose bytes in the current chunk are `tail`,
     /// at `tail_at` in the frame's raw bytes (the line may have started in
     /// an earlier chunk). Returns `true` for a blank line.
+    // Inlined, like `process_line` and `line_end`, into the per-line loop
+    // of `push_to`: a call per line (three in a typical frame) cost more
+    // than most lines' work.
+    #[inline(always)]
     fn end_line(&mut self, tail: &[u8], tail_at: usize) -> bool {
         if self.line.is_empty() {
             process_line(&mut self.fields, &mut self.first_line, tail, tail_at)
@@ -500,40 +541,119 @@ impl SseFramer {
     }
 
     /// Ends the current frame: its raw bytes are `held` followed by
-    /// `chunk[start..end]`. Returns `true` if the frame is over the limit.
-    fn cut(&mut self, chunk: &Bytes, start: usize, end: usize) -> bool {
+    /// `chunk[start..end]`. The frame goes to `sink`, or is never built if
+    /// the sink skips it. Returns `true` if the frame is over the limit.
+    fn cut(&mut self, chunk: &Bytes, start: usize, end: usize, sink: &mut impl FrameSink) -> bool {
+        let oversized = self.held_len + (end - start) > self.max_frame_bytes;
         let raw = if self.held.is_empty() {
-            chunk.slice(start..end)
-        } else if self.held.len() == 1 && start == end {
-            self.held.pop().unwrap_or_default()
-        } else {
-            let mut buf = BytesMut::with_capacity(self.held_len + (end - start));
-            for piece in self.held.drain(..) {
-                buf.extend_from_slice(&piece);
+            // The frame lies in `chunk`: its event name can be read there,
+            // before any slice of the chunk is taken.
+            let event = self
+                .fields
+                .event
+                .clone()
+                .map(|r| &chunk[start + r.start..start + r.end]);
+            if sink.skips(event) {
+                self.fields.clear();
+                return oversized;
             }
-            buf.extend_from_slice(&chunk[start..end]);
-            buf.freeze()
+            chunk.slice(start..end)
+        } else {
+            // Most frames that span chunks are skipped whole by a settled
+            // watch: ask before joining their pieces, when the event name
+            // lies in one of them (`None`: it straddles two, ask after).
+            let skipped = match self.fields.event.clone() {
+                None => Some(sink.skips(None)),
+                Some(range) => self
+                    .in_one_piece(&chunk[start..end], range)
+                    .map(|event| sink.skips(Some(event))),
+            };
+            if skipped == Some(true) {
+                self.held.clear();
+                self.held_len = 0;
+                self.fields.clear();
+                return oversized;
+            }
+            let raw = if self.held.len() == 1 && start == end {
+                self.held.pop().unwrap_or_default()
+            } else {
+                let mut buf = BytesMut::with_capacity(self.held_len + (end - start));
+                for piece in self.held.drain(..) {
+                    buf.extend_from_slice(&piece);
+                }
+                buf.extend_from_slice(&chunk[start..end]);
+                buf.freeze()
+            };
+            self.held.clear();
+            self.held_len = 0;
+            if skipped.is_none() && sink.skips(self.fields.event.clone().and_then(|r| raw.get(r))) {
+                self.fields.clear();
+                return oversized;
+            }
+            raw
         };
-        self.held.clear();
-        self.held_len = 0;
-        let fields = std::mem::take(&mut self.fields);
-        let oversized = raw.len() > self.max_frame_bytes;
-        self.ready_len += raw.len();
-        self.ready.push_back(Frame {
-            event: Text::of(&raw, fields.event, &[]),
-            data: Text::of(&raw, fields.data, &fields.more_data),
-            id: Text::of(&raw, fields.id, &[]),
+        let fields = &self.fields;
+        let frame = Frame {
+            event: Text::of(&raw, fields.event.clone(), &[]),
+            data: Text::of(&raw, fields.data.clone(), &fields.more_data),
+            id: Text::of(&raw, fields.id.clone(), &[]),
             raw,
             retry: fields.retry,
             has_fields: fields.has_fields,
             lossy: OnceLock::new(),
-        });
+        };
+        self.fields.clear();
+        sink.take(frame);
         oversized
+    }
+
+    /// The bytes at `range` of the frame made of `held` then `tail`, if they
+    /// lie within one of those pieces.
+    fn in_one_piece<'a>(&'a self, tail: &'a [u8], range: Range<usize>) -> Option<&'a [u8]> {
+        let mut at = 0;
+        for piece in self.held.iter().map(|piece| &piece[..]).chain([tail]) {
+            if range.start >= at && range.end <= at + piece.len() {
+                return piece.get(range.start - at..range.end - at);
+            }
+            at += piece.len();
+            if range.start < at {
+                return None;
+            }
+        }
+        None
+    }
+}
+
+/// Where [`SseFramer::push_to`] hands the frames it cuts.
+pub(crate) trait FrameSink {
+    /// Whether the frame about to be cut, whose `event:` value has these raw
+    /// bytes (see [`Frame::event_raw`]), can go unbuilt: asked once per
+    /// frame, before [`FrameSink::take`], which a skipped frame never gets.
+    fn skips(&mut self, _event: Option<&[u8]>) -> bool {
+        false
+    }
+
+    /// A complete frame, in input order.
+    fn take(&mut self, frame: Frame);
+}
+
+/// The public path's sink: the queue [`SseFramer::next_frame`] pulls from,
+/// and the length of the raw bytes in it.
+struct Queue {
+    ready: VecDeque<Frame>,
+    len: usize,
+}
+
+impl FrameSink for Queue {
+    fn take(&mut self, frame: Frame) {
+        self.len += frame.raw.len();
+        self.ready.push_back(frame);
     }
 }
 
 /// Applies one complete line (without its line end), found at `at` in the
 /// frame's raw bytes, to `fields`. Returns `true` if the line is blank.
+#[inline(always)] // See `SseFramer::end_line`.
 fn process_line(fields: &mut Fields, first_line: &mut bool, whole: &[u8], at: usize) -> bool {
     let mut line = whole;
     if std::mem::take(first_line) {
@@ -609,6 +729,7 @@ impl Name {
 /// Besides data, a stream's lines are short (an event name, a blank line),
 /// shorter than memchr's setup is worth: the first few words are looked
 /// at here, eight bytes at a time, before memchr takes the rest.
+#[inline(always)] // See `SseFramer::end_line`.
 fn line_end(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::MAX / 255;
     const HIGHS: u64 = ONES << 7;
@@ -628,7 +749,16 @@ fn line_end(bytes: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    memchr::memchr2(b'\n', b'\r', &bytes[at..]).map(|off| at + off)
+    let rest = &bytes[at..];
+    if rest.len() < 8 {
+        // A chunk's last few bytes (often just the blank line's LF, or
+        // nothing): cheaper looked at one by one than through memchr.
+        return rest
+            .iter()
+            .position(|&b| b == b'\n' || b == b'\r')
+            .map(|off| at + off);
+    }
+    memchr::memchr2(b'\n', b'\r', rest).map(|off| at + off)
 }
 
 /// The bytes as text, invalid sequences replaced. Valid UTF-8 (nearly
@@ -1030,18 +1160,127 @@ mod tests {
     }
 
     #[test]
-    fn event_is_agrees_with_event() {
+    fn event_raw_is_a_name_exactly_when_event_is() {
         let f = frames(b"event: ping\n\nevent: \xFF\n\ndata: x\n\nevent: a\nevent: b\n\n");
-        for name in ["ping", "pin", "", "\u{FFFD}", "b", "a"] {
+        // Names without U+FFFD: the ones a raw comparison is used for.
+        for name in ["ping", "pin", "", "b", "a"] {
             for frame in &f {
                 assert_eq!(
-                    frame.event_is(name),
+                    frame.event_raw() == Some(name.as_bytes()),
                     frame.event() == Some(name),
                     "{name:?}"
                 );
             }
         }
-        assert!(f[1].event_is("\u{FFFD}"));
+        assert_eq!(f[1].event_raw(), Some(&b"\xFF"[..]));
+        assert_eq!(f[1].event(), Some("\u{FFFD}"));
+        assert_eq!(f[2].event_raw(), None);
+    }
+
+    /// A sink that keeps every frame but those named in `skip`, and counts
+    /// how often it was asked.
+    struct Collect {
+        skip: &'static [&'static [u8]],
+        asked: usize,
+        frames: Vec<Frame>,
+    }
+
+    impl FrameSink for Collect {
+        fn skips(&mut self, event: Option<&[u8]>) -> bool {
+            self.asked += 1;
+            event.is_some_and(|event| self.skip.contains(&event))
+        }
+
+        fn take(&mut self, frame: Frame) {
+            self.frames.push(frame);
+        }
+    }
+
+    /// Frames from `push_to` of `chunks` (then `finish`, whose frames skip
+    /// nothing), and how many frames the sink was asked about.
+    fn frames_pushed_to(chunks: &[&[u8]], skip: &'static [&'static [u8]]) -> (Vec<Frame>, usize) {
+        let mut framer = SseFramer::new();
+        let mut sink = Collect {
+            skip,
+            asked: 0,
+            frames: Vec::new(),
+        };
+        for chunk in chunks {
+            framer
+                .push_to(&Bytes::copy_from_slice(chunk), &mut sink)
+                .expect("within limit");
+            assert!(framer.next_frame().is_none(), "nothing is queued");
+        }
+        while let Some(frame) = framer.finish() {
+            sink.frames.push(frame);
+        }
+        assert_eq!(framer.pending_len(), 0);
+        (sink.frames, sink.asked)
+    }
+
+    /// Every kind of line end, split CRLFs, a BOM, comments, several data
+    /// lines, an invalid name, and the names a watch skips.
+    const MIXED: &[u8] = b"\xEF\xBB\xBFevent: ping\r\ndata: {}\r\n\r\n: c\n\nevent: content_block_delta\rdata: a\rdata: b\r\revent: \xFF\ndata: x\n\nid: 1\nevent: message_delta\ndata: {\"a\":1}\n\r\nevent: ping\n\nevent: pin\ndata: y\r\n\r\ndata: tail";
+
+    #[test]
+    fn push_to_yields_the_frames_push_does_for_any_split() {
+        let whole = frames(MIXED);
+        assert_eq!(whole.len(), 8);
+        for at in 0..=MIXED.len() {
+            let (a, b) = MIXED.split_at(at);
+            let (got, asked) = frames_pushed_to(&[a, b], &[]);
+            assert_eq!(got, whole, "split at {at}");
+            assert_eq!(
+                asked,
+                whole.len() - 1,
+                "all but finish's tail, split at {at}"
+            );
+        }
+        let bytes: Vec<&[u8]> = MIXED.chunks(1).collect();
+        assert_eq!(frames_pushed_to(&bytes, &[]).0, whole, "byte at a time");
+    }
+
+    #[test]
+    fn push_to_builds_no_skipped_frame_for_any_split() {
+        const SKIP: &[&[u8]] = &[b"ping", b"content_block_delta"];
+        let whole = frames(MIXED);
+        let kept: Vec<Frame> = whole
+            .iter()
+            .filter(|f| !f.event_raw().is_some_and(|e| SKIP.contains(&e)))
+            .cloned()
+            .collect();
+        assert_eq!(kept.len(), whole.len() - 3);
+        for at in 0..=MIXED.len() {
+            let (a, b) = MIXED.split_at(at);
+            let (got, asked) = frames_pushed_to(&[a, b], SKIP);
+            assert_eq!(got, kept, "split at {at}");
+            assert_eq!(asked, whole.len() - 1, "split at {at}");
+        }
+        let bytes: Vec<&[u8]> = MIXED.chunks(1).collect();
+        assert_eq!(frames_pushed_to(&bytes, SKIP).0, kept, "byte at a time");
+    }
+
+    #[test]
+    fn push_to_reports_a_skipped_frame_over_the_limit() {
+        struct SkipAll;
+        impl FrameSink for SkipAll {
+            fn skips(&mut self, _event: Option<&[u8]>) -> bool {
+                true
+            }
+            fn take(&mut self, _frame: Frame) {
+                panic!("a skipped frame was built");
+            }
+        }
+        let mut framer = SseFramer::with_max_frame_bytes(10);
+        assert_eq!(
+            framer.push_to(&Bytes::from_static(b"data: 1\n\n"), &mut SkipAll),
+            Ok(())
+        );
+        assert_eq!(
+            framer.push_to(&Bytes::from_static(b"data: 12345\n\n"), &mut SkipAll),
+            Err(FrameTooLarge { limit: 10 })
+        );
+        assert_eq!(framer.pending_len(), 0);
     }
 
     #[test]

@@ -781,7 +781,7 @@ struct AnthropicStream {
 impl StreamInspector for AnthropicStream {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
         let mut seen = Observation::default();
-        if committed && self.skips_committed(frame) {
+        if committed && self.skips_committed(frame.event_raw()) {
             return seen;
         }
         let Some(event) = json_event(frame) else {
@@ -827,9 +827,16 @@ impl StreamInspector for AnthropicStream {
     }
 
     /// Deltas and pings are most of a long stream and never carry a stop
-    /// reason: once committed, they need no parse.
-    fn skips_committed(&self, frame: &Frame) -> bool {
-        frame.event_is("content_block_delta") || frame.event_is("ping")
+    /// reason: once committed, they need no parse. (Names without U+FFFD:
+    /// their raw bytes match exactly when the decoded name does.)
+    ///
+    /// The names are compared as arrays, which compiles to a few word
+    /// compares rather than a `memcmp` call per name.
+    fn skips_committed(&self, event: Option<&[u8]>) -> bool {
+        event.is_some_and(|name| {
+            <[u8; 19]>::try_from(name).ok() == Some(*b"content_block_delta")
+                || <[u8; 4]>::try_from(name).ok() == Some(*b"ping")
+        })
     }
 }
 
@@ -944,6 +951,26 @@ mod tests {
         let mut inspector = AnthropicMessages.stream_inspector();
         assert_eq!(inspector.observe(&frame, true), Observation::default());
         assert!(inspector.observe(&frame, false).real_output);
+    }
+
+    #[test]
+    fn only_deltas_and_pings_are_skipped_by_name() {
+        let inspector = AnthropicMessages.stream_inspector();
+        let skips = |name: &[u8]| inspector.skips_committed(Some(name));
+        assert!(skips(b"content_block_delta") && skips(b"ping"));
+        for name in [
+            &b"content_block_deltas"[..],
+            b"content_block_delt",
+            b"content_block_start",
+            b"message_delta",
+            b"pin",
+            b"ping ",
+            b"Ping",
+            b"",
+        ] {
+            assert!(!skips(name), "{name:?}");
+        }
+        assert!(!inspector.skips_committed(None));
     }
 
     #[test]

@@ -82,10 +82,12 @@ pub(crate) trait StreamInspector: Send {
     fn observe(&mut self, frame: &Frame, committed: bool) -> Observation;
 
     /// Whether [`observe`](Self::observe) with `committed` set would find
-    /// nothing in this frame, told from a glance (its event name) rather
-    /// than a parse: the watch of a settled stream then skips the call and
-    /// the empty observation, which is most of the cost of a long stream.
-    fn skips_committed(&self, _frame: &Frame) -> bool {
+    /// nothing in a frame, told from a glance at the raw bytes of its
+    /// `event:` value ([`Frame::event_raw`]) rather than a parse: the watch
+    /// of a settled stream then skips the call and the empty observation,
+    /// and the framer does not even build the frame, which is most of the
+    /// cost of a long stream.
+    fn skips_committed(&self, _event: Option<&[u8]>) -> bool {
         false
     }
 }
