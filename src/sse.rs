@@ -339,6 +339,9 @@ pub struct SseFramer {
     cut_after_cr: bool,
     /// No line has ended yet in this stream (a BOM may start it).
     first_line: bool,
+    /// The sink has already said it wants the frame being read (see
+    /// [`SseFramer::skipped_whole`]): it is not asked again at its cut.
+    wanted: bool,
 }
 
 impl Default for SseFramer {
@@ -377,6 +380,7 @@ impl SseFramer {
             after_cr: false,
             cut_after_cr: false,
             first_line: true,
+            wanted: false,
         }
     }
 
@@ -426,7 +430,17 @@ impl SseFramer {
         }
 
         let mut scan = line_start;
-        while let Some(off) = line_end(&chunk[scan..]) {
+        loop {
+            if line_start == frame_start && self.at_frame_start() {
+                if let Some(len) = self.skipped_whole(&chunk[frame_start..], sink) {
+                    frame_start += len;
+                    (line_start, scan) = (frame_start, frame_start);
+                    continue;
+                }
+            }
+            let Some(off) = line_end(&chunk[scan..]) else {
+                break;
+            };
             let eol = scan + off;
             let mut next = eol + 1;
             // A CR as the chunk's last byte may be half of a CRLF.
@@ -518,7 +532,53 @@ impl SseFramer {
         self.line.clear();
         self.fields.clear();
         self.first_line = true;
+        self.wanted = false;
         self.next_frame()
+    }
+
+    /// Whether nothing of the next frame has been read yet (and the stream's
+    /// first line, which may carry a BOM, is behind).
+    fn at_frame_start(&self) -> bool {
+        self.held.is_empty() && self.line.is_empty() && !self.first_line && !self.wanted
+    }
+
+    /// The length of the frame at the start of `rest` if the sink skips it
+    /// and its shape lets that be known without reading it line by line:
+    /// the frame lies whole in `rest`, within the limit, its lines end in
+    /// LF alone, and its one `event` field is its first line. Most of a
+    /// settled stream is such frames (`event: content_block_delta`, a data
+    /// line, a blank line). Any other frame is read the usual way; when the
+    /// sink was asked and wants it, it is not asked again.
+    fn skipped_whole(&mut self, rest: &[u8], sink: &mut impl FrameSink) -> Option<usize> {
+        let [b'e', b'v', b'e', b'n', b't', b':', ..] = rest else {
+            return None;
+        };
+        let first = line_end(rest)?;
+        let name = &rest[6..first];
+        let name = name.strip_prefix(b" ").unwrap_or(name);
+        let mut at = first;
+        let end = loop {
+            if rest[at] == b'\r' {
+                return None;
+            }
+            let line = at + 1;
+            let next = line + line_end(&rest[line..])?;
+            if next == line {
+                break next + 1;
+            }
+            if names_event(&rest[line..next]) {
+                return None;
+            }
+            at = next;
+        };
+        if end > self.max_frame_bytes {
+            return None;
+        }
+        if sink.skips(Some(name)) {
+            return Some(end);
+        }
+        self.wanted = true;
+        None
     }
 
     /// Handles the end of a line whose bytes in the current chunk are `tail`,
@@ -553,7 +613,7 @@ impl SseFramer {
                 .event
                 .clone()
                 .map(|r| &chunk[start + r.start..start + r.end]);
-            if sink.skips(event) {
+            if !std::mem::take(&mut self.wanted) && sink.skips(event) {
                 self.fields.clear();
                 return oversized;
             }
@@ -649,6 +709,14 @@ impl FrameSink for Queue {
         self.len += frame.raw.len();
         self.ready.push_back(frame);
     }
+}
+
+/// Whether a line sets the `event` field: `event` alone, or before a colon.
+fn names_event(line: &[u8]) -> bool {
+    matches!(
+        line,
+        [b'e', b'v', b'e', b'n', b't'] | [b'e', b'v', b'e', b'n', b't', b':', ..]
+    )
 }
 
 /// Applies one complete line (without its line end), found at `at` in the
@@ -1258,6 +1326,66 @@ mod tests {
         }
         let bytes: Vec<&[u8]> = MIXED.chunks(1).collect();
         assert_eq!(frames_pushed_to(&bytes, SKIP).0, kept, "byte at a time");
+    }
+
+    /// Frames a whole-frame skip must read exactly as the line-by-line
+    /// path does: several `event` fields (the last wins), `event` with no
+    /// colon, names with odd spacing, CR line ends, a leading comment, and
+    /// other fields after the name.
+    const SHAPES: &[u8] = b"data: start\n\nevent: ping\n\nevent: ping\nevent: message_delta\ndata: x\n\nevent: ping\ndata: y\nevent\n\nevent:ping\n\nevent: ping \n\nevent:  ping\n\nevent: content_block_delta\ndata: {\"a\":1}\n\nevent: content_block_delta\r\ndata: z\r\n\r\n: c\nevent: ping\n\nevent: ping\nevent :x\n\nevent: ping\ndata: a\ndata: b\nid: 7\nretry: 5\n\nevent: ping\n: note\n\nevent: message_stop\ndata: {}\n\nevent: ping\n\ndata: tail";
+
+    #[test]
+    fn whole_frames_are_skipped_as_line_by_line_reading_would_for_any_split() {
+        const SKIP: &[&[u8]] = &[b"ping", b"content_block_delta"];
+        let whole = frames(SHAPES);
+        assert_eq!(whole.len(), 16);
+        let kept: Vec<Frame> = whole
+            .iter()
+            .filter(|f| !f.event_raw().is_some_and(|e| SKIP.contains(&e)))
+            .cloned()
+            .collect();
+        let names: Vec<_> = kept.iter().map(|f| f.event()).collect();
+        let expected = [
+            None,
+            Some("message_delta"),
+            Some(""),
+            Some("ping "),
+            Some(" ping"),
+            Some("message_stop"),
+            None,
+        ];
+        assert_eq!(names, expected);
+        for at in 0..=SHAPES.len() {
+            let (a, b) = SHAPES.split_at(at);
+            assert_eq!(frames_pushed_to(&[a, b], &[]).0, whole, "split at {at}");
+            let (got, asked) = frames_pushed_to(&[a, b], SKIP);
+            assert_eq!(got, kept, "split at {at}");
+            assert_eq!(asked, whole.len() - 1, "asked once a frame, split at {at}");
+        }
+        let bytes: Vec<&[u8]> = SHAPES.chunks(1).collect();
+        assert_eq!(frames_pushed_to(&bytes, SKIP).0, kept, "byte at a time");
+    }
+
+    #[test]
+    fn a_skipped_frame_over_the_limit_is_reported_in_one_chunk_too() {
+        struct SkipAll;
+        impl FrameSink for SkipAll {
+            fn skips(&mut self, _event: Option<&[u8]>) -> bool {
+                true
+            }
+            fn take(&mut self, _frame: Frame) {
+                panic!("a skipped frame was built");
+            }
+        }
+        let mut framer = SseFramer::with_max_frame_bytes(20);
+        let first = Bytes::from_static(b"data: 1\n\nevent: a\n\n");
+        assert_eq!(framer.push_to(&first, &mut SkipAll), Ok(()));
+        let long = Bytes::from_static(b"event: a\ndata: 0123456789\n\nevent: a\n\n");
+        assert_eq!(
+            framer.push_to(&long, &mut SkipAll),
+            Err(FrameTooLarge { limit: 20 })
+        );
+        assert_eq!(framer.pending_len(), 0);
     }
 
     #[test]
