@@ -30,35 +30,47 @@ impl http_body::Body for Chunks {
     }
 }
 
-fn long_stream() -> Vec<Bytes> {
-    let mut out = String::new();
+/// A long Anthropic answer: 4,000 text deltas with a ping every 200.
+fn long_answer() -> Vec<String> {
     let event =
         |v: serde_json::Value| format!("event: {}\ndata: {}\n\n", v["type"].as_str().unwrap(), v);
-    out += &event(
-        json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"claude","usage":{"input_tokens":1,"output_tokens":1}}}),
-    );
-    out += &event(
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-    );
+    let mut events = vec![
+        event(
+            json!({"type":"message_start","message":{"id":"m","type":"message","role":"assistant","content":[],"model":"claude","usage":{"input_tokens":1,"output_tokens":1}}}),
+        ),
+        event(
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        ),
+    ];
     for i in 0..4000 {
-        out += &event(
+        events.push(event(
             json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":format!("token {i} of a long answer ")}}),
-        );
+        ));
         if i % 200 == 0 {
-            out += &event(json!({"type":"ping"}));
+            events.push(event(json!({"type":"ping"})));
         }
     }
-    out += &event(json!({"type":"content_block_stop","index":0}));
-    out += &event(
+    events.push(event(json!({"type":"content_block_stop","index":0})));
+    events.push(event(
         json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":4000}}),
-    );
-    out += &event(json!({"type":"message_stop"}));
-    let bytes = Bytes::from(out);
-    // 1 KiB network chunks, cut anywhere.
+    ));
+    events.push(event(json!({"type":"message_stop"})));
+    events
+}
+
+/// The long answer in 1 KiB network chunks, cut anywhere.
+fn long_stream() -> Vec<Bytes> {
+    let bytes = Bytes::from(long_answer().concat());
     (0..bytes.len())
         .step_by(1024)
         .map(|at| bytes.slice(at..(at + 1024).min(bytes.len())))
         .collect()
+}
+
+/// The long answer one event to a chunk, as a provider flushes it and as
+/// the proxy mostly receives it.
+fn event_chunks() -> Vec<Bytes> {
+    long_answer().into_iter().map(Bytes::from).collect()
 }
 
 fn json_body() -> Vec<Bytes> {
@@ -121,6 +133,7 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     for (name, chunks, content_type, stream) in [
         ("long_stream", long_stream(), "text/event-stream", true),
+        ("event_chunks", event_chunks(), "text/event-stream", true),
         ("json", json_body(), "application/json", false),
     ] {
         let total: usize = chunks.iter().map(Bytes::len).sum();
