@@ -153,7 +153,7 @@ struct TriggerFields<'a> {
     category: Str<'a>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct StopDetailsFields<'a> {
     #[serde(default, borrow)]
     category: Str<'a>,
@@ -196,34 +196,32 @@ impl MessageFields<'_> {
                     seen.text.push_str(text);
                 }
             }
-            if seen.server_fallback.is_none() && kind == Some("fallback") {
-                let model =
-                    |m: &Option<Obj<ModelFields<'_>>>| m.as_ref().and_then(|m| m.0.model.owned());
-                seen.server_fallback = Some(ServerFallback {
-                    from: model(&block.from),
-                    to: model(&block.to),
-                    category: block.trigger.as_ref().and_then(|t| t.0.category.owned()),
-                });
+            if seen.server_fallback.is_none() {
+                seen.server_fallback = block.server_fallback();
             }
         }
         if self.stop_reason.is("refusal") {
-            let details = self.stop_details.as_ref().map(|d| &d.0);
-            seen.refusal = Some(RefusalInfo {
-                signal: Some(RefusalSignal::StopReason),
-                category: details.and_then(|d| d.category.owned()),
-                explanation: details.and_then(|d| d.explanation.owned()),
-                credit_token: details.and_then(|d| d.fallback_credit_token.owned()),
-                usage: self.usage.as_ref().and_then(|Obj(u)| {
-                    known(Usage {
-                        input_tokens: u.input_tokens.0,
-                        output_tokens: u.output_tokens.0,
-                        cache_read_tokens: u.cache_read_input_tokens.0,
-                        cache_write_tokens: u.cache_creation_input_tokens.0,
-                    })
-                }),
-            });
+            let mut refused = match &self.stop_details {
+                Some(Obj(details)) => details.refusal(),
+                None => StopDetailsFields::default().refusal(),
+            };
+            refused.usage = self.usage.as_ref().and_then(|Obj(u)| u.usage());
+            seen.refusal = Some(refused);
         }
         seen
+    }
+}
+
+impl BlockFields<'_> {
+    /// A `fallback` block's models and trigger, as [`server_fallback`]
+    /// reads them from a `Value`.
+    fn server_fallback(&self) -> Option<ServerFallback> {
+        let model = |m: &Option<Obj<ModelFields<'_>>>| m.as_ref().and_then(|m| m.0.model.owned());
+        self.kind.is("fallback").then(|| ServerFallback {
+            from: model(&self.from),
+            to: model(&self.to),
+            category: self.trigger.as_ref().and_then(|t| t.0.category.owned()),
+        })
     }
 }
 
@@ -778,12 +776,120 @@ struct AnthropicStream {
     start_usage: Option<Usage>,
 }
 
-impl StreamInspector for AnthropicStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
-        let mut seen = Observation::default();
-        if committed && self.skips_committed(frame.event_raw()) {
-            return seen;
+/// The fields of a stream event that [`AnthropicStream`] observes, read
+/// like [`MessageFields`]: an event these types do not fit is read as a
+/// whole `Value` instead.
+#[derive(Deserialize)]
+struct EventFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(default, borrow)]
+    message: Option<Obj<MessageFields<'a>>>,
+    #[serde(default, borrow)]
+    content_block: Option<Obj<BlockFields<'a>>>,
+    #[serde(default, borrow)]
+    delta: Option<Obj<DeltaFields<'a>>>,
+    #[serde(default)]
+    usage: Option<Obj<UsageFields>>,
+}
+
+/// A `content_block_delta`'s or a `message_delta`'s `delta`.
+#[derive(Deserialize)]
+struct DeltaFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(default, borrow)]
+    text: Option<RawText<'a>>,
+    #[serde(default, borrow)]
+    stop_reason: Str<'a>,
+    #[serde(default, borrow)]
+    stop_details: Option<Obj<StopDetailsFields<'a>>>,
+}
+
+impl UsageFields {
+    fn usage(&self) -> Option<Usage> {
+        known(Usage {
+            input_tokens: self.input_tokens.0,
+            output_tokens: self.output_tokens.0,
+            cache_read_tokens: self.cache_read_input_tokens.0,
+            cache_write_tokens: self.cache_creation_input_tokens.0,
+        })
+    }
+}
+
+impl StopDetailsFields<'_> {
+    /// A refusal with these details (usage added by the caller).
+    fn refusal(&self) -> RefusalInfo {
+        RefusalInfo {
+            signal: Some(RefusalSignal::StopReason),
+            category: self.category.owned(),
+            explanation: self.explanation.owned(),
+            credit_token: self.fallback_credit_token.owned(),
+            usage: None,
         }
+    }
+}
+
+impl AnthropicStream {
+    /// What an event says, read in typed fields when it fits them (the
+    /// same as [`AnthropicStream::observe_value`] would say).
+    fn observe_fields(&mut self, event: &EventFields<'_>, frame: &Frame) -> Observation {
+        let mut seen = Observation::default();
+        match event.kind.as_deref().or(frame.event()).unwrap_or_default() {
+            "message_start" => {
+                let message = event.message.as_ref().map(|Obj(m)| m);
+                seen.model = message.and_then(|m| m.model.owned());
+                self.start_usage = message.and_then(|m| m.usage.as_ref()?.0.usage());
+            }
+            "content_block_start" => {
+                if let Some(Obj(block)) = &event.content_block {
+                    let kind = block.kind.as_deref();
+                    let text = block.text.as_ref();
+                    seen.real_output = match kind {
+                        Some("text") => text.is_some_and(RawText::is_real),
+                        Some(kind) => is_tool_call_block(kind),
+                        None => false,
+                    };
+                    seen.tool_call = kind.is_some_and(is_tool_call_block);
+                    if kind == Some("text") {
+                        seen.text = text.and_then(RawText::text).unwrap_or_default().to_owned();
+                    }
+                    seen.server_fallback = block.server_fallback();
+                }
+            }
+            "content_block_delta" => {
+                if let Some(Obj(delta)) = &event.delta {
+                    if delta.kind.is("text_delta") {
+                        let text = delta.text.as_ref().and_then(RawText::text);
+                        seen.text = text.unwrap_or_default().to_owned();
+                        seen.real_output = is_real_text(&seen.text);
+                    }
+                }
+            }
+            "message_delta" => {
+                let delta = event.delta.as_ref().map(|Obj(d)| d);
+                if let Some(delta) = delta.filter(|d| d.stop_reason.is("refusal")) {
+                    let mut refused = match &delta.stop_details {
+                        Some(Obj(details)) => details.refusal(),
+                        None => StopDetailsFields::default().refusal(),
+                    };
+                    let mut total = self.start_usage.unwrap_or_default();
+                    if let Some(delta) = event.usage.as_ref().and_then(|Obj(u)| u.usage()) {
+                        total.update(delta);
+                    }
+                    refused.usage = known(total);
+                    seen.refusal = Some(refused);
+                }
+            }
+            "error" => seen.error = true,
+            _ => {}
+        }
+        seen
+    }
+
+    /// What an event says, read as a whole `Value`.
+    fn observe_value(&mut self, frame: &Frame) -> Observation {
+        let mut seen = Observation::default();
         let Some(event) = json_event(frame) else {
             return seen;
         };
@@ -825,6 +931,23 @@ impl StreamInspector for AnthropicStream {
         }
         seen
     }
+}
+
+impl StreamInspector for AnthropicStream {
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
+        if committed && self.skips_committed(frame.event_raw()) {
+            return Observation::default();
+        }
+        let Some(data) = frame.data() else {
+            return Observation::default();
+        };
+        // Typed first: most events fit, and are read without building a
+        // tree of values.
+        match typed::<EventFields<'_>>(data.as_bytes()) {
+            Some(event) => self.observe_fields(&event, frame),
+            None => self.observe_value(frame),
+        }
+    }
 
     /// Deltas and pings are most of a long stream and never carry a stop
     /// reason: once committed, they need no parse. (Names without U+FFFD:
@@ -846,6 +969,78 @@ mod tests {
 
     use super::*;
     use crate::dialect::tests::{data, event, frames, observe};
+
+    /// Every event of the recorded Anthropic streams (and some shaped to
+    /// test the edges), observed in typed fields and as a `Value`, in
+    /// order: the two readings agree, and the typed one is what was used
+    /// for most.
+    #[test]
+    fn typed_and_value_readings_of_stream_events_agree() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let mut streams: Vec<Vec<Frame>> = Vec::new();
+        for dir in [
+            "anthropic/anthropic-sdk-python",
+            "anthropic/vercel-ai",
+            "e2e",
+        ] {
+            for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                let name = path.to_string_lossy().into_owned();
+                if name.ends_with(".sse") {
+                    streams.push(frames(&text));
+                } else if name.ends_with(".chunks.txt") {
+                    streams.push(text.lines().map(data).collect());
+                }
+            }
+        }
+        streams.push(
+            [
+                json!({"type": "message_start", "message": {"model": "m", "usage": {"input_tokens": 5, "cache_read_input_tokens": 2}}}),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": " \n"}}),
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "fallback", "from": {"model": "a"}, "to": {"model": "b"}, "trigger": {"category": "cyber"}}}),
+                json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "name": "t"}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "caf\u{e9} \"x\""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": 7}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "refusal"}, "usage": {"output_tokens": 3}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": {"category": 1, "explanation": "e"}}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": "odd"}}),
+                json!({"message": {"model": "no type"}}),
+                json!({"type": "error", "error": {"type": "overloaded_error"}}),
+            ]
+            .iter()
+            .map(|event| data(&event.to_string()))
+            .collect(),
+        );
+        let (mut compared, mut fitted) = (0, 0);
+        for stream in &streams {
+            let (mut typed_side, mut value_side) =
+                (AnthropicStream::default(), AnthropicStream::default());
+            for frame in stream {
+                let value = value_side.observe_value(frame);
+                let Some(fields) = frame
+                    .data()
+                    .and_then(|d| typed::<EventFields<'_>>(d.as_bytes()))
+                else {
+                    typed_side.observe_value(frame);
+                    continue;
+                };
+                assert_eq!(
+                    typed_side.observe_fields(&fields, frame),
+                    value,
+                    "{frame:?}"
+                );
+                assert_eq!(typed_side.start_usage, value_side.start_usage, "{frame:?}");
+                fitted += 1;
+            }
+            compared += stream.len();
+        }
+        assert!(compared > 150, "{compared} events compared");
+        assert!(
+            fitted * 10 > compared * 9,
+            "{fitted} of {compared} fitted the typed fields"
+        );
+    }
 
     fn one(frame: Frame) -> Observation {
         observe(&AnthropicMessages, &[frame]).remove(0)
