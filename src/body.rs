@@ -229,6 +229,10 @@ impl FrameSink for Judge<'_> {
         skip
     }
 
+    fn may_skip(&self) -> bool {
+        self.settled()
+    }
+
     fn take(&mut self, frame: crate::sse::Frame) {
         *self.frames += 1;
         let seen = self.inspector.observe(&frame, self.settled());

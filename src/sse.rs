@@ -431,7 +431,7 @@ impl SseFramer {
 
         let mut scan = line_start;
         loop {
-            if line_start == frame_start && self.at_frame_start() {
+            if line_start == frame_start && sink.may_skip() && self.at_frame_start() {
                 if let Some(len) = self.skipped_whole(&chunk[frame_start..], sink) {
                     frame_start += len;
                     (line_start, scan) = (frame_start, frame_start);
@@ -690,6 +690,14 @@ pub(crate) trait FrameSink {
     /// bytes (see [`Frame::event_raw`]), can go unbuilt: asked once per
     /// frame, before [`FrameSink::take`], which a skipped frame never gets.
     fn skips(&mut self, _event: Option<&[u8]>) -> bool {
+        false
+    }
+
+    /// Whether [`FrameSink::skips`] may say yes now. When it cannot (the
+    /// public queue never skips; a watch skips only once settled), the
+    /// framer does not look for a frame it could pass over whole, which
+    /// would read a wanted frame twice.
+    fn may_skip(&self) -> bool {
         false
     }
 
@@ -1259,6 +1267,10 @@ mod tests {
             event.is_some_and(|event| self.skip.contains(&event))
         }
 
+        fn may_skip(&self) -> bool {
+            true
+        }
+
         fn take(&mut self, frame: Frame) {
             self.frames.push(frame);
         }
@@ -1371,6 +1383,9 @@ mod tests {
         struct SkipAll;
         impl FrameSink for SkipAll {
             fn skips(&mut self, _event: Option<&[u8]>) -> bool {
+                true
+            }
+            fn may_skip(&self) -> bool {
                 true
             }
             fn take(&mut self, _frame: Frame) {
