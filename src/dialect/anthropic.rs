@@ -153,7 +153,7 @@ struct TriggerFields<'a> {
     category: Str<'a>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 struct StopDetailsFields<'a> {
     #[serde(default, borrow)]
     category: Str<'a>,
@@ -184,14 +184,9 @@ impl MessageFields<'_> {
             ..Observation::default()
         };
         for Obj(block) in self.content.iter().flatten() {
-            let kind = block.kind.as_deref();
-            seen.real_output |= match kind {
-                Some("text") => block.text.as_ref().is_some_and(RawText::is_real),
-                Some(kind) => is_tool_call_block(kind),
-                None => false,
-            };
-            seen.tool_call |= kind.is_some_and(is_tool_call_block);
-            if keep_text && kind == Some("text") {
+            seen.real_output |= block.is_output();
+            seen.tool_call |= block.is_tool_call();
+            if keep_text && block.kind.is("text") {
                 if let Some(text) = block.text.as_ref().and_then(RawText::text) {
                     seen.text.push_str(text);
                 }
@@ -201,10 +196,7 @@ impl MessageFields<'_> {
             }
         }
         if self.stop_reason.is("refusal") {
-            let mut refused = match &self.stop_details {
-                Some(Obj(details)) => details.refusal(),
-                None => StopDetailsFields::default().refusal(),
-            };
+            let mut refused = StopDetailsFields::refusal(&self.stop_details);
             refused.usage = self.usage.as_ref().and_then(|Obj(u)| u.usage());
             seen.refusal = Some(refused);
         }
@@ -213,6 +205,20 @@ impl MessageFields<'_> {
 }
 
 impl BlockFields<'_> {
+    /// Whether the block is real output, as [`block_is_output`] tells from a
+    /// `Value`.
+    fn is_output(&self) -> bool {
+        match self.kind.as_deref() {
+            Some("text") => self.text.as_ref().is_some_and(RawText::is_real),
+            Some(kind) => is_tool_call_block(kind),
+            None => false,
+        }
+    }
+
+    fn is_tool_call(&self) -> bool {
+        self.kind.as_deref().is_some_and(is_tool_call_block)
+    }
+
     /// A `fallback` block's models and trigger, as [`server_fallback`]
     /// reads them from a `Value`.
     fn server_fallback(&self) -> Option<ServerFallback> {
@@ -818,13 +824,14 @@ impl UsageFields {
 }
 
 impl StopDetailsFields<'_> {
-    /// A refusal with these details (usage added by the caller).
-    fn refusal(&self) -> RefusalInfo {
+    /// A refusal with these details, if any (usage added by the caller).
+    fn refusal(details: &Option<Obj<StopDetailsFields<'_>>>) -> RefusalInfo {
+        let details = details.as_ref().map(|Obj(d)| d);
         RefusalInfo {
             signal: Some(RefusalSignal::StopReason),
-            category: self.category.owned(),
-            explanation: self.explanation.owned(),
-            credit_token: self.fallback_credit_token.owned(),
+            category: details.and_then(|d| d.category.owned()),
+            explanation: details.and_then(|d| d.explanation.owned()),
+            credit_token: details.and_then(|d| d.fallback_credit_token.owned()),
             usage: None,
         }
     }
@@ -843,16 +850,11 @@ impl AnthropicStream {
             }
             "content_block_start" => {
                 if let Some(Obj(block)) = &event.content_block {
-                    let kind = block.kind.as_deref();
-                    let text = block.text.as_ref();
-                    seen.real_output = match kind {
-                        Some("text") => text.is_some_and(RawText::is_real),
-                        Some(kind) => is_tool_call_block(kind),
-                        None => false,
-                    };
-                    seen.tool_call = kind.is_some_and(is_tool_call_block);
-                    if kind == Some("text") {
-                        seen.text = text.and_then(RawText::text).unwrap_or_default().to_owned();
+                    seen.real_output = block.is_output();
+                    seen.tool_call = block.is_tool_call();
+                    if block.kind.is("text") {
+                        let text = block.text.as_ref().and_then(RawText::text);
+                        seen.text = text.unwrap_or_default().to_owned();
                     }
                     seen.server_fallback = block.server_fallback();
                 }
@@ -869,10 +871,7 @@ impl AnthropicStream {
             "message_delta" => {
                 let delta = event.delta.as_ref().map(|Obj(d)| d);
                 if let Some(delta) = delta.filter(|d| d.stop_reason.is("refusal")) {
-                    let mut refused = match &delta.stop_details {
-                        Some(Obj(details)) => details.refusal(),
-                        None => StopDetailsFields::default().refusal(),
-                    };
+                    let mut refused = StopDetailsFields::refusal(&delta.stop_details);
                     let mut total = self.start_usage.unwrap_or_default();
                     if let Some(delta) = event.usage.as_ref().and_then(|Obj(u)| u.usage()) {
                         total.update(delta);
