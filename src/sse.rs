@@ -392,11 +392,16 @@ impl SseFramer {
     /// [`SseFramer::next_frame`] and the rest by later pushes or
     /// [`SseFramer::finish`].
     pub fn push(&mut self, chunk: Bytes) -> Result<(), FrameTooLarge> {
+        self.queueing(|framer, queue| framer.push_to(&chunk, queue))
+    }
+
+    /// Runs `work` with the queue of ready frames as its sink.
+    fn queueing<R>(&mut self, work: impl FnOnce(&mut Self, &mut Queue) -> R) -> R {
         let mut queue = Queue {
             ready: std::mem::take(&mut self.ready),
             len: self.ready_len,
         };
-        let result = self.push_to(&chunk, &mut queue);
+        let result = work(self, &mut queue);
         self.ready = queue.ready;
         self.ready_len = queue.len;
         result
@@ -512,23 +517,20 @@ impl SseFramer {
     /// the stream. Afterwards the framer starts a new stream (a leading BOM is
     /// recognised again).
     pub fn finish(&mut self) -> Option<Frame> {
-        let mut queue = Queue {
-            ready: std::mem::take(&mut self.ready),
-            len: self.ready_len,
-        };
         self.after_cr = false;
-        if std::mem::take(&mut self.cut_after_cr) {
-            self.cut(&Bytes::new(), 0, 0, &mut queue);
-        }
-        if self.held_len > 0 {
-            if !self.line.is_empty() {
-                let line = std::mem::take(&mut self.line);
-                process_line(&mut self.fields, &mut self.first_line, &line, self.line_at);
+        self.queueing(|framer, queue| {
+            if std::mem::take(&mut framer.cut_after_cr) {
+                framer.cut(&Bytes::new(), 0, 0, queue);
             }
-            self.cut(&Bytes::new(), 0, 0, &mut queue);
-        }
-        self.ready = queue.ready;
-        self.ready_len = queue.len;
+            if framer.held_len > 0 {
+                if !framer.line.is_empty() {
+                    let line = std::mem::take(&mut framer.line);
+                    let (fields, first) = (&mut framer.fields, &mut framer.first_line);
+                    process_line(fields, first, &line, framer.line_at);
+                }
+                framer.cut(&Bytes::new(), 0, 0, queue);
+            }
+        });
         self.line.clear();
         self.fields.clear();
         self.first_line = true;
