@@ -170,13 +170,8 @@ impl StreamWatch {
 
     /// Feeds one network chunk.
     pub(crate) fn feed(&mut self, chunk: &Bytes) {
-        let mut judge = Judge {
-            inspector: &mut *self.inspector,
-            findings: &mut self.findings,
-            frames: &mut self.frames,
-            committed: self.committed,
-        };
-        let overflow = self.framer.push_to(chunk, &mut judge).is_err();
+        let (framer, mut judge) = self.split();
+        let overflow = framer.push_to(chunk, &mut judge).is_err();
         if overflow {
             self.overflowed = true;
             if self.framer.pending_len() > self.max_frame_bytes {
@@ -190,17 +185,26 @@ impl StreamWatch {
 
     /// The stream ended: judge any bytes that never got their blank line.
     pub(crate) fn finish(&mut self) {
-        while let Some(frame) = self.framer.finish() {
-            let mut judge = Judge {
-                inspector: &mut *self.inspector,
-                findings: &mut self.findings,
-                frames: &mut self.frames,
-                committed: self.committed,
+        loop {
+            let (framer, mut judge) = self.split();
+            let Some(frame) = framer.finish() else {
+                return;
             };
             if !judge.skips(frame.event_raw()) {
                 judge.take(frame);
             }
         }
+    }
+
+    /// The framer, and the judging of the frames it cuts, borrowed apart.
+    fn split(&mut self) -> (&mut SseFramer, Judge<'_>) {
+        let judge = Judge {
+            inspector: &mut *self.inspector,
+            findings: &mut self.findings,
+            frames: &mut self.frames,
+            committed: self.committed,
+        };
+        (&mut self.framer, judge)
     }
 }
 
