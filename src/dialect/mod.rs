@@ -20,6 +20,7 @@ pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
+mod skim;
 
 /// What a request was recognised as, before its body was read.
 #[derive(Debug, Clone)]

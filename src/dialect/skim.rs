@@ -1,0 +1,293 @@
+//! A checking skim of a JSON object's top level: where each member's value
+//! lies, the whole document checked on the way, nothing built.
+//!
+//! The request head (`head.rs`) needs a few small members of bodies that
+//! are mostly conversation text. serde_json checks text at about three
+//! instructions a byte, looking at every byte for a quote, a backslash or a
+//! control character; the skim crosses strings with memchr's vector search
+//! for the quote and the backslash, and checks control characters and the
+//! document's UTF-8 in passes over the whole body that the compiler
+//! vectorises.
+//!
+//! The skim answers only when it is sure the body is a JSON object. What it
+//! does not handle (an escape in a member's name, nesting deeper than
+//! [`DEPTH`]) and every malformed body make it answer `None`, and the
+//! caller asks serde_json, which then decides: a body the skim accepts is
+//! one serde_json accepts, with the same members (the tests hold the two to
+//! that on every single-byte change of a set of documents).
+
+/// The deepest nesting the skim follows (serde_json's own limit is 128).
+const DEPTH: usize = 100;
+
+/// The members of the JSON object `body` in document order, each as its
+/// name and its value's bytes, when the skim is sure `body` is a JSON
+/// object (whitespace around it allowed); `None` otherwise.
+pub(crate) fn members(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
+    if !body.is_ascii() {
+        std::str::from_utf8(body).ok()?;
+    }
+    let mut skim = Skim {
+        bytes: body,
+        at: 0,
+        spaces: 0,
+    };
+    let mut members = Vec::new();
+    skim.space();
+    skim.expect(b'{')?;
+    skim.space();
+    if !skim.eat(b'}') {
+        loop {
+            skim.space();
+            let name = skim.name()?;
+            skim.space();
+            skim.expect(b':')?;
+            skim.space();
+            let start = skim.at;
+            skim.value(DEPTH)?;
+            let name = std::str::from_utf8(&body[name]).ok()?;
+            members.push((name, &body[start..skim.at]));
+            skim.space();
+            if !skim.eat(b',') {
+                skim.expect(b'}')?;
+                break;
+            }
+        }
+    }
+    skim.space();
+    // A control character is whitespace between tokens or an error in a
+    // string: all of them, counted in one pass rather than looked for in
+    // the text of each string, must be the whitespace passed over.
+    (skim.at == body.len() && controls(body) == skim.spaces).then_some(members)
+}
+
+/// How many control characters (below U+0020) `bytes` holds. Counted in
+/// blocks small enough for a one-byte count, which the compiler turns into
+/// a count of many bytes per instruction.
+fn controls(bytes: &[u8]) -> usize {
+    bytes
+        .chunks(255)
+        .map(|block| block.iter().fold(0u8, |n, &byte| n + u8::from(byte < 0x20)))
+        .map(usize::from)
+        .sum()
+}
+
+/// A position in the bytes being skimmed.
+struct Skim<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    /// How many control characters (LF, CR, tab) passed as whitespace.
+    spaces: usize,
+}
+
+impl Skim<'_> {
+    /// Passes over JSON whitespace.
+    fn space(&mut self) {
+        while let Some(&byte @ (b' ' | b'\n' | b'\r' | b'\t')) = self.bytes.get(self.at) {
+            self.spaces += usize::from(byte != b' ');
+            self.at += 1;
+        }
+    }
+
+    /// Passes over `byte` if it comes next.
+    fn eat(&mut self, byte: u8) -> bool {
+        let next = self.bytes.get(self.at) == Some(&byte);
+        self.at += usize::from(next);
+        next
+    }
+
+    fn expect(&mut self, byte: u8) -> Option<()> {
+        self.eat(byte).then_some(())
+    }
+
+    /// Passes over one value, nested at most `depth` deep.
+    fn value(&mut self, depth: usize) -> Option<()> {
+        match *self.bytes.get(self.at)? {
+            b'"' => self.string().map(drop),
+            b'{' => self.object(depth.checked_sub(1)?),
+            b'[' => self.array(depth.checked_sub(1)?),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            b'n' => self.word(b"null"),
+            b'-' | b'0'..=b'9' => self.number(),
+            _ => None,
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<()> {
+        self.at += 1;
+        self.space();
+        if self.eat(b'}') {
+            return Some(());
+        }
+        loop {
+            self.space();
+            if self.bytes.get(self.at) != Some(&b'"') {
+                return None;
+            }
+            self.string()?;
+            self.space();
+            self.expect(b':')?;
+            self.space();
+            self.value(depth)?;
+            self.space();
+            if !self.eat(b',') {
+                return self.expect(b'}');
+            }
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        self.at += 1;
+        self.space();
+        if self.eat(b']') {
+            return Some(());
+        }
+        loop {
+            self.space();
+            self.value(depth)?;
+            self.space();
+            if !self.eat(b',') {
+                return self.expect(b']');
+            }
+        }
+    }
+
+    /// Passes over a string; `true` if it holds an escape.
+    fn string(&mut self) -> Option<bool> {
+        self.at += 1;
+        let mut escaped = false;
+        loop {
+            let rest = &self.bytes[self.at..];
+            let off = memchr::memchr2(b'"', b'\\', rest)?;
+            self.at += off + 1;
+            if rest[off] == b'"' {
+                return Some(escaped);
+            }
+            self.escape()?;
+            escaped = true;
+        }
+    }
+
+    /// A member's name: the range of its text, which must hold no escape
+    /// (serde_json would decode one; the skim leaves that to it).
+    fn name(&mut self) -> Option<std::ops::Range<usize>> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let start = self.at + 1;
+        match self.string()? {
+            true => None,
+            false => Some(start..self.at - 1),
+        }
+    }
+
+    /// Passes over what follows a backslash in a string.
+    fn escape(&mut self) -> Option<()> {
+        let len = match *self.bytes.get(self.at)? {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => 1,
+            b'u' => {
+                let hex = self.bytes.get(self.at + 1..self.at + 5)?;
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return None;
+                }
+                5
+            }
+            _ => return None,
+        };
+        self.at += len;
+        Some(())
+    }
+
+    fn word(&mut self, word: &[u8]) -> Option<()> {
+        let found = self.bytes.get(self.at..self.at + word.len())? == word;
+        self.at += word.len();
+        found.then_some(())
+    }
+
+    /// `-`? (`0` | [1-9][0-9]*) (`.` [0-9]+)? ([eE] [+-]? [0-9]+)?
+    fn number(&mut self) -> Option<()> {
+        self.eat(b'-');
+        match *self.bytes.get(self.at)? {
+            b'0' => self.at += 1,
+            b'1'..=b'9' => self.digits(),
+            _ => return None,
+        }
+        if self.eat(b'.') {
+            self.some_digits()?;
+        }
+        if self.eat(b'e') || self.eat(b'E') {
+            if !self.eat(b'+') {
+                self.eat(b'-');
+            }
+            self.some_digits()?;
+        }
+        Some(())
+    }
+
+    fn digits(&mut self) {
+        while self.bytes.get(self.at).is_some_and(u8::is_ascii_digit) {
+            self.at += 1;
+        }
+    }
+
+    /// At least one digit.
+    fn some_digits(&mut self) -> Option<()> {
+        let start = self.at;
+        self.digits();
+        (self.at > start).then_some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_is_cut_into_its_members() {
+        let body = br#" { "model" : "m", "n":-1.5e+3, "messages":[{"content":"a\"b\u00e9 \n"}],
+            "stream" :true,"x":null ,"y":false, "z":{"a":[[],{}]} } "#;
+        let members = members(body).unwrap();
+        let names: Vec<&str> = members.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["model", "n", "messages", "stream", "x", "y", "z"]);
+        assert_eq!(members[1].1, b"-1.5e+3");
+        assert_eq!(members[2].1, br#"[{"content":"a\"b\u00e9 \n"}]"#);
+        assert_eq!(members[6].1, br#"{"a":[[],{}]}"#);
+        assert_eq!(super::members(b"{}"), Some(vec![]));
+    }
+
+    #[test]
+    fn every_control_character_is_counted_however_many() {
+        let mut body = vec![b'\n'; 1000];
+        body.extend_from_slice(b"\x00\x1f \x7f");
+        assert_eq!(controls(&body), 1002);
+        let spaced = format!("{{{}\"a\":\"b\"}}", "\n".repeat(600));
+        assert!(members(spaced.as_bytes()).is_some());
+        let broken = format!("{{{}\"a\":\"b\tc\"}}", "\n".repeat(600));
+        assert_eq!(members(broken.as_bytes()), None);
+    }
+
+    #[test]
+    fn the_skim_is_unsure_of_what_it_leaves_to_serde_json() {
+        let deep = format!(
+            "{{\"a\":{}{}}}",
+            "[".repeat(DEPTH + 1),
+            "]".repeat(DEPTH + 1)
+        );
+        for body in [
+            &br#"{"mo\u0064el":"m"}"#[..],
+            deep.as_bytes(),
+            b"[1]",
+            b"{\"a\":\"\x01\"}",
+            b"{\"a\":\"\xff\"}",
+            b"{\"a\":01}",
+            b"{\"a\":1.}",
+            b"{\"a\":tru}",
+            b"{\"a\":1,}",
+            b"{\"a\":\"\\x\"}",
+            b"{\"a\":\"\\u12g4\"}",
+            b"{\"a\":1} x",
+        ] {
+            assert_eq!(members(body), None, "{}", String::from_utf8_lossy(body));
+        }
+    }
+}
