@@ -700,15 +700,15 @@ async fn a_request_head_past_the_bound_gets_a_431_and_one_within_it_is_served() 
     let upstream = answering_ok("application/json", b"{}").await;
     let padding = |bytes: usize| format!("x-padding: {}\r\n", "a".repeat(bytes));
 
-    // The default bound is 16 KiB.
+    // The default bound is 8 KiB.
     let defaults = Running::plain(&upstream).await;
     let served = defaults
-        .exchange(&messages_request(false, &padding(12 * 1024)))
+        .exchange(&messages_request(false, &padding(6 * 1024)))
         .await;
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
     assert_eq!(upstream.requests().len(), 1);
     let refused = defaults
-        .exchange(&messages_request(false, &padding(20 * 1024)))
+        .exchange(&messages_request(false, &padding(10 * 1024)))
         .await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(

@@ -236,8 +236,7 @@ impl<S> Proxy<S> {
     }
 
     /// Reads request heads (request line and headers) of at most this
-    /// many bytes, answering `431` past it (default 16 KiB, at least
-    /// 8 KiB). The bound also caps each HTTP/1 connection's read buffer.
+    /// many bytes, answering `431` past it (default and least 8 KiB). The bound also caps each HTTP/1 connection's read buffer.
     ///
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

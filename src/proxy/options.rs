@@ -122,7 +122,7 @@ pub struct Options {
     #[arg(long, env = "REFUSAL_GUARD_MAX_CONNECTIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..), default_value = "4096")]
     pub max_connections: u32,
     /// Largest request head (request line and headers) read, in bytes; larger ones get 431
-    #[arg(long, env = "REFUSAL_GUARD_MAX_HEAD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u32).range(8192..), default_value = "16384")]
+    #[arg(long, env = "REFUSAL_GUARD_MAX_HEAD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u32).range(8192..), default_value = "8192")]
     pub max_head_bytes: u32,
     /// Time for the upstream to send its response head [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_HEAD_TIMEOUT", value_name = "SECS", value_parser = seconds)]
@@ -437,7 +437,7 @@ mod tests {
         assert_eq!(chains.for_model("d"), ["e"]);
         assert_eq!(o.rescue, None);
         assert_eq!(o.header_read_timeout, Duration::from_secs(30));
-        assert_eq!(o.max_head_bytes, 16 * 1024);
+        assert_eq!(o.max_head_bytes, 8 * 1024);
         assert_eq!(o.max_connections, 4096);
     }
 

@@ -46,7 +46,7 @@ const OVERFLOW_GRACE: Duration = Duration::from_secs(5);
 /// let limits = ServerLimits::default();
 /// assert_eq!(limits.max_connections, 4096);
 /// assert_eq!(limits.header_read_timeout.as_secs(), 30);
-/// assert_eq!(limits.max_head_bytes, 16 * 1024);
+/// assert_eq!(limits.max_head_bytes, 8 * 1024);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -64,8 +64,10 @@ pub struct ServerLimits {
     /// connection's read buffer: the guard reads a request body as fast as
     /// it comes, and without a cap every kept-alive connection's buffer
     /// grows past the body's size (hyper allows about 400 KB). The default,
-    /// 16 KiB, is Node.js's and HAProxy's; SDK and agent requests send a
-    /// few KB of headers.
+    /// 8 KiB, is hyper's starting buffer, so a connection's buffer never
+    /// grows (16 KiB let it grow to 32 KB on requests of tens of KB: 1.1 MB
+    /// more at 64 connections); it is nginx's bound on a header line, and
+    /// SDK and agent requests send one or two KB of headers.
     pub max_head_bytes: usize,
 }
 
@@ -81,7 +83,7 @@ impl Default for ServerLimits {
             idle_timeout: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(30),
             max_connections: 4096,
-            max_head_bytes: 16 * 1024,
+            max_head_bytes: 8 * 1024,
         }
     }
 }
