@@ -10,9 +10,8 @@
 //! (HTTP/2 by ALPN, else HTTP/1.1), no redirects (hyper's client never
 //! follows one, so credentials never go to another host), no system proxy,
 //! `TCP_NODELAY`, a 10 s connect timeout, pooled connections kept 60 s when
-//! idle, response heads and each connection's read buffer bounded at
-//! 16 KiB, and no overall timeout (streams may run long; the guard bounds
-//! the waits for a head and between chunks).
+//! idle and no overall timeout (streams may run long; the guard bounds the
+//! waits for a head and between chunks).
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -101,14 +100,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long an idle pooled connection is kept.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The cap on an upstream HTTP/1 connection's read buffer, and so on the
-/// size of a response head. Left to hyper (about 400 KB), a connection
-/// that reads a stream faster than its client takes it grows its buffer
-/// to the largest burst and keeps it while pooled: 25 KB a connection on
-/// the bench's 27 KB streams, 1 MB more at 64 connections. Provider
-/// response heads are a few KB.
-const UPSTREAM_BUFFER_BYTES: usize = 16 * 1024;
-
 /// The client the proxy forwards through (see the module's documentation
 /// for its settings); `Err` when the platform's certificate verifier cannot
 /// be set up.
@@ -135,6 +126,5 @@ pub fn client() -> Result<UpstreamClient, std::io::Error> {
     Ok(Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .http1_max_buf_size(UPSTREAM_BUFFER_BYTES)
         .build(https))
 }
