@@ -16,6 +16,8 @@
 //! one serde_json accepts, with the same members (the tests hold the two to
 //! that on every single-byte change of a set of documents).
 
+use std::ops::Range;
+
 /// The deepest nesting the skim follows (serde_json's own limit is 128).
 const DEPTH: usize = 100;
 
@@ -33,26 +35,19 @@ pub(crate) fn members(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
     };
     let mut members = Vec::new();
     skim.space();
-    skim.expect(b'{')?;
-    skim.space();
-    if !skim.eat(b'}') {
-        loop {
-            skim.space();
-            let name = skim.name()?;
-            skim.space();
-            skim.expect(b':')?;
-            skim.space();
-            let start = skim.at;
-            skim.value(DEPTH)?;
-            let name = std::str::from_utf8(&body[name]).ok()?;
-            members.push((name, &body[start..skim.at]));
-            skim.space();
-            if !skim.eat(b',') {
-                skim.expect(b'}')?;
-                break;
-            }
-        }
+    if skim.bytes.get(skim.at) != Some(&b'{') {
+        return None;
     }
+    skim.items(b'}', |skim| {
+        let member = skim.member(DEPTH)?;
+        // An escaped name is decoded by serde_json; the skim leaves it.
+        if member.escaped {
+            return None;
+        }
+        let name = std::str::from_utf8(&body[member.name]).ok()?;
+        members.push((name, &body[member.value]));
+        Some(())
+    })?;
     skim.space();
     // A control character is whitespace between tokens or an error in a
     // string: all of them, counted in one pass rather than looked for in
@@ -77,6 +72,15 @@ struct Skim<'a> {
     at: usize,
     /// How many control characters (LF, CR, tab) passed as whitespace.
     spaces: usize,
+}
+
+/// Where an object's member lies in the bytes.
+struct Member {
+    /// The name's text, between its quotes.
+    name: Range<usize>,
+    /// Whether the name holds an escape.
+    escaped: bool,
+    value: Range<usize>,
 }
 
 impl Skim<'_> {
@@ -114,42 +118,50 @@ impl Skim<'_> {
     }
 
     fn object(&mut self, depth: usize) -> Option<()> {
+        self.items(b'}', |skim| skim.member(depth).map(drop))
+    }
+
+    fn array(&mut self, depth: usize) -> Option<()> {
+        self.items(b']', |skim| skim.value(depth))
+    }
+
+    /// Passes over an object or an array from its opening byte to `close`,
+    /// each of its comma-separated items read by `item`.
+    fn items(&mut self, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
         self.at += 1;
         self.space();
-        if self.eat(b'}') {
+        if self.eat(close) {
             return Some(());
         }
         loop {
             self.space();
-            if self.bytes.get(self.at) != Some(&b'"') {
-                return None;
-            }
-            self.string()?;
-            self.space();
-            self.expect(b':')?;
-            self.space();
-            self.value(depth)?;
+            item(self)?;
             self.space();
             if !self.eat(b',') {
-                return self.expect(b'}');
+                return self.expect(close);
             }
         }
     }
 
-    fn array(&mut self, depth: usize) -> Option<()> {
-        self.at += 1;
+    /// Passes over an object's member, its value nested at most `depth`
+    /// deep.
+    fn member(&mut self, depth: usize) -> Option<Member> {
+        if self.bytes.get(self.at) != Some(&b'"') {
+            return None;
+        }
+        let start = self.at;
+        let escaped = self.string()?;
+        let name = start + 1..self.at - 1;
         self.space();
-        if self.eat(b']') {
-            return Some(());
-        }
-        loop {
-            self.space();
-            self.value(depth)?;
-            self.space();
-            if !self.eat(b',') {
-                return self.expect(b']');
-            }
-        }
+        self.expect(b':')?;
+        self.space();
+        let start = self.at;
+        self.value(depth)?;
+        Some(Member {
+            name,
+            escaped,
+            value: start..self.at,
+        })
     }
 
     /// Passes over a string; `true` if it holds an escape.
@@ -165,19 +177,6 @@ impl Skim<'_> {
             }
             self.escape()?;
             escaped = true;
-        }
-    }
-
-    /// A member's name: the range of its text, which must hold no escape
-    /// (serde_json would decode one; the skim leaves that to it).
-    fn name(&mut self) -> Option<std::ops::Range<usize>> {
-        if self.bytes.get(self.at) != Some(&b'"') {
-            return None;
-        }
-        let start = self.at + 1;
-        match self.string()? {
-            true => None,
-            false => Some(start..self.at - 1),
         }
     }
 
