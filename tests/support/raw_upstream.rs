@@ -140,6 +140,12 @@ impl RawUpstream {
         self.state.requests.lock().unwrap().clone()
     }
 
+    /// Every request read so far, forgotten here (a long run keeps the
+    /// upstream's own memory flat this way).
+    pub fn take_requests(&self) -> Vec<RawRequest> {
+        std::mem::take(&mut *self.state.requests.lock().unwrap())
+    }
+
     /// Connections accepted so far.
     pub fn accepted(&self) -> usize {
         self.state.accepted.load(Ordering::SeqCst)
