@@ -4,9 +4,10 @@
 #   2. the load check: 200 concurrent streams x 3 rounds through the proxy
 #      binary against the mock upstream; reports the proxy's peak RSS;
 #   3. the soak: 1,000 concurrent streams (half rescued) plus 200 clients
-#      that leave mid-hold, two rounds in each mode (default, --keepalive,
+#      that leave mid-hold, three rounds in each mode (default, --keepalive,
 #      --live-thinking); checks own bytes, no continuation for a client that
-#      left, file descriptors back to idle, no RSS growth; prints fds and RSS;
+#      left, file descriptors back to idle, peak RSS bounded per stream;
+#      prints fds and RSS (leaks: tests/proxy_memory.rs counts allocations);
 #   4. examples/agent (reqwest + the layer) through `proxy --simulate`;
 #   5. the Claude Code CLI headless through `proxy --simulate`, if it can be
 #      installed from npm (skipped with a clear message if not; set
