@@ -169,8 +169,12 @@ async fn client(http: reqwest::Client, url: String, marker: String, seen: Seen) 
         assert_eq!(text_of(&text), marker_text(&marker), "{marker}");
         return;
     }
+    // Markers recur, so "the upstream has it" means one request more than
+    // before this round.
+    let requests = || seen.lock().unwrap().get(&marker).copied().unwrap_or(0);
+    let before = requests();
     let leave = async {
-        while !seen.lock().unwrap().contains_key(&marker) {
+        while requests() == before {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(LEAVE_AFTER).await;
