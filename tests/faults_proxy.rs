@@ -728,3 +728,45 @@ async fn a_request_head_past_the_bound_gets_a_431_and_one_within_it_is_served() 
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(upstream.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn upstream_response_heads_are_read_up_to_16_kib_and_bodies_whole() {
+    let upstream = RawUpstream::start(|_, request| {
+        let body = vec![b'7'; 100_000];
+        let padding = match request.header("x-test-padding") {
+            Some(bytes) => "a".repeat(bytes.parse().unwrap()),
+            None => String::new(),
+        };
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-padding: {padding}\r\n\
+             content-length: {}\r\n\r\n",
+            body.len()
+        );
+        vec![
+            Act::Write(bytes::Bytes::from(head)),
+            Act::Write(bytes::Bytes::from(body)),
+        ]
+    })
+    .await;
+    let proxy = Running::plain(&upstream).await;
+    assert_eq!(refusal_guard::proxy::UPSTREAM_READ_BYTES, 16 * 1024);
+
+    // A head within the bound, then a body many reads long: all of it.
+    let served = proxy
+        .exchange(&messages_request(false, "x-test-padding: 12000\r\n"))
+        .await;
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    assert!(
+        served.contains(&"a".repeat(12000)),
+        "the long header passed"
+    );
+    assert_eq!(body_of(&served), "7".repeat(100_000));
+
+    // A head past it: the client gets an error in the API's shape.
+    let refused = proxy
+        .exchange(&messages_request(false, "x-test-padding: 20000\r\n"))
+        .await;
+    let error = refused_as(&refused, "502", "api_error");
+    assert_eq!(error["type"], "error", "{refused}");
+    assert_eq!(upstream.requests().len(), 2);
+}

@@ -78,7 +78,7 @@ use crate::service::RefusalGuard;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
-pub use client::{client, UpstreamBody, UpstreamClient};
+pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
 pub use options::{Options, State};
 pub use run::run;
 pub use server::ServerLimits;
