@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use raw_upstream::{chunk, head_with, last_chunk, Act, RawRequest, RawUpstream};
-use serde_json::Value;
 
 const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
 /// How long the upstream stalls the streams of clients that will leave.
@@ -94,26 +93,6 @@ fn settings() -> Result<Settings, String> {
     Ok(settings)
 }
 
-/// The user text of a request: its marker (`ok-N`, `refuse-N`, `leave-N`).
-fn marker_of(request: &RawRequest) -> String {
-    // A rescue continuation may carry the text as a content block.
-    let content = &request.json()["messages"][0]["content"];
-    content
-        .as_str()
-        .or_else(|| content[0]["text"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn text_of(stream: &str) -> String {
-    stream
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-        .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// The upstream's script: marker streams, refusals for `refuse-` and
 /// `leave-` originals (the latter stalled first), the marker stream again
 /// for any later request of a conversation (a rescue continuation).
@@ -128,7 +107,7 @@ fn script(
         .expect("the refusal fixture"),
     ));
     move |_, request| {
-        let marker = marker_of(request);
+        let marker = request.first_user_text();
         let attempt = {
             let mut seen = seen.lock().unwrap();
             let count = seen.entry(marker.clone()).or_default();
@@ -254,7 +233,7 @@ async fn client(
         }
         return Ok(());
     }
-    let text = text_of(&exchange.await?);
+    let text = mock::stream_text(&exchange.await?);
     if text == mock::marker_text(&marker) {
         Ok(())
     } else {

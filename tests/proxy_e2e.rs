@@ -10,7 +10,7 @@ use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::fixture;
-use support::mock_upstream::{marker_text, MockUpstream};
+use support::mock_upstream::{marker_text, stream_text, MockUpstream};
 use support::proxy::{bind_proxy, client, post_messages};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -365,19 +365,9 @@ async fn shutdown_finishes_streams_in_flight() {
     // Headers are in (the guard committed); now stop the proxy mid-stream.
     let stopping = tokio::spawn(proxy.shutdown());
     let body = response.text().await.unwrap();
-    assert!(text_of(&body).contains(&marker_text("inflight")));
+    assert!(stream_text(&body).contains(&marker_text("inflight")));
     assert!(body.contains("message_stop"));
     stopping.await.unwrap();
-}
-
-/// The text deltas of an Anthropic stream, joined.
-fn text_of(stream: &str) -> String {
-    stream
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
-        .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -419,7 +409,7 @@ async fn two_hundred_concurrent_streams_each_get_their_own() {
         let (marker, status, body) = result.expect("no transport error");
         assert_eq!(status, 200);
         assert_eq!(
-            text_of(&body),
+            stream_text(&body),
             marker_text(&marker),
             "{marker} got another stream"
         );

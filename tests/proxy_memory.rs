@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::mock_upstream::{fixture, frames, marker_stream, marker_text};
+use support::mock_upstream::{fixture, frames, marker_stream, marker_text, stream_text};
 use support::proxy::run_proxy;
 use support::raw_upstream::{chunk, head_with, last_chunk, Act, RawRequest, RawUpstream};
 
@@ -90,24 +90,13 @@ const ALLOWED_PER_STREAM: isize = 128;
 /// Requests the upstream read, per marker.
 type Seen = Arc<Mutex<HashMap<String, usize>>>;
 
-/// The user text of a request: its marker (a rescue continuation may carry
-/// it as a content block).
-fn marker_of(request: &RawRequest) -> String {
-    let content = &request.json()["messages"][0]["content"];
-    content
-        .as_str()
-        .or_else(|| content[0]["text"].as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// The upstream: the marker stream for `ok-` and for the second request of
 /// each `refuse-` exchange (its continuation); a refusal for the first, and
 /// a refusal stalled after its first event for every `leave-` request.
 fn script(seen: Seen) -> impl Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync {
     let refusal = frames(&fixture(EMPTY_REFUSAL));
     move |_, request| {
-        let marker = marker_of(request);
+        let marker = request.first_user_text();
         let attempt = {
             let mut seen = seen.lock().unwrap();
             let count = seen.entry(marker.clone()).or_default();
@@ -137,15 +126,6 @@ fn script(seen: Seen) -> impl Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync {
     }
 }
 
-fn text_of(stream: &str) -> String {
-    stream
-        .lines()
-        .filter_map(|line| line.strip_prefix("data: "))
-        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data).ok())
-        .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// One client: posts its marker and checks it got its own text back, or
 /// (a `leave-` client) drops the exchange once the upstream holds it.
 async fn client(http: reqwest::Client, url: String, marker: String, seen: Seen) {
@@ -166,7 +146,7 @@ async fn client(http: reqwest::Client, url: String, marker: String, seen: Seen) 
         let text = tokio::time::timeout(Duration::from_secs(30), exchange)
             .await
             .unwrap_or_else(|_| panic!("{marker}: no answer within 30 s"));
-        assert_eq!(text_of(&text), marker_text(&marker), "{marker}");
+        assert_eq!(stream_text(&text), marker_text(&marker), "{marker}");
         return;
     }
     // Markers recur, so "the upstream has it" means one request more than

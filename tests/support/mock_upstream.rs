@@ -360,6 +360,16 @@ pub fn marker_text(marker: &str) -> String {
     (0..20).map(|i| format!("{marker}-{i} ")).collect()
 }
 
+/// The text deltas of an Anthropic stream as a client received it, joined.
+pub fn stream_text(stream: &str) -> String {
+    stream
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter_map(|data| serde_json::from_str::<Value>(data).ok())
+        .filter_map(|event| event["delta"]["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
 /// One step of a [`Drip`] body.
 pub enum Step {
     /// Send these bytes.

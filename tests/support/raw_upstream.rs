@@ -72,6 +72,17 @@ impl RawRequest {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_slice(&self.body).unwrap_or(serde_json::Value::Null)
     }
+
+    /// The text of the first message: its string content, or the text of
+    /// its first content block (as a rescue continuation may send it).
+    pub fn first_user_text(&self) -> String {
+        let content = &self.json()["messages"][0]["content"];
+        content
+            .as_str()
+            .or_else(|| content[0]["text"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    }
 }
 
 type Script = dyn Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync;
