@@ -16,7 +16,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use refusal_guard::soft::{detect, prefix_verdict, DEFAULT_PREFIX_BYTES};
+use refusal_guard::text::{detect, prefix_verdict, DEFAULT_PREFIX_BYTES};
 
 fn ordinary_answer() -> String {
     let mut s = String::from(

@@ -5,7 +5,7 @@
 //! * `reserve_rescue/redis`: [`RedisStore`], the Lua script on a local
 //!   `redis-server` over loopback (one multiplexed connection).
 //! * `reserve_rescue/redis_with_fallback`: the same through
-//!   [`FallbackStore`] (its timeout and the memory mirror).
+//!   [`FailoverStore`] (its timeout and the memory mirror).
 //!
 //! Each iteration reserves for a fresh conversation, then once more for the
 //! same one (which is refused), so both branches of the script are timed.
@@ -23,9 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use redis_server::RedisServer;
-use refusal_guard::redis_store::RedisStore;
+use refusal_guard::store::failover::FailoverStore;
+use refusal_guard::store::redis::RedisStore;
 use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore};
-use refusal_guard::store_fallback::FallbackStore;
 
 /// A conversation not seen before.
 fn fresh() -> ConversationKey {
@@ -68,7 +68,7 @@ fn bench(c: &mut Criterion) {
         })
     });
 
-    let guarded = FallbackStore::new(store.clone());
+    let guarded = FailoverStore::new(store.clone());
     group.bench_function("redis_with_fallback", |b| {
         b.to_async(&runtime).iter(|| async {
             let key = fresh();

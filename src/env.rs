@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::policy::CategoryPolicy;
+use crate::recovery::category::CategoryPolicy;
 use crate::recovery::FallbackChains;
 use crate::telemetry::JsonlSink;
 use crate::RefusalGuardLayer;

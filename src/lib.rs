@@ -66,30 +66,34 @@
 //! - [`recovery`]: the [`RecoveryPolicy`](recovery::RecoveryPolicy) that
 //!   decides what to try after an empty refusal, its default
 //!   [`Ladder`](recovery::Ladder), the rescue note, the runtime switch and
-//!   fallback chains; [`policy`]: the ladder's steps per refusal category;
+//!   fallback chains; [`recovery::category`]: the ladder's steps per refusal
+//!   category;
 //!   [`store`]: per-conversation state behind an async
 //!   trait; [`timeout`]: the bounded waits on the upstream and their error.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
 //!   own shape.
-//! - [`sse`]: the incremental SSE framer; [`soft`]: the opt-in prose refusal
+//! - [`sse`]: the incremental SSE framer; [`text`]: the opt-in prose refusal
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
 //!   `proxy` (default features): the reqwest adapter and the standalone proxy.
-//! - [`metrics`]: what the guard counts, through the `metrics` facade;
+//! - [`telemetry::metrics`]: what the guard counts, through the `metrics` facade;
 //!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
 //!   health, the refusals dashboard).
 //!
-//! Inside, one request flows upward through private modules, each using
-//! only those before it: `config` (the layer's settings) → `call` (the
-//! per-call context, the request template, the inner service) → `hold`
-//! (holding a response back and judging it) → `decide` (the policy's steps,
+//! Inside, one request flows through the private `guard` module, each step
+//! using only those after it: `service` (recognise the wire API, else pass
+//! through) → `request` (read and rewrite the request) → `call` (the
+//! per-call context, the request template, the inner service) → `live`
+//! (keep-alive, live thinking) → `partial` (a partial refusal continued on
+//! the next model, opt-in) → `respond` (the decision turned into the
+//! response, the record and the handle) → `decide` (the policy's steps,
 //! each sent and held, ending in a decision: a value, not a response) →
-//! `respond` (the decision turned into the response, the record and the
-//! handle) → `continuation` (a partial refusal continued on the next
-//! model, opt-in) → `live` (keep-alive, live thinking) →
-//! `request` (reading and rewriting the request) → [`service`] →
-//! [`layer`]. `.ci/module-graph.py` keeps that order free of cycles.
+//! `hold` (holding a response back and judging it) → `config` (the layer's
+//! settings). Below the guard sit the public extension points
+//! ([`recovery`], [`store`], [`telemetry`], [`text`]) and the wire
+//! (the private `dialect` module, [`sse`]); `.ci/module-graph.py` keeps the
+//! top-level order free of cycles.
 //!
 //! # Vocabulary
 //!
@@ -122,44 +126,24 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
-pub mod body;
-mod call;
-mod config;
-mod continuation;
-mod conversation;
-mod decide;
 mod dialect;
 pub mod env;
-mod hold;
-pub mod layer;
-mod live;
-pub mod metrics;
-pub mod policy;
+mod guard;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;
 pub mod recovery;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod redis_store;
 pub mod refusal;
-pub mod replay;
-mod request;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
-mod reserve;
-mod respond;
-pub mod service;
 pub mod simulate;
-pub mod soft;
 pub mod sse;
 pub mod store;
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub mod store_fallback;
 pub mod telemetry;
-pub mod timeout;
+pub mod text;
+
+pub use guard::{body, layer, replay, service, timeout};
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;

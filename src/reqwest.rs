@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tower_service::Service;
 
-use crate::replay::{chain, ReplayBody};
+use crate::guard::replay::{chain, ReplayBody};
 
 /// The streaming response body of [`ReqwestService`]: `reqwest`'s own body,
 /// an `http_body::Body` with `Data = Bytes` and `Error = reqwest::Error`.

@@ -201,7 +201,7 @@ async fn metrics_and_the_request_span() {
         .filter_map(|l| l.split("category=\"").nth(1)?.split('"').next())
         .collect();
     assert!(distinct.contains("other"), "{distinct:?}");
-    assert!(distinct.len() <= refusal_guard::metrics::MAX_CATEGORIES + 1);
+    assert!(distinct.len() <= refusal_guard::telemetry::metrics::MAX_CATEGORIES + 1);
 }
 
 /// A readiness check that never answers.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use refusal_guard::recovery::FallbackChains;
-use refusal_guard::redis_store::RedisStore;
-use refusal_guard::store_fallback::FallbackStore;
+use refusal_guard::store::failover::FailoverStore;
+use refusal_guard::store::redis::RedisStore;
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::fixture;
@@ -23,7 +23,7 @@ const TOOL_USE: &str = "anthropic/anthropic-sdk-python/tool_use_response.txt";
 
 struct Replica {
     url: String,
-    store: Arc<FallbackStore>,
+    store: Arc<FailoverStore>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -49,7 +49,7 @@ async fn replica_within(
     timeout: Duration,
 ) -> Replica {
     let shared = RedisStore::open(redis).unwrap();
-    let store = Arc::new(FallbackStore::new(shared).timeout(timeout));
+    let store = Arc::new(FailoverStore::new(shared).timeout(timeout));
     let layer = layer.store(store.clone());
     let (proxy, listener, url) = bind_proxy(upstream, &layer).await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -182,7 +182,7 @@ async fn replicas_decide_from_memory_while_redis_is_down_and_share_again_after()
     let mut redis = RedisServer::start();
     let mock = MockUpstream::start().await.unwrap();
     // The proxy's default store timeout, 50 ms.
-    let within = FallbackStore::DEFAULT_TIMEOUT;
+    let within = FailoverStore::DEFAULT_TIMEOUT;
     let a = replica_within(&mock.url(), &redis.url(), RefusalGuardLayer::new(), within).await;
     let b = replica_within(&mock.url(), &redis.url(), RefusalGuardLayer::new(), within).await;
     let rescue = format!("{EMPTY_REFUSAL},{TOOL_USE}");

@@ -1,4 +1,4 @@
-//! `RedisStore` and `FallbackStore` against a real `redis-server` that each
+//! `RedisStore` and `FailoverStore` against a real `redis-server` that each
 //! test starts on a free loopback port (see `support/redis_server.rs`).
 
 mod support;
@@ -6,9 +6,9 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use refusal_guard::redis_store::RedisStore;
+use refusal_guard::store::failover::FailoverStore;
+use refusal_guard::store::redis::RedisStore;
 use refusal_guard::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup};
-use refusal_guard::store_fallback::FallbackStore;
 use support::log_capture::LogCapture;
 use support::redis_server::RedisServer;
 use tracing::Level;
@@ -246,10 +246,10 @@ async fn keys_carry_the_prefix_and_no_prompt_text() {
     }
 }
 
-/// Two replicas, each a `FallbackStore` with its own memory.
-fn replicas(url: &str) -> (FallbackStore, FallbackStore) {
+/// Two replicas, each a `FailoverStore` with its own memory.
+fn replicas(url: &str) -> (FailoverStore, FailoverStore) {
     let replica = || {
-        FallbackStore::new(RedisStore::open(url).unwrap())
+        FailoverStore::new(RedisStore::open(url).unwrap())
             .local(Arc::new(MemoryStore::new()))
             .timeout(Duration::from_millis(50))
             .rest(Duration::from_millis(200))

@@ -23,7 +23,7 @@
 //! case. The miss is sympathy that ends in a question back ("Would you be
 //! open to talking to someone you trust?").
 
-use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict};
+use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict};
 
 /// (text, whether it is a refusal)
 type Case = (&'static str, bool);

@@ -5,7 +5,7 @@
 //! `2_full_refusal` rows are positives, `1_full_compliance` rows negatives;
 //! `3_partial_refusal` rows are reported, not scored.
 
-use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict, DEFAULT_PREFIX_BYTES};
+use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict, DEFAULT_PREFIX_BYTES};
 
 const FILES: &[&str] = &["gpt4", "llama2new", "mistralinstruct"];
 

@@ -1,6 +1,6 @@
 //! Hand-written cases for the text refusal detector (none from the corpus).
 
-use refusal_guard::soft::{detect, prefix_verdict, PrefixVerdict, SoftKind, SoftReason};
+use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict, SoftKind, SoftReason};
 
 use SoftKind::{Deflection as D, Refusal as R};
 use SoftReason::{DirectRefusal as Direct, OffTopicDeflection as Off, PolicyRefusal as Policy};

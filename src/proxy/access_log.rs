@@ -16,7 +16,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::body::BoxError;
+use crate::guard::body::BoxError;
 use crate::refusal::RefusalHandle;
 
 /// How the proxy writes its own lines on stderr.

@@ -3,7 +3,7 @@
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /metrics` | every [`metrics`](crate::metrics) series in the Prometheus text format |
+//! | `GET /metrics` | every [`metrics`](crate::telemetry::metrics) series in the Prometheus text format |
 //! | `GET /healthz` | `200 ok` while the process serves (liveness) |
 //! | `GET /readyz` | `200` when every [`Probe`] passes (the upstream accepts a TCP connection, the conversation store answers), else `503`; one line per probe; `503` once the proxy is [`Draining`] |
 //! | `GET /` | the [`Dashboard`] of the refusal log, live (it reloads every 30 s) |
@@ -81,7 +81,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS)?
         .set_buckets_for_metric(Matcher::Suffix("_bytes".into()), &BYTES)?
         .install_recorder()?;
-    crate::metrics::describe();
+    crate::telemetry::metrics::describe();
     Ok(handle)
 }
 
@@ -212,7 +212,7 @@ impl Probe for MemoryStoreProbe {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// use refusal_guard::proxy::admin::{Probe, RedisStoreProbe};
-/// use refusal_guard::redis_store::RedisStore;
+/// use refusal_guard::store::redis::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379/0").unwrap();
 /// let probe = RedisStoreProbe::new(store, "redis://127.0.0.1:6379/0");
@@ -223,14 +223,14 @@ impl Probe for MemoryStoreProbe {
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 #[derive(Debug, Clone)]
 pub struct RedisStoreProbe {
-    store: crate::redis_store::RedisStore,
+    store: crate::store::redis::RedisStore,
     shown: String,
 }
 
 #[cfg(feature = "redis")]
 impl RedisStoreProbe {
     /// Probes `store`, named by `shown` (an address without its password).
-    pub fn new(store: crate::redis_store::RedisStore, shown: impl Into<String>) -> Self {
+    pub fn new(store: crate::store::redis::RedisStore, shown: impl Into<String>) -> Self {
         RedisStoreProbe {
             store,
             shown: shown.into(),
@@ -571,7 +571,7 @@ async fn dashboard(state: &AdminState) -> Response<AdminBody> {
             .and_then(|read| read);
     let dashboard = match read {
         Ok(dashboard) => dashboard
-            .with_requests(crate::metrics::request_tally())
+            .with_requests(crate::telemetry::metrics::request_tally())
             .refresh_every(DASHBOARD_REFRESH),
         Err(error) => {
             return text(

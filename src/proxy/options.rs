@@ -14,7 +14,7 @@ use clap::{ArgAction, CommandFactory, Parser};
 
 use super::{LogFormat, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
-use crate::policy::CategoryPolicy;
+use crate::recovery::category::CategoryPolicy;
 use crate::recovery::FallbackChains;
 
 const ENVIRONMENT: &str = "\
@@ -164,7 +164,7 @@ pub enum State {
     /// This process's [`MemoryStore`](crate::store::MemoryStore).
     Memory,
     /// A Redis server at this URL, shared by every replica that names it,
-    /// through a [`FallbackStore`](crate::store_fallback::FallbackStore).
+    /// through a [`FailoverStore`](crate::store::failover::FailoverStore).
     Redis(String),
 }
 
@@ -312,7 +312,7 @@ fn chains(value: &str) -> Result<FallbackChains, String> {
 fn policy(value: &str) -> Result<CategoryPolicy, String> {
     value
         .parse()
-        .map_err(|e: crate::policy::PolicyError| e.to_string())
+        .map_err(|e: crate::recovery::category::PolicyError| e.to_string())
 }
 
 fn seconds(value: &str) -> Result<Duration, String> {

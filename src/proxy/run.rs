@@ -11,9 +11,9 @@ use super::admin::{Draining, Probe, RedisStoreProbe};
 use super::options::LevelFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
-use crate::redis_store::RedisStore;
 use crate::simulate::Simulator;
-use crate::store_fallback::FallbackStore;
+use crate::store::failover::FailoverStore;
+use crate::store::redis::RedisStore;
 use crate::telemetry::{JsonlSink, MetricsSink};
 use crate::RefusalGuardLayer;
 
@@ -136,7 +136,7 @@ fn install_subscriber(options: &Options) {
 fn default_filter(quiet: bool) -> String {
     let filter = "warn,refusal_guard=info";
     if quiet {
-        format!("{filter},{}=off", crate::metrics::SETTLED_TARGET)
+        format!("{filter},{}=off", crate::telemetry::metrics::SETTLED_TARGET)
     } else {
         filter.to_owned()
     }
@@ -201,7 +201,7 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     }
     if let State::Redis(url) = &options.state {
         let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
-        layer = layer.store(FallbackStore::new(shared).timeout(options.state_timeout));
+        layer = layer.store(FailoverStore::new(shared).timeout(options.state_timeout));
     }
     match options.log_setting() {
         // Metrics count the records the log gets (nothing without --admin).

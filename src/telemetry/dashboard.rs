@@ -12,8 +12,8 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{format_ts, RefusalRecord, RouteRestored};
-use crate::metrics::RequestTally;
 use crate::refusal::Outcome;
+use crate::telemetry::metrics::RequestTally;
 
 /// The page around the data; `/*DATA*/` is replaced by the summary's JSON.
 const TEMPLATE: &str = include_str!("dashboard.html");
@@ -198,7 +198,7 @@ impl Dashboard {
     /// use refusal_guard::telemetry::Dashboard;
     ///
     /// let page = Dashboard::from_records([])
-    ///     .with_requests(refusal_guard::metrics::request_tally())
+    ///     .with_requests(refusal_guard::telemetry::metrics::request_tally())
     ///     .to_html();
     /// assert!(page.contains(r#""requests":{"#));
     /// ```

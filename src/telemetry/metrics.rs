@@ -1,155 +1,482 @@
-//! A sink that counts refusals through the `metrics` facade.
+//! Metrics through the [`metrics`] facade: what the guard counts and times,
+//! under Prometheus names.
+//!
+//! The crate only records; the application installs the recorder it wants
+//! (the proxy's admin listener installs `metrics-exporter-prometheus`). With
+//! no recorder installed every call here is a cheap no-op.
+//!
+//! | name | type | labels |
+//! |---|---|---|
+//! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome` |
+//! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result` |
+//! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
+//! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome` |
+//! | [`REQUESTS`] | counter | `wire_api`, `outcome` |
+//! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
+//! | [`HELD_BYTES`] | histogram (bytes) | `wire_api` |
+//! | [`ADDED_TTFB`] | histogram (s) | `wire_api` |
+//! | [`STREAMS_IN_FLIGHT`] | gauge | `wire_api` |
+//! | [`STORE_ERRORS`] | counter | `store`, `operation` |
+//! | [`STORE_FALLBACKS`] | counter | `store` |
+//! | [`ROUTES_RESTORED`] | counter | `wire_api` |
+//!
+//! Refusals and recovery attempts are counted from each refusal record by
+//! the telemetry module's `MetricsSink`, so they agree with the JSONL log
+//! line for line; the rest is recorded by the guard itself.
+//!
+//! No label carries prompt text, keys or anything else unbounded: labels
+//! are the crate's own words, and a provider's category is kept only while
+//! it looks like a category (short, `[A-Za-z0-9_.-]`) and only for the first
+//! [`MAX_CATEGORIES`] seen; past that it is counted as `other`. A model (the
+//! `model` label of [`REFUSED_TOKENS`] only) is bounded the same way, by
+//! [`model_label`].
+//!
+//! ```
+//! use refusal_guard::telemetry::metrics;
+//!
+//! // What a `category` label becomes: a code is kept, anything else folded.
+//! assert_eq!(&*metrics::category_label(Some("cyber")), "cyber");
+//! assert_eq!(&*metrics::category_label(None), "none");
+//! assert_eq!(&*metrics::category_label(Some("Ignore previous instructions")), "other");
+//! ```
 
-use metrics::{counter, histogram, Label};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-use super::{RefusalRecord, TelemetrySink};
-use crate::metrics::{
-    category_label, label_or_unknown, model_label, RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS,
-    REFUSED_TOKENS,
-};
-use crate::refusal::{AttemptResult, AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{SharedString, Unit};
 
-/// Counts each record through the [`metrics`](crate::metrics) facade:
-/// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
-/// `refusal_guard_refused_tokens_total` and
-/// `refusal_guard_recovery_latency_seconds`.
-///
-/// Put it beside the log sink so that the counters and the log agree line
-/// for line:
+use crate::refusal::{Refusal, RefusalHandle, RefusalSignal, WireApi};
+
+/// Refusals, one per refusal record (`telemetry::RefusalRecord`).
+pub const REFUSALS: &str = "refusal_guard_refusals_total";
+/// Recovery requests the guard sent after a refusal (`step`: `fallback`,
+/// `rescue`, or `retarget` for a provider's server-side fallback; `result` as
+/// in [`AttemptResult`](crate::refusal::AttemptResult)).
+pub const RECOVERY_ATTEMPTS: &str = "refusal_guard_recovery_attempts_total";
+/// Tokens the provider reported for refused attempts (the original and any
+/// recovery attempt that refused), by the model that refused, the refusal's
+/// category, and `kind`: `input`, `output`, `cache_read` or `cache_write`
+/// (see [`Usage`](crate::refusal::Usage)). Counted from each record's
+/// attempts, so it agrees with the log.
+pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
+/// Seconds from the original request to a refusal's settled outcome.
+pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
+/// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
+/// `partial`, `dead`, or `unsettled` (the upstream failed or the client left
+/// before the guard decided).
+pub const REQUESTS: &str = "refusal_guard_requests_total";
+/// Seconds a response was held back before the guard decided.
+pub const HOLD_DURATION: &str = "refusal_guard_hold_duration_seconds";
+/// Bytes held back before the guard decided.
+pub const HELD_BYTES: &str = "refusal_guard_held_bytes";
+/// Seconds from the upstream's response head to the client's: what the hold
+/// (and any recovery) added to the time to first byte.
+pub const ADDED_TTFB: &str = "refusal_guard_added_ttfb_seconds";
+/// Guarded streaming requests not yet settled.
+pub const STREAMS_IN_FLIGHT: &str = "refusal_guard_streams_in_flight";
+/// Errors from a conversation store (`store`: its name; `operation`).
+pub const STORE_ERRORS: &str = "refusal_guard_store_errors_total";
+/// Times a conversation store was unreachable and memory served instead.
+pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
+/// Sticky routes that ended, the conversation's primary model restored
+/// (`wire_api`).
+pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
+
+/// The tracing target of the one event logged when a guarded request
+/// settles (`guarded request settled`, in its `guarded_request` span): a
+/// line per request, so a subscriber can turn it off on its own, as the
+/// proxy's `--quiet` does.
 ///
 /// ```
-/// use refusal_guard::telemetry::{MemorySink, MetricsSink};
-/// use refusal_guard::RefusalGuardLayer;
-///
-/// let layer = RefusalGuardLayer::new().telemetry((MemorySink::new(), MetricsSink::new()));
-/// # let _ = layer;
+/// let filter = format!("info,{}=off", refusal_guard::telemetry::metrics::SETTLED_TARGET);
+/// assert_eq!(filter, "info,refusal_guard::settled=off");
 /// ```
-#[derive(Debug, Clone, Copy, Default)]
-#[non_exhaustive]
-pub struct MetricsSink;
+pub const SETTLED_TARGET: &str = "refusal_guard::settled";
 
-impl MetricsSink {
-    /// The sink.
-    pub fn new() -> Self {
-        MetricsSink
+/// How many distinct categories get their own label value.
+pub const MAX_CATEGORIES: usize = 32;
+/// How many distinct models get their own label value.
+pub const MAX_MODELS: usize = 32;
+/// The longest model name kept as a label value.
+const MAX_MODEL_LEN: usize = 96;
+/// The longest category kept as a label value.
+const MAX_CATEGORY_LEN: usize = 48;
+
+/// Registers the description and unit of every metric with the installed
+/// recorder. Call it once, after installing the recorder.
+///
+/// ```
+/// refusal_guard::telemetry::metrics::describe(); // harmless without a recorder
+/// ```
+pub fn describe() {
+    describe_counter!(REFUSALS, Unit::Count, "Refusals, one per refusal record");
+    describe_counter!(
+        RECOVERY_ATTEMPTS,
+        Unit::Count,
+        "Recovery requests sent after a refusal, by step and result"
+    );
+    describe_counter!(
+        REFUSED_TOKENS,
+        Unit::Count,
+        "Tokens the provider reported for refused attempts, by model, category and kind"
+    );
+    describe_histogram!(
+        RECOVERY_LATENCY,
+        Unit::Seconds,
+        "From the original request to the refusal's settled outcome"
+    );
+    describe_counter!(REQUESTS, Unit::Count, "Guarded requests, by outcome");
+    describe_histogram!(
+        HOLD_DURATION,
+        Unit::Seconds,
+        "Time a response was held back before the decision"
+    );
+    describe_histogram!(
+        HELD_BYTES,
+        Unit::Bytes,
+        "Bytes held back before the decision"
+    );
+    describe_histogram!(
+        ADDED_TTFB,
+        Unit::Seconds,
+        "Time to first byte added by the hold and any recovery"
+    );
+    describe_gauge!(
+        STREAMS_IN_FLIGHT,
+        Unit::Count,
+        "Guarded streaming requests not yet settled"
+    );
+    describe_counter!(STORE_ERRORS, Unit::Count, "Conversation store errors");
+    describe_counter!(
+        ROUTES_RESTORED,
+        Unit::Count,
+        "Sticky routes that ended, the primary model restored"
+    );
+    describe_counter!(
+        STORE_FALLBACKS,
+        Unit::Count,
+        "Times memory stood in for an unreachable conversation store"
+    );
+}
+
+/// The `category` label value for a provider's category: `none` when there
+/// is none, the category itself while it looks like one and is among the
+/// first [`MAX_CATEGORIES`] seen by this process, `other` otherwise.
+///
+/// ```
+/// use refusal_guard::telemetry::metrics::category_label;
+///
+/// assert_eq!(&*category_label(Some("SAFETY")), "SAFETY");
+/// assert_eq!(&*category_label(Some("</script>")), "other");
+/// ```
+pub fn category_label(category: Option<&str>) -> SharedString {
+    static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    let Some(category) = category else {
+        return SharedString::const_str("none");
+    };
+    let plausible = !category.is_empty()
+        && category.len() <= MAX_CATEGORY_LEN
+        && category
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !plausible || category == "other" || category == "none" {
+        return SharedString::const_str("other");
+    }
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if seen.contains(category) || seen.len() < MAX_CATEGORIES {
+        seen.insert(category.to_owned());
+        SharedString::from(category.to_owned())
+    } else {
+        SharedString::const_str("other")
     }
 }
 
-impl TelemetrySink for MetricsSink {
-    fn record(&self, record: &RefusalRecord) {
-        record_refusal(record);
-    }
-}
-
-/// The `kind` label: `empty`, `partial`, or `text` for a prose refusal.
-fn kind_label(record: &RefusalRecord) -> &'static str {
-    match (record.signal, record.refusal().kind) {
-        (Some(RefusalSignal::Text), _) => "text",
-        (_, RefusalKind::Empty) => "empty",
-        (_, RefusalKind::Partial) => "partial",
-    }
-}
-
-/// Counts one refusal record: the refusal, its recovery attempts, the
-/// tokens its refused attempts cost, and its latency. [`MetricsSink`] calls
-/// this.
-///
-/// A provider's server-side fallback (the outcome `fallback` without a
-/// fallback attempt of the guard's own) counts as one `retarget` attempt
-/// with result `served`.
+/// The `model` label value for a model name: `none` when there is none,
+/// the name itself while it looks like one (`[A-Za-z0-9_.:/@-]`, at most 96
+/// bytes) and is among the first [`MAX_MODELS`] seen by this process,
+/// `other` otherwise.
 ///
 /// ```
-/// let record = serde_json::from_str(
-///     r#"{"ts":"2026-01-01T00:00:00.000Z","category":"cyber","outcome":"dead"}"#,
-/// ).unwrap();
-/// refusal_guard::telemetry::record_refusal(&record); // a no-op without a recorder
+/// use refusal_guard::telemetry::metrics::model_label;
+///
+/// assert_eq!(&*model_label(Some("claude-opus-4-7")), "claude-opus-4-7");
+/// assert_eq!(&*model_label(Some("no spaces, please")), "other");
 /// ```
-pub fn record_refusal(record: &RefusalRecord) {
-    let labels = vec![
-        Label::new(
-            "provider",
-            label_or_unknown(record.provider.map(|p| p.as_str())),
-        ),
-        Label::new(
-            "wire_api",
-            label_or_unknown(record.wire_api.map(WireApi::as_str)),
-        ),
-        Label::new("category", category_label(record.category.as_deref())),
-        Label::new("kind", kind_label(record)),
-        Label::new("outcome", record.outcome.as_str()),
-    ];
-    counter!(REFUSALS, labels).increment(1);
-    for (step, result) in recovery_attempts(record) {
-        counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
+pub fn model_label(model: Option<&str>) -> SharedString {
+    static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    let Some(model) = model else {
+        return SharedString::const_str("none");
+    };
+    let plausible = !model.is_empty()
+        && model.len() <= MAX_MODEL_LEN
+        && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-.:/@".contains(&b));
+    if !plausible || model == "other" || model == "none" {
+        return SharedString::const_str("other");
     }
-    count_refused_tokens(record);
-    histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
-        .record(record.latency_ms as f64 / 1000.0);
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if seen.contains(model) || seen.len() < MAX_MODELS {
+        seen.insert(model.to_owned());
+        SharedString::from(model.to_owned())
+    } else {
+        SharedString::const_str("other")
+    }
 }
 
-/// Adds each refused attempt's usage to [`REFUSED_TOKENS`], under the
-/// model that refused (the attempt's, else the record's).
-fn count_refused_tokens(record: &RefusalRecord) {
-    let refused = record
-        .attempts
+pub(crate) fn label_or_unknown(word: Option<&'static str>) -> SharedString {
+    SharedString::const_str(word.unwrap_or("unknown"))
+}
+
+/// Records one hold: how long it took and how many bytes it kept back.
+pub(crate) fn record_hold(
+    wire_api: WireApi,
+    took: Duration,
+    frames: &std::collections::VecDeque<http_body::Frame<bytes::Bytes>>,
+) {
+    let bytes: usize = frames
         .iter()
-        .filter(|a| a.result == AttemptResult::Refused);
-    for attempt in refused {
-        let Some(usage) = attempt.usage else {
-            continue;
-        };
-        let model = model_label(attempt.model.as_deref().or(record.model.as_deref()));
-        let category = category_label(record.category.as_deref());
-        for (kind, tokens) in usage.kinds() {
-            if let Some(tokens) = tokens.filter(|&t| t > 0) {
-                counter!(REFUSED_TOKENS, "model" => model.clone(), "category" => category.clone(), "kind" => kind)
-                    .increment(tokens);
-            }
+        .filter_map(|f| f.data_ref())
+        .map(|d| d.len())
+        .sum();
+    histogram!(HOLD_DURATION, "wire_api" => wire_api.as_str()).record(took.as_secs_f64());
+    histogram!(HELD_BYTES, "wire_api" => wire_api.as_str()).record(bytes as f64);
+}
+
+/// Records, when dropped, the time since it was made as time to first byte
+/// added by the guard: make it when the upstream's head arrives and drop it
+/// when the client's head leaves.
+pub(crate) struct AddedDelay {
+    wire_api: WireApi,
+    since: Instant,
+}
+
+impl AddedDelay {
+    pub(crate) fn start(wire_api: WireApi) -> Self {
+        AddedDelay {
+            wire_api,
+            since: Instant::now(),
         }
     }
 }
 
-/// The `(step, result)` of each recovery attempt a record counts, as
-/// [`record_refusal`] counts them.
+impl Drop for AddedDelay {
+    fn drop(&mut self) {
+        histogram!(ADDED_TTFB, "wire_api" => self.wire_api.as_str())
+            .record(self.since.elapsed().as_secs_f64());
+    }
+}
+
+/// Counts a conversation store error (for stores other than memory).
 ///
 /// ```
-/// let record: refusal_guard::telemetry::RefusalRecord = serde_json::from_str(
-///     r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"rescued","attempts":[
-///         {"step":"original","model":"m","result":"refused","latency_ms":3},
-///         {"step":"rescue","model":"m","result":"served","latency_ms":9}]}"#,
-/// ).unwrap();
-/// assert_eq!(refusal_guard::telemetry::recovery_attempts(&record), [("rescue", "served")]);
+/// refusal_guard::telemetry::metrics::store_error("redis", "reserve_rescue");
 /// ```
-pub fn recovery_attempts(record: &RefusalRecord) -> Vec<(&'static str, &'static str)> {
-    let mut steps: Vec<_> = record
-        .attempts
-        .iter()
-        .filter(|a| a.step != AttemptStep::Original)
-        .map(|a| (step_word(a.step), result_word(a.result)))
-        .collect();
-    if steps.is_empty() && record.outcome == Outcome::Fallback {
-        steps.push(("retarget", "served"));
-    }
-    steps
+pub fn store_error(store: &'static str, operation: &'static str) {
+    counter!(STORE_ERRORS, "store" => store, "operation" => operation).increment(1);
 }
 
-fn step_word(step: AttemptStep) -> &'static str {
-    match step {
-        AttemptStep::Original => "original",
-        AttemptStep::Fallback => "fallback",
-        AttemptStep::Rescue => "rescue",
-        AttemptStep::Retarget => "retarget",
+/// Counts a time memory served because the conversation store was
+/// unreachable.
+///
+/// ```
+/// refusal_guard::telemetry::metrics::store_fallback("redis");
+/// ```
+pub fn store_fallback(store: &'static str) {
+    counter!(STORE_FALLBACKS, "store" => store).increment(1);
+}
+
+/// Counts a sticky route that ended: the conversation's primary model is
+/// asked for again.
+pub(crate) fn route_restored(wire_api: WireApi) {
+    counter!(ROUTES_RESTORED, "wire_api" => wire_api.as_str()).increment(1);
+}
+
+/// Guarded requests settled in this process, by outcome, for pages that
+/// show totals without a metrics recorder (the dashboard).
+///
+/// ```
+/// let tally = refusal_guard::telemetry::metrics::request_tally();
+/// assert!(tally.total() >= tally.refused());
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RequestTally {
+    /// Requests that ended without a refusal.
+    pub ok: u64,
+    /// Requests with a refusal, whatever became of it.
+    pub refused: u64,
+    /// Requests that ended before the guard decided.
+    pub unsettled: u64,
+}
+
+impl RequestTally {
+    /// Every settled or abandoned guarded request.
+    pub fn total(&self) -> u64 {
+        self.ok + self.refused + self.unsettled
+    }
+
+    /// Requests with a refusal.
+    pub fn refused(&self) -> u64 {
+        self.refused
     }
 }
 
-fn result_word(result: AttemptResult) -> &'static str {
-    use AttemptResult as R;
-    match result {
-        R::Served => "served",
-        R::Refused => "refused",
-        R::HttpError => "http_error",
-        R::TransportError => "transport_error",
-        R::NoOutput => "no_output",
+static TALLY: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The guarded requests this process has finished so far.
+///
+/// ```
+/// let before = refusal_guard::telemetry::metrics::request_tally();
+/// assert!(refusal_guard::telemetry::metrics::request_tally().total() >= before.total());
+/// ```
+pub fn request_tally() -> RequestTally {
+    RequestTally {
+        ok: TALLY[0].load(Ordering::Relaxed),
+        refused: TALLY[1].load(Ordering::Relaxed),
+        unsettled: TALLY[2].load(Ordering::Relaxed),
+    }
+}
+
+/// One guarded request, from the parsed request to its settled outcome: it
+/// carries the request's span and, when the last part of the call lets go of
+/// it, counts the request, closes its place among the streams in flight and
+/// logs its outcome in the span.
+pub(crate) struct GuardedRequest {
+    span: tracing::Span,
+    wire_api: WireApi,
+    provider: &'static str,
+    streaming: bool,
+    handle: RefusalHandle,
+    attempts: AtomicU64,
+}
+
+impl std::fmt::Debug for GuardedRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedRequest")
+            .field("wire_api", &self.wire_api)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The span of a guarded request, its GenAI fields still empty. The guard
+/// runs the request inside it and fills the fields as they become known.
+pub(crate) fn request_span(wire_api: WireApi) -> tracing::Span {
+    tracing::info_span!(
+        "guarded_request",
+        gen_ai.system = tracing::field::Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = tracing::field::Empty,
+        gen_ai.response.model = tracing::field::Empty,
+        gen_ai.response.finish_reasons = tracing::field::Empty,
+        refusal_guard.wire_api = wire_api.as_str(),
+        refusal_guard.outcome = tracing::field::Empty,
+        refusal_guard.attempts = tracing::field::Empty,
+        refusal_guard.category = tracing::field::Empty,
+    )
+}
+
+impl GuardedRequest {
+    /// Starts watching a guarded request in the current span (the one
+    /// [`request_span`] made).
+    pub(crate) fn start(
+        dialect: &dyn crate::dialect::Dialect,
+        model: Option<&str>,
+        streaming: bool,
+        handle: &RefusalHandle,
+    ) -> std::sync::Arc<Self> {
+        let span = tracing::Span::current();
+        let provider = gen_ai_system(dialect.provider(), dialect.wire_api());
+        span.record("gen_ai.system", provider);
+        if let Some(model) = model {
+            span.record("gen_ai.request.model", model);
+        }
+        let wire_api = dialect.wire_api();
+        if streaming {
+            gauge!(STREAMS_IN_FLIGHT, "wire_api" => wire_api.as_str()).increment(1.0);
+        }
+        std::sync::Arc::new(GuardedRequest {
+            span,
+            wire_api,
+            provider,
+            streaming,
+            handle: handle.clone(),
+            attempts: AtomicU64::new(1),
+        })
+    }
+
+    /// Notes what the guard settled on: the refusal and how many requests
+    /// it sent upstream for it.
+    pub(crate) fn settled(&self, refusal: &Refusal, attempts: usize) {
+        self.attempts.store(attempts as u64, Ordering::Relaxed);
+        let served = refusal.served_model.as_ref().or(refusal.model.as_ref());
+        if let Some(model) = served {
+            self.span.record("gen_ai.response.model", model.as_str());
+        }
+        self.span
+            .record("gen_ai.response.finish_reasons", finish_reason(refusal));
+        self.span.record("refusal_guard.category", refusal.code());
+    }
+}
+
+impl Drop for GuardedRequest {
+    fn drop(&mut self) {
+        let (outcome, slot) = match self.handle.get() {
+            Some(refusal) => (refusal.outcome.as_str(), 1),
+            None if self.handle.is_settled() => ("ok", 0),
+            None => ("unsettled", 2),
+        };
+        TALLY[slot].fetch_add(1, Ordering::Relaxed);
+        counter!(REQUESTS, "wire_api" => self.wire_api.as_str(), "outcome" => outcome).increment(1);
+        if self.streaming {
+            gauge!(STREAMS_IN_FLIGHT, "wire_api" => self.wire_api.as_str()).decrement(1.0);
+        }
+        let attempts = self.attempts.load(Ordering::Relaxed);
+        self.span.record("refusal_guard.outcome", outcome);
+        if slot != 2 {
+            self.span.record("refusal_guard.attempts", attempts);
+        }
+        tracing::info!(
+            target: SETTLED_TARGET,
+            parent: &self.span,
+            outcome,
+            attempts,
+            system = self.provider,
+            "guarded request settled"
+        );
+    }
+}
+
+/// The OpenTelemetry `gen_ai.system` value for a provider and wire API.
+fn gen_ai_system(provider: crate::refusal::Provider, wire_api: WireApi) -> &'static str {
+    use crate::refusal::Provider;
+    match (provider, wire_api) {
+        (Provider::Anthropic, _) => "anthropic",
+        (Provider::OpenAi, _) => "openai",
+        (Provider::Google, _) => "gcp.gemini",
+    }
+}
+
+/// The provider's finish reason for a refusal, as OpenTelemetry's
+/// `gen_ai.response.finish_reasons` would list it.
+fn finish_reason(refusal: &Refusal) -> &str {
+    use crate::refusal::Provider;
+    match (refusal.signal, refusal.provider) {
+        (RefusalSignal::Text, _) => "stop",
+        (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",
+        (_, Provider::Anthropic) => "refusal",
+        (RefusalSignal::ModelRefusal, Provider::OpenAi) => "refusal",
+        (_, Provider::OpenAi) => "content_filter",
+        (_, Provider::Google) => refusal.category.as_deref().unwrap_or("SAFETY"),
     }
 }
 
@@ -158,15 +485,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn server_side_fallback_counts_as_retarget() {
-        let record: RefusalRecord = serde_json::from_str(
-            r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"fallback","attempts":[
-                {"step":"original","model":"m","result":"served","latency_ms":3}]}"#,
-        )
-        .unwrap();
-        assert_eq!(recovery_attempts(&record), [("retarget", "served")]);
-        let dead: RefusalRecord =
-            serde_json::from_str(r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"dead"}"#).unwrap();
-        assert!(recovery_attempts(&dead).is_empty());
+    fn categories_past_the_bound_fold_into_other() {
+        // Fill the table (other tests in this process may have added some).
+        for i in 0..MAX_CATEGORIES {
+            let _ = category_label(Some(&format!("bound_test_{i}")));
+        }
+        assert_eq!(&*category_label(Some("one_too_many_category")), "other");
+        assert_eq!(&*category_label(Some("bound_test_0")), "bound_test_0");
+        assert_eq!(&*category_label(Some("a b")), "other");
+        assert_eq!(&*category_label(Some(&"x".repeat(49))), "other");
+        assert_eq!(&*category_label(Some("")), "other");
     }
 }

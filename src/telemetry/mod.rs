@@ -10,7 +10,7 @@
 //!   `~/.refusal-guard/refusals.jsonl` (the same file and line shape that
 //!   pi-refusal-guard writes, so both tools share one log).
 //! - [`MemorySink`]: keeps the most recent records in memory (tests, dashboards).
-//! - [`MetricsSink`]: counts refusals through the [`metrics`](crate::metrics) facade.
+//! - [`MetricsSink`]: counts refusals through the [`metrics`] facade.
 //! - [`TracingSink`]: one `tracing` event per record.
 //! - `()` does nothing; any `Fn(&RefusalRecord)` closure is a sink; and
 //!   [`Fanout`], `Vec<S>`, `(A, B)` and `(A, B, C)` send each record to
@@ -46,7 +46,8 @@ use crate::refusal::{
 mod dashboard;
 mod jsonl;
 mod memory;
-mod metrics;
+pub mod metrics;
+mod metrics_sink;
 mod report;
 mod restored;
 mod trace;
@@ -54,7 +55,7 @@ mod trace;
 pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
-pub use metrics::{record_refusal, recovery_attempts, MetricsSink};
+pub use metrics_sink::{record_refusal, recovery_attempts, MetricsSink};
 pub use report::Report;
 pub use restored::RouteRestored;
 pub use trace::TracingSink;

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::redis_store::{RedisStore, StoreError};
+use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{ConversationKey, ConversationStore, MemoryStore, StickyLookup, StoreFuture};
 
 /// Why a call was answered from memory.
@@ -56,14 +56,14 @@ struct Health {
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), refusal_guard::redis_store::StoreError> {
+/// # async fn main() -> Result<(), refusal_guard::store::redis::StoreError> {
 /// use std::time::Duration;
 /// use refusal_guard::store::{ConversationKey, ConversationStore};
-/// use refusal_guard::redis_store::RedisStore;
-/// use refusal_guard::store_fallback::FallbackStore;
+/// use refusal_guard::store::redis::RedisStore;
+/// use refusal_guard::store::failover::FailoverStore;
 ///
 /// // Nothing listens on port 1: every decision comes from memory.
-/// let store = FallbackStore::new(RedisStore::open("redis://127.0.0.1:1/0")?)
+/// let store = FailoverStore::new(RedisStore::open("redis://127.0.0.1:1/0")?)
 ///     .timeout(Duration::from_millis(50))
 ///     .warn_every(Duration::from_secs(30));
 /// let key = ConversationKey::from_bytes(b"conversation");
@@ -74,7 +74,7 @@ struct Health {
 /// # }
 /// ```
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-pub struct FallbackStore {
+pub struct FailoverStore {
     shared: RedisStore,
     local: Arc<MemoryStore>,
     timeout: Duration,
@@ -84,9 +84,9 @@ pub struct FallbackStore {
     fallbacks: AtomicU64,
 }
 
-impl std::fmt::Debug for FallbackStore {
+impl std::fmt::Debug for FailoverStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FallbackStore")
+        f.debug_struct("FailoverStore")
             .field("shared", &self.shared)
             .field("timeout", &self.timeout)
             .field("rest", &self.rest)
@@ -96,7 +96,7 @@ impl std::fmt::Debug for FallbackStore {
     }
 }
 
-impl FallbackStore {
+impl FailoverStore {
     /// Default bound on every call to the shared store.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
     /// Default time calls skip the shared store after it failed.
@@ -107,7 +107,7 @@ impl FallbackStore {
     /// `shared` guarded by the defaults, falling back to a fresh
     /// [`MemoryStore`].
     pub fn new(shared: RedisStore) -> Self {
-        FallbackStore {
+        FailoverStore {
             shared,
             local: Arc::new(MemoryStore::new()),
             timeout: Self::DEFAULT_TIMEOUT,
@@ -189,9 +189,9 @@ impl FallbackStore {
 
     fn fell_back(&self, operation: &'static str, failure: Failure) {
         let fallbacks = self.fallbacks.fetch_add(1, Ordering::Relaxed) + 1;
-        crate::metrics::store_fallback("redis");
+        crate::telemetry::metrics::store_fallback("redis");
         if !matches!(failure, Failure::Resting) {
-            crate::metrics::store_error("redis", operation);
+            crate::telemetry::metrics::store_error("redis", operation);
         }
         let now = Instant::now();
         let mut health = self.health();
@@ -230,7 +230,7 @@ impl FallbackStore {
 
 /// Every call answers within the timeout, from the shared store or from
 /// memory; none fails.
-impl ConversationStore for FallbackStore {
+impl ConversationStore for FailoverStore {
     fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             let shared = self.shared.reserve_rescue(key, cap);

@@ -12,14 +12,14 @@ use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use crate::body::BoxError;
-use crate::call::{Call, JsonBody, Original};
-use crate::config::Config;
-use crate::conversation::Conversation;
 use crate::dialect::Dialect;
+use crate::guard::body::BoxError;
+use crate::guard::call::{Call, JsonBody, Original};
+use crate::guard::config::Config;
+use crate::guard::replay::ReplayBody;
+use crate::guard::reserve::Share;
 use crate::refusal::{RefusalHandle, StickyRoute};
-use crate::replay::ReplayBody;
-use crate::reserve::Share;
+use crate::store::key::Conversation;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
 
@@ -233,7 +233,7 @@ impl Outbound {
         share: Share,
     ) -> (Call, Original, Request<B>) {
         let handle = RefusalHandle::default();
-        let request = crate::metrics::GuardedRequest::start(
+        let request = crate::telemetry::metrics::GuardedRequest::start(
             dialect,
             self.model.as_deref(),
             self.streaming,
@@ -274,7 +274,7 @@ fn restored(
         routed_to = %routed_to,
         "sticky route ended: primary model restored"
     );
-    crate::metrics::route_restored(dialect.wire_api());
+    crate::telemetry::metrics::route_restored(dialect.wire_api());
     let event = RouteRestored::new(conversation, model, routed_to);
     let sink = &config.telemetry;
     let told =
@@ -295,7 +295,7 @@ mod tests {
     use http_body_util::combinators::BoxBody;
 
     use super::*;
-    use crate::reserve::BytePool;
+    use crate::guard::reserve::BytePool;
 
     /// A body of `chunks` that then ends or, if `open`, never does.
     struct Chunks {

@@ -2,7 +2,7 @@
 //! rest of the response) delivers content.
 
 use super::lecture::find_referral;
-use super::text::{any, head, sentence_end_from, w, Tok, Words};
+use super::prepare::{any, head, sentence_end_from, w, Tok, Words};
 use super::words::{
     FALSE_PREMISE, HOTLINES, IMPERATIVES, OFFERS, REFERRAL_OTHERS, REFERRAL_TO, REFERRAL_VERBS,
     SOFT,

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 
-use super::text::{any, w, Tok};
+use super::prepare::{any, w, Tok};
 use super::words::{
     ATTRIBUTION, CONDEMN, HARM_ACTS, LEAD_IN, REFERRAL_TO, REFERRAL_VERBS, WAY_ADJ,
 };

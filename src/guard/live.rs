@@ -14,15 +14,15 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Splice};
-use crate::call::Call;
-use crate::continuation::decide_and_respond;
-use crate::decide::Exchange;
 use crate::dialect::LiveSplice;
-use crate::hold::{hold, is_event_stream, LiveForward};
-use crate::replay::ReplayBody;
-use crate::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::body::{BoxError, GuardBody, Splice};
+use crate::guard::call::Call;
+use crate::guard::decide::Exchange;
+use crate::guard::hold::{hold, is_event_stream, LiveForward};
+use crate::guard::partial::decide_and_respond;
+use crate::guard::replay::ReplayBody;
+use crate::guard::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
+use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// What the client gets for the original `response`: the decision, or,
 /// when configured, an answer that begins before it.

@@ -5,7 +5,7 @@
 //! a [`Hit`] naming the reason and the words that matched. Adding a cue is
 //! adding a function and a row to the table.
 
-use super::text::{any, w, Tok};
+use super::prepare::{any, w, Tok};
 use super::words::{
     ASSIST, CAPABILITY, CONDITIONAL, FILLER, HABITUAL, HARMFUL, MORAL, MORAL_COMPANIONS, NEGATIONS,
     PREMISE, REACH, RULES, RULE_OWNERS, WITHHELD,

@@ -77,8 +77,8 @@
 mod cues;
 mod delivery;
 mod lecture;
+mod prepare;
 mod signals;
-mod text;
 mod verdict;
 mod words;
 
@@ -113,7 +113,7 @@ impl SoftKind {
     /// The snake_case name used in logs (`refusal`, `deflection`).
     ///
     /// ```
-    /// assert_eq!(refusal_guard::soft::SoftKind::Deflection.as_str(), "deflection");
+    /// assert_eq!(refusal_guard::text::SoftKind::Deflection.as_str(), "deflection");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -141,7 +141,7 @@ impl SoftReason {
     /// `off_topic_deflection`).
     ///
     /// ```
-    /// use refusal_guard::soft::SoftReason;
+    /// use refusal_guard::text::SoftReason;
     /// assert_eq!(SoftReason::PolicyRefusal.as_str(), "policy_refusal");
     /// ```
     pub fn as_str(self) -> &'static str {
@@ -198,7 +198,7 @@ pub enum PrefixVerdict {
 /// Detects a refusal written as prose.
 ///
 /// ```
-/// use refusal_guard::soft::{detect, SoftKind, SoftReason};
+/// use refusal_guard::text::{detect, SoftKind, SoftReason};
 ///
 /// let d = detect("I'm sorry, but I can't help with that request.");
 /// assert!(d.is_refusal());
@@ -225,7 +225,7 @@ pub fn detect(text: &str) -> Detection {
 /// can make [`detect`] report a refusal.
 ///
 /// ```
-/// use refusal_guard::soft::{prefix_verdict, PrefixVerdict};
+/// use refusal_guard::text::{prefix_verdict, PrefixVerdict};
 ///
 /// assert_eq!(prefix_verdict("Sure! Paris is the capital of France. It"), PrefixVerdict::RuledOut);
 /// assert_eq!(prefix_verdict("I'm sorry, but I"), PrefixVerdict::Undecided);

@@ -13,9 +13,9 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
 use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
-use crate::reserve::Share;
+use crate::guard::reserve::Share;
+use crate::guard::timeout::IdleTimeout;
 use crate::sse::{FrameSink, SseFramer};
-use crate::timeout::IdleTimeout;
 
 /// The error type of [`GuardBody`]: the inner body's error, boxed.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -62,7 +62,7 @@ impl Findings {
         if self.tool_call || self.empty_refusal.is_some() || self.partial_refusal.is_some() {
             return;
         }
-        let detection = crate::soft::detect(&self.text);
+        let detection = crate::text::detect(&self.text);
         if detection.is_refusal() {
             let span = detection.span.clone().unwrap_or(0..0);
             let said: String = self
@@ -593,7 +593,7 @@ mod tests {
 
     /// A recorded Anthropic stream whose answer is "Hello there!".
     const STREAM: &[u8] =
-        include_bytes!("../tests/fixtures/anthropic/anthropic-sdk-python/basic_response.txt");
+        include_bytes!("../../tests/fixtures/anthropic/anthropic-sdk-python/basic_response.txt");
 
     fn watched(keep_text: bool) -> Findings {
         let dialect =

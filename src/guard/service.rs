@@ -16,16 +16,16 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody};
-use crate::call::{with_body, Inner, SendError, Timeouts};
-use crate::config::Config;
-use crate::decide::Exchange;
 use crate::dialect::{self, Dialect};
-use crate::live::answer;
-use crate::replay::ReplayBody;
-use crate::request::{read_request_body, Outbound, RequestBody};
-use crate::respond::{error_response, timed_out, Shape};
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::body::{BoxError, GuardBody};
+use crate::guard::call::{with_body, Inner, SendError, Timeouts};
+use crate::guard::config::Config;
+use crate::guard::decide::Exchange;
+use crate::guard::live::answer;
+use crate::guard::replay::ReplayBody;
+use crate::guard::request::{read_request_body, Outbound, RequestBody};
+use crate::guard::respond::{error_response, timed_out, Shape};
+use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
 ///
@@ -202,7 +202,7 @@ where
                             recognised.path_model,
                             request,
                         ),
-                        crate::metrics::request_span(recognised.dialect.wire_api()),
+                        crate::telemetry::metrics::request_span(recognised.dialect.wire_api()),
                     )),
                 },
             },
@@ -279,7 +279,7 @@ where
         Err(SendError::Inner(error)) => return Err(error),
         Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
     };
-    let _added = crate::metrics::AddedDelay::start(dialect.wire_api());
+    let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange {
         upstream: Box::new(upstream),
         call,

@@ -8,13 +8,13 @@ use http::header::HeaderName;
 use serde_json::Value;
 use tower_layer::Layer;
 
-use crate::config::Config;
-use crate::policy::CategoryPolicy;
+use crate::guard::config::Config;
+use crate::guard::reserve::BytePool;
+use crate::guard::service::RefusalGuard;
+use crate::recovery::category::CategoryPolicy;
 use crate::recovery::{
     Budget, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
 };
-use crate::reserve::BytePool;
-use crate::service::RefusalGuard;
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
 
@@ -296,13 +296,13 @@ impl RefusalGuardLayer {
     /// Ignored when a custom [`policy`](Self::policy) is set.
     ///
     /// ```
-    /// use refusal_guard::policy::CategoryPolicy;
+    /// use refusal_guard::recovery::category::CategoryPolicy;
     /// use refusal_guard::RefusalGuardLayer;
     ///
     /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;reasoning_extraction=stop".parse()?;
     /// let layer = RefusalGuardLayer::new().category_policy(policy);
     /// # let _ = layer;
-    /// # Ok::<(), refusal_guard::policy::PolicyError>(())
+    /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
     /// ```
     pub fn category_policy(self, policy: CategoryPolicy) -> Self {
         self.with(|c| c.ladder = c.ladder.clone().category_policy(policy))
@@ -351,7 +351,7 @@ impl RefusalGuardLayer {
     /// and while it streams to the client, passed-through bodies included
     /// (default 5 minutes). Past it a body still held gets a `504` in the
     /// API's error shape and a body already streaming is cut with an
-    /// [`UpstreamTimeout`](crate::timeout::UpstreamTimeout) error, never
+    /// [`UpstreamTimeout`](crate::guard::timeout::UpstreamTimeout) error, never
     /// ended cleanly.
     pub fn upstream_idle_timeout(self, timeout: Duration) -> Self {
         self.with(|c| c.idle_timeout = timeout)
@@ -376,7 +376,7 @@ impl RefusalGuardLayer {
     /// Treats an answer written as a prose refusal ("I can't help with
     /// that") as an empty refusal of kind text (category `text_refusal`), so
     /// the ladder applies (off by default: a false positive would throw a
-    /// valid answer away). See [`crate::soft`] for the detector.
+    /// valid answer away). See [`crate::text`] for the detector.
     ///
     /// Streams are held while their opening text could still be a refusal:
     /// an ordinary answer is let through as soon as its opening rules a

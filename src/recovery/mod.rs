@@ -3,13 +3,17 @@
 //! one reframed rescue), the rescue note, the runtime rescue switch and the
 //! fallback chains. Nothing here sends a request or builds a response.
 
+pub mod category;
+
+pub use category::CategoryPolicy;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::dialect::RefusalInfo;
-use crate::policy::{CategoryPolicy, Step};
+use crate::recovery::category::Step;
 use crate::refusal::{
     Attempt, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
 };
@@ -480,13 +484,13 @@ impl Ladder {
     /// The steps per refusal category (replacing any set before).
     ///
     /// ```
-    /// use refusal_guard::policy::CategoryPolicy;
+    /// use refusal_guard::recovery::category::CategoryPolicy;
     /// use refusal_guard::recovery::Ladder;
     ///
     /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;*=chain,rescue".parse()?;
     /// let ladder = Ladder::new().category_policy(policy);
     /// # let _ = ladder;
-    /// # Ok::<(), refusal_guard::policy::PolicyError>(())
+    /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
     /// ```
     pub fn category_policy(mut self, policy: CategoryPolicy) -> Self {
         self.categories = policy;
@@ -497,7 +501,7 @@ impl Ladder {
     /// without its own), in order; see [`CategoryPolicy::category`].
     ///
     /// ```
-    /// use refusal_guard::policy::Step;
+    /// use refusal_guard::recovery::category::Step;
     /// use refusal_guard::recovery::Ladder;
     ///
     /// let ladder = Ladder::new()

@@ -14,16 +14,16 @@ use serde_json::Value;
 use tower_service::Service;
 
 use crate::api_error::{api_error, api_error_for};
-use crate::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
-use crate::call::Call;
-use crate::decide::{Decision, Exchange, HandoffMark};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::hold::Held;
+use crate::guard::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::call::Call;
+use crate::guard::decide::{Decision, Exchange, HandoffMark};
+use crate::guard::hold::Held;
+use crate::guard::replay::ReplayBody;
+use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi, RECOVERY_HEADER,
 };
-use crate::replay::ReplayBody;
-use crate::timeout::{IdleTimeout, UpstreamTimeout};
 
 /// Decides the original `response` of `exchange` and answers with what the
 /// decision comes to.

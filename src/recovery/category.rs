@@ -25,7 +25,7 @@
 //! Anything else is a [`PolicyError`] naming the bad part.
 //!
 //! ```
-//! use refusal_guard::policy::{CategoryPolicy, Step};
+//! use refusal_guard::recovery::category::{CategoryPolicy, Step};
 //!
 //! let policy: CategoryPolicy = "bio=stop; cyber=chain,rescue; *=chain".parse()?;
 //! assert_eq!(policy.steps_for(Some("bio")), [Step::Stop]);
@@ -35,7 +35,7 @@
 //!
 //! let error = "bio=stop;cyber=chain,explode".parse::<CategoryPolicy>().unwrap_err();
 //! assert!(error.to_string().contains("explode"));
-//! # Ok::<(), refusal_guard::policy::PolicyError>(())
+//! # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
 //! ```
 
 use std::fmt;
@@ -44,7 +44,7 @@ use std::str::FromStr;
 /// One step a category may take after an empty refusal.
 ///
 /// ```
-/// use refusal_guard::policy::Step;
+/// use refusal_guard::recovery::category::Step;
 ///
 /// assert_eq!("Rescue".parse::<Step>(), Ok(Step::Rescue));
 /// assert_eq!(Step::Retarget.as_str(), "retarget");
@@ -106,7 +106,7 @@ impl FromStr for Step {
 /// A policy spec that could not be read. Its message names the bad part.
 ///
 /// ```
-/// use refusal_guard::policy::CategoryPolicy;
+/// use refusal_guard::recovery::category::CategoryPolicy;
 ///
 /// let error = "bio=stop;BIO=chain".parse::<CategoryPolicy>().unwrap_err();
 /// assert!(error.to_string().contains("`BIO`"), "{error}");
@@ -146,7 +146,7 @@ impl std::error::Error for PolicyError {}
 /// [module docs](self) for the syntax and case handling.
 ///
 /// ```
-/// use refusal_guard::policy::{CategoryPolicy, Step};
+/// use refusal_guard::recovery::category::{CategoryPolicy, Step};
 ///
 /// let policy = CategoryPolicy::new()
 ///     .category("bio", [Step::Stop])

@@ -6,7 +6,7 @@
 //! that.
 
 use super::cues::{capability, idiom, verb_in};
-use super::text::{any, w, Tok};
+use super::prepare::{any, w, Tok};
 use super::words::{
     AI_DECLINES, AI_DUTIES, AI_SELF, ATTRIBUTION, CONDEMN, HARDSHIP, HARMFUL, HAZARDS, JUDGED,
     JUDGED_ADVERBS, JUDGED_NOUNS, JUDGED_NOUN_MODIFIERS, MEANS, MORAL, WARNINGS,

@@ -10,14 +10,14 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::body::BoxError;
-use crate::call::{millis, Call, Inner, Original, Template};
 use crate::dialect::{Handoff, RefusalInfo};
-use crate::hold::{hold, Held, Verdict};
+use crate::guard::body::BoxError;
+use crate::guard::call::{millis, Call, Inner, Original, Template};
+use crate::guard::hold::{hold, Held, Verdict};
+use crate::guard::replay::ReplayBody;
+use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
-use crate::replay::ReplayBody;
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
@@ -663,7 +663,7 @@ mod tests {
     use http_body_util::Full;
 
     use super::*;
-    use crate::call::Timeouts;
+    use crate::guard::call::Timeouts;
     use crate::recovery::{NextStep, RecoveryState, Rescue};
     use crate::refusal::RefusalHandle;
     use crate::telemetry::MemorySink;
@@ -703,7 +703,7 @@ mod tests {
         let handle = RefusalHandle::default();
         let model = Some(MODEL.to_owned());
         let call = Call {
-            request: crate::metrics::GuardedRequest::start(
+            request: crate::telemetry::metrics::GuardedRequest::start(
                 dialect,
                 model.as_deref(),
                 false,
@@ -713,7 +713,7 @@ mod tests {
             config: config.clone(),
             dialect,
             model,
-            conversation: crate::conversation::Conversation::named(None),
+            conversation: crate::store::key::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
         };
@@ -722,7 +722,7 @@ mod tests {
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
         let template = Original {
             parts,
-            body: crate::call::JsonBody::new(Bytes::from(json.to_string())),
+            body: crate::guard::call::JsonBody::new(Bytes::from(json.to_string())),
             rewritten: false,
             _share: Arc::new(config.held.share()),
         };

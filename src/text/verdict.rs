@@ -11,8 +11,8 @@ use super::delivery::{
 use super::lecture::{
     emotional_conditional, find_lecture, find_referral, is_lead_in, lecture_marker, Lecture,
 };
+use super::prepare::{head, scan_fences, sentence_end_from, Reader, Words};
 use super::signals::{find_signal, SignalKind};
-use super::text::{head, scan_fences, sentence_end_from, Reader, Words};
 use super::words::CONTRASTS;
 use super::{Detection, SoftKind, SoftReason, DEFAULT_PREFIX_BYTES, MAX_SENTENCES};
 

@@ -12,23 +12,23 @@ use serde_json::Value;
 use tower::ServiceExt;
 use tower_service::Service;
 
-use crate::config::Config;
-use crate::conversation::Conversation;
 use crate::dialect::{Dialect, RefusalInfo};
+use crate::guard::config::Config;
+use crate::guard::replay::ReplayBody;
+use crate::guard::reserve::Share;
+use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
-use crate::replay::ReplayBody;
-use crate::reserve::Share;
+use crate::store::key::Conversation;
 use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
 pub(crate) struct Call {
     /// Metrics and the span of the request; counted when the last clone goes.
-    pub(crate) request: Arc<crate::metrics::GuardedRequest>,
+    pub(crate) request: Arc<crate::telemetry::metrics::GuardedRequest>,
     /// Set when sticky routing sent the request to another model.
     pub(crate) route: Option<StickyRoute>,
     pub(crate) config: Arc<Config>,

@@ -9,8 +9,8 @@ use std::time::Duration;
 use http::header::HeaderName;
 use serde_json::Value;
 
+use crate::guard::reserve::BytePool;
 use crate::recovery::{Budget, Ladder, RecoveryPolicy, RescueSwitch};
-use crate::reserve::BytePool;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;
 

@@ -19,22 +19,22 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower_service::Service;
 
-use crate::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
-use crate::call::{millis, Call, Inner, Original};
-use crate::decide::Exchange;
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::hold::{hold, is_event_stream, is_json, Held, Verdict};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
-use crate::replay::ReplayBody;
-use crate::respond::{
+use crate::guard::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::call::{millis, Call, Inner, Original};
+use crate::guard::decide::Exchange;
+use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
+use crate::guard::replay::ReplayBody;
+use crate::guard::respond::{
     self, judge_findings, mark_recovered, pump, serve, serve_settled, timed_out, unless_gone,
     FrameSender, Shape, Watched,
 };
+use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::sse::SseFramer;
-use crate::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 
 /// Decides the original `response` and answers: as
-/// [`respond::decide_and_respond`](crate::respond::decide_and_respond) does, except
+/// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
 /// that, when the call allows it, a response with output is served so that
 /// a partial refusal in it can be continued.
 pub(crate) async fn decide_and_respond<S, B, R>(

@@ -6,6 +6,19 @@
 //! rescue with one atomic script, without caching or writing behind);
 //! [`MemoryStore`] is the bounded in-process default.
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod failover;
+pub(crate) mod key;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+
+#[cfg(feature = "redis")]
+pub use failover::FailoverStore;
+#[cfg(feature = "redis")]
+pub use redis::RedisStore;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;

@@ -10,7 +10,7 @@
 //! It talks to the server through redis-rs's tokio
 //! [`ConnectionManager`], which multiplexes
 //! every call over one connection and reconnects by itself. It fails when the
-//! server does: wrap it in a `store_fallback::FallbackStore` to bound every
+//! server does: wrap it in a `store_fallback::FailoverStore` to bound every
 //! call by a short timeout and answer from memory meanwhile.
 //!
 //! # Keys
@@ -78,7 +78,7 @@ return {}
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use refusal_guard::redis_store::RedisStore;
+/// use refusal_guard::store::redis::RedisStore;
 ///
 /// let error = RedisStore::open("not a url").unwrap_err();
 /// assert!(error.to_string().starts_with("conversation store: "));
@@ -110,10 +110,10 @@ impl From<redis::RedisError> for StoreError {
 ///
 /// ```no_run
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), refusal_guard::redis_store::StoreError> {
+/// # async fn main() -> Result<(), refusal_guard::store::redis::StoreError> {
 /// use std::time::Duration;
 /// use refusal_guard::store::ConversationKey;
-/// use refusal_guard::redis_store::RedisStore;
+/// use refusal_guard::store::redis::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379/0")?.key_prefix("team-a:");
 /// let key = ConversationKey::from_bytes(b"conversation");
@@ -311,7 +311,7 @@ const WARN_EVERY: Duration = Duration::from_secs(30);
 /// as the trait asks: no rescue, no route; a warning is logged at most every
 /// 30 s. Calls are bounded by the connection's 1 s response timeout and by
 /// the guard's deadline. To keep deciding from memory during an outage, and
-/// within 50 ms, wrap it in a `store_fallback::FallbackStore`.
+/// within 50 ms, wrap it in a `store_fallback::FailoverStore`.
 impl ConversationStore for RedisStore {
     fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
         Box::pin(async move {

@@ -11,12 +11,12 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use crate::body::{BoxError, Findings, StreamWatch};
-use crate::config::Config;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::reserve::Share;
-use crate::soft::PrefixVerdict;
+use crate::guard::body::{BoxError, Findings, StreamWatch};
+use crate::guard::config::Config;
+use crate::guard::reserve::Share;
 use crate::sse::SseFramer;
+use crate::text::PrefixVerdict;
 
 /// What holding a response back showed.
 pub(crate) enum Verdict {
@@ -170,7 +170,7 @@ where
     {
         hold_json(&mut held, dialect, config, success).await;
     }
-    crate::metrics::record_hold(dialect.wire_api(), started.elapsed(), &held.frames);
+    crate::telemetry::metrics::record_hold(dialect.wire_api(), started.elapsed(), &held.frames);
     held
 }
 
@@ -355,7 +355,7 @@ impl<'a> StreamJudge<'a> {
         if findings.tool_call || findings.empty_refusal.is_some() {
             self.text_pending = false;
         } else if findings.output {
-            if crate::soft::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+            if crate::text::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
                 self.text_pending = false;
             } else if findings.text.len() >= self.config.text_hold_bytes {
                 self.text_pending = false;

@@ -1,0 +1,172 @@
+//! A sink that counts refusals through the `metrics` facade.
+
+use metrics::{counter, histogram, Label};
+
+use super::{RefusalRecord, TelemetrySink};
+use crate::refusal::{AttemptResult, AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use crate::telemetry::metrics::{
+    category_label, label_or_unknown, model_label, RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS,
+    REFUSED_TOKENS,
+};
+
+/// Counts each record through the [`metrics`](::metrics) facade:
+/// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
+/// `refusal_guard_refused_tokens_total` and
+/// `refusal_guard_recovery_latency_seconds`.
+///
+/// Put it beside the log sink so that the counters and the log agree line
+/// for line:
+///
+/// ```
+/// use refusal_guard::telemetry::{MemorySink, MetricsSink};
+/// use refusal_guard::RefusalGuardLayer;
+///
+/// let layer = RefusalGuardLayer::new().telemetry((MemorySink::new(), MetricsSink::new()));
+/// # let _ = layer;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
+pub struct MetricsSink;
+
+impl MetricsSink {
+    /// The sink.
+    pub fn new() -> Self {
+        MetricsSink
+    }
+}
+
+impl TelemetrySink for MetricsSink {
+    fn record(&self, record: &RefusalRecord) {
+        record_refusal(record);
+    }
+}
+
+/// The `kind` label: `empty`, `partial`, or `text` for a prose refusal.
+fn kind_label(record: &RefusalRecord) -> &'static str {
+    match (record.signal, record.refusal().kind) {
+        (Some(RefusalSignal::Text), _) => "text",
+        (_, RefusalKind::Empty) => "empty",
+        (_, RefusalKind::Partial) => "partial",
+    }
+}
+
+/// Counts one refusal record: the refusal, its recovery attempts, the
+/// tokens its refused attempts cost, and its latency. [`MetricsSink`] calls
+/// this.
+///
+/// A provider's server-side fallback (the outcome `fallback` without a
+/// fallback attempt of the guard's own) counts as one `retarget` attempt
+/// with result `served`.
+///
+/// ```
+/// let record = serde_json::from_str(
+///     r#"{"ts":"2026-01-01T00:00:00.000Z","category":"cyber","outcome":"dead"}"#,
+/// ).unwrap();
+/// refusal_guard::telemetry::record_refusal(&record); // a no-op without a recorder
+/// ```
+pub fn record_refusal(record: &RefusalRecord) {
+    let labels = vec![
+        Label::new(
+            "provider",
+            label_or_unknown(record.provider.map(|p| p.as_str())),
+        ),
+        Label::new(
+            "wire_api",
+            label_or_unknown(record.wire_api.map(WireApi::as_str)),
+        ),
+        Label::new("category", category_label(record.category.as_deref())),
+        Label::new("kind", kind_label(record)),
+        Label::new("outcome", record.outcome.as_str()),
+    ];
+    counter!(REFUSALS, labels).increment(1);
+    for (step, result) in recovery_attempts(record) {
+        counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
+    }
+    count_refused_tokens(record);
+    histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
+        .record(record.latency_ms as f64 / 1000.0);
+}
+
+/// Adds each refused attempt's usage to [`REFUSED_TOKENS`], under the
+/// model that refused (the attempt's, else the record's).
+fn count_refused_tokens(record: &RefusalRecord) {
+    let refused = record
+        .attempts
+        .iter()
+        .filter(|a| a.result == AttemptResult::Refused);
+    for attempt in refused {
+        let Some(usage) = attempt.usage else {
+            continue;
+        };
+        let model = model_label(attempt.model.as_deref().or(record.model.as_deref()));
+        let category = category_label(record.category.as_deref());
+        for (kind, tokens) in usage.kinds() {
+            if let Some(tokens) = tokens.filter(|&t| t > 0) {
+                counter!(REFUSED_TOKENS, "model" => model.clone(), "category" => category.clone(), "kind" => kind)
+                    .increment(tokens);
+            }
+        }
+    }
+}
+
+/// The `(step, result)` of each recovery attempt a record counts, as
+/// [`record_refusal`] counts them.
+///
+/// ```
+/// let record: refusal_guard::telemetry::RefusalRecord = serde_json::from_str(
+///     r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"rescued","attempts":[
+///         {"step":"original","model":"m","result":"refused","latency_ms":3},
+///         {"step":"rescue","model":"m","result":"served","latency_ms":9}]}"#,
+/// ).unwrap();
+/// assert_eq!(refusal_guard::telemetry::recovery_attempts(&record), [("rescue", "served")]);
+/// ```
+pub fn recovery_attempts(record: &RefusalRecord) -> Vec<(&'static str, &'static str)> {
+    let mut steps: Vec<_> = record
+        .attempts
+        .iter()
+        .filter(|a| a.step != AttemptStep::Original)
+        .map(|a| (step_word(a.step), result_word(a.result)))
+        .collect();
+    if steps.is_empty() && record.outcome == Outcome::Fallback {
+        steps.push(("retarget", "served"));
+    }
+    steps
+}
+
+fn step_word(step: AttemptStep) -> &'static str {
+    match step {
+        AttemptStep::Original => "original",
+        AttemptStep::Fallback => "fallback",
+        AttemptStep::Rescue => "rescue",
+        AttemptStep::Retarget => "retarget",
+    }
+}
+
+fn result_word(result: AttemptResult) -> &'static str {
+    use AttemptResult as R;
+    match result {
+        R::Served => "served",
+        R::Refused => "refused",
+        R::HttpError => "http_error",
+        R::TransportError => "transport_error",
+        R::NoOutput => "no_output",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_side_fallback_counts_as_retarget() {
+        let record: RefusalRecord = serde_json::from_str(
+            r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"fallback","attempts":[
+                {"step":"original","model":"m","result":"served","latency_ms":3}]}"#,
+        )
+        .unwrap();
+        assert_eq!(recovery_attempts(&record), [("retarget", "served")]);
+        let dead: RefusalRecord =
+            serde_json::from_str(r#"{"ts":"2026-01-01T00:00:00.000Z","outcome":"dead"}"#).unwrap();
+        assert!(recovery_attempts(&dead).is_empty());
+    }
+}
