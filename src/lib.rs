@@ -145,6 +145,10 @@ pub mod text;
 
 pub use guard::{body, layer, replay, service, timeout};
 
+/// The boxed error of the guard's bodies: an inner body's error, or the
+/// guard's own ([`timeout::UpstreamTimeout`], a cut stream).
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;
 pub use refusal::{Outcome, Refusal, RefusalHandle};

@@ -57,7 +57,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower_service::Service;
 
-use crate::guard::body::BoxError;
+use crate::BoxError;
 
 /// The category the simulated refusals carry.
 pub const CATEGORY: &str = "cyber";

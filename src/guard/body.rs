@@ -17,8 +17,7 @@ use crate::guard::reserve::Share;
 use crate::guard::timeout::IdleTimeout;
 use crate::sse::{FrameSink, SseFramer};
 
-/// The error type of [`GuardBody`]: the inner body's error, boxed.
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// What a response showed, event by event or from its whole JSON body.
 #[derive(Debug, Clone, Default)]

@@ -7,15 +7,13 @@
 use std::time::{Duration, Instant};
 
 use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
 
 use crate::dialect::{Handoff, RefusalInfo};
-use crate::guard::body::BoxError;
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::{InnerBody, InnerService};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
 
@@ -114,10 +112,9 @@ impl<S> Exchange<S> {
         response: Response<IdleTimeout<R>>,
     ) -> Decision<IdleTimeout<R>>
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let call = &self.call;
         let held = hold(response, call.dialect, &call.config, self.streaming, None);
@@ -133,10 +130,9 @@ impl<S> Exchange<S> {
     /// ladder comes to.
     pub(crate) async fn conclude<B, R>(self, held: Held<IdleTimeout<R>>) -> Decision<IdleTimeout<R>>
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
@@ -211,10 +207,9 @@ impl<S> Exchange<S> {
         original_request_id: Option<String>,
     ) -> Decision<IdleTimeout<R>>
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let mut climb = Climb::new(&self.call, info, original_attempt);
         let Exchange {
@@ -470,10 +465,9 @@ impl Climb {
         step: &Step,
     ) -> Option<(Held<IdleTimeout<R>>, Attempt)>
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let request: Request<B> = step.template.request(&step.template.json);
         let sent = Instant::now();

@@ -12,11 +12,12 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::guard::body::{BoxError, Findings, StreamWatch};
+use crate::guard::body::{Findings, StreamWatch};
 use crate::guard::config::Config;
 use crate::guard::reserve::Share;
 use crate::sse::SseFramer;
 use crate::text::PrefixVerdict;
+use crate::BoxError;
 
 /// What holding a response back showed.
 pub(crate) enum Verdict {

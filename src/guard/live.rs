@@ -10,12 +10,10 @@ use std::task::Poll;
 use std::time::Duration;
 
 use http::header::CONTENT_LENGTH;
-use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
+use http::Response;
 
 use crate::dialect::LiveSplice;
-use crate::guard::body::{BoxError, GuardBody, Splice};
+use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
 use crate::guard::decide::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
@@ -23,6 +21,7 @@ use crate::guard::partial::decide_and_respond;
 use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::{InnerBody, SpawnableInner};
 
 /// What the client gets for the original `response`: the decision, or,
 /// when configured, an answer that begins before it.
@@ -31,13 +30,9 @@ pub(crate) async fn answer<S, B, R>(
     response: Response<IdleTimeout<R>>,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S: SpawnableInner<B, R>,
     B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let config = exchange.call.config.clone();
     let stream = response.status().is_success() && is_event_stream(response.headers());
@@ -83,8 +78,7 @@ fn keep_alive<R, F>(
 ) -> Response<GuardBody<R>>
 where
     F: Future<Output = Response<GuardBody<R>>> + Send + 'static,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
     tokio::spawn(async move {
@@ -109,13 +103,9 @@ fn live_thinking<S, B, R>(
     splice: Box<dyn LiveSplice>,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S: SpawnableInner<B, R>,
     B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let call = exchange.call.clone();
     let config = call.config.clone();

@@ -17,10 +17,9 @@ use http::{HeaderValue, Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tower_service::Service;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::guard::body::{BoxError, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::body::{GuardBody, Settle, Splice, StreamWatch};
 use crate::guard::call::{millis, Call, Inner, Original};
 use crate::guard::decide::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
@@ -30,8 +29,10 @@ use crate::guard::respond::{
     FrameSender, Shape, Watched,
 };
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::{InnerBody, InnerService, SpawnableInner};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::sse::SseFramer;
+use crate::BoxError;
 
 /// Decides the original `response` and answers: as
 /// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
@@ -42,13 +43,9 @@ pub(crate) async fn decide_and_respond<S, B, R>(
     response: Response<IdleTimeout<R>>,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S: SpawnableInner<B, R>,
     B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let Some(plan) = Plan::for_call(&exchange, &response) else {
         return respond::decide_and_respond(exchange, response).await;
@@ -119,10 +116,9 @@ async fn continue_json<S, B, R>(
     mut plan: Plan,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send,
+    S: InnerService<B, R>,
     B: ReplayBody,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let findings = held.judged.clone().unwrap_or_default();
     let claimed = findings
@@ -229,13 +225,9 @@ fn serve_continuable<S, B, R>(
     plan: Plan,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S: SpawnableInner<B, R>,
     B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let Exchange {
         upstream,
@@ -312,10 +304,9 @@ impl<S> Hop<S> {
         deadline: tokio::time::Instant,
     ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let call = &self.call;
         let mut record = Attempt {
@@ -455,10 +446,9 @@ impl<S> Continuer<S> {
 
     async fn run<B, R>(mut self, mut original: GuardBody<R>)
     where
-        S: Service<Request<B>, Response = Response<R>> + Send,
+        S: InnerService<B, R>,
         B: ReplayBody,
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let ended = self.read_original(&mut original).await;
         drop(original);
@@ -624,8 +614,7 @@ impl<S> Continuer<S> {
     /// records the refusal as continued.
     async fn splice<R>(&mut self, held: Held<IdleTimeout<R>>, attempt: Attempt)
     where
-        R: Body + Send + 'static,
-        R::Error: Into<BoxError>,
+        R: InnerBody,
     {
         let call = self.hop.call.clone();
         let Some(mut settle) = self.tail.settle.take() else {

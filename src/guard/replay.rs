@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http_body::Body;
 use http_body_util::{BodyExt, Full};
 
+use crate::BoxError;
+
 /// A request body type the guard can rebuild after reading it (and read
 /// without pinning, hence `Unpin`).
 ///
@@ -25,7 +27,7 @@ use http_body_util::{BodyExt, Full};
 /// let body = <Full<Bytes> as ReplayBody>::from_bytes(Bytes::from_static(b"{}"));
 /// # let _ = body;
 /// ```
-pub trait ReplayBody: Body + Sized + Send + Unpin + 'static {
+pub trait ReplayBody: Body<Error: Into<BoxError>> + Sized + Send + Unpin + 'static {
     /// A body of exactly these bytes.
     fn from_bytes(bytes: Bytes) -> Self;
 
@@ -47,8 +49,6 @@ impl ReplayBody for Full<Bytes> {
         Full::new(prefix)
     }
 }
-
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The already-read bytes of a body, typed as that body's error.
 pub(crate) type Head<E> = http_body_util::combinators::MapErr<Full<Bytes>, fn(Infallible) -> E>;

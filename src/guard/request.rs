@@ -13,7 +13,6 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::Dialect;
-use crate::guard::body::BoxError;
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
@@ -22,6 +21,7 @@ use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::store::key::Conversation;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
+use crate::BoxError;
 
 pub(crate) enum RequestBody<B> {
     Read(Bytes),
@@ -41,7 +41,6 @@ pub(crate) async fn read_request_body<B>(
 ) -> RequestBody<B>
 where
     B: ReplayBody,
-    B::Error: Into<BoxError>,
 {
     let declared = headers
         .get(CONTENT_LENGTH)

@@ -8,22 +8,23 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame};
 use serde_json::Value;
-use tower_service::Service;
 
 use crate::api_error::{api_error, api_error_for};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::guard::body::{BoxError, Findings, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::body::{Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::guard::call::Call;
 use crate::guard::decide::{Decision, Exchange, HandoffMark};
 use crate::guard::hold::Held;
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
+use crate::guard::{InnerBody, InnerService};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi, RECOVERY_HEADER,
 };
+use crate::BoxError;
 
 /// Decides the original `response` of `exchange` and answers with what the
 /// decision comes to.
@@ -32,10 +33,9 @@ pub(crate) async fn decide_and_respond<S, B, R>(
     response: Response<IdleTimeout<R>>,
 ) -> Response<GuardBody<R>>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send,
+    S: InnerService<B, R>,
     B: ReplayBody,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let call = exchange.call.clone();
     respond(exchange.decide(response).await, &call)
@@ -46,8 +46,7 @@ where
 /// of the stream, when that is what decides).
 pub(crate) fn respond<R>(decision: Decision<IdleTimeout<R>>, call: &Call) -> Response<GuardBody<R>>
 where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     match decision {
         Decision::TimedOut(timeout) => {
@@ -113,8 +112,7 @@ fn serve_as_sent<R>(
     original: Attempt,
 ) -> Response<GuardBody<R>>
 where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     if let Some(findings) = held.judged.clone() {
         let refusal = judge_findings(call, &findings, request_id, false);
@@ -420,8 +418,7 @@ pub(crate) fn serve<R>(
     splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let Held {
         parts,
@@ -454,8 +451,7 @@ pub(crate) fn serve_settled<R>(
     splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
 where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     match &refusal {
         Some(refusal) => call.emit(refusal, attempts),

@@ -17,7 +17,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::dialect::{self, Dialect};
-use crate::guard::body::{BoxError, GuardBody};
+use crate::guard::body::GuardBody;
 use crate::guard::call::{with_body, Inner, SendError, Timeouts};
 use crate::guard::config::Config;
 use crate::guard::decide::Exchange;
@@ -26,6 +26,8 @@ use crate::guard::replay::ReplayBody;
 use crate::guard::request::{read_request_body, Outbound, RequestBody};
 use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::{InnerBody, SpawnableInner};
+use crate::BoxError;
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
 ///
@@ -218,13 +220,9 @@ async fn guard<S, B, R>(
     request: Request<B>,
 ) -> Result<Response<GuardBody<R>>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<R>> + Send + 'static,
-    S::Future: Send,
-    S::Error: Send,
+    S: SpawnableInner<B, R>,
     B: ReplayBody,
-    B::Error: Into<BoxError>,
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
+    R: InnerBody,
 {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();

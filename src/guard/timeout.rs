@@ -17,8 +17,7 @@ use std::time::Duration;
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-/// The body error type, the same as the body module's `BoxError`.
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+use crate::BoxError;
 
 /// Which bounded wait on the upstream ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

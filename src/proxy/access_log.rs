@@ -16,8 +16,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::guard::body::BoxError;
 use crate::refusal::RefusalHandle;
+use crate::BoxError;
 
 /// How the proxy writes its own lines on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]

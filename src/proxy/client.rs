@@ -27,8 +27,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::guard::body::BoxError;
 use crate::guard::replay::{chain, ReplayBody};
+use crate::BoxError;
 
 /// The body of the requests the proxy sends upstream: any body, boxed.
 ///

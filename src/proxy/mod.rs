@@ -72,9 +72,9 @@ use tower_http::decompression::{Decompression, DecompressionLayer};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::body::BoxError;
 use crate::guard::service::RefusalGuard;
 use crate::refusal::RefusalHandle;
+use crate::BoxError;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;

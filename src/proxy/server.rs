@@ -30,7 +30,7 @@ use tower_service::Service;
 
 use super::access_log::LogLine;
 use super::{error_response, Proxy, ProxyBody};
-use crate::guard::body::BoxError;
+use crate::BoxError;
 
 /// Connections accepted past the cap only to be told `503`.
 pub(crate) const OVERFLOW: usize = 64;
