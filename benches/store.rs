@@ -15,8 +15,7 @@
 //!
 //! Run with `cargo bench --bench store`.
 
-#[path = "../tests/support/redis_server.rs"]
-mod redis_server;
+use support::redis_server;
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};

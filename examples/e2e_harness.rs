@@ -19,8 +19,7 @@
 //! metrics, health and the dashboard: `admin` for the proxy in front of the
 //! mock (its log, its upstream), `admin_unreachable` for the one whose
 //! upstream is down.
-#[path = "../tests/support/mock_upstream.rs"]
-mod mock;
+use support::mock_upstream as mock;
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -10,8 +10,7 @@
 //!
 //! Loopback only; bounded in count (requests x rounds) and time (60 s a
 //! round). Exits non-zero on any error.
-#[path = "../tests/support/mock_upstream.rs"]
-mod mock;
+use support::mock_upstream as mock;
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

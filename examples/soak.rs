@@ -24,10 +24,8 @@
 //! ```
 //!
 //! Loopback only; bounded in count and time (two minutes a mode).
-#[path = "../tests/support/mock_upstream.rs"]
-mod mock;
-#[path = "../tests/support/raw_upstream.rs"]
-mod raw_upstream;
+use support::mock_upstream as mock;
+use support::raw_upstream;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

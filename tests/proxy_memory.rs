@@ -9,7 +9,6 @@
 //! connections to the raw scripted upstream. Conversations recur from round
 //! to round, so the conversation store holds the same entries throughout.
 
-mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;

@@ -34,7 +34,7 @@ impl Rng {
     pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -45,7 +45,7 @@ impl Rng {
         let mut cuts = Vec::new();
         let mut at = 0;
         while at < len {
-            at += 1 + (self.next() as usize % max);
+            at += 1 + (self.next_u64() as usize % max);
             cuts.push(at);
         }
         cuts

@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-#[allow(unused_imports)] // Not every test lists the directory.
+
 pub use super::mock_upstream::{fixture, fixtures_dir};
 
 /// How a recorded response is framed on the wire.

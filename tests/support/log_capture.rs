@@ -6,7 +6,6 @@
 //! callsite first reached by another test can stay disabled). Each test
 //! reads the events of its own thread, so run it on a current-thread
 //! runtime (`#[tokio::test]`'s default), where every task logs there.
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};

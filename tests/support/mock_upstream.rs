@@ -1,8 +1,8 @@
 //! A scripted mock provider: a real HTTP server on loopback that serves
 //! recorded fixtures and records every request it receives.
 //!
-//! Shared (through `#[path]`) by `tests/proxy_e2e.rs`, `examples/e2e_harness.rs`
-//! and `examples/load.rs`; not part of the crate's API.
+//! Used by the proxy tests and by the test tools (the e2e harness, the load
+//! check, the soak).
 //!
 //! Each request names its script in headers:
 //!
@@ -19,7 +19,6 @@
 //!
 //! `GET /__mock/seen[?id=ID]` returns what was received as JSON (method,
 //! path, headers, body), so clients in other languages can check it too.
-#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -94,7 +93,8 @@ impl Drop for MockUpstream {
 }
 
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    // This crate sits in tests/support, beside the fixtures.
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
 }
 
 pub fn fixture(name: &str) -> Bytes {

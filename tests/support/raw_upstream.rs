@@ -14,7 +14,6 @@
 //!     _ => vec![Act::Write(head(200, "text/event-stream")), Act::Write(chunk(b"...")), Act::Write(last_chunk())],
 //! }).await;
 //! ```
-#![allow(dead_code)]
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

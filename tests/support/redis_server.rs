@@ -3,9 +3,7 @@
 //! it answers PING, killed on drop. It can be stopped and started again on
 //! the same port, to test an outage.
 //!
-//! Part of the test support module; `benches/store.rs` includes it through
-//! `#[path]`, so it stands alone. Not part of the crate's API.
-#![allow(dead_code)]
+//! Used by the store tests and `benches/store.rs`.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -5,7 +5,6 @@
 //!
 //! Fixtures: `tests/fixtures/anthropic/` (copied from the shared fixture set;
 //! sources and licences in its `SOURCES.md` and `LICENSES/`).
-mod support;
 
 use bytes::Bytes;
 use http::Request;

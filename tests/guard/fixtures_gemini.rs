@@ -17,7 +17,6 @@
 //!   [`Refusal`] in the response extensions;
 //! - `partial_refusal`: one record, kind partial, outcome partial, no
 //!   recovery.
-mod support;
 
 use bytes::Bytes;
 use http::Request;

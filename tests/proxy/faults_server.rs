@@ -3,7 +3,6 @@
 //! asserts what the client got, what the upstream saw and the access-log line.
 //! Bounds are generous: they prove that a wait ends, never how fast.
 
-mod support;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};

@@ -17,7 +17,6 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-mod support;
 use support::anthropic::{anthropic_stream as events, events as ev};
 
 fn refused(category: &str) -> Bytes {

@@ -5,13 +5,13 @@ use bytes::Bytes;
 use refusal_guard::sse::{Frame, FrameTooLarge, SseFramer};
 use serde_json::Value;
 
-const ANTHROPIC_REFUSAL: &[u8] = include_bytes!("fixtures/sse/anthropic_refusal_response.txt");
-const ANTHROPIC_TOOL_USE: &[u8] = include_bytes!("fixtures/sse/anthropic_tool_use_response.txt");
+const ANTHROPIC_REFUSAL: &[u8] = include_bytes!("../fixtures/sse/anthropic_refusal_response.txt");
+const ANTHROPIC_TOOL_USE: &[u8] = include_bytes!("../fixtures/sse/anthropic_tool_use_response.txt");
 const GEMINI_UTF8: &[u8] =
-    include_bytes!("fixtures/sse/gemini_vertexai_streaming_success_utf8.txt");
+    include_bytes!("../fixtures/sse/gemini_vertexai_streaming_success_utf8.txt");
 const GEMINI_SAFETY: &[u8] =
-    include_bytes!("fixtures/sse/gemini_vertexai_streaming_failure_finish_reason_safety.txt");
-const OPENAI_REFUSAL: &[u8] = include_bytes!("fixtures/sse/openai_chat_refusal_173417d5.bin");
+    include_bytes!("../fixtures/sse/gemini_vertexai_streaming_failure_finish_reason_safety.txt");
+const OPENAI_REFUSAL: &[u8] = include_bytes!("../fixtures/sse/openai_chat_refusal_173417d5.bin");
 
 /// Feeds `chunks` to a fresh framer, pulling frames after every push and
 /// calling `finish` at the end. Asserts that nothing is left over and that

@@ -5,7 +5,6 @@
 //! The recorder and the subscriber are process-wide, so everything that
 //! counts guarded requests is one test function; the admin routes test
 //! beside it sends none.
-mod support;
 
 use std::time::Duration;
 

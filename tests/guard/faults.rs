@@ -23,7 +23,6 @@ use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
-mod support;
 use support::anthropic::{anthropic_stream as events, events as ev};
 
 /// One step of a scripted upstream body.

@@ -5,7 +5,6 @@
 //!
 //! The Prometheus recorder is process-wide: only the Anthropic test reads
 //! it, and only the Claude models' samples, which no other test here makes.
-mod support;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The recovery ladder on Gemini and Vertex AI (and Claude on Vertex AI),
 //! through the public API.
-mod support;
 
 use bytes::Bytes;
 use http::Request;

@@ -2,7 +2,6 @@
 //! and SSE comments, then whatever is decided, under the original head; with
 //! live thinking, the thinking streams at once and a recovered turn continues
 //! the same message.
-mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

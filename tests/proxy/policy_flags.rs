@@ -3,7 +3,6 @@
 //! refusal category, fallback credit off, the conversation header never
 //! upstream, the `refusal-guard-recovery` header on recovered responses
 //! only, and the trace a sticky route leaves when it ends.
-mod support;
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
 //! The opt-in text refusal detector inside the layer (issue 6).
-mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

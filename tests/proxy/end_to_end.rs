@@ -1,6 +1,5 @@
 //! The proxy end to end: a real HTTP client, the proxy on loopback, and a
 //! scripted mock upstream (a real HTTP server on loopback).
-mod support;
 
 use std::time::Duration;
 

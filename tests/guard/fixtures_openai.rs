@@ -2,7 +2,6 @@
 //! README lists (plus the hand-written gap fillers), streaming and JSON, under
 //! every split point of its bytes and under random chunkings. Rescue is off,
 //! so every response, refusal or not, must reach the client byte-identical.
-mod support;
 
 use bytes::Bytes;
 use http_body_util::Full;

@@ -2,9 +2,7 @@
 //! upstream that misbehaves: what the client got (status, bytes, a cut or a
 //! clean end), what the upstream saw (a connection closed, no continuation
 //! sent) and the record.
-#![cfg(feature = "proxy")]
 
-mod support;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! The recovery ladder on OpenAI Chat Completions, OpenAI Responses and
 //! Azure OpenAI, through the public API.
-mod support;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -1,5 +1,4 @@
 //! Core behaviour on Anthropic Messages, through the public API.
-mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

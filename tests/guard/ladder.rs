@@ -1,6 +1,5 @@
 //! The recovery ladder (issue 3): retarget, fallback chains, budget, sticky
 //! routing, handoff marker, fallback credit and environment configuration.
-mod support;
 
 use std::time::Duration;
 

@@ -19,7 +19,6 @@
 //! 5. empty refusal, rescue on, continuation that fails in any way: the
 //!    original bytes, one `dead` record with the matching reason;
 //! 6. never a panic, never a hang.
-mod support;
 
 use std::time::Duration;
 
@@ -45,11 +44,11 @@ impl Pick for Rng {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.next_u64() % n as u64) as usize
         }
     }
     fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
+        self.next_u64() % 100 < percent
     }
     fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]

@@ -1,0 +1,15 @@
+//! The standalone proxy on loopback, driven from outside: its flags, its
+//! server under attack, upstreams that misbehave, recovery end to end and
+//! what refused attempts cost.
+//!
+//! Tests that install a process-wide recorder, subscriber or allocator of
+//! their own live in binaries of their own: `proxy_metrics`, `proxy_logs`
+//! and `proxy_memory`.
+
+mod end_to_end;
+mod faults_server;
+mod faults_upstream;
+mod options;
+mod policy_flags;
+mod raw_upstream;
+mod refused_usage;
