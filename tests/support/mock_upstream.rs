@@ -1,8 +1,8 @@
 //! A scripted mock provider: a real HTTP server on loopback that serves
 //! recorded fixtures and records every request it receives.
 //!
-//! Shared (through `#[path]`) by `tests/proxy_e2e.rs`, `examples/e2e_harness.rs`
-//! and `examples/load.rs`; not part of the crate's API.
+//! Shared (through `#[path]`) by the tests and the programs in `tools/`
+//! (`e2e-harness`, `load`, `soak`); not part of the crate's API.
 //!
 //! Each request names its script in headers:
 //!
@@ -93,8 +93,15 @@ impl Drop for MockUpstream {
     }
 }
 
+/// `tests/fixtures/`: in the crate that includes this file, or above it
+/// (the programs in `tools/` include it too).
 pub fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .map(|dir| dir.join("tests/fixtures"))
+        .find(|dir| dir.is_dir())
+        .unwrap_or_else(|| crate_dir.join("tests/fixtures"))
 }
 
 pub fn fixture(name: &str) -> Bytes {

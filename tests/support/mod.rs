@@ -6,11 +6,11 @@
 //! - [`exchange`]: one request through a guard over the mock inner service,
 //!   and what came of it;
 //! - [`mock_upstream`]: a scripted mock provider on a real loopback HTTP
-//!   server (also used by `examples/e2e_harness.rs` and `examples/load.rs`
-//!   through `#[path]`, so it stands alone);
+//!   server (also used by `tools/src/bin/` through `#[path]`, so it stands
+//!   alone);
 //! - [`raw_upstream`]: a raw-socket scripted upstream that misbehaves on
 //!   purpose (hangs, resets, cut streams), for the fault tests (also used by
-//!   `examples/soak.rs` through `#[path]`);
+//!   `tools/src/bin/soak.rs` through `#[path]`);
 //! - [`fixtures`]: loading recorded fixtures and turning their formats into
 //!   response bodies;
 //! - [`chunking`]: cutting a body into chunks, exhaustively or at random;
@@ -38,6 +38,7 @@ pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
 pub mod prometheus;
+#[cfg(feature = "proxy")]
 pub mod proxy;
 pub mod raw_upstream;
 pub mod redis_server;
