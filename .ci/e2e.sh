@@ -138,7 +138,7 @@ fi
 step "refusal-guard report: the agent's rescued refusal"
 "$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" | tee "$WORK/report.out"
 grep -q '^1 refusal recorded; 1 recovered by a fallback or a rescue (100%)\.$' "$WORK/report.out"
-grep -Eq '^  [0-9T:.-]+Z  .+  \[cyber\]  rescued$' "$WORK/report.out"
+grep -Eq '^  [0-9T:.-]+Z  claude-opus-4-7  \[cyber\]  rescued: Simulated refusal' "$WORK/report.out"
 "$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" --json >"$WORK/report.json"
 python3 - "$WORK/report.json" <<'PY'
 import json, sys
