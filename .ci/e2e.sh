@@ -8,21 +8,27 @@
 #      --live-thinking); checks own bytes, no continuation for a client that
 #      left, file descriptors back to idle, peak RSS bounded per stream;
 #      prints fds and RSS (leaks: tests/proxy_memory.rs counts allocations);
-#   4. examples/agent (reqwest + the layer) through `proxy --simulate`;
-#   5. the Claude Code CLI headless through `proxy --simulate`, if it can be
-#      installed from npm (skipped with a clear message if not; set
-#      REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 to skip on purpose);
+#   4. examples/agent (reqwest + the layer) through `refusal-guard --simulate`,
+#      and `refusal-guard report` on the refusal it logged;
+#   5. the Claude Code CLI headless through `refusal-guard --simulate`,
+#      installed from npm (REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 skips it on
+#      purpose, outside CI);
 #   6. pytest with the pinned official anthropic and openai SDKs
 #      (tests/e2e/requirements.txt, installed into .venv), and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
-#      chromium (installed with apt-get when missing) through Playwright.
-# Exits non-zero on any failure; pytest finding no tests counts as a failure.
+#      chromium (.ci/test installs it) through Playwright.
+# The programs: the `refusal-guard` binary, examples/ and tools/ (the
+# harness, the load check, the soak). Exits non-zero on any failure; pytest
+# finding no tests counts as a failure. Under CI=true a check that cannot
+# run (npm or chromium missing) fails the run; elsewhere it is skipped,
+# named, and listed again at the end.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-1}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+BIN=$TARGET/debug
 EXAMPLES=$TARGET/debug/examples
 CLAUDE_CODE_VERSION=2.1.332
 WORK=$(mktemp -d)
@@ -35,12 +41,25 @@ trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
-# Starts `proxy --simulate [FLAGS]` on a free loopback port; sets SIM_URL
+# A check that cannot run here: fails the run under CI=true (green means
+# every check ran); elsewhere it is skipped with the reason, and named again
+# at the end.
+SKIPPED=()
+cannot_run() {
+    if [ "${CI:-}" = true ]; then
+        echo "FAILED (CI=true, so every check must run): $*"
+        exit 1
+    fi
+    echo "SKIPPED: $*"
+    SKIPPED+=("$*")
+}
+
+# Starts `refusal-guard --simulate [FLAGS]` on a free loopback port; sets SIM_URL
 # and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
 start_simulated_proxy() {
     local err=$WORK/proxy-$1.err name=$1
     shift
-    "$EXAMPLES/proxy" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
+    "$BIN/refusal-guard" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
     SIM_PID=$!
     PIDS+=("$SIM_PID")
     for _ in $(seq 100); do
@@ -48,21 +67,22 @@ start_simulated_proxy() {
         [ -n "$SIM_URL" ] && return 0
         sleep 0.1
     done
-    echo "proxy --simulate did not start:"; cat "$err"; return 1
+    echo "refusal-guard --simulate did not start:"; cat "$err"; return 1
 }
 
-step "build the examples"
-cargo build --examples
+step "build the binary, the examples and the tools"
+# One build for all (the crate's features resolved once).
+cargo build --workspace --all-features --bins --examples
 
 step "demo (no network, no key)"
 "$EXAMPLES/demo" | tee "$WORK/demo.out"
 grep -q 'outcome":"rescued"' "$WORK/demo.out"
 
 step "load: 200 concurrent streams through the proxy"
-"$EXAMPLES/load" --requests 200 --rounds 3
+"$BIN/load" --requests 200 --rounds 3
 
 step "soak: 1,000 streams + 200 leaving clients, every mode"
-"$EXAMPLES/soak"
+"$BIN/soak"
 
 step "the guard's timeout flags reach the layer: a silent upstream gets a 504 in the API's shape"
 # An upstream that accepts and never answers; the proxy binary with a 1 s
@@ -81,7 +101,7 @@ while time.time() < end:
 PIDS+=("$!")
 for _ in $(seq 50); do [ -s "$WORK/silent.port" ] && break; sleep 0.1; done
 SILENT_PORT=$(head -1 "$WORK/silent.port")
-"$EXAMPLES/proxy" --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$SILENT_PORT" \
+"$BIN/refusal-guard" --listen 127.0.0.1:0 --upstream "http://127.0.0.1:$SILENT_PORT" \
     --upstream-head-timeout 1 --log off 2>"$WORK/proxy-silent.err" &
 PIDS+=("$!")
 for _ in $(seq 100); do
@@ -96,7 +116,7 @@ echo "status $status: $(cat "$WORK/silent.body")"
 [ "$status" = 504 ]
 grep -q '"timeout_error"' "$WORK/silent.body"
 
-step "examples/agent through proxy --simulate"
+step "examples/agent through refusal-guard --simulate"
 start_simulated_proxy agent
 ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
 grep -q 'Simulated answer' "$WORK/agent.out"
@@ -114,56 +134,68 @@ for _ in $(seq 50); do [ -s "$WORK/refusals-quiet.jsonl" ] && break; sleep 0.1; 
 if grep -E 'settled|POST /v1/messages' "$WORK/proxy-quiet.err"; then
     echo "--quiet still wrote per-request lines"; exit 1
 fi
-"$EXAMPLES/refusals" --log "$WORK/refusals-agent.jsonl"
 
-step "Claude Code CLI headless through proxy --simulate"
-if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then
-    echo "SKIPPED: REFUSAL_GUARD_E2E_SKIP_CLAUDE=1"
-elif ! command -v npm >/dev/null; then
-    echo "SKIPPED: npm is not installed, so the Claude Code CLI cannot be installed"
-elif ! npm install --prefix "$WORK/claude" --no-audit --no-fund \
-        "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >"$WORK/npm.log" 2>&1; then
-    echo "SKIPPED: npm could not install @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION:"
-    tail -20 "$WORK/npm.log"
-else
+step "refusal-guard report: the agent's rescued refusal"
+"$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" | tee "$WORK/report.out"
+grep -q '^1 refusal recorded; 1 recovered by a fallback or a rescue (100%)\.$' "$WORK/report.out"
+grep -Eq '^  [0-9T:.-]+Z  claude-opus-4-7  \[cyber\]  rescued: Simulated refusal' "$WORK/report.out"
+"$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" --json >"$WORK/report.json"
+python3 - "$WORK/report.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["total"] == 1 and report["recovered"] == 1, report
+assert report["by_outcome"] == {"rescued": 1}, report["by_outcome"]
+assert report["by_category"] == {"cyber": 1}, report["by_category"]
+print("report --json: one rescued cyber refusal")
+PY
+
+step "Claude Code CLI headless through refusal-guard --simulate"
+run_claude_code() {
+    if ! npm install --prefix "$WORK/claude" --no-audit --no-fund \
+            "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >"$WORK/npm.log" 2>&1; then
+        tail -20 "$WORK/npm.log"
+        cannot_run "the Claude Code CLI: npm could not install @anthropic-ai/claude-code@$CLAUDE_CODE_VERSION"
+        return 0
+    fi
     # The npm package ships the native CLI as a per-platform optional
     # dependency; its postinstall (which npm may not run) only copies it.
     CLAUDE=$(ls "$WORK"/claude/node_modules/@anthropic-ai/claude-code-*/claude 2>/dev/null | head -1 || true)
     if [ -z "$CLAUDE" ]; then
-        echo "SKIPPED: no native Claude Code binary for this platform in the npm install"
-    else
-        start_simulated_proxy claude
-        mkdir -p "$WORK/claude-home"
-        HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="$SIM_URL" ANTHROPIC_API_KEY=sk-ant-dummy \
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
-            timeout 120 "$CLAUDE" -p "Check my SSH config for weaknesses" --output-format json \
-            </dev/null >"$WORK/claude.json" 2>"$WORK/claude.err" || {
-                echo "Claude Code failed:"; cat "$WORK/claude.err" "$WORK/claude.json"; exit 1; }
-        python3 - "$WORK/claude.json" <<'PY'
+        cannot_run "the Claude Code CLI: no native binary for this platform in the npm install"
+        return 0
+    fi
+    start_simulated_proxy claude
+    mkdir -p "$WORK/claude-home"
+    HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="$SIM_URL" ANTHROPIC_API_KEY=sk-ant-dummy \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+        timeout 120 "$CLAUDE" -p "Check my SSH config for weaknesses" --output-format json \
+        </dev/null >"$WORK/claude.json" 2>"$WORK/claude.err" || {
+            echo "Claude Code failed:"; cat "$WORK/claude.err" "$WORK/claude.json"; exit 1; }
+    python3 - "$WORK/claude.json" <<'PY'
 import json, sys
 out = json.load(open(sys.argv[1]))
 assert out.get("is_error") is False, out
 assert out["result"].startswith("Simulated answer"), out["result"]
 print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
-        grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
-        cat "$WORK/proxy-claude.err"
-    fi
+    grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
+    cat "$WORK/proxy-claude.err"
+}
+if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then
+    cannot_run "the Claude Code CLI: REFUSAL_GUARD_E2E_SKIP_CLAUDE=1"
+elif ! command -v npm >/dev/null; then
+    cannot_run "the Claude Code CLI: npm is not installed (.ci/test installs it with apt-get)"
+else
+    run_claude_code
 fi
 
 step "chromium for the dashboard test (tests/e2e/test_ops.py)"
 # Debian's chromium, driven by Playwright; never a downloaded browser.
 if [ ! -x /usr/bin/chromium ]; then
-    SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO=sudo
-    if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
-        $SUDO apt-get update -qq >"$WORK/apt.log" 2>&1 || true
-        $SUDO apt-get install -y -qq chromium >>"$WORK/apt.log" 2>&1 || tail -20 "$WORK/apt.log"
-    fi
-    if [ ! -x /usr/bin/chromium ]; then
-        export REFUSAL_GUARD_E2E_NO_CHROMIUM="chromium cannot be installed here (no apt-get or no root)"
-        echo "SKIPPED (the dashboard in a browser): $REFUSAL_GUARD_E2E_NO_CHROMIUM"
-    fi
+    export REFUSAL_GUARD_E2E_NO_CHROMIUM="/usr/bin/chromium is missing (.ci/test installs it: apt-get install -y chromium)"
+    cannot_run "the dashboard in a browser: $REFUSAL_GUARD_E2E_NO_CHROMIUM"
+else
+    echo "/usr/bin/chromium: $(/usr/bin/chromium --version 2>/dev/null || echo 'present')"
 fi
 
 step "Python SDK tests (anthropic, openai) through the proxy"
@@ -172,9 +204,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
 status=0
-REFUSAL_GUARD_E2E_HARNESS="$EXAMPLES/e2e_harness" .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider || status=$?
+REFUSAL_GUARD_E2E_HARNESS="$BIN/e2e-harness" REFUSAL_GUARD_BIN="$BIN/refusal-guard" \
+    .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing"
     exit 1
+fi
+if [ "$status" -eq 0 ] && [ "${#SKIPPED[@]}" -gt 0 ]; then
+    printf '\nPassed, but these checks did not run:\n'
+    printf '  - %s\n' "${SKIPPED[@]}"
 fi
 exit "$status"

@@ -3,7 +3,8 @@
 
 A module is a file `src/NAME.rs` or a directory `src/NAME/`; it depends on
 every other module it names as `crate::OTHER` (in a `use` line or inline).
-`src/lib.rs` only declares and re-exports, so it is left out. Prints the
+`src/lib.rs` only declares and re-exports, and `src/main.rs` is the binary
+over the library, so both are left out. Prints the
 dependency order (each module after what it uses) when there is no cycle,
 and every cycle when there is one.
 
@@ -26,7 +27,7 @@ COMMENT = re.compile(r"//.*")
 def modules():
     found = {}
     for path in sorted(SRC.iterdir()):
-        if path.name == "lib.rs":
+        if path.name in ("lib.rs", "main.rs"):
             continue
         if path.is_file() and path.suffix == ".rs":
             found[path.stem] = [path]

@@ -1,7 +1,7 @@
 //! What the proxy adds to a streamed request, against a bare forwarder, in
 //! the same run, over loopback.
 //!
-//! `cargo bench --bench proxy` (about 20 s). An in-process mock upstream
+//! `cargo bench --features proxy --bench proxy` (about 20 s). An in-process mock upstream
 //! streams a 200-event Anthropic answer (each event its own chunk) to a
 //! ~20 KB `"stream": true` request. The same request goes `direct` to the
 //! mock, through `floor` (a bare hyper forwarder: hyper's server, hyper-util's

@@ -2,8 +2,8 @@
 //! through `RefusalGuardLayer` over reqwest.
 //!
 //! ```text
-//! ANTHROPIC_API_KEY=sk-ant-... cargo run --example agent -- "Review my nginx config"
-//! cargo run --example agent -- --base-url http://127.0.0.1:8787 "..."   # via the proxy or a mock
+//! ANTHROPIC_API_KEY=sk-ant-... cargo run --features reqwest --example agent -- "Review my nginx config"
+//! cargo run --features reqwest --example agent -- --base-url http://127.0.0.1:8787 "..."   # via the proxy or a mock
 //! ```
 //!
 //! Without `ANTHROPIC_API_KEY` it prints how to run it and exits 0. The text
@@ -28,8 +28,8 @@ Reads the API key from ANTHROPIC_API_KEY. --base-url (or ANTHROPIC_BASE_URL)
 defaults to https://api.anthropic.com; point it at the refusal-guard proxy
 or a mock. Try it with no key and no network:
 
-  cargo run --example proxy -- --simulate &
-  ANTHROPIC_API_KEY=dummy cargo run --example agent -- --base-url http://127.0.0.1:8787 hello";
+  cargo run --features proxy -- --simulate &     # or: refusal-guard --simulate &
+  ANTHROPIC_API_KEY=dummy cargo run --features reqwest --example agent -- --base-url http://127.0.0.1:8787 hello";
 
 #[tokio::main]
 async fn main() -> ExitCode {

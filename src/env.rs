@@ -32,13 +32,12 @@ use crate::RefusalGuardLayer;
 /// The prefixes read, highest precedence first.
 const PREFIXES: [&str; 3] = ["REFUSAL_GUARD_", "OMP_REFUSAL_", "PI_REFUSAL_"];
 
-/// The settings read under every prefix (`CHAIN` only as `REFUSAL_GUARD_CHAIN`).
-const NAMES: [&str; 4] = ["RESCUE", "FALLBACKS", "LOG", "CHAIN"];
-
 /// Every variable [`EnvConfig::from_vars`] reads, `HOME` included (for
 /// `~/` in a log path).
 #[cfg(feature = "proxy")]
 pub(crate) fn variable_names() -> Vec<String> {
+    /// The settings read under every prefix (`CHAIN` only as `REFUSAL_GUARD_CHAIN`).
+    const NAMES: [&str; 4] = ["RESCUE", "FALLBACKS", "LOG", "CHAIN"];
     PREFIXES
         .iter()
         .flat_map(|prefix| NAMES.iter().map(move |name| format!("{prefix}{name}")))

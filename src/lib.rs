@@ -76,7 +76,9 @@
 //! - [`sse`]: the incremental SSE framer; [`text`]: the opt-in prose refusal
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
-//!   `proxy` (default features): the reqwest adapter and the standalone proxy.
+//!   `proxy` (features of the same names, off by default, as is `redis` for
+//!   [`store`]'s Redis store): the reqwest adapter and the standalone proxy
+//!   (also the `refusal-guard` binary).
 //! - [`telemetry::metrics`]: what the guard counts, through the `metrics` facade;
 //!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
 //!   health, the refusals dashboard).

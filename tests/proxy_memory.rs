@@ -2,13 +2,12 @@
 //! runs in this process as `examples/proxy.rs` runs it, and every byte the
 //! process allocates is counted, so a leak shows exactly, whatever the
 //! allocator keeps for itself: RSS cannot tell one (glibc holds freed pages,
-//! and how many depends on timing; `examples/soak.rs` prints it).
+//! and how many depends on timing; the soak, `tools/src/bin/soak.rs`, prints it).
 //!
 //! Each round is the same: streams that succeed, streams refused and rescued,
 //! and clients that leave while their stream is held, over real loopback
 //! connections to the raw scripted upstream. Conversations recur from round
 //! to round, so the conversation store holds the same entries throughout.
-
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::HashMap;

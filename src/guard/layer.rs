@@ -24,6 +24,28 @@ use crate::telemetry::TelemetrySink;
 /// Every limit has a default that suits a single agent or a small proxy; each
 /// builder method documents its own.
 ///
+/// # What reaches the upstream, and what comes back
+///
+/// Responses are byte-exact: everything that is not a recovered refusal,
+/// and every refusal nothing recovers, reaches the client exactly as the
+/// provider sent it. Requests are forwarded as sent, except for these
+/// changes, made on purpose:
+///
+/// - **`accept-encoding: identity`** on every guarded request (one of the
+///   wire APIs the guard reads), replacing what the client asked for: the
+///   guard must read the response, and a compressed stream would pass
+///   unjudged. Requests it does not guard keep their header.
+/// - **The conversation header removed** (`x-refusal-guard-conversation`,
+///   see [`conversation_header`](Self::conversation_header)) from every
+///   request, guarded or not: it is for the guard, not the provider.
+/// - **What you configure**: server-side `fallbacks` rewritten
+///   ([`retarget_fallbacks`](Self::retarget_fallbacks)), a sticky route's
+///   model ([`sticky_fallback`](Self::sticky_fallback)), and, on Anthropic
+///   requests whose model has a fallback chain, the fallback-credit beta
+///   ([`fallback_credit`](Self::fallback_credit), on by default). A
+///   recovery attempt is a request of the guard's own: the original on
+///   another model, or with the rescue note.
+///
 /// ```
 /// use std::time::Duration;
 /// use refusal_guard::{recovery::RescueNote, telemetry::TelemetrySink, RefusalGuardLayer};

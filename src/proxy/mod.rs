@@ -1,8 +1,10 @@
-//! The standalone proxy (feature `proxy`, on by default): an HTTP server that
-//! forwards every request to one upstream through the guard.
+//! The standalone proxy (feature `proxy`): an HTTP server that forwards every
+//! request to one upstream through the guard.
 //!
-//! `examples/proxy.rs` is the command line around it; this module is the
-//! server, so that tests and other binaries can run it in-process.
+//! The `refusal-guard` binary (`cargo install refusal-guard --features
+//! proxy`) and `examples/proxy.rs` are the command line around it; this
+//! module is the server, so that tests and other binaries can run it
+//! in-process.
 //!
 //! What it does with each request:
 //!
@@ -31,7 +33,7 @@
 //! The server bounds what a client can hold: a header-read timeout, an idle
 //! keep-alive timeout, a cap on concurrent connections and a drain deadline
 //! at shutdown (see [`ServerLimits`]). [`Options`] is the command line of
-//! `examples/proxy.rs`, flags and environment variables, and [`run`] runs it.
+//! the `refusal-guard` binary, flags and environment variables, and [`run`] runs it.
 //!
 //! ```no_run
 //! use refusal_guard::proxy::{Proxy, Upstream};

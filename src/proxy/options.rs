@@ -27,7 +27,8 @@ by `;`. The level of the proxy's own messages: --log-level, else RUST_LOG, \
 else warn (info for refusal_guard; under --quiet, without the per-request \
 settled event).";
 
-/// The standalone proxy's options (`examples/proxy.rs`).
+/// The standalone proxy's options (the `refusal-guard` binary,
+/// `examples/proxy.rs`).
 ///
 /// ```
 /// use clap::Parser;
@@ -39,7 +40,7 @@ settled event).";
 /// # Ok::<(), clap::Error>(())
 /// ```
 #[derive(Debug, Clone, Parser)]
-#[command(name = "proxy", long_about = None, about = "refusal-guard: an HTTP proxy that recovers LLM refusals", after_help = ENVIRONMENT)]
+#[command(name = "refusal-guard", long_about = None, about = "refusal-guard: an HTTP proxy that recovers LLM refusals", after_help = ENVIRONMENT)]
 #[non_exhaustive]
 pub struct Options {
     /// Address to listen on
@@ -195,10 +196,56 @@ impl Options {
     pub fn from_args() -> Options {
         let args: Vec<String> = std::env::args().collect();
         let vars = |key: &str| std::env::var(key).ok();
-        match Options::try_parse_from(&args).and_then(|o| o.with_compat_env(vars)) {
+        match Options::matches_from(Options::command(), &args)
+            .and_then(|matches| Options::from_matches(&matches, vars))
+        {
             Ok(options) => options,
-            Err(error) => name_the_variable(error, &args).exit(),
+            Err(error) => error.exit(),
         }
+    }
+
+    /// Parses `args` (the program's name first) with `command`:
+    /// [`Options::command`], or a command built on it, as the `refusal-guard`
+    /// binary adds its `report` subcommand. A bad value taken from a variable
+    /// rather than a flag says so in the error.
+    ///
+    /// ```
+    /// use clap::CommandFactory;
+    /// use refusal_guard::proxy::Options;
+    ///
+    /// let command = Options::command().subcommand(clap::Command::new("report"));
+    /// let args = ["refusal-guard".to_owned(), "report".to_owned()];
+    /// let matches = Options::matches_from(command, &args)?;
+    /// assert_eq!(matches.subcommand_name(), Some("report"));
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    pub fn matches_from(
+        command: clap::Command,
+        args: &[String],
+    ) -> Result<clap::ArgMatches, clap::Error> {
+        command
+            .try_get_matches_from(args)
+            .map_err(|error| name_the_variable(error, args))
+    }
+
+    /// The options in `matches` (from [`Options::matches_from`]), then
+    /// [`with_compat_env`](Options::with_compat_env) with `lookup`.
+    ///
+    /// ```
+    /// use clap::CommandFactory;
+    /// use refusal_guard::proxy::Options;
+    ///
+    /// let args = ["refusal-guard".to_owned(), "--simulate".to_owned()];
+    /// let matches = Options::matches_from(Options::command(), &args)?;
+    /// assert!(Options::from_matches(&matches, |_| None)?.simulate);
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    pub fn from_matches(
+        matches: &clap::ArgMatches,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Options, clap::Error> {
+        use clap::FromArgMatches;
+        Options::from_arg_matches(matches)?.with_compat_env(lookup)
     }
 
     /// Fills what flags and `REFUSAL_GUARD_*` variables left unset from the

@@ -23,7 +23,8 @@ const RESERVED_FDS: u64 = 64;
 
 /// Runs the proxy until SIGINT or SIGTERM: installs the tracing subscriber,
 /// raises the file-descriptor limit, binds, serves, drains. `examples/proxy.rs`
-/// is `run(Options::from_args())`.
+/// is `run(Options::from_args())`; the `refusal-guard` binary runs it when
+/// no subcommand is named.
 ///
 /// ```no_run
 /// use refusal_guard::proxy::{run, Options};

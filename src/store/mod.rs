@@ -24,7 +24,11 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock (the system's outside tests): a paused test clock moves the
+// store's TTLs too, so tests of them need no real waiting.
+use tokio::time::Instant;
 
 use sha2::{Digest, Sha256};
 

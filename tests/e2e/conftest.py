@@ -11,14 +11,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 
 
 def harness_binary() -> Path:
     explicit = os.environ.get("REFUSAL_GUARD_E2E_HARNESS")
     if explicit:
         return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return target / "debug" / "examples" / "e2e_harness"
+    return TARGET / "debug" / "e2e-harness"
+
+
+def refusal_guard_binary() -> Path:
+    """The `refusal-guard` command (its `report` subcommand)."""
+    explicit = os.environ.get("REFUSAL_GUARD_BIN")
+    if explicit:
+        return Path(explicit)
+    return TARGET / "debug" / "refusal-guard"
 
 
 # The note the guard adds to a rescue request.
@@ -75,7 +83,7 @@ def running_harness(log: Path):
     it prints, and stops it (closing its stdin) on exit."""
     binary = harness_binary()
     if not binary.exists():
-        pytest.fail(f"{binary} is missing: run `cargo build --example e2e_harness` first")
+        pytest.fail(f"{binary} is missing: run `cargo build -p refusal-guard-tools` first")
     process = subprocess.Popen(
         [str(binary), "--log", str(log)],
         stdin=subprocess.PIPE,

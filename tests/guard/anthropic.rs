@@ -695,12 +695,27 @@ async fn a_long_hold_commits_and_a_late_refusal_is_recorded() {
 
 #[tokio::test]
 async fn a_panicking_sink_does_not_fail_the_request() {
-    let upstream = Upstream::new(Reply::fixtures(&[EMPTY_REFUSAL, TEXT]));
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let upstream = Upstream::new(Reply::fixtures(&[EMPTY_REFUSAL, TEXT, EMPTY_REFUSAL, TEXT]));
+    let calls = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
     let mut guard = RefusalGuardLayer::new()
-        .telemetry(|_: &refusal_guard::telemetry::RefusalRecord| panic!("sink broke"))
+        .telemetry(move |_: &refusal_guard::telemetry::RefusalRecord| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            panic!("sink broke")
+        })
         .layer(upstream.service());
     let (_, body) = call(&mut guard, messages("m", true, "x")).await;
     assert_eq!(body, fixture(TEXT));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "the sink ran, and panicked"
+    );
+    // The guard goes on recording after the panic.
+    let (_, body) = call(&mut guard, messages("m", true, "another")).await;
+    assert_eq!(body, fixture(TEXT));
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

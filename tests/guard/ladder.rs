@@ -311,7 +311,9 @@ async fn the_deadline_abandons_a_slow_attempt() {
 
 // ---- sticky ---------------------------------------------------------------
 
-#[tokio::test]
+// On a paused clock: the TTL is kept on tokio's clock, so the test steps
+// past it without waiting, and no step inside it can run late.
+#[tokio::test(start_paused = true)]
 async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
     let upstream = Upstream::new(vec![
         Reply::sse(&refusal_stream()),
@@ -340,11 +342,16 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
     upstream.push(Reply::sse(&answer(OPUS)));
     call(&mut guard, messages(OPUS, true, "other")).await;
     assert_eq!(upstream.seen()[3].json()["model"], OPUS);
+    // Just before the TTL ends: still routed.
+    tokio::time::advance(Duration::from_millis(390)).await;
+    upstream.push(Reply::sse(&answer(SONNET)));
+    call(&mut guard, request()).await;
+    assert_eq!(upstream.seen()[4].json()["model"], SONNET);
     // After the TTL: back to the model asked for.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::advance(Duration::from_millis(20)).await;
     upstream.push(Reply::sse(&answer(OPUS)));
     let (parts, _) = call(&mut guard, request()).await;
-    assert_eq!(upstream.seen()[4].json()["model"], OPUS);
+    assert_eq!(upstream.seen()[5].json()["model"], OPUS);
     assert!(parts.extensions.get::<StickyRoute>().is_none());
 }
 

@@ -5,7 +5,6 @@
 //! original, byte for byte. Then the same through the proxy, against the
 //! scripted mock upstream on loopback.
 
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,6 +1,5 @@
 //! Telemetry through the public API: records, sinks and the report.
 
-
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,6 @@
 //! asserts what the client got, what the upstream saw and the access-log line.
 //! Bounds are generous: they prove that a wait ends, never how fast.
 
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -528,7 +527,7 @@ async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
 }
 
 #[tokio::test]
-async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
+async fn a_client_that_leaves_mid_hold_gets_no_rescue_sent_upstream() {
     let refusal = fixture(EMPTY_REFUSAL);
     let split = refusal.windows(2).position(|w| w == b"\n\n").unwrap() + 2;
     let upstream = RawUpstream::start(move |_, _| {
@@ -544,15 +543,26 @@ async fn a_client_that_sends_and_closes_at_once_gets_no_rescue_sent_upstream() {
     let proxy = Running::plain(&upstream).await;
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
+    // The original is out and held (its refusal half sent) when the client
+    // leaves: without the client the refusal's end would call for a rescue.
+    assert!(
+        upstream
+            .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
+            .await,
+        "the original never reached the upstream"
+    );
     drop(socket);
-    proxy.line_with(&["POST /v1/messages"]).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    // The original may or may not have gone out; a rescue never does.
-    let seen = upstream.requests();
-    assert!(seen.len() <= 1, "a rescue for a client that left: {seen:?}");
     proxy
         .line_with(&["POST /v1/messages 499 client_gone"])
         .await;
+    assert!(
+        upstream.wait_all_closed(GENEROUS).await,
+        "the held upstream request was not cancelled"
+    );
+    // Past the moment the refusal would have ended (2 s): no rescue went out.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1, "a rescue for a client that left: {seen:?}");
 }
 
 #[tokio::test]

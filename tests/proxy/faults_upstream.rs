@@ -3,7 +3,6 @@
 //! clean end), what the upstream saw (a connection closed, no continuation
 //! sent) and the record.
 
-
 use std::net::SocketAddr;
 use std::time::Duration;
 

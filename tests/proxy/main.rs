@@ -6,6 +6,7 @@
 //! their own live in binaries of their own: `proxy_metrics`, `proxy_logs`
 //! and `proxy_memory`.
 
+mod cli;
 mod end_to_end;
 mod faults_server;
 mod faults_upstream;

@@ -342,7 +342,8 @@ impl TelemetrySink for Restorations {
     }
 }
 
-#[tokio::test]
+// On a paused clock, which the store's TTLs follow: no real waiting.
+#[tokio::test(start_paused = true)]
 async fn the_first_request_after_a_sticky_route_ends_leaves_a_restored_trace() {
     let dir = std::env::temp_dir().join(format!("rg-policy-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -369,7 +370,7 @@ async fn the_first_request_after_a_sticky_route_ends_leaves_a_restored_trace() {
     call(&mut guard, request()).await; // routed to the fallback
     assert_eq!(upstream.seen()[2].json()["model"], SONNET);
     assert!(events.0.lock().unwrap().is_empty(), "no end within the TTL");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::advance(Duration::from_millis(1001)).await;
     call(&mut guard, request()).await; // the route ended: back to the primary
     call(&mut guard, request()).await; // told once only
     assert_eq!(upstream.seen()[3].json()["model"], OPUS);

@@ -2,7 +2,6 @@
 //! truncated requests as incomplete and see its peer close, or the fault
 //! tests built on it would pass for the wrong reason.
 
-
 use std::time::Duration;
 
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};

@@ -2,7 +2,6 @@
 //! answer, and the failure is reported (through the tracing subscriber the
 //! proxy installs on stderr), rate-limited. Also: the log is private.
 
-
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 

@@ -1,7 +1,6 @@
 //! Three proxy replicas, in process, sharing conversation state through one
 //! real `redis-server`, in front of the scripted mock upstream.
 
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! `RedisStore` and `FailoverStore` against a real `redis-server` that each
 //! test starts on a free loopback port (see `support/redis_server.rs`).
 
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

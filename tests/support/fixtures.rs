@@ -3,7 +3,6 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-
 pub use super::mock_upstream::{fixture, fixtures_dir};
 
 /// How a recorded response is framed on the wire.

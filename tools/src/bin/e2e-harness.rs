@@ -6,7 +6,7 @@
 //! SIGTERM.
 //!
 //! ```text
-//! cargo run --example e2e_harness -- [--log PATH]
+//! cargo run -p refusal-guard-tools --bin e2e-harness -- [--log PATH]
 //! {"mock":"http://127.0.0.1:…","proxy":"…","simulated":"…","unreachable":"…","log":"…"}
 //! ```
 //!
@@ -42,7 +42,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match arg.as_str() {
             "--log" => log = PathBuf::from(args.next().ok_or("--log needs a path")?),
             other => {
-                eprintln!("e2e_harness: unknown argument `{other}`");
+                eprintln!("e2e-harness: unknown argument `{other}`");
                 std::process::exit(2);
             }
         }

@@ -4,8 +4,8 @@
 //! exactly its own stream. Reports the proxy process's peak RSS (VmHWM).
 //!
 //! ```text
-//! cargo build --example proxy --example load
-//! target/debug/examples/load [--requests 200] [--rounds 3] [--proxy PATH]
+//! cargo build --features proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin load
+//! target/debug/load [--requests 200] [--rounds 3] [--proxy PATH]
 //! ```
 //!
 //! Loopback only; bounded in count (requests x rounds) and time (60 s a
@@ -42,8 +42,8 @@ async fn main() -> ExitCode {
     let mut requests = 200usize;
     let mut rounds = 3usize;
     let mut proxy_bin = std::env::current_exe()
-        .map(|exe| exe.with_file_name("proxy"))
-        .unwrap_or_else(|_| PathBuf::from("proxy"));
+        .map(|exe| exe.with_file_name("refusal-guard"))
+        .unwrap_or_else(|_| PathBuf::from("refusal-guard"));
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let value = args.next();
@@ -90,7 +90,7 @@ async fn main() -> ExitCode {
         Ok(child) => child,
         Err(error) => {
             eprintln!(
-                "load: cannot start {}: {error} (build it: cargo build --example proxy)",
+                "load: cannot start {}: {error} (build it: cargo build --features proxy --bin refusal-guard)",
                 proxy_bin.display()
             );
             return ExitCode::FAILURE;

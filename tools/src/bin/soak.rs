@@ -19,8 +19,8 @@
 //! allocation.
 //!
 //! ```text
-//! cargo build --example proxy --example soak
-//! target/debug/examples/soak [--streams 1000] [--aborts 200] [--rounds 3] [--mode default|keepalive|live-thinking]
+//! cargo build --features proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin soak
+//! target/debug/soak [--streams 1000] [--aborts 200] [--rounds 3] [--mode default|keepalive|live-thinking]
 //! ```
 //!
 //! Loopback only; bounded in count and time (two minutes a mode).
@@ -68,8 +68,8 @@ fn settings() -> Result<Settings, String> {
         modes: vec!["default".into(), "keepalive".into(), "live-thinking".into()],
         rounds: ROUNDS,
         proxy: std::env::current_exe()
-            .map(|exe| exe.with_file_name("proxy"))
-            .unwrap_or_else(|_| PathBuf::from("proxy")),
+            .map(|exe| exe.with_file_name("refusal-guard"))
+            .unwrap_or_else(|_| PathBuf::from("refusal-guard")),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -97,13 +97,7 @@ fn settings() -> Result<Settings, String> {
 fn script(
     seen: Arc<Mutex<HashMap<String, usize>>>,
 ) -> impl Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync {
-    let refusal = mock::frames(&Bytes::from(
-        std::fs::read(format!(
-            "{}/tests/fixtures/{EMPTY_REFUSAL}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .expect("the refusal fixture"),
-    ));
+    let refusal = mock::frames(&mock::fixture(EMPTY_REFUSAL));
     move |_, request| {
         let marker = request.first_user_text();
         let attempt = {
@@ -134,21 +128,24 @@ fn script(
     }
 }
 
-/// Proxy process stats from /proc.
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| dir.count())
+/// The proxy's open file descriptors, from /proc: an error, never 0, when
+/// /proc cannot be read (the check would pass on nothing).
+fn fds(pid: u32) -> Result<usize, String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| dir.count())
+        .map_err(|e| format!("cannot read /proc/{pid}/fd: {e}"))
 }
 
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(field))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+/// A `kB` field of the proxy's /proc status (`VmRSS:`, `VmHWM:`), in KiB;
+/// an error when it cannot be read.
+fn rss_kib(pid: u32, field: &str) -> Result<u64, String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("cannot read /proc/{pid}/status: {e}"))?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("no {field} in /proc/{pid}/status"))
 }
 
 fn start_proxy(settings: &Settings, mode: &str, upstream: &str) -> Result<(Child, String), String> {
@@ -247,21 +244,7 @@ async fn soak_mode(settings: &Settings, mode: &str) -> Result<(), String> {
     let upstream = RawUpstream::start(script(seen.clone())).await;
     let (mut child, addr) = start_proxy(settings, mode, &upstream.url())?;
     let pid = child.id();
-    let idle_rss = rss_kib(pid, "VmRSS:");
-    let mut result = Ok(());
-    for round in 1..=settings.rounds {
-        if let Err(error) = drive(settings, (mode, round), &upstream, &seen, pid, &addr).await {
-            result = Err(error);
-            break;
-        }
-    }
-    let peak_rss = rss_kib(pid, "VmHWM:");
-    let bound = idle_rss + PEAK_PER_STREAM * (settings.streams + settings.aborts) as u64;
-    if peak_rss > bound {
-        result = result.and(Err(format!(
-            "{mode}: peak RSS {peak_rss} KiB, over {bound} KiB ({PEAK_PER_STREAM} KiB a stream above idle {idle_rss} KiB)"
-        )));
-    }
+    let result = soak_rounds(settings, mode, (&upstream, &seen), pid, &addr).await;
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();
@@ -278,6 +261,28 @@ async fn soak_mode(settings: &Settings, mode: &str) -> Result<(), String> {
     result
 }
 
+/// Every round of one mode, then the peak RSS against its bound.
+async fn soak_rounds(
+    settings: &Settings,
+    mode: &str,
+    (upstream, seen): (&RawUpstream, &Seen),
+    pid: u32,
+    addr: &str,
+) -> Result<(), String> {
+    let idle_rss = rss_kib(pid, "VmRSS:")?;
+    for round in 1..=settings.rounds {
+        drive(settings, (mode, round), upstream, seen, pid, addr).await?;
+    }
+    let peak_rss = rss_kib(pid, "VmHWM:")?;
+    let bound = idle_rss + PEAK_PER_STREAM * (settings.streams + settings.aborts) as u64;
+    if peak_rss > bound {
+        return Err(format!(
+            "{mode}: peak RSS {peak_rss} KiB, over {bound} KiB ({PEAK_PER_STREAM} KiB a stream above idle {idle_rss} KiB)"
+        ));
+    }
+    Ok(())
+}
+
 async fn drive(
     settings: &Settings,
     (mode, round): (&str, usize),
@@ -287,7 +292,7 @@ async fn drive(
     addr: &str,
 ) -> Result<(), String> {
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (idle_fds, idle_rss) = (fds(pid), rss_kib(pid, "VmRSS:"));
+    let (idle_fds, idle_rss) = (fds(pid)?, rss_kib(pid, "VmRSS:")?);
     let started = Instant::now();
     let http = reqwest::Client::builder()
         .no_proxy()
@@ -297,12 +302,15 @@ async fn drive(
     let errors = run_clients(&http, settings, (round, seen), addr).await;
     drop(http);
     let elapsed = started.elapsed();
-    let peak_rss = rss_kib(pid, "VmHWM:");
+    let peak_rss = rss_kib(pid, "VmHWM:")?;
     // Past the stall: a continuation for a client that left would be sent now.
     tokio::time::sleep(STALL + Duration::from_secs(1)).await;
     let closed = upstream.wait_all_closed(Duration::from_secs(30)).await;
-    let settled = wait_for(Duration::from_secs(30), || fds(pid) <= idle_fds + 2).await;
-    let (after_fds, after_rss) = (fds(pid), rss_kib(pid, "VmRSS:"));
+    let settled = wait_for(Duration::from_secs(30), || {
+        fds(pid).is_ok_and(|n| n <= idle_fds + 2)
+    })
+    .await;
+    let (after_fds, after_rss) = (fds(pid)?, rss_kib(pid, "VmRSS:")?);
     let continued: Vec<String> = seen
         .lock()
         .unwrap()

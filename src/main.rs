@@ -1,0 +1,192 @@
+//! The `refusal-guard` command: the standalone proxy, and reports on its
+//! refusal log.
+//!
+//! ```text
+//! cargo install --path . --features proxy
+//! refusal-guard --simulate                      # no network, no key: see a rescue
+//! refusal-guard                                 # in front of api.anthropic.com
+//! ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
+//! refusal-guard report [--log PATH] [--json]    # the refusals so far
+//! refusal-guard report --html refusals.html     # the dashboard, one page
+//! refusal-guard report clear                    # delete the log
+//! refusal-guard --help                          # every flag and its variable
+//! ```
+//!
+//! Without a subcommand it runs the proxy ([`refusal_guard::proxy::run`]);
+//! every flag can also be set as `REFUSAL_GUARD_<NAME>`, a flag winning over
+//! its variable. Bad arguments exit with status 2.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, FromArgMatches};
+use refusal_guard::proxy::{run, Options};
+use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
+
+const REPORT_ABOUT: &str = "Report on the refusal log: refusals by outcome, category, model and \
+dead reason, the tokens refused attempts cost, the five most recent";
+
+const REPORT_AFTER: &str = "The log is --log PATH, else $REFUSAL_GUARD_LOG, else \
+~/.refusal-guard/refusals.jsonl. A missing log is no error: nothing was recorded yet, so the \
+empty report is printed (status 0).";
+
+/// `refusal-guard report`'s arguments.
+#[derive(Debug, Args)]
+struct ReportArgs {
+    /// The refusal log (JSON lines); several only with --html, read as one
+    #[arg(long = "log", value_name = "PATH", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    logs: Vec<String>,
+    /// The report as JSON
+    #[arg(long, conflicts_with = "html")]
+    json: bool,
+    /// Write the dashboard (one self-contained page) to FILE
+    #[arg(long, value_name = "FILE", value_parser = clap::builder::NonEmptyStringValueParser::new())]
+    html: Option<String>,
+    /// `clear`: delete the log
+    #[arg(value_name = "clear", value_parser = ["clear"], conflicts_with = "html")]
+    clear: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    let report = ReportArgs::augment_args(clap::Command::new("report"))
+        .about(REPORT_ABOUT)
+        .after_help(REPORT_AFTER);
+    let command = Options::command()
+        .subcommand(report)
+        .args_conflicts_with_subcommands(true);
+    let vars = |key: &str| std::env::var(key).ok();
+    let matches = match Options::matches_from(command, &args) {
+        Ok(matches) => matches,
+        Err(error) => error.exit(),
+    };
+    match matches.subcommand() {
+        Some(("report", report)) => match ReportArgs::from_arg_matches(report) {
+            Ok(args) => report_command(args),
+            Err(error) => error.exit(),
+        },
+        _ => match Options::from_matches(&matches, vars) {
+            Ok(options) => run(options),
+            Err(error) => error.exit(),
+        },
+    }
+}
+
+/// `$REFUSAL_GUARD_LOG`, else the default log.
+fn default_log() -> Option<PathBuf> {
+    std::env::var_os("REFUSAL_GUARD_LOG")
+        .map(PathBuf::from)
+        .filter(|path| !path.as_os_str().is_empty())
+        .or_else(JsonlSink::default_path)
+}
+
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("refusal-guard report: {message}");
+    ExitCode::from(2)
+}
+
+fn report_command(args: ReportArgs) -> ExitCode {
+    let logs: Vec<PathBuf> = args.logs.iter().map(PathBuf::from).collect();
+    if let Some(html) = &args.html {
+        let logs = if logs.is_empty() {
+            default_log().into_iter().collect()
+        } else {
+            logs
+        };
+        return write_html(&logs, Path::new(html));
+    }
+    if logs.len() > 1 {
+        return usage_error("several logs are read together only by --html");
+    }
+    let Some(path) = logs.into_iter().next().or_else(default_log) else {
+        return usage_error("no log path: pass --log PATH or set REFUSAL_GUARD_LOG or HOME");
+    };
+    if args.clear.is_some() {
+        return clear(&path);
+    }
+    print_report(&path, args.json)
+}
+
+fn clear(path: &Path) -> ExitCode {
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            println!("Cleared the refusal log {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
+            println!("No refusal log to clear at {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!(
+                "refusal-guard report: cannot delete {}: {error}",
+                path.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_report(path: &Path, json: bool) -> ExitCode {
+    let (report, skipped, missing) = match Report::read_path(path) {
+        Ok((report, skipped)) => (report, skipped, false),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => (Report::default(), 0, true),
+        Err(error) => {
+            eprintln!(
+                "refusal-guard report: cannot read {}: {error}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(json) => println!("{json}"),
+            Err(error) => {
+                eprintln!("refusal-guard report: cannot encode the report: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        if missing {
+            println!("No refusal log yet at {}", path.display());
+        } else {
+            println!("Log: {}", path.display());
+        }
+        print!("{report}");
+    }
+    if skipped > 0 {
+        eprintln!(
+            "refusal-guard report: skipped {skipped} unreadable line{} in {}",
+            if skipped == 1 { "" } else { "s" },
+            path.display()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes the dashboard of `logs`, read as one log, to `out`.
+fn write_html(logs: &[PathBuf], out: &Path) -> ExitCode {
+    let dashboard = match Dashboard::from_logs(logs, u64::MAX) {
+        Ok(dashboard) => dashboard,
+        Err(error) => {
+            eprintln!("refusal-guard report: cannot read the logs: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Err(error) = std::fs::write(out, dashboard.to_html()) {
+        eprintln!(
+            "refusal-guard report: cannot write {}: {error}",
+            out.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    println!(
+        "Wrote the dashboard of {} refusal{} to {}",
+        dashboard.total(),
+        if dashboard.total() == 1 { "" } else { "s" },
+        out.display()
+    );
+    ExitCode::SUCCESS
+}

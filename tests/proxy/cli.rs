@@ -1,0 +1,242 @@
+//! The `refusal-guard` binary as a user runs it: the proxy without a
+//! subcommand (its flags as before), `report` on a refusal log, and bad
+//! arguments exiting 2. Every process is bounded: the proxy is killed, each
+//! wait has a deadline.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
+
+/// A rescued refusal and a dead one whose refused attempt cost tokens.
+const LOG: &str = concat!(
+    r#"{"ts":"2026-11-29T18:00:00.000Z","model":"claude-opus-4-7","category":"cyber","explanation":null,"outcome":"rescued","attempts":[{"step":"original","model":"claude-opus-4-7","result":"refused","latency_ms":30},{"step":"rescue","model":"claude-opus-4-7","result":"served","latency_ms":90}]}"#,
+    "\n",
+    r#"{"ts":"2026-11-29T19:00:00.000Z","model":"claude-x","category":"bio","explanation":null,"outcome":"dead","reason":"rescue_off","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40,"usage":{"input_tokens":1200,"output_tokens":5}}]}"#,
+    "\n",
+);
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("rg-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn log(&self) -> PathBuf {
+        let path = self.0.join("refusals.jsonl");
+        std::fs::write(&path, LOG).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("REFUSAL_GUARD_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn text(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+#[test]
+fn report_counts_the_log() {
+    let dir = TempDir::new("report");
+    let log = dir.log();
+    let out = run(&["report", "--log", text(&log)]);
+    assert!(out.status.success(), "{out:?}");
+    let shown = stdout(&out);
+    assert!(
+        shown.starts_with(&format!("Log: {}\n", log.display())),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("2 refusals recorded; 1 recovered by a fallback or a rescue (50%)."),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("Tokens spent on refused attempts: 1205 (input 1200, output 5)"),
+        "{shown}"
+    );
+    assert!(shown.contains("[cyber]  rescued"), "{shown}");
+    assert!(shown.contains("[bio]  dead (rescue_off)"), "{shown}");
+
+    let out = run(&["report", "--log", text(&log), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["total"], 2);
+    assert_eq!(json["recovered"], 1);
+    assert_eq!(
+        json["by_outcome"],
+        serde_json::json!({"dead": 1, "rescued": 1})
+    );
+}
+
+#[test]
+fn report_writes_the_dashboard_of_several_logs() {
+    let dir = TempDir::new("html");
+    let log = dir.log();
+    let older = dir.0.join("older.jsonl");
+    std::fs::write(&older, LOG.lines().next().unwrap()).unwrap();
+    let page = dir.0.join("report.html");
+    let out = run(&[
+        "report",
+        "--log",
+        text(&log),
+        "--log",
+        text(&older),
+        "--html",
+        text(&page),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).starts_with("Wrote the dashboard of 3 refusals to "),
+        "{}",
+        stdout(&out)
+    );
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.starts_with("<!doctype html>"), "{}", &html[..60]);
+}
+
+#[test]
+fn report_clear_deletes_the_log_and_a_missing_log_is_an_empty_report() {
+    let dir = TempDir::new("clear");
+    let log = dir.log();
+    let out = run(&["report", "--log", text(&log), "clear"]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout(&out),
+        format!("Cleared the refusal log {}\n", log.display())
+    );
+    assert!(!log.exists());
+    let out = run(&["report", "--log", text(&log)]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        stdout(&out),
+        format!(
+            "No refusal log yet at {}\nNo refusals recorded.\n",
+            log.display()
+        )
+    );
+}
+
+#[test]
+fn bad_arguments_exit_2() {
+    for args in [
+        &["--bogus"][..],
+        &["--rescue", "maybe"],
+        &["report", "--json", "--html", "x.html"],
+        &["report", "--log", "a", "--log", "b"],
+        &["report", "wipe"],
+        &["report", "--log", ""],
+        // The proxy's flags do not go with a subcommand.
+        &["--simulate", "report"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(out.stdout.is_empty(), "{args:?}: errors go to stderr");
+    }
+}
+
+#[test]
+fn help_shows_the_proxy_flags_and_the_report() {
+    let out = run(&["--help"]);
+    assert!(out.status.success(), "{out:?}");
+    let help = stdout(&out);
+    for expected in [
+        "Usage: refusal-guard",
+        "report",
+        "--simulate",
+        "REFUSAL_GUARD_LISTEN",
+    ] {
+        assert!(help.contains(expected), "{expected}: {help}");
+    }
+    let out = run(&["report", "--help"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains("--html <FILE>"), "{}", stdout(&out));
+}
+
+/// Kills the proxy when the test ends, however it ends.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn without_a_subcommand_it_runs_the_proxy() {
+    let dir = TempDir::new("proxy");
+    let log = dir.0.join("refusals.jsonl");
+    let mut proxy = Running(
+        Command::new(BIN)
+            .args(["--simulate", "--listen", "127.0.0.1:0", "--log", text(&log)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = BufReader::new(proxy.0.stderr.take().unwrap());
+    let mut banner = String::new();
+    stderr.read_line(&mut banner).unwrap();
+    let addr = banner
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    std::thread::spawn(move || for _ in stderr.lines() {});
+
+    let body = r#"{"model":"claude-opus-4-7","max_tokens":64,"messages":[{"role":"user","content":"Check my SSH config"}]}"#;
+    let mut socket = TcpStream::connect(&addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        socket,
+        "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("Simulated answer"), "{response}");
+
+    // The rescue went to the log given by --log.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let written = loop {
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        if !written.is_empty() || Instant::now() > deadline {
+            break written;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let record: serde_json::Value = serde_json::from_str(written.trim()).unwrap();
+    assert_eq!(record["outcome"], "rescued");
+    assert_eq!(record["category"], "cyber");
+}
