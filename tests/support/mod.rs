@@ -1,6 +1,10 @@
 //! The one test support module: every integration test includes it with
 //! `mod support;`.
 //!
+//! - [`contract`]: the providers' documented request rules, executable:
+//!   every upstream here checks each request against them and answers a
+//!   broken one with the provider's 400 (defined inside `mock_upstream.rs`,
+//!   so that file still stands alone);
 //! - [`inner`]: a scripted mock inner service (`tower::service_fn`);
 //! - [`requests`]: the Anthropic Messages requests the tests send;
 //! - [`exchange`]: one request through a guard over the mock inner service,
@@ -31,6 +35,7 @@
 pub mod anthropic;
 pub mod chains;
 pub mod chunking;
+pub use mock_upstream::contract;
 pub mod exchange;
 pub mod fixtures;
 pub mod inner;
