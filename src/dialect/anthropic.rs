@@ -105,6 +105,18 @@ fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
         .then_some((at, model, method))
 }
 
+/// Whether the request goes to Anthropic's own API. Server-side fallback is
+/// first party only ("Refusals and fallback": not on Bedrock, Vertex AI or
+/// Foundry), so `fallbacks` is never added, retargeted or kept elsewhere.
+/// Bedrock's paths are not Messages paths at all; Foundry serves
+/// `/anthropic/v1/messages` on `*.services.ai.azure.com`.
+fn first_party(uri: &Uri) -> bool {
+    let foundry = uri
+        .host()
+        .is_some_and(|host| host.ends_with(".services.ai.azure.com"));
+    vertex_model_segment(uri).is_none() && !foundry
+}
+
 /// The fields of a whole message that [`AnthropicMessages`] inspects, read
 /// straight from the body's bytes (strings borrowed where they hold no
 /// escape). A body these types do not fit (a key twice, an object or a list
@@ -362,6 +374,14 @@ impl Dialect for AnthropicMessages {
             .as_object_mut()
             .ok_or(RewriteError("request body is not an object"))?;
         object.insert("model".into(), Value::String(model.to_owned()));
+        // A fallback may not name the requested model: the hop's model
+        // leaves the list, and an emptied list goes (the API rejects both).
+        if let Some(Value::Array(list)) = object.get_mut("fallbacks") {
+            list.retain(|entry| str_field(entry, "model").as_deref() != Some(model));
+            if list.is_empty() {
+                object.remove("fallbacks");
+            }
+        }
         Ok(())
     }
 
@@ -400,6 +420,12 @@ impl Dialect for AnthropicMessages {
     fn attach_credit_token(&self, headers: &mut HeaderMap, body: &mut Value, token: &str) {
         merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
         if let Some(object) = body.as_object_mut() {
+            // The API rejects `fallbacks` next to a credit token in either
+            // mode: a credit hop is the client's own fallback, so the
+            // server-side list goes (the SDK middleware's hop body carries
+            // none either). The betas stay as they were: the token is
+            // redeemed under the refused request's betas.
+            object.remove("fallbacks");
             // The object form with `best_effort`: a bare string turns any
             // token-layer failure into a 400 for the whole hop.
             object.insert(
@@ -410,9 +436,12 @@ impl Dialect for AnthropicMessages {
     }
 
     fn carries_server_fallbacks(&self, body: &Value) -> bool {
-        body.get("fallbacks")
-            .and_then(Value::as_array)
-            .is_some_and(|list| !list.is_empty())
+        // `"default"` is server-side fallbacks too: the provider's own list.
+        match body.get("fallbacks") {
+            Some(Value::Array(list)) => !list.is_empty(),
+            Some(Value::String(_)) => true,
+            _ => false,
+        }
     }
 
     fn withdraw_fallback_credit(&self, headers: &mut HeaderMap, body: &mut Value) {
@@ -424,17 +453,25 @@ impl Dialect for AnthropicMessages {
 
     fn retarget_fallbacks(
         &self,
+        uri: &Uri,
         headers: &mut HeaderMap,
         body: &mut Value,
         models: &[String],
         own_model: Option<&str>,
         inject: bool,
     ) -> bool {
+        if !first_party(uri) {
+            return false;
+        }
         let Some(object) = body.as_object_mut() else {
             return false;
         };
-        if !object.contains_key("fallbacks") && !inject {
-            return false;
+        match object.get("fallbacks") {
+            None if !inject => return false,
+            // `"default"` (or any form but a list) is the client's choice
+            // of the provider's own fallbacks: kept.
+            Some(existing) if !existing.is_array() => return false,
+            _ => {}
         }
         // Keep the client's own per-model options (max_tokens, thinking, ...)
         // for models it already listed.
@@ -1354,7 +1391,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         let mut body = json!({"model": "claude-opus-4-7"});
         // Nothing to retarget and no injection asked for.
+        let uri: Uri = "https://api.anthropic.com/v1/messages".parse().unwrap();
         assert!(!AnthropicMessages.retarget_fallbacks(
+            &uri,
             &mut headers,
             &mut body,
             &models,
@@ -1363,7 +1402,14 @@ mod tests {
         ));
         assert!(body.get("fallbacks").is_none());
 
-        assert!(AnthropicMessages.retarget_fallbacks(&mut headers, &mut body, &models, own, true));
+        assert!(AnthropicMessages.retarget_fallbacks(
+            &uri,
+            &mut headers,
+            &mut body,
+            &models,
+            own,
+            true
+        ));
         let listed: Vec<&str> = body["fallbacks"]
             .as_array()
             .unwrap()
@@ -1377,12 +1423,74 @@ mod tests {
         let mut headers = HeaderMap::new();
         let mut body = json!({"fallbacks": [{"model": "b", "max_tokens": 9}]});
         let two = ["b".to_owned(), "e".to_owned()];
-        assert!(AnthropicMessages.retarget_fallbacks(&mut headers, &mut body, &two, own, false));
+        assert!(AnthropicMessages.retarget_fallbacks(
+            &uri,
+            &mut headers,
+            &mut body,
+            &two,
+            own,
+            false
+        ));
         assert_eq!(
             body["fallbacks"],
             json!([{"model": "b", "max_tokens": 9}, {"model": "e"}])
         );
         assert!(headers.get(BETA_HEADER).is_none());
+    }
+
+    #[test]
+    fn default_fallbacks_and_other_platforms_are_never_retargeted() {
+        let models = ["b".to_owned()];
+        let first_party: Uri = "https://api.anthropic.com/v1/messages".parse().unwrap();
+        let mut body = json!({"model": "a", "fallbacks": "default"});
+        let mut headers = HeaderMap::new();
+        assert!(AnthropicMessages.carries_server_fallbacks(&body));
+        assert!(!AnthropicMessages.retarget_fallbacks(
+            &first_party,
+            &mut headers,
+            &mut body,
+            &models,
+            Some("a"),
+            true
+        ));
+        assert_eq!(body["fallbacks"], "default");
+        for elsewhere in [
+            "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/publishers/anthropic/models/a:rawPredict",
+            "https://r.services.ai.azure.com/anthropic/v1/messages",
+        ] {
+            let uri: Uri = elsewhere.parse().unwrap();
+            let mut body = json!({"max_tokens": 5});
+            assert!(!AnthropicMessages.retarget_fallbacks(
+                &uri,
+                &mut headers,
+                &mut body,
+                &models,
+                Some("a"),
+                true
+            ));
+            assert!(body.get("fallbacks").is_none(), "{elsewhere}");
+        }
+        assert!(headers.is_empty());
+    }
+
+    #[test]
+    fn a_hop_drops_fallbacks_that_name_its_model_or_that_a_token_replaces() {
+        let mut uri: Uri = "https://api.anthropic.com/v1/messages".parse().unwrap();
+        let mut body = json!({"model": "a", "fallbacks": [{"model": "b"}, {"model": "c"}]});
+        AnthropicMessages
+            .swap_model(&mut uri, &mut body, "b")
+            .unwrap();
+        assert_eq!(body["fallbacks"], json!([{"model": "c"}]));
+        AnthropicMessages
+            .swap_model(&mut uri, &mut body, "c")
+            .unwrap();
+        assert!(body.get("fallbacks").is_none(), "an emptied list goes");
+
+        let mut headers = HeaderMap::new();
+        let mut body = json!({"model": "b", "fallbacks": "default"});
+        AnthropicMessages.attach_credit_token(&mut headers, &mut body, "tok");
+        assert!(body.get("fallbacks").is_none());
+        assert_eq!(body["fallback_credit_token"]["token"], "tok");
     }
 
     #[test]

@@ -218,7 +218,8 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// Presents a fallback credit token on a hop (Anthropic only).
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
     /// Whether the request already carries server-side fallbacks (Anthropic
-    /// only): the provider climbed them before it refused.
+    /// only; a list or `"default"`): the provider climbed them before it
+    /// refused.
     fn carries_server_fallbacks(&self, _body: &Value) -> bool {
         false
     }
@@ -226,10 +227,13 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// its body), for when credit is off (Anthropic only).
     fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, _body: &mut Value) {}
     /// Replaces an existing server-side `fallbacks` list, or adds one (and
-    /// whatever header enables it) when `inject` is set. Returns whether the
-    /// body changed.
+    /// whatever header enables it) when `inject` is set; never where the
+    /// platform behind `uri` has no server-side fallback, and never over the
+    /// client's `"default"`. Returns whether the body changed.
+    #[allow(clippy::too_many_arguments)]
     fn retarget_fallbacks(
         &self,
+        _uri: &Uri,
         _headers: &mut HeaderMap,
         _body: &mut Value,
         _models: &[String],

@@ -398,16 +398,17 @@ impl Climb {
 
     /// The refused request again, with the retarget list as server-side
     /// fallbacks: skipped without a list, for a request that carried
-    /// fallbacks already, and where the dialect has none.
+    /// fallbacks already (a list or `"default"`), and where the dialect or
+    /// the platform has none.
     fn retarget(&mut self, call: &Call, mut next: Template) -> Prep {
         self.retargets += 1;
         let (config, dialect) = (&call.config, call.dialect);
         if config.retarget.is_empty() || dialect.carries_server_fallbacks(&next.json) {
             return Prep::Skip;
         }
-        let (headers, json) = (&mut next.parts.headers, &mut next.json);
+        let (uri, headers, json) = (&next.parts.uri, &mut next.parts.headers, &mut next.json);
         let model = call.model.as_deref();
-        if !dialect.retarget_fallbacks(headers, json, &config.retarget, model, true) {
+        if !dialect.retarget_fallbacks(uri, headers, json, &config.retarget, model, true) {
             return Prep::Skip;
         }
         if !config.fallback_credit {

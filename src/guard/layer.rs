@@ -291,6 +291,13 @@ impl RefusalGuardLayer {
     /// carry one with these models (at most three; the request's own model is
     /// left out). Requests without the list are left byte-identical unless
     /// [`inject_server_fallbacks`](Self::inject_server_fallbacks) is on.
+    ///
+    /// A request with `fallbacks: "default"` keeps it: the client chose the
+    /// provider's own fallbacks. Server-side fallback exists on Anthropic's
+    /// own API only, so requests to Claude on Vertex AI (or Foundry) never
+    /// get, or keep, a retargeted list. A hop that presents a fallback credit
+    /// token carries no `fallbacks` at all (the API rejects the two
+    /// together).
     pub fn retarget_fallbacks<I, M>(self, models: I) -> Self
     where
         I: IntoIterator<Item = M>,
@@ -301,7 +308,8 @@ impl RefusalGuardLayer {
     }
 
     /// Also adds the retarget list, and its beta header, to Anthropic
-    /// requests that carry no `fallbacks` (off by default).
+    /// requests that carry no `fallbacks` (off by default; first party
+    /// only, never on Vertex AI).
     pub fn inject_server_fallbacks(self, inject: bool) -> Self {
         self.with(|c| c.inject_fallbacks = inject)
     }

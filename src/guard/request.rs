@@ -204,6 +204,7 @@ impl Outbound {
         let retarget = !config.retarget.is_empty();
         if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
             self.rewritten |= dialect.retarget_fallbacks(
+                &self.parts.uri,
                 &mut self.parts.headers,
                 json,
                 &config.retarget,

@@ -728,12 +728,18 @@ async fn an_unreadable_body_is_forwarded_as_sent_without_the_guards_header() {
         .header("x-refusal-guard-conversation", "abc")
         .body(Full::new(raw.clone()))
         .unwrap();
-    let (_, body) = call(&mut guard_with(&upstream, &sink), request).await;
-    assert_eq!(body, refusal, "not judged");
+    let (parts, body) = call(&mut guard_with(&upstream, &sink), request).await;
+    // The provider answers such a body with its 400 (the contract upstream
+    // does too), which reaches the client as sent, not judged.
+    assert_eq!(parts.status, 400);
+    let error: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert_eq!(upstream.take_violations().len(), 1);
     let seen = &upstream.seen()[0];
     assert_eq!(seen.body, raw);
     assert!(!seen.headers.contains_key("x-refusal-guard-conversation"));
     assert!(sink.records().is_empty());
+    drop(refusal);
 }
 
 #[tokio::test]

@@ -70,7 +70,18 @@ impl Service<Request<Full<Bytes>>> for Provider {
     fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
         let seen = self.seen.clone();
         Box::pin(async move {
-            let bytes = request.into_body().collect().await?.to_bytes();
+            let (parts, body) = request.into_parts();
+            let bytes = body.collect().await?.to_bytes();
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            if let Err(broken) =
+                support::contract::check_http(parts.method.as_str(), path, &parts.headers, &bytes)
+            {
+                return Ok(Response::builder()
+                    .status(broken.status())
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(broken.body())))
+                    .unwrap());
+            }
             let json: Value = serde_json::from_slice(&bytes)?;
             seen.lock().unwrap().push(json.clone());
             let text = json.to_string();

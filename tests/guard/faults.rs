@@ -141,6 +141,11 @@ impl Service<Request<BoxBody<Bytes, BoxError>>> for Script {
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await?.to_bytes();
+            // The provider's documented rules: a broken request fails the
+            // test here, loudly.
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            support::contract::check_http(parts.method.as_str(), path, &parts.headers, &bytes)
+                .unwrap_or_else(|broken| panic!("{broken}"));
             let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             this.seen.lock().unwrap().push((parts.headers, json));
             let reply = this.replies.lock().unwrap().pop_front();

@@ -50,7 +50,7 @@ async fn retarget_replaces_an_existing_fallbacks_list() {
     let layer =
         RefusalGuardLayer::new().retarget_fallbacks([OPUS, SONNET, HAIKU, "claude-a", "claude-b"]);
     let replies = vec![Reply::sse(&answer(OPUS))];
-    let request = post("/v1/messages", &with_fallbacks(&["old-model"]));
+    let request = carrying(with_fallbacks(&["old-model"])["fallbacks"].clone(), true);
     let done = exchange(layer, replies, request).await;
     let sent = done.upstream.seen()[0].json();
     assert_eq!(
@@ -58,19 +58,19 @@ async fn retarget_replaces_an_existing_fallbacks_list() {
         json!([{"model": SONNET}, {"model": HAIKU}, {"model": "claude-a"}]),
         "own model dropped, capped at three"
     );
-    assert!(done.upstream.seen()[0]
-        .headers
-        .get("anthropic-beta")
-        .is_none());
+    assert_eq!(
+        done.upstream.seen()[0].headers["anthropic-beta"],
+        "server-side-fallback-2026-07-01",
+        "the client's beta, unchanged"
+    );
 }
 
 #[tokio::test]
 async fn retarget_keeps_the_clients_options_for_a_model_it_listed() {
-    let mut request = messages_request(OPUS, true, "x");
-    request["fallbacks"] = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
+    let fallbacks = json!([{"model": SONNET, "max_tokens": 99}, {"model": "other"}]);
     let layer = RefusalGuardLayer::new().retarget_fallbacks([SONNET]);
     let replies = vec![Reply::sse(&answer(OPUS))];
-    let request = post("/v1/messages", &request);
+    let request = carrying(fallbacks, true);
     let done = exchange(layer, replies, request).await;
     assert_eq!(
         done.upstream.seen()[0].json()["fallbacks"],
@@ -491,6 +491,177 @@ async fn credit_is_requested_only_with_a_chain_and_can_be_turned_off() {
             "{chain} {credit}"
         );
     }
+}
+
+// ---- the providers' rules on rewritten requests ------------------------
+
+/// A Messages request carrying `fallbacks` (a list or `"default"`), with the
+/// beta both forms need.
+fn carrying(fallbacks: Value, stream: bool) -> http::Request<http_body_util::Full<Bytes>> {
+    let mut body = messages_request(OPUS, stream, "x");
+    body["fallbacks"] = fallbacks;
+    let mut request = post("/v1/messages", &body);
+    request.headers_mut().insert(
+        "anthropic-beta",
+        "server-side-fallback-2026-07-01".parse().unwrap(),
+    );
+    request
+}
+
+fn json_refusal_with_token(token: &str) -> Bytes {
+    Bytes::from(
+        json!({"id":"msg_r","type":"message","role":"assistant","model":OPUS,"content":[],
+            "stop_reason":"refusal","stop_sequence":null,
+            "stop_details":{"type":"refusal","category":"cyber","explanation":null,
+                "fallback_credit_token":token,"fallback_has_prefill_claim":false},
+            "usage":{"input_tokens":5,"output_tokens":0}})
+        .to_string(),
+    )
+}
+
+fn json_answer(model: &str) -> Bytes {
+    Bytes::from(
+        json!({"id":"msg_a","type":"message","role":"assistant","model":model,
+            "content":[{"type":"text","text":format!("answer from {model}")}],
+            "stop_reason":"end_turn","stop_sequence":null,
+            "usage":{"input_tokens":5,"output_tokens":3}})
+        .to_string(),
+    )
+}
+
+/// The real API rejects `fallbacks` next to `fallback_credit_token` (in
+/// either mode), so a hop that presents a token drops the request's
+/// `fallbacks`: the client's list, its `"default"`, or the list the guard
+/// injected. Streams and JSON alike. (Failed before the fix: the hop kept
+/// `fallbacks` and the upstream answered it with the provider's 400.)
+#[tokio::test]
+async fn a_hop_presenting_a_credit_token_drops_every_kind_of_fallbacks() {
+    for stream in [true, false] {
+        let cases = [
+            (
+                "the client's list",
+                Some(json!([{"model": "claude-other"}])),
+                false,
+            ),
+            ("the client's default", Some(json!("default")), false),
+            ("an injected list", None, true),
+        ];
+        for (what, fallbacks, inject) in cases {
+            let (refusal, served) = if stream {
+                (
+                    Reply::sse(&refusal_with_token("tok-1")),
+                    Reply::sse(&answer(SONNET)),
+                )
+            } else {
+                (
+                    Reply::Json(json_refusal_with_token("tok-1")),
+                    Reply::Json(json_answer(SONNET)),
+                )
+            };
+            let upstream = Upstream::new(vec![refusal, served]);
+            let mut layer = RefusalGuardLayer::new().fallback_chains(chains());
+            if inject {
+                layer = layer
+                    .retarget_fallbacks(["claude-other"])
+                    .inject_server_fallbacks(true);
+            }
+            let mut guard = layer.layer(upstream.service());
+            let request = match fallbacks {
+                Some(fallbacks) => carrying(fallbacks, stream),
+                None => messages(OPUS, stream, "x"),
+            };
+            let (parts, _) = call(&mut guard, request).await;
+            assert_eq!(parts.status, 200, "{what}, stream {stream}");
+            let seen = upstream.seen();
+            assert_eq!(seen.len(), 2, "{what}, stream {stream}");
+            assert!(
+                seen[0].json().get("fallbacks").is_some(),
+                "{what}: the original keeps them"
+            );
+            let hop = seen[1].json();
+            assert_eq!(hop["fallback_credit_token"]["token"], "tok-1", "{what}");
+            assert!(
+                hop.get("fallbacks").is_none(),
+                "{what}, stream {stream}: {hop}"
+            );
+            assert!(upstream.take_violations().is_empty(), "{what}");
+        }
+    }
+}
+
+const VERTEX_OPUS: &str =
+    "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-4-7:streamRawPredict";
+
+fn vertex_request() -> Value {
+    json!({"anthropic_version":"vertex-2023-10-16","max_tokens":1024,"stream":true,
+        "messages":[{"role":"user","content":"x"}]})
+}
+
+/// Server-side fallback is first-party only: on Claude on Vertex neither the
+/// request nor a retarget step ever gets `fallbacks`, whatever the layer is
+/// told. (Failed before the fix: `--retarget` with `--inject-fallbacks`
+/// added the list to the Vertex request, which Vertex rejects.)
+#[tokio::test]
+async fn server_side_fallbacks_are_never_added_on_vertex() {
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .inject_server_fallbacks(true);
+    let body = vertex_request();
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&answer(OPUS))],
+        post(VERTEX_OPUS, &body),
+    )
+    .await;
+    assert_eq!(done.parts.status, 200);
+    assert_eq!(
+        done.upstream.seen()[0].body,
+        Bytes::from(serde_json::to_vec(&body).unwrap()),
+        "byte-identical"
+    );
+
+    // A policy whose step is the retarget skips it on Vertex.
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .category_policy("cyber=retarget".parse().unwrap());
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&refusal_stream())],
+        post(VERTEX_OPUS, &body),
+    )
+    .await;
+    assert_eq!(done.upstream.seen().len(), 1, "no retarget hop on Vertex");
+    assert_eq!(done.body, refusal_stream(), "the refusal as sent");
+}
+
+/// `fallbacks: "default"` is server-side fallbacks: the provider's own
+/// choice, which the client made. A retarget list leaves it alone, and the
+/// retarget step does not resend a request that had it. (Failed before the
+/// fix: the list replaced `"default"`.)
+#[tokio::test]
+async fn retarget_keeps_the_clients_default_fallbacks() {
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .inject_server_fallbacks(true);
+    let request = carrying(json!("default"), true);
+    let sent = request.body().clone();
+    let sent = http_body_util::BodyExt::collect(sent)
+        .await
+        .unwrap()
+        .to_bytes();
+    let done = exchange(layer, vec![Reply::sse(&answer(OPUS))], request).await;
+    assert_eq!(done.upstream.seen()[0].body, sent, "byte-identical");
+
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .category_policy("cyber=retarget".parse().unwrap());
+    let replies = vec![Reply::sse(&refusal_stream())];
+    let done = exchange(layer, replies, carrying(json!("default"), true)).await;
+    assert_eq!(
+        done.upstream.seen().len(),
+        1,
+        "the provider climbed its own"
+    );
 }
 
 #[tokio::test]

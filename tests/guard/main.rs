@@ -5,6 +5,7 @@
 //! rules.
 
 mod anthropic;
+mod contract;
 mod extension_points;
 mod faults;
 mod fixtures_anthropic;

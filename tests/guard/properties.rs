@@ -1427,6 +1427,10 @@ async fn requests_go_upstream_byte_for_byte() {
         if rng.chance(70) {
             builder = builder.header("content-length", bytes.len());
         }
+        // The API takes `fallbacks` only with its beta.
+        if value.get("fallbacks").is_some() {
+            builder = builder.header("anthropic-beta", "server-side-fallback-2026-07-01");
+        }
         let named = rng.chance(30);
         if named {
             builder = builder.header("x-refusal-guard-conversation", "conv-7");

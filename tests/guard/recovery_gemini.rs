@@ -484,14 +484,18 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
     assert!(collected.is_err());
     assert_eq!(upstream.seen().len(), 1);
 
-    // A request body that is not JSON is forwarded as it is.
-    let upstream = Upstream::new(vec![Reply::sse(&ok_stream())]);
+    // A request body that is not JSON is forwarded as it is, and the API's
+    // 400 for it reaches the client as sent.
+    let upstream = Upstream::new(vec![]);
     let mut guard = RefusalGuardLayer::new().layer(upstream.service());
     let request = Request::post(stream_url("gemini-2.5-pro"))
         .body(Full::new(Bytes::from_static(b"not json")))
         .unwrap();
-    let (_, out) = call(&mut guard, request).await;
-    assert_eq!(out, ok_stream());
+    let (parts, out) = call(&mut guard, request).await;
+    assert_eq!(parts.status, 400);
+    let error: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(error["error"]["status"], "INVALID_ARGUMENT");
+    assert_eq!(upstream.take_violations().len(), 1);
     assert_eq!(upstream.seen()[0].body, Bytes::from_static(b"not json"));
 }
 

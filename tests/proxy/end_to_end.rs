@@ -185,7 +185,18 @@ async fn retarget_and_chain_models_are_as_configured() {
     let proxy = start_proxy(&mock.url(), layer).await;
     let mut body = messages("claude-chain-source", true, "x");
     body["fallbacks"] = json!([{"model": "claude-client-choice"}]);
-    let (_, _, received) = post(&proxy, &format!("{EMPTY_REFUSAL},{TEXT}"), "chain", &body).await;
+    // The API takes `fallbacks` only with its beta.
+    let response = post_messages(
+        &proxy.url,
+        &format!("{EMPTY_REFUSAL},{TEXT}"),
+        "chain",
+        &body,
+    )
+    .header("anthropic-beta", "server-side-fallback-2026-07-01")
+    .send()
+    .await
+    .unwrap();
+    let received = response.bytes().await.unwrap();
     assert_eq!(received, fixture(TEXT));
     let seen = mock.seen_for("chain");
     assert_eq!(seen.len(), 2);

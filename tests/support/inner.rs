@@ -11,6 +11,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::{BoxError, Service};
 
+pub use super::contract::{check_http, Violation, Violations};
 pub use super::mock_upstream::{Drip, Step};
 
 /// A response body that yields the given chunks (or errors) one by one, at
@@ -100,6 +101,21 @@ impl Seen {
 pub struct Upstream {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    tripwire: Arc<Tripwire>,
+}
+
+/// Fails the test, when the last clone of its upstream goes, if the upstream
+/// received a request the real API rejects (each was answered with the
+/// provider's 400 already, and logged).
+#[derive(Default)]
+struct Tripwire(Violations);
+
+impl Drop for Tripwire {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.0.assert_none();
+        }
+    }
 }
 
 impl Upstream {
@@ -107,7 +123,14 @@ impl Upstream {
         Upstream {
             replies: Arc::new(Mutex::new(replies.into())),
             seen: Arc::default(),
+            tripwire: Arc::default(),
         }
+    }
+
+    /// The requests this upstream answered with a contract 400, cleared
+    /// (for a test that sends a broken request on purpose).
+    pub fn take_violations(&self) -> Vec<Violation> {
+        self.tripwire.0.take()
     }
 
     pub fn push(&self, reply: Reply) {
@@ -136,12 +159,19 @@ impl Upstream {
                         "Content-Length must match the body sent"
                     );
                 }
+                let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+                let verdict = check_http(parts.method.as_str(), path, &parts.headers, &body);
                 this.seen.lock().unwrap().push(Seen {
                     method: parts.method,
                     uri: parts.uri,
                     headers: parts.headers,
                     body,
                 });
+                if let Err(violation) = verdict {
+                    let response = violation_response(&violation);
+                    this.tripwire.0.record(violation);
+                    return Ok(response);
+                }
                 let reply = this
                     .replies
                     .lock()
@@ -213,14 +243,37 @@ pub fn sse_response(body: Chunked) -> Response<Chunked> {
         .unwrap()
 }
 
-/// A mock inner service answering every request with `answer(request)`.
+/// The provider's answer to a request that breaks its contract.
+pub fn violation_response(violation: &Violation) -> Response<Chunked> {
+    Response::builder()
+        .status(violation.status())
+        .header("content-type", "application/json")
+        .body(Chunked::chunks(vec![Bytes::from(violation.body())]))
+        .unwrap()
+}
+
+/// A mock inner service answering every request with `answer(request)`,
+/// except one that breaks the provider's contract: that is answered with
+/// the provider's 400 (and logged).
 pub fn answering<F, Fut>(answer: F) -> impl MockInner
 where
     F: Fn(Request<Full<Bytes>>) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Response<Chunked>> + Send + 'static,
 {
-    tower::service_fn(move |request| {
-        let answer = answer(request);
-        async move { Ok::<_, BoxError>(answer.await) }
+    tower::service_fn(move |request: Request<Full<Bytes>>| {
+        let answer = answer.clone();
+        async move {
+            let (parts, body) = request.into_parts();
+            let body = match body.collect().await {
+                Ok(c) => c.to_bytes(),
+                Err(e) => match e {},
+            };
+            let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            if let Err(violation) = check_http(parts.method.as_str(), path, &parts.headers, &body) {
+                return Ok(violation_response(&violation));
+            }
+            let request = Request::from_parts(parts, Full::new(body));
+            Ok::<_, BoxError>(answer(request).await)
+        }
     })
 }

@@ -17,8 +17,15 @@
 //! - `x-mock-id: ID`: which requests count as one script run (default: the
 //!   script itself).
 //!
+//! Every request is first checked against the provider's documented rules
+//! ([`contract`]): one that breaks a rule is answered with the provider's
+//! 400, recorded, and makes dropping the mock panic (outside a panic).
+//!
 //! `GET /__mock/seen[?id=ID]` returns what was received as JSON (method,
 //! path, headers, body), so clients in other languages can check it too.
+
+// Loaded here and in the other standalone upstream: each must stand alone.
+use crate::contract;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -75,6 +82,7 @@ impl SeenRequest {
 #[derive(Default)]
 struct State {
     seen: Vec<SeenRequest>,
+    violations: contract::Violations,
 }
 
 /// The running mock. Dropping it stops accepting connections.
@@ -88,6 +96,9 @@ impl Drop for MockUpstream {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        if !std::thread::panicking() {
+            self.violations().assert_none();
         }
     }
 }
@@ -150,6 +161,11 @@ impl MockUpstream {
 
     pub fn seen(&self) -> Vec<SeenRequest> {
         self.state.lock().unwrap().seen.clone()
+    }
+
+    /// The requests answered with a contract 400.
+    pub fn violations(&self) -> contract::Violations {
+        self.state.lock().unwrap().violations.clone()
     }
 
     pub fn seen_for(&self, id: &str) -> Vec<SeenRequest> {
@@ -233,7 +249,7 @@ async fn serve(
     };
     let id = header("x-mock-id").unwrap_or_else(|| script.clone());
     let marker = header("x-mock-marker").unwrap_or_default();
-    let headers = parts
+    let headers: Vec<(String, String)> = parts
         .headers
         .iter()
         .map(|(n, v)| {
@@ -243,8 +259,12 @@ async fn serve(
             )
         })
         .collect();
+    let verdict = contract::check(parts.method.as_str(), &path, &headers, &body);
     let nth = {
         let mut state = state.lock().unwrap();
+        if let Err(violation) = &verdict {
+            state.violations.record(violation.clone());
+        }
         let nth = state.seen.iter().filter(|s| s.id == id).count();
         state.seen.push(SeenRequest {
             id: id.clone(),
@@ -255,6 +275,13 @@ async fn serve(
         });
         nth
     };
+    if let Err(violation) = verdict {
+        return reply(
+            StatusCode::from_u16(violation.status()).unwrap(),
+            "application/json",
+            full(Bytes::from(violation.body())),
+        );
+    }
     let Some(entry) = script.split(',').map(str::trim).nth(nth) else {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,

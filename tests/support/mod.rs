@@ -1,6 +1,9 @@
 //! The one test support crate (`support`): every integration test, bench
 //! and test tool uses it as a dev-dependency.
 //!
+//! - [`contract`]: the providers' documented request rules, executable:
+//!   every upstream here checks each request against them and answers a
+//!   broken one with the provider's 400;
 //! - [`inner`]: a scripted mock inner service (`tower::service_fn`);
 //! - [`requests`]: the Anthropic Messages requests the tests send;
 //! - [`exchange`]: one request through a guard over the mock inner service,
@@ -27,6 +30,7 @@
 pub mod anthropic;
 pub mod chains;
 pub mod chunking;
+pub mod contract;
 pub mod exchange;
 pub mod fixtures;
 pub mod inner;

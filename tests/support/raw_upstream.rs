@@ -4,6 +4,11 @@
 //! socket actions, misbehaving at will: hang before or after the head, reset,
 //! close mid-stream, drip bytes.
 //!
+//! Every complete request is first checked against the provider's
+//! documented rules (`contract.rs`): one that breaks a rule is answered with
+//! the provider's 400 instead of the script, recorded, and makes dropping
+//! the upstream panic (outside a panic).
+//!
 //! It records, per request, whether the body arrived complete, and counts
 //! connections open and closed by the peer, so a test can assert what the
 //! upstream saw: a request aborted, a connection closed, no continuation sent.
@@ -14,6 +19,9 @@
 //!     _ => vec![Act::Write(head(200, "text/event-stream")), Act::Write(chunk(b"...")), Act::Write(last_chunk())],
 //! }).await;
 //! ```
+
+// Loaded here and in the other standalone upstream: each must stand alone.
+use crate::contract;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -94,6 +102,7 @@ struct State {
     /// Connections whose peer closed them (EOF or error while reading or
     /// writing), as opposed to the script closing them.
     closed_by_peer: AtomicUsize,
+    violations: contract::Violations,
 }
 
 /// The running upstream. It stops when dropped.
@@ -106,6 +115,9 @@ pub struct RawUpstream {
 impl Drop for RawUpstream {
     fn drop(&mut self) {
         self.task.abort();
+        if !std::thread::panicking() {
+            self.state.violations.assert_none();
+        }
     }
 }
 
@@ -154,6 +166,12 @@ impl RawUpstream {
     /// upstream's own memory flat this way).
     pub fn take_requests(&self) -> Vec<RawRequest> {
         std::mem::take(&mut *self.state.requests.lock().unwrap())
+    }
+
+    /// How many requests were answered with a contract 400, forgotten here
+    /// (for a test that sends a broken request on purpose).
+    pub fn take_violations(&self) -> usize {
+        self.state.violations.take().len()
     }
 
     /// Connections accepted so far.
@@ -213,7 +231,23 @@ async fn serve_connection(mut socket: TcpStream, state: &State, script: &Script)
         let close = request
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
-        match play(&mut socket, script(index, &request)).await {
+        let method = request.line.split(' ').next().unwrap_or("");
+        let acts = match state.violations.check(
+            method,
+            request.path(),
+            &request.headers,
+            &request.body,
+        ) {
+            Ok(()) => script(index, &request),
+            Err(violation) => {
+                let body = violation.body();
+                vec![Act::Write(Bytes::from(format!(
+                    "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )))]
+            }
+        };
+        match play(&mut socket, acts).await {
             Played::Done if close => {
                 let _ = socket.shutdown().await;
                 return;

@@ -1,0 +1,243 @@
+//! The test upstreams' request contract itself: each documented rule passes
+//! a request that keeps it and catches one that breaks it, answered in the
+//! provider's own error shape.
+
+use serde_json::{json, Value};
+use support::contract::{check, Api};
+
+const MESSAGES: &str = "/v1/messages";
+const VERTEX: &str =
+    "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-4-7:rawPredict";
+const CHAT: &str = "/v1/chat/completions";
+const AZURE: &str = "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21";
+const RESPONSES: &str = "/v1/responses";
+const GEMINI: &str = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse";
+
+fn rule(path: &str, betas: &str, body: &Value) -> Option<&'static str> {
+    let headers = if betas.is_empty() {
+        vec![]
+    } else {
+        vec![("Anthropic-Beta".to_owned(), betas.to_owned())]
+    };
+    let bytes = serde_json::to_vec(body).unwrap();
+    check("POST", path, &headers, &bytes).err().map(|v| v.rule)
+}
+
+fn claude(extra: Value) -> Value {
+    let mut body = json!({"model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "x"}]});
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    body
+}
+
+const FALLBACK_BETA: &str = "server-side-fallback-2026-07-01";
+
+#[test]
+fn the_api_is_told_from_the_path() {
+    assert_eq!(Api::of("POST", MESSAGES), Some(Api::Anthropic));
+    assert_eq!(Api::of("POST", VERTEX), Some(Api::AnthropicVertex));
+    assert_eq!(Api::of("POST", CHAT), Some(Api::OpenAiChat));
+    assert_eq!(Api::of("POST", AZURE), Some(Api::AzureChat));
+    assert_eq!(Api::of("POST", RESPONSES), Some(Api::Responses));
+    assert_eq!(Api::of("POST", GEMINI), Some(Api::Gemini));
+    assert_eq!(Api::of("POST", "/v1/messages/count_tokens"), None);
+    assert_eq!(Api::of("GET", MESSAGES), None);
+}
+
+#[test]
+fn anthropic_basics() {
+    assert_eq!(rule(MESSAGES, "", &claude(json!({}))), None);
+    let mut no_model = claude(json!({}));
+    no_model.as_object_mut().unwrap().remove("model");
+    assert_eq!(rule(MESSAGES, "", &no_model), Some("A2"));
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"messages": []}))),
+        Some("A3")
+    );
+    let system_role = json!({"messages": [{"role": "system", "content": "x"}]});
+    assert_eq!(rule(MESSAGES, "", &claude(system_role)), Some("A3"));
+    let assistant_first = json!({"messages": [{"role": "assistant", "content": "x"}]});
+    assert_eq!(rule(MESSAGES, "", &claude(assistant_first)), Some("A3"));
+    let note_before_result = json!({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "note"},
+        {"type": "tool_result", "tool_use_id": "t", "content": "r"}]}]});
+    assert_eq!(rule(MESSAGES, "", &claude(note_before_result)), Some("A4"));
+    let two_prefills = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]});
+    assert_eq!(rule(MESSAGES, "", &claude(two_prefills)), Some("A5"));
+    let trailing_space = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a "}]}]});
+    assert_eq!(rule(MESSAGES, "", &claude(trailing_space)), Some("A5"));
+    let one_prefill = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": "a"}]});
+    assert_eq!(rule(MESSAGES, "", &claude(one_prefill)), None);
+}
+
+#[test]
+fn vertex_takes_the_model_in_the_path_and_no_fallbacks() {
+    let body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(rule(VERTEX, "", &body), None);
+    let mut with_model = body.clone();
+    with_model["model"] = json!("claude-opus-4-7");
+    assert_eq!(rule(VERTEX, "", &with_model), Some("A2"));
+    let mut fallbacks = body.clone();
+    fallbacks["fallbacks"] = json!([{"model": "claude-sonnet-4-5"}]);
+    assert_eq!(rule(VERTEX, FALLBACK_BETA, &fallbacks), Some("A8"));
+}
+
+#[test]
+fn fallbacks_rules() {
+    let list = |models: &[&str]| {
+        claude(json!({"fallbacks": models.iter().map(|m| json!({"model": m})).collect::<Vec<_>>()}))
+    };
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &list(&["a", "b", "c"])), None);
+    assert_eq!(
+        rule(MESSAGES, "server-side-fallback-2026-06-01", &list(&["a"])),
+        None
+    );
+    assert_eq!(rule(MESSAGES, "", &list(&["a"])), Some("A7"));
+    assert_eq!(
+        rule(MESSAGES, FALLBACK_BETA, &list(&["a", "b", "c", "d"])),
+        Some("A6")
+    );
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &list(&[])), Some("A6"));
+    assert_eq!(
+        rule(MESSAGES, FALLBACK_BETA, &list(&["a", "a"])),
+        Some("A6")
+    );
+    assert_eq!(
+        rule(MESSAGES, FALLBACK_BETA, &list(&["claude-opus-4-7"])),
+        Some("A6")
+    );
+    let default = claude(json!({"fallbacks": "default"}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &default), None);
+    assert_eq!(
+        rule(MESSAGES, "server-side-fallback-2026-06-01", &default),
+        Some("A7")
+    );
+    let other = claude(json!({"fallbacks": "all"}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &other), Some("A6"));
+}
+
+#[test]
+fn credit_token_rules() {
+    let object = json!({"token": "t", "mode": "best_effort"});
+    let token = claude(json!({"fallback_credit_token": object}));
+    assert_eq!(rule(MESSAGES, "fallback-credit-2026-07-01", &token), None);
+    assert_eq!(
+        rule(MESSAGES, "fallback-credit-2026-06-01", &token),
+        Some("A10")
+    );
+    let bare = claude(json!({"fallback_credit_token": "t"}));
+    assert_eq!(rule(MESSAGES, "fallback-credit-2026-06-01", &bare), None);
+    assert_eq!(rule(MESSAGES, "", &bare), Some("A10"));
+    let bad_mode = claude(json!({"fallback_credit_token": {"token": "t", "mode": "lenient"}}));
+    assert_eq!(
+        rule(MESSAGES, "fallback-credit-2026-07-01", &bad_mode),
+        Some("A10")
+    );
+    for fallbacks in [json!("default"), json!([{"model": "a"}])] {
+        let both = claude(json!({"fallbacks": fallbacks, "fallback_credit_token": object}));
+        let betas = "fallback-credit-2026-07-01, server-side-fallback-2026-07-01";
+        assert_eq!(rule(MESSAGES, betas, &both), Some("A9"));
+    }
+}
+
+#[test]
+fn chat_rules() {
+    let chat = |messages: Value| json!({"model": "gpt-4o", "messages": messages});
+    let user = json!({"role": "user", "content": "x"});
+    assert_eq!(rule(CHAT, "", &chat(json!([user]))), None);
+    assert_eq!(rule(CHAT, "", &chat(json!([]))), Some("C2"));
+    assert_eq!(
+        rule(CHAT, "", &chat(json!([{"role": "model", "content": "x"}]))),
+        Some("C2")
+    );
+    let call = json!({"role": "assistant", "content": null,
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]});
+    let answer = json!({"role": "tool", "tool_call_id": "c1", "content": "r"});
+    assert_eq!(
+        rule(CHAT, "", &chat(json!([user, call, answer, user]))),
+        None
+    );
+    let stray = json!({"role": "tool", "tool_call_id": "c9", "content": "r"});
+    assert_eq!(
+        rule(CHAT, "", &chat(json!([user, call, stray]))),
+        Some("C3")
+    );
+    assert_eq!(rule(CHAT, "", &chat(json!([user, answer]))), Some("C3"));
+    assert_eq!(rule(CHAT, "", &chat(json!([user, call, user]))), Some("C3"));
+    let mut n = chat(json!([user]));
+    n["n"] = json!(0);
+    assert_eq!(rule(CHAT, "", &n), Some("C4"));
+    // Azure: the deployment in the path stands for the model.
+    assert_eq!(rule(AZURE, "", &json!({"messages": [user]})), None);
+    assert_eq!(rule(CHAT, "", &json!({"messages": [user]})), Some("C1"));
+}
+
+#[test]
+fn responses_rules() {
+    let body = |input: Value| json!({"model": "gpt-4o", "input": input});
+    assert_eq!(rule(RESPONSES, "", &body(json!("hi"))), None);
+    let items = json!([{"role": "user", "content": "x"},
+        {"type": "function_call_output", "call_id": "c", "output": "r"}]);
+    assert_eq!(rule(RESPONSES, "", &body(items)), None);
+    assert_eq!(
+        rule(
+            RESPONSES,
+            "",
+            &body(json!([{"role": "tool", "content": "x"}]))
+        ),
+        Some("R2")
+    );
+    assert_eq!(rule(RESPONSES, "", &body(json!(7))), Some("R2"));
+}
+
+#[test]
+fn gemini_rules() {
+    let turn = |role: &str| json!({"role": role, "parts": [{"text": "x"}]});
+    let body = |contents: Value| json!({"contents": contents});
+    assert_eq!(
+        rule(GEMINI, "", &body(json!([turn("user"), turn("model")]))),
+        None
+    );
+    assert_eq!(rule(GEMINI, "", &body(json!([]))), Some("G1"));
+    assert_eq!(
+        rule(GEMINI, "", &body(json!([turn("assistant")]))),
+        Some("G2")
+    );
+    assert_eq!(
+        rule(GEMINI, "", &body(json!([{"role": "user", "parts": []}]))),
+        Some("G2")
+    );
+    assert_eq!(
+        rule(
+            GEMINI,
+            "",
+            &body(json!([{"role": "user", "parts": [{"text": 5}]}]))
+        ),
+        Some("G2")
+    );
+    let mut count = body(json!([turn("user")]));
+    count["generationConfig"] = json!({"candidateCount": 9});
+    assert_eq!(rule(GEMINI, "", &count), Some("G3"));
+}
+
+#[test]
+fn a_broken_request_is_answered_in_the_providers_shape() {
+    let broken =
+        |path: &str| check("POST", path, &[], b"not json").expect_err("not JSON breaks every API");
+    let anthropic: Value = serde_json::from_str(&broken(MESSAGES).body()).unwrap();
+    assert_eq!(anthropic["type"], "error");
+    assert_eq!(anthropic["error"]["type"], "invalid_request_error");
+    let openai: Value = serde_json::from_str(&broken(CHAT).body()).unwrap();
+    assert_eq!(openai["error"]["type"], "invalid_request_error");
+    assert!(openai["error"].get("param").is_some() && openai["error"].get("code").is_some());
+    let gemini: Value = serde_json::from_str(&broken(GEMINI).body()).unwrap();
+    assert_eq!(gemini["error"]["code"], 400);
+    assert_eq!(gemini["error"]["status"], "INVALID_ARGUMENT");
+    assert_eq!(broken(MESSAGES).status(), 400);
+}

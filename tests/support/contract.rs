@@ -1,0 +1,687 @@
+//! The providers' request contract, executable: every request a test
+//! upstream receives is checked against the documented rules of its wire API
+//! (told from its path), and a request that breaks one is answered the way
+//! the provider answers it, HTTP 400 in the API's own error shape. A rewrite
+//! of the guard's that a real API would reject thus fails the test that
+//! caused it, here as it would in production.
+//!
+//! Every upstream of the support crate runs through it: the scripted inner
+//! service, the loopback mock provider and the raw-socket upstream.
+//!
+//! # The rules, with their sources
+//!
+//! Anthropic Messages, first party (`POST .../v1/messages`) and Claude on
+//! Vertex AI (`.../publishers/anthropic/models/{model}:rawPredict` and
+//! `:streamRawPredict`). Sources: platform docs "Messages API" (create
+//! message), "Refusals and fallback", "Fallback credit", "SDK middleware",
+//! "Claude on Vertex AI"; anthropic-sdk-python
+//! `src/anthropic/lib/middleware/_fallbacks.py`, anthropic-sdk-typescript
+//! `src/lib/middleware.ts`, anthropic-sdk-go `lib/betafallback`.
+//!
+//! - `A1` the body is a JSON object;
+//! - `A2` first party: `model` (a string) and `max_tokens` (an integer) are
+//!   present; Vertex: `anthropic_version` and `max_tokens` are in the body
+//!   and `model` is not (the model is in the path);
+//! - `A3` `messages` is a non-empty array of objects whose `role` is `user`
+//!   or `assistant`, and the first is `user`;
+//! - `A4` in a user message, `tool_result` blocks come before any other block;
+//! - `A5` prefill: only the last message may be an assistant turn the model
+//!   continues, so the conversation never ends in two assistant turns, and a
+//!   final assistant turn's text does not end in whitespace;
+//! - `A6` `fallbacks` is `"default"` or a list of 1 to 3 objects, each with a
+//!   `model`, the models distinct and none the requested model;
+//! - `A7` `fallbacks` needs an `anthropic-beta` with
+//!   `server-side-fallback-2026-06-01` or `-07-01`; `"default"` needs
+//!   `-07-01`;
+//! - `A8` server-side fallback is first party only: no `fallbacks` on
+//!   Vertex (nor Bedrock or Foundry);
+//! - `A9` `fallbacks` and `fallback_credit_token` never in one request, in
+//!   either token mode (a hop that presents a credit token drops
+//!   `fallbacks`);
+//! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
+//!   `-07-01`; a string, or the object form `{token, mode}` with `mode`
+//!   `strict` or `best_effort`, which needs `-07-01`.
+//!
+//! OpenAI Chat Completions (`POST .../chat/completions`), also Azure OpenAI
+//! (`/openai/deployments/{deployment}/chat/completions`, model in the path).
+//! Sources: OpenAI API reference "Create chat completion"; Azure OpenAI
+//! "REST API reference", chat completions.
+//!
+//! - `C1` the body is a JSON object; OpenAI: `model` is a string;
+//! - `C2` `messages` is a non-empty array; each `role` is `system`,
+//!   `developer`, `user`, `assistant`, `tool` or `function`;
+//! - `C3` a `tool` message answers, by `tool_call_id`, a call of the
+//!   assistant message with `tool_calls` it follows (only tool messages in
+//!   between), and every such call is answered before the next other
+//!   message;
+//! - `C4` `n`, when present, is an integer from 1 to 128.
+//!
+//! OpenAI Responses (`POST .../responses`). Source: OpenAI API reference
+//! "Create a model response" (input items).
+//!
+//! - `R1` the body is a JSON object; `model` is a string (not on Azure
+//!   deployment paths);
+//! - `R2` `input`, when present, is a string or an array of items: a message
+//!   (`role` `user`, `assistant`, `system` or `developer`, `content` a string
+//!   or an array of parts) or a typed item (`type` a string).
+//!
+//! Gemini (`...:generateContent`, `...:streamGenerateContent`), Google AI and
+//! Vertex AI. Sources: Gemini API reference "models.generateContent"
+//! (`Content`, `Part`, `GenerationConfig`); Vertex AI "GenerateContentRequest".
+//!
+//! - `G1` the body is a JSON object with a non-empty `contents` array;
+//! - `G2` each content's `role`, when present, is `user` or `model`, and its
+//!   `parts` is a non-empty array of objects each carrying data (`text` a
+//!   string, or another data field);
+//! - `G3` `generationConfig.candidateCount`, when present, is an integer
+//!   from 1 to 8.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+
+/// The wire API a request is for, told from its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// Anthropic Messages, first party.
+    Anthropic,
+    /// Claude on Vertex AI.
+    AnthropicVertex,
+    /// OpenAI Chat Completions.
+    OpenAiChat,
+    /// Azure OpenAI Chat Completions (deployment in the path).
+    AzureChat,
+    /// OpenAI Responses.
+    Responses,
+    /// Gemini, Google AI or Vertex AI.
+    Gemini,
+}
+
+impl Api {
+    /// The API a `method path` request is for; `None` for anything the
+    /// contract does not cover (other endpoints, test-only paths).
+    pub fn of(method: &str, path: &str) -> Option<Api> {
+        if !method.eq_ignore_ascii_case("POST") {
+            return None;
+        }
+        let path = path.split('?').next().unwrap_or("").trim_end_matches('/');
+        if path.contains("/publishers/anthropic/models/")
+            && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"))
+        {
+            return Some(Api::AnthropicVertex);
+        }
+        if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
+            return Some(Api::Gemini);
+        }
+        if path.ends_with("/v1/messages") {
+            return Some(Api::Anthropic);
+        }
+        if path.ends_with("/chat/completions") {
+            return Some(if path.contains("/openai/deployments/") {
+                Api::AzureChat
+            } else {
+                Api::OpenAiChat
+            });
+        }
+        if path.ends_with("/responses") {
+            return Some(Api::Responses);
+        }
+        None
+    }
+}
+
+/// A broken rule.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub api: Api,
+    /// The rule's name in the list above (`A9`, `C3`, ...).
+    pub rule: &'static str,
+    pub message: String,
+    /// The request that broke it: `METHOD path`.
+    pub request: String,
+}
+
+impl Violation {
+    /// The status the provider answers with.
+    pub fn status(&self) -> u16 {
+        400
+    }
+
+    /// The provider's error body for it.
+    pub fn body(&self) -> String {
+        let message = format!("{} (contract rule {})", self.message, self.rule);
+        match self.api {
+            Api::Anthropic | Api::AnthropicVertex => json!({
+                "type": "error",
+                "error": {"type": "invalid_request_error", "message": message},
+            }),
+            Api::OpenAiChat | Api::AzureChat | Api::Responses => json!({
+                "error": {
+                    "message": message,
+                    "type": "invalid_request_error",
+                    "param": Value::Null,
+                    "code": Value::Null,
+                },
+            }),
+            Api::Gemini => json!({
+                "error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"},
+            }),
+        }
+        .to_string()
+    }
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} broke {:?} rule {}: {}",
+            self.request, self.api, self.rule, self.message
+        )
+    }
+}
+
+/// Checks one request; `headers` as (name, value) pairs, names in any case.
+/// Logs a violation to stderr, so a failing test shows why.
+pub fn check(
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<(), Violation> {
+    let Some(api) = Api::of(method, path) else {
+        return Ok(());
+    };
+    let request = format!("{method} {path}");
+    let fail = |rule: &'static str, message: String| Violation {
+        api,
+        rule,
+        message,
+        request: request.clone(),
+    };
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return Err(fail(first_rule(api), "the body is not JSON".into())).inspect_err(log);
+    };
+    let betas = betas(headers);
+    let result = match api {
+        Api::Anthropic | Api::AnthropicVertex => anthropic(api, path, &betas, &body),
+        Api::OpenAiChat | Api::AzureChat => chat(api, &body),
+        Api::Responses => responses(path, &body),
+        Api::Gemini => gemini(&body),
+    };
+    result
+        .map_err(|(rule, message)| fail(rule, message))
+        .inspect_err(log)
+}
+
+/// [`check`] for an `http::HeaderMap`.
+pub fn check_http(
+    method: &str,
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(), Violation> {
+    let pairs: Vec<(String, String)> = headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    check(method, path, &pairs, body)
+}
+
+fn log(violation: &Violation) {
+    eprintln!("CONTRACT VIOLATION: {violation}");
+}
+
+fn first_rule(api: Api) -> &'static str {
+    match api {
+        Api::Anthropic | Api::AnthropicVertex => "A1",
+        Api::OpenAiChat | Api::AzureChat => "C1",
+        Api::Responses => "R1",
+        Api::Gemini => "G1",
+    }
+}
+
+type Broken = (&'static str, String);
+
+fn betas(headers: &[(String, String)]) -> Vec<String> {
+    headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
+        .flat_map(|(_, value)| value.split(','))
+        .map(|beta| beta.trim().to_owned())
+        .filter(|beta| !beta.is_empty())
+        .collect()
+}
+
+fn role(message: &Value) -> Option<&str> {
+    message.get("role").and_then(Value::as_str)
+}
+
+fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or(("A1", "the body is not an object".to_owned()))?;
+    let has = |beta: &str| betas.iter().any(|b| b == beta);
+    let requested: Option<String> = if api == Api::AnthropicVertex {
+        if object.contains_key("model") {
+            return Err(("A2", "`model`: Extra inputs are not permitted".into()));
+        }
+        if !object
+            .get("anthropic_version")
+            .is_some_and(Value::is_string)
+        {
+            return Err(("A2", "anthropic_version: Field required".into()));
+        }
+        if !object.get("max_tokens").is_some_and(Value::is_u64) {
+            return Err(("A2", "max_tokens: Field required".into()));
+        }
+        path.rsplit('/')
+            .next()
+            .and_then(|last| last.split(':').next())
+            .map(str::to_owned)
+    } else {
+        let model = object.get("model").and_then(Value::as_str);
+        if model.is_none() {
+            return Err(("A2", "model: Field required".into()));
+        }
+        if !object.get("max_tokens").is_some_and(Value::is_u64) {
+            return Err(("A2", "max_tokens: Field required".into()));
+        }
+        model.map(str::to_owned)
+    };
+    anthropic_messages(object.get("messages"))?;
+    let fallbacks = object.get("fallbacks");
+    if let Some(fallbacks) = fallbacks {
+        if api != Api::Anthropic {
+            return Err((
+                "A8",
+                "fallbacks: server-side fallback is not supported on this platform".into(),
+            ));
+        }
+        anthropic_fallbacks(fallbacks, requested.as_deref())?;
+        let june = has("server-side-fallback-2026-06-01");
+        let july = has("server-side-fallback-2026-07-01");
+        if fallbacks.is_string() && !july {
+            return Err((
+                "A7",
+                "fallbacks: \"default\" requires the server-side-fallback-2026-07-01 beta".into(),
+            ));
+        }
+        if !(june || july) {
+            return Err((
+                "A7",
+                "fallbacks: requires the anthropic-beta header server-side-fallback-2026-07-01"
+                    .into(),
+            ));
+        }
+    }
+    if let Some(token) = object.get("fallback_credit_token") {
+        if fallbacks.is_some() {
+            return Err((
+                "A9",
+                "fallback_credit_token cannot be combined with fallbacks".into(),
+            ));
+        }
+        let june = has("fallback-credit-2026-06-01");
+        let july = has("fallback-credit-2026-07-01");
+        if !(june || july) {
+            return Err((
+                "A10",
+                "fallback_credit_token: requires the fallback-credit beta".into(),
+            ));
+        }
+        match token {
+            Value::String(_) => {}
+            Value::Object(form) => {
+                let mode = form.get("mode").and_then(Value::as_str);
+                if !form.get("token").is_some_and(Value::is_string)
+                    || !matches!(mode, Some("strict" | "best_effort"))
+                {
+                    return Err((
+                        "A10",
+                        "fallback_credit_token: expected {token, mode: strict|best_effort}".into(),
+                    ));
+                }
+                if !july {
+                    return Err((
+                        "A10",
+                        "fallback_credit_token: the object form requires fallback-credit-2026-07-01"
+                            .into(),
+                    ));
+                }
+            }
+            _ => {
+                return Err((
+                    "A10",
+                    "fallback_credit_token: expected a string or an object".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn anthropic_messages(messages: Option<&Value>) -> Result<(), Broken> {
+    let messages = messages
+        .and_then(Value::as_array)
+        .ok_or(("A3", "messages: Field required".to_owned()))?;
+    if messages.is_empty() {
+        return Err(("A3", "messages: at least one message is required".into()));
+    }
+    for (i, message) in messages.iter().enumerate() {
+        match role(message) {
+            Some("user" | "assistant") => {}
+            other => {
+                return Err((
+                    "A3",
+                    format!("messages.{i}.role: unexpected role {other:?}"),
+                ))
+            }
+        }
+        if role(message) == Some("user") {
+            let blocks = message.get("content").and_then(Value::as_array);
+            let kinds: Vec<&str> = blocks
+                .into_iter()
+                .flatten()
+                .map(|b| b.get("type").and_then(Value::as_str).unwrap_or(""))
+                .collect();
+            if let Some(first_other) = kinds.iter().position(|k| *k != "tool_result") {
+                if kinds[first_other..].contains(&"tool_result") {
+                    return Err((
+                        "A4",
+                        format!("messages.{i}: tool_result blocks must come first"),
+                    ));
+                }
+            }
+        }
+    }
+    if role(&messages[0]) != Some("user") {
+        return Err((
+            "A3",
+            "messages: the first message must use the user role".into(),
+        ));
+    }
+    let n = messages.len();
+    if n >= 2
+        && role(&messages[n - 1]) == Some("assistant")
+        && role(&messages[n - 2]) == Some("assistant")
+    {
+        return Err((
+            "A5",
+            "messages: at most one prefill, as the last turn".into(),
+        ));
+    }
+    let last = &messages[n - 1];
+    if role(last) == Some("assistant") {
+        let content = last.get("content");
+        let tail = match content {
+            Some(Value::String(text)) => Some(text.as_str()),
+            Some(Value::Array(blocks)) => blocks
+                .last()
+                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
+                .and_then(|b| b.get("text").and_then(Value::as_str)),
+            _ => None,
+        };
+        if tail.is_some_and(|text| text != text.trim_end()) {
+            return Err((
+                "A5",
+                "final assistant content cannot end with trailing whitespace".into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn anthropic_fallbacks(fallbacks: &Value, requested: Option<&str>) -> Result<(), Broken> {
+    let list = match fallbacks {
+        Value::String(s) if s == "default" => return Ok(()),
+        Value::Array(list) => list,
+        _ => {
+            return Err((
+                "A6",
+                "fallbacks: expected \"default\" or a list of fallback objects".into(),
+            ))
+        }
+    };
+    if list.is_empty() || list.len() > 3 {
+        return Err((
+            "A6",
+            format!("fallbacks: expected 1 to 3 entries, got {}", list.len()),
+        ));
+    }
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, entry) in list.iter().enumerate() {
+        let Some(model) = entry.get("model").and_then(Value::as_str) else {
+            return Err(("A6", format!("fallbacks.{i}.model: Field required")));
+        };
+        if Some(model) == requested {
+            return Err((
+                "A6",
+                format!("fallbacks.{i}.model: cannot be the requested model"),
+            ));
+        }
+        if seen.contains(&model) {
+            return Err((
+                "A6",
+                format!("fallbacks.{i}.model: duplicate model {model}"),
+            ));
+        }
+        seen.push(model);
+    }
+    Ok(())
+}
+
+fn chat(api: Api, body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or(("C1", "the body is not an object".to_owned()))?;
+    if api == Api::OpenAiChat && !object.get("model").is_some_and(Value::is_string) {
+        return Err(("C1", "you must provide a model parameter".into()));
+    }
+    let messages = object
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or(("C2", "missing required parameter: 'messages'".to_owned()))?;
+    if messages.is_empty() {
+        return Err(("C2", "'messages' must contain at least one message".into()));
+    }
+    let mut open_calls: Option<Vec<&str>> = None;
+    let mut unanswered: Vec<&str> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        if role(message) != Some("tool") && !unanswered.is_empty() {
+            return Err((
+                "C3",
+                format!(
+                    "messages.[{i}]: an assistant message with 'tool_calls' must be followed by \
+                     tool messages responding to each 'tool_call_id' ({})",
+                    unanswered.join(", ")
+                ),
+            ));
+        }
+        match role(message) {
+            Some("system" | "developer" | "user" | "function") => open_calls = None,
+            Some("assistant") => {
+                open_calls = message
+                    .get("tool_calls")
+                    .and_then(Value::as_array)
+                    .map(|calls| {
+                        calls
+                            .iter()
+                            .filter_map(|c| c.get("id").and_then(Value::as_str))
+                            .collect()
+                    });
+                unanswered = open_calls.clone().unwrap_or_default();
+            }
+            Some("tool") => {
+                let id = message.get("tool_call_id").and_then(Value::as_str);
+                let answers = open_calls
+                    .as_ref()
+                    .is_some_and(|ids| id.is_some_and(|id| ids.contains(&id)));
+                unanswered.retain(|open| Some(*open) != id);
+                if !answers {
+                    return Err((
+                        "C3",
+                        format!(
+                            "messages.[{i}]: messages with role 'tool' must be a response to a \
+                             preceding message with 'tool_calls'"
+                        ),
+                    ));
+                }
+            }
+            other => {
+                return Err((
+                    "C2",
+                    format!("messages.[{i}].role: invalid value {other:?}"),
+                ))
+            }
+        }
+    }
+    if let Some(n) = object.get("n") {
+        if !n.as_u64().is_some_and(|n| (1..=128).contains(&n)) {
+            return Err((
+                "C4",
+                format!("n: expected an integer from 1 to 128, got {n}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn responses(path: &str, body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or(("R1", "the body is not an object".to_owned()))?;
+    if !path.contains("/openai/deployments/") && !object.get("model").is_some_and(Value::is_string)
+    {
+        return Err(("R1", "missing required parameter: 'model'".into()));
+    }
+    let items = match object.get("input") {
+        None | Some(Value::String(_)) => return Ok(()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(("R2", "input: expected a string or an array".into())),
+    };
+    for (i, item) in items.iter().enumerate() {
+        let kind = item.get("type").and_then(Value::as_str);
+        if kind.is_none() || kind == Some("message") {
+            if !matches!(
+                role(item),
+                Some("user" | "assistant" | "system" | "developer")
+            ) {
+                return Err(("R2", format!("input[{i}].role: invalid value")));
+            }
+            if !matches!(
+                item.get("content"),
+                Some(Value::String(_) | Value::Array(_))
+            ) {
+                return Err((
+                    "R2",
+                    format!("input[{i}].content: expected a string or parts"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn gemini(body: &Value) -> Result<(), Broken> {
+    let contents = body
+        .get("contents")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty())
+        .ok_or((
+            "G1",
+            "* GenerateContentRequest.contents: contents is not specified".to_owned(),
+        ))?;
+    for (i, content) in contents.iter().enumerate() {
+        if let Some(role) = content.get("role") {
+            if !matches!(role.as_str(), Some("user" | "model")) {
+                return Err((
+                    "G2",
+                    format!("Please use a valid role: user, model (contents[{i}])"),
+                ));
+            }
+        }
+        let parts = content
+            .get("parts")
+            .and_then(Value::as_array)
+            .filter(|p| !p.is_empty())
+            .ok_or((
+                "G2",
+                format!("* GenerateContentRequest.contents[{i}].parts: contents.parts must not be empty"),
+            ))?;
+        for (j, part) in parts.iter().enumerate() {
+            let Some(fields) = part.as_object() else {
+                return Err(("G2", format!("contents[{i}].parts[{j}]: not an object")));
+            };
+            if fields.get("text").is_some_and(|t| !t.is_string()) {
+                return Err(("G2", format!("contents[{i}].parts[{j}].text: not a string")));
+            }
+            let data = fields
+                .keys()
+                .any(|k| !matches!(k.as_str(), "thought" | "thoughtSignature" | "videoMetadata"));
+            if !data {
+                return Err((
+                    "G2",
+                    format!("contents[{i}].parts[{j}]: required oneof field 'data' must have one initialized field"),
+                ));
+            }
+        }
+    }
+    if let Some(count) = body.pointer("/generationConfig/candidateCount") {
+        if !count.as_u64().is_some_and(|n| (1..=8).contains(&n)) {
+            return Err((
+                "G3",
+                format!("generationConfig.candidateCount: expected 1 to 8, got {count}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The violations one upstream saw, shared by its clones.
+#[derive(Clone, Default, Debug)]
+pub struct Violations(std::sync::Arc<std::sync::Mutex<Vec<Violation>>>);
+
+impl Violations {
+    pub fn record(&self, violation: Violation) {
+        self.0.lock().unwrap().push(violation);
+    }
+
+    /// The violations so far, cleared (for a test that sends a broken
+    /// request on purpose).
+    pub fn take(&self) -> Vec<Violation> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+
+    pub fn list(&self) -> Vec<Violation> {
+        self.0.lock().unwrap().clone()
+    }
+
+    /// Panics listing them, if there are any.
+    pub fn assert_none(&self) {
+        let list = self.list();
+        assert!(
+            list.is_empty(),
+            "the upstream received requests the real API rejects:\n{}",
+            list.iter()
+                .map(|v| format!("  {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+
+    /// Checks a request and records what it broke.
+    pub fn check(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> Result<(), Violation> {
+        check(method, path, headers, body).inspect_err(|v| self.record(v.clone()))
+    }
+}
