@@ -780,12 +780,10 @@ mod usage_tests {
             "message": {"role": "assistant", "content": ""},
             "finish_reason": "stop", "content_filter_results": results}]});
         assert_eq!(OpenAiChat.inspect_json(&empty).refusal, None);
-        let stream = chunk(
-            json!([{"index": 0, "delta": {}, "finish_reason": "stop",
-                "content_filter_results": results}]),
-            Value::Null,
-        );
-        assert!(observe_all(&stream).iter().all(|o| o.refusal.is_none()));
+        let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "stop",
+            "content_filter_results": results}));
+        let seen = observe(&OpenAiChat, &[data(&stream)]);
+        assert!(seen.iter().all(|o| o.refusal.is_none()));
         // Beside a category it did filter, the error entry is not named.
         let mixed = json!({"error": {"code": "content_filter_error", "message": "x"},
             "violence": {"filtered": true, "severity": "high"},
@@ -805,11 +803,8 @@ mod usage_tests {
         let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
         assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
         assert_eq!(refusal.category, None);
-        let stream = chunk(
-            json!([{"index": 0, "delta": {}, "finish_reason": "refusal"}]),
-            Value::Null,
-        );
-        let seen = observe_all(&stream);
+        let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "refusal"}));
+        let seen = observe(&OpenAiChat, &[data(&stream)]);
         assert_eq!(seen[0].refusal.as_ref().unwrap().category, None);
     }
 
