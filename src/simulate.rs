@@ -160,7 +160,7 @@ impl Simulator {
                 .to_owned(),
         };
         let stream = request["stream"].as_bool().unwrap_or(false);
-        let refuse = self.first_attempt(conversation_key(&request));
+        let refuse = self.first_attempt(conversation_key(wire.api(), &request));
         match (wire, stream, refuse) {
             (Wire::Anthropic, true, true) => sse(anthropic_refusal_stream(&model)),
             (Wire::Anthropic, true, false) => sse(anthropic_text_stream(&model)),
@@ -240,8 +240,10 @@ impl Wire {
 
 /// The system prompt and the first message: the same for every attempt of a
 /// conversation, whatever the guard appends (in each API's fields).
-fn conversation_key(request: &Value) -> u64 {
+fn conversation_key(api: WireApi, request: &Value) -> u64 {
     let mut hasher = DefaultHasher::new();
+    // Each provider meets a conversation afresh.
+    api.to_string().hash(&mut hasher);
     for system in [
         "system",
         "instructions",
