@@ -129,6 +129,10 @@ pub enum RefusalSignal {
     ModelRefusal,
     /// The model declined in ordinary prose, found by the opt-in text detector.
     Text,
+    /// The provider answered with an error that says its filter blocked the
+    /// output (Anthropic's HTTP 400, or a stream `error` event, "Output
+    /// blocked by content filtering policy").
+    BlockedOutput,
 }
 
 /// Why a refusal could not be recovered.
@@ -159,6 +163,10 @@ pub enum DeadReason {
     /// The client went away before the refusal was decided; the guard
     /// stopped every piece of work for it and sent nothing more upstream.
     ClientGone,
+    /// The request demands structured output (a JSON schema, JSON mode, a
+    /// forced tool call), which a rescue note appended in prose would break,
+    /// so the rescue step was skipped and nothing else recovered.
+    StructuredOutput,
 }
 
 impl DeadReason {
@@ -180,6 +188,7 @@ impl DeadReason {
             DeadReason::Unrecoverable => "unrecoverable",
             DeadReason::PolicyStop => "policy_stop",
             DeadReason::ClientGone => "client_gone",
+            DeadReason::StructuredOutput => "structured_output",
         }
     }
 }

@@ -1,21 +1,27 @@
 //! A simulated provider: an in-process tower service that refuses the first
 //! attempt of every conversation and answers every later one, so the guard's
-//! rescue can be seen with no network and no API key.
+//! rescue can be seen with no network and no API key, from any harness.
 //!
-//! It speaks just enough of two wire APIs:
+//! It speaks the four wire APIs the guard does, streamed and not, each
+//! refusing with that API's empty-refusal signal:
 //!
-//! - Anthropic Messages (`POST …/v1/messages`): the first attempt gets an
-//!   empty refusal (`stop_reason: "refusal"`, category `cyber`), as a stream
-//!   or a JSON body as the request asks; later attempts get a short text
-//!   answer.
-//! - OpenAI Chat Completions (`POST …/v1/chat/completions`): the first attempt
-//!   ends with `finish_reason: "content_filter"` and no content; later
-//!   attempts get a short text answer.
+//! - Anthropic Messages (`POST …/v1/messages`): `stop_reason: "refusal"`,
+//!   category `cyber`.
+//! - OpenAI Chat Completions (`POST …/chat/completions`):
+//!   `finish_reason: "content_filter"` and no content.
+//! - OpenAI Responses (`POST …/responses`): `status: "incomplete"` with
+//!   `incomplete_details.reason: "content_filter"` (`response.incomplete`
+//!   in a stream).
+//! - Gemini (`POST …/models/{model}:generateContent`, or
+//!   `:streamGenerateContent`, with `alt=sse` a stream, without it one JSON
+//!   array): `finishReason: "SAFETY"` and no parts.
 //!
-//! A conversation is named by its system prompt and first message, so the
-//! guard's rescue continuation (the same conversation with a note appended)
-//! is answered, and so is any later request of that conversation. Anything
-//! else gets a 404 in the provider's error shape.
+//! Later attempts get a short text answer. A conversation is named by its
+//! system prompt and first message, so the guard's rescue continuation (the
+//! same conversation with a note appended) is answered, and so is any later
+//! request of that conversation. Its own errors (another path or method, a
+//! body that is not a JSON object) come in the API's error shape with the
+//! [`ERROR_HEADER`](crate::api_error::ERROR_HEADER) header.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -57,6 +63,8 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower_service::Service;
 
+use crate::api_error::{api_error, api_error_for};
+use crate::refusal::WireApi;
 use crate::BoxError;
 
 /// The category the simulated refusals carry.
@@ -119,41 +127,40 @@ impl Simulator {
 
     /// Answers one request whose body has been read.
     pub fn respond(&self, parts: &http::request::Parts, body: &[u8]) -> Response<SimulatedBody> {
-        let path = parts.uri.path();
-        let wire = if path.ends_with("/chat/completions") {
-            Wire::OpenAiChat
-        } else if path.ends_with("/messages") {
-            Wire::Anthropic
-        } else {
-            return error(
-                Wire::from_path(path),
-                StatusCode::NOT_FOUND,
-                "not_found_error",
-                "the simulated provider serves POST /v1/messages and /v1/chat/completions",
-            );
+        let path = parts.uri.path().trim_end_matches('/');
+        let Some(wire) = Wire::recognise(&parts.uri) else {
+            let served = "the simulated provider serves POST …/v1/messages, …/chat/completions, \
+                 …/responses and …/models/{model}:generateContent (or :streamGenerateContent)";
+            let error = api_error(path, StatusCode::NOT_FOUND, "simulated_not_found", served);
+            return from_error(error);
         };
         if parts.method != http::Method::POST {
-            return error(
-                wire,
+            let error = api_error_for(
+                wire.api(),
                 StatusCode::METHOD_NOT_ALLOWED,
-                "invalid_request_error",
-                "use POST",
+                "simulated_method_not_allowed",
+                "the simulated provider answers POST only",
             );
+            return from_error(error);
         }
         let Ok(request @ Value::Object(_)) = serde_json::from_slice::<Value>(body) else {
-            return error(
-                wire,
+            let error = api_error_for(
+                wire.api(),
                 StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                "simulated_invalid_body",
                 "the body must be a JSON object",
             );
+            return from_error(error);
         };
-        let model = request["model"]
-            .as_str()
-            .unwrap_or("simulated-model")
-            .to_owned();
+        let model = match &wire {
+            Wire::Gemini { model, .. } => model.clone(),
+            _ => request["model"]
+                .as_str()
+                .unwrap_or("simulated-model")
+                .to_owned(),
+        };
         let stream = request["stream"].as_bool().unwrap_or(false);
-        let refuse = self.first_attempt(conversation_key(&request));
+        let refuse = self.first_attempt(conversation_key(wire.api(), &request));
         match (wire, stream, refuse) {
             (Wire::Anthropic, true, true) => sse(anthropic_refusal_stream(&model)),
             (Wire::Anthropic, true, false) => sse(anthropic_text_stream(&model)),
@@ -161,54 +168,117 @@ impl Simulator {
             (Wire::Anthropic, false, false) => json_body(anthropic_message(&model, Some(ANSWER))),
             (Wire::OpenAiChat, true, refuse) => sse(openai_stream(&model, refuse)),
             (Wire::OpenAiChat, false, refuse) => json_body(openai_completion(&model, refuse)),
+            (Wire::OpenAiResponses, true, refuse) => sse(responses_stream(&model, refuse)),
+            (Wire::OpenAiResponses, false, refuse) => json_body(responses_body(&model, refuse)),
+            (Wire::Gemini { sse: true, .. }, _, refuse) => sse(gemini_stream(&model, refuse)),
+            (Wire::Gemini { array, .. }, _, refuse) => {
+                let chunks = gemini_chunks(&model, refuse);
+                json_body(if array {
+                    Value::Array(chunks)
+                } else {
+                    gemini_whole(&model, refuse)
+                })
+            }
         }
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+/// The wire API a request speaks, told from its path.
+#[derive(Debug, Clone)]
 enum Wire {
     Anthropic,
     OpenAiChat,
+    OpenAiResponses,
+    /// The model is in the path. `sse` for `streamGenerateContent?alt=sse`,
+    /// `array` for `streamGenerateContent` without it (one JSON array).
+    Gemini {
+        model: String,
+        sse: bool,
+        array: bool,
+    },
 }
 
 impl Wire {
-    fn from_path(path: &str) -> Wire {
-        if path.contains("/chat/") || path.ends_with("/responses") {
-            Wire::OpenAiChat
-        } else {
-            Wire::Anthropic
+    fn recognise(uri: &http::Uri) -> Option<Wire> {
+        let path = uri.path().trim_end_matches('/');
+        if path.ends_with("/chat/completions") {
+            return Some(Wire::OpenAiChat);
+        }
+        if path.ends_with("/responses") {
+            return Some(Wire::OpenAiResponses);
+        }
+        if path.ends_with("/messages") {
+            return Some(Wire::Anthropic);
+        }
+        let last = path.rsplit('/').next()?;
+        let (model, method) = last.split_once(':')?;
+        let streaming = match method {
+            "generateContent" => false,
+            "streamGenerateContent" => true,
+            _ => return None,
+        };
+        let sse = streaming
+            && uri
+                .query()
+                .is_some_and(|q| q.split('&').any(|p| p.eq_ignore_ascii_case("alt=sse")));
+        Some(Wire::Gemini {
+            model: model.to_owned(),
+            sse,
+            array: streaming && !sse,
+        })
+    }
+
+    fn api(&self) -> WireApi {
+        match self {
+            Wire::Anthropic => WireApi::AnthropicMessages,
+            Wire::OpenAiChat => WireApi::OpenAiChatCompletions,
+            Wire::OpenAiResponses => WireApi::OpenAiResponses,
+            Wire::Gemini { .. } => WireApi::GeminiGenerateContent,
         }
     }
 }
 
 /// The system prompt and the first message: the same for every attempt of a
-/// conversation, whatever the guard appends.
-fn conversation_key(request: &Value) -> u64 {
+/// conversation, whatever the guard appends (in each API's fields).
+fn conversation_key(api: WireApi, request: &Value) -> u64 {
     let mut hasher = DefaultHasher::new();
-    request
-        .get("system")
-        .map(Value::to_string)
-        .hash(&mut hasher);
-    request
-        .get("messages")
-        .and_then(|m| m.get(0))
+    // Each provider meets a conversation afresh.
+    api.to_string().hash(&mut hasher);
+    for system in [
+        "system",
+        "instructions",
+        "systemInstruction",
+        "system_instruction",
+    ] {
+        request.get(system).map(Value::to_string).hash(&mut hasher);
+    }
+    let first = ["messages", "contents"]
+        .iter()
+        .find_map(|key| request.get(*key)?.get(0))
         .map(first_text)
-        .hash(&mut hasher);
+        .or_else(|| match request.get("input")? {
+            Value::String(text) => Some(text.clone()),
+            Value::Array(items) => items.first().map(first_text),
+            _ => None,
+        });
+    first.hash(&mut hasher);
     hasher.finish()
 }
 
 /// The text of a message, whether its content is a string or blocks (the
-/// guard may turn a string into blocks to append its note).
+/// guard may turn a string into blocks to append its note), or a Gemini
+/// content's parts.
 fn first_text(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .find_map(|b| b["text"].as_str())
-            .unwrap_or("")
-            .to_owned(),
-        other => other.to_string(),
-    }
+    let blocks = match (&message["content"], &message["parts"]) {
+        (Value::String(text), _) => return text.clone(),
+        (Value::Array(blocks), _) | (_, Value::Array(blocks)) => blocks,
+        (other, _) => return other.to_string(),
+    };
+    blocks
+        .iter()
+        .find_map(|b| b["text"].as_str())
+        .unwrap_or("")
+        .to_owned()
 }
 
 fn event(name: &str, data: &Value) -> Bytes {
@@ -313,6 +383,122 @@ fn openai_completion(model: &str, refuse: bool) -> Value {
         "usage":{"prompt_tokens":12,"completion_tokens":24,"total_tokens":36}})
 }
 
+/// A Responses `response` object: incomplete by the content filter with no
+/// output, or completed with the answer.
+fn responses_body(model: &str, refuse: bool) -> Value {
+    let (status, details, output) = if refuse {
+        ("incomplete", json!({"reason": "content_filter"}), json!([]))
+    } else {
+        (
+            "completed",
+            Value::Null,
+            json!([responses_message("completed", ANSWER)]),
+        )
+    };
+    json!({"id":"resp_simulated","object":"response","created_at":0,"status":status,
+        "error":null,"incomplete_details":details,"model":model,"output":output,
+        "usage":{"input_tokens":12,"output_tokens":24,"total_tokens":36}})
+}
+
+fn responses_message(status: &str, text: &str) -> Value {
+    json!({"id":"msg_simulated","type":"message","status":status,"role":"assistant",
+        "content":[{"type":"output_text","text":text,"annotations":[]}]})
+}
+
+fn responses_stream(model: &str, refuse: bool) -> Vec<Bytes> {
+    let mut started = responses_body(model, false);
+    started["status"] = json!("in_progress");
+    started["output"] = json!([]);
+    started["usage"] = Value::Null;
+    let mut events = vec![json!({"type":"response.created","response":started})];
+    if refuse {
+        events.push(json!({"type":"response.incomplete","response":responses_body(model, true)}));
+    } else {
+        let mut item = responses_message("in_progress", "");
+        item["content"] = json!([]);
+        events.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
+        events.push(
+            json!({"type":"response.content_part.added","item_id":"msg_simulated",
+            "output_index":0,"content_index":0,
+            "part":{"type":"output_text","text":"","annotations":[]}}),
+        );
+        for piece in ANSWER.split_inclusive(' ') {
+            events.push(
+                json!({"type":"response.output_text.delta","item_id":"msg_simulated",
+                "output_index":0,"content_index":0,"delta":piece}),
+            );
+        }
+        events.push(
+            json!({"type":"response.output_text.done","item_id":"msg_simulated",
+            "output_index":0,"content_index":0,"text":ANSWER}),
+        );
+        events.push(
+            json!({"type":"response.content_part.done","item_id":"msg_simulated",
+            "output_index":0,"content_index":0,
+            "part":{"type":"output_text","text":ANSWER,"annotations":[]}}),
+        );
+        events.push(json!({"type":"response.output_item.done","output_index":0,
+            "item":responses_message("completed", ANSWER)}));
+        events.push(json!({"type":"response.completed","response":responses_body(model, false)}));
+    }
+    events
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut data)| {
+            data["sequence_number"] = json!(n);
+            let name = data["type"].as_str().unwrap_or("message").to_owned();
+            event(&name, &data)
+        })
+        .collect()
+}
+
+/// The chunks of a Gemini answer: an empty `SAFETY` stop, or the answer in
+/// pieces ending with `STOP`.
+fn gemini_chunks(model: &str, refuse: bool) -> Vec<Value> {
+    let chunk = |candidate: Value| {
+        json!({"candidates":[candidate],"modelVersion":model,
+            "usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":24,"totalTokenCount":36}})
+    };
+    if refuse {
+        return vec![chunk(
+            json!({"finishReason":"SAFETY","index":0,"safetyRatings":[
+            {"category":"HARM_CATEGORY_DANGEROUS_CONTENT","probability":"HIGH","blocked":true}]}),
+        )];
+    }
+    let pieces: Vec<&str> = ANSWER.split_inclusive(". ").collect();
+    let last = pieces.len() - 1;
+    pieces
+        .iter()
+        .enumerate()
+        .map(|(n, piece)| {
+            let mut candidate =
+                json!({"content":{"role":"model","parts":[{"text":piece}]},"index":0});
+            if n == last {
+                candidate["finishReason"] = json!("STOP");
+            }
+            chunk(candidate)
+        })
+        .collect()
+}
+
+/// A whole `generateContent` answer.
+fn gemini_whole(model: &str, refuse: bool) -> Value {
+    let mut chunks = gemini_chunks(model, refuse);
+    let mut whole = chunks.remove(0);
+    if !refuse {
+        whole["candidates"][0] = json!({"content":{"role":"model","parts":[{"text":ANSWER}]},
+            "finishReason":"STOP","index":0});
+    }
+    whole
+}
+
+fn gemini_stream(model: &str, refuse: bool) -> Vec<Bytes> {
+    gemini_chunks(model, refuse)
+        .into_iter()
+        .map(|chunk| Bytes::from(format!("data: {chunk}\r\n\r\n")))
+        .collect()
+}
+
 fn sse(chunks: Vec<Bytes>) -> Response<SimulatedBody> {
     respond(StatusCode::OK, "text/event-stream", chunks)
 }
@@ -325,17 +511,15 @@ fn json_body(value: Value) -> Response<SimulatedBody> {
     )
 }
 
-fn error(wire: Wire, status: StatusCode, kind: &str, message: &str) -> Response<SimulatedBody> {
-    let body = match wire {
-        Wire::Anthropic => json!({"type":"error","error":{"type":kind,"message":message}}),
-        Wire::OpenAiChat => {
-            json!({"error":{"message":message,"type":kind,"param":null,"code":null}})
-        }
-    };
-    respond(
-        status,
-        "application/json",
-        vec![Bytes::from(body.to_string())],
+/// One of the guard's own error responses (the API's shape, the
+/// [`ERROR_HEADER`](crate::api_error::ERROR_HEADER) header), as a simulated body.
+fn from_error(error: Response<Bytes>) -> Response<SimulatedBody> {
+    let (parts, body) = error.into_parts();
+    Response::from_parts(
+        parts,
+        SimulatedBody {
+            chunks: VecDeque::from([body]),
+        },
     )
 }
 
@@ -451,8 +635,36 @@ mod tests {
     }
 
     #[test]
-    fn unknown_path_is_404() {
+    fn unknown_path_is_a_404_of_its_api_with_the_error_header() {
         let response = Simulator::new().respond(&parts("/v2/other"), b"{}");
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            response.headers()[crate::api_error::ERROR_HEADER],
+            "simulated_not_found"
+        );
+        let gemini = "/v1beta/models/gemini-2.5-pro:generateContent";
+        let response = Simulator::new().respond(&parts(gemini), b"[1]");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
+        assert_eq!(json["error"]["status"], "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn responses_and_gemini_refuse_first_then_answer() {
+        let sim = Simulator::new();
+        let body = br#"{"model":"gpt-4o","stream":true,"input":"x"}"#;
+        let first = String::from_utf8(bytes(sim.respond(&parts("/v1/responses"), body))).unwrap();
+        assert!(first.contains("event: response.incomplete") && first.contains("content_filter"));
+        let again = br#"{"model":"gpt-4o","stream":true,"input":[{"role":"user","content":"x"},
+            {"role":"user","content":"note"}]}"#;
+        let second = String::from_utf8(bytes(sim.respond(&parts("/v1/responses"), again))).unwrap();
+        assert!(second.contains("response.output_text.delta"));
+        let path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent";
+        let body = br#"{"contents":[{"role":"user","parts":[{"text":"y"}]}]}"#;
+        let array: Value = serde_json::from_slice(&bytes(sim.respond(&parts(path), body))).unwrap();
+        assert_eq!(array[0]["candidates"][0]["finishReason"], "SAFETY");
+        let sse = format!("{path}?alt=sse");
+        let answer = String::from_utf8(bytes(sim.respond(&parts(&sse), body))).unwrap();
+        assert!(answer.starts_with("data: ") && answer.contains("\"STOP\""));
     }
 }

@@ -1,17 +1,26 @@
 //! Anthropic Messages: `POST /v1/messages` (under any base-path prefix) and
 //! Claude on Vertex AI (`.../publishers/anthropic/models/{model}:rawPredict`
 //! and `:streamRawPredict`, model in the path).
+//!
+//! Refusals: `stop_reason: "refusal"` (category and explanation from
+//! `stop_details`), and the filter's block sent as an error, an HTTP 400 or
+//! a stream `error` event whose message is "Output blocked by content
+//! filtering policy" (signal blocked output, category `content_filter`).
+//! Such an event after real output is a partial refusal; any other error is
+//! an error.
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::fields::{typed, Count, Obj, RawText, Str};
+use super::openai_chat::CONTENT_FILTER;
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
-    remove_list_value, str_field, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
-    PartialContinuation, PrefillClaim, RefusalInfo, RewriteError, ServerFallback, StreamInspector,
+    remove_list_value, str_field, truncate_explanation, type_of, Dialect, FrameRewrite, Handoff,
+    LiveSplice, Observation, PartialContinuation, PrefillClaim, RefusalInfo, RewriteError,
+    ServerFallback, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -79,6 +88,35 @@ fn refusal(carrier: &Value) -> Option<RefusalInfo> {
         category: str_field(details, "category"),
         explanation: str_field(details, "explanation"),
         credit_token: str_field(details, "fallback_credit_token"),
+        usage: None,
+    })
+}
+
+/// How Anthropic's error message begins when its filter blocked the output,
+/// lowercased.
+const OUTPUT_BLOCKED: &str = "output blocked by content filtering policy";
+
+/// A refusal sent as an error (an HTTP 400 body or a stream `error` event):
+/// `{"type":"error","error":{"type":"invalid_request_error","message":"Output
+/// blocked by content filtering policy"}}`. Told apart from a real invalid
+/// request by its message alone; the category is `content_filter` unless
+/// the error's `details` names one.
+fn blocked_output(body: &Value) -> Option<RefusalInfo> {
+    let error = body.get("error")?;
+    let message = str_field(error, "message")?;
+    if !message
+        .trim_start()
+        .to_ascii_lowercase()
+        .starts_with(OUTPUT_BLOCKED)
+    {
+        return None;
+    }
+    let named = error.get("details").and_then(|d| str_field(d, "category"));
+    Some(RefusalInfo {
+        signal: Some(RefusalSignal::BlockedOutput),
+        category: Some(named.unwrap_or_else(|| CONTENT_FILTER.to_owned())),
+        explanation: Some(truncate_explanation(message.trim())),
+        credit_token: None,
         usage: None,
     })
 }
@@ -324,6 +362,30 @@ impl Dialect for AnthropicMessages {
             seen.text = String::new();
         }
         Some(seen)
+    }
+
+    fn structured_output(&self, body: &Value) -> Option<&'static str> {
+        let present = |v: Option<&Value>| v.is_some_and(|v| !v.is_null());
+        if matches!(type_of(body, "tool_choice"), Some("tool" | "any")) {
+            Some("a forced tool_choice")
+        } else if present(body.get("output_format"))
+            || present(body.get("output_config").and_then(|c| c.get("format")))
+        {
+            Some("an output format")
+        } else {
+            None
+        }
+    }
+
+    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+        status
+            .is_client_error()
+            .then(|| blocked_output(body))
+            .flatten()
+    }
+
+    fn refuses_with_errors(&self) -> bool {
+        true
     }
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
@@ -917,7 +979,8 @@ impl AnthropicStream {
                     seen.refusal = Some(refused);
                 }
             }
-            "error" => seen.error = true,
+            // Rare, and read whole: it may be a refusal sent as an error.
+            "error" => return self.observe_value(frame),
             _ => {}
         }
         seen
@@ -962,7 +1025,10 @@ impl AnthropicStream {
                     refused.usage = known(total);
                 }
             }
-            "error" => seen.error = true,
+            "error" => match blocked_output(&event) {
+                Some(refused) => seen.refusal = Some(refused),
+                None => seen.error = true,
+            },
             _ => {}
         }
         seen
@@ -1615,5 +1681,95 @@ mod tests {
             json!({"id": "a", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}],
                 "stop_reason": "end_turn", "stop_sequence": null, "usage": {"output_tokens": 2}})
         );
+    }
+
+    #[test]
+    fn the_filters_block_sent_as_an_error_is_a_refusal_and_other_errors_are_not() {
+        let blocked = json!({"type": "error", "error": {"details": null,
+            "type": "invalid_request_error",
+            "message": "Output blocked by content filtering policy"},
+            "request_id": "req_1"});
+        let bad = StatusCode::BAD_REQUEST;
+        let info = AnthropicMessages.inspect_error(bad, &blocked).unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::BlockedOutput));
+        assert_eq!(info.category.as_deref(), Some("content_filter"));
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("Output blocked by content filtering policy")
+        );
+        let named = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "Output blocked by content filtering policy",
+            "details": {"category": "cyber"}}});
+        let info = AnthropicMessages.inspect_error(bad, &named).unwrap();
+        assert_eq!(info.category.as_deref(), Some("cyber"));
+        // Real invalid requests, and the same words on a server error.
+        for message in [
+            "messages.1.content: Input should be a valid list",
+            "prompt is too long: 210000 tokens > 200000 maximum",
+            "content filtering policy",
+        ] {
+            let other = json!({"type": "error",
+                "error": {"type": "invalid_request_error", "message": message}});
+            assert_eq!(
+                AnthropicMessages.inspect_error(bad, &other),
+                None,
+                "{message}"
+            );
+        }
+        let server = StatusCode::INTERNAL_SERVER_ERROR;
+        assert_eq!(AnthropicMessages.inspect_error(server, &blocked), None);
+        assert!(AnthropicMessages.refuses_with_errors());
+    }
+
+    #[test]
+    fn a_blocked_output_error_event_is_a_refusal_and_an_overload_an_error() {
+        let blocked = json!({"type": "error", "error": {"type": "invalid_request_error",
+            "message": "Output blocked by content filtering policy"}});
+        let seen = one(event("error", &blocked));
+        assert!(!seen.error);
+        let refusal = seen.refusal.unwrap();
+        assert_eq!(refusal.signal, Some(RefusalSignal::BlockedOutput));
+        assert_eq!(refusal.category.as_deref(), Some("content_filter"));
+        let overloaded = json!({"type": "error",
+            "error": {"type": "overloaded_error", "message": "Overloaded"}});
+        let seen = one(event("error", &overloaded));
+        assert!(seen.error && seen.refusal.is_none());
+        // After text the same event is a partial refusal.
+        let text = [
+            event(
+                "content_block_start",
+                &json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+            ),
+            event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "Here is"}}),
+            ),
+            event("error", &blocked),
+        ];
+        let seen = observe(&AnthropicMessages, &text);
+        assert!(seen[1].real_output);
+        assert!(seen[2].refusal.is_some());
+    }
+
+    #[test]
+    fn structured_output_is_a_forced_tool_or_an_output_format() {
+        let demands = |body: Value| AnthropicMessages.structured_output(&body).is_some();
+        assert!(demands(
+            json!({"tool_choice": {"type": "tool", "name": "title"}})
+        ));
+        assert!(demands(json!({"tool_choice": {"type": "any"}})));
+        assert!(demands(
+            json!({"output_format": {"type": "json_schema", "schema": {}}})
+        ));
+        assert!(demands(
+            json!({"output_config": {"format": {"type": "json_schema",
+            "schema": {}}}})
+        ));
+        assert!(!demands(json!({"tool_choice": {"type": "auto"}})));
+        assert!(!demands(json!({"tool_choice": {"type": "none"}})));
+        assert!(!demands(json!({"output_config": {"effort": "high"}})));
+        assert!(!demands(json!({"output_format": null})));
     }
 }

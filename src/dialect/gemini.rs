@@ -30,7 +30,10 @@
 //! blocked prompt; a `candidates[].finishReason` in the safety family
 //! (`SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`,
 //! `IMAGE_SAFETY`, ...) is a refusal stop reason. Categories are the
-//! provider's own words. Unknown finish reasons are not refusals.
+//! provider's own words, as they came. Finish reasons that are no policy
+//! stop (`STOP`, `MAX_TOKENS`, `LANGUAGE`, `OTHER`,
+//! `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, ...) are not refusals;
+//! one this file does not know is not either, and is logged as it came.
 
 use http::{Method, Uri};
 use serde_json::{json, Value};
@@ -56,6 +59,25 @@ const REFUSAL_FINISH_REASONS: &[&str] = &[
     "IMAGE_PROHIBITED_CONTENT",
     "IMAGE_RECITATION",
     "MODEL_ARMOR",
+];
+
+/// Finish reasons of the current API that are no policy stop: the end, a
+/// limit, a malformed or unexpected tool call, an unsupported language, an
+/// image not made, and `OTHER` (no classifier named). A reason in neither
+/// list is not taken for a refusal, and is logged as it came.
+const OTHER_FINISH_REASONS: &[&str] = &[
+    "FINISH_REASON_UNSPECIFIED",
+    "STOP",
+    "MAX_TOKENS",
+    "LANGUAGE",
+    "OTHER",
+    "MALFORMED_FUNCTION_CALL",
+    "UNEXPECTED_TOOL_CALL",
+    "TOO_MANY_TOOL_CALLS",
+    "MISSING_THOUGHT_SIGNATURE",
+    "MALFORMED_RESPONSE",
+    "IMAGE_OTHER",
+    "NO_IMAGE",
 ];
 
 /// The two chat methods.
@@ -235,7 +257,14 @@ fn inspect_chunk(chunk: &Value) -> Observation {
         let Some(reason) = str_field(candidate, "finishReason") else {
             continue;
         };
-        if REFUSAL_FINISH_REASONS.contains(&reason.as_str()) {
+        if !REFUSAL_FINISH_REASONS.contains(&reason.as_str()) {
+            if !OTHER_FINISH_REASONS.contains(&reason.as_str()) {
+                tracing::warn!(
+                    finish_reason = %reason,
+                    "a Gemini finish reason the guard does not know; not taken for a refusal"
+                );
+            }
+        } else {
             seen.refusal = Some(RefusalInfo {
                 signal: Some(RefusalSignal::StopReason),
                 explanation: str_field(candidate, "finishMessage")
@@ -285,6 +314,40 @@ impl Dialect for GeminiGenerateContent {
             .and_then(Value::as_u64)
             .is_some_and(|n| n > 1)
             .then_some("candidateCount > 1: several candidates")
+    }
+
+    fn structured_output(&self, body: &Value) -> Option<&'static str> {
+        // The API reads both spellings of every field.
+        let field = |value: &Value, camel: &str, snake: &str| -> Option<Value> {
+            value.get(camel).or_else(|| value.get(snake)).cloned()
+        };
+        let present = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+        let config = field(body, "generationConfig", "generation_config").unwrap_or_default();
+        let mime = field(&config, "responseMimeType", "response_mime_type");
+        let mime = mime
+            .as_ref()
+            .and_then(Value::as_str)
+            .unwrap_or("text/plain");
+        // `application/json`, and `text/x.enum` (one of a list of values).
+        let typed = !mime.eq_ignore_ascii_case("text/plain");
+        if typed
+            || present(&field(&config, "responseSchema", "response_schema"))
+            || present(&field(
+                &config,
+                "responseJsonSchema",
+                "response_json_schema",
+            ))
+        {
+            return Some("a structured response MIME type or schema");
+        }
+        let tools = field(body, "toolConfig", "tool_config").unwrap_or_default();
+        let calling = field(&tools, "functionCallingConfig", "function_calling_config");
+        let mode = calling.and_then(|c| field(&c, "mode", "mode"));
+        let forced = mode
+            .as_ref()
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.eq_ignore_ascii_case("ANY"));
+        forced.then_some("a forced function calling mode (ANY)")
     }
 
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
@@ -667,5 +730,75 @@ mod usage_tests {
         let body = json!({"generationConfig": {"candidateCount": 2}});
         assert!(GeminiGenerateContent.unguardable(&body).is_some());
         assert!(GeminiGenerateContent.unguardable(&json!({})).is_none());
+    }
+
+    #[test]
+    fn every_block_and_policy_finish_of_the_current_api_is_a_refusal_and_no_other() {
+        for reason in [
+            "SAFETY",
+            "OTHER",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "IMAGE_SAFETY",
+            "MODEL_ARMOR",
+            "JAILBREAK",
+            "A_REASON_NOT_YET_PUBLISHED",
+        ] {
+            let seen = inspect_chunk(&json!({"promptFeedback": {"blockReason": reason}}));
+            let info = seen.refusal.expect(reason);
+            assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
+            assert_eq!(info.category.as_deref(), Some(reason), "kept as it came");
+        }
+        for reason in [
+            "SAFETY",
+            "RECITATION",
+            "BLOCKLIST",
+            "PROHIBITED_CONTENT",
+            "SPII",
+            "IMAGE_SAFETY",
+            "MODEL_ARMOR",
+            "IMAGE_PROHIBITED_CONTENT",
+            "IMAGE_RECITATION",
+        ] {
+            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
+            let info = seen.refusal.expect(reason);
+            assert_eq!(info.signal, Some(RefusalSignal::StopReason));
+            assert_eq!(info.category.as_deref(), Some(reason));
+        }
+        for reason in OTHER_FINISH_REASONS
+            .iter()
+            .chain(&["A_REASON_NOT_YET_PUBLISHED"])
+        {
+            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
+            assert!(seen.refusal.is_none(), "{reason}");
+            assert!(!REFUSAL_FINISH_REASONS.contains(reason), "{reason}");
+        }
+    }
+
+    #[test]
+    fn structured_output_is_a_json_or_enum_type_a_schema_or_forced_calls() {
+        let demands = |body: Value| GeminiGenerateContent.structured_output(&body).is_some();
+        assert!(demands(
+            json!({"generationConfig": {"responseMimeType": "application/json"}})
+        ));
+        assert!(demands(
+            json!({"generation_config": {"response_mime_type": "text/x.enum"}})
+        ));
+        assert!(demands(
+            json!({"generationConfig": {"responseSchema": {"type": "OBJECT"}}})
+        ));
+        assert!(demands(
+            json!({"generationConfig": {"responseJsonSchema": {"type": "object"}}})
+        ));
+        assert!(demands(
+            json!({"toolConfig": {"functionCallingConfig": {"mode": "ANY"}}})
+        ));
+        assert!(!demands(json!({})));
+        assert!(!demands(
+            json!({"generationConfig": {"responseMimeType": "text/plain", "temperature": 0}})
+        ));
+        assert!(!demands(
+            json!({"toolConfig": {"functionCallingConfig": {"mode": "AUTO"}}})
+        ));
     }
 }

@@ -209,6 +209,15 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn refuses_with_errors(&self) -> bool {
         false
     }
+    /// What in the request demands structured output, if anything: a JSON
+    /// schema or JSON mode, or a forced tool call. Harnesses send small side
+    /// calls like these (a conversation title, a model router's JSON
+    /// choice) through the same endpoint; a rescue note appended in prose
+    /// would answer them with text that is neither, so the rescue step is
+    /// skipped for them (fallback hops still apply).
+    fn structured_output(&self, _body: &Value) -> Option<&'static str> {
+        None
+    }
     /// Appends the rescue note as a user turn.
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError>;
     /// Asks for another model (in the body or in the path).
@@ -338,6 +347,11 @@ pub(crate) fn known(usage: Usage) -> Option<Usage> {
 /// less those.
 pub(crate) fn fresh_input(prompt: Option<u64>, cached: Option<u64>) -> Option<u64> {
     prompt.map(|p| p.saturating_sub(cached.unwrap_or(0)))
+}
+
+/// The `type` of an object field (`response_format`, `tool_choice`, ...).
+pub(crate) fn type_of<'a>(value: &'a Value, key: &str) -> Option<&'a str> {
+    value.get(key)?.get("type")?.as_str()
 }
 
 /// A string field, or `None` for null, missing or non-string values.

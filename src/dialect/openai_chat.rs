@@ -14,10 +14,17 @@
 //! - A structured-outputs refusal: `delta.refusal` text in a stream,
 //!   `message.refusal` in a JSON body (signal model refusal, category
 //!   `model_refusal`, explanation the refusal text, truncated).
+//! - `finish_reason: "refusal"`: Claude on Azure AI Foundry's chat endpoint
+//!   passing on Anthropic's refusal stop (signal stop reason, no category:
+//!   the endpoint names none).
 //! - Azure's blocked prompt: HTTP 400 with `error.code: "content_filter"`
 //!   (signal blocked prompt, category `content_filter`; the explanation is
 //!   `error.message`, prefixed with `innererror.code` when present, e.g.
 //!   `ResponsibleAIPolicyViolation: ...`).
+//!
+//! A `content_filter_results` entry that reports the filter's own error
+//! (`{"error": {"code": .., "message": ..}}`: the filter did not run) names
+//! nothing filtered and is no refusal.
 
 use std::collections::BTreeMap;
 
@@ -26,7 +33,7 @@ use serde_json::{json, Value};
 
 use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
-    Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
+    type_of, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -36,6 +43,10 @@ pub(crate) const MODEL_REFUSAL: &str = "model_refusal";
 
 /// The category OpenAI and Azure use for their output and prompt filters.
 pub(crate) const CONTENT_FILTER: &str = "content_filter";
+
+/// The finish reason of a refusal stop passed on from Claude (Azure AI
+/// Foundry).
+const REFUSAL_FINISH: &str = "refusal";
 
 #[derive(Debug)]
 pub(crate) struct OpenAiChat;
@@ -92,6 +103,25 @@ pub(crate) fn azure_blocked_prompt(status: StatusCode, body: &Value) -> Option<R
         credit_token: None,
         usage: None,
     })
+}
+
+/// Whether a Chat Completions or Responses `tool_choice` forces a call of
+/// the client's own tools: `"required"`, one named function or custom tool,
+/// or `allowed_tools` in mode `required` (a hosted tool answers in prose).
+pub(crate) fn forces_a_tool_call(choice: &Value) -> bool {
+    match choice {
+        Value::String(choice) => choice == "required",
+        Value::Object(_) => match choice.get("type").and_then(Value::as_str) {
+            Some("function" | "custom") => true,
+            Some("allowed_tools") => {
+                // Chat nests the mode; Responses has it at the top.
+                let mode = choice.get("allowed_tools").unwrap_or(choice).get("mode");
+                mode.and_then(Value::as_str) == Some("required")
+            }
+            _ => false,
+        },
+        _ => false,
+    }
 }
 
 /// The request id OpenAI (`x-request-id`) or Azure (`apim-request-id`) sent.
@@ -181,6 +211,17 @@ fn filter_stop(explanation: Option<String>) -> RefusalInfo {
     }
 }
 
+/// A refusal stop passed on from Claude: the endpoint names no category.
+fn refusal_stop(text: Option<&str>) -> RefusalInfo {
+    RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: None,
+        explanation: text.map(|t| truncate_explanation(t.trim())),
+        credit_token: None,
+        usage: None,
+    }
+}
+
 fn model_refusal(text: &str) -> RefusalInfo {
     RefusalInfo {
         signal: Some(RefusalSignal::ModelRefusal),
@@ -263,10 +304,13 @@ impl Dialect for OpenAiChat {
                 .get("refusal")
                 .and_then(Value::as_str)
                 .filter(|t| is_real_text(t));
-            if choice.get("finish_reason").and_then(Value::as_str) == Some(CONTENT_FILTER) {
+            let finish = choice.get("finish_reason").and_then(Value::as_str);
+            if finish == Some(CONTENT_FILTER) {
                 seen.refusal = Some(filter_stop(
                     filtered_categories(choice).or_else(|| refusal_text.map(truncate_explanation)),
                 ));
+            } else if finish == Some(REFUSAL_FINISH) {
+                seen.refusal = Some(refusal_stop(refusal_text));
             } else if let Some(text) = refusal_text {
                 seen.refusal = Some(model_refusal(text));
             }
@@ -283,6 +327,19 @@ impl Dialect for OpenAiChat {
 
     fn refuses_with_errors(&self) -> bool {
         true
+    }
+
+    fn structured_output(&self, body: &Value) -> Option<&'static str> {
+        if matches!(
+            type_of(body, "response_format"),
+            Some("json_schema" | "json_object")
+        ) {
+            return Some("a JSON response_format");
+        }
+        // The deprecated form too: `function_call: {"name": ...}`.
+        let forced = body.get("tool_choice").is_some_and(forces_a_tool_call)
+            || body.get("function_call").is_some_and(Value::is_object);
+        forced.then_some("a forced tool_choice")
     }
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
@@ -407,6 +464,8 @@ impl ChatStream {
                 seen.refusal = Some(filter_stop(
                     filtered_categories(choice).or(gathered.map(|t| truncate_explanation(&t))),
                 ));
+            } else if finish == REFUSAL_FINISH {
+                seen.refusal = Some(refusal_stop(gathered.as_deref()));
             } else if let Some(text) = gathered {
                 seen.refusal = Some(model_refusal(&text));
             }
@@ -706,5 +765,73 @@ mod usage_tests {
         assert_eq!(OpenAiChat.request_id(&headers).as_deref(), Some("azure-1"));
         headers.insert("x-request-id", HeaderValue::from_static("req_1"));
         assert_eq!(OpenAiChat.request_id(&headers).as_deref(), Some("req_1"));
+    }
+
+    #[test]
+    fn a_filter_that_reports_its_own_error_filtered_nothing() {
+        let results = json!({"error": {"code": "content_filter_error",
+            "message": "The contents are not filtered"}});
+        let answered = json!({"model": "gpt-4o", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": "Hello."},
+            "finish_reason": "stop", "content_filter_results": results}]});
+        let seen = OpenAiChat.inspect_json(&answered);
+        assert!(seen.real_output && seen.refusal.is_none());
+        let empty = json!({"model": "gpt-4o", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": ""},
+            "finish_reason": "stop", "content_filter_results": results}]});
+        assert_eq!(OpenAiChat.inspect_json(&empty).refusal, None);
+        let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "stop",
+            "content_filter_results": results}));
+        let seen = observe(&OpenAiChat, &[data(&stream)]);
+        assert!(seen.iter().all(|o| o.refusal.is_none()));
+        // Beside a category it did filter, the error entry is not named.
+        let mixed = json!({"error": {"code": "content_filter_error", "message": "x"},
+            "violence": {"filtered": true, "severity": "high"},
+            "hate": {"filtered": false, "severity": "safe"}});
+        let filtered = json!({"model": "gpt-4o", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": null},
+            "finish_reason": "content_filter", "content_filter_results": mixed}]});
+        let refusal = OpenAiChat.inspect_json(&filtered).refusal.unwrap();
+        assert_eq!(refusal.explanation.as_deref(), Some("filtered: violence"));
+    }
+
+    #[test]
+    fn claude_on_foundry_refuses_with_a_refusal_finish_reason() {
+        let body = json!({"model": "claude-opus-4-7", "choices": [{"index": 0,
+            "message": {"role": "assistant", "content": null},
+            "finish_reason": "refusal"}]});
+        let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
+        assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
+        assert_eq!(refusal.category, None);
+        let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "refusal"}));
+        let seen = observe(&OpenAiChat, &[data(&stream)]);
+        assert_eq!(seen[0].refusal.as_ref().unwrap().category, None);
+    }
+
+    #[test]
+    fn structured_output_is_json_modes_and_forced_tool_calls() {
+        let demands = |extra: Value| {
+            let mut body = json!({"model": "gpt-4o", "messages": []});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            OpenAiChat.structured_output(&body).is_some()
+        };
+        assert!(demands(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "title", "schema": {}}}})));
+        assert!(demands(json!({"response_format": {"type": "json_object"}})));
+        assert!(demands(json!({"tool_choice": "required"})));
+        assert!(demands(json!({"tool_choice": {"type": "function",
+            "function": {"name": "pick"}}})));
+        assert!(demands(json!({"tool_choice": {"type": "allowed_tools",
+            "allowed_tools": {"mode": "required", "tools": []}}})));
+        assert!(demands(json!({"function_call": {"name": "pick"}})));
+        assert!(!demands(json!({})));
+        assert!(!demands(json!({"response_format": {"type": "text"}})));
+        assert!(!demands(json!({"tool_choice": "auto"})));
+        assert!(!demands(json!({"tool_choice": "none"})));
+        assert!(!demands(json!({"function_call": "auto"})));
+        assert!(!demands(json!({"tool_choice": {"type": "allowed_tools",
+            "allowed_tools": {"mode": "auto", "tools": []}}})));
     }
 }

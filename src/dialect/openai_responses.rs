@@ -21,7 +21,9 @@
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
-use super::openai_chat::{azure_blocked_prompt, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL};
+use super::openai_chat::{
+    azure_blocked_prompt, forces_a_tool_call, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL,
+};
 use super::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
@@ -205,6 +207,18 @@ impl Dialect for OpenAiResponses {
 
     fn refuses_with_errors(&self) -> bool {
         true
+    }
+
+    fn structured_output(&self, body: &Value) -> Option<&'static str> {
+        let format = body.get("text").and_then(|t| t.get("format"));
+        let kind = format.and_then(|f| f.get("type")).and_then(Value::as_str);
+        if matches!(kind, Some("json_schema" | "json_object")) {
+            Some("a JSON text.format")
+        } else if body.get("tool_choice").is_some_and(forces_a_tool_call) {
+            Some("a forced tool_choice")
+        } else {
+            None
+        }
     }
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
@@ -563,5 +577,27 @@ mod usage_tests {
             OpenAiResponses.inspect_json(&response).usage,
             Some(expected)
         );
+    }
+
+    #[test]
+    fn structured_output_is_a_json_text_format_or_a_forced_tool_call() {
+        let demands = |body: Value| OpenAiResponses.structured_output(&body).is_some();
+        assert!(demands(json!({"text": {"format": {"type": "json_schema",
+            "name": "route", "schema": {}}}})));
+        assert!(demands(
+            json!({"text": {"format": {"type": "json_object"}}})
+        ));
+        assert!(demands(json!({"tool_choice": "required"})));
+        assert!(demands(
+            json!({"tool_choice": {"type": "function", "name": "pick"}})
+        ));
+        assert!(demands(json!({"tool_choice": {"type": "allowed_tools",
+            "mode": "required", "tools": []}})));
+        assert!(!demands(json!({"text": {"format": {"type": "text"}}})));
+        assert!(!demands(json!({"text": {"verbosity": "low"}})));
+        assert!(!demands(
+            json!({"tool_choice": {"type": "web_search_preview"}})
+        ));
+        assert!(!demands(json!({"tool_choice": "auto"})));
     }
 }

@@ -428,6 +428,17 @@ impl Climb {
             self.reason.get_or_insert(DeadReason::RescueOff);
             return Prep::Stop;
         }
+        // Before the cap is reserved: a side call skipped here leaves the
+        // conversation's one rescue for its real turns.
+        if let Some(demand) = call.dialect.structured_output(&next.json) {
+            tracing::info!(
+                wire_api = %call.dialect.wire_api(),
+                demand,
+                "the request demands structured output; the rescue step is skipped"
+            );
+            self.reason = Some(DeadReason::StructuredOutput);
+            return Prep::Skip;
+        }
         if let Some(key) = call.conversation.key() {
             let reservation = config.store.reserve_rescue(key, config.rescue_cap);
             if !call.ask_store(reservation, false).await {

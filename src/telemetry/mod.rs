@@ -600,6 +600,7 @@ pub(crate) fn signal_str(signal: RefusalSignal) -> &'static str {
         RefusalSignal::BlockedPrompt => "blocked_prompt",
         RefusalSignal::ModelRefusal => "model_refusal",
         RefusalSignal::Text => "text",
+        RefusalSignal::BlockedOutput => "blocked_output",
     }
 }
 
@@ -632,6 +633,7 @@ mod tests {
             RefusalSignal::BlockedPrompt,
             RefusalSignal::ModelRefusal,
             RefusalSignal::Text,
+            RefusalSignal::BlockedOutput,
         ] {
             let json = serde_json::to_value(signal).unwrap();
             assert_eq!(json.as_str(), Some(signal_str(signal)));

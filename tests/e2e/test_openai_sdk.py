@@ -77,6 +77,25 @@ def test_simulated_content_filter(harness, stream):
     assert text.startswith("Simulated answer")
 
 
+@pytest.mark.parametrize("stream", [True, False])
+def test_simulated_responses_incomplete_is_rescued(harness, stream):
+    c = openai.OpenAI(base_url=harness.simulated + "/v1", api_key="dummy", max_retries=0, timeout=30)
+    prompt = f"responses: incomplete first attempt, stream={stream}"
+    if stream:
+        events = list(c.responses.create(model="gpt-4o", input=prompt, stream=True))
+        kinds = [e.type for e in events]
+        assert "response.incomplete" not in kinds
+        assert kinds[-1] == "response.completed"
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        status = events[-1].response.status
+    else:
+        done = c.responses.create(model="gpt-4o", input=prompt)
+        text = done.output_text
+        status = done.status
+    assert status == "completed"
+    assert text.startswith("Simulated answer")
+
+
 def test_empty_content_filter_stream_reaches_the_sdk_rescued(harness, script_id):
     parts = chunks(client(harness.proxy, f"{EMPTY_FILTER},{STREAM}", script_id))
     direct = chunks(client(harness.mock, STREAM, script_id + "-direct"))

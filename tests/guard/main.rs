@@ -6,6 +6,7 @@
 
 mod anthropic;
 mod contract;
+mod error_refusals;
 mod extension_points;
 mod faults;
 mod fixtures_anthropic;

@@ -14,3 +14,4 @@ mod options;
 mod policy_flags;
 mod raw_upstream;
 mod refused_usage;
+mod simulate;

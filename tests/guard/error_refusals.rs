@@ -1,0 +1,290 @@
+//! Refusals that arrive as errors (Anthropic's "Output blocked by content
+//! filtering policy", as an HTTP 400 or a stream `error` event), and side
+//! calls that demand structured output, which the rescue step leaves alone,
+//! through the public API.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RefusalKind, RefusalSignal};
+use refusal_guard::{Outcome, RefusalGuardLayer};
+use serde_json::{json, Value};
+use support::anthropic::{anthropic_stream, events};
+use support::*;
+
+const MESSAGES_URL: &str = "https://api.anthropic.com/v1/messages";
+const CHAT_URL: &str = "https://api.openai.com/v1/chat/completions";
+const RESPONSES_URL: &str = "https://api.openai.com/v1/responses";
+const GEMINI_URL: &str =
+    "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:generateContent";
+
+/// The body Anthropic answers a classifier block with, as Claude Code users
+/// report it (HTTP 400).
+const BLOCKED_400: &str = r#"{"type":"error","error":{"details":null,"type":"invalid_request_error","message":"Output blocked by content filtering policy"},"request_id":"req_011CaxpBxEpLvE6AvvuDD5BW"}"#;
+
+fn post(url: &str, body: &Value) -> http::Request<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap();
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("content-length", bytes.len())
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap()
+}
+
+fn messages_request(stream: bool) -> Value {
+    json!({"model": "claude-opus-4-7", "max_tokens": 1024, "stream": stream,
+        "system": "You are a coding assistant.",
+        "messages": [{"role": "user", "content": "Write the GitHub issue template config."}]})
+}
+
+fn answer() -> Bytes {
+    anthropic_stream(&events::text_answer(
+        "claude-opus-4-7",
+        "blank_issues_enabled: true",
+    ))
+}
+
+fn blocked_event() -> Value {
+    json!({"type": "error", "error": {"type": "invalid_request_error",
+        "message": "Output blocked by content filtering policy"}})
+}
+
+// ------------------------------------------------------- refusals as errors
+
+#[tokio::test]
+async fn an_output_blocked_400_is_a_refusal_the_rescue_recovers() {
+    let replies = vec![
+        Reply::Status(400, Bytes::from(BLOCKED_400)),
+        Reply::Sse(vec![answer()]),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post(MESSAGES_URL, &messages_request(true)),
+    )
+    .await;
+    assert_eq!(done.parts.status, 200);
+    let seen = done.assert_served_on_the_second_call(&answer(), "the rescue is served");
+    let note = seen[1].last_message().to_string();
+    assert!(note.contains("content_filter"), "{note}");
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.signal, RefusalSignal::BlockedOutput);
+    assert_eq!(refusal.category.as_deref(), Some("content_filter"));
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.attempts[0].status, Some(400));
+    assert_eq!(record.attempts[0].result, AttemptResult::Refused);
+    let line: Value = serde_json::from_slice(&record.to_json_line()).unwrap();
+    assert_eq!(line["signal"], "blocked_output");
+}
+
+#[tokio::test]
+async fn an_output_blocked_400_nothing_recovers_reaches_the_client_as_sent() {
+    let replies = vec![Reply::Status(400, Bytes::from(BLOCKED_400))];
+    let layer = RefusalGuardLayer::new().rescue(false);
+    let done = exchange(layer, replies, post(MESSAGES_URL, &messages_request(false))).await;
+    assert_eq!(done.parts.status, 400);
+    assert_eq!(done.parts.headers["content-type"], "application/json");
+    assert_eq!(done.body, BLOCKED_400.as_bytes());
+    assert_eq!(done.upstream.seen().len(), 1);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::RescueOff));
+    assert_eq!(record.signal, Some(RefusalSignal::BlockedOutput));
+}
+
+#[tokio::test]
+async fn a_real_invalid_request_400_is_no_refusal() {
+    for message in [
+        "messages.0.content: Field required",
+        "prompt is too long: 212000 tokens > 200000 maximum",
+    ] {
+        let body = json!({"type": "error",
+            "error": {"type": "invalid_request_error", "message": message}});
+        let sent = Bytes::from(body.to_string());
+        let replies = vec![Reply::Status(400, sent.clone()), Reply::Sse(vec![answer()])];
+        let done = exchange(
+            RefusalGuardLayer::new(),
+            replies,
+            post(MESSAGES_URL, &messages_request(true)),
+        )
+        .await;
+        assert_eq!(done.parts.status, 400, "{message}");
+        done.assert_untouched(&sent);
+    }
+}
+
+#[tokio::test]
+async fn an_output_blocked_event_before_any_output_is_rescued() {
+    let refused = anthropic_stream(&[events::message_start("claude-opus-4-7"), blocked_event()]);
+    let replies = vec![Reply::Sse(vec![refused]), Reply::Sse(vec![answer()])];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post(MESSAGES_URL, &messages_request(true)),
+    )
+    .await;
+    done.assert_served_on_the_second_call(&answer(), "the rescue is served");
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.signal, RefusalSignal::BlockedOutput);
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+}
+
+#[tokio::test]
+async fn an_output_blocked_event_after_text_is_a_partial_refusal_left_alone() {
+    let partial = anthropic_stream(&[
+        events::message_start("claude-opus-4-7"),
+        events::block_start(0, json!({"type": "text", "text": ""})),
+        events::text_delta(0, "blank_issues_enabled: true\n"),
+        blocked_event(),
+    ]);
+    let replies = vec![
+        Reply::Sse(vec![partial.clone()]),
+        Reply::Sse(vec![answer()]),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post(MESSAGES_URL, &messages_request(true)),
+    )
+    .await;
+    assert_eq!(done.body, partial, "passed through byte for byte");
+    assert_eq!(done.upstream.seen().len(), 1);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Partial);
+    assert_eq!(record.kind, Some(RefusalKind::Partial));
+    assert_eq!(record.signal, Some(RefusalSignal::BlockedOutput));
+}
+
+// ------------------------------------------------- structured side calls
+
+/// An empty refusal stream of the Messages API.
+fn refused_stream() -> Bytes {
+    anthropic_stream(&[
+        events::message_start("claude-opus-4-7"),
+        events::refusal(Some("cyber"), Some("Declined.")),
+        events::message_stop(),
+    ])
+}
+
+#[tokio::test]
+async fn a_forced_tool_call_is_not_rescued_and_says_why() {
+    let mut request = messages_request(true);
+    request["tools"] = json!([{"name": "title", "input_schema": {"type": "object"}}]);
+    request["tool_choice"] = json!({"type": "tool", "name": "title"});
+    let replies = vec![
+        Reply::Sse(vec![refused_stream()]),
+        Reply::Sse(vec![answer()]),
+    ];
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post(MESSAGES_URL, &request),
+    )
+    .await;
+    assert_eq!(done.body, refused_stream(), "the refusal as sent");
+    assert_eq!(done.upstream.seen().len(), 1, "no rescue was sent");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::StructuredOutput));
+    let line: Value = serde_json::from_slice(&record.to_json_line()).unwrap();
+    assert_eq!(line["reason"], "structured_output");
+}
+
+#[tokio::test]
+async fn a_structured_side_call_still_climbs_its_fallback_chain() {
+    let mut request = messages_request(true);
+    request["output_config"] = json!({"format": {"type": "json_schema",
+        "schema": {"type": "object", "properties": {"title": {"type": "string"}}}}});
+    let replies = vec![
+        Reply::Sse(vec![refused_stream()]),
+        Reply::Sse(vec![answer()]),
+    ];
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let done = exchange(layer, replies, post(MESSAGES_URL, &request)).await;
+    let seen = done.assert_served_on_the_second_call(&answer(), "the fallback answers");
+    assert_eq!(seen[1].json()["model"], "claude-sonnet-4-5");
+    assert_eq!(seen[1].json()["messages"], request["messages"], "no note");
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+}
+
+#[tokio::test]
+async fn a_refused_structured_side_call_after_its_chain_is_dead_for_structured_output() {
+    let mut request = messages_request(true);
+    request["tool_choice"] = json!({"type": "any"});
+    request["tools"] = json!([{"name": "title", "input_schema": {"type": "object"}}]);
+    let replies = vec![
+        Reply::Sse(vec![refused_stream()]),
+        Reply::Sse(vec![refused_stream()]),
+        Reply::Sse(vec![refused_stream()]),
+        Reply::Sse(vec![answer()]),
+    ];
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let done = exchange(layer, replies, post(MESSAGES_URL, &request)).await;
+    assert_eq!(done.body, refused_stream());
+    let record = &done.sink.records()[0];
+    let steps: Vec<AttemptStep> = record.attempts.iter().map(|a| a.step).collect();
+    assert_eq!(
+        steps,
+        [
+            AttemptStep::Original,
+            AttemptStep::Fallback,
+            AttemptStep::Fallback
+        ]
+    );
+    assert_eq!(record.reason, Some(DeadReason::StructuredOutput));
+}
+
+#[tokio::test]
+async fn json_modes_of_the_other_apis_are_not_rescued_and_plain_requests_are() {
+    let chat_refused = Bytes::from_static(
+        br#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":null},"finish_reason":"content_filter"}]}"#,
+    );
+    let chat_answer = Bytes::from_static(
+        br#"{"id":"c","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"{\"title\":\"x\"}"},"finish_reason":"stop"}]}"#,
+    );
+    let responses_refused = Bytes::from_static(
+        br#"{"id":"r","object":"response","status":"incomplete","incomplete_details":{"reason":"content_filter"},"model":"gpt-4o","output":[]}"#,
+    );
+    let gemini_refused = Bytes::from_static(
+        br#"{"candidates":[{"finishReason":"SAFETY","index":0}],"modelVersion":"gemini-2.5-pro"}"#,
+    );
+    let user = json!([{"role": "user", "content": "Title this conversation."}]);
+    let cases = [
+        (
+            CHAT_URL,
+            json!({"model": "gpt-4o", "messages": user,
+                "response_format": {"type": "json_schema",
+                    "json_schema": {"name": "t", "schema": {"type": "object"}}}}),
+            chat_refused.clone(),
+        ),
+        (
+            RESPONSES_URL,
+            json!({"model": "gpt-4o", "input": "Pick a model for this prompt.",
+                "text": {"format": {"type": "json_object"}}}),
+            responses_refused,
+        ),
+        (
+            GEMINI_URL,
+            json!({"contents": [{"role": "user", "parts": [{"text": "Route this."}]}],
+                "generationConfig": {"responseMimeType": "application/json",
+                    "responseJsonSchema": {"type": "object"}}}),
+            gemini_refused,
+        ),
+    ];
+    for (url, request, refused) in cases {
+        let replies = vec![
+            Reply::Json(refused.clone()),
+            Reply::Json(chat_answer.clone()),
+        ];
+        let done = exchange(RefusalGuardLayer::new(), replies, post(url, &request)).await;
+        assert_eq!(done.body, refused, "{url}");
+        assert_eq!(done.upstream.seen().len(), 1, "{url}");
+        let record = &done.sink.records()[0];
+        assert_eq!(record.reason, Some(DeadReason::StructuredOutput), "{url}");
+    }
+    // The same refusal without a JSON mode is rescued.
+    let plain = json!({"model": "gpt-4o", "messages": user});
+    let replies = vec![Reply::Json(chat_refused), Reply::Json(chat_answer.clone())];
+    let done = exchange(RefusalGuardLayer::new(), replies, post(CHAT_URL, &plain)).await;
+    done.assert_served_on_the_second_call(&chat_answer, "the rescue answers");
+}

@@ -1,0 +1,177 @@
+//! `--simulate` through the real proxy on loopback: each of the four wire
+//! APIs, streamed and not, is refused on a conversation's first attempt with
+//! that API's empty-refusal signal and rescued, with no key and no network;
+//! the simulator's own errors come in the API's shape.
+
+use refusal_guard::api_error::ERROR_HEADER;
+use refusal_guard::refusal::RECOVERY_HEADER;
+use refusal_guard::simulate::ANSWER;
+use serde_json::{json, Value};
+use support::proxy::{client, run_proxy};
+
+/// Posts `body` to `path` and returns the recovery header and the body.
+async fn post(base: &str, path: &str, body: &Value) -> (u16, Option<String>, String) {
+    let response = client()
+        .post(format!("{base}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let recovery = response
+        .headers()
+        .get(RECOVERY_HEADER)
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, recovery, response.text().await.unwrap())
+}
+
+/// The `data:` payloads of an SSE body, as JSON.
+fn events(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .filter(|data| data.trim() != "[DONE]")
+        .map(|data| serde_json::from_str(data.trim()).unwrap())
+        .collect()
+}
+
+/// Asserts a rescued answer: status 200, the recovery header, and `text`
+/// (the answer as the API's fields spell it) the simulated answer.
+fn assert_rescued(what: &str, (status, recovery, _): &(u16, Option<String>, String), text: &str) {
+    assert_eq!(*status, 200, "{what}");
+    let recovery = recovery.as_deref().unwrap_or_default();
+    assert!(recovery.starts_with("rescued"), "{what}: {recovery:?}");
+    assert_eq!(text, ANSWER, "{what}");
+}
+
+#[tokio::test]
+async fn every_api_is_refused_then_rescued_streamed_and_not() {
+    let base = run_proxy(&["--simulate"]).await;
+    for stream in [false, true] {
+        let user = format!("Audit my SSH config (stream {stream})");
+
+        let body = json!({"model": "claude-opus-4-7", "max_tokens": 64, "stream": stream,
+            "messages": [{"role": "user", "content": user}]});
+        let done = post(&base, "/v1/messages", &body).await;
+        let text: String = if stream {
+            events(&done.2)
+                .iter()
+                .filter_map(|e| e["delta"]["text"].as_str().map(str::to_owned))
+                .collect()
+        } else {
+            let message: Value = serde_json::from_str(&done.2).unwrap();
+            message["content"][0]["text"].as_str().unwrap().to_owned()
+        };
+        assert_rescued("messages", &done, &text);
+
+        let body = json!({"model": "gpt-4o", "stream": stream,
+            "messages": [{"role": "user", "content": user}]});
+        let done = post(&base, "/v1/chat/completions", &body).await;
+        let text: String = if stream {
+            events(&done.2)
+                .iter()
+                .filter_map(|e| {
+                    e["choices"][0]["delta"]["content"]
+                        .as_str()
+                        .map(str::to_owned)
+                })
+                .collect()
+        } else {
+            let completion: Value = serde_json::from_str(&done.2).unwrap();
+            let message = &completion["choices"][0]["message"]["content"];
+            message.as_str().unwrap().to_owned()
+        };
+        assert_rescued("chat completions", &done, &text);
+
+        let body = json!({"model": "gpt-4o", "stream": stream, "input": user});
+        let done = post(&base, "/v1/responses", &body).await;
+        let text: String = if stream {
+            let events = events(&done.2);
+            assert_eq!(events.last().unwrap()["type"], "response.completed");
+            events
+                .iter()
+                .filter(|e| e["type"] == "response.output_text.delta")
+                .filter_map(|e| e["delta"].as_str().map(str::to_owned))
+                .collect()
+        } else {
+            let response: Value = serde_json::from_str(&done.2).unwrap();
+            assert_eq!(response["status"], "completed");
+            let text = &response["output"][0]["content"][0]["text"];
+            text.as_str().unwrap().to_owned()
+        };
+        assert_rescued("responses", &done, &text);
+
+        let body = json!({"contents": [{"role": "user", "parts": [{"text": user}]}]});
+        let path = if stream {
+            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
+        } else {
+            "/v1beta/models/gemini-2.5-pro:generateContent"
+        };
+        let done = post(&base, path, &body).await;
+        let chunks = if stream {
+            events(&done.2)
+        } else {
+            vec![serde_json::from_str(&done.2).unwrap()]
+        };
+        let text: String = chunks
+            .iter()
+            .filter_map(|c| c["candidates"][0]["content"]["parts"][0]["text"].as_str())
+            .collect();
+        assert_rescued("gemini", &done, &text);
+    }
+}
+
+#[tokio::test]
+async fn a_later_request_of_a_conversation_is_answered_without_recovery() {
+    let base = run_proxy(&["--simulate"]).await;
+    let body = json!({"model": "gpt-4o", "input": "One conversation, asked twice."});
+    let first = post(&base, "/v1/responses", &body).await;
+    assert!(first.1.as_deref().unwrap().starts_with("rescued"));
+    let again = post(&base, "/v1/responses", &body).await;
+    assert_eq!(again.0, 200);
+    assert_eq!(again.1, None, "answered at once");
+}
+
+#[tokio::test]
+async fn the_simulators_own_errors_come_in_each_apis_shape() {
+    let base = run_proxy(&["--simulate"]).await;
+    let response = client()
+        .get(format!(
+            "{base}/v1beta/models/gemini-2.5-pro:generateContent"
+        ))
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert!(response.headers().get(ERROR_HEADER).is_some());
+    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(json["error"]["code"], 405);
+    assert!(json["error"]["status"].is_string());
+
+    let response = client()
+        .post(format!("{base}/v1/embeddings"))
+        .body("{}")
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert!(response.headers().get(ERROR_HEADER).is_some());
+    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(
+        json["error"]["type"], "invalid_request_error",
+        "OpenAI's shape"
+    );
+
+    let response = client()
+        .get(format!("{base}/v1/messages"))
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(json["type"], "error", "Anthropic's shape");
+}
