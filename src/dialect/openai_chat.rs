@@ -91,6 +91,7 @@ pub(crate) fn azure_blocked_prompt(status: StatusCode, body: &Value) -> Option<R
         explanation: explanation.map(|e| truncate_explanation(&e)),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     })
 }
 
@@ -178,6 +179,7 @@ fn filter_stop(explanation: Option<String>) -> RefusalInfo {
         explanation,
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     }
 }
 
@@ -188,6 +190,7 @@ fn model_refusal(text: &str) -> RefusalInfo {
         explanation: Some(truncate_explanation(text.trim())),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     }
 }
 

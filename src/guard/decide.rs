@@ -10,7 +10,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::dialect::{Handoff, RefusalInfo};
+use crate::dialect::{Declined, Handoff, RefusalInfo};
 use crate::guard::body::BoxError;
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
@@ -74,18 +74,18 @@ pub(crate) enum Decision<B> {
 
 /// A fallback's change of model, to be marked in the response served.
 pub(crate) struct HandoffMark {
-    from: String,
+    declined: Vec<Declined>,
     to: String,
-    category: Option<String>,
+    primary_id: Option<String>,
 }
 
 impl HandoffMark {
     /// The mark as the dialects write it.
     pub(crate) fn handoff(&self) -> Handoff<'_> {
         Handoff {
-            from: &self.from,
+            declined: &self.declined,
             to: &self.to,
-            category: self.category.as_deref(),
+            primary_id: self.primary_id.as_deref(),
         }
     }
 }
@@ -147,6 +147,7 @@ impl<S> Exchange<S> {
             status: Some(held.status()),
             latency_ms: millis(self.sent.elapsed()),
             usage: None,
+            fallback_credit: None,
         };
 
         // A broken connection is served as it came: what arrived, then its
@@ -216,7 +217,8 @@ impl<S> Exchange<S> {
         R: Body + Send + 'static,
         R::Error: Into<BoxError>,
     {
-        let mut climb = Climb::new(&self.call, info, original_attempt);
+        let primary_id = original.findings().and_then(|f| f.message_id.clone());
+        let mut climb = Climb::new(&self.call, info, original_attempt, primary_id);
         let Exchange {
             mut upstream,
             call,
@@ -289,6 +291,11 @@ struct Climb {
     departure: Departure,
     /// An Anthropic fallback credit token and when it was minted.
     credit: Option<(String, Instant)>,
+    /// The client's model and each fallback hop that declined, in order:
+    /// what a handoff marker names.
+    declined: Vec<Declined>,
+    /// The original's message id, kept on a marked handoff.
+    primary_id: Option<String>,
     /// The latest refusal, which the policy is asked about.
     last: RefusalInfo,
     reason: Option<DeadReason>,
@@ -301,12 +308,19 @@ struct Climb {
 }
 
 impl Climb {
-    fn new(call: &Call, info: RefusalInfo, original: Attempt) -> Self {
+    fn new(call: &Call, info: RefusalInfo, original: Attempt, primary_id: Option<String>) -> Self {
+        let declined = call.model.iter().map(|model| Declined {
+            model: model.clone(),
+            category: info.category.clone(),
+            usage: info.usage,
+        });
         Climb {
             credit: info
                 .credit_token
                 .clone()
                 .map(|token| (token, Instant::now())),
+            declined: declined.collect(),
+            primary_id,
             last: info.clone(),
             departure: Departure {
                 call: call.clone(),
@@ -493,6 +507,7 @@ impl Climb {
             status: None,
             latency_ms: millis(sent.elapsed()),
             usage: None,
+            fallback_credit: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -542,6 +557,7 @@ impl Climb {
             .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
         let request_id = call.dialect.request_id(&held.parts.headers);
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
@@ -569,6 +585,13 @@ impl Climb {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
                 self.last = again.clone();
                 record.usage = again.usage;
+                if let (AttemptStep::Fallback, Some(model)) = (step.kind, &step.model) {
+                    self.declined.push(Declined {
+                        model: model.clone(),
+                        category: again.category.clone(),
+                        usage: again.usage,
+                    });
+                }
                 (AttemptResult::Refused, DeadReason::StillRefused)
             }
             Verdict::Ended => (AttemptResult::NoOutput, DeadReason::NoOutput),
@@ -602,11 +625,11 @@ impl Climb {
             let route = config.store.set_sticky_route(key, model, ttl);
             call.ask_store(route, ()).await;
         }
-        let handoff = match (config.handoff_marker, fallback, &call.model, step.model) {
-            (true, true, Some(from), Some(to)) => Some(HandoffMark {
-                from: from.clone(),
+        let handoff = match (config.handoff_marker, fallback, step.model) {
+            (true, true, Some(to)) if !self.declined.is_empty() => Some(HandoffMark {
+                declined: std::mem::take(&mut self.declined),
                 to,
-                category: self.info.category.clone(),
+                primary_id: self.primary_id.take(),
             }),
             _ => None,
         };
