@@ -296,6 +296,8 @@ struct Climb {
     declined: Vec<Declined>,
     /// The original's message id, kept on a marked handoff.
     primary_id: Option<String>,
+    /// The latest retry model a refusal recommended.
+    recommended: Option<String>,
     /// The latest refusal, which the policy is asked about.
     last: RefusalInfo,
     reason: Option<DeadReason>,
@@ -321,6 +323,7 @@ impl Climb {
                 .map(|token| (token, Instant::now())),
             declined: declined.collect(),
             primary_id,
+            recommended: info.recommended_model.clone(),
             last: info.clone(),
             departure: Departure {
                 call: call.clone(),
@@ -356,6 +359,7 @@ impl Climb {
             rescues: self.rescues,
             retargets: self.retargets,
             last_failure: self.reason,
+            recommended: self.recommended.as_deref(),
         };
         next_step(call.config.policy(), &state)
     }
@@ -585,6 +589,9 @@ impl Climb {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
                 self.last = again.clone();
                 record.usage = again.usage;
+                if again.recommended_model.is_some() {
+                    self.recommended = again.recommended_model.clone();
+                }
                 if let (AttemptStep::Fallback, Some(model)) = (step.kind, &step.model) {
                     self.declined.push(Declined {
                         model: model.clone(),

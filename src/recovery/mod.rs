@@ -227,6 +227,8 @@ pub struct RecoveryState<'a> {
     pub(crate) rescues: usize,
     pub(crate) retargets: usize,
     pub(crate) last_failure: Option<DeadReason>,
+    /// The latest retry model a refusal of this call recommended.
+    pub(crate) recommended: Option<&'a str>,
 }
 
 impl<'a> RecoveryState<'a> {
@@ -267,11 +269,12 @@ impl<'a> RecoveryState<'a> {
         self.model
     }
 
-    /// The model the provider suggests retrying the latest refusal on
-    /// (Anthropic `stop_details.recommended_model`: the request carried
-    /// server-side `fallbacks`, and the one the provider would have tried
-    /// was rate limited or overloaded), unless a request of this call
-    /// already went to it.
+    /// The model the provider suggested retrying on, in the latest refusal
+    /// of this call that suggested one (Anthropic
+    /// `stop_details.recommended_model`: the request carried server-side
+    /// `fallbacks`, and the one the provider would have tried was rate
+    /// limited or overloaded), unless a request of this call already went
+    /// to it.
     ///
     /// ```
     /// use refusal_guard::recovery::{NextStep, RecoveryState};
@@ -286,7 +289,7 @@ impl<'a> RecoveryState<'a> {
     /// # let _ = layer;
     /// ```
     pub fn recommended_model(&self) -> Option<&'a str> {
-        let model = self.refusal.recommended_model.as_deref()?;
+        let model = self.recommended?;
         let tried = self
             .attempts
             .iter()
@@ -668,6 +671,7 @@ mod tests {
                 rescues,
                 retargets,
                 last_failure,
+                recommended,
             };
             match ladder.next_step(&state) {
                 NextStep::Fallback(model) => {
