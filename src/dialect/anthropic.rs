@@ -1787,7 +1787,7 @@ mod tests {
                 "stop_details": details(extra)}))
             .refusal
             .unwrap();
-            assert_eq!(streamed.usage.is_some(), true);
+            assert!(streamed.usage.is_some());
             assert_eq!(
                 (streamed.prefill, streamed.recommended_model.clone()),
                 (whole.prefill, whole.recommended_model)
