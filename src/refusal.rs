@@ -501,14 +501,35 @@ pub struct Attempt {
     pub latency_ms: u64,
     /// The tokens the provider reported for a refused response, when it
     /// reported any. The guard reads usage only from responses it judged
-    /// refused: answers it served are the client's to account. A value this
-    /// version cannot read is `None`, not a reason to drop the attempt.
+    /// refused: answers it served are the client's to account. For a
+    /// response a provider's own server-side chain served, the tokens its
+    /// declined attempts cost (Anthropic `usage.iterations`), the serving
+    /// attempt's left out. A value this version cannot read is `None`, not
+    /// a reason to drop the attempt.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "lenient_usage"
     )]
     pub usage: Option<Usage>,
+    /// What became of the Anthropic fallback credit token this attempt
+    /// presented (`usage.fallback_credit`), when the response said.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient_credit"
+    )]
+    pub fallback_credit: Option<FallbackCredit>,
+}
+
+/// Reads an attempt's credit outcome, turning one this version cannot read
+/// into `None`.
+fn lenient_credit<'de, D>(deserializer: D) -> Result<Option<FallbackCredit>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    Ok(value.and_then(|value| serde_json::from_value(value).ok()))
 }
 
 /// Reads an attempt's usage, turning one this version cannot read (a newer
@@ -537,6 +558,7 @@ impl Attempt {
             status: None,
             latency_ms: 0,
             usage: None,
+            fallback_credit: None,
         }
     }
 
@@ -588,6 +610,135 @@ impl Attempt {
         self.usage = Some(usage);
         self
     }
+
+    /// Whose fallback credit token came to this.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Served)
+    ///     .fallback_credit(FallbackCredit::Redeemed);
+    /// assert!(attempt.fallback_credit.unwrap().redeemed());
+    /// ```
+    pub fn fallback_credit(mut self, credit: FallbackCredit) -> Self {
+        self.fallback_credit = Some(credit);
+        self
+    }
+}
+
+/// What became of an Anthropic fallback credit token a request presented,
+/// as the response's `usage.fallback_credit` said: redeemed (the retry is
+/// billed as if the conversation had been on its model all along), or not
+/// applied, with the provider's reason (`expired`, `body_mismatch`, ...).
+///
+/// Serialises as `{"status":"redeemed"}` or
+/// `{"status":"not_applied","reason":"expired"}`.
+///
+/// ```
+/// use refusal_guard::refusal::FallbackCredit;
+///
+/// let missed = FallbackCredit::not_applied("expired");
+/// assert_eq!(missed.reason(), Some("expired"));
+/// assert_eq!(
+///     serde_json::to_string(&missed).unwrap(),
+///     r#"{"status":"not_applied","reason":"expired"}"#
+/// );
+/// assert_eq!(FallbackCredit::Redeemed.as_str(), "redeemed");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FallbackCredit {
+    /// The credit was applied.
+    Redeemed,
+    /// The credit was not applied.
+    NotApplied {
+        /// The provider's reason, when it gave one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+}
+
+impl FallbackCredit {
+    /// Not applied, for `reason`.
+    pub fn not_applied(reason: impl Into<String>) -> Self {
+        FallbackCredit::NotApplied {
+            reason: Some(reason.into()),
+        }
+    }
+
+    /// Whether the credit was applied.
+    pub fn redeemed(&self) -> bool {
+        matches!(self, FallbackCredit::Redeemed)
+    }
+
+    /// The status word: `redeemed` or `not_applied`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FallbackCredit::Redeemed => "redeemed",
+            FallbackCredit::NotApplied { .. } => "not_applied",
+        }
+    }
+
+    /// Why it was not applied, when the provider said.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            FallbackCredit::Redeemed => None,
+            FallbackCredit::NotApplied { reason } => reason.as_deref(),
+        }
+    }
+}
+
+/// Whether an Anthropic refusal's fallback credit token carries a prefill
+/// claim (`stop_details.fallback_has_prefill_claim`): may another model
+/// continue the refused response's partial output, sent back as an
+/// appended assistant turn?
+///
+/// Some platforms leave the field out: that is [`Prefill::Unknown`], not
+/// [`Prefill::NotClaimed`]. Only [`Prefill::Claimed`] allows the appended
+/// turn; without it the credit is redeemed, if at all, by the unchanged
+/// request.
+///
+/// ```
+/// use refusal_guard::refusal::Prefill;
+///
+/// assert_eq!(Prefill::default(), Prefill::Unknown);
+/// assert!(Prefill::Claimed.allows_continuation());
+/// assert!(!Prefill::Unknown.allows_continuation());
+/// assert_eq!(Prefill::from_field(None), Prefill::Unknown);
+/// assert_eq!(Prefill::from_field(Some(false)), Prefill::NotClaimed);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Prefill {
+    /// `true`: the partial output may be continued by another model.
+    Claimed,
+    /// `false`: resend the request unchanged.
+    NotClaimed,
+    /// Absent (or not a boolean): the shape of a redeeming retry is not known.
+    #[default]
+    Unknown,
+}
+
+impl Prefill {
+    /// The value of a `fallback_has_prefill_claim` field, `None` when absent.
+    pub fn from_field(value: Option<bool>) -> Self {
+        match value {
+            Some(true) => Prefill::Claimed,
+            Some(false) => Prefill::NotClaimed,
+            None => Prefill::Unknown,
+        }
+    }
+
+    /// Whether the refused response may be continued with an appended
+    /// assistant turn.
+    pub fn allows_continuation(self) -> bool {
+        self == Prefill::Claimed
+    }
+
+    fn is_unknown(&self) -> bool {
+        *self == Prefill::Unknown
+    }
 }
 
 /// A provider refusal as a typed value.
@@ -632,6 +783,15 @@ pub struct Refusal {
     pub reason: Option<DeadReason>,
     /// The model whose response the client received.
     pub served_model: Option<String>,
+    /// The model Anthropic suggests retrying on
+    /// (`stop_details.recommended_model`): set when the request carried
+    /// server-side `fallbacks` and the fallback could not be tried (rate
+    /// limited or overloaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_model: Option<String>,
+    /// Whether the refusal's credit token carries a prefill claim.
+    #[serde(default, skip_serializing_if = "Prefill::is_unknown")]
+    pub prefill: Prefill,
 }
 
 impl Refusal {
@@ -662,6 +822,8 @@ impl Refusal {
             outcome,
             reason: None,
             served_model: None,
+            recommended_model: None,
+            prefill: Prefill::Unknown,
         }
     }
 
@@ -771,6 +933,30 @@ impl Refusal {
     /// ```
     pub fn served_model(mut self, model: impl Into<String>) -> Self {
         self.served_model = Some(model.into());
+        self
+    }
+
+    /// With the provider's suggested retry model.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).recommended_model("claude-y");
+    /// assert_eq!(refusal.recommended_model.as_deref(), Some("claude-y"));
+    /// ```
+    pub fn recommended_model(mut self, model: impl Into<String>) -> Self {
+        self.recommended_model = Some(model.into());
+        self
+    }
+
+    /// With what the refusal said of a prefill claim.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead).prefill(Prefill::NotClaimed);
+    /// assert_eq!(refusal.prefill, Prefill::NotClaimed);
+    /// ```
+    pub fn prefill(mut self, prefill: Prefill) -> Self {
+        self.prefill = prefill;
         self
     }
 

@@ -14,15 +14,17 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::fields::{typed, Count, Obj, RawText, Str};
+use super::fields::{typed, Count, Flag, Obj, RawText, Str};
 use super::openai_chat::CONTENT_FILTER;
 use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
-    remove_list_value, str_field, truncate_explanation, type_of, Dialect, FrameRewrite, Handoff,
-    LiveSplice, Observation, PartialContinuation, PrefillClaim, RefusalInfo, RewriteError,
-    ServerFallback, StreamInspector,
+    remove_list_value, str_field, truncate_explanation, type_of, Declined, Dialect, FrameRewrite,
+    Handoff, Iterations, LiveSplice, Observation, PartialContinuation, PrefillClaim, RefusalInfo,
+    RewriteError, ServerFallback, StreamInspector,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+// `Prefill` below is this file's partial-continuation tracker.
+use crate::refusal::Prefill as ClaimState;
+use crate::refusal::{FallbackCredit, Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 /// The provider caps the server-side `fallbacks` list at three models.
@@ -83,12 +85,15 @@ fn refusal(carrier: &Value) -> Option<RefusalInfo> {
         return None;
     }
     let details = carrier.get("stop_details").unwrap_or(&Value::Null);
+    let claim = details.get("fallback_has_prefill_claim");
     Some(RefusalInfo {
         signal: Some(RefusalSignal::StopReason),
         category: str_field(details, "category"),
         explanation: str_field(details, "explanation"),
         credit_token: str_field(details, "fallback_credit_token"),
         usage: None,
+        recommended_model: str_field(details, "recommended_model"),
+        prefill: ClaimState::from_field(claim.and_then(Value::as_bool)),
     })
 }
 
@@ -116,9 +121,63 @@ fn blocked_output(body: &Value) -> Option<RefusalInfo> {
         signal: Some(RefusalSignal::BlockedOutput),
         category: Some(named.unwrap_or_else(|| CONTENT_FILTER.to_owned())),
         explanation: Some(truncate_explanation(message.trim())),
-        credit_token: None,
-        usage: None,
+        ..RefusalInfo::default()
     })
+}
+
+/// One `usage.iterations` entry's kind, model and cost.
+fn iteration(entry: &Value) -> (Option<&str>, Option<String>, Option<Usage>) {
+    let kind = entry.get("type").and_then(Value::as_str);
+    (kind, str_field(entry, "model"), usage(entry))
+}
+
+/// What a response's `usage.iterations` says of a server-side chain:
+/// something only when a fallback served (a `fallback_message` entry).
+fn chain_of<'a, I>(entries: I) -> Option<Iterations>
+where
+    I: IntoIterator<Item = (Option<&'a str>, Option<String>, Option<Usage>)>,
+{
+    let mut chain = Iterations::default();
+    let mut served = false;
+    for (kind, model, cost) in entries {
+        match kind {
+            Some("fallback_message") => {
+                served = true;
+                chain.served_by = model;
+            }
+            Some("message") if !served => {
+                if chain.first_declined.is_none() {
+                    chain.first_declined = model;
+                }
+                if let Some(cost) = cost {
+                    *chain.declined_usage.get_or_insert_with(Usage::default) += cost;
+                }
+            }
+            _ => {}
+        }
+    }
+    served.then_some(chain)
+}
+
+fn iterations(usage: &Value) -> Option<Iterations> {
+    chain_of(usage.get("iterations")?.as_array()?.iter().map(iteration))
+}
+
+/// `usage.fallback_credit`: what became of a credit token presented.
+fn fallback_credit(usage: &Value) -> Option<FallbackCredit> {
+    let status = usage.get("fallback_credit")?.get("status")?;
+    credit_status(
+        status.get("type").and_then(Value::as_str),
+        str_field(status, "reason"),
+    )
+}
+
+fn credit_status(kind: Option<&str>, reason: Option<String>) -> Option<FallbackCredit> {
+    match kind? {
+        "redeemed" => Some(FallbackCredit::Redeemed),
+        "not_applied" => Some(FallbackCredit::NotApplied { reason }),
+        _ => None,
+    }
 }
 
 /// A `usage` object: `input_tokens` already leaves the cache out.
@@ -164,6 +223,8 @@ struct MessageFields<'a> {
     #[serde(default, borrow, rename = "type")]
     kind: Str<'a>,
     #[serde(default, borrow)]
+    id: Str<'a>,
+    #[serde(default, borrow)]
     model: Str<'a>,
     #[serde(default, borrow)]
     content: Option<Vec<Obj<BlockFields<'a>>>>,
@@ -171,8 +232,8 @@ struct MessageFields<'a> {
     stop_reason: Str<'a>,
     #[serde(default, borrow)]
     stop_details: Option<Obj<StopDetailsFields<'a>>>,
-    #[serde(default)]
-    usage: Option<Obj<UsageFields>>,
+    #[serde(default, borrow)]
+    usage: Option<Obj<UsageFields<'a>>>,
 }
 
 #[derive(Deserialize)]
@@ -211,10 +272,35 @@ struct StopDetailsFields<'a> {
     explanation: Str<'a>,
     #[serde(default, borrow)]
     fallback_credit_token: Str<'a>,
+    #[serde(default)]
+    fallback_has_prefill_claim: Flag,
+    #[serde(default, borrow)]
+    recommended_model: Str<'a>,
 }
 
 #[derive(Deserialize)]
-struct UsageFields {
+struct UsageFields<'a> {
+    #[serde(default)]
+    input_tokens: Count,
+    #[serde(default)]
+    output_tokens: Count,
+    #[serde(default)]
+    cache_read_input_tokens: Count,
+    #[serde(default)]
+    cache_creation_input_tokens: Count,
+    #[serde(default, borrow)]
+    iterations: Option<Vec<Obj<IterationFields<'a>>>>,
+    #[serde(default, borrow)]
+    fallback_credit: Option<Obj<CreditFields<'a>>>,
+}
+
+/// One `usage.iterations` entry.
+#[derive(Deserialize)]
+struct IterationFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(default, borrow)]
+    model: Str<'a>,
     #[serde(default)]
     input_tokens: Count,
     #[serde(default)]
@@ -225,12 +311,30 @@ struct UsageFields {
     cache_creation_input_tokens: Count,
 }
 
+#[derive(Deserialize)]
+struct CreditFields<'a> {
+    #[serde(default, borrow)]
+    status: Option<Obj<CreditStatusFields<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct CreditStatusFields<'a> {
+    #[serde(default, borrow, rename = "type")]
+    kind: Str<'a>,
+    #[serde(default, borrow)]
+    reason: Str<'a>,
+}
+
 impl MessageFields<'_> {
     /// What [`AnthropicMessages::inspect_json`] observes in the same body.
     fn observe(&self, keep_text: bool) -> Observation {
+        let usage = self.usage.as_ref().map(|Obj(u)| u);
         let mut seen = Observation {
             model: self.model.owned(),
+            message_id: self.id.owned(),
             error: self.kind.is("error"),
+            fallback_credit: usage.and_then(UsageFields::fallback_credit),
+            iterations: usage.and_then(UsageFields::iterations),
             ..Observation::default()
         };
         for Obj(block) in self.content.iter().flatten() {
@@ -241,9 +345,7 @@ impl MessageFields<'_> {
                     seen.text.push_str(text);
                 }
             }
-            if seen.server_fallback.is_none() {
-                seen.server_fallback = block.server_fallback();
-            }
+            ServerFallback::merge(&mut seen.server_fallback, block.server_fallback());
         }
         if self.stop_reason.is("refusal") {
             let mut refused = StopDetailsFields::refusal(&self.stop_details);
@@ -323,9 +425,13 @@ impl Dialect for AnthropicMessages {
     }
 
     fn inspect_json(&self, body: &Value) -> Observation {
+        let usage_of = body.get("usage");
         let mut seen = Observation {
             model: str_field(body, "model"),
+            message_id: str_field(body, "id"),
             error: body.get("type").and_then(Value::as_str) == Some("error"),
+            fallback_credit: usage_of.and_then(fallback_credit),
+            iterations: usage_of.and_then(iterations),
             ..Observation::default()
         };
         for block in body
@@ -341,9 +447,7 @@ impl Dialect for AnthropicMessages {
                     seen.text.push_str(text);
                 }
             }
-            if seen.server_fallback.is_none() {
-                seen.server_fallback = server_fallback(block);
-            }
+            ServerFallback::merge(&mut seen.server_fallback, server_fallback(block));
         }
         seen.refusal = refusal(body);
         if let Some(refused) = &mut seen.refusal {
@@ -459,20 +563,33 @@ impl Dialect for AnthropicMessages {
     }
 
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
+        let markers = handoff_blocks(handoff);
         Some(Box::new(HandoffStream {
-            marker: handoff_block(handoff),
+            shift: markers.len() as u64,
+            markers,
+            declined: declined_iterations(handoff),
+            to: handoff.to.to_owned(),
+            primary_id: handoff.primary_id.map(str::to_owned),
+            start_usage: None,
             inserted: false,
         }))
     }
 
     fn handoff_json(&self, body: &mut Value, handoff: &Handoff<'_>) -> bool {
-        match body.get_mut("content").and_then(Value::as_array_mut) {
-            Some(content) => {
-                content.insert(0, handoff_block(handoff));
-                true
-            }
-            None => false,
+        let Some(content) = body.get_mut("content").and_then(Value::as_array_mut) else {
+            return false;
+        };
+        content.splice(0..0, handoff_blocks(handoff));
+        if let (Some(id), Some(message)) = (handoff.primary_id, body.as_object_mut()) {
+            message.insert("id".into(), Value::String(id.to_owned()));
         }
+        if let Some(usage_of) = body.get_mut("usage").filter(|u| u.is_object()) {
+            let served = usage(usage_of);
+            let mut entries = declined_iterations(handoff);
+            entries.push(iteration_entry("fallback_message", handoff.to, served));
+            usage_of["iterations"] = Value::Array(entries);
+        }
+        true
     }
 
     fn request_fallback_credit(&self, headers: &mut HeaderMap) {
@@ -580,15 +697,44 @@ impl Dialect for AnthropicMessages {
     }
 }
 
-/// The `fallback` content block the provider uses to mark its own
-/// server-side fallbacks.
-fn handoff_block(handoff: &Handoff<'_>) -> Value {
+/// The `fallback` content blocks a server-side chain carries, for a
+/// client-side one: one per model that declined, each naming the next, so
+/// the last names the model that served.
+fn handoff_blocks(handoff: &Handoff<'_>) -> Vec<Value> {
+    let next = handoff.declined.iter().skip(1).map(|d| d.model.as_str());
+    handoff
+        .declined
+        .iter()
+        .zip(next.chain([handoff.to]))
+        .map(|(declined, to)| {
+            json!({
+                "type": "fallback",
+                "from": {"model": declined.model},
+                "to": {"model": to},
+                "trigger": {"type": "refusal", "category": declined.category},
+            })
+        })
+        .collect()
+}
+
+/// One `usage.iterations` entry, with every count the SDKs require (`0`
+/// where the response did not say).
+fn iteration_entry(kind: &str, model: &str, cost: Option<Usage>) -> Value {
+    let cost = cost.unwrap_or_default();
     json!({
-        "type": "fallback",
-        "from": {"model": handoff.from},
-        "to": {"model": handoff.to},
-        "trigger": {"type": "refusal", "category": handoff.category},
+        "type": kind,
+        "model": model,
+        "input_tokens": cost.input_tokens.unwrap_or(0),
+        "output_tokens": cost.output_tokens.unwrap_or(0),
+        "cache_read_input_tokens": cost.cache_read_tokens.unwrap_or(0),
+        "cache_creation_input_tokens": cost.cache_write_tokens.unwrap_or(0),
     })
+}
+
+/// The `message` entries of the attempts that declined, in order.
+fn declined_iterations(handoff: &Handoff<'_>) -> Vec<Value> {
+    let entry = |d: &Declined| iteration_entry("message", &d.model, d.usage);
+    handoff.declined.iter().map(entry).collect()
 }
 
 fn event_bytes(event: &Value) -> String {
@@ -599,45 +745,86 @@ fn event_bytes(event: &Value) -> String {
     format!("event: {kind}\ndata: {event}\n\n")
 }
 
-/// Puts the marker block at index 0, right after `message_start`, and moves
-/// every served block one index up, so the stream stays one valid message.
+/// Marks a client-side chain in the served stream as a server-side one is
+/// marked: the `fallback` blocks first, right after `message_start` (which
+/// keeps the first model's message id), every served block moved up past
+/// them, and `usage.iterations` on the final `message_delta`, one entry
+/// per attempt. The stream stays one valid message.
 struct HandoffStream {
-    marker: Value,
+    markers: Vec<Value>,
+    shift: u64,
+    declined: Vec<Value>,
+    to: String,
+    primary_id: Option<String>,
+    /// The served attempt's usage as `message_start` reported it:
+    /// `message_delta` repeats only the counts that changed.
+    start_usage: Option<Usage>,
     inserted: bool,
 }
 
 impl HandoffStream {
     fn marker_events(&mut self) -> String {
         self.inserted = true;
-        let start =
-            json!({"type": "content_block_start", "index": 0, "content_block": self.marker});
-        let stop = json!({"type": "content_block_stop", "index": 0});
-        event_bytes(&start) + &event_bytes(&stop)
+        let mut out = String::new();
+        for (index, marker) in (0u64..).zip(&self.markers) {
+            let start =
+                json!({"type": "content_block_start", "index": index, "content_block": marker});
+            let stop = json!({"type": "content_block_stop", "index": index});
+            out.push_str(&(event_bytes(&start) + &event_bytes(&stop)));
+        }
+        out
+    }
+
+    fn message_start(&mut self, frame: &Frame, mut event: Value) -> String {
+        let message = event.get_mut("message");
+        self.start_usage = message
+            .as_ref()
+            .and_then(|m| m.get("usage"))
+            .and_then(usage);
+        let mut out = match (message.and_then(Value::as_object_mut), &self.primary_id) {
+            (Some(message), Some(id)) => {
+                message.insert("id".into(), Value::String(id.clone()));
+                event_bytes(&event)
+            }
+            _ => String::from_utf8_lossy(frame.raw()).into_owned(),
+        };
+        out.push_str(&self.marker_events());
+        out
+    }
+
+    fn message_delta(&self, mut event: Value) -> Option<String> {
+        let usage_of = event.get_mut("usage").filter(|u| u.is_object())?;
+        let mut served = self.start_usage.unwrap_or_default();
+        if let Some(later) = usage(usage_of) {
+            served.update(later);
+        }
+        let mut entries = self.declined.clone();
+        entries.push(iteration_entry("fallback_message", &self.to, known(served)));
+        usage_of["iterations"] = Value::Array(entries);
+        Some(event_bytes(&event))
     }
 }
 
 impl FrameRewrite for HandoffStream {
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes> {
         let mut event = json_event(frame)?;
-        match event.get("type").and_then(Value::as_str)? {
-            "message_start" if !self.inserted => {
-                let mut out = String::from_utf8_lossy(frame.raw()).into_owned();
-                out.push_str(&self.marker_events());
-                Some(Bytes::from(out))
-            }
+        let out = match event.get("type").and_then(Value::as_str)? {
+            "message_start" if !self.inserted => self.message_start(frame, event),
             "content_block_start" | "content_block_delta" | "content_block_stop" => {
                 let index = event.get("index")?.as_u64()?;
-                event["index"] = json!(index + 1);
+                event["index"] = json!(index + self.shift);
                 let mut out = if self.inserted {
                     String::new()
                 } else {
                     self.marker_events()
                 };
                 out.push_str(&event_bytes(&event));
-                Some(Bytes::from(out))
+                out
             }
-            _ => None,
-        }
+            "message_delta" => self.message_delta(event)?,
+            _ => return None,
+        };
+        Some(Bytes::from(out))
     }
 }
 
@@ -760,11 +947,15 @@ impl Prefill {
     }
 
     fn claim(&self, delta: &Value) -> Option<PrefillClaim> {
-        let details = delta.get("stop_details")?;
-        let offered = details.get("fallback_has_prefill_claim") == Some(&Value::Bool(true));
+        let refused = refusal(delta)?;
+        // Only a stated claim allows the appended turn. Where the field is
+        // absent (some platforms leave it out) the redeeming shape is
+        // unknown: the text the client has seen cannot be resent as a
+        // prefill, and the refusal is left as it is.
+        let offered = refused.prefill.allows_continuation();
         let real = self.texts.iter().any(|(_, text)| is_real_text(text));
-        (refusal(delta).is_some() && offered && real && !self.ruled_out)
-            .then(|| str_field(details, "fallback_credit_token"))
+        (offered && real && !self.ruled_out)
+            .then_some(refused.credit_token)
             .flatten()
             .map(|token| PrefillClaim { token })
     }
@@ -894,8 +1085,8 @@ struct EventFields<'a> {
     content_block: Option<Obj<BlockFields<'a>>>,
     #[serde(default, borrow)]
     delta: Option<Obj<DeltaFields<'a>>>,
-    #[serde(default)]
-    usage: Option<Obj<UsageFields>>,
+    #[serde(default, borrow)]
+    usage: Option<Obj<UsageFields<'a>>>,
 }
 
 /// A `content_block_delta`'s or a `message_delta`'s `delta`.
@@ -911,7 +1102,7 @@ struct DeltaFields<'a> {
     stop_details: Option<Obj<StopDetailsFields<'a>>>,
 }
 
-impl UsageFields {
+impl UsageFields<'_> {
     fn usage(&self) -> Option<Usage> {
         known(Usage {
             input_tokens: self.input_tokens.0,
@@ -919,6 +1110,25 @@ impl UsageFields {
             cache_read_tokens: self.cache_read_input_tokens.0,
             cache_write_tokens: self.cache_creation_input_tokens.0,
         })
+    }
+
+    /// As [`iterations`] reads them from a `Value`.
+    fn iterations(&self) -> Option<Iterations> {
+        chain_of(self.iterations.as_ref()?.iter().map(|Obj(entry)| {
+            let cost = known(Usage {
+                input_tokens: entry.input_tokens.0,
+                output_tokens: entry.output_tokens.0,
+                cache_read_tokens: entry.cache_read_input_tokens.0,
+                cache_write_tokens: entry.cache_creation_input_tokens.0,
+            });
+            (entry.kind.as_deref(), entry.model.owned(), cost)
+        }))
+    }
+
+    /// As [`fallback_credit`] reads it from a `Value`.
+    fn fallback_credit(&self) -> Option<FallbackCredit> {
+        let Obj(status) = self.fallback_credit.as_ref()?.0.status.as_ref()?;
+        credit_status(status.kind.as_deref(), status.reason.owned())
     }
 }
 
@@ -932,6 +1142,8 @@ impl StopDetailsFields<'_> {
             explanation: details.and_then(|d| d.explanation.owned()),
             credit_token: details.and_then(|d| d.fallback_credit_token.owned()),
             usage: None,
+            recommended_model: details.and_then(|d| d.recommended_model.owned()),
+            prefill: ClaimState::from_field(details.and_then(|d| d.fallback_has_prefill_claim.0)),
         }
     }
 }
@@ -945,6 +1157,7 @@ impl AnthropicStream {
             "message_start" => {
                 let message = event.message.as_ref().map(|Obj(m)| m);
                 seen.model = message.and_then(|m| m.model.owned());
+                seen.message_id = message.and_then(|m| m.id.owned());
                 self.start_usage = message.and_then(|m| m.usage.as_ref()?.0.usage());
             }
             "content_block_start" => {
@@ -968,6 +1181,9 @@ impl AnthropicStream {
                 }
             }
             "message_delta" => {
+                let usage = event.usage.as_ref().map(|Obj(u)| u);
+                seen.fallback_credit = usage.and_then(UsageFields::fallback_credit);
+                seen.iterations = usage.and_then(UsageFields::iterations);
                 let delta = event.delta.as_ref().map(|Obj(d)| d);
                 if let Some(delta) = delta.filter(|d| d.stop_reason.is("refusal")) {
                     let mut refused = StopDetailsFields::refusal(&delta.stop_details);
@@ -996,6 +1212,7 @@ impl AnthropicStream {
             "message_start" => {
                 let message = event.get("message");
                 seen.model = message.and_then(|m| str_field(m, "model"));
+                seen.message_id = message.and_then(|m| str_field(m, "id"));
                 self.start_usage = message.and_then(|m| m.get("usage")).and_then(usage);
             }
             "content_block_start" => {
@@ -1016,6 +1233,9 @@ impl AnthropicStream {
                 }
             }
             "message_delta" => {
+                let usage_of = event.get("usage");
+                seen.fallback_credit = usage_of.and_then(fallback_credit);
+                seen.iterations = usage_of.and_then(iterations);
                 seen.refusal = event.get("delta").and_then(refusal);
                 if let Some(refused) = &mut seen.refusal {
                     let mut total = self.start_usage.unwrap_or_default();
@@ -1109,6 +1329,20 @@ mod tests {
                 json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details": "odd"}}),
                 json!({"message": {"model": "no type"}}),
                 json!({"type": "error", "error": {"type": "overloaded_error"}}),
+                json!({"type": "message_start", "message": {"id": "msg_1", "model": "m"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details":
+                    {"fallback_credit_token": "t", "fallback_has_prefill_claim": false, "recommended_model": "r"}}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "refusal", "stop_details":
+                    {"fallback_has_prefill_claim": "yes", "recommended_model": 3}}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4,
+                    "iterations": [{"type": "message", "model": "a", "input_tokens": 9, "output_tokens": 1},
+                                   {"type": "compaction", "input_tokens": 2},
+                                   {"type": "fallback_message", "model": "b", "input_tokens": 9}],
+                    "fallback_credit": {"status": {"type": "not_applied", "reason": "expired"}}}}),
+                json!({"type": "message_delta", "usage": {"iterations": [{"type": "fallback_message"}],
+                    "fallback_credit": {"status": {"type": "redeemed"}}}}),
+                json!({"type": "message_delta", "usage": {"iterations": [{"type": "message", "model": "a"}],
+                    "fallback_credit": {"status": {"type": "later"}}}}),
             ]
             .iter()
             .map(|event| data(&event.to_string()))
@@ -1305,6 +1539,15 @@ mod tests {
     #[test]
     fn a_body_read_from_its_bytes_shows_what_its_value_shows() {
         let bodies = [
+            r#"{"id":"msg_b","type":"message","model":"m","content":[{"type":"fallback","from":{"model":"a"},
+                "to":{"model":"b"},"trigger":{"category":"cyber"}},{"type":"fallback","from":{"model":"b"},
+                "to":{"model":"c"}},{"type":"text","text":"Hi"}],"stop_reason":"end_turn",
+                "usage":{"input_tokens":3,"iterations":[{"type":"message","model":"a","input_tokens":5},
+                {"type":"message","model":"b","output_tokens":2},{"type":"fallback_message","model":"c"}],
+                "fallback_credit":{"status":{"type":"not_applied","reason":"body_mismatch"}}}}"#,
+            r#"{"content":[],"stop_reason":"refusal","stop_details":{"fallback_credit_token":"t",
+                "fallback_has_prefill_claim":true,"recommended_model":"r"},"usage":{"input_tokens":1,
+                "fallback_credit":{"status":{"type":"redeemed"}}}}"#,
             r#"{"type":"message","model":"claude-opus-4-7","content":[],"stop_reason":"refusal",
                 "stop_details":{"type":"refusal","category":"cyber","explanation":"No.",
                 "fallback_credit_token":"tok"},"usage":{"input_tokens":5,"output_tokens":2,
@@ -1334,9 +1577,9 @@ mod tests {
         let compact = bodies.map(|body| body.lines().map(str::trim).collect::<String>());
         let pretty = "{\n  \"content\": [{\"type\": \"text\", \"text\": \"x\"}]\n}".to_owned();
         for (at, body) in compact.iter().chain([&pretty]).enumerate() {
-            // The first six fit the typed read, the others take the Value.
+            // The first eight fit the typed read, the others take the Value.
             let fits = typed::<MessageFields<'_>>(body.as_bytes()).is_some();
-            assert_eq!(fits, at < 6, "{body}");
+            assert_eq!(fits, at < 8, "{body}");
             let value: Value = serde_json::from_str(body).unwrap();
             let from_value = AnthropicMessages.inspect_json(&value);
             let read = AnthropicMessages.inspect_json_bytes(body.as_bytes(), true);
@@ -1561,10 +1804,15 @@ mod tests {
 
     #[test]
     fn a_handoff_is_marked_first_in_json_and_in_the_stream() {
+        let declined = [Declined {
+            model: "claude-opus-4-7".into(),
+            category: Some("cyber".into()),
+            usage: None,
+        }];
         let handoff = Handoff {
-            from: "claude-opus-4-7",
+            declined: &declined,
             to: "claude-sonnet-4-5",
-            category: Some("cyber"),
+            primary_id: None,
         };
         let mut body = json!({"content": [{"type": "text", "text": "Hi"}]});
         assert!(AnthropicMessages.handoff_json(&mut body, &handoff));
@@ -1771,5 +2019,291 @@ mod tests {
         assert!(!demands(json!({"tool_choice": {"type": "none"}})));
         assert!(!demands(json!({"output_config": {"effort": "high"}})));
         assert!(!demands(json!({"output_format": null})));
+    }
+
+    fn json_seen(body: Value) -> Observation {
+        let bytes = body.to_string();
+        let seen = AnthropicMessages.inspect_json(&body);
+        assert_eq!(
+            AnthropicMessages.inspect_json_bytes(bytes.as_bytes(), true),
+            Some(seen.clone())
+        );
+        seen
+    }
+
+    #[test]
+    fn a_refusal_names_its_recommended_model_and_its_prefill_claim_in_three_states() {
+        let details = |extra: Value| {
+            let mut details =
+                json!({"type": "refusal", "category": "cyber", "fallback_credit_token": "t"});
+            details
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            details
+        };
+        let read = |extra: Value| {
+            let delta = json!({"stop_reason": "refusal", "stop_details": details(extra.clone())});
+            let streamed = stop(delta).refusal.unwrap();
+            let whole = json_seen(json!({"content": [], "stop_reason": "refusal",
+                "stop_details": details(extra)}))
+            .refusal
+            .unwrap();
+            assert!(streamed.usage.is_some());
+            assert_eq!(
+                (streamed.prefill, streamed.recommended_model.clone()),
+                (whole.prefill, whole.recommended_model)
+            );
+            (streamed.prefill, streamed.recommended_model)
+        };
+        assert_eq!(
+            read(
+                json!({"fallback_has_prefill_claim": true, "recommended_model": "claude-haiku-5-5"})
+            ),
+            (ClaimState::Claimed, Some("claude-haiku-5-5".into()))
+        );
+        assert_eq!(
+            read(json!({"fallback_has_prefill_claim": false, "recommended_model": null})),
+            (ClaimState::NotClaimed, None)
+        );
+        // Absent is unknown, not false; so is a value of another type.
+        assert_eq!(read(json!({})), (ClaimState::Unknown, None));
+        assert_eq!(
+            read(json!({"fallback_has_prefill_claim": "true"})),
+            (ClaimState::Unknown, None)
+        );
+    }
+
+    #[test]
+    fn a_server_side_chain_is_read_from_its_iterations_and_its_last_fallback_block() {
+        let seen = json_seen(json!({
+            "id": "msg_1", "model": "claude-c", "stop_reason": "end_turn",
+            "content": [
+                {"type": "fallback", "from": {"model": "claude-a"}, "to": {"model": "claude-b"},
+                 "trigger": {"type": "refusal", "category": "cyber"}},
+                {"type": "fallback", "from": {"model": "claude-b"}, "to": {"model": "claude-c"},
+                 "trigger": {"type": "refusal", "category": "bio"}},
+                {"type": "text", "text": "Answer"},
+            ],
+            "usage": {"input_tokens": 30, "output_tokens": 7, "iterations": [
+                {"type": "message", "model": "claude-a", "input_tokens": 30, "output_tokens": 1,
+                 "cache_read_input_tokens": 0, "cache_creation_input_tokens": 4},
+                {"type": "message", "model": "claude-b", "input_tokens": 30, "output_tokens": 2,
+                 "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+                {"type": "fallback_message", "model": "claude-c", "input_tokens": 30, "output_tokens": 7,
+                 "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0},
+            ]},
+        }));
+        let fallback = seen.server_fallback.unwrap();
+        assert_eq!(fallback.from.as_deref(), Some("claude-a"));
+        assert_eq!(
+            fallback.to.as_deref(),
+            Some("claude-c"),
+            "the last block names the served model"
+        );
+        assert_eq!(fallback.category.as_deref(), Some("cyber"));
+        assert_eq!(seen.message_id.as_deref(), Some("msg_1"));
+        let chain = seen.iterations.unwrap();
+        assert_eq!(chain.served_by.as_deref(), Some("claude-c"));
+        assert_eq!(chain.first_declined.as_deref(), Some("claude-a"));
+        let declined = chain.declined_usage.unwrap();
+        assert_eq!(
+            (
+                declined.input_tokens,
+                declined.output_tokens,
+                declined.cache_write_tokens
+            ),
+            (Some(60), Some(3), Some(4))
+        );
+        // A sticky-routed turn lists only the serving attempt; iterations
+        // without a fallback_message are no chain at all.
+        let sticky = json_seen(json!({"content": [], "usage": {"iterations": [
+            {"type": "fallback_message", "model": "claude-c"}]}}));
+        assert_eq!(sticky.iterations.unwrap().first_declined, None);
+        let tools = json_seen(json!({"content": [], "usage": {"iterations": [
+            {"type": "message", "model": "claude-a"}, {"type": "message", "model": "claude-a"}]}}));
+        assert_eq!(tools.iterations, None);
+    }
+
+    #[test]
+    fn the_fate_of_a_credit_token_is_read_from_usage() {
+        let streamed = one(event(
+            "message_delta",
+            &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 3, "fallback_credit": {"status": {"type": "redeemed"}}}}),
+        ));
+        assert_eq!(streamed.fallback_credit, Some(FallbackCredit::Redeemed));
+        let whole = json_seen(json!({"content": [], "usage": {"input_tokens": 1,
+            "fallback_credit": {"status": {"type": "not_applied", "reason": "variant_fields_present",
+                "remove_to_redeem": ["speed"]}}}}));
+        assert_eq!(
+            whole.fallback_credit,
+            Some(FallbackCredit::not_applied("variant_fields_present"))
+        );
+        let unknown = json_seen(
+            json!({"content": [], "usage": {"fallback_credit": {"status": {"type": "later"}}}}),
+        );
+        assert_eq!(unknown.fallback_credit, None);
+    }
+
+    #[test]
+    fn an_absent_or_false_prefill_claim_is_never_continued() {
+        let [start, delta] = text_block(0, "Some text");
+        let with = |claim: Option<bool>| {
+            let mut refusal = claimed_refusal();
+            let details = refusal["delta"]["stop_details"].as_object_mut().unwrap();
+            match claim {
+                Some(claim) => details.insert("fallback_has_prefill_claim".into(), json!(claim)),
+                None => details.remove("fallback_has_prefill_claim"),
+            };
+            prefill_after(&[start.clone(), delta.clone(), refusal]).1
+        };
+        assert!(with(Some(true)).is_some());
+        assert!(with(Some(false)).is_none());
+        assert!(with(None).is_none(), "absent is unknown: not a claim");
+        let mut track = AnthropicMessages.partial_continuation(1 << 20).unwrap();
+        let message = json!({"content": [{"type": "text", "text": "Some text"}], "stop_reason": "refusal",
+            "stop_details": {"type": "refusal", "fallback_credit_token": "tok"}});
+        assert!(track.observe_json(&message).is_none());
+    }
+
+    fn chain_handoff() -> (Vec<Declined>, &'static str) {
+        let declined = vec![
+            Declined {
+                model: "claude-opus-4-7".into(),
+                category: Some("cyber".into()),
+                usage: Some(Usage::new().input_tokens(12).output_tokens(1)),
+            },
+            Declined {
+                model: "claude-sonnet-4-5".into(),
+                category: Some("bio".into()),
+                usage: None,
+            },
+        ];
+        (declined, "claude-haiku-4-5")
+    }
+
+    #[test]
+    fn a_chain_is_marked_in_json_as_the_provider_marks_its_own() {
+        let (declined, to) = chain_handoff();
+        let handoff = Handoff {
+            declined: &declined,
+            to,
+            primary_id: Some("msg_primary"),
+        };
+        let mut body = json!({"id": "msg_served", "content": [{"type": "text", "text": "Hi"}],
+            "usage": {"input_tokens": 20, "output_tokens": 5}});
+        assert!(AnthropicMessages.handoff_json(&mut body, &handoff));
+        assert_eq!(body["id"], "msg_primary");
+        let content = body["content"].as_array().unwrap();
+        assert_eq!(content.len(), 3);
+        assert_eq!(content[0]["from"]["model"], "claude-opus-4-7");
+        assert_eq!(content[0]["to"]["model"], "claude-sonnet-4-5");
+        assert_eq!(
+            content[0]["trigger"],
+            json!({"type": "refusal", "category": "cyber"})
+        );
+        assert_eq!(content[1]["from"]["model"], "claude-sonnet-4-5");
+        assert_eq!(content[1]["to"]["model"], "claude-haiku-4-5");
+        assert_eq!(content[2]["text"], "Hi");
+        assert_eq!(
+            body["usage"]["input_tokens"], 20,
+            "top-level usage stays the served attempt's"
+        );
+        let kinds: Vec<(&str, &str, u64)> = body["usage"]["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap(),
+                    e["model"].as_str().unwrap(),
+                    e["input_tokens"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("message", "claude-opus-4-7", 12),
+                ("message", "claude-sonnet-4-5", 0),
+                ("fallback_message", "claude-haiku-4-5", 20)
+            ]
+        );
+        // What the provider would read back is a served chain.
+        let seen = AnthropicMessages.inspect_json(&body);
+        assert_eq!(
+            seen.server_fallback.unwrap().to.as_deref(),
+            Some("claude-haiku-4-5")
+        );
+    }
+
+    #[test]
+    fn a_chain_is_marked_in_the_stream_with_indices_rising_and_the_primarys_id() {
+        let (declined, to) = chain_handoff();
+        let handoff = Handoff {
+            declined: &declined,
+            to,
+            primary_id: Some("msg_primary"),
+        };
+        let mut rewrite = AnthropicMessages.handoff_stream(&handoff).unwrap();
+        let served = [
+            json!({"type": "message_start", "message": {"id": "msg_served", "model": "claude-haiku-4-5",
+                "content": [], "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+            json!({"type": "message_stop"}),
+        ];
+        let mut out = String::new();
+        for payload in &served {
+            let frame = event(payload["type"].as_str().unwrap(), payload);
+            match rewrite.rewrite(&frame) {
+                Some(bytes) => out.push_str(std::str::from_utf8(&bytes).unwrap()),
+                None => out.push_str(std::str::from_utf8(frame.raw()).unwrap()),
+            }
+        }
+        let events: Vec<Value> = frames(&out)
+            .iter()
+            .map(|f| json_event(f).unwrap())
+            .collect();
+        let shape: Vec<(String, Option<u64>)> = events
+            .iter()
+            .map(|e| (e["type"].as_str().unwrap().to_owned(), e["index"].as_u64()))
+            .collect();
+        let expected = [
+            ("message_start", None),
+            ("content_block_start", Some(0)),
+            ("content_block_stop", Some(0)),
+            ("content_block_start", Some(1)),
+            ("content_block_stop", Some(1)),
+            ("content_block_start", Some(2)),
+            ("content_block_delta", Some(2)),
+            ("content_block_stop", Some(2)),
+            ("message_delta", None),
+            ("message_stop", None),
+        ];
+        let expected: Vec<(String, Option<u64>)> =
+            expected.iter().map(|(t, i)| (t.to_string(), *i)).collect();
+        assert_eq!(shape, expected);
+        assert_eq!(events[0]["message"]["id"], "msg_primary");
+        assert_eq!(events[1]["content_block"]["type"], "fallback");
+        assert_eq!(
+            events[3]["content_block"]["to"]["model"],
+            "claude-haiku-4-5"
+        );
+        let iterations = events[8]["usage"]["iterations"].as_array().unwrap();
+        assert_eq!(iterations.len(), 3);
+        assert_eq!(iterations[2]["type"], "fallback_message");
+        // The served attempt's counts: message_start's input, the delta's output.
+        assert_eq!(
+            (
+                iterations[2]["input_tokens"].as_u64(),
+                iterations[2]["output_tokens"].as_u64()
+            ),
+            (Some(20), Some(5))
+        );
+        assert_eq!(iterations[0]["output_tokens"], 1);
     }
 }

@@ -44,6 +44,7 @@ struct Lenient<'de, T>(fn(Leaf<'de>) -> T);
 enum Leaf<'de> {
     Str(Cow<'de, str>),
     Unsigned(u64),
+    Bool(bool),
 }
 
 impl<'de, T: Default> Visitor<'de> for Lenient<'de, T> {
@@ -78,8 +79,8 @@ impl<'de, T: Default> Visitor<'de> for Lenient<'de, T> {
         Ok(T::default())
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<T, E> {
-        Ok(T::default())
+    fn visit_bool<E>(self, v: bool) -> Result<T, E> {
+        Ok((self.0)(Leaf::Bool(v)))
     }
 
     fn visit_unit<E>(self) -> Result<T, E> {
@@ -109,7 +110,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = d.deserialize_any(Lenient(|leaf| match leaf {
             Leaf::Str(text) => Some(text),
-            Leaf::Unsigned(_) => None,
+            Leaf::Unsigned(_) | Leaf::Bool(_) => None,
         }))?;
         Ok(Str(text))
     }
@@ -119,7 +120,21 @@ impl<'de> Deserialize<'de> for Count {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(Lenient(|leaf| match leaf {
             Leaf::Unsigned(v) => Count(Some(v)),
-            Leaf::Str(_) => Count(None),
+            Leaf::Str(_) | Leaf::Bool(_) => Count(None),
+        }))
+    }
+}
+
+/// A boolean field, as [`Value::as_bool`](serde_json::Value::as_bool)
+/// reads it: `None` for null, a missing field or another type.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Flag(pub(crate) Option<bool>);
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Lenient(|leaf| match leaf {
+            Leaf::Bool(v) => Flag(Some(v)),
+            Leaf::Str(_) | Leaf::Unsigned(_) => Flag(None),
         }))
     }
 }
@@ -271,6 +286,19 @@ mod tests {
         s: Str<'a>,
         #[serde(default)]
         n: Count,
+        #[serde(default)]
+        b: Flag,
+    }
+
+    #[test]
+    fn a_flag_is_a_boolean_or_absent() {
+        let flag = |json: &str| typed::<Leaves<'_>>(json.as_bytes()).unwrap().b.0;
+        assert_eq!(flag(r#"{"b":true}"#), Some(true));
+        assert_eq!(flag(r#"{"b":false,"s":true,"n":false}"#), Some(false));
+        assert_eq!(flag(r#"{"b":null}"#), None);
+        assert_eq!(flag(r#"{"b":"true"}"#), None);
+        assert_eq!(flag(r#"{"b":1}"#), None);
+        assert_eq!(flag(r#"{}"#), None);
     }
 
     fn leaves(json: &str) -> (Option<String>, Option<u64>) {

@@ -216,6 +216,7 @@ fn prompt_block(chunk: &Value) -> Option<RefusalInfo> {
         explanation: message.or_else(|| blocking_ratings(feedback.get("safetyRatings"))),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     })
 }
 
@@ -272,6 +273,7 @@ fn inspect_chunk(chunk: &Value) -> Observation {
                 category: Some(reason),
                 credit_token: None,
                 usage: None,
+                ..RefusalInfo::default()
             });
         }
     }

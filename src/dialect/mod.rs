@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{FallbackCredit, Prefill, Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
 pub(crate) use head::request_head;
@@ -40,6 +40,25 @@ pub(crate) struct RefusalInfo {
     pub(crate) credit_token: Option<String>,
     /// The tokens the refused response cost, as far as it has said yet.
     pub(crate) usage: Option<Usage>,
+    /// Anthropic's suggested retry model, when a server-side fallback
+    /// could not be tried.
+    pub(crate) recommended_model: Option<String>,
+    /// Whether the credit token carries a prefill claim.
+    pub(crate) prefill: Prefill,
+}
+
+/// A server-side fallback chain as the response's per-attempt usage
+/// (Anthropic `usage.iterations`) tells it: the top-level usage covers the
+/// serving attempt only.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Iterations {
+    /// The model of the attempt that served (`fallback_message`), if a
+    /// fallback served.
+    pub(crate) served_by: Option<String>,
+    /// The model of the first attempt that declined (`message`).
+    pub(crate) first_declined: Option<String>,
+    /// What the declined attempts cost, added up.
+    pub(crate) declined_usage: Option<Usage>,
 }
 
 /// A recovery the provider made on its own (Anthropic server-side fallback).
@@ -48,6 +67,19 @@ pub(crate) struct ServerFallback {
     pub(crate) from: Option<String>,
     pub(crate) to: Option<String>,
     pub(crate) category: Option<String>,
+}
+
+impl ServerFallback {
+    /// Keeps the first hop's models and category, and takes the `to` of
+    /// every later one: with several hops, the last names the model that
+    /// served.
+    pub(crate) fn merge(kept: &mut Option<ServerFallback>, later: Option<ServerFallback>) {
+        match (kept.as_mut(), later) {
+            (None, later) => *kept = later,
+            (Some(kept), Some(later)) if later.to.is_some() => kept.to = later.to,
+            _ => {}
+        }
+    }
 }
 
 /// What one event, or one whole JSON body, showed.
@@ -72,6 +104,13 @@ pub(crate) struct Observation {
     /// once they have seen a refusal (or once per response), never on every
     /// event of an answer.
     pub(crate) usage: Option<Usage>,
+    /// The response's message id (Anthropic `message_start`, or a whole
+    /// message's `id`).
+    pub(crate) message_id: Option<String>,
+    /// What became of a fallback credit token the request presented.
+    pub(crate) fallback_credit: Option<FallbackCredit>,
+    /// A server-side chain's attempts, when the response listed them.
+    pub(crate) iterations: Option<Iterations>,
 }
 
 /// Per-response state for reading a stream event by event.
@@ -142,12 +181,23 @@ pub(crate) trait PartialContinuation: Send {
     fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError>;
 }
 
-/// Who handed a turn to whom, for a handoff marker.
+/// Who handed a turn to whom, for a handoff marker: every model that
+/// declined, in order, then the one that served.
 #[derive(Debug, Clone)]
 pub(crate) struct Handoff<'a> {
-    pub(crate) from: &'a str,
+    pub(crate) declined: &'a [Declined],
     pub(crate) to: &'a str,
-    pub(crate) category: Option<&'a str>,
+    /// The id of the message the first model began: the served message
+    /// keeps it, as one message of one turn.
+    pub(crate) primary_id: Option<&'a str>,
+}
+
+/// One attempt of a client-side chain that declined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Declined {
+    pub(crate) model: String,
+    pub(crate) category: Option<String>,
+    pub(crate) usage: Option<Usage>,
 }
 
 /// Why a request could not be rewritten for a recovery attempt.

@@ -102,6 +102,7 @@ pub(crate) fn azure_blocked_prompt(status: StatusCode, body: &Value) -> Option<R
         explanation: explanation.map(|e| truncate_explanation(&e)),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     })
 }
 
@@ -208,6 +209,7 @@ fn filter_stop(explanation: Option<String>) -> RefusalInfo {
         explanation,
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     }
 }
 
@@ -217,8 +219,7 @@ fn refusal_stop(text: Option<&str>) -> RefusalInfo {
         signal: Some(RefusalSignal::StopReason),
         category: None,
         explanation: text.map(|t| truncate_explanation(t.trim())),
-        credit_token: None,
-        usage: None,
+        ..RefusalInfo::default()
     }
 }
 
@@ -229,6 +230,7 @@ fn model_refusal(text: &str) -> RefusalInfo {
         explanation: Some(truncate_explanation(text.trim())),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     }
 }
 

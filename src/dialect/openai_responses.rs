@@ -50,6 +50,7 @@ fn model_refusal(text: Option<&str>) -> RefusalInfo {
             .map(truncate_explanation),
         credit_token: None,
         usage: None,
+        ..RefusalInfo::default()
     }
 }
 
@@ -147,6 +148,7 @@ fn scan_response(response: &Value, seen: &mut Observation) {
             explanation: None,
             credit_token: None,
             usage: None,
+            ..RefusalInfo::default()
         });
     }
     seen.error |= response.get("status").and_then(Value::as_str) == Some("failed")

@@ -12,9 +12,12 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::dialect::{FrameRewrite, Observation, RefusalInfo, ServerFallback, StreamInspector};
+use crate::dialect::{
+    FrameRewrite, Iterations, Observation, RefusalInfo, ServerFallback, StreamInspector,
+};
 use crate::guard::reserve::Share;
 use crate::guard::timeout::IdleTimeout;
+use crate::refusal::FallbackCredit;
 use crate::sse::{FrameSink, SseFramer};
 
 use crate::BoxError;
@@ -28,8 +31,16 @@ pub(crate) struct Findings {
     pub(crate) empty_refusal: Option<RefusalInfo>,
     /// A refusal after real output.
     pub(crate) partial_refusal: Option<RefusalInfo>,
+    /// The provider's own fallback: the first hop's models and category,
+    /// and the `to` of the last hop (the model that served).
     pub(crate) server_fallback: Option<ServerFallback>,
+    /// A server-side chain's attempts, as the response listed them.
+    pub(crate) iterations: Option<Iterations>,
     pub(crate) model: Option<String>,
+    /// The response's message id.
+    pub(crate) message_id: Option<String>,
+    /// What became of a fallback credit token the request presented.
+    pub(crate) fallback_credit: Option<FallbackCredit>,
     /// A provider error event arrived.
     pub(crate) error: bool,
     /// A tool call was started.
@@ -80,6 +91,7 @@ impl Findings {
                 }),
                 credit_token: None,
                 usage: None,
+                ..RefusalInfo::default()
             });
             self.output = false;
         }
@@ -125,11 +137,18 @@ impl Findings {
                     .update(usage);
             }
         }
-        if self.server_fallback.is_none() {
-            self.server_fallback = seen.server_fallback;
+        ServerFallback::merge(&mut self.server_fallback, seen.server_fallback);
+        if seen.iterations.is_some() {
+            self.iterations = seen.iterations;
+        }
+        if seen.fallback_credit.is_some() {
+            self.fallback_credit = seen.fallback_credit;
         }
         if self.model.is_none() {
             self.model = seen.model;
+        }
+        if self.message_id.is_none() {
+            self.message_id = seen.message_id;
         }
         self.error |= seen.error;
     }

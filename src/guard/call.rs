@@ -55,6 +55,8 @@ impl Call {
             outcome,
             reason: None,
             served_model: None,
+            recommended_model: info.recommended_model.clone(),
+            prefill: info.prefill,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 
-use crate::dialect::{Handoff, RefusalInfo};
+use crate::dialect::{Declined, Handoff, RefusalInfo};
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
@@ -72,18 +72,18 @@ pub(crate) enum Decision<B> {
 
 /// A fallback's change of model, to be marked in the response served.
 pub(crate) struct HandoffMark {
-    from: String,
+    declined: Vec<Declined>,
     to: String,
-    category: Option<String>,
+    primary_id: Option<String>,
 }
 
 impl HandoffMark {
     /// The mark as the dialects write it.
     pub(crate) fn handoff(&self) -> Handoff<'_> {
         Handoff {
-            from: &self.from,
+            declined: &self.declined,
             to: &self.to,
-            category: self.category.as_deref(),
+            primary_id: self.primary_id.as_deref(),
         }
     }
 }
@@ -143,6 +143,7 @@ impl<S> Exchange<S> {
             status: Some(held.status()),
             latency_ms: millis(self.sent.elapsed()),
             usage: None,
+            fallback_credit: None,
         };
 
         // A broken connection is served as it came: what arrived, then its
@@ -211,7 +212,8 @@ impl<S> Exchange<S> {
         B: ReplayBody,
         R: InnerBody,
     {
-        let mut climb = Climb::new(&self.call, info, original_attempt);
+        let primary_id = original.findings().and_then(|f| f.message_id.clone());
+        let mut climb = Climb::new(&self.call, info, original_attempt, primary_id);
         let Exchange {
             mut upstream,
             call,
@@ -284,6 +286,13 @@ struct Climb {
     departure: Departure,
     /// An Anthropic fallback credit token and when it was minted.
     credit: Option<(String, Instant)>,
+    /// The client's model and each fallback hop that declined, in order:
+    /// what a handoff marker names.
+    declined: Vec<Declined>,
+    /// The original's message id, kept on a marked handoff.
+    primary_id: Option<String>,
+    /// The latest retry model a refusal recommended.
+    recommended: Option<String>,
     /// The latest refusal, which the policy is asked about.
     last: RefusalInfo,
     reason: Option<DeadReason>,
@@ -296,12 +305,20 @@ struct Climb {
 }
 
 impl Climb {
-    fn new(call: &Call, info: RefusalInfo, original: Attempt) -> Self {
+    fn new(call: &Call, info: RefusalInfo, original: Attempt, primary_id: Option<String>) -> Self {
+        let declined = call.model.iter().map(|model| Declined {
+            model: model.clone(),
+            category: info.category.clone(),
+            usage: info.usage,
+        });
         Climb {
             credit: info
                 .credit_token
                 .clone()
                 .map(|token| (token, Instant::now())),
+            declined: declined.collect(),
+            primary_id,
+            recommended: info.recommended_model.clone(),
             last: info.clone(),
             departure: Departure {
                 call: call.clone(),
@@ -337,6 +354,7 @@ impl Climb {
             rescues: self.rescues,
             retargets: self.retargets,
             last_failure: self.reason,
+            recommended: self.recommended.as_deref(),
         };
         next_step(call.config.policy(), &state)
     }
@@ -499,6 +517,7 @@ impl Climb {
             status: None,
             latency_ms: millis(sent.elapsed()),
             usage: None,
+            fallback_credit: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -548,6 +567,7 @@ impl Climb {
             .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
         let request_id = call.dialect.request_id(&held.parts.headers);
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
@@ -575,6 +595,16 @@ impl Climb {
                 self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
                 self.last = again.clone();
                 record.usage = again.usage;
+                if again.recommended_model.is_some() {
+                    self.recommended = again.recommended_model.clone();
+                }
+                if let (AttemptStep::Fallback, Some(model)) = (step.kind, &step.model) {
+                    self.declined.push(Declined {
+                        model: model.clone(),
+                        category: again.category.clone(),
+                        usage: again.usage,
+                    });
+                }
                 (AttemptResult::Refused, DeadReason::StillRefused)
             }
             Verdict::Ended => (AttemptResult::NoOutput, DeadReason::NoOutput),
@@ -608,11 +638,11 @@ impl Climb {
             let route = config.store.set_sticky_route(key, model, ttl);
             call.ask_store(route, ()).await;
         }
-        let handoff = match (config.handoff_marker, fallback, &call.model, step.model) {
-            (true, true, Some(from), Some(to)) => Some(HandoffMark {
-                from: from.clone(),
+        let handoff = match (config.handoff_marker, fallback, step.model) {
+            (true, true, Some(to)) if !self.declined.is_empty() => Some(HandoffMark {
+                declined: std::mem::take(&mut self.declined),
                 to,
-                category: self.info.category.clone(),
+                primary_id: self.primary_id.take(),
             }),
             _ => None,
         };

@@ -56,6 +56,14 @@ impl<R> Held<R> {
     pub(crate) fn status(&self) -> u16 {
         self.parts.status.as_u16()
     }
+
+    /// What the response showed so far: a whole body's findings, or the
+    /// stream's up to where it is held.
+    pub(crate) fn findings(&self) -> Option<&Findings> {
+        self.judged
+            .as_ref()
+            .or_else(|| self.watch.as_ref().map(|w| &w.findings))
+    }
 }
 
 pub(crate) fn content_type(headers: &HeaderMap) -> &str {

@@ -321,6 +321,20 @@ impl RefusalGuardLayer {
         self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
     }
 
+    /// Lets the default ladder's chain step, once the model's chain is
+    /// climbed, try the model Anthropic recommends in a refusal
+    /// (`stop_details.recommended_model`, sent when the request carried
+    /// server-side `fallbacks` the provider could not try), before the
+    /// rescue (off by default). The recommendation is recorded either way.
+    ///
+    /// ```
+    /// let layer = refusal_guard::RefusalGuardLayer::new().try_recommended_model(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn try_recommended_model(self, on: bool) -> Self {
+        self.with(|c| c.ladder = c.ladder.clone().try_recommended_model(on))
+    }
+
     /// The default ladder's steps per refusal category, in order (by
     /// default every category takes `chain,rescue`, the whole ladder).
     /// Ignored when a custom [`policy`](Self::policy) is set.

@@ -92,6 +92,7 @@ fn original_attempt<R>(
         status: Some(held.status()),
         latency_ms: millis(sent.elapsed()),
         usage: None,
+        fallback_credit: None,
     }
 }
 
@@ -316,6 +317,7 @@ impl<S> Hop<S> {
             status: None,
             latency_ms: 0,
             usage: None,
+            fallback_credit: None,
         };
         let Some(mut next) = self.template.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
@@ -346,6 +348,7 @@ impl<S> Hop<S> {
             return (record, None);
         };
         record.status = Some(held.status());
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
         record.result = match (&held.verdict, held.parts.status.is_success()) {
             (_, false) => AttemptResult::HttpError,
             (Verdict::Output, true) => {

@@ -116,6 +116,7 @@ where
 {
     if let Some(findings) = held.judged.clone() {
         let refusal = judge_findings(call, &findings, request_id, false);
+        let original = seen_in(original, &findings);
         return serve_settled(held, call, refusal, vec![original], None);
     }
     let settle = Watched {
@@ -334,7 +335,10 @@ impl Settle for Watched {
         if findings.output && !output_before {
             self.call.record_output();
         }
-        let this = *self;
+        let mut this = *self;
+        if let Some(last) = this.attempts.pop() {
+            this.attempts.push(seen_in(last, findings));
+        }
         let refusal = match this.recovery {
             Some((original, success, served)) => Some(if findings.output {
                 Refusal {
@@ -394,19 +398,44 @@ pub(crate) fn judge_findings(
             ..call.refusal(info, Outcome::Dead)
         });
     }
-    findings.server_fallback.as_ref().map(|fallback| {
-        let info = RefusalInfo {
-            signal: Some(RefusalSignal::StopReason),
-            category: fallback.category.clone(),
-            ..RefusalInfo::default()
-        };
-        Refusal {
-            model: fallback.from.clone().or_else(|| call.model.clone()),
-            served_model: fallback.to.clone().or(served_model),
-            request_id,
-            ..call.refusal(&info, Outcome::Fallback)
-        }
+    // The provider's own fallback: a `fallback` block, or a chain whose
+    // iterations show a declined attempt. A fallback that served without
+    // any model declining this turn (a sticky-routed turn lists only the
+    // serving attempt) is no refusal.
+    let chain = findings.iterations.as_ref();
+    let declined = chain.and_then(|c| c.first_declined.clone());
+    if findings.server_fallback.is_none() && declined.is_none() {
+        return None;
+    }
+    let fallback = findings.server_fallback.clone().unwrap_or_default();
+    let info = RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: fallback.category,
+        ..RefusalInfo::default()
+    };
+    Some(Refusal {
+        model: fallback.from.or(declined).or_else(|| call.model.clone()),
+        served_model: chain
+            .and_then(|c| c.served_by.clone())
+            .or(fallback.to)
+            .or(served_model),
+        request_id,
+        ..call.refusal(&info, Outcome::Fallback)
     })
+}
+
+/// An attempt with what its response said of it: the fate of a credit
+/// token it presented, and, for a provider's own chain, what the attempts
+/// that declined inside it cost (the top-level usage covers only the one
+/// that served).
+fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
+    if attempt.fallback_credit.is_none() {
+        attempt.fallback_credit = findings.fallback_credit.clone();
+    }
+    if attempt.usage.is_none() {
+        attempt.usage = findings.iterations.as_ref().and_then(|c| c.declined_usage);
+    }
+    attempt
 }
 
 /// Turns a held response into the response the client gets.

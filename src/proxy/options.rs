@@ -86,6 +86,9 @@ pub struct Options {
     /// Stream thinking before the decision; a recovered turn continues the same message
     #[arg(long, env = "REFUSAL_GUARD_LIVE_THINKING", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off")]
     pub live_thinking: bool,
+    /// After a model's chain, try the model an Anthropic refusal recommends (stop_details.recommended_model)
+    #[arg(long, env = "REFUSAL_GUARD_TRY_RECOMMENDED_MODEL", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub try_recommended_model: bool,
     /// Continue an Anthropic stream refused after text on the chain's next model, when the refusal offers the prefill claim
     #[arg(long, env = "REFUSAL_GUARD_CONTINUE_PARTIAL", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
     pub continue_partial: bool,

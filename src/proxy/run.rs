@@ -178,6 +178,7 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
         .inject_server_fallbacks(options.inject_fallbacks)
         .fallback_chains(options.fallback_chains())
+        .try_recommended_model(options.try_recommended_model)
         .fallback_credit(options.fallback_credit)
         .detect_text_refusals(options.detect_text)
         .live_thinking(options.live_thinking)
@@ -429,6 +430,13 @@ mod tests {
             .chain(args.iter().copied());
         let options = Options::try_parse_from(args).unwrap();
         format!("{:?}", super::layer(&options).unwrap().0)
+    }
+
+    #[test]
+    fn try_recommended_model_reaches_the_ladder() {
+        assert!(layer_for(&[]).contains("recommended: false"));
+        let on = layer_for(&["--try-recommended-model"]);
+        assert!(on.contains("recommended: true"), "{on}");
     }
 
     #[test]

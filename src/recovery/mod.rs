@@ -227,6 +227,8 @@ pub struct RecoveryState<'a> {
     pub(crate) rescues: usize,
     pub(crate) retargets: usize,
     pub(crate) last_failure: Option<DeadReason>,
+    /// The latest retry model a refusal of this call recommended.
+    pub(crate) recommended: Option<&'a str>,
 }
 
 impl<'a> RecoveryState<'a> {
@@ -265,6 +267,34 @@ impl<'a> RecoveryState<'a> {
     /// The model the client asked for.
     pub fn model(&self) -> Option<&'a str> {
         self.model
+    }
+
+    /// The model the provider suggested retrying on, in the latest refusal
+    /// of this call that suggested one (Anthropic
+    /// `stop_details.recommended_model`: the request carried server-side
+    /// `fallbacks`, and the one the provider would have tried was rate
+    /// limited or overloaded), unless a request of this call already went
+    /// to it.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::{NextStep, RecoveryState};
+    /// use refusal_guard::refusal::DeadReason;
+    ///
+    /// // Take the provider's suggestion, else stop.
+    /// let policy = |state: &RecoveryState<'_>| match state.recommended_model() {
+    ///     Some(model) => NextStep::Fallback(model.to_owned()),
+    ///     None => NextStep::Stop(DeadReason::PolicyStop),
+    /// };
+    /// let layer = refusal_guard::RefusalGuardLayer::new().policy(policy);
+    /// # let _ = layer;
+    /// ```
+    pub fn recommended_model(&self) -> Option<&'a str> {
+        let model = self.recommended?;
+        let tried = self
+            .attempts
+            .iter()
+            .any(|a| a.step != AttemptStep::Rescue && a.model.as_deref() == Some(model));
+        (!tried).then_some(model)
     }
 
     /// Every request sent upstream for the call so far, the original first.
@@ -448,6 +478,7 @@ pub struct Ladder {
     rescue_model: RescueModel,
     no_rescue: bool,
     categories: CategoryPolicy,
+    recommended: bool,
 }
 
 impl Ladder {
@@ -478,6 +509,22 @@ impl Ladder {
     /// Whether the ladder ends in a rescue (on by default).
     pub fn rescue(mut self, on: bool) -> Self {
         self.no_rescue = !on;
+        self
+    }
+
+    /// Whether the chain step, once the model's chain is climbed, also
+    /// tries the model the provider recommends
+    /// ([`RecoveryState::recommended_model`]), before the rescue (off by
+    /// default: the operator chooses which models a request may reach).
+    ///
+    /// ```
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let ladder = Ladder::new().try_recommended_model(true);
+    /// # let _ = ladder;
+    /// ```
+    pub fn try_recommended_model(mut self, on: bool) -> Self {
+        self.recommended = on;
         self
     }
 
@@ -554,6 +601,9 @@ impl RecoveryPolicy for Ladder {
                     if let Some(model) = chain.get(state.fallbacks_tried()) {
                         return NextStep::Fallback(model.clone());
                     }
+                    if let Some(model) = state.recommended_model().filter(|_| self.recommended) {
+                        return NextStep::Fallback(model.to_owned());
+                    }
                 }
                 Step::Rescue if state.rescues_tried() == 0 && !self.no_rescue => {
                     return self.rescue_step(state)
@@ -584,8 +634,19 @@ mod tests {
     /// fails (a step sent is refused again; a retarget is sent only when
     /// `retarget_sent`), as words, ending with the stop reason.
     fn climb(ladder: &Ladder, category: Option<&str>, retarget_sent: bool) -> String {
+        climb_recommended(ladder, category, retarget_sent, None)
+    }
+
+    /// [`climb`], with every refusal recommending `recommended`.
+    fn climb_recommended(
+        ladder: &Ladder,
+        category: Option<&str>,
+        retarget_sent: bool,
+        recommended: Option<&str>,
+    ) -> String {
         let refusal = RefusalInfo {
             category: category.map(str::to_owned),
+            recommended_model: recommended.map(str::to_owned),
             ..RefusalInfo::default()
         };
         let attempt = |step: &str, model: &str| -> Attempt {
@@ -610,6 +671,7 @@ mod tests {
                 rescues,
                 retargets,
                 last_failure,
+                recommended,
             };
             match ladder.next_step(&state) {
                 NextStep::Fallback(model) => {
@@ -706,6 +768,34 @@ mod tests {
         assert_eq!(
             climb(&last_hop, None, true),
             "fallback:sonnet rescue:sonnet stop:still_refused"
+        );
+    }
+
+    #[test]
+    fn the_recommended_model_is_tried_after_the_chain_once_when_allowed() {
+        let chains = FallbackChains::new().chain(OPUS, ["sonnet"]);
+        let ladder = Ladder::new().fallback_chains(chains);
+        let recommended = Some("claude-haiku-5-5");
+        // Off by default: the recommendation is recorded, never followed.
+        assert_eq!(
+            climb_recommended(&ladder, Some("cyber"), true, recommended),
+            "fallback:sonnet rescue:claude-opus-4-7 stop:still_refused"
+        );
+        let allowed = ladder.clone().try_recommended_model(true);
+        assert_eq!(
+            climb_recommended(&allowed, Some("cyber"), true, recommended),
+            "fallback:sonnet fallback:claude-haiku-5-5 rescue:claude-opus-4-7 stop:still_refused"
+        );
+        // A recommendation of a model already asked is not followed again.
+        assert_eq!(
+            climb_recommended(&allowed, Some("cyber"), true, Some("sonnet")),
+            "fallback:sonnet rescue:claude-opus-4-7 stop:still_refused"
+        );
+        // Without a chain step, nothing follows it either.
+        let rescue_only = allowed.for_category("*", [Step::Rescue]);
+        assert_eq!(
+            climb_recommended(&rescue_only, None, true, recommended),
+            "rescue:claude-opus-4-7 stop:still_refused"
         );
     }
 }

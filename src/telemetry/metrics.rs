@@ -10,6 +10,7 @@
 //! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome` |
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
+//! | [`FALLBACK_CREDIT`] | counter | `status`, `reason` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
@@ -62,6 +63,11 @@ pub const RECOVERY_ATTEMPTS: &str = "refusal_guard_recovery_attempts_total";
 /// (see [`Usage`](crate::refusal::Usage)). Counted from each record's
 /// attempts, so it agrees with the log.
 pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
+/// Anthropic fallback credit tokens presented, by what the response said
+/// became of them (`status`: `redeemed` or `not_applied`; `reason`: the
+/// provider's reason for `not_applied`, `none` otherwise). Counted from
+/// each record's attempts.
+pub const FALLBACK_CREDIT: &str = "refusal_guard_fallback_credit_total";
 /// Seconds from the original request to a refusal's settled outcome.
 pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
 /// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
@@ -122,6 +128,11 @@ pub fn describe() {
         REFUSED_TOKENS,
         Unit::Count,
         "Tokens the provider reported for refused attempts, by model, category and kind"
+    );
+    describe_counter!(
+        FALLBACK_CREDIT,
+        Unit::Count,
+        "Fallback credit tokens presented, by whether they were redeemed"
     );
     describe_histogram!(
         RECOVERY_LATENCY,

@@ -5,14 +5,14 @@ use metrics::{counter, histogram, Label};
 use super::{RefusalRecord, TelemetrySink};
 use crate::refusal::{AttemptResult, AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
 use crate::telemetry::metrics::{
-    category_label, label_or_unknown, model_label, RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS,
-    REFUSED_TOKENS,
+    category_label, label_or_unknown, model_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
+    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
 };
 
 /// Counts each record through the [`metrics`](::metrics) facade:
 /// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
-/// `refusal_guard_refused_tokens_total` and
-/// `refusal_guard_recovery_latency_seconds`.
+/// `refusal_guard_refused_tokens_total`, `refusal_guard_fallback_credit_total`
+/// and `refusal_guard_recovery_latency_seconds`.
 ///
 /// Put it beside the log sink so that the counters and the log agree line
 /// for line:
@@ -83,18 +83,24 @@ pub fn record_refusal(record: &RefusalRecord) {
         counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
     }
     count_refused_tokens(record);
+    for attempt in &record.attempts {
+        if let Some(credit) = &attempt.fallback_credit {
+            // The reason is the provider's closed vocabulary; anything
+            // else is folded as a category would be.
+            let reason = category_label(credit.reason().or(Some("none")));
+            counter!(FALLBACK_CREDIT, "status" => credit.as_str(), "reason" => reason).increment(1);
+        }
+    }
     histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
         .record(record.latency_ms as f64 / 1000.0);
 }
 
-/// Adds each refused attempt's usage to [`REFUSED_TOKENS`], under the
-/// model that refused (the attempt's, else the record's).
+/// Adds each attempt's refused usage to [`REFUSED_TOKENS`], under the
+/// model that refused (the attempt's, else the record's): a refused
+/// attempt's, or what the attempts a provider's own chain declined cost
+/// (see [`Attempt::usage`](crate::refusal::Attempt::usage)).
 fn count_refused_tokens(record: &RefusalRecord) {
-    let refused = record
-        .attempts
-        .iter()
-        .filter(|a| a.result == AttemptResult::Refused);
-    for attempt in refused {
+    for attempt in &record.attempts {
         let Some(usage) = attempt.usage else {
             continue;
         };

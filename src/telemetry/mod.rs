@@ -40,7 +40,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::refusal::{
-    Attempt, DeadReason, Outcome, Provider, Refusal, RefusalKind, RefusalSignal, Usage, WireApi,
+    Attempt, DeadReason, Outcome, Prefill, Provider, Refusal, RefusalKind, RefusalSignal, Usage,
+    WireApi,
 };
 
 mod dashboard;
@@ -150,6 +151,18 @@ pub struct RefusalRecord {
     /// The model whose response the client received.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
+    /// The model the provider suggested retrying on
+    /// ([`Refusal::recommended_model`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommended_model: Option<String>,
+    /// Whether the refusal's credit token carried a prefill claim; left out
+    /// when unknown.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
+    pub prefill: Option<Prefill>,
     /// The provider's request id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
@@ -214,6 +227,8 @@ impl RefusalRecord {
             signal: Some(refusal.signal),
             kind: Some(refusal.kind),
             served_model: refusal.served_model.clone(),
+            recommended_model: refusal.recommended_model.clone(),
+            prefill: Some(refusal.prefill).filter(|p| *p != Prefill::Unknown),
             request_id: refusal.request_id.clone(),
             conversation: None,
             attempts: Vec::new(),
@@ -314,6 +329,8 @@ impl RefusalRecord {
             outcome: self.outcome,
             reason: self.reason,
             served_model: self.served_model.clone(),
+            recommended_model: self.recommended_model.clone(),
+            prefill: self.prefill.unwrap_or_default(),
         }
     }
 

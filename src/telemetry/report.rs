@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::{RefusalRecord, RouteRestored};
-use crate::refusal::{AttemptResult, Outcome, Usage};
+use crate::refusal::{Outcome, Usage};
 
 /// The key used for a record with no category, model or dead reason.
 const NONE: &str = "(none)";
@@ -45,6 +45,12 @@ const RECENT: usize = 5;
 /// assert_eq!(report.refused_tokens.input_tokens, Some(1200));
 /// assert_eq!(report.refused_tokens_by_category["bio"].total_tokens(), 1205);
 /// assert!(report.to_string().contains("Tokens spent on refused attempts: 1205 (input 1200, output 5)"));
+///
+/// // What became of fallback credit tokens presented on hops.
+/// let line = r#"{"ts":"2026-11-29T19:00:01.000Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"fallback","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40},{"step":"fallback","model":"claude-y","result":"served","latency_ms":50,"fallback_credit":{"status":"not_applied","reason":"expired"}}]}"#;
+/// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
+/// assert_eq!(report.fallback_credit["not_applied:expired"], 1);
+/// assert!(report.to_string().contains("Fallback credit"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -61,9 +67,10 @@ pub struct Report {
     /// For dead refusals only: count per dead reason (`rescue_cap`, ...);
     /// `(none)` when the record does not say.
     pub by_reason: BTreeMap<String, usize>,
-    /// The tokens providers reported for refused attempts (attempts whose
-    /// result is `refused`; see [`Attempt::usage`](crate::refusal::Attempt::usage)),
-    /// over every record.
+    /// The tokens providers reported for refused attempts (the attempts'
+    /// usage: refused ones, and the declined part of a provider's own
+    /// chain; see [`Attempt::usage`](crate::refusal::Attempt::usage)), over
+    /// every record.
     pub refused_tokens: Usage,
     /// [`refused_tokens`](Report::refused_tokens) per model that refused
     /// (the attempt's model, else the record's; `(none)` when unknown).
@@ -78,6 +85,10 @@ pub struct Report {
     /// Sticky routes that ended, each with the conversation's primary model
     /// restored ([`RouteRestored`] lines; not refusals).
     pub restored: usize,
+    /// Anthropic fallback credit tokens presented on attempts, by what the
+    /// response said became of them: `redeemed`, or `not_applied` with its
+    /// reason (`not_applied:expired`; `not_applied` alone when none given).
+    pub fallback_credit: BTreeMap<String, usize>,
 }
 
 impl Report {
@@ -144,7 +155,14 @@ impl Report {
     fn add_refused_tokens(&mut self, record: &RefusalRecord) {
         let category = record.category.as_deref().unwrap_or(NONE);
         for attempt in &record.attempts {
-            let (AttemptResult::Refused, Some(usage)) = (attempt.result, attempt.usage) else {
+            if let Some(credit) = &attempt.fallback_credit {
+                let key = match credit.reason() {
+                    Some(reason) => format!("{}:{reason}", credit.as_str()),
+                    None => credit.as_str().to_owned(),
+                };
+                *self.fallback_credit.entry(key).or_default() += 1;
+            }
+            let Some(usage) = attempt.usage else {
                 continue;
             };
             let model = attempt.model.as_deref().or(record.model.as_deref());
@@ -247,6 +265,9 @@ impl fmt::Display for Report {
             )?;
             token_table(f, "By model", &self.refused_tokens_by_model)?;
             token_table(f, "By category", &self.refused_tokens_by_category)?;
+        }
+        if !self.fallback_credit.is_empty() {
+            table(f, "Fallback credit", &self.fallback_credit)?;
         }
         if self.restored > 0 {
             writeln!(f)?;

@@ -65,6 +65,7 @@ class Harness:
         self.unreachable = info["unreachable"]
         self.live = info["live"]
         self.partial = info["partial"]
+        self.marked = info["marked"]
         self.log = Path(info["log"])
 
     def seen(self, script_id: str) -> list:

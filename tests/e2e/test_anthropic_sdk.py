@@ -243,3 +243,69 @@ def test_json_partial_refusal_with_a_prefill_claim_is_continued_in_one_message(h
     assert len(seen) == 2
     assert seen[1]["json"]["messages"][-1]["role"] == "assistant"
     assert seen[1]["json"]["fallback_credit_token"]["token"] == "tok_e2e_json"
+
+
+# The marked proxy: the chain claude-opus-4-7 -> claude-sonnet-4-5, its
+# fallbacks marked as the provider marks its own server-side ones.
+FALLBACK_MODEL = "claude-sonnet-4-5"
+
+
+def primary_id(fixture: str) -> str:
+    """The message id a recorded stream opens with."""
+    from conftest import ROOT
+
+    text = (ROOT / "tests/fixtures" / fixture).read_text()
+    for line in text.splitlines():
+        if line.startswith("data: ") and '"message_start"' in line:
+            return json.loads(line[len("data: ") :])["message"]["id"]
+    raise AssertionError(f"no message_start in {fixture}")
+
+
+def assert_marked_chain(message):
+    from anthropic.types.beta import (
+        BetaFallbackBlock,
+        BetaFallbackMessageIterationUsage,
+        BetaMessageIterationUsage,
+    )
+
+    marker = message.content[0]
+    assert isinstance(marker, BetaFallbackBlock), type(marker)
+    assert (marker.from_.model, marker.to.model) == (MODEL, FALLBACK_MODEL)
+    assert marker.trigger.type == "refusal"
+    assert message.content[1].type == "text"
+    iterations = message.usage.iterations
+    assert [type(i) for i in iterations] == [
+        BetaMessageIterationUsage,
+        BetaFallbackMessageIterationUsage,
+    ]
+    assert [i.model for i in iterations] == [MODEL, FALLBACK_MODEL]
+
+
+def test_a_marked_chain_streams_as_the_beta_sdk_parses_a_server_side_one(harness, script_id):
+    c = client(harness.marked, f"{EMPTY_REFUSAL},{TEXT}", script_id)
+    with c.beta.messages.stream(
+        model=MODEL,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Check my SSH setup"}],
+    ) as stream:
+        message = stream.get_final_message()
+    assert_marked_chain(message)
+    assert message.id == primary_id(EMPTY_REFUSAL), "the primary's message id is kept"
+    assert message.model == FALLBACK_MODEL, "the last fallback block names the served model"
+    assert message.content[0].trigger.category == "cyber"
+    assert message.content[1].text == "Hello there!"
+    assert [r["json"]["model"] for r in harness.seen(script_id)] == [MODEL, FALLBACK_MODEL]
+
+
+def test_a_marked_chain_creates_as_the_beta_sdk_parses_a_server_side_one(harness, script_id):
+    c = client(harness.marked, "e2e/anthropic-refusal.json,e2e/message_text.json", script_id)
+    message = c.beta.messages.create(
+        model=MODEL,
+        max_tokens=1024,
+        messages=[{"role": "user", "content": "Check my SSH setup"}],
+    )
+    assert_marked_chain(message)
+    assert message.id == "msg_01RefusalExampleAbcdefghijk", "the primary's message id is kept"
+    assert message.usage.input_tokens == 20, "top-level usage is the serving attempt's"
+    assert message.usage.iterations[0].input_tokens == 18
+    assert message.content[1].text.startswith("Hardening checklist")

@@ -5,6 +5,7 @@
 //! rules.
 
 mod anthropic;
+mod anthropic_signals;
 mod contract;
 mod error_refusals;
 mod extension_points;

@@ -15,7 +15,9 @@
 //! `--chain claude-chain-source=claude-chain-target`. A second one in front
 //! of the mock (`live`) streams thinking live; a third (`partial`)
 //! continues partial refusals (`--continue-partial`, with the chain
-//! `claude-opus-4-7=claude-sonnet-4-5`). Two admin listeners serve
+//! `claude-opus-4-7=claude-sonnet-4-5`); a fourth (`marked`) marks its
+//! fallbacks as the provider marks its own (`handoff_marker`, the chain
+//! `claude-opus-4-7=claude-sonnet-4-5`, rescue off). Two admin listeners serve
 //! metrics, health and the dashboard: `admin` for the proxy in front of the
 //! mock (its log, its upstream), `admin_unreachable` for the one whose
 //! upstream is down.
@@ -66,6 +68,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
             .continue_partial(true),
     )?;
+    let marked = Proxy::new(
+        Upstream::parse(&mock.url())?,
+        &RefusalGuardLayer::new()
+            .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
+            .handoff_marker(true)
+            .rescue(false),
+    )?;
     let simulated = Proxy::with_service(
         Upstream::parse("http://simulated.invalid")?,
         RefusalGuardLayer::new().layer(Simulator::new()),
@@ -93,6 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let sim_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let live_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let partial_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let marked_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let line = serde_json::json!({
         "mock": mock.url(),
         "proxy": format!("http://{}", listener.local_addr()?),
@@ -100,6 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "unreachable": format!("http://{}", down_listener.local_addr()?),
         "live": format!("http://{}", live_listener.local_addr()?),
         "partial": format!("http://{}", partial_listener.local_addr()?),
+        "marked": format!("http://{}", marked_listener.local_addr()?),
         "admin": format!("http://{}", admin_listener.local_addr()?),
         "admin_unreachable": format!("http://{}", admin_down_listener.local_addr()?),
         "log": log,
@@ -115,10 +126,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let c = unreachable.serve(down_listener, wait(stopped.clone()));
         let d = live.serve(live_listener, wait(stopped.clone()));
         let g = partial.serve(partial_listener, wait(stopped.clone()));
+        let h = marked.serve(marked_listener, wait(stopped.clone()));
         let e = admin::serve(admin_listener, admin_state, wait(stopped.clone()));
         let f = admin::serve(admin_down_listener, admin_down_state, wait(stopped));
-        let (a, b, c, d, e, f, g) = tokio::join!(a, b, c, d, e, f, g);
-        a.and(b).and(c).and(d).and(e).and(f).and(g)
+        let (a, b, c, d, e, f, g, h) = tokio::join!(a, b, c, d, e, f, g, h);
+        a.and(b).and(c).and(d).and(e).and(f).and(g).and(h)
     });
 
     println!("{line}");
