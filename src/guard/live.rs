@@ -17,7 +17,7 @@ use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
 use crate::guard::decide::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
-use crate::guard::partial::decide_and_respond;
+use crate::guard::partial::decide_and_continue;
 use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
@@ -42,14 +42,14 @@ where
     }
     let call = exchange.call.clone();
     let Some(after) = config.keepalive_after.filter(|_| stream) else {
-        return decide_and_respond(exchange, response).await;
+        return decide_and_continue(exchange, response).await;
     };
     let (parts, body) = response.into_parts();
     let early_head = parts.clone();
     // A long hold (minutes of extended thinking) must not starve the client:
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(decide_and_respond(
+    let mut decision = Box::pin(decide_and_continue(
         exchange,
         Response::from_parts(parts, body),
     ));

@@ -38,7 +38,7 @@ use crate::BoxError;
 /// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
 /// that, when the call allows it, a response with output is served so that
 /// a partial refusal in it can be continued.
-pub(crate) async fn decide_and_respond<S, B, R>(
+pub(crate) async fn decide_and_continue<S, B, R>(
     exchange: Exchange<S>,
     response: Response<IdleTimeout<R>>,
 ) -> Response<GuardBody<R>>
