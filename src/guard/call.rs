@@ -99,6 +99,23 @@ impl Call {
         tokio::time::Instant::from_std(self.started + self.config.budget.deadline)
     }
 
+    /// A deadline as long as the call's, counted from now: for work that
+    /// begins once the original was served (continuing a partial refusal).
+    pub(crate) fn deadline_from_now(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.config.budget.deadline
+    }
+
+    /// `work` (holding the original, in every mode) bounded by the call's
+    /// deadline; past it, the hold's timeout.
+    pub(crate) async fn within_deadline<T>(
+        &self,
+        work: impl std::future::Future<Output = T>,
+    ) -> Result<T, UpstreamTimeout> {
+        tokio::time::timeout_at(self.deadline(), work)
+            .await
+            .map_err(|_| UpstreamTimeout::new(TimeoutKind::Hold, self.config.budget.deadline))
+    }
+
     /// Tells the store the conversation produced real output. It never
     /// delays the response: a store that answers at once has done so on
     /// return, a slower one finishes on its own task.

@@ -12,7 +12,7 @@ use crate::dialect::{Declined, Handoff, RefusalInfo};
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
-use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
@@ -119,9 +119,9 @@ impl<S> Exchange<S> {
         let call = &self.call;
         let held = hold(response, call.dialect, &call.config, self.streaming, None);
         // The recovery deadline bounds the original's hold too.
-        let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
-            let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
-            return Decision::TimedOut(timeout);
+        let held = match call.within_deadline(held).await {
+            Ok(held) => held,
+            Err(timeout) => return Decision::TimedOut(timeout),
         };
         self.conclude(held).await
     }
@@ -331,7 +331,7 @@ impl Climb {
             fallbacks: 0,
             rescues: 0,
             retargets: 0,
-            deadline: call.started + call.config.budget.deadline,
+            deadline: call.deadline().into_std(),
             stopped: false,
         }
     }

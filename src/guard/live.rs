@@ -17,14 +17,48 @@ use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
 use crate::guard::decide::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
-use crate::guard::partial::decide_and_continue;
+use crate::guard::partial::{decide_and_continue, Plan};
 use crate::guard::replay::ReplayBody;
-use crate::guard::respond::{pump, respond, timed_out, unless_gone, ServedRecovery, Shape};
-use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::respond::{
+    decide_and_respond, pump, respond, timed_out, unless_gone, ServedRecovery, Shape,
+};
+use crate::guard::timeout::IdleTimeout;
 use crate::guard::{InnerBody, SpawnableInner};
 
+/// How a guarded call answers, chosen once from the configuration and the
+/// original's head.
+enum Mode {
+    /// The original's thinking streamed at once, a recovery spliced in.
+    LiveThinking(Box<dyn LiveSplice>),
+    /// Held until decided (a response with output served so that a partial
+    /// refusal in it can be continued, when `partial` says how); past
+    /// `keepalive_after`, the original head and SSE comments meanwhile.
+    Held {
+        keepalive_after: Option<Duration>,
+        partial: Option<Plan>,
+    },
+}
+
+impl Mode {
+    fn of<S, R>(exchange: &Exchange<S>, response: &Response<R>) -> Mode {
+        let config = &exchange.call.config;
+        let stream = response.status().is_success() && is_event_stream(response.headers());
+        let splice = (config.live_thinking && stream)
+            .then(|| exchange.call.dialect.live_splice())
+            .flatten();
+        match splice {
+            Some(splice) => Mode::LiveThinking(splice),
+            None => Mode::Held {
+                keepalive_after: config.keepalive_after.filter(|_| stream),
+                partial: Plan::for_call(exchange, response),
+            },
+        }
+    }
+}
+
 /// What the client gets for the original `response`: the decision, or,
-/// when configured, an answer that begins before it.
+/// when configured, an answer that begins before it. The one place the
+/// mode is chosen.
 pub(crate) async fn answer<S, B, R>(
     exchange: Exchange<S>,
     response: Response<IdleTimeout<R>>,
@@ -34,25 +68,24 @@ where
     B: ReplayBody,
     R: InnerBody,
 {
-    let config = exchange.call.config.clone();
-    let stream = response.status().is_success() && is_event_stream(response.headers());
-    let live = config.live_thinking && stream;
-    if let Some(splice) = live.then(|| exchange.call.dialect.live_splice()).flatten() {
-        return live_thinking(exchange, response, splice);
-    }
-    let call = exchange.call.clone();
-    let Some(after) = config.keepalive_after.filter(|_| stream) else {
-        return decide_and_continue(exchange, response).await;
+    let (after, partial) = match Mode::of(&exchange, &response) {
+        Mode::LiveThinking(splice) => return live_thinking(exchange, response, splice),
+        Mode::Held {
+            keepalive_after,
+            partial,
+        } => (keepalive_after, partial),
     };
+    let Some(after) = after else {
+        return decide(exchange, response, partial).await;
+    };
+    let call = exchange.call.clone();
+    let interval = call.config.keepalive_interval;
     let (parts, body) = response.into_parts();
     let early_head = parts.clone();
     // A long hold (minutes of extended thinking) must not starve the client:
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(decide_and_continue(
-        exchange,
-        Response::from_parts(parts, body),
-    ));
+    let mut decision = Box::pin(decide(exchange, Response::from_parts(parts, body), partial));
     let mut timer = Box::pin(tokio::time::sleep(after));
     let early = std::future::poll_fn(|cx| {
         if let Poll::Ready(served) = decision.as_mut().poll(cx) {
@@ -63,7 +96,25 @@ where
     .await;
     match early {
         Some(served) => served,
-        None => keep_alive(early_head, decision, &call, config.keepalive_interval),
+        None => keep_alive(early_head, decision, &call, interval),
+    }
+}
+
+/// The decision as the client gets it once made: served so that a partial
+/// refusal can be continued, when the call allows it.
+async fn decide<S, B, R>(
+    exchange: Exchange<S>,
+    response: Response<IdleTimeout<R>>,
+    partial: Option<Plan>,
+) -> Response<GuardBody<R>>
+where
+    S: SpawnableInner<B, R>,
+    B: ReplayBody,
+    R: InnerBody,
+{
+    match partial {
+        Some(plan) => decide_and_continue(exchange, response, plan).await,
+        None => decide_and_respond(exchange, response).await,
     }
 }
 
@@ -123,13 +174,14 @@ where
         let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
         let dialect = call.dialect;
         let original = Response::from_parts(parts, body);
-        let deadline = call.deadline();
         let work = async {
             let held = hold(original, dialect, &config, streaming, Some(&mut forward));
-            let Ok(held) = tokio::time::timeout_at(deadline, held).await else {
-                let timeout = UpstreamTimeout::new(TimeoutKind::Hold, config.budget.deadline);
-                call.handle.settle(None);
-                return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
+            let held = match call.within_deadline(held).await {
+                Ok(held) => held,
+                Err(timeout) => {
+                    call.handle.settle(None);
+                    return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
+                }
             };
             let served = respond(exchange.conclude(held).await, &call);
             let continuation = served

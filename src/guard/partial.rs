@@ -28,7 +28,7 @@ use crate::guard::respond::{
     self, judge_findings, mark_recovered, pump, serve, serve_settled, timed_out, unless_gone,
     FrameSender, Shape, Watched,
 };
-use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::timeout::IdleTimeout;
 use crate::guard::{InnerBody, InnerService, SpawnableInner};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::sse::SseFramer;
@@ -36,20 +36,18 @@ use crate::BoxError;
 
 /// Decides the original `response` and answers: as
 /// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
-/// that, when the call allows it, a response with output is served so that
-/// a partial refusal in it can be continued.
+/// that a response with output is served so that a partial refusal in it
+/// can be continued as `plan` says.
 pub(crate) async fn decide_and_continue<S, B, R>(
     exchange: Exchange<S>,
     response: Response<IdleTimeout<R>>,
+    plan: Plan,
 ) -> Response<GuardBody<R>>
 where
     S: SpawnableInner<B, R>,
     B: ReplayBody,
     R: InnerBody,
 {
-    let Some(plan) = Plan::for_call(&exchange, &response) else {
-        return respond::decide_and_respond(exchange, response).await;
-    };
     let call = exchange.call.clone();
     let held = hold(
         response,
@@ -59,10 +57,12 @@ where
         None,
     );
     // The recovery deadline bounds the original's hold, as without the option.
-    let Ok(held) = tokio::time::timeout_at(call.deadline(), held).await else {
-        let timeout = UpstreamTimeout::new(TimeoutKind::Hold, call.config.budget.deadline);
-        call.handle.settle(None);
-        return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+    let held = match call.within_deadline(held).await {
+        Ok(held) => held,
+        Err(timeout) => {
+            call.handle.settle(None);
+            return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+        }
     };
     if !matches!(held.verdict, Verdict::Output) {
         return respond::respond(exchange.conclude(held).await, &call);
@@ -148,8 +148,7 @@ where
         streaming: false,
         plan,
     };
-    let deadline = tokio::time::Instant::now() + call.config.budget.deadline;
-    let (attempt, answer) = hop.attempt::<B, R>(&claim, deadline).await;
+    let (attempt, answer) = hop.attempt::<B, R>(&claim, call.deadline_from_now()).await;
     let served_model = answer
         .as_ref()
         .and_then(|a| a.judged.as_ref()?.model.clone());
@@ -184,13 +183,14 @@ where
 
 /// What continuing this call would take: the model to continue on and the
 /// dialect's tracker of what the client has seen.
-struct Plan {
+pub(crate) struct Plan {
     model: String,
     track: Box<dyn PartialContinuation>,
 }
 
 impl Plan {
-    fn for_call<S, R>(exchange: &Exchange<S>, response: &Response<R>) -> Option<Plan> {
+    /// The plan when the call may continue a partial refusal in `response`.
+    pub(crate) fn for_call<S, R>(exchange: &Exchange<S>, response: &Response<R>) -> Option<Plan> {
         let call = &exchange.call;
         let config = &call.config;
         // The provider offers the claim only with a credit token, which is
@@ -557,8 +557,7 @@ impl<S> Continuer<S> {
             let Some(frame) = frame else { break };
             if self.closing.is_none() {
                 if let Some(claim) = self.hop.plan.track.observe(&frame) {
-                    let deadline =
-                        tokio::time::Instant::now() + self.hop.call.config.budget.deadline;
+                    let deadline = self.hop.call.deadline_from_now();
                     self.closing = Some(Closing {
                         claim,
                         frames: VecDeque::new(),
