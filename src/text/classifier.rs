@@ -38,8 +38,10 @@ const MAGIC: &[u8; 8] = b"RGTCLS01";
 /// ```
 /// use refusal_guard::text::TextClassifier;
 ///
+/// // It learnt from what the rules let through: rebuttals of a premise.
 /// let model = TextClassifier::builtin();
-/// assert!(model.score("I'm sorry, but I can't help with that.") > model.threshold());
+/// let rebuttal = "There is no reason why disabled people should not be allowed to vote.";
+/// assert!(model.score(rebuttal) > model.threshold());
 /// assert!(model.score("Paris is the capital of France.") < model.threshold());
 /// ```
 #[derive(Debug, Clone, PartialEq)]

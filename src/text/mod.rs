@@ -12,7 +12,8 @@
 //! code, sentences, word tokens), `words` holds every word list, `cues`
 //! and `signals` hold one small matcher per phrase kind, tried from a
 //! table, `lecture` finds lectures and referrals, `delivery` weighs what
-//! the rest of the response delivers, and `verdict` puts them together.
+//! the rest of the response delivers, `classifier` scores what the rules
+//! let through, and `verdict` puts them together.
 //!
 //! * Refusals sit at the start of a response. The opening window is read
 //!   sentence by sentence: at most [`MAX_SENTENCES`] sentences inside the
@@ -56,6 +57,13 @@
 //!   browse the internet") and opinion disclaimers ("I don't have personal
 //!   opinions"). A view reported ("Gandhi believed ...") or explained ("X is
 //!   wrong because ...") is not a judgement.
+//! * An opening the rules read as an answer is scored by a trained
+//!   [`TextClassifier`] (a logistic regression over hashed word n-grams,
+//!   weights compiled in): a score at its threshold makes the text a
+//!   refusal of reason [`TextReason::Classifier`]. It catches premise
+//!   rebuttals and wordings no list holds ("There is no reason why X
+//!   should not be allowed to ..."). `tools/train_text_classifier.py`
+//!   trains it from `tests/corpus/` and the hand-written tables.
 //! * Any fenced code block with content (```` ``` ```` or `~~~`) makes the
 //!   response a genuine answer; phrases inside fences are never read.
 //! * Matching is English only. Text in other languages has no cues and
