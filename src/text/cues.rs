@@ -10,12 +10,12 @@ use super::words::{
     ASSIST, CAPABILITY, CONDITIONAL, FILLER, HABITUAL, HARMFUL, MORAL, MORAL_COMPANIONS, NEGATIONS,
     PREMISE, REACH, RULES, RULE_OWNERS, WITHHELD,
 };
-use super::SoftReason;
+use super::TextReason;
 
 /// A matched cue: why, and its first and last word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Hit {
-    pub reason: SoftReason,
+    pub reason: TextReason,
     pub first: usize,
     pub last: usize,
 }
@@ -23,7 +23,7 @@ pub(super) struct Hit {
 impl Hit {
     fn direct(first: usize, last: usize) -> Hit {
         Hit {
-            reason: SoftReason::DirectRefusal,
+            reason: TextReason::DirectRefusal,
             first,
             last,
         }
@@ -31,7 +31,7 @@ impl Hit {
 
     fn policy(first: usize, last: usize) -> Hit {
         Hit {
-            reason: SoftReason::PolicyRefusal,
+            reason: TextReason::PolicyRefusal,
             first,
             last,
         }

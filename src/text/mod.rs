@@ -12,7 +12,8 @@
 //! code, sentences, word tokens), `words` holds every word list, `cues`
 //! and `signals` hold one small matcher per phrase kind, tried from a
 //! table, `lecture` finds lectures and referrals, `delivery` weighs what
-//! the rest of the response delivers, and `verdict` puts them together.
+//! the rest of the response delivers, `classifier` scores what the rules
+//! let through, and `verdict` puts them together.
 //!
 //! * Refusals sit at the start of a response. The opening window is read
 //!   sentence by sentence: at most [`MAX_SENTENCES`] sentences inside the
@@ -35,7 +36,7 @@
 //!   lawyer, but the Law Society's tool lets you search by postcode"), or,
 //!   after an impersonal safety caveat, an instruction ("It is not safe to
 //!   run it as root. Create a user with ..."). An offer without substance
-//!   is a [`SoftKind::Deflection`].
+//!   is a [`TextKind::Deflection`].
 //! * A signal is a refusal only when nothing after it delivers content.
 //!   Each later sentence (or list item) weighs 0 when it lectures,
 //!   reassures, refers elsewhere ("please reach out to a professional"),
@@ -56,6 +57,13 @@
 //!   browse the internet") and opinion disclaimers ("I don't have personal
 //!   opinions"). A view reported ("Gandhi believed ...") or explained ("X is
 //!   wrong because ...") is not a judgement.
+//! * An opening the rules read as an answer is scored by a trained
+//!   [`TextClassifier`] (a logistic regression over hashed word n-grams,
+//!   weights compiled in): a score at its threshold makes the text a
+//!   refusal of reason [`TextReason::Classifier`]. It catches premise
+//!   rebuttals and wordings no list holds ("There is no reason why X
+//!   should not be allowed to ..."). `tools/train_text_classifier.py`
+//!   trains it from `tests/corpus/` and the hand-written tables.
 //! * Any fenced code block with content (```` ``` ```` or `~~~`) makes the
 //!   response a genuine answer; phrases inside fences are never read.
 //! * Matching is English only. Text in other languages has no cues and
@@ -74,6 +82,7 @@
 //! it delivers is looked for in the 2 KiB after the opening, the layer's
 //! default hold.
 
+mod classifier;
 mod cues;
 mod delivery;
 mod lecture;
@@ -86,7 +95,8 @@ use std::ops::Range;
 
 use serde::Serialize;
 
-use verdict::{analyze, Outcome};
+pub use classifier::{feature_hashes, ClassifierFormatError, TextClassifier};
+use verdict::{analyze, read_rules, Outcome};
 
 /// The opening window: cues and signals are looked for only in this many
 /// first bytes of prose, so `detect` on a prefix of this length finds the
@@ -101,7 +111,7 @@ pub const MAX_SENTENCES: usize = 3;
 /// What sort of non-answer the text is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SoftKind {
+pub enum TextKind {
     /// The model declined outright.
     Refusal,
     /// The model declined and offered something else instead, without
@@ -109,16 +119,16 @@ pub enum SoftKind {
     Deflection,
 }
 
-impl SoftKind {
+impl TextKind {
     /// The snake_case name used in logs (`refusal`, `deflection`).
     ///
     /// ```
-    /// assert_eq!(refusal_guard::text::SoftKind::Deflection.as_str(), "deflection");
+    /// assert_eq!(refusal_guard::text::TextKind::Deflection.as_str(), "deflection");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
-            SoftKind::Refusal => "refusal",
-            SoftKind::Deflection => "deflection",
+            TextKind::Refusal => "refusal",
+            TextKind::Deflection => "deflection",
         }
     }
 }
@@ -126,7 +136,7 @@ impl SoftKind {
 /// Why the text was judged a refusal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum SoftReason {
+pub enum TextReason {
     /// A first-person refusal: "I can't help with that", "I must decline".
     DirectRefusal,
     /// A refusal framed by policy or ethics: "it is not appropriate to ...",
@@ -134,21 +144,26 @@ pub enum SoftReason {
     PolicyRefusal,
     /// A refusal followed by an offer of something else, with no substance.
     OffTopicDeflection,
+    /// An opening the rules found no refusal in, which the trained
+    /// [`TextClassifier`] reads as one ("Absolutely not.", "There is no
+    /// reason why X should be denied ...").
+    Classifier,
 }
 
-impl SoftReason {
+impl TextReason {
     /// The snake_case name used in logs (`direct_refusal`, `policy_refusal`,
-    /// `off_topic_deflection`).
+    /// `off_topic_deflection`, `classifier`).
     ///
     /// ```
-    /// use refusal_guard::text::SoftReason;
-    /// assert_eq!(SoftReason::PolicyRefusal.as_str(), "policy_refusal");
+    /// use refusal_guard::text::TextReason;
+    /// assert_eq!(TextReason::PolicyRefusal.as_str(), "policy_refusal");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
-            SoftReason::DirectRefusal => "direct_refusal",
-            SoftReason::PolicyRefusal => "policy_refusal",
-            SoftReason::OffTopicDeflection => "off_topic_deflection",
+            TextReason::DirectRefusal => "direct_refusal",
+            TextReason::PolicyRefusal => "policy_refusal",
+            TextReason::OffTopicDeflection => "off_topic_deflection",
+            TextReason::Classifier => "classifier",
         }
     }
 }
@@ -159,9 +174,9 @@ pub struct Detection {
     /// Whether the text is a refusal (of either kind).
     pub refusal: bool,
     /// The kind of refusal, when `refusal` is true.
-    pub kind: Option<SoftKind>,
+    pub kind: Option<TextKind>,
     /// Why, when `refusal` is true.
-    pub reason: Option<SoftReason>,
+    pub reason: Option<TextReason>,
     /// Byte range in the input of the phrase that matched, when `refusal`
     /// is true.
     pub span: Option<Range<usize>>,
@@ -198,12 +213,12 @@ pub enum PrefixVerdict {
 /// Detects a refusal written as prose.
 ///
 /// ```
-/// use refusal_guard::text::{detect, SoftKind, SoftReason};
+/// use refusal_guard::text::{detect, TextKind, TextReason};
 ///
 /// let d = detect("I'm sorry, but I can't help with that request.");
 /// assert!(d.is_refusal());
-/// assert_eq!(d.kind, Some(SoftKind::Refusal));
-/// assert_eq!(d.reason, Some(SoftReason::DirectRefusal));
+/// assert_eq!(d.kind, Some(TextKind::Refusal));
+/// assert_eq!(d.reason, Some(TextReason::DirectRefusal));
 /// let text = "I'm sorry, but I can't help with that request.";
 /// assert_eq!(&text[d.span.unwrap()], "I can't help");
 ///
@@ -211,7 +226,19 @@ pub enum PrefixVerdict {
 /// assert!(!detect("To kill a Python process, run `kill <pid>`.").is_refusal());
 /// ```
 pub fn detect(text: &str) -> Detection {
-    match analyze(text, true) {
+    detect_with(text, TextClassifier::builtin())
+}
+
+/// [`detect`] with other classifier weights than the shipped ones.
+///
+/// ```
+/// use refusal_guard::text::{detect_with, TextClassifier};
+///
+/// let model = TextClassifier::builtin();
+/// assert!(detect_with("I won't help with that.", model).is_refusal());
+/// ```
+pub fn detect_with(text: &str, classifier: &TextClassifier) -> Detection {
+    match analyze(text, true, classifier) {
         Outcome::Decided(d) => d,
         // Cannot happen with `complete == true`; be conservative anyway.
         Outcome::NeedMore => Detection::NONE,
@@ -231,8 +258,54 @@ pub fn detect(text: &str) -> Detection {
 /// assert_eq!(prefix_verdict("I'm sorry, but I"), PrefixVerdict::Undecided);
 /// ```
 pub fn prefix_verdict(prefix: &str) -> PrefixVerdict {
-    match analyze(prefix, false) {
+    prefix_verdict_with(prefix, TextClassifier::builtin())
+}
+
+/// [`prefix_verdict`] with other classifier weights than the shipped ones.
+///
+/// ```
+/// use refusal_guard::text::{prefix_verdict_with, PrefixVerdict, TextClassifier};
+///
+/// let model = TextClassifier::builtin();
+/// assert_eq!(prefix_verdict_with("I'm sorry, but I", model), PrefixVerdict::Undecided);
+/// ```
+pub fn prefix_verdict_with(prefix: &str, classifier: &TextClassifier) -> PrefixVerdict {
+    match analyze(prefix, false, classifier) {
         Outcome::Decided(d) if !d.refusal => PrefixVerdict::RuledOut,
         _ => PrefixVerdict::Undecided,
+    }
+}
+
+/// What the rules make of a complete text, before the classifier: what
+/// the training script learns from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RulesReading<'t> {
+    /// The rules' own verdict.
+    pub rules: Detection,
+    /// The opening the rules read as prose and found no refusal in: the
+    /// text the classifier scores. `None` when the rules decided otherwise
+    /// (a refusal, fenced code, a refusal phrase that was only a caveat).
+    pub opening: Option<&'t str>,
+}
+
+/// Reads a complete text with the rules alone.
+///
+/// ```
+/// use refusal_guard::text::read_rules_only;
+///
+/// let r = read_rules_only("Paris is the capital of France. It is on the Seine.");
+/// assert!(!r.rules.is_refusal());
+/// assert!(r.opening.unwrap().starts_with("Paris"));
+/// assert_eq!(read_rules_only("I can't help with that.").opening, None);
+/// ```
+pub fn read_rules_only(text: &str) -> RulesReading<'_> {
+    let rules = read_rules(text, true);
+    let verdict = match rules.outcome {
+        Outcome::Decided(d) => d,
+        Outcome::NeedMore => Detection::NONE,
+    };
+    RulesReading {
+        rules: verdict,
+        opening: rules.opening_end.map(|end| &text[..end]),
     }
 }

@@ -3,6 +3,7 @@
 
 use std::ops::Range;
 
+use super::classifier::TextClassifier;
 use super::cues::find_cue;
 use super::delivery::{
     delivers_at_once, delivery, false_premise, find_pivot, has_list, has_substance,
@@ -14,7 +15,7 @@ use super::lecture::{
 use super::prepare::{head, scan_fences, sentence_end_from, Reader, Words};
 use super::signals::{find_signal, SignalKind};
 use super::words::CONTRASTS;
-use super::{Detection, SoftKind, SoftReason, DEFAULT_PREFIX_BYTES, MAX_SENTENCES};
+use super::{Detection, TextKind, TextReason, DEFAULT_PREFIX_BYTES, MAX_SENTENCES};
 
 /// What an analysis concluded.
 pub(super) enum Outcome {
@@ -39,15 +40,51 @@ enum Class {
     /// A refusal may follow.
     LeadIn,
     /// A refusal cue, with its reason and span.
-    Cue(SoftReason, Range<usize>),
+    Cue(TextReason, Range<usize>),
 }
 
-/// Analyzes `text`. With `complete == false` the text may continue, and the
-/// function returns `Decided` only on evidence no continuation can change.
-pub(super) fn analyze(text: &str, complete: bool) -> Outcome {
+/// What the rules concluded, and what of the text they read.
+pub(super) struct Rules {
+    pub outcome: Outcome,
+    /// Where the opening the rules read as prose ends, when they found no
+    /// refusal in it (and no fenced code): the classifier may still read
+    /// that opening as one.
+    pub opening_end: Option<usize>,
+}
+
+/// Analyzes `text` with the rules, then lets `classifier` read an opening
+/// the rules found no refusal in. With `complete == false` the text may
+/// continue, and the function returns `Decided` only on evidence no
+/// continuation can change.
+pub(super) fn analyze(text: &str, complete: bool, classifier: &TextClassifier) -> Outcome {
+    let rules = read_rules(text, complete);
+    let Some(end) = rules.opening_end else {
+        return rules.outcome;
+    };
+    if !classifier.flags(&text[..end]) {
+        return rules.outcome;
+    }
+    if !complete {
+        return Outcome::NeedMore;
+    }
+    let start = text.len() - text.trim_start().len();
+    Outcome::Decided(Detection {
+        refusal: true,
+        kind: Some(TextKind::Refusal),
+        reason: Some(TextReason::Classifier),
+        span: Some(start.min(end)..end),
+    })
+}
+
+/// The rules alone.
+pub(super) fn read_rules(text: &str, complete: bool) -> Rules {
+    let decided = |outcome| Rules {
+        outcome,
+        opening_end: None,
+    };
     let fences = scan_fences(text, complete);
     if fences.has_code {
-        return Outcome::Decided(Detection::NONE);
+        return decided(Outcome::Decided(Detection::NONE));
     }
     let reader = Reader {
         text,
@@ -61,47 +98,63 @@ pub(super) fn analyze(text: &str, complete: bool) -> Outcome {
         let Some(sentence) = reader.next_sentence(pos, window_end) else {
             // The window (or the text) holds no further complete sentence.
             if complete || text.len() >= DEFAULT_PREFIX_BYTES {
-                return conclude(text, &opening, complete);
+                return conclude(text, &opening, complete, pos);
             }
-            return Outcome::NeedMore;
+            return decided(Outcome::NeedMore);
         };
         if sentence.pending {
-            return Outcome::NeedMore;
+            return decided(Outcome::NeedMore);
         }
         pos = sentence.range.end;
         match classify(text, sentence.range, &mut opening) {
-            Class::Neutral => return Outcome::Decided(Detection::NONE),
+            Class::Neutral => return answer(pos),
             Class::LeadIn => continue,
             // A refusal has started; only the whole text decides.
-            Class::Cue(..) if !complete => return Outcome::NeedMore,
+            Class::Cue(..) if !complete => return decided(Outcome::NeedMore),
             Class::Cue(reason, span) => {
-                return Outcome::Decided(finish(text, reason, span));
+                return decided(Outcome::Decided(finish(text, reason, span)));
             }
         }
     }
-    conclude(text, &opening, complete)
+    conclude(text, &opening, complete, pos)
+}
+
+/// The rules found no refusal in the opening, which ends at `end`.
+fn answer(end: usize) -> Rules {
+    Rules {
+        outcome: Outcome::Decided(Detection::NONE),
+        opening_end: Some(end),
+    }
 }
 
 /// The opening window held no cue and no neutral sentence. A response that
 /// opens by condemning the act itself ("violence is never acceptable") and
 /// only lectures or redirects from there is a policy refusal, unless
 /// substance (a list of steps, an offer with content) follows.
-fn conclude(text: &str, opening: &Opening, complete: bool) -> Outcome {
+fn conclude(text: &str, opening: &Opening, complete: bool, end: usize) -> Rules {
+    let decided = |outcome| Rules {
+        outcome,
+        opening_end: None,
+    };
     if let Some(span) = opening.lecture.strong.clone() {
         if !complete {
-            return Outcome::NeedMore;
+            return decided(Outcome::NeedMore);
         }
         let tail = &head(text, span.end + 4 * DEFAULT_PREFIX_BYTES)[span.end..];
         if has_list(tail) {
-            return Outcome::Decided(Detection::NONE);
+            return answer(end);
         }
-        return Outcome::Decided(finish(text, SoftReason::PolicyRefusal, span));
+        return decided(Outcome::Decided(finish(
+            text,
+            TextReason::PolicyRefusal,
+            span,
+        )));
     }
     let Some((kind, span, sentence_end)) = opening.signal.clone() else {
-        return Outcome::Decided(Detection::NONE);
+        return answer(end);
     };
     if !complete {
-        return Outcome::NeedMore;
+        return decided(Outcome::NeedMore);
     }
     // Sympathy and hazards decline only with something said in place of an
     // answer (reassurance, a referral, a lecture): "That sounds
@@ -109,21 +162,21 @@ fn conclude(text: &str, opening: &Opening, complete: bool) -> Outcome {
     let given = delivery(text, sentence_end);
     let needs_withheld = matches!(kind, SignalKind::Sympathy | SignalKind::Hazard);
     if given.delivered() || (needs_withheld && !given.withheld) {
-        return Outcome::Decided(Detection::NONE);
+        return answer(end);
     }
     let (kind, reason) = match kind {
-        SignalKind::AiDecline => (SoftKind::Refusal, SoftReason::DirectRefusal),
+        SignalKind::AiDecline => (TextKind::Refusal, TextReason::DirectRefusal),
         SignalKind::Judgement | SignalKind::Hazard => {
-            (SoftKind::Refusal, SoftReason::PolicyRefusal)
+            (TextKind::Refusal, TextReason::PolicyRefusal)
         }
-        SignalKind::Sympathy => (SoftKind::Deflection, SoftReason::OffTopicDeflection),
+        SignalKind::Sympathy => (TextKind::Deflection, TextReason::OffTopicDeflection),
     };
-    Outcome::Decided(Detection {
+    decided(Outcome::Decided(Detection {
         refusal: true,
         kind: Some(kind),
         reason: Some(reason),
         span: Some(span),
-    })
+    }))
 }
 
 /// Classifies one opening sentence, noting lectures and signals in
@@ -140,7 +193,7 @@ fn classify(text: &str, range: Range<usize>, opening: &mut Opening) -> Class {
     if opening.lecture.seen {
         // A safety lecture followed by a referral elsewhere is a redirect.
         if let Some((a, b)) = find_referral(&toks) {
-            return Class::Cue(SoftReason::OffTopicDeflection, span(a, b));
+            return Class::Cue(TextReason::OffTopicDeflection, span(a, b));
         }
         // "If you're feeling frustrated, ..." after a lecture speaks to the
         // asker's state, not to the request.
@@ -176,7 +229,7 @@ fn classify(text: &str, range: Range<usize>, opening: &mut Opening) -> Class {
 }
 
 /// Turns a cue into a verdict, looking at what follows for substance.
-fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
+fn finish(text: &str, reason: TextReason, span: Range<usize>) -> Detection {
     let after = span.end;
     let rest = &text[after..];
     let limit = head(text, after + DEFAULT_PREFIX_BYTES).len();
@@ -189,7 +242,7 @@ fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
     let reach = pivot_reach(text, after);
     let kind = match find_pivot(&rest[..reach - after]) {
         Some(pivot_end) if has_substance(&rest[pivot_end..]) => return Detection::NONE,
-        Some(_) => SoftKind::Deflection,
+        Some(_) => TextKind::Deflection,
         None if caveat_end(text, after, cue_sentence_end)
             .is_some_and(|from| delivers_at_once(text, from)) =>
         {
@@ -197,16 +250,16 @@ fn finish(text: &str, reason: SoftReason, span: Range<usize>) -> Detection {
         }
         // "It is not safe to run it as root. Create a user with ...": a
         // safety caveat before real steps.
-        None if reason == SoftReason::PolicyRefusal
+        None if reason == TextReason::PolicyRefusal
             && instructs_at_once(text, cue_sentence_end) =>
         {
             return Detection::NONE
         }
-        None if reason == SoftReason::OffTopicDeflection => SoftKind::Deflection,
-        None => SoftKind::Refusal,
+        None if reason == TextReason::OffTopicDeflection => TextKind::Deflection,
+        None => TextKind::Refusal,
     };
-    let reason = if kind == SoftKind::Deflection {
-        SoftReason::OffTopicDeflection
+    let reason = if kind == TextKind::Deflection {
+        TextReason::OffTopicDeflection
     } else {
         reason
     };

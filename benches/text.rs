@@ -11,7 +11,7 @@
 //! * `prefix_verdict/*`: what a streaming layer calls while holding back
 //!   text, on the first 512 bytes of each.
 //!
-//! Run with `cargo bench --bench soft`.
+//! Run with `cargo bench --bench text`.
 
 use std::hint::black_box;
 

@@ -1,12 +1,12 @@
 //! Hand-written cases for the text refusal detector (none from the corpus).
 
-use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict, SoftKind, SoftReason};
+use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict, TextKind, TextReason};
 
-use SoftKind::{Deflection as D, Refusal as R};
-use SoftReason::{DirectRefusal as Direct, OffTopicDeflection as Off, PolicyRefusal as Policy};
+use TextKind::{Deflection as D, Refusal as R};
+use TextReason::{DirectRefusal as Direct, OffTopicDeflection as Off, PolicyRefusal as Policy};
 
 /// (text, expected kind/reason; `None` = genuine answer)
-type Case = (&'static str, Option<(SoftKind, SoftReason)>);
+type Case = (&'static str, Option<(TextKind, TextReason)>);
 
 const CASES: &[Case] = &[
     // --- refusal openers -------------------------------------------------
@@ -196,15 +196,15 @@ fn span_points_at_the_phrase() {
 #[test]
 fn serde_names_are_snake_case() {
     assert_eq!(
-        serde_json::to_string(&SoftReason::OffTopicDeflection).unwrap(),
+        serde_json::to_string(&TextReason::OffTopicDeflection).unwrap(),
         "\"off_topic_deflection\""
     );
     assert_eq!(
-        serde_json::to_string(&SoftKind::Deflection).unwrap(),
+        serde_json::to_string(&TextKind::Deflection).unwrap(),
         "\"deflection\""
     );
-    assert_eq!(SoftReason::DirectRefusal.as_str(), "direct_refusal");
-    assert_eq!(SoftKind::Refusal.as_str(), "refusal");
+    assert_eq!(TextReason::DirectRefusal.as_str(), "direct_refusal");
+    assert_eq!(TextKind::Refusal.as_str(), "refusal");
 }
 
 #[test]

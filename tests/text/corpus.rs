@@ -5,7 +5,9 @@
 //! `2_full_refusal` rows are positives, `1_full_compliance` rows negatives;
 //! `3_partial_refusal` rows are reported, not scored.
 
-use refusal_guard::text::{detect, prefix_verdict, PrefixVerdict, DEFAULT_PREFIX_BYTES};
+use refusal_guard::text::{
+    detect, detect_with, prefix_verdict, PrefixVerdict, TextClassifier, DEFAULT_PREFIX_BYTES,
+};
 
 const FILES: &[&str] = &["gpt4", "llama2new", "mistralinstruct"];
 
@@ -103,10 +105,14 @@ impl Score {
 }
 
 fn score(name: &str, rows: &[Row]) -> Score {
-    let verbose = std::env::var_os("SOFT_VERBOSE").is_some();
+    score_with(name, rows, TextClassifier::builtin())
+}
+
+fn score_with(name: &str, rows: &[Row], classifier: &TextClassifier) -> Score {
+    let verbose = std::env::var_os("TEXT_VERBOSE").is_some();
     let mut s = Score::default();
     for r in rows {
-        let hit = detect(&r.completion).is_refusal();
+        let hit = detect_with(&r.completion, classifier).is_refusal();
         let show = |tag: &str| {
             if verbose {
                 let head: String = r.completion.chars().take(220).collect();
@@ -148,6 +154,50 @@ fn report(name: &str, s: &Score) {
     );
 }
 
+/// The classifier weights trained without `set` by
+/// `tools/train_text_classifier.py`.
+fn trained_without(set: &str) -> TextClassifier {
+    let path = format!(
+        "{}/tests/corpus/classifier/without_{set}.bin",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    TextClassifier::from_bytes(&std::fs::read(&path).expect("held-out weights"))
+        .expect("well-formed weights")
+}
+
+/// Leave-one-model-out: each file is scored by the rules plus a classifier
+/// trained without it (its threshold also chosen without it). These are
+/// the figures the README's table reports; the rules themselves were
+/// written while reading all three files, so only the classifier's part is
+/// truly held out.
+#[test]
+fn held_out_precision_and_recall() {
+    // Floors at the figures measured when the weights were trained
+    // (README, "Measured quality"): precision 1.000 / 0.987 / 0.968,
+    // recall 0.943 / 0.974 / 0.612.
+    let floors = [
+        ("gpt4", 1.0, 0.943),
+        ("llama2new", 0.987, 0.974),
+        ("mistralinstruct", 0.968, 0.612),
+    ];
+    for (name, p, r) in floors {
+        let s = score_with(name, &load(name), &trained_without(name));
+        report(&format!("{name} (held out)"), &s);
+        assert!(
+            s.precision() >= p - 5e-4,
+            "{name}: held-out precision {:.3} < {p}",
+            s.precision()
+        );
+        assert!(
+            s.recall() >= r - 5e-4,
+            "{name}: held-out recall {:.3} < {r}",
+            s.recall()
+        );
+    }
+}
+
+/// The shipped weights, trained on every file: in-sample figures, reported
+/// beside the held-out ones to show how much of them is fitting.
 #[test]
 fn corpus_precision_and_recall() {
     let mut pooled = Score::default();
@@ -160,21 +210,21 @@ fn corpus_precision_and_recall() {
     }
     report("pooled", &pooled);
 
-    // Floors of issue 15: precision >= 0.98 on every file; recall >= 0.94
-    // (gpt4), >= 0.96 (llama2new), >= 0.51 (mistralinstruct).
+    // In-sample floors (the shipped classifier has seen these files):
+    // precision >= 0.98 on every file; recall at least the rules' own
+    // (0.94, 0.96, 0.53).
     //
-    // Why mistralinstruct stays low: about half of its labelled refusals
+    // Why mistralinstruct stays lowest: about half of its labelled refusals
     // carry no refusal wording at all. They are premise rebuttals written
     // exactly like answers: "There is no reason why X should not ...",
-    // "X was not justified. It was a tragic event ...", "The transatlantic
-    // slave trade was not a good thing.", "No, X should not be denied ...".
-    // The same file labels the same wording as compliance when the subject
-    // is absurd ("There is no reason why purple carrots should not be given
-    // visas"), so only the meaning of the question separates them.
+    // "X was not justified. It was a tragic event ...". The same file labels
+    // the same wording as compliance when the subject is absurd ("There is
+    // no reason why purple carrots should not be given visas"), so only the
+    // meaning of the question separates them.
     let floors = [
         ("gpt4", 0.98, 0.94),
         ("llama2new", 0.98, 0.96),
-        ("mistralinstruct", 0.98, 0.51),
+        ("mistralinstruct", 0.98, 0.53),
     ];
     for ((name, s), (fname, p, r)) in per.iter().zip(floors) {
         assert_eq!(*name, fname);
@@ -277,8 +327,32 @@ fn hold_back_on_ordinary_answers() {
         holds[holds.len() - 1],
         capped
     );
-    // Before the delivery analysis of issue 15 the median was 99 bytes; it
-    // may not grow by more than half.
-    assert!(pct(50) <= 148, "median hold {}", pct(50));
+    // The median was 99 bytes before the classifier; it may not grow.
+    assert!(pct(50) <= 99, "median hold {}", pct(50));
     assert!(pct(90) <= DEFAULT_PREFIX_BYTES);
+}
+
+/// The compiled-in weights are the ones the training script wrote, and
+/// the crate's features agree with the script's on a golden string (the
+/// script prints the same hashes: `feature_hashes` in
+/// tools/train_text_classifier.py).
+#[test]
+fn shipped_weights_and_features_match_the_script() {
+    let path = format!("{}/src/text/classifier.bin", env!("CARGO_MANIFEST_DIR"));
+    let on_disk = TextClassifier::from_bytes(&std::fs::read(path).unwrap()).unwrap();
+    let builtin = TextClassifier::builtin();
+    assert!(
+        on_disk == *builtin,
+        "compiled-in weights (threshold {}) differ from src/text/classifier.bin (threshold {})",
+        builtin.threshold(),
+        on_disk.threshold()
+    );
+    let hashes = refusal_guard::text::feature_hashes(
+        "As an AI, I don't have personal opinions. Still, the main arguments on each side are these.",
+    );
+    assert_eq!(hashes.len(), 36);
+    assert_eq!(
+        hashes[..6],
+        [900997552, 3897749845, 4227631780, 850664695, 1855282237, 441009376]
+    );
 }
