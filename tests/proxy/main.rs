@@ -3,14 +3,14 @@
 //! what refused attempts cost.
 //!
 //! Tests that install a process-wide recorder, subscriber or allocator of
-//! their own live in binaries of their own: `proxy_metrics`, `proxy_logs`
-//! and `proxy_memory`.
+//! their own, or change the process's environment, live in binaries of
+//! their own: `proxy_metrics`, `proxy_logs`, `proxy_memory` and
+//! `proxy_env`.
 
 mod cli;
 mod end_to_end;
 mod faults_server;
 mod faults_upstream;
-mod options;
 mod policy_flags;
 mod raw_upstream;
 mod refused_usage;
