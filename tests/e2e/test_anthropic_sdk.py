@@ -112,8 +112,13 @@ def test_partial_refusal_json_arrives_as_sent(harness, script_id):
 
 def test_retarget_and_chain_models_are_as_configured(harness, script_id):
     c = client(harness.proxy, f"{EMPTY_REFUSAL},{TEXT}", script_id)
+    # The server-side fallbacks list needs its beta, as the real API says
+    # (the mock upstream keeps that rule).
     message = stream_final(
-        c, model="claude-chain-source", extra_body={"fallbacks": [{"model": "claude-own-choice"}]}
+        c,
+        model="claude-chain-source",
+        extra_body={"fallbacks": [{"model": "claude-own-choice"}]},
+        extra_headers={"anthropic-beta": "server-side-fallback-2026-07-01"},
     )
     assert message.content[0].text == "Hello there!"
     seen = harness.seen(script_id)
