@@ -20,7 +20,7 @@ use super::{
     count, event_type, is_real_text, json_event, known, merge_list_header, path_segments,
     remove_list_value, str_field, truncate_explanation, type_of, Declined, Dialect, FrameRewrite,
     Handoff, Iterations, LiveSplice, Observation, PartialContinuation, PrefillClaim, RefusalInfo,
-    RewriteError, ServerFallback, StreamInspector,
+    Retarget, RewriteError, ServerFallback, StreamInspector,
 };
 // `Prefill` below is this file's partial-continuation tracker.
 use crate::refusal::Prefill as ClaimState;
@@ -635,10 +635,13 @@ impl Dialect for AnthropicMessages {
         uri: &Uri,
         headers: &mut HeaderMap,
         body: &mut Value,
-        models: &[String],
-        own_model: Option<&str>,
-        inject: bool,
+        retarget: Retarget<'_>,
     ) -> bool {
+        let Retarget {
+            models,
+            own_model,
+            inject,
+        } = retarget;
         if !first_party(uri) {
             return false;
         }
@@ -1705,9 +1708,11 @@ mod tests {
             &uri,
             &mut headers,
             &mut body,
-            &models,
-            own,
-            false
+            Retarget {
+                models: &models,
+                own_model: own,
+                inject: false,
+            }
         ));
         assert!(body.get("fallbacks").is_none());
 
@@ -1715,9 +1720,11 @@ mod tests {
             &uri,
             &mut headers,
             &mut body,
-            &models,
-            own,
-            true
+            Retarget {
+                models: &models,
+                own_model: own,
+                inject: true,
+            }
         ));
         let listed: Vec<&str> = body["fallbacks"]
             .as_array()
@@ -1736,9 +1743,11 @@ mod tests {
             &uri,
             &mut headers,
             &mut body,
-            &two,
-            own,
-            false
+            Retarget {
+                models: &two,
+                own_model: own,
+                inject: false,
+            }
         ));
         assert_eq!(
             body["fallbacks"],
@@ -1758,9 +1767,11 @@ mod tests {
             &first_party,
             &mut headers,
             &mut body,
-            &models,
-            Some("a"),
-            true
+            Retarget {
+                models: &models,
+                own_model: Some("a"),
+                inject: true,
+            }
         ));
         assert_eq!(body["fallbacks"], "default");
         for elsewhere in [
@@ -1773,9 +1784,11 @@ mod tests {
                 &uri,
                 &mut headers,
                 &mut body,
-                &models,
-                Some("a"),
-                true
+                Retarget {
+                    models: &models,
+                    own_model: Some("a"),
+                    inject: true,
+                }
             ));
             assert!(body.get("fallbacks").is_none(), "{elsewhere}");
         }

@@ -204,6 +204,16 @@ pub(crate) struct Declined {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct RewriteError(pub(crate) &'static str);
 
+/// What a retarget writes into a request's server-side fallbacks: the
+/// operator's `models`, never the requested `own_model`; `inject` adds the
+/// list to a request that had none.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Retarget<'a> {
+    pub(crate) models: &'a [String],
+    pub(crate) own_model: Option<&'a str>,
+    pub(crate) inject: bool,
+}
+
 /// One wire API.
 pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn provider(&self) -> Provider;
@@ -289,15 +299,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// whatever header enables it) when `inject` is set; never where the
     /// platform behind `uri` has no server-side fallback, and never over the
     /// client's `"default"`. Returns whether the body changed.
-    #[allow(clippy::too_many_arguments)]
     fn retarget_fallbacks(
         &self,
         _uri: &Uri,
         _headers: &mut HeaderMap,
         _body: &mut Value,
-        _models: &[String],
-        _own_model: Option<&str>,
-        _inject: bool,
+        _retarget: Retarget<'_>,
     ) -> bool {
         false
     }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 
-use crate::dialect::{Declined, Handoff, RefusalInfo};
+use crate::dialect::{Declined, Handoff, RefusalInfo, Retarget};
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
@@ -425,8 +425,12 @@ impl Climb {
             return Prep::Skip;
         }
         let (uri, headers, json) = (&next.parts.uri, &mut next.parts.headers, &mut next.json);
-        let model = call.model.as_deref();
-        if !dialect.retarget_fallbacks(uri, headers, json, &config.retarget, model, true) {
+        let retarget = Retarget {
+            models: &config.retarget,
+            own_model: call.model.as_deref(),
+            inject: true,
+        };
+        if !dialect.retarget_fallbacks(uri, headers, json, retarget) {
             return Prep::Skip;
         }
         if !config.fallback_credit {

@@ -12,7 +12,7 @@ use http::{HeaderMap, HeaderValue, Request};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Retarget};
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
@@ -203,13 +203,16 @@ impl Outbound {
     pub(crate) fn rewrite(&mut self, config: &Config, dialect: &'static dyn Dialect) {
         let retarget = !config.retarget.is_empty();
         if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
+            let retarget = Retarget {
+                models: &config.retarget,
+                own_model: self.model.as_deref(),
+                inject: config.inject_fallbacks,
+            };
             self.rewritten |= dialect.retarget_fallbacks(
                 &self.parts.uri,
                 &mut self.parts.headers,
                 json,
-                &config.retarget,
-                self.model.as_deref(),
-                config.inject_fallbacks,
+                retarget,
             );
         }
         // Fallback credit is asked for when the default ladder has a chain
