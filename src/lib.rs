@@ -128,6 +128,8 @@
 pub mod api_error;
 mod dialect;
 pub mod env;
+#[cfg(feature = "bedrock")]
+mod eventstream;
 mod guard;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
