@@ -65,10 +65,9 @@ pub(crate) fn content_type(headers: &HeaderMap) -> &str {
 }
 
 pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
-    content_type(headers)
-        .trim_start()
-        .to_ascii_lowercase()
-        .starts_with("text/event-stream")
+    let kind = content_type(headers).trim_start().to_ascii_lowercase();
+    // AWS event streams (Bedrock) are judged frame by frame as well.
+    kind.starts_with("text/event-stream") || kind.starts_with("application/vnd.amazon.eventstream")
 }
 
 pub(crate) fn is_json(headers: &HeaderMap) -> bool {
