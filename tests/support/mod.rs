@@ -25,10 +25,14 @@
 //!   and a shared buffer for a formatting subscriber's output;
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
 //! - [`prometheus`]: reading samples out of the Prometheus text format;
-//! - [`socket`]: reading a raw exchange off a socket until the peer closes.
+//! - [`socket`]: reading a raw exchange off a socket until the peer closes;
+//! - `bedrock` (feature `bedrock`): a scripted Bedrock runtime on loopback
+//!   that verifies every SigV4 signature and frames real event streams.
 #![allow(dead_code)]
 
 pub mod anthropic;
+#[cfg(feature = "bedrock")]
+pub mod bedrock;
 pub mod chains;
 pub mod chunking;
 pub mod exchange;
