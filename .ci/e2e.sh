@@ -53,6 +53,8 @@ start_simulated_proxy() {
 
 step "build the examples"
 cargo build --examples
+# The proxy with Bedrock gateway mode, for tests/e2e/test_bedrock.py.
+cargo build --features bedrock --example proxy
 
 step "demo (no network, no key)"
 "$EXAMPLES/demo" | tee "$WORK/demo.out"

@@ -519,18 +519,13 @@ pub fn verify_sigv4_with(
             return Err(format!("{needed} is not signed"));
         }
     }
-    match token {
-        Some(token) => {
-            if header("x-amz-security-token") != Some(token)
-                || !names.contains(&"x-amz-security-token")
-            {
-                return Err("the session token is missing or unsigned".into());
-            }
-        }
-        None if header("x-amz-security-token").is_some() => {
-            return Err("an unexpected session token".into())
-        }
-        None => {}
+    let sent_token = header("x-amz-security-token");
+    let token_ok = match token {
+        Some(token) => sent_token == Some(token) && names.contains(&"x-amz-security-token"),
+        None => sent_token.is_none(),
+    };
+    if !token_ok {
+        return Err("the session token is missing, unsigned or unexpected".into());
     }
     let (path, query) = path_and_query
         .split_once('?')
