@@ -242,3 +242,39 @@ def test_boto3_invoke_stream_and_converse_stream_through_the_gateway(gateway):
     rescue = mock.seen[-1]["json"]
     assert len(rescue["messages"][0]["content"]) == 2
     assert all(s["verified"] for s in mock.seen)
+
+
+def serve_for_claude_code():
+    """`python test_bedrock.py`: the mock for .ci/e2e.sh's Claude Code step.
+    Every call naming an Opus model is refused (a stream or a JSON body, as
+    asked); every other model answers. Prints its port, serves until killed."""
+    import sys
+
+    class Scripted(Handler):
+        def handle_request(self):
+            length = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            ok = verify(self.command, self.path, headers, body)
+            print(f"{self.command} {self.path} verified={ok}", file=sys.stderr, flush=True)
+            if not ok:
+                return self.send(403, "application/json", [b'{"message":"signature mismatch"}'])
+            if not self.path.startswith("/model/"):
+                return self.send(200, "application/json", [b'{"inferenceProfileSummaries":[]}'])
+            refused = "opus" in self.path
+            if self.path.endswith("-stream"):
+                return self.send(200, "application/vnd.amazon.eventstream",
+                                 refusal() if refused else answer("Bedrock answer via the fallback."))
+            message = {"id": "msg_j", "type": "message", "role": "assistant", "model": SONNET,
+                       "content": [] if refused else [{"type": "text", "text": "Bedrock answer via the fallback."}],
+                       "stop_reason": "refusal" if refused else "end_turn", "stop_sequence": None,
+                       "usage": {"input_tokens": 5, "output_tokens": 4}}
+            self.send(200, "application/json", [json.dumps(message).encode()])
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Scripted)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    serve_for_claude_code()
