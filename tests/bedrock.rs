@@ -391,3 +391,23 @@ fn the_signature_check_agrees_with_the_published_aws_test_vector() {
     );
     assert!(br::verify_sigv4_with(&keys, "POST", "/", &headers, b"", None).is_err());
 }
+
+#[tokio::test]
+async fn keep_alive_comments_are_never_written_into_an_event_stream() {
+    let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
+    let upstream = BedrockUpstream::start(
+        vec![
+            br::Reply::stream(br::invoke_stream(&br::refusal_events(OPUS, true))),
+            br::Reply::stream(answer.clone()),
+        ],
+        Some(br::SESSION_TOKEN),
+        None,
+    )
+    .await;
+    // The refusal's frames come 2 ms apart: a 1 ms keep-alive would fire.
+    let layer = chained().keepalive_after(std::time::Duration::from_millis(1));
+    let path = format!("/model/{OPUS}/invoke-with-response-stream");
+    let done = send(&upstream, layer, keys(), "POST", &path, invoke_body()).await;
+    assert_eq!(done.body, joined(&answer));
+    assert_eq!(done.records[0].outcome, Outcome::Fallback);
+}
