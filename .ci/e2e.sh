@@ -13,7 +13,10 @@
 #   5. the Claude Code CLI headless through `refusal-guard --simulate`,
 #      installed from npm (REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 skips it on
 #      purpose, outside CI);
-#   6. pytest with the pinned official anthropic and openai SDKs
+#   6. Claude Code headless in Bedrock gateway mode (refusal-guard
+#      --bedrock-region signing for it) against a mock Bedrock that checks
+#      every signature with botocore;
+#   7. pytest with the pinned official anthropic and openai SDKs
 #      (tests/e2e/requirements.txt, installed into .venv), and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.
@@ -150,6 +153,8 @@ print("report --json: one rescued cyber refusal")
 PY
 
 step "Claude Code CLI headless through refusal-guard --simulate"
+# Set by run_claude_code when the CLI is installed; the Bedrock step uses it.
+CLAUDE=""
 run_claude_code() {
     if ! npm install --prefix "$WORK/claude" --no-audit --no-fund \
             "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >"$WORK/npm.log" 2>&1; then
@@ -203,6 +208,56 @@ if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 .venv/bin/pip install --quiet --disable-pip-version-check -r tests/e2e/requirements.txt
+
+step "Claude Code CLI headless in Bedrock gateway mode (the proxy signs; botocore checks)"
+if [ -z "$CLAUDE" ]; then
+    cannot_run "Claude Code in Bedrock gateway mode: no Claude Code CLI (see the Claude Code step above)"
+else
+    # A mock Bedrock runtime that refuses Opus and checks every signature
+    # (tests/e2e/test_bedrock.py run as a script), the proxy in gateway mode
+    # with the operator's keys, and Claude Code without AWS credentials.
+    .venv/bin/python tests/e2e/test_bedrock.py >"$WORK/bedrock.port" 2>"$WORK/bedrock.err" &
+    PIDS+=("$!")
+    for _ in $(seq 100); do [ -s "$WORK/bedrock.port" ] && break; sleep 0.1; done
+    BEDROCK_PORT=$(head -1 "$WORK/bedrock.port")
+    OPUS=us.anthropic.claude-opus-4-7-v1:0
+    SONNET=us.anthropic.claude-sonnet-4-5-v1:0
+    env -u AWS_PROFILE -u AWS_SESSION_TOKEN -u AWS_BEARER_TOKEN_BEDROCK \
+        AWS_ACCESS_KEY_ID=AKIDPROXYEXAMPLE AWS_SECRET_ACCESS_KEY=proxy/secret/EXAMPLEKEY \
+        "$BIN/refusal-guard" --bedrock-region us-east-1 --upstream "http://127.0.0.1:$BEDROCK_PORT" \
+        --listen 127.0.0.1:0 --log "$WORK/refusals-bedrock.jsonl" --chain "$OPUS=$SONNET" \
+        2>"$WORK/proxy-bedrock.err" &
+    PIDS+=("$!")
+    BEDROCK_URL=""
+    for _ in $(seq 100); do
+        BEDROCK_URL=$(grep -o 'listening on http://[0-9.:]*' "$WORK/proxy-bedrock.err" | head -1 | sed 's/listening on //') || true
+        [ -n "$BEDROCK_URL" ] && break
+        sleep 0.1
+    done
+    [ -n "$BEDROCK_URL" ] || { echo "the gateway proxy did not start:"; cat "$WORK/proxy-bedrock.err"; exit 1; }
+    mkdir -p "$WORK/claude-bedrock-home"
+    env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_PROFILE -u ANTHROPIC_API_KEY \
+        HOME="$WORK/claude-bedrock-home" CLAUDE_CODE_USE_BEDROCK=1 \
+        ANTHROPIC_BEDROCK_BASE_URL="$BEDROCK_URL" CLAUDE_CODE_SKIP_BEDROCK_AUTH=1 AWS_REGION=us-east-1 \
+        ANTHROPIC_MODEL="$OPUS" ANTHROPIC_SMALL_FAST_MODEL="$SONNET" \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+        timeout 120 "$CLAUDE" -p "Check my SSH config for weaknesses" --output-format json \
+        </dev/null >"$WORK/claude-bedrock.json" 2>"$WORK/claude-bedrock.err" || {
+            echo "Claude Code (Bedrock) failed:"; cat "$WORK/claude-bedrock.err" "$WORK/claude-bedrock.json" "$WORK/bedrock.err"; exit 1; }
+    python3 - "$WORK/claude-bedrock.json" <<'PY'
+import json, sys
+out = json.load(open(sys.argv[1]))
+assert out.get("is_error") is False, out
+assert out["result"].startswith("Bedrock answer via the fallback"), out["result"]
+print("Claude Code (Bedrock) received the fallback's answer:", out["result"])
+PY
+    if grep -q 'verified=False' "$WORK/bedrock.err"; then
+        echo "a request reached the mock Bedrock unsigned or badly signed:"; cat "$WORK/bedrock.err"; exit 1
+    fi
+    grep -q '"outcome":"fallback"' "$WORK/refusals-bedrock.jsonl"
+    cat "$WORK/bedrock.err"
+fi
+
 status=0
 REFUSAL_GUARD_E2E_HARNESS="$BIN/e2e-harness" REFUSAL_GUARD_BIN="$BIN/refusal-guard" \
     .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider || status=$?

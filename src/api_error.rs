@@ -60,5 +60,11 @@ fn respond(shape: ErrorShape, status: StatusCode, code: &str, message: &str) -> 
     if let Ok(value) = HeaderValue::from_str(code) {
         headers.insert(HeaderName::from_static(ERROR_HEADER), value);
     }
+    if let Some((name, value)) = shape.type_header(status) {
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
+    }
     response
 }

@@ -128,8 +128,13 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
+#[cfg(feature = "bedrock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
+pub mod aws;
 mod dialect;
 pub mod env;
+#[cfg(feature = "bedrock")]
+mod eventstream;
 mod guard;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]

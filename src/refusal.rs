@@ -59,6 +59,15 @@ pub enum WireApi {
     OpenAiResponses,
     /// Google Gemini `generateContent` / `streamGenerateContent` (and Vertex AI).
     GeminiGenerateContent,
+    /// Amazon Bedrock InvokeModel / InvokeModelWithResponseStream
+    /// (`POST /model/{modelId}/invoke[-with-response-stream]`).
+    BedrockInvokeModel,
+    /// Amazon Bedrock Converse / ConverseStream
+    /// (`POST /model/{modelId}/converse[-stream]`).
+    BedrockConverse,
+    /// The Anthropic Messages API on Amazon Bedrock
+    /// (`POST /anthropic/v1/messages` on Bedrock's hosts).
+    BedrockMessages,
 }
 
 impl WireApi {
@@ -74,6 +83,26 @@ impl WireApi {
             WireApi::OpenAiChatCompletions => "openai_chat_completions",
             WireApi::OpenAiResponses => "openai_responses",
             WireApi::GeminiGenerateContent => "gemini_generate_content",
+            WireApi::BedrockInvokeModel => "bedrock_invoke_model",
+            WireApi::BedrockConverse => "bedrock_converse",
+            WireApi::BedrockMessages => "bedrock_messages",
+        }
+    }
+
+    /// The platform that serves this API: `bedrock` for Amazon Bedrock's
+    /// surfaces, else the provider's own name.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::WireApi;
+    /// assert_eq!(WireApi::BedrockConverse.platform(), "bedrock");
+    /// assert_eq!(WireApi::AnthropicMessages.platform(), "anthropic");
+    /// ```
+    pub fn platform(self) -> &'static str {
+        match self {
+            WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages => {
+                "bedrock"
+            }
+            other => other.provider().as_str(),
         }
     }
 }
@@ -87,7 +116,10 @@ impl WireApi {
     /// ```
     pub fn provider(self) -> Provider {
         match self {
-            WireApi::AnthropicMessages => Provider::Anthropic,
+            WireApi::AnthropicMessages
+            | WireApi::BedrockInvokeModel
+            | WireApi::BedrockConverse
+            | WireApi::BedrockMessages => Provider::Anthropic,
             WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => Provider::OpenAi,
             WireApi::GeminiGenerateContent => Provider::Google,
         }

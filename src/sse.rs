@@ -201,6 +201,23 @@ impl Frame {
         self.raw
     }
 
+    /// A frame of another framing (an AWS event stream's binary frame) as
+    /// the inspectors read one: its raw bytes, and the event name and data
+    /// its dialect read from them.
+    #[cfg(feature = "bedrock")]
+    pub(crate) fn synthetic(raw: Bytes, event: Option<String>, data: Option<String>) -> Frame {
+        let text = |value: Option<String>| value.map_or(Text::Absent, Text::Owned);
+        Frame {
+            raw,
+            has_fields: event.is_some() || data.is_some(),
+            event: text(event),
+            data: text(data),
+            id: Text::Absent,
+            retry: None,
+            lossy: OnceLock::new(),
+        }
+    }
+
     /// A value as text: in place when it is UTF-8, else its lossy decoding
     /// (made once, for all three values).
     fn text<'a>(&'a self, text: &'a Text, which: usize) -> Option<&'a str> {

@@ -16,6 +16,9 @@ pub(crate) enum ErrorShape {
     OpenAi,
     /// `{"error":{"code":N,"message":..,"status":..}}`
     Google,
+    /// Amazon Bedrock's runtime API (InvokeModel, Converse):
+    /// `{"message":..}`, the exception's name in `x-amzn-ErrorType`.
+    Bedrock,
 }
 
 impl ErrorShape {
@@ -25,6 +28,9 @@ impl ErrorShape {
             WireApi::AnthropicMessages => ErrorShape::Anthropic,
             WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => ErrorShape::OpenAi,
             WireApi::GeminiGenerateContent => ErrorShape::Google,
+            WireApi::BedrockInvokeModel | WireApi::BedrockConverse => ErrorShape::Bedrock,
+            // The Messages API on Bedrock answers in Anthropic's shape.
+            WireApi::BedrockMessages => ErrorShape::Anthropic,
         }
     }
 
@@ -34,6 +40,8 @@ impl ErrorShape {
         let path = path.to_ascii_lowercase();
         if path.contains(":rawpredict") || path.contains(":streamrawpredict") {
             ErrorShape::Anthropic
+        } else if is_bedrock_runtime_path(&path) {
+            ErrorShape::Bedrock
         } else if path.contains("/chat/completions")
             || path.contains("/responses")
             || path.contains("/openai/")
@@ -68,6 +76,7 @@ impl ErrorShape {
                     "code": code,
                 },
             }),
+            ErrorShape::Bedrock => json!({"message": message}),
             ErrorShape::Google => json!({
                 "error": {
                     "code": status.as_u16(),
@@ -76,6 +85,46 @@ impl ErrorShape {
                 },
             }),
         }
+    }
+}
+
+/// A Bedrock runtime path (`/model/{id}/invoke`, `.../converse-stream`, ...)
+/// or one of the listings Bedrock clients call on the same host.
+fn is_bedrock_runtime_path(path: &str) -> bool {
+    let model_call = path.contains("/model/")
+        && [
+            "/invoke",
+            "/invoke-with-response-stream",
+            "/converse",
+            "/converse-stream",
+        ]
+        .iter()
+        .any(|action| path.trim_end_matches('/').ends_with(action));
+    model_call || path.starts_with("/inference-profiles") || path.starts_with("/foundation-models")
+}
+
+impl ErrorShape {
+    /// The header naming the error's type, for the shapes that put it in
+    /// one (Bedrock's `x-amzn-ErrorType`), with its value for `status`.
+    pub(crate) fn type_header(self, status: StatusCode) -> Option<(&'static str, &'static str)> {
+        match self {
+            ErrorShape::Bedrock => Some(("x-amzn-errortype", bedrock_type(status))),
+            _ => None,
+        }
+    }
+}
+
+/// Bedrock's exception names by status.
+fn bedrock_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "UnrecognizedClientException",
+        403 => "AccessDeniedException",
+        404 => "ResourceNotFoundException",
+        408 | 504 => "ModelTimeoutException",
+        429 => "ThrottlingException",
+        503 => "ServiceUnavailableException",
+        400..=499 => "ValidationException",
+        _ => "InternalServerException",
     }
 }
 

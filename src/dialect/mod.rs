@@ -14,6 +14,8 @@ use crate::sse::Frame;
 pub(crate) use head::request_head;
 
 pub(crate) mod anthropic;
+#[cfg(feature = "bedrock")]
+pub(crate) mod bedrock;
 pub(crate) mod errors;
 mod fields;
 pub(crate) mod gemini;
@@ -129,6 +131,13 @@ pub(crate) trait StreamInspector: Send {
     /// cost of a long stream.
     fn skips_committed(&self, _event: Option<&[u8]>) -> bool {
         false
+    }
+
+    /// For a stream framed as an AWS event stream rather than SSE: how the
+    /// dialect reads each binary frame.
+    #[cfg(feature = "bedrock")]
+    fn eventstream(&self) -> Option<crate::eventstream::Translate> {
+        None
     }
 }
 
@@ -336,6 +345,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 
 /// Every dialect, in the order they are tried.
 static DIALECTS: &[&dyn Dialect] = &[
+    #[cfg(feature = "bedrock")]
+    &bedrock::BedrockMessages,
+    #[cfg(feature = "bedrock")]
+    &bedrock::BedrockInvokeModel,
+    #[cfg(feature = "bedrock")]
+    &bedrock::BedrockConverse,
     &anthropic::AnthropicMessages,
     &gemini::GeminiGenerateContent,
     &openai_chat::OpenAiChat,

@@ -154,9 +154,58 @@ impl Findings {
     }
 }
 
+/// The framing of a watched stream: SSE, or (Bedrock) an AWS event stream.
+enum Framer {
+    Sse(SseFramer),
+    #[cfg(feature = "bedrock")]
+    EventStream(crate::eventstream::EventStreamFramer),
+}
+
+impl Framer {
+    fn for_inspector(inspector: &dyn StreamInspector, max_frame_bytes: usize) -> Self {
+        #[cfg(feature = "bedrock")]
+        if let Some(translate) = inspector.eventstream() {
+            return Framer::EventStream(crate::eventstream::EventStreamFramer::new(
+                translate,
+                max_frame_bytes,
+            ));
+        }
+        let _ = inspector;
+        Framer::Sse(SseFramer::with_max_frame_bytes(max_frame_bytes))
+    }
+
+    fn push_to(
+        &mut self,
+        chunk: &Bytes,
+        sink: &mut impl FrameSink,
+    ) -> Result<(), crate::sse::FrameTooLarge> {
+        match self {
+            Framer::Sse(framer) => framer.push_to(chunk, sink),
+            #[cfg(feature = "bedrock")]
+            Framer::EventStream(framer) => framer.push_to(chunk, sink),
+        }
+    }
+
+    fn pending_len(&self) -> usize {
+        match self {
+            Framer::Sse(framer) => framer.pending_len(),
+            #[cfg(feature = "bedrock")]
+            Framer::EventStream(framer) => framer.pending_len(),
+        }
+    }
+
+    fn finish(&mut self) -> Option<crate::sse::Frame> {
+        match self {
+            Framer::Sse(framer) => framer.finish(),
+            #[cfg(feature = "bedrock")]
+            Framer::EventStream(framer) => framer.finish(),
+        }
+    }
+}
+
 /// Reads a stream frame by frame and keeps its [`Findings`].
 pub(crate) struct StreamWatch {
-    framer: SseFramer,
+    framer: Framer,
     inspector: Box<dyn StreamInspector>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
@@ -176,7 +225,7 @@ impl StreamWatch {
         keep_text: bool,
     ) -> Self {
         StreamWatch {
-            framer: SseFramer::with_max_frame_bytes(max_frame_bytes),
+            framer: Framer::for_inspector(&*inspector, max_frame_bytes),
             inspector,
             findings: Findings::keeping_text(keep_text),
             frames: 0,
@@ -196,7 +245,7 @@ impl StreamWatch {
                 // An unfinished frame too large to keep: drop it (the client
                 // still gets its bytes) and pick the stream up again at the
                 // next blank line; its tail parses as fields nobody reads.
-                self.framer = SseFramer::with_max_frame_bytes(self.max_frame_bytes);
+                self.framer = Framer::for_inspector(&*self.inspector, self.max_frame_bytes);
             }
         }
     }
@@ -215,7 +264,7 @@ impl StreamWatch {
     }
 
     /// The framer, and the judging of the frames it cuts, borrowed apart.
-    fn split(&mut self) -> (&mut SseFramer, Judge<'_>) {
+    fn split(&mut self) -> (&mut Framer, Judge<'_>) {
         let judge = Judge {
             inspector: &mut *self.inspector,
             findings: &mut self.findings,

@@ -73,11 +73,22 @@ pub(crate) fn content_type(headers: &HeaderMap) -> &str {
         .unwrap_or("")
 }
 
+/// An SSE stream: what keep-alive comments and live splicing may write into.
 pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
     content_type(headers)
         .trim_start()
         .to_ascii_lowercase()
         .starts_with("text/event-stream")
+}
+
+/// A stream the guard judges frame by frame: SSE, or an AWS event stream
+/// (Bedrock), which nothing may be written into.
+fn is_judged_stream(headers: &HeaderMap) -> bool {
+    is_event_stream(headers)
+        || content_type(headers)
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("application/vnd.amazon.eventstream")
 }
 
 pub(crate) fn is_json(headers: &HeaderMap) -> bool {
@@ -172,7 +183,7 @@ where
     // A stream sent without a content type is still judged as the stream the
     // request asked for.
     let untyped = held.parts.headers.get(CONTENT_TYPE).is_none();
-    if success && (is_event_stream(&held.parts.headers) || (untyped && streaming)) {
+    if success && (is_judged_stream(&held.parts.headers) || (untyped && streaming)) {
         hold_stream(&mut held, dialect, config, forward).await;
     } else if (success || dialect.refuses_with_errors())
         && (is_json(&held.parts.headers) || (untyped && !streaming))

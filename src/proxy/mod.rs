@@ -53,6 +53,7 @@
 mod access_log;
 pub mod admin;
 mod client;
+mod client_key;
 mod errors;
 mod headers;
 mod options;
@@ -81,6 +82,7 @@ use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
+pub use client_key::{ClientKey, CLIENT_KEY_HEADER};
 pub use options::{Options, State};
 pub use run::run;
 pub use server::ServerLimits;
@@ -97,6 +99,11 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// the [`UpstreamClient`].
 pub type GuardedClient = RefusalGuard<Decompression<UpstreamClient>>;
 
+/// The service [`Proxy::signed`] builds: the guard over decoding over
+/// SigV4 signing over the [`UpstreamClient`].
+#[cfg(feature = "bedrock")]
+pub type SignedClient = RefusalGuard<Decompression<crate::aws::SigV4<UpstreamClient>>>;
+
 /// The proxy: a guarded service, the upstream it forwards to and the
 /// server's limits.
 pub struct Proxy<S> {
@@ -108,6 +115,7 @@ struct Shared<S> {
     service: S,
     upstream: Upstream,
     access_log: AccessLog,
+    client_key: Option<ClientKey>,
 }
 
 impl<S> Clone for Proxy<S> {
@@ -142,6 +150,20 @@ impl Proxy<GuardedClient> {
     }
 }
 
+#[cfg(feature = "bedrock")]
+impl Proxy<SignedClient> {
+    /// [`Proxy::new`] with `signer` below the decompression, so that every
+    /// attempt the guard makes is signed as sent (Bedrock gateway mode).
+    pub fn signed(
+        upstream: Upstream,
+        layer: &RefusalGuardLayer,
+        signer: crate::aws::SigV4Layer,
+    ) -> Result<Self, std::io::Error> {
+        let client = DecompressionLayer::new().layer(signer.layer(client()?));
+        Ok(Proxy::with_service(upstream, layer.layer(client)))
+    }
+}
+
 impl<S> Proxy<S> {
     /// A proxy that hands every request, rewritten for `upstream`, to
     /// `service` (usually a [`RefusalGuard`]; for the simulated provider,
@@ -152,6 +174,7 @@ impl<S> Proxy<S> {
                 service,
                 upstream,
                 access_log: AccessLog::default(),
+                client_key: None,
             }),
             limits: ServerLimits::default(),
         }
@@ -200,6 +223,12 @@ impl<S> Proxy<S> {
         W: Fn(&str) + Send + Sync + 'static,
     {
         self.shared_mut(|shared| shared.access_log.writer = Some(Arc::new(writer)))
+    }
+
+    /// Answers 401 (in the API's error shape, nothing forwarded) to every
+    /// request that does not present `key`; see [`ClientKey`].
+    pub fn client_key(self, key: ClientKey) -> Self {
+        self.shared_mut(|shared| shared.client_key = Some(key))
     }
 
     /// Replaces all the server's limits at once.
@@ -293,6 +322,18 @@ where
         let shared = &self.inner;
         let mut line = self.log_line(&request);
         let (mut parts, body) = request.into_parts();
+        if let Some(key) = &shared.client_key {
+            if !key.admits(&mut parts.headers) {
+                line.write(401, "client_key_required", "");
+                return error_response(
+                    line.path(),
+                    StatusCode::UNAUTHORIZED,
+                    "client_key_required",
+                    "refusal-guard: this proxy spends its own credentials; present its client key \
+                     (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
+                );
+            }
+        }
         parts.uri = match shared
             .upstream
             .target(&parts.method, &parts.uri, parts.version)

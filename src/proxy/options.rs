@@ -149,6 +149,18 @@ pub struct Options {
     /// Longest wait for the shared store before deciding from memory
     #[arg(long, env = "REFUSAL_GUARD_STATE_TIMEOUT", value_name = "SECS", value_parser = seconds, default_value = "0.05")]
     pub state_timeout: Duration,
+    /// The key clients must present (x-refusal-guard-key, x-api-key or Authorization: Bearer); required when the proxy holds credentials and listens beyond loopback
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_CLIENT_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub client_key: Option<super::ClientKey>,
+    /// Amazon Bedrock gateway mode: sign every request for this region with the AWS_* credentials (or send AWS_BEARER_TOKEN_BEDROCK); the upstream defaults to bedrock-runtime.REGION.amazonaws.com
+    #[cfg(feature = "bedrock")]
+    #[arg(long, env = "REFUSAL_GUARD_BEDROCK_REGION", value_name = "REGION")]
+    pub bedrock_region: Option<String>,
 }
 
 /// Where the proxy keeps conversation state (`--state`).

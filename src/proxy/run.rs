@@ -221,7 +221,7 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     }
 }
 
-async fn serve(options: Options) -> ExitCode {
+async fn serve(mut options: Options) -> ExitCode {
     let (layer, log_shown) = match layer(&options) {
         Ok(built) => built,
         Err(message) => {
@@ -229,6 +229,14 @@ async fn serve(options: Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let signer = match gateway(&mut options) {
+        Ok(signer) => signer,
+        Err(message) => {
+            say("ERROR", &format!("proxy: {message}"));
+            return ExitCode::from(2);
+        }
+    };
+    let upstream = options.upstream.clone();
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -272,8 +280,18 @@ async fn serve(options: Options) -> ExitCode {
         configure(proxy, &options, limits)
             .serve(listener, draining.after(shutdown()))
             .await
+    } else if let Some(signer) = signer {
+        let shutdown = draining.after(shutdown());
+        match serve_signed(
+            upstream, &layer, signer, &options, limits, listener, shutdown,
+        )
+        .await
+        {
+            Some(served) => served,
+            None => return ExitCode::FAILURE,
+        }
     } else {
-        match Proxy::new(options.upstream.clone(), &layer) {
+        match Proxy::new(upstream, &layer) {
             Ok(proxy) => {
                 configure(proxy, &options, limits)
                     .serve(listener, draining.after(shutdown()))
@@ -338,6 +356,86 @@ fn announce(
     say("INFO", &banner);
 }
 
+/// What signs for the proxy in Bedrock gateway mode (`--bedrock-region`):
+/// the AWS credentials of the environment, required then. The upstream
+/// left at its default becomes the region's Bedrock runtime. A proxy that
+/// holds credentials and listens beyond loopback must have a client key.
+#[cfg(feature = "bedrock")]
+fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, String> {
+    use crate::aws::{Credentials, SigV4Layer};
+    let Some(region) = options.bedrock_region.clone() else {
+        return Ok(None);
+    };
+    let credentials = Credentials::from_env()
+        .map_err(|e| format!("--bedrock-region: {e}"))?
+        .ok_or_else(|| {
+            "--bedrock-region needs credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY \
+             (and AWS_SESSION_TOKEN), AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK"
+                .to_owned()
+        })?;
+    if options.client_key.is_none() && !options.listen.ip().is_loopback() {
+        return Err(format!(
+            "the proxy holds AWS credentials and listens on {}: set --client-key \
+             (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them",
+            options.listen
+        ));
+    }
+    let default = Upstream::parse("https://api.anthropic.com").expect("a valid URL");
+    if options.upstream == default {
+        let runtime = format!("https://bedrock-runtime.{region}.amazonaws.com");
+        options.upstream =
+            Upstream::parse(&runtime).map_err(|e| format!("--bedrock-region: {e}"))?;
+    }
+    Ok(Some(SigV4Layer::new(credentials, region)))
+}
+
+/// Serves with every request signed (Bedrock gateway mode); `None` when
+/// the HTTP client cannot be built.
+#[cfg(feature = "bedrock")]
+async fn serve_signed(
+    upstream: Upstream,
+    layer: &RefusalGuardLayer,
+    signer: crate::aws::SigV4Layer,
+    options: &Options,
+    limits: ServerLimits,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Option<std::io::Result<()>> {
+    match Proxy::signed(upstream, layer, signer) {
+        Ok(proxy) => Some(
+            configure(proxy, options, limits)
+                .serve(listener, shutdown)
+                .await,
+        ),
+        Err(error) => {
+            say(
+                "ERROR",
+                &format!("proxy: cannot build the HTTP client: {error}"),
+            );
+            None
+        }
+    }
+}
+
+#[cfg(not(feature = "bedrock"))]
+async fn serve_signed(
+    _upstream: Upstream,
+    _layer: &RefusalGuardLayer,
+    signer: std::convert::Infallible,
+    _options: &Options,
+    _limits: ServerLimits,
+    _listener: tokio::net::TcpListener,
+    _shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Option<std::io::Result<()>> {
+    match signer {}
+}
+
+/// Without the `bedrock` feature the proxy never holds credentials.
+#[cfg(not(feature = "bedrock"))]
+fn gateway(_options: &mut Options) -> Result<Option<std::convert::Infallible>, String> {
+    Ok(None)
+}
+
 /// The readiness probe of the store `--state` names (`None`: the in-memory
 /// store, always ready).
 fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
@@ -379,6 +477,10 @@ async fn start_admin(
 }
 
 fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Proxy<S> {
+    let proxy = match options.client_key.clone() {
+        Some(key) => proxy.client_key(key),
+        None => proxy,
+    };
     proxy
         .access_log(!options.quiet)
         .log_format(options.log_format)

@@ -471,6 +471,9 @@ impl Drop for GuardedRequest {
 fn gen_ai_system(provider: crate::refusal::Provider, wire_api: WireApi) -> &'static str {
     use crate::refusal::Provider;
     match (provider, wire_api) {
+        (_, WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages) => {
+            "aws.bedrock"
+        }
         (Provider::Anthropic, _) => "anthropic",
         (Provider::OpenAi, _) => "openai",
         (Provider::Google, _) => "gcp.gemini",

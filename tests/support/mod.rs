@@ -25,9 +25,12 @@
 //!   and a shared buffer for a formatting subscriber's output;
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
 //! - [`prometheus`]: reading samples out of the Prometheus text format;
-//! - [`socket`]: reading a raw exchange off a socket until the peer closes.
+//! - [`socket`]: reading a raw exchange off a socket until the peer closes;
+//! - [`bedrock`]: a scripted Bedrock runtime on loopback that verifies every
+//!   SigV4 signature and frames real event streams.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chains;
 pub mod chunking;
 pub mod contract;
