@@ -43,8 +43,8 @@ use tower_service::Service;
 
 pub use credentials::{Credentials, CredentialsError};
 
-use crate::guard::body::BoxError;
 use crate::replay::ReplayBody;
+use crate::BoxError;
 
 /// The SigV4 service name of Bedrock's runtime.
 pub const BEDROCK_SERVICE: &str = "bedrock";

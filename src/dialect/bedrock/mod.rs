@@ -128,8 +128,7 @@ fn guardrail_refusal() -> RefusalInfo {
         signal: Some(RefusalSignal::StopReason),
         category: Some(GUARDRAIL_CATEGORY.to_owned()),
         explanation: Some("an Amazon Bedrock guardrail intervened".to_owned()),
-        credit_token: None,
-        usage: None,
+        ..RefusalInfo::default()
     }
 }
 
@@ -348,9 +347,7 @@ fn converse_refusal(stop_reason: Option<&str>) -> Option<RefusalInfo> {
     Some(RefusalInfo {
         signal: Some(RefusalSignal::StopReason),
         category: Some(category.to_owned()),
-        explanation: None,
-        credit_token: None,
-        usage: None,
+        ..RefusalInfo::default()
     })
 }
 
