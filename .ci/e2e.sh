@@ -254,6 +254,9 @@ PY
     if grep -q 'verified=False' "$WORK/bedrock.err"; then
         echo "a request reached the mock Bedrock unsigned or badly signed:"; cat "$WORK/bedrock.err"; exit 1
     fi
+    if grep -q '^rejected:' "$WORK/bedrock.err"; then
+        echo "the mock Bedrock rejected a request as Bedrock would:"; cat "$WORK/bedrock.err"; exit 1
+    fi
     grep -q '"outcome":"fallback"' "$WORK/refusals-bedrock.jsonl"
     cat "$WORK/bedrock.err"
 fi

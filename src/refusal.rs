@@ -1030,6 +1030,19 @@ impl fmt::Display for Refusal {
 
 impl std::error::Error for Refusal {}
 
+/// The category of a refusal that is the operator's own Amazon Bedrock
+/// guardrail intervening (Converse `stopReason: guardrail_intervened`, or
+/// `amazon-bedrock-guardrailAction: INTERVENED`).
+///
+/// The default recovery stops on it: the guard does not work around a
+/// content policy its operator configured. An explicit entry for this
+/// category in the recovery's per-category policy opts in.
+///
+/// ```
+/// assert_eq!(refusal_guard::refusal::GUARDRAIL_CATEGORY, "guardrail_intervened");
+/// ```
+pub const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
+
 /// The response header on a response the guard recovered (a fallback hop,
 /// a retarget or a rescue answered instead of a refusal), for harnesses to
 /// show as a notice. For example `rescued; category=cyber;

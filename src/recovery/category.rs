@@ -18,6 +18,10 @@
 //!   case are an error. `*` names every category without an entry of its
 //!   own, and refusals that name no category. Without `*`, those take the
 //!   default steps, `chain,rescue` (what the guard does without a policy).
+//! - One category is the exception: `guardrail_intervened`, the operator's
+//!   own Amazon Bedrock guardrail ([`GUARDRAIL_CATEGORY`]), stops unless it
+//!   has an entry of its own; neither `*` nor the default steps work around
+//!   a content policy the operator configured.
 //! - A **step** is one of [`Step`]'s words: `retarget`, `chain`, `rescue`,
 //!   `stop`, tried in the order given, each at most once per refusal.
 //!   `stop` stands alone.
@@ -40,6 +44,8 @@
 
 use std::fmt;
 use std::str::FromStr;
+
+use crate::refusal::GUARDRAIL_CATEGORY;
 
 /// One step a category may take after an empty refusal.
 ///
@@ -196,11 +202,26 @@ impl CategoryPolicy {
 
     /// The steps a refusal of `category` takes: its entry, else `*`'s, else
     /// [`DEFAULT_STEPS`](Self::DEFAULT_STEPS). A refusal without a
-    /// category takes `*`'s.
+    /// category takes `*`'s. An operator's guardrail
+    /// ([`GUARDRAIL_CATEGORY`]) without an entry of its own stops.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::category::{CategoryPolicy, Step};
+    ///
+    /// let policy: CategoryPolicy = "*=chain".parse()?;
+    /// assert_eq!(policy.steps_for(Some("guardrail_intervened")), [Step::Stop]);
+    /// let opted_in: CategoryPolicy = "guardrail_intervened=chain".parse()?;
+    /// assert_eq!(opted_in.steps_for(Some("guardrail_intervened")), [Step::Chain]);
+    /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
+    /// ```
     pub fn steps_for(&self, category: Option<&str>) -> &[Step] {
-        category
-            .and_then(|name| self.position(name))
-            .or_else(|| self.position(Self::OTHERS))
+        if let Some(at) = category.and_then(|name| self.position(name)) {
+            return &self.entries[at].1;
+        }
+        if category.is_some_and(|name| name.eq_ignore_ascii_case(GUARDRAIL_CATEGORY)) {
+            return &[Step::Stop];
+        }
+        self.position(Self::OTHERS)
             .map_or(Self::DEFAULT_STEPS, |at| &self.entries[at].1)
     }
 

@@ -2,6 +2,7 @@
 //! recovery through the SigV4 layer against a scripted Bedrock runtime that
 //! verifies every signature, and the proxy in gateway mode (its client key).
 
+mod contract;
 mod framing;
 mod gateway;
 mod recovery;

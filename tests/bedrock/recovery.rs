@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Full};
 use refusal_guard::aws::{Credentials, SigV4Layer};
 use refusal_guard::proxy::UpstreamBody;
 use refusal_guard::recovery::FallbackChains;
-use refusal_guard::refusal::{RefusalKind, WireApi};
+use refusal_guard::refusal::{RefusalKind, WireApi, GUARDRAIL_CATEGORY};
 use refusal_guard::telemetry::{MemorySink, RefusalRecord};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
@@ -409,4 +409,112 @@ async fn keep_alive_comments_are_never_written_into_an_event_stream() {
     let done = send(&upstream, layer, keys(), "POST", &path, invoke_body()).await;
     assert_eq!(done.body, joined(&answer));
     assert_eq!(done.records[0].outcome, Outcome::Fallback);
+}
+
+/// A guardrail's canned answer on InvokeModel, as Bedrock sends it.
+fn guardrail_answer() -> Value {
+    json!({"id": "msg_g", "type": "message", "role": "assistant", "model": OPUS,
+        "content": [{"type": "text", "text": "Sorry, the model cannot answer this question."}],
+        "stop_reason": "end_turn", "amazon-bedrock-guardrailAction": "INTERVENED",
+        "usage": {"input_tokens": 5, "output_tokens": 9}})
+}
+
+#[tokio::test]
+async fn an_operators_guardrail_is_recorded_and_passed_through_not_worked_around() {
+    let canned = guardrail_answer();
+    let upstream = BedrockUpstream::start(
+        vec![br::Reply::json(&canned)],
+        Some(br::SESSION_TOKEN),
+        None,
+    )
+    .await;
+    let path = format!("/model/{OPUS}/invoke");
+    let done = send(&upstream, chained(), keys(), "POST", &path, invoke_body()).await;
+    assert_eq!(done.status, 200);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&done.body).unwrap(),
+        canned,
+        "the client gets the guardrail's answer as sent"
+    );
+    assert_eq!(
+        done.seen.len(),
+        1,
+        "neither the chain nor a rescue is tried"
+    );
+    let record = &done.records[0];
+    assert_eq!(record.category.as_deref(), Some(GUARDRAIL_CATEGORY));
+    assert_eq!(record.outcome, Outcome::Dead);
+}
+
+#[tokio::test]
+async fn a_guardrail_is_recovered_only_when_the_policy_names_it() {
+    let answer = json!({"id": "msg_a", "type": "message", "role": "assistant", "model": SONNET_ARN,
+        "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 5, "output_tokens": 2}});
+    let upstream = BedrockUpstream::start(
+        vec![
+            br::Reply::json(&guardrail_answer()),
+            br::Reply::json(&answer),
+        ],
+        Some(br::SESSION_TOKEN),
+        None,
+    )
+    .await;
+    let opted_in = chained().category_policy("guardrail_intervened=chain".parse().unwrap());
+    let path = format!("/model/{OPUS}/invoke");
+    let done = send(&upstream, opted_in, keys(), "POST", &path, invoke_body()).await;
+    assert_eq!(serde_json::from_slice::<Value>(&done.body).unwrap(), answer);
+    assert_eq!(done.seen.len(), 2);
+    assert_all_signed(&done.seen);
+    assert_eq!(done.records[0].outcome, Outcome::Fallback);
+    assert_eq!(
+        done.records[0].category.as_deref(),
+        Some(GUARDRAIL_CATEGORY)
+    );
+}
+
+/// An empty refusal stream whose final `message_delta` offers a credit
+/// token, as Bedrock sends it to a request that opted in.
+fn credited_refusal(token: &str) -> Vec<Bytes> {
+    let mut events = br::refusal_events(OPUS, false);
+    let delta = events
+        .iter_mut()
+        .find(|e| e["type"] == "message_delta")
+        .unwrap();
+    delta["delta"]["stop_details"]["fallback_credit_token"] = json!(token);
+    br::invoke_stream(&events)
+}
+
+#[tokio::test]
+async fn a_hop_presents_bedrocks_credit_token_only_when_the_client_opted_in() {
+    const CREDIT_BETA: &str = "fallback-credit-2026-06-09";
+    for opted_in in [true, false] {
+        let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
+        let upstream = BedrockUpstream::start(
+            vec![
+                br::Reply::stream(credited_refusal("credit-tok-1")),
+                br::Reply::stream(answer.clone()),
+            ],
+            Some(br::SESSION_TOKEN),
+            None,
+        )
+        .await;
+        let mut body = invoke_body();
+        if opted_in {
+            body["anthropic_beta"] = json!(["interleaved-thinking-2025-05-14", CREDIT_BETA]);
+        }
+        let path = format!("/model/{OPUS}/invoke-with-response-stream");
+        let done = send(&upstream, chained(), keys(), "POST", &path, body.clone()).await;
+        assert_eq!(done.body, joined(&answer), "opted in: {opted_in}");
+        assert_eq!(done.seen.len(), 2, "the contract took the hop");
+        let hop = done.seen[1].json();
+        assert_eq!(
+            hop["anthropic_beta"], body["anthropic_beta"],
+            "the client's betas, unchanged"
+        );
+        let expected = opted_in.then(|| json!("credit-tok-1"));
+        assert_eq!(hop.get("fallback_credit_token").cloned(), expected);
+        assert!(hop.get("fallbacks").is_none());
+        assert_eq!(done.records[0].outcome, Outcome::Fallback);
+    }
 }

@@ -100,6 +100,41 @@ def verify(method: str, path: str, headers: dict, body: bytes) -> bool:
     return expected == parts["Signature"] and parts["Credential"].startswith(KEY_ID + "/")
 
 
+def rejects(path: str, body: bytes):
+    """What Bedrock's validation answers 400 to (the same rules as
+    tests/support/contract.rs, B1-B3): the reason, or None."""
+    if not path.startswith("/model/") or not body:
+        return None
+    action = path.split("?")[0].rsplit("/", 1)[-1]
+    request = json.loads(body)
+    for key in ("fallbacks", "fallback_credit_token"):
+        if key in request:
+            return f"extraneous key [{key}] is not permitted"
+    if action in ("invoke", "invoke-with-response-stream"):
+        for key in ("model", "stream"):
+            if key in request:
+                return f"extraneous key [{key}] is not permitted"
+        if request.get("anthropic_version") != "bedrock-2023-05-31":
+            return "anthropic_version: expected bedrock-2023-05-31"
+        if not isinstance(request.get("max_tokens"), int):
+            return "required key [max_tokens] not found"
+    if action in ("converse", "converse-stream"):
+        roles = [m.get("role") for m in request.get("messages", [])]
+        if not roles or roles[0] != "user" or any(a == b for a, b in zip(roles, roles[1:])):
+            return "A conversation must alternate between user and assistant roles."
+    return None
+
+
+def validation_error(handler, reason: str):
+    handler.send_response(400)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("x-amzn-errortype", "ValidationException")
+    payload = json.dumps({"message": reason}).encode()
+    handler.send_header("content-length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
 class MockBedrock(ThreadingHTTPServer):
     def __init__(self):
         super().__init__(("127.0.0.1", 0), Handler)
@@ -128,6 +163,9 @@ class Handler(BaseHTTPRequestHandler):
                                  "json": json.loads(body) if body else None, "headers": headers})
         if not ok:
             return self.send(403, "application/json", [json.dumps({"message": "signature mismatch"}).encode()])
+        if (reason := rejects(self.path, body)) is not None:
+            self.server.seen[-1]["rejected"] = reason
+            return validation_error(self, reason)
         if self.path.startswith("/inference-profiles"):
             return self.send(200, "application/json", [b'{"inferenceProfileSummaries":[]}'])
         try:
@@ -263,6 +301,9 @@ def serve_for_claude_code():
             print(f"{self.command} {self.path} verified={ok}", file=sys.stderr, flush=True)
             if not ok:
                 return self.send(403, "application/json", [b'{"message":"signature mismatch"}'])
+            if (reason := rejects(self.path, body)) is not None:
+                print(f"rejected: {reason}", file=sys.stderr, flush=True)
+                return validation_error(self, reason)
             if not self.path.startswith("/model/"):
                 return self.send(200, "application/json", [b'{"inferenceProfileSummaries":[]}'])
             refused = "opus" in self.path

@@ -274,6 +274,8 @@ async fn answer(
             token.as_deref(),
         ),
     };
+    let broken =
+        crate::contract::check_http(parts.method.as_str(), &path, &parts.headers, &body).err();
     let seen = Seen {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -284,14 +286,19 @@ async fn answer(
     let reply = {
         let mut state = state.lock().unwrap();
         state.seen.push(seen);
-        match verified {
-            Ok(()) => state.replies.pop_front(),
-            Err(_) => None,
+        match (&verified, &broken) {
+            (Ok(()), None) => state.replies.pop_front(),
+            _ => None,
         }
     };
     if let Err(why) = verified {
         return json_response(403, "InvalidSignatureException", &format!(
             "The request signature we calculated does not match the signature you provided. ({why})"));
+    }
+    // What the real runtime rejects is rejected here too, as it answers.
+    if let Some(broken) = broken {
+        let message = format!("{} (contract rule {})", broken.message, broken.rule);
+        return json_response(400, "ValidationException", &message);
     }
     if path.starts_with("/inference-profiles") {
         if let Some(reply) = reply {

@@ -75,6 +75,33 @@
 //!   string, or another data field);
 //! - `G3` `generationConfig.candidateCount`, when present, is an integer
 //!   from 1 to 8.
+//!
+//! Claude on Amazon Bedrock, answered as Bedrock does (400 with
+//! `x-amzn-errortype: ValidationException` and `{"message": ...}`). Sources:
+//! Amazon Bedrock user guide "Anthropic Claude Messages API" (InvokeModel
+//! request and response), "Inference using Anthropic Messages API"
+//! (`/anthropic/v1/messages`), API reference "Converse" (`Message`,
+//! `ContentBlock`, `InferenceConfiguration`).
+//!
+//! - `B1` InvokeModel (`/model/{id}/invoke`,
+//!   `/invoke-with-response-stream`): a JSON object with
+//!   `anthropic_version` `"bedrock-2023-05-31"` and an integer
+//!   `max_tokens`; no `model` or `stream` key (extraneous keys are not
+//!   permitted: the model is in the path, the action says whether it
+//!   streams); `anthropic_beta`, when present, an array of strings;
+//!   `A3`-`A5` apply to `messages`;
+//! - `B2` no Bedrock surface takes `fallbacks` (server-side fallback is
+//!   first party only); InvokeModel takes `fallback_credit_token` as a
+//!   string only with `fallback-credit-2026-06-09` in `anthropic_beta`
+//!   (Amazon Bedrock user guide "Fallback credit for refused requests"),
+//!   the Messages API on Bedrock (`/anthropic/v1/messages`) not at all, and
+//!   `A1`-`A5` apply there;
+//! - `B3` Converse (`/model/{id}/converse`, `/converse-stream`): a
+//!   non-empty `messages` array, the first `user`, roles `user` and
+//!   `assistant` alternating; each `content` a non-empty array of content
+//!   blocks, each an object with exactly one member (a union: `text`,
+//!   `image`, `toolUse`, `toolResult`, ...; no `type` key);
+//!   `inferenceConfig.maxTokens`, when present, an integer of at least 1.
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
@@ -94,6 +121,12 @@ pub enum Api {
     Responses,
     /// Gemini, Google AI or Vertex AI.
     Gemini,
+    /// Bedrock InvokeModel (and its streaming action), Anthropic body.
+    BedrockInvoke,
+    /// The Messages API on Bedrock (`/anthropic/v1/messages`).
+    BedrockMessages,
+    /// Bedrock Converse (and ConverseStream).
+    BedrockConverse,
 }
 
 impl Api {
@@ -112,6 +145,9 @@ impl Api {
         if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
             return Some(Api::Gemini);
         }
+        if let Some(api) = Api::bedrock(path) {
+            return Some(api);
+        }
         if path.ends_with("/v1/messages") {
             return Some(Api::Anthropic);
         }
@@ -126,6 +162,32 @@ impl Api {
             return Some(Api::Responses);
         }
         None
+    }
+}
+
+impl Api {
+    fn bedrock(path: &str) -> Option<Api> {
+        if path.ends_with("/anthropic/v1/messages") {
+            return Some(Api::BedrockMessages);
+        }
+        let segments: Vec<&str> = path.split('/').collect();
+        let n = segments.len();
+        if n < 3 || segments[n - 3] != "model" {
+            return None;
+        }
+        match segments[n - 1] {
+            "invoke" | "invoke-with-response-stream" => Some(Api::BedrockInvoke),
+            "converse" | "converse-stream" => Some(Api::BedrockConverse),
+            _ => None,
+        }
+    }
+
+    /// Whether the provider is Bedrock (its own error shape).
+    pub fn is_bedrock(self) -> bool {
+        matches!(
+            self,
+            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse
+        )
     }
 }
 
@@ -150,6 +212,9 @@ impl Violation {
     pub fn body(&self) -> String {
         let message = format!("{} (contract rule {})", self.message, self.rule);
         match self.api {
+            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse => {
+                json!({"message": message})
+            }
             Api::Anthropic | Api::AnthropicVertex => json!({
                 "type": "error",
                 "error": {"type": "invalid_request_error", "message": message},
@@ -207,6 +272,8 @@ pub fn check(
         Api::OpenAiChat | Api::AzureChat => chat(api, &body),
         Api::Responses => responses(path, &body),
         Api::Gemini => gemini(&body),
+        Api::BedrockInvoke | Api::BedrockMessages => bedrock_anthropic(api, &body),
+        Api::BedrockConverse => converse(&body),
     };
     result
         .map_err(|(rule, message)| fail(rule, message))
@@ -242,6 +309,9 @@ fn first_rule(api: Api) -> &'static str {
         Api::OpenAiChat | Api::AzureChat => "C1",
         Api::Responses => "R1",
         Api::Gemini => "G1",
+        Api::BedrockInvoke => "B1",
+        Api::BedrockMessages => "A1",
+        Api::BedrockConverse => "B3",
     }
 }
 
@@ -361,6 +431,105 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
                 ))
             }
         }
+    }
+    Ok(())
+}
+
+fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or((first_rule(api), "the body is not an object".to_owned()))?;
+    if object.contains_key("fallbacks") {
+        return Err(("B2", "extraneous key [fallbacks] is not permitted".into()));
+    }
+    if api == Api::BedrockMessages {
+        if object.contains_key("fallback_credit_token") {
+            return Err((
+                "B2",
+                "extraneous key [fallback_credit_token] is not permitted".into(),
+            ));
+        }
+        return anthropic(Api::Anthropic, "", &[], body);
+    }
+    if let Some(token) = object.get("fallback_credit_token") {
+        let opted_in = object
+            .get("anthropic_beta")
+            .and_then(Value::as_array)
+            .is_some_and(|betas| betas.iter().any(|b| b == "fallback-credit-2026-06-09"));
+        if !token.is_string() || !opted_in {
+            return Err((
+                "B2",
+                "fallback_credit_token: a string, with fallback-credit-2026-06-09 in anthropic_beta"
+                    .into(),
+            ));
+        }
+    }
+    for key in ["model", "stream"] {
+        if object.contains_key(key) {
+            return Err(("B1", format!("extraneous key [{key}] is not permitted")));
+        }
+    }
+    if object.get("anthropic_version").and_then(Value::as_str) != Some("bedrock-2023-05-31") {
+        return Err((
+            "B1",
+            "anthropic_version: expected \"bedrock-2023-05-31\"".into(),
+        ));
+    }
+    if !object.get("max_tokens").is_some_and(Value::is_u64) {
+        return Err(("B1", "required key [max_tokens] not found".into()));
+    }
+    if let Some(betas) = object.get("anthropic_beta") {
+        let strings = betas
+            .as_array()
+            .is_some_and(|list| list.iter().all(Value::is_string));
+        if !strings {
+            return Err(("B1", "anthropic_beta: expected an array of strings".into()));
+        }
+    }
+    anthropic_messages(object.get("messages"))
+}
+
+fn converse(body: &Value) -> Result<(), Broken> {
+    let fail = |message: String| Err(("B3", message));
+    let Some(object) = body.as_object() else {
+        return fail("the body is not an object".into());
+    };
+    let Some(messages) = object.get("messages").and_then(Value::as_array) else {
+        return fail("messages: required".into());
+    };
+    if messages.is_empty() || role(&messages[0]) != Some("user") {
+        return fail("A conversation must start with a user message.".into());
+    }
+    let mut previous = None;
+    for (i, message) in messages.iter().enumerate() {
+        let role = role(message);
+        if !matches!(role, Some("user" | "assistant")) {
+            return fail(format!("messages.{i}.role: expected user or assistant"));
+        }
+        if role == previous {
+            return fail("A conversation must alternate between user and assistant roles.".into());
+        }
+        previous = role;
+        let blocks = message.get("content").and_then(Value::as_array);
+        if !blocks.is_some_and(|blocks| !blocks.is_empty()) {
+            return fail(format!(
+                "messages.{i}.content: at least one block is required"
+            ));
+        }
+        for (j, block) in blocks.into_iter().flatten().enumerate() {
+            let union = block.as_object().is_some_and(|b| b.len() == 1);
+            if !union || block.get("type").is_some() {
+                return fail(format!(
+                    "messages.{i}.content.{j}: a content block has exactly one member"
+                ));
+            }
+        }
+    }
+    let max_tokens = object
+        .get("inferenceConfig")
+        .and_then(|c| c.get("maxTokens"));
+    if max_tokens.is_some_and(|m| !m.as_u64().is_some_and(|m| m >= 1)) {
+        return fail("inferenceConfig.maxTokens: expected an integer of at least 1".into());
     }
     Ok(())
 }

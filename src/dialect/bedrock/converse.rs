@@ -227,7 +227,7 @@ mod tests {
         let refused = inspector.observe(&stop, true).refusal.unwrap();
         assert_eq!(
             refused.category.as_deref(),
-            Some(super::super::GUARDRAIL_CATEGORY)
+            Some(crate::refusal::GUARDRAIL_CATEGORY)
         );
         let ended = event("messageStop", &json!({"stopReason": "end_turn"}));
         assert!(inspector.observe(&ended, false).refusal.is_none());

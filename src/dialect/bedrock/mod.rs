@@ -15,6 +15,11 @@
 //!   first-party wire, without server-side fallbacks or fallback credit
 //!   ([`BedrockMessages`]).
 //!
+//! No surface has server-side fallbacks. InvokeModel has fallback credit
+//! under Bedrock's own beta (`fallback-credit-2026-06-09` in the body's
+//! `anthropic_beta`): a hop presents the refusal's token when the client's
+//! request opted in.
+//!
 //! A model swap rewrites the path's model segment, percent-encoding the new
 //! id (`/` always, `:` only when the client encoded its own), so that the
 //! signature the layer below computes covers the path as sent.
@@ -27,7 +32,7 @@ use super::{
     is_real_text, path_segments, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
     PartialContinuation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
 
 mod converse;
@@ -39,8 +44,21 @@ pub(crate) use converse::BedrockConverse;
 /// replaced the answer with its canned text.
 const GUARDRAIL_ACTION: &str = "amazon-bedrock-guardrailAction";
 
-/// The category given to a guardrail's intervention.
-pub(crate) const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
+/// The beta that opts an InvokeModel request into fallback credit, in its
+/// `anthropic_beta` body array (on the refused request and on the retry),
+/// Bedrock's own value rather than the first-party one.
+const BEDROCK_CREDIT_BETA: &str = "fallback-credit-2026-06-09";
+
+/// Whether an InvokeModel body opted into fallback credit.
+fn asks_for_credit(body: &Value) -> bool {
+    body.get("anthropic_beta")
+        .and_then(Value::as_array)
+        .is_some_and(|betas| {
+            betas
+                .iter()
+                .any(|b| b.as_str() == Some(BEDROCK_CREDIT_BETA))
+        })
+}
 
 /// The model segment of a Bedrock runtime path: `.../model/{id}/{action}`
 /// with `action` one of `actions`, last in the path. Returns the segment's
@@ -214,6 +232,25 @@ impl Dialect for BedrockInvokeModel {
             model_segment(uri, INVOKE_ACTIONS).ok_or(RewriteError("no model in the path"))?;
         let written = written.to_owned();
         swap_path_model(uri, at, &written, model)
+    }
+
+    fn attach_credit_token(&self, _headers: &mut HeaderMap, body: &mut Value, token: &str) {
+        // Bedrock redeems a token only under the beta the refused request
+        // carried; the guard never adds the client's betas for it. The token
+        // goes as a top-level string, the only form Bedrock documents.
+        if !asks_for_credit(body) {
+            return;
+        }
+        if let Some(object) = body.as_object_mut() {
+            object.insert("fallback_credit_token".into(), json!(token));
+        }
+    }
+
+    fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, body: &mut Value) {
+        // The beta is the client's own and stays; only a token goes.
+        if let Some(object) = body.as_object_mut() {
+            object.remove("fallback_credit_token");
+        }
     }
 
     fn request_id(&self, headers: &HeaderMap) -> Option<String> {

@@ -1,0 +1,120 @@
+//! The Bedrock rules of the test upstreams' request contract: each passes
+//! a request the runtime takes and catches one it rejects.
+
+use serde_json::{json, Value};
+use support::contract::{check, Api};
+
+const INVOKE: &str = "/model/us.anthropic.claude-opus-4-7-v1%3A0/invoke-with-response-stream";
+const CONVERSE: &str = "/model/us.anthropic.claude-opus-4-7-v1:0/converse";
+const MESSAGES: &str = "/anthropic/v1/messages";
+
+fn rule(path: &str, body: &Value) -> Option<&'static str> {
+    let bytes = serde_json::to_vec(body).unwrap();
+    check("POST", path, &[], &bytes).err().map(|v| v.rule)
+}
+
+fn invoke(extra: Value) -> Value {
+    let mut body = json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "x"}]});
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    body
+}
+
+#[test]
+fn bedrock_paths_are_told_apart_from_first_party_messages() {
+    assert_eq!(Api::of("POST", INVOKE), Some(Api::BedrockInvoke));
+    assert_eq!(
+        Api::of("POST", "/model/m/converse-stream"),
+        Some(Api::BedrockConverse)
+    );
+    assert_eq!(Api::of("POST", MESSAGES), Some(Api::BedrockMessages));
+    assert_eq!(Api::of("POST", "/v1/messages"), Some(Api::Anthropic));
+    assert_eq!(Api::of("GET", "/inference-profiles"), None);
+}
+
+#[test]
+fn invoke_model_takes_a_bedrock_body_only() {
+    assert_eq!(rule(INVOKE, &invoke(json!({}))), None);
+    assert_eq!(
+        rule(INVOKE, &invoke(json!({"anthropic_beta": ["a-beta"]}))),
+        None
+    );
+    assert_eq!(
+        rule(INVOKE, &invoke(json!({"model": "claude-opus-4-7"}))),
+        Some("B1")
+    );
+    assert_eq!(rule(INVOKE, &invoke(json!({"stream": true}))), Some("B1"));
+    assert_eq!(
+        rule(INVOKE, &invoke(json!({"anthropic_version": "2023-06-01"}))),
+        Some("B1")
+    );
+    assert_eq!(
+        rule(INVOKE, &invoke(json!({"anthropic_beta": "a-beta"}))),
+        Some("B1")
+    );
+    let two_prefills = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]});
+    assert_eq!(rule(INVOKE, &invoke(two_prefills)), Some("A5"));
+}
+
+#[test]
+fn no_server_side_fallback_and_credit_only_under_bedrocks_beta() {
+    let fallbacks = json!({"fallbacks": [{"model": "claude-sonnet-4-5"}]});
+    assert_eq!(rule(INVOKE, &invoke(fallbacks.clone())), Some("B2"));
+    let token = json!({"fallback_credit_token": "tok"});
+    assert_eq!(rule(INVOKE, &invoke(token.clone())), Some("B2"));
+    let credit = json!({"fallback_credit_token": "tok",
+        "anthropic_beta": ["fallback-credit-2026-06-09"]});
+    assert_eq!(rule(INVOKE, &invoke(credit)), None);
+    let object_form = json!({"fallback_credit_token": {"token": "tok", "mode": "strict"},
+        "anthropic_beta": ["fallback-credit-2026-06-09"]});
+    assert_eq!(rule(INVOKE, &invoke(object_form)), Some("B2"));
+    let mut messages = json!({"model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(rule(MESSAGES, &messages), None);
+    messages["fallbacks"] = fallbacks["fallbacks"].clone();
+    assert_eq!(rule(MESSAGES, &messages), Some("B2"));
+    let mut credited = invoke(json!({}));
+    credited["model"] = json!("claude-opus-4-7");
+    credited
+        .as_object_mut()
+        .unwrap()
+        .remove("anthropic_version");
+    credited["fallback_credit_token"] = json!("tok");
+    assert_eq!(rule(MESSAGES, &credited), Some("B2"));
+}
+
+#[test]
+fn converse_turns_alternate_and_blocks_are_unions() {
+    let turn = |role: &str, block: Value| json!({"role": role, "content": [block]});
+    let body =
+        |messages: Value| json!({"messages": messages, "inferenceConfig": {"maxTokens": 64}});
+    let text = json!({"text": "x"});
+    let ok = body(json!([
+        turn("user", text.clone()),
+        turn("assistant", text.clone())
+    ]));
+    assert_eq!(rule(CONVERSE, &ok), None);
+    let twice = body(json!([
+        turn("user", text.clone()),
+        turn("user", text.clone())
+    ]));
+    assert_eq!(rule(CONVERSE, &twice), Some("B3"));
+    let typed = body(json!([turn("user", json!({"type": "text", "text": "x"}))]));
+    assert_eq!(rule(CONVERSE, &typed), Some("B3"));
+    let empty = body(json!([{"role": "user", "content": []}]));
+    assert_eq!(rule(CONVERSE, &empty), Some("B3"));
+    let mut zero = body(json!([turn("user", text)]));
+    zero["inferenceConfig"]["maxTokens"] = json!(0);
+    assert_eq!(rule(CONVERSE, &zero), Some("B3"));
+}
+
+#[test]
+fn a_broken_bedrock_request_is_answered_in_bedrocks_shape() {
+    let broken = check("POST", INVOKE, &[], b"not json").unwrap_err();
+    let body: Value = serde_json::from_str(&broken.body()).unwrap();
+    assert!(body["message"].as_str().unwrap().contains("B1"));
+    assert!(body.get("error").is_none() && broken.api.is_bedrock());
+}
