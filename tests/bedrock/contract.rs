@@ -47,7 +47,15 @@ fn invoke_model_takes_a_bedrock_body_only() {
     );
     assert_eq!(rule(INVOKE, &invoke(json!({"stream": true}))), Some("B1"));
     assert_eq!(
-        rule(INVOKE, &invoke(json!({"anthropic_version": "2023-06-01"}))),
+        rule(INVOKE, &invoke(json!({"anthropic_version": "2026-10-21"}))),
+        None,
+        "what the official SDK's Bedrock client sends"
+    );
+    assert_eq!(
+        rule(
+            INVOKE,
+            &invoke(json!({"anthropic_version": "vertex-2023-10-16"}))
+        ),
         Some("B1")
     );
     assert_eq!(

@@ -6,6 +6,7 @@ frames its streams as AWS event streams (CRCs by zlib)."""
 import base64
 import json
 import os
+import re
 import queue
 import struct
 import subprocess
@@ -114,8 +115,12 @@ def rejects(path: str, body: bytes):
         for key in ("model", "stream"):
             if key in request:
                 return f"extraneous key [{key}] is not permitted"
-        if request.get("anthropic_version") != "bedrock-2023-05-31":
-            return "anthropic_version: expected bedrock-2023-05-31"
+        version = request.get("anthropic_version")
+        # Bedrock's own value, or the dated API version the official SDK's
+        # Bedrock client sends.
+        if not isinstance(version, str) or not (
+                version == "bedrock-2023-05-31" or re.fullmatch(r"\d{4}-\d{2}-\d{2}", version)):
+            return "anthropic_version: expected bedrock-2023-05-31 or an API version date"
         if not isinstance(request.get("max_tokens"), int):
             return "required key [max_tokens] not found"
     if action in ("converse", "converse-stream"):

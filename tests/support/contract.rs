@@ -85,7 +85,8 @@
 //!
 //! - `B1` InvokeModel (`/model/{id}/invoke`,
 //!   `/invoke-with-response-stream`): a JSON object with
-//!   `anthropic_version` `"bedrock-2023-05-31"` and an integer
+//!   `anthropic_version` (`"bedrock-2023-05-31"`, or the dated API version
+//!   the official SDK's Bedrock client sends) and an integer
 //!   `max_tokens`; no `model` or `stream` key (extraneous keys are not
 //!   permitted: the model is in the path, the action says whether it
 //!   streams); `anthropic_beta`, when present, an array of strings;
@@ -469,10 +470,11 @@ fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
             return Err(("B1", format!("extraneous key [{key}] is not permitted")));
         }
     }
-    if object.get("anthropic_version").and_then(Value::as_str) != Some("bedrock-2023-05-31") {
+    let version = object.get("anthropic_version").and_then(Value::as_str);
+    if !version.is_some_and(bedrock_version) {
         return Err((
             "B1",
-            "anthropic_version: expected \"bedrock-2023-05-31\"".into(),
+            "anthropic_version: expected bedrock-2023-05-31 or an API version date".into(),
         ));
     }
     if !object.get("max_tokens").is_some_and(Value::is_u64) {
@@ -487,6 +489,23 @@ fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
         }
     }
     anthropic_messages(object.get("messages"))
+}
+
+/// Bedrock's own `bedrock-2023-05-31`, or a dated API version, which the
+/// official SDK's Bedrock client sends (anthropic-sdk-python
+/// `lib/bedrock/_client.py` sets `ANTHROPIC_API_VERSION`).
+fn bedrock_version(version: &str) -> bool {
+    let date = |d: &str| {
+        d.len() == 10
+            && d.bytes().enumerate().all(|(i, b)| {
+                if i == 4 || i == 7 {
+                    b == b'-'
+                } else {
+                    b.is_ascii_digit()
+                }
+            })
+    };
+    version == "bedrock-2023-05-31" || date(version)
 }
 
 fn converse(body: &Value) -> Result<(), Broken> {
