@@ -74,40 +74,32 @@ fn model_segment<'a>(uri: &'a Uri, actions: &[&str]) -> Option<(usize, &'a str, 
 
 /// `%XX` escapes decoded (an id that does not decode stays as written).
 fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        if bytes[at] == b'%' && at + 2 < bytes.len() {
-            if let (Some(hi), Some(lo)) = (hex(bytes[at + 1]), hex(bytes[at + 2])) {
-                out.push((hi * 16 + lo) as u8);
-                at += 3;
-                continue;
-            }
-        }
-        out.push(bytes[at]);
-        at += 1;
-    }
-    String::from_utf8(out).unwrap_or_else(|_| text.to_owned())
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .map_or_else(|_| text.to_owned(), |decoded| decoded.into_owned())
 }
+
+/// What a model id keeps raw in a path segment: RFC 3986's unreserved
+/// bytes; `:` too, unless the client encoded its own.
+const SEGMENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// [`SEGMENT`] with `:` raw, as `AnthropicBedrock` writes model ids.
+const SEGMENT_RAW_COLON: &percent_encoding::AsciiSet = &SEGMENT.remove(b':');
 
 /// A model id as one path segment: unreserved bytes as they are, `:` as
 /// it is unless `encode_colon`, everything else (`/` of an ARN included)
 /// `%XX`.
 fn percent_encode(model: &str, encode_colon: bool) -> String {
-    let mut out = String::with_capacity(model.len());
-    for byte in model.bytes() {
-        let keep = byte.is_ascii_alphanumeric()
-            || matches!(byte, b'-' | b'.' | b'_' | b'~')
-            || (byte == b':' && !encode_colon);
-        if keep {
-            out.push(byte as char);
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
+    let set = if encode_colon {
+        SEGMENT
+    } else {
+        SEGMENT_RAW_COLON
+    };
+    percent_encoding::utf8_percent_encode(model, set).to_string()
 }
 
 /// `uri` with its model segment (at `at`) replaced by `model`.
