@@ -5,3 +5,4 @@
 mod framing;
 mod gateway;
 mod recovery;
+mod startup;
