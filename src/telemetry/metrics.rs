@@ -318,6 +318,7 @@ pub fn store_fallback(store: &'static str) {
 }
 
 /// Counts a request the proxy forwarded on `route` (routing on).
+#[cfg(feature = "proxy")]
 pub(crate) fn routed(route: &'static str) {
     counter!(PROXY_REQUESTS, "route" => route).increment(1);
 }
