@@ -4,6 +4,10 @@
 //! each is recovered by a fallback on the same upstream, unrecognised and
 //! platform paths reach the default, and `--upstream` alone sends all of it
 //! to one upstream as before.
+//!
+//! The models are this file's own: the flags test runs the binary's layer,
+//! which counts refused tokens into the recorder another test of this binary
+//! installs.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -59,9 +63,9 @@ impl Upstreams {
 
 fn chains() -> FallbackChains {
     FallbackChains::new()
-        .chain("claude-opus-4-7", ["claude-sonnet-4-5"])
-        .chain("gpt-4o", ["gpt-4o-mini"])
-        .chain("gemini-2.5-pro", ["gemini-2.5-flash"])
+        .chain("claude-opus-routes", ["claude-sonnet-routes"])
+        .chain("gpt-routes", ["gpt-mini-routes"])
+        .chain("gemini-pro-routes", ["gemini-flash-routes"])
 }
 
 /// A routed proxy (in process, access lines captured), serving until the
@@ -136,7 +140,7 @@ const GEMINI_CLIENT: &[(&str, &str)] = &[
 ];
 
 async fn claude(base: &str, id: &str) -> (u16, Bytes) {
-    let body = json!({"model": "claude-opus-4-7", "max_tokens": 256, "stream": true,
+    let body = json!({"model": "claude-opus-routes", "max_tokens": 256, "stream": true,
                       "messages": [{"role": "user", "content": "Audit my SSH config"}]});
     let script = format!("{CLAUDE_REFUSAL},{CLAUDE_ANSWER}");
     send(
@@ -151,7 +155,7 @@ async fn claude(base: &str, id: &str) -> (u16, Bytes) {
 }
 
 async fn chat(base: &str, id: &str) -> (u16, Bytes) {
-    let body = json!({"model": "gpt-4o", "stream": true,
+    let body = json!({"model": "gpt-routes", "stream": true,
                       "messages": [{"role": "user", "content": "Audit my SSH config"}]});
     let script = format!("{CHAT_FILTERED},{CHAT_ANSWER}");
     let path = "/v1/chat/completions";
@@ -161,7 +165,7 @@ async fn chat(base: &str, id: &str) -> (u16, Bytes) {
 async fn gemini(base: &str, id: &str) -> (u16, Bytes) {
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "Audit my SSH config"}]}]});
     let script = format!("{GEMINI_BLOCKED},{GEMINI_ANSWER}");
-    let path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse";
+    let path = "/v1beta/models/gemini-pro-routes:streamGenerateContent?alt=sse";
     send(base, path, GEMINI_CLIENT, &script, id, Some(body)).await
 }
 
@@ -197,15 +201,18 @@ async fn each_api_reaches_its_own_upstream_and_recovers_there() {
     assert_eq!(
         google,
         [
-            "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
-            "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+            "/v1beta/models/gemini-pro-routes:streamGenerateContent?alt=sse",
+            "/v1beta/models/gemini-flash-routes:streamGenerateContent?alt=sse"
         ]
     );
     assert!(default.is_empty(), "{default:?}");
 
     // The fallbacks asked for each chain's next model, on the same upstream.
-    assert_eq!(up.anthropic.seen()[1].json()["model"], "claude-sonnet-4-5");
-    assert_eq!(up.openai.seen()[1].json()["model"], "gpt-4o-mini");
+    assert_eq!(
+        up.anthropic.seen()[1].json()["model"],
+        "claude-sonnet-routes"
+    );
+    assert_eq!(up.openai.seen()[1].json()["model"], "gpt-mini-routes");
     // Each upstream got the client's own credentials, and no other's, with
     // its own Host.
     let (a, o, g) = (up.anthropic.seen(), up.openai.seen(), up.gemini.seen());
@@ -237,9 +244,9 @@ async fn each_api_reaches_its_own_upstream_and_recovers_there() {
     assert_eq!(
         outcomes,
         [
-            fallback("claude-opus-4-7"),
-            fallback("gemini-2.5-pro"),
-            fallback("gpt-4o")
+            fallback("claude-opus-routes"),
+            fallback("gemini-pro-routes"),
+            fallback("gpt-routes")
         ]
     );
     // The access log names each request's route.
@@ -248,7 +255,7 @@ async fn each_api_reaches_its_own_upstream_and_recovers_there() {
         ("/v1/messages", "anthropic"),
         ("/v1/chat/completions", "openai"),
         (
-            "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+            "/v1beta/models/gemini-pro-routes:streamGenerateContent",
             "gemini",
         ),
     ] {
@@ -285,7 +292,7 @@ async fn shared_and_platform_paths_go_where_their_client_belongs() {
     }
     // Vertex, Azure and unknown paths go to the default upstream.
     let vertex =
-        "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-4-7:rawPredict";
+        "/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-opus-routes:rawPredict";
     let vertex_body = json!({"anthropic_version": "vertex-2023-10-16", "max_tokens": 64,
                              "messages": [{"role": "user", "content": "hi"}]});
     let vertex_script = "e2e/message_text.json";
@@ -299,7 +306,7 @@ async fn shared_and_platform_paths_go_where_their_client_belongs() {
     )
     .await;
     assert_eq!(status, 200);
-    let azure = "/openai/deployments/gpt-4o/chat/completions?api-version=2024-10-21";
+    let azure = "/openai/deployments/gpt-routes/chat/completions?api-version=2024-10-21";
     let azure_body = json!({"messages": [{"role": "user", "content": "hi"}]});
     let azure_script = "e2e/chat_completion.json";
     let (status, _) = send(
@@ -330,7 +337,7 @@ async fn shared_and_platform_paths_go_where_their_client_belongs() {
 #[tokio::test]
 async fn the_flags_route_and_upstream_alone_does_not() {
     let up = Upstreams::start().await;
-    let chain = "--chain=claude-opus-4-7=claude-sonnet-4-5;gpt-4o=gpt-4o-mini;gemini-2.5-pro=gemini-2.5-flash";
+    let chain = "--chain=claude-opus-routes=claude-sonnet-routes;gpt-routes=gpt-mini-routes;gemini-pro-routes=gemini-flash-routes";
     let routed = run_proxy(&[
         "--upstream",
         &up.default.url(),
@@ -371,7 +378,7 @@ async fn the_flags_route_and_upstream_alone_does_not() {
     assert_eq!(paths[0], "/v1/messages");
     assert_eq!(paths[2], "/v1/chat/completions");
     assert!(
-        paths[4].starts_with("/v1beta/models/gemini-2.5-pro:"),
+        paths[4].starts_with("/v1beta/models/gemini-pro-routes:"),
         "{paths:?}"
     );
     assert_eq!(
