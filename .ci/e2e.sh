@@ -16,8 +16,11 @@
 #   6. Claude Code headless in Bedrock gateway mode (refusal-guard
 #      --bedrock-region signing for it) against a mock Bedrock that checks
 #      every signature with botocore;
-#   7. pytest with the pinned official anthropic and openai SDKs
-#      (tests/e2e/requirements.txt, installed into .venv), and the operations
+#   7. pytest with the pinned official anthropic, openai and google-genai
+#      SDKs (tests/e2e/requirements.txt, installed into .venv), among them
+#      one routed proxy serving Claude Code, the openai SDK and google-genai
+#      at once, each refused and recovered on its own upstream
+#      (tests/e2e/test_routes.py, given the CLI of step 5), and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.
 # The programs: the `refusal-guard` binary, examples/ and tools/ (the
@@ -263,6 +266,7 @@ fi
 
 status=0
 REFUSAL_GUARD_E2E_HARNESS="$BIN/e2e-harness" REFUSAL_GUARD_BIN="$BIN/refusal-guard" \
+    REFUSAL_GUARD_E2E_CLAUDE="$CLAUDE" \
     .venv/bin/python -m pytest tests/e2e -q -p no:cacheprovider || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing"

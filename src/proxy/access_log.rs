@@ -1,7 +1,8 @@
 //! One access-log line per request on stderr, written when the response has
 //! ended (or the client left): time, method, path (never the query, which
-//! may hold a key), status, outcome, latency and how it ended. Headers and
-//! bodies are never logged.
+//! may hold a key), status, outcome, latency and how it ended, and with
+//! routing on the route the request took (`route=openai`; `"route"` in
+//! JSON). Headers and bodies are never logged.
 //!
 //! A client that leaves before the response head gets a line too, with
 //! status 499 (the code nginx uses for it) and outcome `client_gone`.
@@ -62,6 +63,7 @@ pub(crate) struct LogLine {
     log: AccessLog,
     method: http::Method,
     path: String,
+    route: Option<&'static str>,
     started: Instant,
     written: bool,
 }
@@ -90,6 +92,7 @@ impl LogLine {
             log,
             method,
             path,
+            route: None,
             started: Instant::now(),
             written: false,
         }
@@ -97,6 +100,12 @@ impl LogLine {
 
     pub(crate) fn path(&self) -> &str {
         &self.path
+    }
+
+    /// Names the route the request took (routing on only: the line of a
+    /// proxy with one upstream is unchanged).
+    pub(crate) fn route(&mut self, route: super::Route) {
+        self.route = Some(route.as_str());
     }
 
     /// Writes the line for a response that ended as `ending`: at once when
@@ -135,8 +144,11 @@ impl LogLine {
                 } else {
                     format!(" ({note})")
                 };
+                let route = self
+                    .route
+                    .map_or_else(String::new, |route| format!(" route={route}"));
                 format!(
-                    "{ts} {} {} {status} {outcome} {ms}ms{note}\n",
+                    "{ts} {} {} {status} {outcome} {ms}ms{route}{note}\n",
                     self.method, self.path
                 )
             }
@@ -146,6 +158,9 @@ impl LogLine {
                     "method": self.method.as_str(), "path": self.path,
                     "status": status, "outcome": outcome, "ms": ms,
                 });
+                if let Some(route) = self.route {
+                    object["route"] = route.into();
+                }
                 if !note.is_empty() {
                     object["note"] = note.into();
                 }
@@ -305,6 +320,26 @@ mod tests {
         assert_eq!(json["status"], 200);
         assert_eq!(json["outcome"], "rescued(cyber)");
         assert_eq!(json["path"], "/v1/messages");
+        assert!(json.get("route").is_none(), "no route without routing");
+    }
+
+    #[test]
+    fn a_routed_line_names_its_route() {
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let (log, lines) = capture(format);
+            let path = "/v1/chat/completions".to_owned();
+            let mut line = LogLine::new(log, http::Method::POST, path);
+            line.route(super::super::Route::OpenAi);
+            line.write(200, "ok", "");
+            let lines = lines.lock().unwrap();
+            match format {
+                LogFormat::Text => assert!(lines[0].contains("ms route=openai\n"), "{lines:?}"),
+                _ => {
+                    let json: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
+                    assert_eq!(json["route"], "openai");
+                }
+            }
+        }
     }
 
     #[test]

@@ -166,6 +166,24 @@ impl TcpProbe {
         };
         TcpProbe::new(label, host, port)
     }
+
+    /// [`TcpProbe::upstream`] for one route of a routed proxy, named after
+    /// it.
+    ///
+    /// ```
+    /// use refusal_guard::proxy::admin::{Probe, TcpProbe};
+    /// use refusal_guard::proxy::{Route, Upstream};
+    ///
+    /// let probe = TcpProbe::route(Route::OpenAi, &Upstream::parse("https://api.openai.com").unwrap());
+    /// assert_eq!(probe.name(), "upstream openai api.openai.com:443");
+    /// ```
+    pub fn route(route: super::Route, upstream: &Upstream) -> Self {
+        let mut probe = TcpProbe::upstream(upstream);
+        probe.label = probe
+            .label
+            .replacen("upstream ", &format!("upstream {route} "), 1);
+        probe
+    }
 }
 
 impl Probe for TcpProbe {
@@ -347,6 +365,26 @@ impl AdminState {
         self.probe(TcpProbe::upstream(upstream))
     }
 
+    /// Adds a probe of each route's upstream: as [`probe_upstream`](Self::probe_upstream)
+    /// without routing; with routing, one per route, named after it.
+    ///
+    /// ```
+    /// use refusal_guard::proxy::admin::AdminState;
+    /// use refusal_guard::proxy::{Routes, Upstream};
+    ///
+    /// let routes = Routes::public(Upstream::parse("http://127.0.0.1:9000").unwrap());
+    /// let state = AdminState::new().probe_routes(&routes);
+    /// # let _ = state;
+    /// ```
+    pub fn probe_routes(self, routes: &super::Routes) -> Self {
+        if !routes.is_routed() {
+            return self.probe_upstream(routes.default_upstream());
+        }
+        routes.iter().fold(self, |state, (route, upstream)| {
+            state.probe(TcpProbe::route(route, upstream))
+        })
+    }
+
     /// How long each probe may take (2 s unless set).
     pub fn probe_timeout(mut self, timeout: Duration) -> Self {
         self.probe_timeout = timeout;
@@ -414,12 +452,12 @@ impl Draining {
 
 /// Starts the admin listener of the standalone proxy (`--admin ADDR`):
 /// installs the Prometheus recorder, binds `addr` and serves, with the
-/// proxy's refusal log on the dashboard and its upstream (none for the
-/// simulated provider) among the readiness probes. Returns the bound address.
+/// proxy's refusal log on the dashboard and its upstreams, one per route
+/// (none for the simulated provider), among the readiness probes. Returns the bound address.
 /// It serves until the process ends.
 pub(crate) async fn start_for_proxy(
     addr: std::net::SocketAddr,
-    upstream: Option<&Upstream>,
+    routes: Option<&super::Routes>,
     log: Option<PathBuf>,
     store: Option<Box<dyn Probe>>,
     draining: Draining,
@@ -433,8 +471,8 @@ pub(crate) async fn start_for_proxy(
     if let Some(log) = log {
         state = state.log(log);
     }
-    if let Some(upstream) = upstream {
-        state = state.probe_upstream(upstream);
+    if let Some(routes) = routes {
+        state = state.probe_routes(routes);
     }
     let listener = TcpListener::bind(addr)
         .await

@@ -1,5 +1,6 @@
 //! The standalone proxy (feature `proxy`): an HTTP server that forwards every
-//! request to one upstream through the guard.
+//! request through the guard to one upstream, or, with routing on, each
+//! vendor's API to that vendor's upstream (see [`Routes`]).
 //!
 //! The `refusal-guard` binary (`cargo install refusal-guard --features
 //! proxy`) and `examples/proxy.rs` are the command line around it; this
@@ -12,8 +13,8 @@
 //!   query; `Host` is set to the upstream's;
 //! - hop-by-hop headers (`Connection` and those it names, `Keep-Alive`,
 //!   `Proxy-*`, `TE`, `Trailer`, `Transfer-Encoding`, `Upgrade`) are dropped,
-//!   both ways; everything else, credentials included, goes to the one
-//!   configured upstream and nowhere else (the client built by [`client`]
+//!   both ways; everything else, credentials included, goes to the
+//!   request's upstream and nowhere else (the client built by [`client`]
 //!   follows no redirects);
 //! - bodies are streamed through unchanged, except where the guard rewrites
 //!   a request or serves a recovered response; a response stream is
@@ -57,6 +58,7 @@ mod client_key;
 mod errors;
 mod headers;
 mod options;
+mod routes;
 mod run;
 mod server;
 mod upstream;
@@ -84,6 +86,7 @@ pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
 pub use client_key::{ClientKey, CLIENT_KEY_HEADER};
 pub use options::{Options, State};
+pub use routes::{Route, Routes};
 pub use run::run;
 pub use server::ServerLimits;
 pub use upstream::{TargetError, Upstream, UpstreamError};
@@ -104,7 +107,7 @@ pub type GuardedClient = RefusalGuard<Decompression<UpstreamClient>>;
 #[cfg(feature = "bedrock")]
 pub type SignedClient = RefusalGuard<Decompression<crate::aws::SigV4<UpstreamClient>>>;
 
-/// The proxy: a guarded service, the upstream it forwards to and the
+/// The proxy: a guarded service, the routes it forwards by and the
 /// server's limits.
 pub struct Proxy<S> {
     inner: Arc<Shared<S>>,
@@ -113,7 +116,7 @@ pub struct Proxy<S> {
 
 struct Shared<S> {
     service: S,
-    upstream: Upstream,
+    routes: Routes,
     access_log: AccessLog,
     client_key: Option<ClientKey>,
 }
@@ -130,7 +133,7 @@ impl<S> Clone for Proxy<S> {
 impl<S> fmt::Debug for Proxy<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Proxy")
-            .field("upstream", &self.inner.upstream)
+            .field("routes", &self.inner.routes)
             .field("access_log", &!self.inner.access_log.off)
             .field("limits", &self.limits)
             .finish_non_exhaustive()
@@ -138,13 +141,17 @@ impl<S> fmt::Debug for Proxy<S> {
 }
 
 impl Proxy<GuardedClient> {
-    /// A proxy to `upstream` through `layer`, over the client of [`client`];
-    /// `Err` when the platform's certificate verifier cannot be set up.
+    /// A proxy to `upstream` (an [`Upstream`], or [`Routes`]) through
+    /// `layer`, over the client of [`client`]; `Err` when the platform's
+    /// certificate verifier cannot be set up.
     ///
     /// Under the guard sits tower-http's decompression, so a gzip-encoded
     /// refusal is seen (and recovered) like any other; the client receives
     /// the decoded bytes, which is valid whatever encoding it accepted.
-    pub fn new(upstream: Upstream, layer: &RefusalGuardLayer) -> Result<Self, std::io::Error> {
+    pub fn new(
+        upstream: impl Into<Routes>,
+        layer: &RefusalGuardLayer,
+    ) -> Result<Self, std::io::Error> {
         let client = DecompressionLayer::new().layer(client()?);
         Ok(Proxy::with_service(upstream, layer.layer(client)))
     }
@@ -155,7 +162,7 @@ impl Proxy<SignedClient> {
     /// [`Proxy::new`] with `signer` below the decompression, so that every
     /// attempt the guard makes is signed as sent (Bedrock gateway mode).
     pub fn signed(
-        upstream: Upstream,
+        upstream: impl Into<Routes>,
         layer: &RefusalGuardLayer,
         signer: crate::aws::SigV4Layer,
     ) -> Result<Self, std::io::Error> {
@@ -165,14 +172,15 @@ impl Proxy<SignedClient> {
 }
 
 impl<S> Proxy<S> {
-    /// A proxy that hands every request, rewritten for `upstream`, to
-    /// `service` (usually a [`RefusalGuard`]; for the simulated provider,
+    /// A proxy that hands every request, rewritten for `upstream` (an
+    /// [`Upstream`], or [`Routes`]), to `service` (usually a
+    /// [`RefusalGuard`]; for the simulated provider,
     /// `layer.layer(Simulator::new())`).
-    pub fn with_service(upstream: Upstream, service: S) -> Self {
+    pub fn with_service(upstream: impl Into<Routes>, service: S) -> Self {
         Proxy {
             inner: Arc::new(Shared {
                 service,
-                upstream,
+                routes: upstream.into(),
                 access_log: AccessLog::default(),
                 client_key: None,
             }),
@@ -286,9 +294,14 @@ impl<S> Proxy<S> {
         self
     }
 
-    /// The upstream.
+    /// The default upstream (the only one without routing).
     pub fn upstream(&self) -> &Upstream {
-        &self.inner.upstream
+        self.inner.routes.default_upstream()
+    }
+
+    /// The route table.
+    pub fn routes(&self) -> &Routes {
+        &self.inner.routes
     }
 
     /// The server's limits.
@@ -334,10 +347,12 @@ where
                 );
             }
         }
-        parts.uri = match shared
-            .upstream
-            .target(&parts.method, &parts.uri, parts.version)
-        {
+        let (route, upstream) = shared.routes.select(&parts.uri, &parts.headers);
+        if shared.routes.is_routed() {
+            line.route(route);
+            crate::telemetry::metrics::routed(route.as_str());
+        }
+        parts.uri = match upstream.target(&parts.method, &parts.uri, parts.version) {
             Ok(uri) => uri,
             Err(refused) => {
                 line.write(refused.status().as_u16(), refused.code(), "");
@@ -353,9 +368,7 @@ where
         };
         parts.version = http::Version::HTTP_11;
         strip_hop_by_hop(&mut parts.headers);
-        parts
-            .headers
-            .insert(http::header::HOST, shared.upstream.host());
+        parts.headers.insert(http::header::HOST, upstream.host());
         let outbound = Request::from_parts(parts, UpstreamBody::new(body));
 
         match shared.service.clone().oneshot(outbound).await {
@@ -373,7 +386,7 @@ where
             Err(error) => {
                 let message = format!(
                     "refusal-guard: upstream {} unreachable: {}",
-                    shared.upstream,
+                    upstream,
                     describe(error.into())
                 );
                 line.write(502, "upstream_unreachable", "");

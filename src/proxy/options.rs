@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::error::ErrorKind;
 use clap::{ArgAction, CommandFactory, Parser};
 
-use super::{LogFormat, Upstream};
+use super::{LogFormat, Route, Routes, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::FallbackChains;
@@ -59,6 +59,18 @@ pub struct Options {
         default_value = "https://api.anthropic.com"
     )]
     pub upstream: Upstream,
+    /// Route each vendor's API to its own upstream (the vendors' public endpoints unless set below); the rest goes to --upstream [default: off, on with any --upstream-VENDOR]
+    #[arg(long, env = "REFUSAL_GUARD_ROUTES", value_name = "on|off", action = ArgAction::Set, value_parser = switch, num_args = 0..=1, default_missing_value = "on")]
+    pub routes: Option<bool>,
+    /// Base URL for Anthropic's API (/v1/messages, ...); turns routing on
+    #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_ANTHROPIC", value_name = "URL")]
+    pub upstream_anthropic: Option<Upstream>,
+    /// Base URL for OpenAI's API (/v1/chat/completions, /v1/responses, ...); turns routing on
+    #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_OPENAI", value_name = "URL")]
+    pub upstream_openai: Option<Upstream>,
+    /// Base URL for Google's Gemini API (/v1beta/..., /v1/models/M:generateContent, /upload/...); turns routing on
+    #[arg(long, env = "REFUSAL_GUARD_UPSTREAM_GEMINI", value_name = "URL")]
+    pub upstream_gemini: Option<Upstream>,
     /// Refusal log, JSON lines; an off value for none [default: ~/.refusal-guard/refusals.jsonl]
     #[arg(long, env = "REFUSAL_GUARD_LOG", value_name = "PATH", value_parser = log_setting)]
     pub log: Option<LogSetting>,
@@ -292,7 +304,97 @@ impl Options {
                 "--inject-fallbacks needs --retarget M1,M2 (the models to inject)".to_owned(),
             ));
         }
+        self.check_routes().map_err(invalid)?;
         Ok(self)
+    }
+
+    /// The vendor routes given by flag, in the order of [`Route`].
+    fn vendor_upstreams(&self) -> [(Route, &'static str, Option<&Upstream>); 3] {
+        [
+            (
+                Route::Anthropic,
+                "--upstream-anthropic",
+                self.upstream_anthropic.as_ref(),
+            ),
+            (
+                Route::OpenAi,
+                "--upstream-openai",
+                self.upstream_openai.as_ref(),
+            ),
+            (
+                Route::Gemini,
+                "--upstream-gemini",
+                self.upstream_gemini.as_ref(),
+            ),
+        ]
+    }
+
+    /// Whether requests are routed by API: `--routes`, else any
+    /// `--upstream-VENDOR`.
+    pub fn routed(&self) -> bool {
+        let any_vendor = self
+            .vendor_upstreams()
+            .iter()
+            .any(|(_, _, up)| up.is_some());
+        self.routes.unwrap_or(any_vendor)
+    }
+
+    /// Routing contradicting another option is an error, not a guess.
+    fn check_routes(&self) -> Result<(), String> {
+        let given = self
+            .vendor_upstreams()
+            .into_iter()
+            .find_map(|(_, flag, up)| up.map(|_| flag));
+        if let (Some(false), Some(flag)) = (self.routes, given) {
+            return Err(format!(
+                "{flag} routes requests by API, but --routes is off"
+            ));
+        }
+        if !self.routed() {
+            return Ok(());
+        }
+        let switch = given.unwrap_or("--routes");
+        if self.simulate {
+            return Err(format!(
+                "{switch} needs upstreams; --simulate has none (the simulated provider answers every API)"
+            ));
+        }
+        #[cfg(feature = "bedrock")]
+        if self.bedrock_region.is_some() {
+            return Err(format!(
+                "{switch} cannot be combined with --bedrock-region: Bedrock gateway mode signs every \
+                 request for Bedrock; run a second proxy for the other vendors"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The route table: `--upstream` alone, or with routing on the vendor
+    /// routes (each `--upstream-VENDOR`, else the vendor's public endpoint)
+    /// and `--upstream` for the rest.
+    ///
+    /// ```
+    /// use clap::Parser;
+    /// use refusal_guard::proxy::{Options, Route};
+    ///
+    /// let options = Options::try_parse_from(["proxy", "--upstream-openai", "http://127.0.0.1:9001"])?;
+    /// let routes = options.routes();
+    /// assert_eq!(routes.base_for(Route::OpenAi).to_string(), "http://127.0.0.1:9001");
+    /// assert_eq!(routes.base_for(Route::Gemini).to_string(), "https://generativelanguage.googleapis.com");
+    /// assert!(!Options::try_parse_from(["proxy"])?.routes().is_routed());
+    /// # Ok::<(), clap::Error>(())
+    /// ```
+    pub fn routes(&self) -> Routes {
+        if !self.routed() {
+            return Routes::single(self.upstream.clone());
+        }
+        self.vendor_upstreams().into_iter().fold(
+            Routes::public(self.upstream.clone()),
+            |routes, (route, _, upstream)| match upstream {
+                Some(upstream) => routes.route(route, upstream.clone()),
+                None => routes,
+            },
+        )
     }
 
     /// All `--chain`s as one set.
@@ -584,6 +686,65 @@ mod tests {
         let o = parse(&[], none).unwrap();
         assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet);
         assert_eq!(o.keepalive, None);
+    }
+
+    #[test]
+    fn routes_are_off_unless_asked_for() {
+        let o = parse(&["--upstream", "http://127.0.0.1:9"], none).unwrap();
+        assert!(!o.routed());
+        assert_eq!(o.routes().to_string(), "http://127.0.0.1:9");
+        let o = parse(&["--routes"], none).unwrap();
+        assert!(o.routes().is_routed());
+        assert_eq!(
+            o.routes().base_for(Route::Default).to_string(),
+            "https://api.anthropic.com"
+        );
+        let o = parse(
+            &[
+                "--upstream-anthropic=http://127.0.0.1:1",
+                "--upstream-gemini",
+                "http://127.0.0.1:3/google",
+            ],
+            none,
+        )
+        .unwrap();
+        let routes = o.routes();
+        assert_eq!(
+            routes.base_for(Route::Anthropic).to_string(),
+            "http://127.0.0.1:1"
+        );
+        assert_eq!(
+            routes.base_for(Route::OpenAi).to_string(),
+            "https://api.openai.com"
+        );
+        assert_eq!(
+            routes.base_for(Route::Gemini).to_string(),
+            "http://127.0.0.1:3/google"
+        );
+    }
+
+    #[test]
+    fn routes_contradicting_other_options_are_errors() {
+        for (args, says) in [
+            (
+                &["--routes=off", "--upstream-openai", "http://127.0.0.1:1"][..],
+                "--upstream-openai routes requests by API, but --routes is off",
+            ),
+            (&["--routes", "--simulate"], "--routes needs upstreams"),
+            (
+                &["--upstream-gemini", "http://127.0.0.1:1", "--simulate"],
+                "--upstream-gemini needs upstreams",
+            ),
+        ] {
+            let error = parse(args, none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}");
+            assert!(error.to_string().contains(says), "{args:?}: {error}");
+        }
+        for bad in ["127.0.0.1:1", "ftp://host", "http://", "http://h/?q=1"] {
+            let error = parse(&["--upstream-openai", bad], none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad}");
+            assert!(error.to_string().contains("bad upstream URL"), "{error}");
+        }
     }
 
     #[test]

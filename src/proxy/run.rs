@@ -236,7 +236,7 @@ async fn serve(mut options: Options) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let upstream = options.upstream.clone();
+    let routes = options.routes();
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -282,6 +282,7 @@ async fn serve(mut options: Options) -> ExitCode {
             .await
     } else if let Some(signer) = signer {
         let shutdown = draining.after(shutdown());
+        let upstream = options.upstream.clone();
         match serve_signed(
             upstream, &layer, signer, &options, limits, listener, shutdown,
         )
@@ -291,7 +292,7 @@ async fn serve(mut options: Options) -> ExitCode {
             None => return ExitCode::FAILURE,
         }
     } else {
-        match Proxy::new(upstream, &layer) {
+        match Proxy::new(routes, &layer) {
             Ok(proxy) => {
                 configure(proxy, &options, limits)
                     .serve(listener, draining.after(shutdown()))
@@ -336,7 +337,7 @@ fn announce(
     let target = if options.simulate {
         "the built-in simulated provider (no network)".to_owned()
     } else {
-        options.upstream.to_string()
+        options.routes().to_string()
     };
     let rescue = if options.rescue.unwrap_or(true) {
         "on"
@@ -366,6 +367,12 @@ fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, Stri
     let Some(region) = options.bedrock_region.clone() else {
         return Ok(None);
     };
+    if !is_region_name(&region) {
+        return Err(format!(
+            "--bedrock-region: `{region}` is not an AWS region name \
+             (lower-case letters, digits and dashes, e.g. us-east-1)"
+        ));
+    }
     let credentials = Credentials::from_env()
         .map_err(|e| format!("--bedrock-region: {e}"))?
         .ok_or_else(|| {
@@ -387,6 +394,18 @@ fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, Stri
             Upstream::parse(&runtime).map_err(|e| format!("--bedrock-region: {e}"))?;
     }
     Ok(Some(SigV4Layer::new(credentials, region)))
+}
+
+/// An AWS region's name as it appears in a host (`us-east-1`,
+/// `ap-southeast-2`, `us-gov-west-1`): what SigV4 signs and the runtime's
+/// host name carry.
+#[cfg(feature = "bedrock")]
+fn is_region_name(region: &str) -> bool {
+    let chars = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-';
+    !region.is_empty()
+        && region.chars().all(chars)
+        && !region.starts_with('-')
+        && !region.ends_with('-')
 }
 
 /// Serves with every request signed (Bedrock gateway mode); `None` when
@@ -451,21 +470,26 @@ fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
     }
 }
 
-/// Starts the admin listener (`--admin`): the proxy's upstream among its
+/// Starts the admin listener (`--admin`): the proxy's upstreams among its
 /// readiness probes (none for `--simulate`), its refusal log on the dashboard.
 async fn start_admin(
     options: &Options,
     addr: std::net::SocketAddr,
     draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
-    let upstream = (!options.simulate).then_some(&options.upstream);
+    let routes = (!options.simulate).then(|| options.routes());
     let log = match options.log_setting() {
         LogSetting::Path(path) => Some(path),
         LogSetting::Off => None,
     };
-    let local =
-        crate::proxy::admin::start_for_proxy(addr, upstream, log, store_probe(options)?, draining)
-            .await?;
+    let local = crate::proxy::admin::start_for_proxy(
+        addr,
+        routes.as_ref(),
+        log,
+        store_probe(options)?,
+        draining,
+    )
+    .await?;
     if !local.ip().is_loopback() {
         let warning = format!(
             "proxy: warning: the admin listener on {local} is reachable from other machines; \

@@ -20,6 +20,7 @@
 //! | [`STORE_ERRORS`] | counter | `store`, `operation` |
 //! | [`STORE_FALLBACKS`] | counter | `store` |
 //! | [`ROUTES_RESTORED`] | counter | `wire_api` |
+//! | [`PROXY_REQUESTS`] | counter | `route` |
 //!
 //! Refusals and recovery attempts are counted from each refusal record by
 //! the telemetry module's `MetricsSink`, so they agree with the JSONL log
@@ -90,6 +91,11 @@ pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
 /// Sticky routes that ended, the conversation's primary model restored
 /// (`wire_api`).
 pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
+/// Requests the standalone proxy forwarded with routing on, by the route
+/// they took (`anthropic`, `openai`, `gemini` or `default`; see
+/// `proxy::Routes`). Counted before the guard, so every request counts,
+/// guarded or not.
+pub const PROXY_REQUESTS: &str = "refusal_guard_proxy_requests_total";
 
 /// The tracing target of the one event logged when a guarded request
 /// settles (`guarded request settled`, in its `guarded_request` span): a
@@ -165,6 +171,11 @@ pub fn describe() {
         ROUTES_RESTORED,
         Unit::Count,
         "Sticky routes that ended, the primary model restored"
+    );
+    describe_counter!(
+        PROXY_REQUESTS,
+        Unit::Count,
+        "Requests the proxy forwarded with routing on, by route"
     );
     describe_counter!(
         STORE_FALLBACKS,
@@ -304,6 +315,12 @@ pub fn store_error(store: &'static str, operation: &'static str) {
 /// ```
 pub fn store_fallback(store: &'static str) {
     counter!(STORE_FALLBACKS, "store" => store).increment(1);
+}
+
+/// Counts a request the proxy forwarded on `route` (routing on).
+#[cfg(feature = "proxy")]
+pub(crate) fn routed(route: &'static str) {
+    counter!(PROXY_REQUESTS, "route" => route).increment(1);
 }
 
 /// Counts a sticky route that ended: the conversation's primary model is

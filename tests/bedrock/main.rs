@@ -6,3 +6,4 @@ mod contract;
 mod framing;
 mod gateway;
 mod recovery;
+mod startup;

@@ -14,4 +14,5 @@ mod faults_upstream;
 mod policy_flags;
 mod raw_upstream;
 mod refused_usage;
+mod routes;
 mod simulate;

@@ -95,6 +95,46 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     std::env::remove_var("REFUSAL_GUARD_POLICY");
     std::env::remove_var("REFUSAL_GUARD_FALLBACK_CREDIT");
 
+    // Routes: each vendor's variable turns routing on; a flag wins.
+    use refusal_guard::proxy::Route;
+    assert!(!parse(&[]).unwrap().routes().is_routed());
+    std::env::set_var(
+        "REFUSAL_GUARD_UPSTREAM_OPENAI",
+        "http://127.0.0.1:7101/v1-gateway",
+    );
+    let routes = parse(&[]).unwrap().routes();
+    assert_eq!(
+        routes.base_for(Route::OpenAi).to_string(),
+        "http://127.0.0.1:7101/v1-gateway"
+    );
+    assert_eq!(
+        routes.base_for(Route::Anthropic).to_string(),
+        "https://api.anthropic.com"
+    );
+    let routes = parse(&["--upstream-openai", "http://127.0.0.1:7102"])
+        .unwrap()
+        .routes();
+    assert_eq!(
+        routes.base_for(Route::OpenAi).to_string(),
+        "http://127.0.0.1:7102",
+        "flag over variable"
+    );
+    std::env::set_var("REFUSAL_GUARD_ROUTES", "off");
+    let error = parse(&[]).unwrap_err().to_string();
+    assert!(error.contains("--routes is off"), "{error}");
+    std::env::remove_var("REFUSAL_GUARD_UPSTREAM_OPENAI");
+    assert!(!parse(&[]).unwrap().routes().is_routed());
+    std::env::set_var("REFUSAL_GUARD_ROUTES", "on");
+    std::env::set_var(
+        "REFUSAL_GUARD_UPSTREAM_GEMINI",
+        "generativelanguage.googleapis.com",
+    );
+    let error = parse(&[]).unwrap_err().to_string();
+    assert!(error.contains("it needs a scheme"), "{error}");
+    std::env::remove_var("REFUSAL_GUARD_UPSTREAM_GEMINI");
+    assert!(parse(&[]).unwrap().routes().is_routed());
+    std::env::remove_var("REFUSAL_GUARD_ROUTES");
+
     std::env::set_var("REFUSAL_GUARD_RESCUE", "maybe");
     let error = parse(&[]).unwrap_err().to_string();
     assert!(error.contains("maybe"), "{error}");

@@ -201,6 +201,112 @@ async fn metrics_and_the_request_span() {
         .collect();
     assert!(distinct.contains("other"), "{distinct:?}");
     assert!(distinct.len() <= refusal_guard::telemetry::metrics::MAX_CATEGORIES + 1);
+
+    routed_requests_are_counted_by_route(&handle).await;
+}
+
+/// With routing on, each request counts under the route it took; a proxy
+/// with one upstream counts none.
+async fn routed_requests_are_counted_by_route(
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+) {
+    use refusal_guard::proxy::{Proxy, Route, Routes, Upstream};
+    const ROUTED: &str = "refusal_guard_proxy_requests_total";
+    assert_eq!(
+        sample(&handle.render(), ROUTED, &[]),
+        None,
+        "one upstream: not counted"
+    );
+    let (openai, default) = (
+        MockUpstream::start().await.unwrap(),
+        MockUpstream::start().await.unwrap(),
+    );
+    let loopback = |mock: &MockUpstream| Upstream::parse(&mock.url()).unwrap();
+    let routes = Routes::single(loopback(&default))
+        .route(Route::Anthropic, loopback(&default))
+        .route(Route::Gemini, loopback(&default))
+        .route(Route::OpenAi, loopback(&openai));
+    let proxy = Proxy::new(routes, &RefusalGuardLayer::new())
+        .unwrap()
+        .access_log(false);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(proxy.serve(listener, std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    for path in ["/v1/models", "/v1/models", "/v1/unknown"] {
+        let response = client
+            .get(format!("{base}{path}"))
+            .header("authorization", "Bearer sk-test")
+            .header("x-mock-script", "usage/responses-answer.json")
+            .header("x-mock-id", format!("routed-{path}-{}", rand_suffix()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    let text = handle.render();
+    assert_eq!(
+        sample(&text, ROUTED, &[("route", "openai")]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, ROUTED, &[("route", "default")]),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!((openai.seen().len(), default.seen().len()), (2, 1));
+}
+
+fn rand_suffix() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+#[tokio::test]
+async fn readiness_probes_each_routes_upstream() {
+    use refusal_guard::proxy::admin::{self, AdminState};
+    use refusal_guard::proxy::{Route, Routes, Upstream};
+
+    let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let open_url = format!("http://{}", open.local_addr().unwrap());
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let closed_url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let at = |url: &str| Upstream::parse(url).unwrap();
+    let routes = Routes::single(at(&open_url))
+        .route(Route::Anthropic, at(&open_url))
+        .route(Route::OpenAi, at(&open_url))
+        .route(Route::Gemini, at(&closed_url));
+    let state = AdminState::new()
+        .probe_routes(&routes)
+        .probe_timeout(Duration::from_secs(2));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(admin::serve(listener, state, std::future::pending()));
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let ready = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.get(format!("{base}/readyz")).send(),
+    )
+    .await
+    .expect("readyz answers")
+    .unwrap();
+    assert_eq!(ready.status(), 503);
+    let text = ready.text().await.unwrap();
+    let open_host = open_url.trim_start_matches("http://");
+    let closed_host = closed_url.trim_start_matches("http://");
+    for route in ["anthropic", "openai", "default"] {
+        let line = format!("upstream {route} {open_host}: ok");
+        assert!(text.contains(&line), "{line} in {text}");
+    }
+    assert!(
+        text.contains(&format!("upstream gemini {closed_host}: FAIL")),
+        "{text}"
+    );
+    drop(open);
 }
 
 /// A readiness check that never answers.
