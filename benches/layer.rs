@@ -3,6 +3,10 @@
 //! `cargo bench --bench layer`. Each group has a `bare` baseline (the mock
 //! inner service alone), the same traffic through `RefusalGuard`, and through
 //! it with the opt-in text detector on; the README reports the ratios.
+//! `long_stream` is the framing and judging of a long stream (its throughput
+//! is the answer's bytes); `request_400kb` an agent-sized request (a long
+//! history and tool definitions) answered at once with a short stream, its
+//! throughput the request's bytes: what reading the request's head costs.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -79,12 +83,35 @@ fn json_body() -> Vec<Bytes> {
     vec![Bytes::from(body.to_string())]
 }
 
-fn request(stream: bool) -> http::Request<Full<Bytes>> {
-    let body = json!({"model":"claude","max_tokens":1024,"stream":stream,"messages":[{"role":"user","content":"Write a long answer."}]});
+fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
     http::Request::post("https://api.anthropic.com/v1/messages")
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(Full::new(body.clone()))
         .unwrap()
+}
+
+fn short_body(stream: bool) -> Bytes {
+    let body = json!({"model":"claude","max_tokens":1024,"stream":stream,"messages":[{"role":"user","content":"Write a long answer."}]});
+    Bytes::from(body.to_string())
+}
+
+/// About 400 KB, as an agent's turn carries: a system prompt, 40 tool
+/// definitions and 60 turns of history, `"stream": true` last (as the
+/// Python SDK orders it).
+fn agent_body() -> Bytes {
+    let prose =
+        "The build failed in the linker; retry with the cache cleared and \"quoted\" paths.\n";
+    let tools: Vec<_> = (0..40)
+        .map(|i| json!({"name": format!("tool_{i}"), "description": prose.repeat(8), "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}))
+        .collect();
+    let messages: Vec<_> = (0..60)
+        .map(|i| {
+            let role = if i % 2 == 0 { "user" } else { "assistant" };
+            json!({"role": role, "content": [{"type": "text", "text": format!("Turn {i}. {}", prose.repeat(70))}]})
+        })
+        .collect();
+    let body = json!({"model": "claude", "max_tokens": 4096, "system": prose.repeat(40), "tools": tools, "messages": messages, "stream": true});
+    Bytes::from(body.to_string())
 }
 
 fn inner(
@@ -109,14 +136,14 @@ fn inner(
     })
 }
 
-async fn drive<S, B>(service: S, stream: bool) -> usize
+async fn drive<S, B>(service: S, body: &Bytes) -> usize
 where
     S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>>,
     S::Error: std::fmt::Debug,
     B: http_body::Body,
     B::Error: std::fmt::Debug,
 {
-    let response = service.oneshot(request(stream)).await.unwrap();
+    let response = service.oneshot(request(body)).await.unwrap();
     response
         .into_body()
         .collect()
@@ -131,21 +158,42 @@ fn bench(c: &mut Criterion) {
         .enable_time()
         .build()
         .unwrap();
-    for (name, chunks, content_type, stream) in [
-        ("long_stream", long_stream(), "text/event-stream", true),
-        ("event_chunks", event_chunks(), "text/event-stream", true),
-        ("json", json_body(), "application/json", false),
+    let short_stream = short_body(true);
+    let short_json = short_body(false);
+    let agent = agent_body();
+    let answer = event_chunks()[..24].to_vec();
+    for (name, chunks, content_type, body, per_request) in [
+        (
+            "long_stream",
+            long_stream(),
+            "text/event-stream",
+            &short_stream,
+            false,
+        ),
+        (
+            "event_chunks",
+            event_chunks(),
+            "text/event-stream",
+            &short_stream,
+            false,
+        ),
+        ("json", json_body(), "application/json", &short_json, false),
+        ("request_400kb", answer, "text/event-stream", &agent, true),
     ] {
-        let total: usize = chunks.iter().map(Bytes::len).sum();
+        let total: usize = if per_request {
+            body.len()
+        } else {
+            chunks.iter().map(Bytes::len).sum()
+        };
         let mut group = c.benchmark_group(name);
         group.throughput(Throughput::Bytes(total as u64));
         let bare = inner(chunks.clone(), content_type);
         group.bench_function("bare", |b| {
-            b.to_async(&runtime).iter(|| drive(bare.clone(), stream))
+            b.to_async(&runtime).iter(|| drive(bare.clone(), body))
         });
         let guarded = RefusalGuardLayer::new().layer(inner(chunks.clone(), content_type));
         group.bench_function("guarded", |b| {
-            b.to_async(&runtime).iter(|| drive(guarded.clone(), stream))
+            b.to_async(&runtime).iter(|| drive(guarded.clone(), body))
         });
         // The opt-in text detector's hold-back on an ordinary answer, against
         // the guard without it just above.
@@ -153,8 +201,7 @@ fn bench(c: &mut Criterion) {
             .detect_text_refusals(true)
             .layer(inner(chunks.clone(), content_type));
         group.bench_function("guarded_text_detection", |b| {
-            b.to_async(&runtime)
-                .iter(|| drive(detecting.clone(), stream))
+            b.to_async(&runtime).iter(|| drive(detecting.clone(), body))
         });
         group.finish();
     }

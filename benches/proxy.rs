@@ -1,9 +1,13 @@
 //! What the proxy adds to a streamed request, against a bare forwarder, in
 //! the same run, over loopback.
 //!
-//! `cargo bench --features proxy --bench proxy` (about 20 s). An in-process mock upstream
+//! `cargo bench --features proxy --bench proxy` (about a minute). An in-process mock upstream
 //! streams a 200-event Anthropic answer (each event its own chunk) to a
-//! ~20 KB `"stream": true` request. The same request goes `direct` to the
+//! `"stream": true` request, in three shapes: `proxy_200_events` (a ~20 KB
+//! request, the answer as fast as it goes), `proxy_400kb_request` (a ~405 KB
+//! request, an agent's turn: the guard forwards it as it arrives) and
+//! `proxy_paced` (the ~20 KB request, one event every 500 µs: a long stream
+//! at model speed, shortened). The same request goes `direct` to the
 //! mock, through `floor` (a bare hyper forwarder: hyper's server, hyper-util's
 //! pooled client, bodies passed straight through) and through `guard` (the
 //! crate's proxy with the default layer, access log off). Each server runs
@@ -54,6 +58,27 @@ impl Body for Chunks {
     }
 }
 
+/// A body that yields prepared chunks, one every `pace` (the first at once).
+struct Paced {
+    chunks: VecDeque<Bytes>,
+    pace: Duration,
+    next: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Body for Paced {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::task::ready!(self.next.as_mut().poll(cx));
+        let at = tokio::time::Instant::now() + self.pace;
+        self.next.as_mut().reset(at);
+        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
 /// The mock's answer: message_start, a text block of `EVENTS` 20-byte
 /// deltas, message_delta and message_stop, one event per chunk.
 fn answer() -> Vec<Bytes> {
@@ -85,10 +110,11 @@ fn answer() -> Vec<Bytes> {
     events
 }
 
-/// A ~20 KB streamed request: a system prompt and five turns.
-fn request_body() -> Bytes {
+/// A streamed request of a system prompt and `turns` turns: ~20 KB at 5,
+/// ~405 KB at 120.
+fn request_body(turns: usize) -> Bytes {
     let filler = "The quick brown fox jumps over the lazy dog. ".repeat(75);
-    let turns: Vec<_> = (0..5)
+    let turns: Vec<_> = (0..turns)
         .map(|i| {
             let role = if i % 2 == 0 { "user" } else { "assistant" };
             json!({"role": role, "content": format!("Turn {i}. {filler}")})
@@ -159,17 +185,35 @@ where
         .await;
 }
 
-/// The mock upstream: reads the request whole, then streams the answer.
+/// The header that asks the mock for one event every so many µs.
+const PACE_HEADER: &str = "x-bench-pace-us";
+
+/// The mock upstream: reads the request whole, then streams the answer, one
+/// event every [`PACE_HEADER`] µs if the request asks.
 fn mock_upstream() -> SocketAddr {
     let answer = Arc::new(answer());
     spawn_server(move |listener| {
         local_accept_loop(listener, move |request: Request<Incoming>| {
             let answer = answer.clone();
             Box::pin(async move {
+                let pace = request
+                    .headers()
+                    .get(PACE_HEADER)
+                    .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
                 let _ = request.into_body().collect().await;
+                let chunks: VecDeque<Bytes> = answer.iter().cloned().collect();
+                let body = match pace {
+                    Some(us) => Paced {
+                        chunks,
+                        pace: Duration::from_micros(us),
+                        next: Box::pin(tokio::time::sleep(Duration::ZERO)),
+                    }
+                    .boxed_unsync(),
+                    None => Chunks(chunks).boxed_unsync(),
+                };
                 Response::builder()
                     .header("content-type", "text/event-stream")
-                    .body(Chunks(answer.iter().cloned().collect()))
+                    .body(body)
                     .unwrap()
             })
         })
@@ -218,14 +262,24 @@ fn guard(upstream: SocketAddr) -> SocketAddr {
     })
 }
 
+/// One shape of traffic: the request's body and the mock's pace (µs per
+/// event, if paced).
+struct Shape {
+    group: &'static str,
+    body: Bytes,
+    pace_us: Option<u64>,
+}
+
 /// Sends the request to `target` and reads the answer to its end.
-async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Uri, body: &Bytes) {
-    let request = Request::post(target.clone())
+async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Uri, shape: &Shape) {
+    let mut request = Request::post(target.clone())
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
-        .header("x-api-key", "bench")
-        .body(Full::new(body.clone()))
-        .unwrap();
+        .header("x-api-key", "bench");
+    if let Some(us) = shape.pace_us {
+        request = request.header(PACE_HEADER, us);
+    }
+    let request = request.body(Full::new(shape.body.clone())).unwrap();
     let response = client.request(request).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
@@ -234,6 +288,27 @@ async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Ur
 
 /// The measured time and request count of each benchmark.
 type Tally = Arc<Mutex<Vec<(&'static str, Duration, u64)>>>;
+
+/// The three shapes the project tracks.
+fn shapes() -> [Shape; 3] {
+    [
+        Shape {
+            group: "proxy_200_events",
+            body: request_body(5),
+            pace_us: None,
+        },
+        Shape {
+            group: "proxy_400kb_request",
+            body: request_body(120),
+            pace_us: None,
+        },
+        Shape {
+            group: "proxy_paced",
+            body: request_body(5),
+            pace_us: Some(500),
+        },
+    ]
+}
 
 fn bench(c: &mut Criterion) {
     let upstream = mock_upstream();
@@ -248,32 +323,33 @@ fn bench(c: &mut Criterion) {
         .unwrap();
     let client: Client<HttpConnector, Full<Bytes>> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-    let body = request_body();
-    let tally: Tally = Arc::default();
-    let mut group = c.benchmark_group("proxy_200_events");
-    for (name, addr) in targets {
-        let target: http::Uri = format!("http://{addr}/v1/messages").parse().unwrap();
-        runtime.block_on(exchange(&client, &target, &body));
-        group.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                let started = Instant::now();
-                runtime.block_on(async {
-                    for _ in 0..iters {
-                        exchange(&client, &target, &body).await;
-                    }
-                });
-                let elapsed = started.elapsed();
-                tally.lock().unwrap().push((name, elapsed, iters));
-                elapsed
-            })
-        });
+    for shape in shapes() {
+        let tally: Tally = Arc::default();
+        let mut group = c.benchmark_group(shape.group);
+        for (name, addr) in targets {
+            let target: http::Uri = format!("http://{addr}/v1/messages").parse().unwrap();
+            runtime.block_on(exchange(&client, &target, &shape));
+            group.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    let started = Instant::now();
+                    runtime.block_on(async {
+                        for _ in 0..iters {
+                            exchange(&client, &target, &shape).await;
+                        }
+                    });
+                    let elapsed = started.elapsed();
+                    tally.lock().unwrap().push((name, elapsed, iters));
+                    elapsed
+                })
+            });
+        }
+        group.finish();
+        report(&shape, &tally.lock().unwrap());
     }
-    group.finish();
-    report(&tally.lock().unwrap());
 }
 
 /// Prints the mean time per request of each and guard ÷ floor.
-fn report(tally: &[(&'static str, Duration, u64)]) {
+fn report(shape: &Shape, tally: &[(&'static str, Duration, u64)]) {
     let mean = |name: &str| {
         let (time, count) = tally
             .iter()
@@ -285,8 +361,10 @@ fn report(tally: &[(&'static str, Duration, u64)]) {
     };
     let (direct, floor, guard) = (mean("direct"), mean("floor"), mean("guard"));
     println!(
-        "proxy_200_events mean per request: direct {:.1} µs, floor {:.1} µs, guard {:.1} µs; \
+        "{} ({} KB request) mean per request: direct {:.1} µs, floor {:.1} µs, guard {:.1} µs; \
          guard ÷ floor = {:.2}x",
+        shape.group,
+        shape.body.len() / 1000,
         direct * 1e6,
         floor * 1e6,
         guard * 1e6,

@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tower_service::Service;
 
-use crate::guard::replay::{chain, ReplayBody};
+use crate::guard::replay::{chain, ForwardedBody, ReplayBody};
 
 /// The streaming response body of [`ReqwestService`]: `reqwest`'s own body,
 /// an `http_body::Body` with `Data = Bytes` and `Error = reqwest::Error`.
@@ -141,6 +141,10 @@ impl ReplayBody for ::reqwest::Body {
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
         ::reqwest::Body::wrap(chain(prefix, rest))
+    }
+
+    fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {
+        Ok(::reqwest::Body::wrap(body))
     }
 }
 

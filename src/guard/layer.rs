@@ -34,7 +34,10 @@ use crate::telemetry::TelemetrySink;
 /// - **`accept-encoding: identity`** on every guarded request (one of the
 ///   wire APIs the guard reads), replacing what the client asked for: the
 ///   guard must read the response, and a compressed stream would pass
-///   unjudged. Requests it does not guard keep their header.
+///   unjudged. Requests on other paths keep their header; so do requests
+///   read whole before sending that turn out unguardable (`n` > 1, not
+///   JSON). A request forwarded as it arrives gets `identity` before its
+///   body is known, so one that turns out unguardable has it too.
 /// - **The conversation header removed** (`x-refusal-guard-conversation`,
 ///   see [`conversation_header`](Self::conversation_header)) from every
 ///   request, guarded or not: it is for the guard, not the provider.
@@ -263,8 +266,12 @@ impl RefusalGuardLayer {
         self.with(|c| c.conversation_fn = Some(Arc::new(key)))
     }
 
-    /// Largest request body the guard buffers to read (default 16 MiB). A
-    /// larger request is forwarded unguarded, never failed.
+    /// Largest request body the guard keeps (default 16 MiB): read whole
+    /// before a rewrite of the first request, else a copy kept while the
+    /// body is forwarded as it arrives. A larger request is forwarded
+    /// unguarded, never failed: one that declares a larger length from the
+    /// start, and one that outgrows the bound after forwarding began, which
+    /// goes on whole without a copy (nothing is recovered for it; logged).
     pub fn max_request_body(self, bytes: usize) -> Self {
         self.with(|c| c.max_request_body = bytes)
     }

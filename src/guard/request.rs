@@ -1,21 +1,24 @@
-//! The request side of a guarded call: reading the body (bounded, never
-//! forwarding a broken one), naming the conversation, and the outbound
-//! rewrites (sticky route, server-side fallbacks, fallback credit, identity
-//! encoding).
+//! The request side of a guarded call: forwarding the body as it arrives
+//! while a bounded copy is kept, or reading it whole first when a rewrite
+//! of the first request may need it (bounded, never forwarding a broken
+//! one); naming the conversation; and the outbound rewrites (sticky route,
+//! server-side fallbacks, fallback credit, identity encoding).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH};
-use http::{HeaderMap, HeaderValue, Request};
+use http::{HeaderMap, HeaderValue};
+use http_body::Body;
 use http_body_util::BodyExt;
 use serde_json::Value;
+use tokio::sync::oneshot;
 
 use crate::dialect::{Dialect, Retarget};
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
-use crate::guard::replay::ReplayBody;
+use crate::guard::replay::{ForwardedBody, ReplayBody};
 use crate::guard::reserve::Share;
 use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::store::key::Conversation;
@@ -33,6 +36,13 @@ pub(crate) enum RequestBody<B> {
     NoRoom,
 }
 
+fn declared_length<B: Body>(headers: &HeaderMap, body: &B) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .or_else(|| body.size_hint().exact())
+}
+
 pub(crate) async fn read_request_body<B>(
     headers: &HeaderMap,
     mut body: B,
@@ -42,10 +52,7 @@ pub(crate) async fn read_request_body<B>(
 where
     B: ReplayBody,
 {
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| body.size_hint().exact());
+    let declared = declared_length(headers, &body);
     if declared.is_some_and(|len| len > limit as u64) {
         return RequestBody::Unguarded(body);
     }
@@ -101,6 +108,253 @@ where
 fn room_for(buffer: &BytesMut, more: usize, declared: Option<u64>) -> usize {
     let declared = declared.map_or(0, |len| len as usize);
     (buffer.len() + more).max(if more > 0 { declared } else { 0 })
+}
+
+/// Whether a request must be read whole before anything is sent: a rewrite
+/// of its first request (sticky route, server-side fallbacks, a fallback
+/// credit header that depends on a model only the body names) may depend
+/// on what it holds. Every other request is forwarded as it arrives.
+pub(crate) fn read_first(config: &Config, path_model: Option<&str>) -> bool {
+    let sticky = config.sticky_ttl.is_some() && config.store.may_hold_any();
+    let credit = path_model.is_none()
+        && config.fallback_credit
+        && config.policy.is_none()
+        && !config.ladder.chains().is_empty();
+    !config.retarget.is_empty() || sticky || credit
+}
+
+/// Whether the first request asks for fallback credit: when the default
+/// ladder has a chain for `model` to redeem it on.
+fn asks_fallback_credit(config: &Config, model: Option<&str>) -> bool {
+    let chain = match (&config.policy, model) {
+        (None, Some(model)) => config.ladder.chains().for_model(model),
+        _ => &[],
+    };
+    config.fallback_credit && !chain.is_empty()
+}
+
+/// What became of the copy of a forwarded request body, told once.
+pub(crate) enum Copied {
+    /// The whole body as sent, and the pool's part for it.
+    Whole(Bytes, Share),
+    /// Past `max_request_body`: the copy was dropped, the request goes on.
+    OverLimit,
+    /// The layer-wide bound on held bytes left no room: the copy was
+    /// dropped, the request goes on.
+    NoRoom,
+    /// The body's bytes came in more pieces than the copy reads at once.
+    Scattered,
+    /// The client's body failed: the error went upstream, aborting it.
+    Failed,
+}
+
+/// The copy a [`ForwardedBody`] keeps of the bytes it forwards: bounded by
+/// `max_request_body` and by the layer-wide pool, told when the body ends,
+/// fails or is dropped.
+pub(crate) struct RequestCopy {
+    buffer: BytesMut,
+    declared: Option<u64>,
+    limit: usize,
+    /// Bytes of `buffer` already counted against the layer-wide bound.
+    counted: usize,
+    /// The pool's part while copying; gone once the copy was told.
+    share: Option<Share>,
+    told: Option<oneshot::Sender<Copied>>,
+}
+
+impl RequestCopy {
+    fn new(declared: Option<u64>, limit: usize, share: Share) -> (Self, oneshot::Receiver<Copied>) {
+        let (told, outcome) = oneshot::channel();
+        let copy = RequestCopy {
+            buffer: BytesMut::new(),
+            declared,
+            limit,
+            counted: 0,
+            share: Some(share),
+            told: Some(told),
+        };
+        (copy, outcome)
+    }
+
+    /// Copies the bytes of one frame as they go past.
+    pub(crate) fn take(&mut self, data: &impl Buf) {
+        let Some(share) = self.share.as_mut() else {
+            return;
+        };
+        let more = data.remaining();
+        if self.buffer.len() + more > self.limit {
+            tracing::debug!(
+                limit = self.limit,
+                "request body over the limit: forwarded without a copy, nothing recovered"
+            );
+            return self.drop_copy(Copied::OverLimit);
+        }
+        let wanted = room_for(&self.buffer, more, self.declared);
+        if wanted > self.counted {
+            if !share.grow(wanted - self.counted) {
+                tracing::warn!(
+                    "the bound on bytes held across requests is reached: request forwarded without a copy, nothing recovered"
+                );
+                return self.drop_copy(Copied::NoRoom);
+            }
+            self.counted = wanted;
+        }
+        // At the first bytes, room for all that were declared: one
+        // allocation, no copies as the buffer grows.
+        self.buffer.reserve(wanted - self.buffer.len());
+        let mut pieces = [std::io::IoSlice::new(&[]); 4];
+        let n = data.chunks_vectored(&mut pieces);
+        let mut copied = 0;
+        for piece in &pieces[..n] {
+            self.buffer.extend_from_slice(piece);
+            copied += piece.len();
+        }
+        if copied != more {
+            self.drop_copy(Copied::Scattered);
+        }
+    }
+
+    /// The body ended: the copy is whole.
+    pub(crate) fn end(&mut self) {
+        if let Some(share) = self.share.take() {
+            let bytes = std::mem::take(&mut self.buffer).freeze();
+            self.tell(Copied::Whole(bytes, share));
+        }
+    }
+
+    /// The client's body failed.
+    pub(crate) fn fail(&mut self) {
+        self.drop_copy(Copied::Failed);
+    }
+
+    fn drop_copy(&mut self, why: Copied) {
+        self.buffer = BytesMut::new();
+        self.share = None;
+        self.tell(why);
+    }
+
+    fn tell(&mut self, copied: Copied) {
+        if let Some(told) = self.told.take() {
+            let _ = told.send(copied);
+        }
+    }
+
+    /// The pool's part, for a body type that cannot carry the copy.
+    fn into_share(mut self) -> Option<Share> {
+        self.told = None;
+        self.share.take()
+    }
+}
+
+impl Drop for RequestCopy {
+    fn drop(&mut self) {
+        // A body sent to its declared length is not polled for its end;
+        // anything shorter was cut, and the dropped sender says so.
+        if self.declared == Some(self.buffer.len() as u64) {
+            self.end();
+        }
+    }
+}
+
+/// Where a forwarded body's copy will be told: already (a body that ended,
+/// or failed, with its first frame), or later.
+pub(crate) struct CopyOutcome {
+    early: Option<Copied>,
+    later: oneshot::Receiver<Copied>,
+}
+
+impl CopyOutcome {
+    /// What became of the copy; `None` when the body was dropped before its
+    /// end (the upstream stopped reading it).
+    pub(crate) async fn wait(self) -> Option<Copied> {
+        match self.early {
+            Some(copied) => Some(copied),
+            None => self.later.await.ok(),
+        }
+    }
+}
+
+/// A guardable request body on its way to being forwarded.
+pub(crate) enum Forwarding<B> {
+    /// The body type cannot carry a copying body: read it whole first.
+    ReadFirst(B, Share),
+    /// Declared larger than the limit: forward it as it is, unguarded.
+    Unguarded(B),
+    /// The body to send and where its copy will be told.
+    Sending { body: B, copy: CopyOutcome },
+    /// The client's body failed before anything was sent.
+    Failed(BoxError),
+    /// The layer-wide bound on held bytes leaves no room to copy it.
+    NoRoom,
+}
+
+/// Readies `body` to be forwarded as it arrives, a copy kept. Its first
+/// bytes are awaited first, so that a body that fails at once, or that the
+/// layer-wide bound has no room for, is answered before anything goes
+/// upstream (a client that declares a length and sends nothing holds
+/// nothing).
+pub(crate) async fn forward_request_body<B>(
+    headers: &HeaderMap,
+    body: B,
+    limit: usize,
+    share: Share,
+) -> Forwarding<B>
+where
+    B: ReplayBody,
+{
+    let declared = declared_length(headers, &body);
+    if declared.is_some_and(|len| len > limit as u64) {
+        return Forwarding::Unguarded(body);
+    }
+    let (copy, mut later) = RequestCopy::new(declared, limit, share);
+    let mut body = match B::forwarded(ForwardedBody::new(body, copy)) {
+        Ok(body) => body,
+        Err(forwarded) => {
+            let (body, copy) = forwarded.into_parts();
+            let share = copy.into_share().expect("nothing was copied yet");
+            return Forwarding::ReadFirst(body, share);
+        }
+    };
+    let first = body.frame().await;
+    let early = later.try_recv().ok();
+    match (first, early) {
+        (Some(Err(error)), _) => {
+            let error: BoxError = error.into();
+            tracing::warn!(%error, "request body failed while read: not forwarded");
+            Forwarding::Failed(error)
+        }
+        (_, Some(Copied::NoRoom)) => {
+            tracing::warn!("the bound on bytes held across requests is reached: request refused");
+            Forwarding::NoRoom
+        }
+        (first, early) => {
+            let prefix = match first.map(|frame| frame.map(http_body::Frame::into_data)) {
+                Some(Ok(Ok(mut data))) => data.copy_to_bytes(data.remaining()),
+                _ => Bytes::new(),
+            };
+            Forwarding::Sending {
+                body: B::prefixed(prefix, body),
+                copy: CopyOutcome { early, later },
+            }
+        }
+    }
+}
+
+/// The head of a request forwarded as it arrives: the guard's identity
+/// encoding and, when the path names the model, the fallback credit the
+/// first request asks for (the body, still arriving, is sent as it is).
+pub(crate) fn prepare_forwarded(
+    parts: &mut http::request::Parts,
+    config: &Config,
+    dialect: &'static dyn Dialect,
+    path_model: Option<&str>,
+) {
+    parts
+        .headers
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    if asks_fallback_credit(config, path_model) {
+        dialect.request_fallback_credit(&mut parts.headers);
+    }
 }
 
 /// A guardable request on its way out: its head and body as they will be
@@ -215,26 +469,20 @@ impl Outbound {
                 retarget,
             );
         }
-        // Fallback credit is asked for when the default ladder has a chain
-        // to redeem it on.
-        let chain = match (&config.policy, self.model.as_deref()) {
-            (None, Some(model)) => config.ladder.chains().for_model(model),
-            _ => &[],
-        };
-        if config.fallback_credit && !chain.is_empty() {
+        if asks_fallback_credit(config, self.model.as_deref()) {
             dialect.request_fallback_credit(&mut self.parts.headers);
         }
     }
 
-    /// The call, the template recoveries start from, and the original
-    /// request to send.
-    pub(crate) fn into_call<B: ReplayBody>(
+    /// The call, and the template recoveries start from (whose
+    /// [`request`](Original::request) is the original to send).
+    pub(crate) fn into_call(
         self,
         config: Arc<Config>,
         dialect: &'static dyn Dialect,
         started: Instant,
         share: Share,
-    ) -> (Call, Original, Request<B>) {
+    ) -> (Call, Original) {
         let handle = RefusalHandle::default();
         let request = crate::telemetry::metrics::GuardedRequest::start(
             dialect,
@@ -258,8 +506,7 @@ impl Outbound {
             rewritten: self.rewritten,
             _share: Arc::new(share),
         };
-        let original = template.request();
-        (call, template, original)
+        (call, template)
     }
 }
 
@@ -394,5 +641,110 @@ mod tests {
         let (read, _share) = read(&HeaderMap::new(), body(&["01", "2345"], false), &pool).await;
         assert!(matches!(read, RequestBody::Read(bytes) if bytes == "012345"));
         assert_eq!(pool.used(), 6);
+    }
+
+    /// A body of one chunk, then an error.
+    struct Failing(Option<Bytes>);
+
+    impl http_body::Body for Failing {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(Some(match self.0.take() {
+                Some(chunk) => Ok(Frame::data(chunk)),
+                None => Err(std::io::Error::other("the client left")),
+            }))
+        }
+    }
+
+    #[test]
+    fn a_copy_past_the_limit_is_dropped_and_gives_its_bytes_back() {
+        let pool = BytePool::new(1 << 20);
+        let (mut copy, mut told) = RequestCopy::new(None, 8, pool.share());
+        copy.take(&Bytes::from_static(b"0123"));
+        assert_eq!(pool.used(), 4);
+        assert!(told.try_recv().is_err(), "nothing told yet");
+        copy.take(&Bytes::from_static(b"45678"));
+        assert!(matches!(told.try_recv(), Ok(Copied::OverLimit)));
+        assert_eq!(pool.used(), 0, "the dropped copy holds nothing");
+        copy.take(&Bytes::from_static(b"9"));
+        copy.end();
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[test]
+    fn a_copy_sent_to_its_declared_length_is_whole_though_never_polled_for_its_end() {
+        let pool = BytePool::new(1 << 20);
+        let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
+        copy.take(&Bytes::from_static(b"012"));
+        assert_eq!(pool.used(), 6, "the declared length, at the first bytes");
+        copy.take(&Bytes::from_static(b"345"));
+        drop(copy);
+        match told.try_recv() {
+            Ok(Copied::Whole(bytes, share)) => {
+                assert_eq!(bytes, "012345");
+                assert_eq!(pool.used(), 6, "held until the call is decided");
+                drop(share);
+                assert_eq!(pool.used(), 0);
+            }
+            _ => panic!("the copy is whole"),
+        }
+    }
+
+    #[test]
+    fn a_copy_dropped_short_of_its_end_is_never_whole() {
+        let pool = BytePool::new(1 << 20);
+        let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
+        copy.take(&Bytes::from_static(b"012"));
+        drop(copy);
+        assert!(
+            matches!(told.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
+            "cut: nothing to guard with"
+        );
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failing_body_passes_its_error_upstream_and_tells_the_copy() {
+        let pool = BytePool::new(1 << 20);
+        let (copy, mut told) = RequestCopy::new(None, 1 << 20, pool.share());
+        let mut body = ForwardedBody::new(Failing(Some(Bytes::from_static(b"{\"a\""))), copy);
+        let first = body.frame().await.unwrap().unwrap();
+        assert_eq!(first.into_data().unwrap(), "{\"a\"", "forwarded unchanged");
+        assert!(body.frame().await.unwrap().is_err(), "the error goes on");
+        assert!(matches!(told.try_recv(), Ok(Copied::Failed)));
+        assert_eq!(pool.used(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_forwarded_body_yields_what_the_client_sent_and_its_copy_is_whole() {
+        let pool = BytePool::new(1 << 20);
+        let sent = body(&["{\"model\":", "\"m\"}"], false);
+        let headers = HeaderMap::new();
+        let forwarding = forward_request_body(&headers, sent, 1 << 20, pool.share());
+        let Forwarding::Sending { body, copy } = forwarding.await else {
+            panic!("a boxed body is forwarded as it arrives");
+        };
+        let forwarded = body.collect().await.unwrap().to_bytes();
+        assert_eq!(forwarded, "{\"model\":\"m\"}");
+        match copy.wait().await {
+            Some(Copied::Whole(bytes, _share)) => assert_eq!(bytes, forwarded),
+            _ => panic!("the copy is whole"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_the_pool_cannot_hold_is_refused_before_anything_is_sent() {
+        let pool = BytePool::new(64);
+        let headers = declaring(100);
+        let forwarding = forward_request_body(&headers, body(&["{"], true), 1 << 20, pool.share());
+        let forwarding = tokio::time::timeout(std::time::Duration::from_secs(5), forwarding)
+            .await
+            .expect("answered at the first bytes");
+        assert!(matches!(forwarding, Forwarding::NoRoom));
+        assert_eq!(pool.used(), 0);
     }
 }

@@ -23,7 +23,11 @@ use crate::guard::config::Config;
 use crate::guard::decide::Exchange;
 use crate::guard::live::answer;
 use crate::guard::replay::ReplayBody;
-use crate::guard::request::{read_request_body, Outbound, RequestBody};
+use crate::guard::request::{
+    forward_request_body, prepare_forwarded, read_first, read_request_body, Copied, CopyOutcome,
+    Forwarding, Outbound, RequestBody,
+};
+use crate::guard::reserve::Share;
 use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::{InnerBody, SpawnableInner};
@@ -233,24 +237,39 @@ where
         .as_ref()
         .and_then(|name| parts.headers.remove(name))
         .and_then(|v| v.to_str().ok().map(str::to_owned));
-    let mut share = config.held.share();
+    let share = config.held.share();
     let api = Shape::Api(dialect.wire_api());
     let limit = config.max_request_body;
+    let (body, mut share) = if read_first(&config, path_model.as_deref()) {
+        (body, share)
+    } else {
+        match forward_request_body(&parts.headers, body, limit, share).await {
+            Forwarding::ReadFirst(body, share) => (body, share),
+            Forwarding::Unguarded(body) => {
+                return pass(upstream, api, Request::from_parts(parts, body)).await
+            }
+            Forwarding::Failed(error) => return Ok(unreadable(api, &error)),
+            Forwarding::NoRoom => return Ok(overloaded(api)),
+            Forwarding::Sending { body, copy } => {
+                let request = Request::from_parts(parts, body);
+                let known = Known {
+                    config,
+                    dialect,
+                    path_model,
+                    named,
+                    started,
+                };
+                return forward(upstream, request, copy, known).await;
+            }
+        }
+    };
     let bytes = match read_request_body(&parts.headers, body, limit, &mut share).await {
         RequestBody::Read(bytes) => bytes,
         RequestBody::Unguarded(body) => {
             return pass(upstream, api, Request::from_parts(parts, body)).await
         }
-        RequestBody::Failed(error) => {
-            let message = format!("the request body could not be read: {error}");
-            let status = StatusCode::BAD_REQUEST;
-            return Ok(error_response(api, status, "request_body_error", &message));
-        }
-        RequestBody::NoRoom => {
-            let message = "the guard holds as many bytes as it may; retry shortly";
-            let status = StatusCode::SERVICE_UNAVAILABLE;
-            return Ok(error_response(api, status, "guard_overloaded", message));
-        }
+        RequestBody::Failed(error) => return Ok(unreadable(api, &error)),
+        RequestBody::NoRoom => return Ok(overloaded(api)),
     };
     let Some(head) = dialect::request_head(&bytes) else {
         // Not a JSON object: nothing to guard, forward the bytes as they were.
@@ -269,7 +288,8 @@ where
     outbound.route_sticky(&config, dialect).await;
     outbound.rewrite(&config, dialect);
     let streaming = outbound.streaming;
-    let (call, template, original) = outbound.into_call(config, dialect, started, share);
+    let (call, template) = outbound.into_call(config, dialect, started, share);
+    let original = template.request();
 
     let sent = Instant::now();
     let response = match upstream.send(original).await {
@@ -286,6 +306,175 @@ where
         sent,
     };
     Ok(answer(exchange, response).await)
+}
+
+/// What a call forwarded as it arrives knows of itself besides the request.
+struct Known {
+    config: Arc<Config>,
+    dialect: &'static dyn Dialect,
+    /// The model its path names.
+    path_model: Option<String>,
+    /// The conversation its header names.
+    named: Option<String>,
+    started: Instant,
+}
+
+/// A guarded request forwarded as it arrives: sent at once, its head read
+/// from the copy once the copy is whole (while the upstream is still
+/// answering), then held and decided like any other. A request whose copy
+/// could not be kept (over the bounds, cut short) is served unguarded, as
+/// a request too large to read is.
+async fn forward<S, B, R>(
+    mut upstream: Inner<S>,
+    request: Request<B>,
+    copy: CopyOutcome,
+    known: Known,
+) -> Result<Response<GuardBody<R>>, S::Error>
+where
+    S: SpawnableInner<B, R>,
+    B: ReplayBody,
+    R: InnerBody,
+{
+    let Known {
+        config,
+        dialect,
+        path_model,
+        named,
+        started,
+    } = known;
+    let api = Shape::Api(dialect.wire_api());
+    let (mut parts, body) = request.into_parts();
+    prepare_forwarded(&mut parts, &config, dialect, path_model.as_deref());
+    let sent_parts = parts.clone();
+    let sent = Instant::now();
+    let request = Request::from_parts(parts, body);
+    let (response, learned) = send_learning(&mut upstream, request, copy).await;
+    let (response, head, bytes, share) = match (response, learned) {
+        // The client's body failed after forwarding began: the upstream
+        // request was aborted with its error, whatever it answered.
+        (_, Learned::Failed) => {
+            let error: BoxError = "the client's body failed while it was forwarded".into();
+            return Ok(unreadable(api, &error));
+        }
+        (Err(SendError::Inner(error)), _) => return Err(error),
+        (Err(SendError::Timeout(timeout)), _) => return Ok(timed_out(api, timeout)),
+        (Ok(response), Learned::Unguarded(reason)) => {
+            tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
+            return Ok(response.map(GuardBody::passthrough));
+        }
+        (Ok(response), Learned::Head { head, bytes, share }) => (response, head, bytes, share),
+    };
+    if let Some(reason) = dialect.unguardable(&head) {
+        tracing::debug!(
+            wire_api = %dialect.wire_api(),
+            reason,
+            "request cannot be guarded: forwarded unguarded"
+        );
+        return Ok(response.map(GuardBody::passthrough));
+    }
+    let request = (sent_parts, head, bytes);
+    let outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
+    let streaming = outbound.streaming;
+    let (call, template) = outbound.into_call(config, dialect, started, share);
+    let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
+    let exchange = Exchange {
+        upstream: Box::new(upstream),
+        call,
+        template: Box::new(template),
+        streaming,
+        sent,
+    };
+    Ok(answer(exchange, response).await)
+}
+
+/// What a forwarded request's copy told of it.
+enum Learned {
+    /// The whole body, its head, and the pool's part for the copy.
+    Head {
+        head: serde_json::Value,
+        bytes: bytes::Bytes,
+        share: Share,
+    },
+    /// Nothing to guard it with, and why.
+    Unguarded(&'static str),
+    /// The client's body failed.
+    Failed,
+}
+
+impl Learned {
+    fn of(copied: Option<Copied>) -> Self {
+        match copied {
+            Some(Copied::Whole(bytes, share)) => match dialect::request_head(&bytes) {
+                Some(head) => Learned::Head { head, bytes, share },
+                None => Learned::Unguarded("not a JSON object"),
+            },
+            Some(Copied::OverLimit) => Learned::Unguarded("over max_request_body: no copy kept"),
+            Some(Copied::NoRoom) => Learned::Unguarded("no room left for a copy"),
+            Some(Copied::Scattered) => Learned::Unguarded("body bytes the copy cannot read"),
+            Some(Copied::Failed) => Learned::Failed,
+            None => Learned::Unguarded("the upstream answered before the request was whole"),
+        }
+    }
+}
+
+/// Sends `request` and, meanwhile, reads the head of its body from the
+/// copy as soon as the copy is whole: usually while the upstream is still
+/// answering, so the read adds nothing to the wait. A response that comes
+/// before the copy is whole leaves the call with nothing to guard it with
+/// (`Unguarded`).
+async fn send_learning<S, B, R>(
+    upstream: &mut Inner<S>,
+    request: Request<B>,
+    copy: CopyOutcome,
+) -> (
+    Result<Response<IdleTimeout<R>>, SendError<S::Error>>,
+    Learned,
+)
+where
+    S: SpawnableInner<B, R>,
+    B: ReplayBody,
+    R: InnerBody,
+{
+    let mut sending = std::pin::pin!(upstream.send(request));
+    let mut learning = std::pin::pin!(async move { Learned::of(copy.wait().await) });
+    let mut learned = None;
+    let response = std::future::poll_fn(|cx| {
+        let mut learn = |cx: &mut Context<'_>| {
+            if learned.is_none() {
+                if let Poll::Ready(known) = learning.as_mut().poll(cx) {
+                    learned = Some(known);
+                }
+            }
+        };
+        learn(cx);
+        let response = ready!(sending.as_mut().poll(cx));
+        // Sending may have ended the body within this poll.
+        learn(cx);
+        Poll::Ready(response)
+    })
+    .await;
+    let learned = learned.unwrap_or(Learned::Unguarded(
+        "the upstream answered before the request was whole",
+    ));
+    (response, learned)
+}
+
+/// The client's body failed before the request was whole: a `400` of its
+/// API, never the request forwarded as if it were complete.
+fn unreadable<R>(api: Shape<'_>, error: &BoxError) -> Response<GuardBody<R>> {
+    let message = format!("the request body could not be read: {error}");
+    error_response(api, StatusCode::BAD_REQUEST, "request_body_error", &message)
+}
+
+/// The layer-wide bound on held bytes leaves no room for the request.
+fn overloaded<R>(api: Shape<'_>) -> Response<GuardBody<R>> {
+    let message = "the guard holds as many bytes as it may; retry shortly";
+    error_response(
+        api,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "guard_overloaded",
+        message,
+    )
 }
 
 /// A request the guard does not judge (a token count, a listing, a GET),

@@ -27,7 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::guard::replay::{chain, ReplayBody};
+use crate::guard::replay::{chain, ForwardedBody, ReplayBody};
 use crate::BoxError;
 
 /// The body of the requests the proxy sends upstream: any body, boxed.
@@ -88,6 +88,10 @@ impl ReplayBody for UpstreamBody {
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
         UpstreamBody::new(chain(prefix, rest))
+    }
+
+    fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {
+        Ok(UpstreamBody::new(body))
     }
 }
 

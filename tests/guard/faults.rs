@@ -568,7 +568,7 @@ impl Body for Aborted {
 }
 
 #[tokio::test]
-async fn a_broken_request_body_is_a_400_and_never_goes_upstream() {
+async fn a_broken_request_body_is_a_400_and_never_reaches_the_upstream_whole() {
     let script = Script::new(vec![Reply::Sse(vec![Step::Data(answer())])]);
     let guard = layer().layer(script.clone());
     let request = Request::post("https://api.openai.com/v1/chat/completions")
@@ -584,6 +584,8 @@ async fn a_broken_request_body_is_a_400_and_never_goes_upstream() {
         json["error"]["type"], "invalid_request_error",
         "OpenAI's shape"
     );
+    // A boxed body goes upstream as it arrives: the script got its first
+    // bytes, then the error (it records only a body it read whole).
     assert_eq!(script.requests(), 0);
 }
 

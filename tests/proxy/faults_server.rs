@@ -779,3 +779,174 @@ async fn upstream_response_heads_are_read_up_to_16_kib_and_bodies_whole() {
     assert_eq!(error["type"], "error", "{refused}");
     assert_eq!(upstream.requests().len(), 2);
 }
+
+/// A guarded Messages request of about `kb` KB (one long user turn): the
+/// raw HTTP/1.1 head, with a `content-length` or chunked, and the body.
+fn large_request(kb: usize, chunked: bool) -> (Vec<u8>, Vec<u8>) {
+    let filler = "The quick brown fox jumps over the lazy dog. ".repeat(kb * 1024 / 45);
+    let body = serde_json::json!({
+        "model": "claude-opus-4-7", "max_tokens": 256, "stream": true,
+        "messages": [{"role": "user", "content": format!("Check my SSH config. {filler}")}],
+    })
+    .to_string()
+    .into_bytes();
+    let framing = if chunked {
+        "transfer-encoding: chunked\r\n".to_owned()
+    } else {
+        format!("content-length: {}\r\n", body.len())
+    };
+    let head = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\
+         x-api-key: k\r\n{framing}connection: close\r\n\r\n"
+    );
+    (head.into_bytes(), body)
+}
+
+/// The data of a chunked HTTP/1.1 response body.
+fn dechunked(response: &[u8]) -> Vec<u8> {
+    let at = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let mut rest = &response[at + 4..];
+    let mut data = Vec::new();
+    while let Some(end) = rest.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(std::str::from_utf8(&rest[..end]).unwrap(), 16).unwrap();
+        if size == 0 {
+            break;
+        }
+        data.extend_from_slice(&rest[end + 2..end + 2 + size]);
+        rest = &rest[end + 2 + size + 2..];
+    }
+    data
+}
+
+#[tokio::test]
+async fn a_large_request_reaches_the_upstream_as_it_arrives_and_its_copy_serves_the_rescue() {
+    let (refusal, text) = (fixture(EMPTY_REFUSAL), fixture(TEXT));
+    let upstream = RawUpstream::start(move |index, _| {
+        let body = if index == 0 { &refusal } else { &text };
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(body)),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let proxy = Running::plain(&upstream).await;
+    let (head, body) = large_request(400, false);
+    let half = body.len() / 2;
+    let mut socket = proxy.send(&[&head[..], &body[..half]].concat()).await;
+    // The upstream reads the first half while the client has not sent the
+    // rest: the guard does not wait for the whole body.
+    let reached = upstream
+        .wait_until(GENEROUS, |u| u.received() >= half)
+        .await;
+    assert!(
+        reached,
+        "the upstream got {} bytes of the first {half} while the rest was unsent",
+        upstream.received()
+    );
+    assert!(
+        upstream.requests().is_empty(),
+        "the request is not whole yet"
+    );
+    socket.write_all(&body[half..]).await.unwrap();
+    let (response, closed) = read_until_closed(&mut socket, GENEROUS).await;
+    assert!(closed);
+    let text_response = String::from_utf8_lossy(&response);
+    assert!(text_response.starts_with("HTTP/1.1 200"), "{text_response}");
+    let served = String::from_utf8_lossy(&dechunked(&response)).into_owned();
+    assert!(served.contains("message_stop"), "{served}");
+    assert!(
+        !served.contains("\"stop_reason\":\"refusal\""),
+        "the refusal was rescued: {served}"
+    );
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2, "the original and the rescue");
+    assert!(seen.iter().all(|r| r.complete));
+    assert_eq!(seen[0].body, body, "the original, byte for byte");
+    // The rescue is built from the copy: the whole conversation again.
+    let original = &seen[0].json()["messages"][0]["content"];
+    let rescue = String::from_utf8_lossy(&seen[1].body);
+    assert!(
+        rescue.contains(original.as_str().unwrap()),
+        "the rescue carries the original turn whole"
+    );
+    proxy.line_with(&["POST /v1/messages 200 rescued("]).await;
+}
+
+#[tokio::test]
+async fn an_upload_cut_after_forwarding_began_reaches_the_upstream_incomplete() {
+    for chunked in [false, true] {
+        let upstream = answering_ok("application/json", b"{}").await;
+        let proxy = Running::plain(&upstream).await;
+        let (head, body) = large_request(64, chunked);
+        let half = &body[..body.len() / 2];
+        let sent = if chunked {
+            [&head[..], &chunk(half)[..]].concat()
+        } else {
+            [&head[..], half].concat()
+        };
+        let socket = proxy.send(&sent).await;
+        let began = upstream
+            .wait_until(GENEROUS, |u| u.received() >= half.len())
+            .await;
+        assert!(began, "forwarding began before the body was whole");
+        drop(socket);
+        upstream.wait_all_closed(GENEROUS).await;
+        let seen = upstream.requests();
+        assert_eq!(seen.len(), 1, "chunked {chunked}: {seen:?}");
+        assert!(
+            !seen[0].complete,
+            "chunked {chunked}: a cut body arrived as complete"
+        );
+        assert_eq!(
+            seen[0].body, half,
+            "chunked {chunked}: what the client sent, and no end"
+        );
+        let line = proxy.line_with(&["POST /v1/messages"]).await;
+        assert!(!line.contains(" 200 "), "{line}");
+    }
+}
+
+#[tokio::test]
+async fn a_request_that_outgrows_its_copy_goes_on_whole_and_its_refusal_as_sent() {
+    let refusal = fixture(EMPTY_REFUSAL);
+    let sent = refusal.clone();
+    let upstream = RawUpstream::start(move |_, _| {
+        vec![
+            Act::Write(head(200, "text/event-stream")),
+            Act::Write(chunk(&sent)),
+            Act::Write(last_chunk()),
+        ]
+    })
+    .await;
+    let layer = RefusalGuardLayer::new().max_request_body(16 * 1024);
+    let proxy = Running::start(&upstream.url(), layer, |p| p).await;
+    let (head, body) = large_request(64, true);
+    let (first, rest) = body.split_at(4 * 1024);
+    let mut socket = proxy.send(&[&head[..], &chunk(first)[..]].concat()).await;
+    let began = upstream
+        .wait_until(GENEROUS, |u| u.received() >= first.len())
+        .await;
+    assert!(began, "forwarding began within the bound");
+    // Past the bound, with no length declared: the copy is dropped and the
+    // request goes on.
+    socket
+        .write_all(&[&chunk(rest)[..], &last_chunk()[..]].concat())
+        .await
+        .unwrap();
+    let (response, closed) = read_until_closed(&mut socket, GENEROUS).await;
+    assert!(closed);
+    assert!(response.starts_with(b"HTTP/1.1 200"));
+    assert_eq!(
+        dechunked(&response),
+        refusal,
+        "with no copy to recover from, the refusal as the upstream sent it"
+    );
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1, "no recovery attempt was faked");
+    assert!(seen[0].complete);
+    assert_eq!(seen[0].body, body, "forwarded whole, byte for byte");
+}

@@ -102,6 +102,8 @@ struct State {
     /// Connections whose peer closed them (EOF or error while reading or
     /// writing), as opposed to the script closing them.
     closed_by_peer: AtomicUsize,
+    /// Bytes read from every connection so far, requests whole or not.
+    received: AtomicUsize,
     violations: contract::Violations,
 }
 
@@ -184,6 +186,13 @@ impl RawUpstream {
         self.state.open.load(Ordering::SeqCst)
     }
 
+    /// Bytes read so far from every connection (heads and bodies), counted
+    /// as they arrive, before any request is whole: a test can see a request
+    /// reach the upstream while it is still being sent.
+    pub fn received(&self) -> usize {
+        self.state.received.load(Ordering::SeqCst)
+    }
+
     /// Connections the peer closed.
     pub fn closed_by_peer(&self) -> usize {
         self.state.closed_by_peer.load(Ordering::SeqCst)
@@ -210,7 +219,7 @@ impl RawUpstream {
 async fn serve_connection(mut socket: TcpStream, state: &State, script: &Script) {
     let mut buffer = Vec::new();
     loop {
-        let request = match read_request(&mut socket, &mut buffer).await {
+        let request = match read_request(&mut socket, &mut buffer, &state.received).await {
             Ok(Some(request)) => request,
             // A clean close between requests is the peer's too.
             Ok(None) | Err(_) => {
@@ -321,12 +330,13 @@ async fn peer_closes_within(socket: &mut TcpStream, pause: Duration) -> bool {
 async fn read_request(
     socket: &mut TcpStream,
     buffer: &mut Vec<u8>,
+    received: &AtomicUsize,
 ) -> std::io::Result<Option<RawRequest>> {
     let head_end = loop {
         if let Some(end) = find(buffer, b"\r\n\r\n") {
             break end;
         }
-        if !fill(socket, buffer).await? {
+        if !fill(socket, buffer, received).await? {
             return Ok(None);
         }
     };
@@ -348,13 +358,13 @@ async fn read_request(
         .header("transfer-encoding")
         .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
     request.complete = if chunked {
-        read_chunked(socket, buffer, &mut request.body).await?
+        read_chunked(socket, buffer, &mut request.body, received).await?
     } else {
         let length = request
             .header("content-length")
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or(0);
-        read_exact_body(socket, buffer, length, &mut request.body).await?
+        read_exact_body(socket, buffer, length, &mut request.body, received).await?
     };
     Ok(Some(request))
 }
@@ -364,9 +374,10 @@ async fn read_exact_body(
     buffer: &mut Vec<u8>,
     length: usize,
     body: &mut Vec<u8>,
+    received: &AtomicUsize,
 ) -> std::io::Result<bool> {
     while buffer.len() < length {
-        if !fill(socket, buffer).await.unwrap_or(false) {
+        if !fill(socket, buffer, received).await.unwrap_or(false) {
             body.append(buffer);
             return Ok(false);
         }
@@ -379,13 +390,14 @@ async fn read_chunked(
     socket: &mut TcpStream,
     buffer: &mut Vec<u8>,
     body: &mut Vec<u8>,
+    received: &AtomicUsize,
 ) -> std::io::Result<bool> {
     loop {
         let line_end = loop {
             if let Some(end) = find(buffer, b"\r\n") {
                 break end;
             }
-            if !fill(socket, buffer).await.unwrap_or(false) {
+            if !fill(socket, buffer, received).await.unwrap_or(false) {
                 return Ok(false);
             }
         };
@@ -396,7 +408,7 @@ async fn read_chunked(
         // The chunk's data and its CRLF (for the last chunk: the final CRLF,
         // trailers being unused here).
         while buffer.len() < size + 2 {
-            if !fill(socket, buffer).await.unwrap_or(false) {
+            if !fill(socket, buffer, received).await.unwrap_or(false) {
                 let take = buffer.len().min(size);
                 body.extend(buffer.drain(..take));
                 return Ok(false);
@@ -411,9 +423,14 @@ async fn read_chunked(
 }
 
 /// Reads more bytes; `false` at EOF.
-async fn fill(socket: &mut TcpStream, buffer: &mut Vec<u8>) -> std::io::Result<bool> {
+async fn fill(
+    socket: &mut TcpStream,
+    buffer: &mut Vec<u8>,
+    received: &AtomicUsize,
+) -> std::io::Result<bool> {
     let mut scratch = [0u8; 16 * 1024];
     let n = socket.read(&mut scratch).await?;
+    received.fetch_add(n, Ordering::SeqCst);
     buffer.extend_from_slice(&scratch[..n]);
     Ok(n > 0)
 }
