@@ -356,8 +356,23 @@ where
             let error: BoxError = "the client's body failed while it was forwarded".into();
             return Ok(unreadable(api, &error));
         }
-        (Err(SendError::Inner(error)), _) => return Err(error),
-        (Err(SendError::Timeout(timeout)), _) => return Ok(timed_out(api, timeout)),
+        (Err(failed), learned) => {
+            // Counted and logged as a guarded request that never settled,
+            // as one read whole first is.
+            let model = match &learned {
+                Learned::Head { head, .. } => head.get("model").and_then(|m| m.as_str()),
+                _ => None,
+            };
+            let model = model.or(path_model.as_deref());
+            let handle = crate::refusal::RefusalHandle::default();
+            drop(crate::telemetry::metrics::GuardedRequest::start(
+                dialect, model, false, &handle,
+            ));
+            return match failed {
+                SendError::Inner(error) => Err(error),
+                SendError::Timeout(timeout) => Ok(timed_out(api, timeout)),
+            };
+        }
         (Ok(response), Learned::Unguarded(reason)) => {
             tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
             return Ok(response.map(GuardBody::passthrough));
