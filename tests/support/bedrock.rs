@@ -274,6 +274,8 @@ async fn answer(
             token.as_deref(),
         ),
     };
+    let broken =
+        super::contract::check_bedrock(parts.method.as_str(), &path, &parts.headers, &body);
     let seen = Seen {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -292,6 +294,10 @@ async fn answer(
     if let Err(why) = verified {
         return json_response(403, "InvalidSignatureException", &format!(
             "The request signature we calculated does not match the signature you provided. ({why})"));
+    }
+    if let Err(violation) = broken {
+        let said = format!("{} (contract rule {})", violation.message, violation.rule);
+        return json_response(400, "ValidationException", &said);
     }
     if path.starts_with("/inference-profiles") {
         if let Some(reply) = reply {

@@ -75,6 +75,27 @@
 //!   string, or another data field);
 //! - `G3` `generationConfig.candidateCount`, when present, is an integer
 //!   from 1 to 8.
+//!
+//! Claude on Amazon Bedrock, checked by the scripted Bedrock runtime
+//! ([`check_bedrock`]; the paths alone do not tell Bedrock's Messages API
+//! from a first-party one under a base path). Sources: Amazon Bedrock user
+//! guide "Anthropic Claude Messages API" (InvokeModel request body), API
+//! reference "Converse" (`Message`, `ContentBlock`) and its
+//! `ValidationException` texts; platform docs "Refusals and fallback"
+//! (server-side fallback and fallback credit are first party only).
+//!
+//! - `B1` InvokeModel (`/model/{modelId}/invoke`,
+//!   `/invoke-with-response-stream`): the body is a JSON object with
+//!   `anthropic_version` `"bedrock-2023-05-31"` and an integer `max_tokens`,
+//!   without `model` or `stream` (the path says both); `anthropic_beta`,
+//!   when present, is an array of strings; `messages` as `A3`–`A5`;
+//! - `B2` no `fallbacks` and no `fallback_credit_token` on any Bedrock
+//!   surface, the Messages API on Bedrock (`/anthropic/v1/messages`)
+//!   included, which otherwise keeps `A1`–`A5`;
+//! - `B3` Converse (`/model/{modelId}/converse`, `/converse-stream`):
+//!   `messages` is a non-empty array whose roles are `user` or `assistant`,
+//!   starting with `user` and alternating, each `content` a non-empty array
+//!   of objects.
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
@@ -94,6 +115,32 @@ pub enum Api {
     Responses,
     /// Gemini, Google AI or Vertex AI.
     Gemini,
+    /// Claude on Bedrock through InvokeModel (only [`check_bedrock`] tells it).
+    BedrockInvoke,
+    /// Bedrock Converse (only [`check_bedrock`] tells it).
+    BedrockConverse,
+    /// The Messages API on Bedrock (only [`check_bedrock`] tells it).
+    BedrockMessages,
+}
+
+impl Api {
+    /// The Bedrock surface a `method path` request to a Bedrock host is
+    /// for; `None` for anything else (listings, count-tokens).
+    pub fn of_bedrock(method: &str, path: &str) -> Option<Api> {
+        if !method.eq_ignore_ascii_case("POST") {
+            return None;
+        }
+        let path = path.split('?').next().unwrap_or("").trim_end_matches('/');
+        if path.ends_with("/anthropic/v1/messages") {
+            return Some(Api::BedrockMessages);
+        }
+        let (_, action) = path.strip_prefix("/model/")?.rsplit_once('/')?;
+        match action {
+            "invoke" | "invoke-with-response-stream" => Some(Api::BedrockInvoke),
+            "converse" | "converse-stream" => Some(Api::BedrockConverse),
+            _ => None,
+        }
+    }
 }
 
 impl Api {
@@ -165,6 +212,9 @@ impl Violation {
             Api::Gemini => json!({
                 "error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"},
             }),
+            Api::BedrockInvoke | Api::BedrockConverse | Api::BedrockMessages => {
+                json!({"message": message})
+            }
         }
         .to_string()
     }
@@ -191,6 +241,29 @@ pub fn check(
     let Some(api) = Api::of(method, path) else {
         return Ok(());
     };
+    check_as(api, method, path, headers, body)
+}
+
+/// [`check`] for a request to a Bedrock host.
+pub fn check_bedrock(
+    method: &str,
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(), Violation> {
+    let Some(api) = Api::of_bedrock(method, path) else {
+        return Ok(());
+    };
+    check_as(api, method, path, &pairs(headers), body)
+}
+
+fn check_as(
+    api: Api,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<(), Violation> {
     let request = format!("{method} {path}");
     let fail = |rule: &'static str, message: String| Violation {
         api,
@@ -207,6 +280,8 @@ pub fn check(
         Api::OpenAiChat | Api::AzureChat => chat(api, &body),
         Api::Responses => responses(path, &body),
         Api::Gemini => gemini(&body),
+        Api::BedrockInvoke | Api::BedrockMessages => bedrock_anthropic(api, &body),
+        Api::BedrockConverse => bedrock_converse(&body),
     };
     result
         .map_err(|(rule, message)| fail(rule, message))
@@ -220,7 +295,11 @@ pub fn check_http(
     headers: &http::HeaderMap,
     body: &[u8],
 ) -> Result<(), Violation> {
-    let pairs: Vec<(String, String)> = headers
+    check(method, path, &pairs(headers), body)
+}
+
+fn pairs(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
         .iter()
         .map(|(n, v)| {
             (
@@ -228,8 +307,7 @@ pub fn check_http(
                 String::from_utf8_lossy(v.as_bytes()).into_owned(),
             )
         })
-        .collect();
-    check(method, path, &pairs, body)
+        .collect()
 }
 
 fn log(violation: &Violation) {
@@ -242,6 +320,8 @@ fn first_rule(api: Api) -> &'static str {
         Api::OpenAiChat | Api::AzureChat => "C1",
         Api::Responses => "R1",
         Api::Gemini => "G1",
+        Api::BedrockInvoke | Api::BedrockMessages => "B1",
+        Api::BedrockConverse => "B3",
     }
 }
 
@@ -360,6 +440,82 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
                     "fallback_credit_token: expected a string or an object".into(),
                 ))
             }
+        }
+    }
+    Ok(())
+}
+
+fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or(("B1", "the body is not an object".to_owned()))?;
+    for field in ["fallbacks", "fallback_credit_token"] {
+        if object.contains_key(field) {
+            return Err(("B2", format!("extraneous key [{field}] is not permitted")));
+        }
+    }
+    if api == Api::BedrockMessages {
+        return anthropic(Api::Anthropic, "", &[], body);
+    }
+    for field in ["model", "stream"] {
+        if object.contains_key(field) {
+            return Err(("B1", format!("extraneous key [{field}] is not permitted")));
+        }
+    }
+    if object.get("anthropic_version").and_then(Value::as_str) != Some("bedrock-2023-05-31") {
+        return Err((
+            "B1",
+            "anthropic_version: expected bedrock-2023-05-31".into(),
+        ));
+    }
+    if !object.get("max_tokens").is_some_and(Value::is_u64) {
+        return Err(("B1", "required key [max_tokens] not found".into()));
+    }
+    if let Some(betas) = object.get("anthropic_beta") {
+        let strings = betas
+            .as_array()
+            .is_some_and(|list| list.iter().all(Value::is_string));
+        if !strings {
+            return Err(("B1", "anthropic_beta: expected an array of strings".into()));
+        }
+    }
+    anthropic_messages(object.get("messages"))
+}
+
+fn bedrock_converse(body: &Value) -> Result<(), Broken> {
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .filter(|m| !m.is_empty())
+        .ok_or((
+            "B3",
+            "messages: at least one message is required".to_owned(),
+        ))?;
+    let mut previous = None;
+    for (i, message) in messages.iter().enumerate() {
+        let role = role(message);
+        if !matches!(role, Some("user" | "assistant")) {
+            return Err(("B3", format!("messages.{i}.role: unexpected role {role:?}")));
+        }
+        if i == 0 && role != Some("user") {
+            return Err((
+                "B3",
+                "A conversation must start with a user message.".into(),
+            ));
+        }
+        if role == previous {
+            return Err((
+                "B3",
+                "A conversation must alternate between user and assistant roles.".into(),
+            ));
+        }
+        previous = role;
+        let blocks = message.get("content").and_then(Value::as_array);
+        if !blocks.is_some_and(|b| !b.is_empty() && b.iter().all(Value::is_object)) {
+            return Err((
+                "B3",
+                format!("messages.{i}.content: a non-empty list of blocks"),
+            ));
         }
     }
     Ok(())
