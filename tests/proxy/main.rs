@@ -13,5 +13,4 @@ mod faults_server;
 mod faults_upstream;
 mod policy_flags;
 mod raw_upstream;
-mod refused_usage;
 mod simulate;
