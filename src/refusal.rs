@@ -199,6 +199,11 @@ pub enum DeadReason {
     /// forced tool call), which a rescue note appended in prose would break,
     /// so the rescue step was skipped and nothing else recovered.
     StructuredOutput,
+    /// The response ended without output on a stop reason the guard does
+    /// not know (the category holds it as it came). It may be no policy
+    /// stop at all, so nothing was tried; it is recorded so that it is
+    /// seen.
+    UnknownStop,
 }
 
 impl DeadReason {
@@ -221,6 +226,7 @@ impl DeadReason {
             DeadReason::PolicyStop => "policy_stop",
             DeadReason::ClientGone => "client_gone",
             DeadReason::StructuredOutput => "structured_output",
+            DeadReason::UnknownStop => "unknown_stop",
         }
     }
 }
@@ -311,6 +317,10 @@ pub enum AttemptResult {
     TransportError,
     /// It ended without real output and without a refusal.
     NoOutput,
+    /// It was being served when its stream stopped short (the client went
+    /// away, or the connection broke): the client got part of it, and what
+    /// its end would have said (final usage, a credit's fate) is unknown.
+    Cut,
 }
 
 /// Tokens a provider reported for one response: what an attempt cost.

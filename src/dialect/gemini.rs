@@ -32,8 +32,13 @@
 //! `IMAGE_SAFETY`, ...) is a refusal stop reason. Categories are the
 //! provider's own words, as they came. Finish reasons that are no policy
 //! stop (`STOP`, `MAX_TOKENS`, `LANGUAGE`, `OTHER`,
-//! `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, ...) are not refusals;
-//! one this file does not know is not either, and is logged as it came.
+//! `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, ...) are not refusals.
+//! One this file does not know is not either: the API's finish reasons mix
+//! policy stops with limits and tool-call faults, and a rescue would tell a
+//! model it refused when it may not have. When such a reason ends a
+//! response without output, the guard records it as it came (category, an
+//! unrecovered refusal of reason `unknown_stop`) and passes the response
+//! through.
 
 use http::{Method, Uri};
 use serde_json::{json, Value};
@@ -264,6 +269,7 @@ fn inspect_chunk(chunk: &Value) -> Observation {
                     finish_reason = %reason,
                     "a Gemini finish reason the guard does not know; not taken for a refusal"
                 );
+                seen.unknown_stop.get_or_insert(reason);
             }
         } else {
             seen.refusal = Some(RefusalInfo {
@@ -386,6 +392,9 @@ impl Dialect for GeminiGenerateContent {
             seen.error |= one.error;
             if seen.model.is_none() {
                 seen.model = one.model;
+            }
+            if seen.unknown_stop.is_none() {
+                seen.unknown_stop = one.unknown_stop;
             }
             if one.refusal.is_some() {
                 seen.refusal = one.refusal;
@@ -574,6 +583,8 @@ mod usage_tests {
         for reason in ["STOP", "MAX_TOKENS", "SOMETHING_NEW"] {
             let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
             assert!(seen.refusal.is_none(), "{reason}");
+            let unknown = (reason == "SOMETHING_NEW").then_some(reason);
+            assert_eq!(seen.unknown_stop.as_deref(), unknown, "kept as it came");
         }
     }
 

@@ -113,6 +113,10 @@ pub(crate) struct Observation {
     pub(crate) fallback_credit: Option<FallbackCredit>,
     /// A server-side chain's attempts, when the response listed them.
     pub(crate) iterations: Option<Iterations>,
+    /// A stop reason the dialect does not know, as it came (Gemini's
+    /// `finishReason`): no refusal by itself, recorded when the response
+    /// ends without output.
+    pub(crate) unknown_stop: Option<String>,
 }
 
 /// Per-response state for reading a stream event by event.

@@ -41,6 +41,8 @@ pub(crate) struct Findings {
     pub(crate) message_id: Option<String>,
     /// What became of a fallback credit token the request presented.
     pub(crate) fallback_credit: Option<FallbackCredit>,
+    /// A stop reason the dialect does not know, as it came.
+    pub(crate) unknown_stop: Option<String>,
     /// A provider error event arrived.
     pub(crate) error: bool,
     /// A tool call was started.
@@ -149,6 +151,9 @@ impl Findings {
         }
         if self.message_id.is_none() {
             self.message_id = seen.message_id;
+        }
+        if self.unknown_stop.is_none() {
+            self.unknown_stop = seen.unknown_stop;
         }
         self.error |= seen.error;
     }
@@ -362,10 +367,21 @@ impl Splice {
     }
 }
 
+/// How a served stream came to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// It ended as the upstream ended it.
+    Complete,
+    /// The upstream connection broke.
+    Broken,
+    /// The client went away before the end.
+    Dropped,
+}
+
 /// Called once when a guarded body ends or is dropped, with what the
-/// stream showed after the guard let it through.
+/// stream showed after the guard let it through and how it ended.
 pub(crate) trait Settle: Send + 'static {
-    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool);
+    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool, ending: Ending);
 }
 
 /// The part of a guarded body that must run exactly once.
@@ -376,19 +392,19 @@ struct Finish {
 }
 
 impl Finish {
-    fn run(&mut self) {
+    fn run(&mut self, ending: Ending) {
         if let Some(settle) = self.settle.take() {
             if let Some(watch) = self.watch.as_mut() {
                 watch.finish();
             }
-            settle.settle(self.watch.as_ref(), self.output_before);
+            settle.settle(self.watch.as_ref(), self.output_before, ending);
         }
     }
 }
 
 impl Drop for Finish {
     fn drop(&mut self) {
-        self.run();
+        self.run(Ending::Dropped);
     }
 }
 
@@ -563,7 +579,7 @@ where
                 }
                 g.share = None;
                 if let Some(error) = g.error.take() {
-                    g.finish.run();
+                    g.finish.run(Ending::Broken);
                     return Poll::Ready(Some(Err(error)));
                 }
                 let Some(rest) = g.rest.as_mut() else {
@@ -572,7 +588,7 @@ where
                             return Poll::Ready(Some(Ok(Frame::data(tail))));
                         }
                     }
-                    g.finish.run();
+                    g.finish.run(Ending::Complete);
                     return Poll::Ready(None);
                 };
                 match ready!(rest.as_mut().poll_frame(cx)) {
@@ -599,7 +615,7 @@ where
                     }
                     Some(Err(error)) => {
                         g.rest = None;
-                        g.finish.run();
+                        g.finish.run(Ending::Broken);
                         return Poll::Ready(Some(Err(error)));
                     }
                     // Emit any spliced tail, then end.

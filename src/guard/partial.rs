@@ -19,14 +19,14 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::guard::body::{GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
 use crate::guard::call::{millis, Call, Inner, Original};
 use crate::guard::decide::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{
-    self, judge_findings, mark_recovered, pump, serve, serve_settled, timed_out, unless_gone,
-    FrameSender, Shape, Watched,
+    self, judge_findings, mark_recovered, pump, serve_recovered, serve_settled, timed_out,
+    unless_gone, FrameSender, Recovery, Shape, Watched,
 };
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::{InnerBody, InnerService, SpawnableInner};
@@ -265,8 +265,9 @@ where
             call: call.clone(),
             request_id,
             attempts: vec![original],
-            recovery: None,
+            recovery: Recovery::None,
         }),
+        broken: false,
     };
     let hop = Hop {
         upstream,
@@ -376,6 +377,8 @@ struct Tail {
     /// them first, and they are not fed twice.
     seen: usize,
     settle: Option<Watched>,
+    /// The original's connection broke.
+    broken: bool,
 }
 
 impl Tail {
@@ -387,17 +390,24 @@ impl Tail {
         }
     }
 
-    fn settle(&mut self) {
+    /// Settles the record; the client saw the original to its end unless
+    /// `gone`.
+    fn settle(&mut self, gone: bool) {
         if let Some(settle) = self.settle.take() {
             self.watch.finish();
-            Box::new(settle).settle(Some(&self.watch), true);
+            let ending = match (gone, self.broken) {
+                (true, _) => Ending::Dropped,
+                (false, true) => Ending::Broken,
+                (false, false) => Ending::Complete,
+            };
+            Box::new(settle).settle(Some(&self.watch), true, ending);
         }
     }
 }
 
 impl Drop for Tail {
     fn drop(&mut self) {
-        self.settle();
+        self.settle(true);
     }
 }
 
@@ -457,8 +467,8 @@ impl<S> Continuer<S> {
         drop(original);
         let closing = match (ended, self.closing.take()) {
             (Ok(true), Some(closing)) => closing,
-            _ => {
-                self.tail.settle();
+            (ended, _) => {
+                self.tail.settle(ended.is_err());
                 return;
             }
         };
@@ -471,8 +481,8 @@ impl<S> Continuer<S> {
                     settle.attempts.push(attempt);
                 }
                 self.pending = closing.frames;
-                let _ = self.flush().await;
-                self.tail.settle();
+                let gone = self.flush().await.is_err();
+                self.tail.settle(gone);
             }
         }
     }
@@ -510,6 +520,7 @@ impl<S> Continuer<S> {
                 }
                 Some(Err(error)) => {
                     // A broken original is served as it came: no continuation.
+                    self.tail.broken = true;
                     self.take_frames(true);
                     self.release();
                     self.flush().await?;
@@ -643,12 +654,11 @@ impl<S> Continuer<S> {
             request_id: settle.request_id.take(),
             ..call.refusal(&info, Outcome::Fallback)
         };
-        call.emit(&refusal, std::mem::take(&mut settle.attempts));
+        let attempts = std::mem::take(&mut settle.attempts);
         let splice = Splice::new(self.hop.plan.track.continuation(), self.frame_limit);
-        let mut held = held;
-        held.watch = None;
+        // Recorded as the continuation's stream ends (or is cut short).
         pump(
-            serve(held, &call, None, None, None),
+            serve_recovered(held, &call, refusal, attempts, None),
             &self.sender,
             Some(splice),
         )

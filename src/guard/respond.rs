@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::api_error::{api_error, api_error_for};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::guard::body::{Findings, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamWatch};
 use crate::guard::call::Call;
 use crate::guard::decide::{Decision, Exchange, HandoffMark};
 use crate::guard::hold::Held;
@@ -22,7 +22,8 @@ use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
 use crate::refusal::{
-    Attempt, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi, RECOVERY_HEADER,
+    Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi,
+    RECOVERY_HEADER,
 };
 use crate::BoxError;
 
@@ -76,7 +77,7 @@ where
             let splice = handoff.and_then(|mark| mark_handoff(&mut attempt, call, &mark));
             let (outcome, category) = (refusal.outcome, refusal.category.clone());
             let served_by = refusal.served_model.clone();
-            let mut response = serve_settled(attempt, call, Some(refusal), attempts, splice);
+            let mut response = serve_recovered(attempt, call, refusal, attempts, splice);
             let (category, served_by) = (category.as_deref(), served_by.as_deref());
             mark_recovered(&mut response, outcome, category, served_by);
             response
@@ -91,7 +92,7 @@ where
                 call: call.clone(),
                 request_id,
                 attempts,
-                recovery: Some(recovery),
+                recovery: Recovery::Committed(recovery),
             };
             let mut response = serve(attempt, call, Some(settle), None, None);
             // Not yet known to be a recovery: no recovery header, which
@@ -123,9 +124,35 @@ where
         call: call.clone(),
         request_id,
         attempts: vec![original],
-        recovery: None,
+        recovery: Recovery::None,
     };
     serve(held, call, Some(settle), None, None)
+}
+
+/// Serves a recovery attempt with real output. A whole JSON body is
+/// recorded now; a stream when it ends, since its end carries what the
+/// record says of the attempt (what became of a credit token, a chain's
+/// iterations), or when it is cut short, marked so.
+pub(crate) fn serve_recovered<R>(
+    held: Held<IdleTimeout<R>>,
+    call: &Call,
+    refusal: Refusal,
+    attempts: Vec<Attempt>,
+    splice: Option<Splice>,
+) -> Response<GuardBody<R>>
+where
+    R: InnerBody,
+{
+    if held.watch.is_none() || held.rest.is_none() {
+        return serve_settled(held, call, Some(refusal), attempts, splice);
+    }
+    let settle = Watched {
+        call: call.clone(),
+        request_id: refusal.request_id.clone(),
+        attempts,
+        recovery: Recovery::Decided(refusal.clone()),
+    };
+    serve(held, call, Some(settle), Some(&refusal), splice)
 }
 
 /// Marks a fallback's model change in the response served: a stream through
@@ -319,38 +346,55 @@ pub(crate) struct Watched {
     pub(crate) call: Call,
     pub(crate) request_id: Option<String>,
     pub(crate) attempts: Vec<Attempt>,
-    /// Set when the response served is a recovery attempt committed before
-    /// its outcome was known: the original refusal and the outcome should the
-    /// attempt produce output.
-    pub(crate) recovery: Option<(RefusalInfo, Outcome, Option<String>)>,
+    /// Whether the response served is a recovery attempt, and how far its
+    /// outcome is known.
+    pub(crate) recovery: Recovery,
+}
+
+/// What a watched response is, as far as recovery goes.
+pub(crate) enum Recovery {
+    /// The original, let through as it was.
+    None,
+    /// A recovery attempt committed before its outcome was known: the
+    /// original refusal, the outcome should the attempt produce output, and
+    /// the model it was sent to.
+    Committed((RefusalInfo, Outcome, Option<String>)),
+    /// A recovery attempt that produced output: the refusal is decided, and
+    /// only what the rest of the stream says of the attempt is to come.
+    Decided(Refusal),
 }
 
 impl Settle for Watched {
-    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool) {
+    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool, ending: Ending) {
+        let mut this = *self;
         let Some(watch) = watch else {
-            self.call.handle.settle(None);
+            match this.recovery {
+                Recovery::Decided(refusal) => this.call.emit(&refusal, this.attempts),
+                _ => this.call.handle.settle(None),
+            }
             return;
         };
         let findings = &watch.findings;
         if findings.output && !output_before {
-            self.call.record_output();
+            this.call.record_output();
         }
-        let mut this = *self;
         if let Some(last) = this.attempts.pop() {
-            this.attempts.push(seen_in(last, findings));
+            this.attempts.push(ended(seen_in(last, findings), ending));
         }
         let refusal = match this.recovery {
-            Some((original, success, served)) => Some(if findings.output {
+            Recovery::Decided(refusal) => Some(refusal),
+            Recovery::Committed((original, success, served)) => Some(if findings.output {
                 Refusal {
                     served_model: served,
                     request_id: this.request_id.clone(),
                     ..this.call.refusal(&original, success)
                 }
             } else {
-                let reason = if findings.empty_refusal.is_some() {
-                    DeadReason::StillRefused
-                } else {
-                    DeadReason::NoOutput
+                let reason = match ending {
+                    _ if findings.empty_refusal.is_some() => DeadReason::StillRefused,
+                    Ending::Complete => DeadReason::NoOutput,
+                    Ending::Broken => DeadReason::UpstreamError,
+                    Ending::Dropped => DeadReason::ClientGone,
                 };
                 Refusal {
                     reason: Some(reason),
@@ -359,7 +403,7 @@ impl Settle for Watched {
                     ..this.call.refusal(&original, Outcome::Dead)
                 }
             }),
-            None => judge_findings(&this.call, findings, this.request_id.clone(), true),
+            Recovery::None => judge_findings(&this.call, findings, this.request_id.clone(), true),
         };
         match refusal {
             Some(refusal) => this.call.emit(&refusal, this.attempts),
@@ -405,7 +449,7 @@ pub(crate) fn judge_findings(
     let chain = findings.iterations.as_ref();
     let declined = chain.and_then(|c| c.first_declined.clone());
     if findings.server_fallback.is_none() && declined.is_none() {
-        return None;
+        return unknown_stop(call, findings, request_id, served_model);
     }
     let fallback = findings.server_fallback.clone().unwrap_or_default();
     let info = RefusalInfo {
@@ -424,6 +468,31 @@ pub(crate) fn judge_findings(
     })
 }
 
+/// A response that ended without output on a stop reason the dialect does
+/// not know: recorded as it came, never recovered (it may be no policy
+/// stop), so that it is seen.
+fn unknown_stop(
+    call: &Call,
+    findings: &Findings,
+    request_id: Option<String>,
+    served_model: Option<String>,
+) -> Option<Refusal> {
+    if findings.output || findings.error {
+        return None;
+    }
+    let info = RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: Some(findings.unknown_stop.clone()?),
+        ..RefusalInfo::default()
+    };
+    Some(Refusal {
+        reason: Some(DeadReason::UnknownStop),
+        served_model,
+        request_id,
+        ..call.refusal(&info, Outcome::Dead)
+    })
+}
+
 /// An attempt with what its response said of it: the fate of a credit
 /// token it presented, and, for a provider's own chain, what the attempts
 /// that declined inside it cost (the top-level usage covers only the one
@@ -434,6 +503,15 @@ fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
     }
     if attempt.usage.is_none() {
         attempt.usage = findings.iterations.as_ref().and_then(|c| c.declined_usage);
+    }
+    attempt
+}
+
+/// A served attempt whose stream stopped short is marked cut: it was not
+/// served whole, and its end's figures are unknown.
+fn ended(mut attempt: Attempt, ending: Ending) -> Attempt {
+    if ending != Ending::Complete && attempt.result == AttemptResult::Served {
+        attempt.result = AttemptResult::Cut;
     }
     attempt
 }

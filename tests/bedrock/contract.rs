@@ -2,15 +2,18 @@
 //! a request the runtime takes and catches one it rejects.
 
 use serde_json::{json, Value};
-use support::contract::{check, Api};
+use support::contract::{check, check_bedrock, Api};
 
 const INVOKE: &str = "/model/us.anthropic.claude-opus-4-7-v1%3A0/invoke-with-response-stream";
 const CONVERSE: &str = "/model/us.anthropic.claude-opus-4-7-v1:0/converse";
 const MESSAGES: &str = "/anthropic/v1/messages";
 
+/// The rule a request to a Bedrock upstream breaks, if any.
 fn rule(path: &str, body: &Value) -> Option<&'static str> {
     let bytes = serde_json::to_vec(body).unwrap();
-    check("POST", path, &[], &bytes).err().map(|v| v.rule)
+    check_bedrock("POST", path, &http::HeaderMap::new(), &bytes)
+        .err()
+        .map(|v| v.rule)
 }
 
 fn invoke(extra: Value) -> Value {
@@ -29,7 +32,20 @@ fn bedrock_paths_are_told_apart_from_first_party_messages() {
         Api::of("POST", "/model/m/converse-stream"),
         Some(Api::BedrockConverse)
     );
-    assert_eq!(Api::of("POST", MESSAGES), Some(Api::BedrockMessages));
+    // Only an upstream that is Bedrock reads this path as Bedrock's.
+    assert_eq!(Api::of("POST", MESSAGES), Some(Api::Anthropic));
+    let fallbacks = serde_json::to_vec(&json!({"model": "claude-opus-4-7", "max_tokens": 8,
+        "messages": [{"role": "user", "content": "x"}], "fallbacks": [{"model": "claude-sonnet-4-5"}]}))
+    .unwrap();
+    let beta = vec![(
+        "anthropic-beta".to_owned(),
+        "server-side-fallback-2026-07-01".to_owned(),
+    )];
+    assert!(check("POST", MESSAGES, &beta, &fallbacks).is_ok());
+    assert_eq!(
+        rule(MESSAGES, &serde_json::from_slice(&fallbacks).unwrap()),
+        Some("B2")
+    );
     assert_eq!(Api::of("POST", "/v1/messages"), Some(Api::Anthropic));
     assert_eq!(Api::of("GET", "/inference-profiles"), None);
 }
@@ -121,7 +137,7 @@ fn converse_turns_alternate_and_blocks_are_unions() {
 
 #[test]
 fn a_broken_bedrock_request_is_answered_in_bedrocks_shape() {
-    let broken = check("POST", INVOKE, &[], b"not json").unwrap_err();
+    let broken = check_bedrock("POST", INVOKE, &http::HeaderMap::new(), b"not json").unwrap_err();
     let body: Value = serde_json::from_str(&broken.body()).unwrap();
     assert!(body["message"].as_str().unwrap().contains("B1"));
     assert!(body.get("error").is_none() && broken.api.is_bedrock());

@@ -306,3 +306,110 @@ async fn the_handoff_marker_names_every_hop_keeps_the_primarys_id_and_lists_iter
     assert_eq!(delta["usage"]["iterations"][0]["input_tokens"], 10);
     assert_eq!(delta["usage"]["iterations"][0]["output_tokens"], 2);
 }
+
+// ---- a fallback hop served as a stream ----------------------------------------
+
+/// A fallback hop's streamed answer in two chunks: the first has the output
+/// the hold decides on, the second the end, whose `message_delta` says what
+/// became of the credit token the hop presented.
+fn hop_answer_in_two_chunks() -> Vec<Bytes> {
+    let events = text_answer(SONNET, "answer from the hop");
+    let mut end = events[4].clone();
+    end["usage"] = json!({"output_tokens": 6, "fallback_credit": {"status": {"type": "redeemed"}}});
+    vec![
+        anthropic_stream(&events[..3]),
+        anthropic_stream(&[events[3].clone(), end, events[5].clone()]),
+    ]
+}
+
+fn credit_refusal() -> Reply {
+    Reply::sse(&refusal_with(
+        OPUS,
+        "msg_a",
+        json!({"fallback_credit_token": "tok-3", "fallback_has_prefill_claim": false}),
+    ))
+}
+
+#[tokio::test]
+async fn a_streamed_hop_is_recorded_when_its_stream_ends_with_what_its_end_said() {
+    let replies = vec![credit_refusal(), Reply::Sse(hop_answer_in_two_chunks())];
+    let layer = RefusalGuardLayer::new().fallback_chains(one_chain());
+    let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
+    assert_eq!(
+        done.body,
+        hop_answer_in_two_chunks().concat(),
+        "the hop as it came"
+    );
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
+    assert_eq!(record.outcome, Outcome::Fallback);
+    assert_eq!(record.attempts[1].result, AttemptResult::Served);
+    assert_eq!(
+        record.attempts[1].fallback_credit,
+        Some(FallbackCredit::Redeemed),
+        "read from the message_delta that came after the hold decided"
+    );
+    let report = Report::from_records(records.clone());
+    assert_eq!(report.fallback_credit["redeemed"], 1);
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        refusal_guard::telemetry::record_refusal(record)
+    });
+    let text = handle.render();
+    let redeemed = [("status", "redeemed")];
+    assert_eq!(
+        support::prometheus::sample(&text, "refusal_guard_fallback_credit_total", &redeemed),
+        Some(1.0),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record_marked_cut() {
+    use http_body_util::BodyExt;
+    use tower::{Layer, ServiceExt};
+
+    let upstream = Upstream::new(vec![
+        credit_refusal(),
+        Reply::Sse(hop_answer_in_two_chunks()),
+    ]);
+    let sink = refusal_guard::telemetry::MemorySink::new();
+    let guard = RefusalGuardLayer::new()
+        .fallback_chains(one_chain())
+        .telemetry(sink.clone())
+        .layer(upstream.service());
+    let response = guard.oneshot(messages(OPUS, true, "x")).await.unwrap();
+    let handle = response
+        .extensions()
+        .get::<refusal_guard::RefusalHandle>()
+        .cloned()
+        .unwrap();
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap();
+    assert_eq!(first.data_ref().unwrap(), &hop_answer_in_two_chunks()[0]);
+    assert!(sink.is_empty(), "not recorded before the stream ends");
+    assert!(!handle.is_settled());
+    drop(body);
+    let records = sink.records();
+    assert_eq!(records.len(), 1, "one record, written as the body went");
+    let record = &records[0];
+    assert_eq!(
+        record.outcome,
+        Outcome::Fallback,
+        "the hop did serve output"
+    );
+    assert_eq!(
+        record.attempts[1].result,
+        AttemptResult::Cut,
+        "never reported as served whole"
+    );
+    assert_eq!(
+        record.attempts[1].fallback_credit, None,
+        "its end never came"
+    );
+    let line = String::from_utf8(record.to_json_line()).unwrap();
+    assert!(line.contains(r#""result":"cut""#), "{line}");
+    assert!(handle.is_settled());
+}

@@ -264,6 +264,60 @@ async fn blocked_prompts_are_recoverable_like_empty_refusals() {
         .ends_with("/models/gemini-2.5-flash:streamGenerateContent"));
 }
 
+/// A block reason the guard does not know is still a blocked prompt (the
+/// docs: `blockReason` set means the prompt was blocked), recovered, and
+/// recorded with the reason as it came.
+#[tokio::test]
+async fn an_unknown_block_reason_is_a_refusal_recorded_as_it_came() {
+    let blocked = b"data: {\"promptFeedback\": {\"blockReason\": \"NEWLY_ADDED_BLOCK\"}, \"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(blocked), Reply::sse(&ok_stream())];
+    let done = exchange(layer, replies, stream_request("x")).await;
+    assert_eq!(done.body, ok_stream());
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Fallback);
+    assert_eq!(record.signal, Some(RefusalSignal::BlockedPrompt));
+    assert_eq!(record.category.as_deref(), Some("NEWLY_ADDED_BLOCK"));
+}
+
+/// A finish reason the guard does not know, ending a response with no
+/// output: the API's finish reasons mix policy stops with limits and
+/// tool-call faults, so it is not taken for a refusal (nothing is tried, the
+/// response passes through byte for byte), but it is recorded as it came,
+/// dead with reason `unknown_stop`. With output before it, nothing is
+/// recorded.
+#[tokio::test]
+async fn an_unknown_finish_reason_without_output_is_recorded_not_recovered() {
+    let ended = |parts: &str| {
+        Bytes::from(format!(
+            "data: {{\"candidates\": [{{\"content\": {{\"role\": \"model\", \"parts\": {parts}}}, \"finishReason\": \"NEWLY_ADDED_STOP\", \"index\": 0}}], \"modelVersion\": \"gemini-2.5-pro\"}}\r\n\r\n"
+        ))
+    };
+    let empty = ended("[]");
+    let layer = || RefusalGuardLayer::new().fallback_chains(chains());
+    let done = exchange(layer(), vec![Reply::sse(&empty)], stream_request("x")).await;
+    assert_eq!(done.body, empty, "passed through as sent");
+    assert_eq!(done.upstream.seen().len(), 1, "no hop, no rescue");
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Dead);
+    assert_eq!(records[0].reason, Some(DeadReason::UnknownStop));
+    assert_eq!(records[0].category.as_deref(), Some("NEWLY_ADDED_STOP"));
+
+    // The same as one JSON body.
+    let json = serde_json::json!({"candidates": [{"content": {"role": "model", "parts": []},
+        "finishReason": "NEWLY_ADDED_STOP", "index": 0}]});
+    let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+    let sent = Bytes::from(json.to_string());
+    let done = exchange(layer(), vec![Reply::Json(sent.clone())], request).await;
+    assert_eq!(done.body, sent);
+    assert_eq!(done.sink.records()[0].reason, Some(DeadReason::UnknownStop));
+
+    let answered = ended(r#"[{"text": "Here is the answer."}]"#);
+    let done = exchange(layer(), vec![Reply::sse(&answered)], stream_request("x")).await;
+    done.assert_untouched(&answered);
+}
+
 #[tokio::test]
 async fn a_refused_continuation_delivers_the_original_byte_exact() {
     let refused = fixture(&format!("{V}unary-failure-prompt-blocked-safety.json"));
@@ -427,7 +481,8 @@ async fn other_google_endpoints_pass_through_unguarded() {
 #[tokio::test]
 async fn unknown_fields_truncation_and_errors_pass_through() {
     // Unknown fields and part kinds: not output, not a refusal; the stream
-    // ends without real output, so it passes through as it came.
+    // ends without real output, so it passes through as it came (its
+    // unknown finish reason recorded, never recovered).
     let unknown = Bytes::from_static(
         b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"futurePart\": {\"x\": 1}}],\"role\": \"model\"},\"finishReason\": \"SOMETHING_NEW\",\"newField\": [1,2]}],\"surprise\": true}\r\n\r\n",
     );
@@ -440,7 +495,13 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
     // Garbage and a [DONE] line the API never sends.
     let garbage =
         Bytes::from_static(b"data: {not json\n\ndata: [DONE]\n\n: comment\n\nevent: x\n\n");
-    for body_bytes in [unknown, truncated, raw_error, mid_error, garbage] {
+    for (body_bytes, unknown_stop) in [
+        (unknown, Some("SOMETHING_NEW")),
+        (truncated, None),
+        (raw_error, None),
+        (mid_error, None),
+        (garbage, None),
+    ] {
         let mut rng = Rng::new(body_bytes.len() as u64);
         for round in 0..20 {
             // One reply only: any recovery attempt would panic the mock.
@@ -453,11 +514,22 @@ async fn unknown_fields_truncation_and_errors_pass_through() {
             let replies = vec![Reply::Sse(chunks)];
             let done = exchange(layer, replies, stream_request("x")).await;
             assert_eq!(done.body, body_bytes);
-            assert!(done.sink.is_empty());
             assert_eq!(done.upstream.seen().len(), 1);
             let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
             assert!(handle.is_settled());
-            assert_eq!(handle.get(), None);
+            let recorded: Vec<_> = done
+                .sink
+                .records()
+                .into_iter()
+                .map(|r| r.category)
+                .collect();
+            assert_eq!(
+                recorded,
+                Vec::from_iter(unknown_stop.map(|c| Some(c.to_owned())))
+            );
+            let settled = handle.get().map(|r| (r.outcome, r.reason));
+            let dead = (Outcome::Dead, Some(DeadReason::UnknownStop));
+            assert_eq!(settled, unknown_stop.map(|_| dead));
         }
     }
 

@@ -13,6 +13,5 @@ mod faults_server;
 mod faults_upstream;
 mod policy_flags;
 mod raw_upstream;
-mod refused_usage;
 mod routes;
 mod simulate;

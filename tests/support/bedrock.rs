@@ -275,7 +275,7 @@ async fn answer(
         ),
     };
     let broken =
-        crate::contract::check_http(parts.method.as_str(), &path, &parts.headers, &body).err();
+        crate::contract::check_bedrock(parts.method.as_str(), &path, &parts.headers, &body).err();
     let seen = Seen {
         method: parts.method.to_string(),
         path: path.clone(),

@@ -146,7 +146,7 @@ impl Api {
         if path.ends_with(":generateContent") || path.ends_with(":streamGenerateContent") {
             return Some(Api::Gemini);
         }
-        if let Some(api) = Api::bedrock(path) {
+        if let Some(api) = Api::bedrock_runtime(path) {
             return Some(api);
         }
         if path.ends_with("/v1/messages") {
@@ -167,10 +167,11 @@ impl Api {
 }
 
 impl Api {
-    fn bedrock(path: &str) -> Option<Api> {
-        if path.ends_with("/anthropic/v1/messages") {
-            return Some(Api::BedrockMessages);
-        }
+    /// The Bedrock runtime's own paths (`/model/{id}/{action}`), which no
+    /// other API has. The Messages API on Bedrock (`/anthropic/v1/messages`)
+    /// looks like a first-party path under a base path: only an upstream
+    /// that is Bedrock knows it is one ([`check_bedrock`]).
+    fn bedrock_runtime(path: &str) -> Option<Api> {
         let segments: Vec<&str> = path.split('/').collect();
         let n = segments.len();
         if n < 3 || segments[n - 3] != "model" {
@@ -254,9 +255,34 @@ pub fn check(
     headers: &[(String, String)],
     body: &[u8],
 ) -> Result<(), Violation> {
-    let Some(api) = Api::of(method, path) else {
-        return Ok(());
-    };
+    match Api::of(method, path) {
+        Some(api) => check_as(api, method, path, headers, body),
+        None => Ok(()),
+    }
+}
+
+/// [`check_http`] for an upstream that is Bedrock: `/anthropic/v1/messages`
+/// is the Messages API on Bedrock there.
+pub fn check_bedrock(
+    method: &str,
+    path: &str,
+    headers: &http::HeaderMap,
+    body: &[u8],
+) -> Result<(), Violation> {
+    let bare = path.split('?').next().unwrap_or("").trim_end_matches('/');
+    if method.eq_ignore_ascii_case("POST") && bare.ends_with("/anthropic/v1/messages") {
+        return check_as(Api::BedrockMessages, method, path, &pairs(headers), body);
+    }
+    check_http(method, path, headers, body)
+}
+
+fn check_as(
+    api: Api,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Result<(), Violation> {
     let request = format!("{method} {path}");
     let fail = |rule: &'static str, message: String| Violation {
         api,
@@ -288,7 +314,11 @@ pub fn check_http(
     headers: &http::HeaderMap,
     body: &[u8],
 ) -> Result<(), Violation> {
-    let pairs: Vec<(String, String)> = headers
+    check(method, path, &pairs(headers), body)
+}
+
+fn pairs(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    headers
         .iter()
         .map(|(n, v)| {
             (
@@ -296,8 +326,7 @@ pub fn check_http(
                 String::from_utf8_lossy(v.as_bytes()).into_owned(),
             )
         })
-        .collect();
-    check(method, path, &pairs, body)
+        .collect()
 }
 
 fn log(violation: &Violation) {

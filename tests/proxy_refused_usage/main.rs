@@ -232,7 +232,8 @@ async fn refused_anthropic_attempts_are_accounted_in_records_report_and_metrics(
     );
     assert_eq!(
         sample(&text, name, &[("model", "claude-opus-4-7")]),
-        Some(2459.0)
+        Some(2459.0),
+        "{text}"
     );
 }
 
