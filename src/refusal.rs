@@ -199,6 +199,13 @@ pub enum DeadReason {
     /// forced tool call), which a rescue note appended in prose would break,
     /// so the rescue step was skipped and nothing else recovered.
     StructuredOutput,
+    /// A fallback chain entry named a vendor (`openai:gpt-5`) no endpoint
+    /// was configured for, so nothing was sent there.
+    NoEndpoint,
+    /// A fallback chain entry named another vendor's API, and the request
+    /// used a feature that API cannot express (the log says which), so
+    /// nothing was sent there.
+    Untranslatable,
 }
 
 impl DeadReason {
@@ -221,6 +228,8 @@ impl DeadReason {
             DeadReason::PolicyStop => "policy_stop",
             DeadReason::ClientGone => "client_gone",
             DeadReason::StructuredOutput => "structured_output",
+            DeadReason::NoEndpoint => "no_endpoint",
+            DeadReason::Untranslatable => "untranslatable",
         }
     }
 }
@@ -311,6 +320,9 @@ pub enum AttemptResult {
     TransportError,
     /// It ended without real output and without a refusal.
     NoOutput,
+    /// It was never sent: a cross-vendor hop with no endpoint configured,
+    /// or a request that vendor's API cannot express.
+    Skipped,
 }
 
 /// Tokens a provider reported for one response: what an attempt cost.

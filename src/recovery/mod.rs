@@ -4,6 +4,9 @@
 //! fallback chains. Nothing here sends a request or builds a response.
 
 pub mod category;
+mod vendor;
+
+pub use vendor::{ApiKey, Endpoint, Vendor};
 
 pub use category::CategoryPolicy;
 

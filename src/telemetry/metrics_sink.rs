@@ -156,6 +156,7 @@ fn result_word(result: AttemptResult) -> &'static str {
         R::HttpError => "http_error",
         R::TransportError => "transport_error",
         R::NoOutput => "no_output",
+        R::Skipped => "skipped",
     }
 }
 

@@ -417,7 +417,7 @@ pub(crate) fn arguments_object(arguments: &str) -> Result<Value, Untranslatable>
 fn read_stop(carrier: &Value) -> Stop {
     match carrier.get("stop_reason").and_then(Value::as_str) {
         Some("max_tokens") | Some("model_context_window_exceeded") => Stop::MaxTokens,
-        Some("stop_sequence") => Stop::StopSequence(
+        Some("stop_sequence") => Stop::Sequence(
             carrier
                 .get("stop_sequence")
                 .and_then(Value::as_str)
@@ -513,10 +513,10 @@ fn stop_fields(stop: &Stop) -> (Value, Value, Option<Value>) {
     match stop {
         Stop::EndTurn => (json!("end_turn"), Value::Null, None),
         Stop::MaxTokens => (json!("max_tokens"), Value::Null, None),
-        Stop::StopSequence(Some(sequence)) => (json!("stop_sequence"), json!(sequence), None),
+        Stop::Sequence(Some(sequence)) => (json!("stop_sequence"), json!(sequence), None),
         // Chat and Gemini do not say which sequence matched, and Anthropic's
         // `stop_sequence` stop always names one.
-        Stop::StopSequence(None) => (json!("end_turn"), Value::Null, None),
+        Stop::Sequence(None) => (json!("end_turn"), Value::Null, None),
         Stop::ToolUse => (json!("tool_use"), Value::Null, None),
         Stop::Refusal(refusal) => (
             json!("refusal"),

@@ -186,7 +186,7 @@ pub(crate) enum Stop {
     EndTurn,
     MaxTokens,
     /// A stop sequence matched (which one, when the API says).
-    StopSequence(Option<String>),
+    Sequence(Option<String>),
     ToolUse,
     Refusal(RefusalStop),
 }
@@ -535,4 +535,90 @@ pub(crate) fn only_known_fields(
         return Err(Untranslatable::field(api, key));
     }
     Ok(())
+}
+
+/// An answer's body rewritten from the target's API into the client's as
+/// it arrives: a stream frame by frame, a whole JSON body once it is all
+/// in (bounded).
+#[derive(Debug)]
+pub(crate) enum BodyTranslation {
+    Stream(Box<StreamTranslator>),
+    Whole {
+        from: WireApi,
+        to: WireApi,
+        held: BytesMut,
+        limit: usize,
+    },
+}
+
+impl BodyTranslation {
+    /// The translation of a hop's answer from `from` to `to`; `limit`
+    /// bounds a whole body held for translation.
+    pub(crate) fn new(
+        from: WireApi,
+        to: WireApi,
+        streaming: bool,
+        include_usage: bool,
+        limit: usize,
+    ) -> Result<Self, Untranslatable> {
+        Ok(if streaming {
+            BodyTranslation::Stream(Box::new(StreamTranslator::new(from, to, include_usage)?))
+        } else {
+            BodyTranslation::Whole {
+                from: supported(from)?,
+                to: supported(to)?,
+                held: BytesMut::new(),
+                limit,
+            }
+        })
+    }
+
+    /// The translated bytes this chunk yields (often none for a whole body).
+    pub(crate) fn push(&mut self, chunk: Bytes) -> Result<Bytes, Untranslatable> {
+        match self {
+            BodyTranslation::Stream(stream) => stream.push(chunk),
+            BodyTranslation::Whole { held, limit, .. } => {
+                if held.len() + chunk.len() > *limit {
+                    return Err(Untranslatable::new("the answer is too large to translate"));
+                }
+                held.extend_from_slice(&chunk);
+                Ok(Bytes::new())
+            }
+        }
+    }
+
+    /// The translated bytes of the end of the body.
+    pub(crate) fn finish(&mut self) -> Result<Bytes, Untranslatable> {
+        match self {
+            BodyTranslation::Stream(stream) => stream.finish(),
+            BodyTranslation::Whole { from, to, held, .. } => {
+                translate_reply(*from, *to, &std::mem::take(held))
+            }
+        }
+    }
+}
+
+/// The headers of a hop to another vendor's API: the content type and the
+/// operator's key as that API takes it (marked sensitive, so that no log
+/// of headers shows it). Nothing of the client's request goes along.
+pub(crate) fn hop_headers(api: WireApi, key: &str) -> Option<http::HeaderMap> {
+    use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+    let mut headers = http::HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let (name, value) = match api {
+        WireApi::AnthropicMessages => {
+            headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+            (http::HeaderName::from_static("x-api-key"), key.to_owned())
+        }
+        WireApi::OpenAiChatCompletions => (AUTHORIZATION, format!("Bearer {key}")),
+        WireApi::GeminiGenerateContent => (
+            http::HeaderName::from_static("x-goog-api-key"),
+            key.to_owned(),
+        ),
+        _ => return None,
+    };
+    let mut value = HeaderValue::from_str(&value).ok()?;
+    value.set_sensitive(true);
+    headers.insert(name, value);
+    Some(headers)
 }

@@ -479,7 +479,7 @@ pub(crate) fn read_reply(body: &Value) -> Result<Reply, Untranslatable> {
 
 fn finish_reason(stop: &Stop) -> &'static str {
     match stop {
-        Stop::EndTurn | Stop::StopSequence(_) => "stop",
+        Stop::EndTurn | Stop::Sequence(_) => "stop",
         Stop::MaxTokens => "length",
         Stop::ToolUse => "tool_calls",
         Stop::Refusal(_) => "content_filter",
