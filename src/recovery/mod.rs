@@ -171,6 +171,11 @@ impl FallbackChains {
         self
     }
 
+    /// Every entry of every chain.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &String> {
+        self.0.values().flatten()
+    }
+
     /// The chain for a model, empty when none is configured.
     pub fn for_model(&self, model: &str) -> &[String] {
         self.0.get(model).map(Vec::as_slice).unwrap_or(&[])
