@@ -840,7 +840,8 @@ fn every_stop_reason_maps_in_streams() {
     ];
     for (stop, chat, gemini) in cases {
         let input = anthropic_stream(stop.clone());
-        let events = normalise(&translate_chunks(Anthropic, Chat, &[input.clone()]).unwrap());
+        let events =
+            normalise(&translate_chunks(Anthropic, Chat, std::slice::from_ref(&input)).unwrap());
         let finish = events
             .iter()
             .find_map(|(_, d)| d["choices"][0]["finish_reason"].as_str().map(str::to_owned));
@@ -973,7 +974,7 @@ fn a_cut_stream_is_an_error_never_a_finished_answer() {
         for to in [Anthropic, Chat, Gemini] {
             if to != from {
                 assert!(
-                    translate_chunks(from, to, &[cut.clone()]).is_err(),
+                    translate_chunks(from, to, std::slice::from_ref(&cut)).is_err(),
                     "{from:?} -> {to:?}"
                 );
             }
