@@ -204,6 +204,13 @@ pub enum DeadReason {
     /// stop at all, so nothing was tried; it is recorded so that it is
     /// seen.
     UnknownStop,
+    /// A fallback chain entry named a vendor (`openai:gpt-5`) no endpoint
+    /// was configured for, so nothing was sent there.
+    NoEndpoint,
+    /// A fallback chain entry named another vendor's API, and the request
+    /// used a feature that API cannot express (the log says which), so
+    /// nothing was sent there.
+    Untranslatable,
 }
 
 impl DeadReason {
@@ -227,6 +234,8 @@ impl DeadReason {
             DeadReason::ClientGone => "client_gone",
             DeadReason::StructuredOutput => "structured_output",
             DeadReason::UnknownStop => "unknown_stop",
+            DeadReason::NoEndpoint => "no_endpoint",
+            DeadReason::Untranslatable => "untranslatable",
         }
     }
 }
@@ -321,6 +330,9 @@ pub enum AttemptResult {
     /// away, or the connection broke): the client got part of it, and what
     /// its end would have said (final usage, a credit's fate) is unknown.
     Cut,
+    /// It was never sent: a cross-vendor hop with no endpoint configured,
+    /// or a request that vendor's API cannot express.
+    Skipped,
 }
 
 /// Tokens a provider reported for one response: what an attempt cost.

@@ -23,6 +23,7 @@ mod head;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
 mod skim;
+pub(crate) mod translate;
 
 /// What a request was recognised as, before its body was read.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use http::header::HeaderName;
 use serde_json::Value;
 
 use crate::guard::reserve::BytePool;
-use crate::recovery::{Budget, Ladder, RecoveryPolicy, RescueSwitch};
+use crate::recovery::{Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch, Vendor};
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;
 
@@ -50,6 +50,8 @@ pub(crate) struct Config {
     pub(crate) head_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) held: Arc<BytePool>,
+    /// The operator's endpoint for each vendor cross-vendor hops may go to.
+    pub(crate) cross_provider: std::collections::HashMap<Vendor, Endpoint>,
 }
 
 impl fmt::Debug for Config {
@@ -79,6 +81,7 @@ impl fmt::Debug for Config {
             .field("head_timeout", &self.head_timeout)
             .field("idle_timeout", &self.idle_timeout)
             .field("max_total_held_bytes", &self.held.limit())
+            .field("cross_provider", &self.cross_provider)
             .finish_non_exhaustive()
     }
 }

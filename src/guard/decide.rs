@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 
+use crate::dialect::translate::{self, BodyTranslation};
 use crate::dialect::{Declined, Handoff, RefusalInfo, Retarget};
 use crate::guard::call::{millis, Call, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
-use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal};
+use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue, Vendor};
+use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, WireApi};
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
@@ -267,6 +268,16 @@ struct Step {
     template: Template,
     kind: AttemptStep,
     model: Option<String>,
+    /// Set for a hop to another vendor's API: its answer is translated.
+    hop: Option<CrossHop>,
+}
+
+/// A hop to another vendor's API.
+#[derive(Clone, Copy)]
+struct CrossHop {
+    target: WireApi,
+    /// The client asked for usage in its stream (Chat `stream_options`).
+    include_usage: bool,
 }
 
 /// What preparing a step came to.
@@ -388,6 +399,9 @@ impl Climb {
     fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
         self.fallbacks += 1;
         let dialect = call.dialect;
+        if let Some((vendor, _)) = Vendor::parse_entry(&model) {
+            return self.cross(call, next, vendor, &model);
+        }
         if dialect
             .swap_model(&mut next.parts.uri, &mut next.json, &model)
             .is_err()
@@ -411,7 +425,82 @@ impl Climb {
             template: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
+            hop: None,
         }))
+    }
+
+    /// A hop to the vendor a chain entry names: the request translated into
+    /// its API, to the operator's endpoint with the operator's key, or the
+    /// entry skipped and recorded when there is no endpoint or the request
+    /// cannot be expressed there.
+    fn cross(&mut self, call: &Call, mut next: Template, vendor: Vendor, entry: &str) -> Prep {
+        let model = &entry[vendor.as_str().len() + 1..];
+        let client = call.dialect.wire_api();
+        let target = vendor.wire_api();
+        if target == client {
+            // The client's own API: an ordinary hop, on its own credentials.
+            return match call
+                .dialect
+                .swap_model(&mut next.parts.uri, &mut next.json, model)
+            {
+                Ok(()) => Prep::Send(Box::new(Step {
+                    template: next,
+                    kind: AttemptStep::Fallback,
+                    model: Some(model.to_owned()),
+                    hop: None,
+                })),
+                Err(_) => self.skip(entry, DeadReason::Unrecoverable),
+            };
+        }
+        let Some(endpoint) = call.config.cross_provider.get(&vendor) else {
+            tracing::info!(vendor = %vendor, model, "no endpoint for this vendor; the hop is skipped");
+            return self.skip(entry, DeadReason::NoEndpoint);
+        };
+        let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
+        let written = translate::read_request(client, &next.json, streaming)
+            .and_then(|conversation| translate::write_request(target, &conversation, model));
+        let (path, body) = match written {
+            Ok(written) => written,
+            Err(why) => {
+                tracing::info!(vendor = %vendor, model, reason = %why, "the request has no translation; the hop is skipped");
+                return self.skip(entry, DeadReason::Untranslatable);
+            }
+        };
+        let (Some(uri), Some(headers)) = (
+            endpoint.uri(&path),
+            translate::hop_headers(target, endpoint.key().expose()),
+        ) else {
+            return self.skip(entry, DeadReason::Unrecoverable);
+        };
+        let include_usage = next.json["stream_options"]["include_usage"].as_bool() == Some(true);
+        next.parts.method = http::Method::POST;
+        next.parts.uri = uri;
+        next.parts.headers = headers;
+        next.json = body;
+        Prep::Send(Box::new(Step {
+            template: next,
+            kind: AttemptStep::Fallback,
+            model: Some(entry.to_owned()),
+            hop: Some(CrossHop {
+                target,
+                include_usage,
+            }),
+        }))
+    }
+
+    /// Records a hop that was never sent, and why.
+    fn skip(&mut self, entry: &str, reason: DeadReason) -> Prep {
+        let record = Attempt {
+            step: AttemptStep::Fallback,
+            model: Some(entry.to_owned()),
+            result: AttemptResult::Skipped,
+            status: None,
+            latency_ms: 0,
+            usage: None,
+            fallback_credit: None,
+        };
+        self.fail(record, reason);
+        Prep::Skip
     }
 
     /// The refused request again, with the retarget list as server-side
@@ -440,6 +529,7 @@ impl Climb {
             template: next,
             kind: AttemptStep::Retarget,
             model: call.model.clone(),
+            hop: None,
         }))
     }
 
@@ -486,6 +576,7 @@ impl Climb {
             template: next,
             kind: AttemptStep::Rescue,
             model,
+            hop: None,
         }))
     }
 
@@ -509,7 +600,12 @@ impl Climb {
         let (dialect, config) = (call.dialect, &call.config);
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
-                Ok(response) => Ok(hold(response, dialect, config, streaming, None).await),
+                Ok(mut response) => {
+                    if let Some(hop) = step.hop {
+                        translate_answer(&mut response, hop, dialect.wire_api(), streaming, config);
+                    }
+                    Ok(hold(response, dialect, config, streaming, None).await)
+                }
                 Err(_) => Err(()),
             }
         })
@@ -564,12 +660,19 @@ impl Climb {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
+        let translated = step.hop.is_some();
         let served_model = held
             .watch
             .as_ref()
             .and_then(|w| w.findings.model.clone())
             .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
+        // A hop to another vendor is named by its chain entry, vendor and all.
+        let served_model = if translated {
+            step.model.clone()
+        } else {
+            served_model
+        };
         let request_id = call.dialect.request_id(&held.parts.headers);
         record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
         let (result, reason) = match &held.verdict {
@@ -633,10 +736,12 @@ impl Climb {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
+        // A sticky route swaps the model on the client's own API: a hop to
+        // another vendor cannot be one.
         if let (Some(ttl), Some(key), true, Some(model)) = (
             config.sticky_ttl,
             call.conversation.key(),
-            fallback,
+            fallback && step.hop.is_none(),
             &step.model,
         ) {
             let route = config.store.set_sticky_route(key, model, ttl);
@@ -656,6 +761,29 @@ impl Climb {
             attempts: self.finish(),
             handoff,
         }
+    }
+}
+
+/// Rewrites a cross-vendor hop's successful answer into the client's API
+/// as it arrives. An error status stays as it came: the hop fails on it,
+/// and its body is never served.
+fn translate_answer<R>(
+    response: &mut http::Response<IdleTimeout<R>>,
+    hop: CrossHop,
+    client: WireApi,
+    streaming: bool,
+    config: &crate::guard::config::Config,
+) {
+    if !response.status().is_success() {
+        return;
+    }
+    let limit = config.max_response_body;
+    match BodyTranslation::new(hop.target, client, streaming, hop.include_usage, limit) {
+        Ok(translation) => {
+            response.headers_mut().remove(http::header::CONTENT_LENGTH);
+            response.body_mut().translate(translation);
+        }
+        Err(why) => tracing::warn!(reason = %why, "the hop's answer has no translation"),
     }
 }
 

@@ -13,7 +13,8 @@ use crate::guard::reserve::BytePool;
 use crate::guard::service::RefusalGuard;
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::{
-    Budget, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
+    Budget, Endpoint, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote,
+    RescueSwitch, Vendor,
 };
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
@@ -141,6 +142,7 @@ impl RefusalGuardLayer {
                 head_timeout: Self::DEFAULT_UPSTREAM_HEAD_TIMEOUT,
                 idle_timeout: Self::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
                 held: BytePool::new(Self::DEFAULT_MAX_TOTAL_HELD_BYTES),
+                cross_provider: Default::default(),
             }),
         }
     }
@@ -326,6 +328,31 @@ impl RefusalGuardLayer {
     /// turn.
     pub fn fallback_chains(self, chains: FallbackChains) -> Self {
         self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
+    }
+
+    /// Lets fallback chain entries that name `vendor` (`openai:gpt-5`,
+    /// `gemini:gemini-2.5-pro`, `anthropic:claude-sonnet-4-5`) go to
+    /// `endpoint`: the request is translated into that vendor's API and
+    /// sent with the operator's key (never the client's credentials, none
+    /// of the client's headers), and the answer translated back into the
+    /// client's API. An entry naming a vendor without an endpoint is
+    /// skipped and recorded (`no_endpoint`), as is a request that vendor's
+    /// API cannot express (`untranslatable`).
+    ///
+    /// ```
+    /// use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let openai = Endpoint::new("https://api.openai.com".parse().unwrap(), ApiKey::new("sk-x"));
+    /// let layer = RefusalGuardLayer::new()
+    ///     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["openai:gpt-5"]))
+    ///     .cross_provider(Vendor::OpenAi, openai);
+    /// # let _ = layer;
+    /// ```
+    pub fn cross_provider(self, vendor: Vendor, endpoint: Endpoint) -> Self {
+        self.with(|c| {
+            c.cross_provider.insert(vendor, endpoint);
+        })
     }
 
     /// Lets the default ladder's chain step, once the model's chain is

@@ -15,7 +15,7 @@ use clap::{ArgAction, CommandFactory, Parser};
 use super::{LogFormat, Route, Routes, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
 use crate::recovery::category::CategoryPolicy;
-use crate::recovery::FallbackChains;
+use crate::recovery::{ApiKey, FallbackChains, Vendor};
 
 const ENVIRONMENT: &str = "\
 Each option also reads the REFUSAL_GUARD_ variable shown with it; a flag wins \
@@ -169,6 +169,15 @@ pub struct Options {
         hide_env_values = true
     )]
     pub client_key: Option<super::ClientKey>,
+    /// The operator's Anthropic key, for `anthropic:MODEL` chain entries from other APIs (never logged)
+    #[arg(long, env = "ANTHROPIC_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = api_key)]
+    pub anthropic_api_key: Option<ApiKey>,
+    /// The operator's OpenAI key, for `openai:MODEL` chain entries (Chat Completions; never logged)
+    #[arg(long, env = "OPENAI_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = api_key)]
+    pub openai_api_key: Option<ApiKey>,
+    /// The operator's Gemini key, for `gemini:MODEL` chain entries (never logged)
+    #[arg(long, env = "GEMINI_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = api_key)]
+    pub gemini_api_key: Option<ApiKey>,
     /// Amazon Bedrock gateway mode: sign every request for this region with the AWS_* credentials (or send AWS_BEARER_TOKEN_BEDROCK); the upstream defaults to bedrock-runtime.REGION.amazonaws.com
     #[cfg(feature = "bedrock")]
     #[arg(long, env = "REFUSAL_GUARD_BEDROCK_REGION", value_name = "REGION")]
@@ -397,6 +406,15 @@ impl Options {
         )
     }
 
+    /// The operator's key for `vendor`, if given.
+    pub(crate) fn api_key(&self, vendor: Vendor) -> Option<&ApiKey> {
+        match vendor {
+            Vendor::Anthropic => self.anthropic_api_key.as_ref(),
+            Vendor::OpenAi => self.openai_api_key.as_ref(),
+            Vendor::Gemini => self.gemini_api_key.as_ref(),
+        }
+    }
+
     /// All `--chain`s as one set.
     pub fn fallback_chains(&self) -> FallbackChains {
         self.chains
@@ -457,6 +475,13 @@ fn invalid(message: String) -> clap::Error {
 
 fn switch(value: &str) -> Result<bool, String> {
     env::parse_switch("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+fn api_key(value: &str) -> Result<ApiKey, String> {
+    match value.trim() {
+        "" => Err("expected a key".to_owned()),
+        key => Ok(ApiKey::new(key)),
+    }
 }
 
 fn models(value: &str) -> Result<Vec<String>, String> {

@@ -11,6 +11,7 @@ use super::admin::{Draining, Probe, RedisStoreProbe};
 use super::options::LevelFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
+use crate::recovery::{Endpoint, Vendor};
 use crate::simulate::Simulator;
 use crate::store::failover::FailoverStore;
 use crate::store::redis::RedisStore;
@@ -186,6 +187,9 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(policy) = options.policy.clone() {
         layer = layer.category_policy(policy);
     }
+    for (vendor, endpoint) in cross_providers(options)? {
+        layer = layer.cross_provider(vendor, endpoint);
+    }
     if let Some(after) = options.keepalive {
         layer = layer.keepalive_after(after);
     }
@@ -219,6 +223,51 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
             )),
         },
     }
+}
+
+/// The operator's endpoints for the vendors the chains name (`openai:gpt-5`)
+/// and a key was given for: the upstream's base URL, the operator's key.
+/// Keys for vendors no chain names are not held. A proxy that holds any
+/// and listens beyond loopback must have a client key, since clients would
+/// otherwise spend them.
+fn cross_providers(options: &Options) -> Result<Vec<(Vendor, Endpoint)>, String> {
+    let chains = options.fallback_chains();
+    let named: Vec<Vendor> = Vendor::ALL
+        .into_iter()
+        .filter(|vendor| {
+            chains
+                .entries()
+                .any(|entry| Vendor::parse_entry(entry).is_some_and(|(v, _)| v == *vendor))
+        })
+        .collect();
+    let mut endpoints = Vec::new();
+    for vendor in named {
+        let Some(key) = options.api_key(vendor) else {
+            say(
+                "WARN",
+                &format!(
+                    "proxy: a chain names `{vendor}:` models but no {vendor} key was given \
+                     (--{vendor}-api-key); those hops will be skipped"
+                ),
+            );
+            continue;
+        };
+        // The vendor's route when the proxy routes by API (its flag, else
+        // the vendor's public endpoint), else the one upstream.
+        let route = super::Route::serving(vendor.wire_api());
+        let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
+            format!("the {vendor} upstream URL cannot be a cross-vendor endpoint")
+        })?;
+        endpoints.push((vendor, Endpoint::new(base, key.clone())));
+    }
+    if !endpoints.is_empty() && options.client_key.is_none() && !options.listen.ip().is_loopback() {
+        return Err(format!(
+            "the proxy holds vendor API keys for cross-vendor chains and listens on {}: set \
+             --client-key (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them",
+            options.listen
+        ));
+    }
+    Ok(endpoints)
 }
 
 async fn serve(mut options: Options) -> ExitCode {
@@ -563,6 +612,82 @@ mod tests {
         assert!(layer_for(&[]).contains("recommended: false"));
         let on = layer_for(&["--try-recommended-model"]);
         assert!(on.contains("recommended: true"), "{on}");
+    }
+
+    #[test]
+    fn vendor_keys_reach_the_layer_only_for_vendors_a_chain_names() {
+        let chain = ["--chain", "claude-opus-4-7=openai:gpt-5"];
+        let keys = [
+            "--openai-api-key",
+            "sk-operator",
+            "--gemini-api-key",
+            "g-operator",
+        ];
+        let layer = layer_for(&[&chain[..], &keys[..]].concat());
+        assert!(layer.contains("OpenAi: Endpoint"), "{layer}");
+        assert!(!layer.contains("Gemini: Endpoint"), "{layer}");
+        assert!(
+            !layer.contains("sk-operator") && !layer.contains("g-operator"),
+            "{layer}"
+        );
+        assert!(layer_for(&chain).contains("cross_provider: {}"));
+    }
+
+    #[test]
+    fn a_cross_vendor_hop_goes_to_its_vendors_route() {
+        let endpoint_of = |extra: &[&str]| {
+            let args = ["proxy", "--log", "off", "--chain", "a=openai:gpt-5"];
+            let all: Vec<&str> = args.iter().chain(extra).copied().collect();
+            let options = Options::try_parse_from(all).unwrap();
+            let endpoints = super::cross_providers(&options).unwrap();
+            endpoints[0].1.base().to_string()
+        };
+        let key = ["--openai-api-key", "sk-operator"];
+        let routed = [
+            &key[..],
+            &["--upstream-openai", "http://127.0.0.1:9001"][..],
+        ]
+        .concat();
+        assert_eq!(endpoint_of(&routed), "http://127.0.0.1:9001/");
+        let public = [
+            &key[..],
+            &["--routes", "--upstream", "http://127.0.0.1:9002"][..],
+        ]
+        .concat();
+        assert_eq!(endpoint_of(&public), "https://api.openai.com/");
+        let single = [&key[..], &["--upstream", "http://127.0.0.1:9003"][..]].concat();
+        assert_eq!(endpoint_of(&single), "http://127.0.0.1:9003/");
+    }
+
+    #[test]
+    fn a_proxy_holding_vendor_keys_beyond_loopback_needs_a_client_key() {
+        let args = |extra: &[&'static str]| {
+            let base = [
+                "proxy",
+                "--log",
+                "off",
+                "--listen",
+                "0.0.0.0:0",
+                "--chain",
+                "a=openai:gpt-5",
+            ];
+            let all: Vec<&str> = base.iter().chain(extra).copied().collect();
+            Options::try_parse_from(all).unwrap()
+        };
+        let error = super::layer(&args(&["--openai-api-key", "sk-operator"]))
+            .err()
+            .unwrap();
+        assert!(error.contains("--client-key"), "{error}");
+        assert!(!error.contains("sk-operator"));
+        let keyed = args(&[
+            "--openai-api-key",
+            "sk-operator",
+            "--client-key",
+            "a-client-key-of-32-characters-xx",
+        ]);
+        assert!(super::layer(&keyed).is_ok());
+        // No key held: nothing to protect.
+        assert!(super::layer(&args(&[])).is_ok());
     }
 
     #[test]

@@ -164,6 +164,13 @@ impl Upstream {
             .map_err(|_| TargetError::NotOriginForm)
     }
 
+    /// The base URL, for endpoints of cross-vendor hops that share it.
+    pub(crate) fn base_uri(&self) -> Option<Uri> {
+        format!("{}://{}{}", self.scheme, self.authority, self.prefix)
+            .parse()
+            .ok()
+    }
+
     /// The `Host` header value for the upstream.
     pub fn host(&self) -> HeaderValue {
         HeaderValue::from_str(self.authority.as_str())

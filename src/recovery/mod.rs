@@ -4,6 +4,9 @@
 //! fallback chains. Nothing here sends a request or builds a response.
 
 pub mod category;
+mod vendor;
+
+pub use vendor::{ApiKey, Endpoint, Vendor};
 
 pub use category::CategoryPolicy;
 
@@ -166,6 +169,11 @@ impl FallbackChains {
     pub fn extend(mut self, other: FallbackChains) -> Self {
         self.0.extend(other.0);
         self
+    }
+
+    /// Every entry of every chain.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &String> {
+        self.0.values().flatten()
     }
 
     /// The chain for a model, empty when none is configured.

@@ -157,6 +157,7 @@ fn result_word(result: AttemptResult) -> &'static str {
         R::TransportError => "transport_error",
         R::NoOutput => "no_output",
         R::Cut => "cut",
+        R::Skipped => "skipped",
     }
 }
 

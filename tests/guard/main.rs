@@ -7,6 +7,7 @@
 mod anthropic;
 mod anthropic_signals;
 mod contract;
+mod cross_provider;
 mod error_refusals;
 mod extension_points;
 mod faults;

@@ -1,0 +1,369 @@
+//! Fallback hops to another vendor's API: the request translated, sent to
+//! the operator's endpoint with the operator's key (the strict contract of
+//! the target API checks it), and the answer translated back so that the
+//! client reads one response of its own API.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RECOVERY_HEADER};
+use refusal_guard::{Outcome, RefusalGuardLayer};
+use serde_json::{json, Value};
+use support::anthropic::events;
+use support::*;
+
+const ANTHROPIC_URL: &str = "https://api.anthropic.com/v1/messages";
+const CHAT_URL: &str = "https://api.openai.com/v1/chat/completions";
+const GEMINI_STREAM_URL: &str =
+    "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse";
+
+const OPERATOR_OPENAI: &str = "http://127.0.0.1:9/openai";
+const OPERATOR_ANTHROPIC: &str = "http://127.0.0.1:9/anthropic";
+
+fn post(url: &str, body: &Value, auth: (&str, &str)) -> http::Request<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap();
+    http::Request::post(url)
+        .header("content-type", "application/json")
+        .header(auth.0, auth.1)
+        .body(Full::new(Bytes::from(bytes)))
+        .unwrap()
+}
+
+fn endpoint(base: &str, key: &str) -> Endpoint {
+    Endpoint::new(base.parse().unwrap(), ApiKey::new(key))
+}
+
+fn claude_request(stream: bool) -> Value {
+    json!({
+        "model": "claude-opus-4-7", "max_tokens": 512, "stream": stream,
+        "system": "You audit systems.",
+        "tools": [{"name": "run", "description": "Runs a command",
+            "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}],
+        "messages": [{"role": "user", "content": "Audit my SSH config"}]
+    })
+}
+
+fn refused_claude() -> Reply {
+    Reply::Sse(vec![anthropic_stream(&events::think_then_refuse(
+        "claude-opus-4-7",
+        "cyber",
+    ))])
+}
+
+/// A Chat stream calling `run`, its arguments split over three deltas.
+fn chat_tool_call_stream() -> Reply {
+    let chunk = |delta: Value, finish: Value| {
+        let chunk = json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1,
+            "model": "gpt-5", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        Bytes::from(format!("data: {chunk}\n\n"))
+    };
+    Reply::Sse(vec![
+        chunk(
+            json!({"role": "assistant", "content": "Checking."}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_7", "type": "function",
+            "function": {"name": "run", "arguments": ""}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"cmd\":"}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"cat /etc/ssh/"}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": "sshd_config\"}"}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+        Bytes::from(format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-9", "object": "chat.completion.chunk",
+            "created": 1, "model": "gpt-5", "choices": [],
+            "usage": {"prompt_tokens": 30, "completion_tokens": 12, "total_tokens": 42}})
+        )),
+        Bytes::from_static(b"data: [DONE]\n\n"),
+    ])
+}
+
+fn openai_chain() -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["openai:gpt-5"]))
+        .cross_provider(Vendor::OpenAi, endpoint(OPERATOR_OPENAI, "sk-operator"))
+        .rescue(false)
+}
+
+/// The Anthropic events of a body, as JSON.
+fn anthropic_events(body: &Bytes) -> Vec<Value> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_stream() {
+    let request = post(
+        ANTHROPIC_URL,
+        &claude_request(true),
+        ("x-api-key", "sk-ant-client"),
+    );
+    let done = exchange(
+        openai_chain(),
+        vec![refused_claude(), chat_tool_call_stream()],
+        request,
+    )
+    .await;
+
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let hop = &seen[1];
+    assert_eq!(hop.uri, "http://127.0.0.1:9/openai/v1/chat/completions");
+    assert_eq!(hop.headers["authorization"], "Bearer sk-operator");
+    assert!(
+        hop.headers.get("x-api-key").is_none(),
+        "the client's key stays with its vendor"
+    );
+    assert_eq!(
+        hop.json(),
+        json!({"model": "gpt-5", "max_completion_tokens": 512, "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "system", "content": "You audit systems."},
+                {"role": "user", "content": [{"type": "text", "text": "Audit my SSH config"}]}],
+            "tools": [{"type": "function", "function": {"name": "run", "description": "Runs a command",
+                "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]})
+    );
+
+    let events = anthropic_events(&done.body);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "message_start",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ]
+    );
+    assert_eq!(events[4]["content_block"]["name"], "run");
+    let arguments: String = events[5..8]
+        .iter()
+        .map(|e| e["delta"]["partial_json"].as_str().unwrap())
+        .collect();
+    assert_eq!(arguments, r#"{"cmd":"cat /etc/ssh/sshd_config"}"#);
+    assert_eq!(events[9]["delta"]["stop_reason"], "tool_use");
+    assert_eq!(events[9]["usage"]["output_tokens"], 12);
+
+    let refusal = done.refusal().expect("the typed refusal");
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.served_model.as_deref(), Some("openai:gpt-5"));
+    assert_eq!(
+        done.parts.headers[RECOVERY_HEADER],
+        "fallback; category=cyber; served-by=openai:gpt-5"
+    );
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    let hop = &records[0].attempts[1];
+    assert_eq!(hop.step, AttemptStep::Fallback);
+    assert_eq!(hop.model.as_deref(), Some("openai:gpt-5"));
+    assert_eq!(hop.result, AttemptResult::Served);
+}
+
+#[tokio::test]
+async fn an_anthropic_refusal_is_served_by_an_openai_model_as_one_message() {
+    let refused = json!({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-opus-4-7",
+        "content": [], "stop_reason": "refusal", "stop_sequence": null,
+        "stop_details": {"type": "refusal", "category": "cyber", "explanation": "No."},
+        "usage": {"input_tokens": 10, "output_tokens": 1}});
+    let answer = json!({"id": "chatcmpl-2", "object": "chat.completion", "created": 1, "model": "gpt-5",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant",
+            "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "run", "arguments": "{\"cmd\":\"ls\"}"}}]}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 4, "total_tokens": 24}});
+    let request = post(
+        ANTHROPIC_URL,
+        &claude_request(false),
+        ("x-api-key", "sk-ant-client"),
+    );
+    let replies = vec![
+        Reply::Json(Bytes::from(refused.to_string())),
+        Reply::Json(Bytes::from(answer.to_string())),
+    ];
+    let done = exchange(openai_chain(), replies, request).await;
+    let body: Value = serde_json::from_slice(&done.body).unwrap();
+    assert_eq!(
+        body,
+        json!({"id": "chatcmpl-2", "type": "message", "role": "assistant", "model": "gpt-5",
+            "content": [{"type": "tool_use", "id": "call_1", "name": "run", "input": {"cmd": "ls"}}],
+            "stop_reason": "tool_use", "stop_sequence": null,
+            "usage": {"input_tokens": 20, "output_tokens": 4}})
+    );
+    assert!(done
+        .parts
+        .headers
+        .get("content-length")
+        .is_none_or(|len| len == &body.to_string().len().to_string()));
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+    assert!(done.upstream.seen()[1].json().get("stream").is_none());
+}
+
+#[tokio::test]
+async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
+    let request = json!({"model": "gpt-5", "stream": true, "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Explain this exploit"}]});
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("gpt-5", ["anthropic:claude-sonnet-4-5"]))
+        .cross_provider(
+            Vendor::Anthropic,
+            endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
+        )
+        .rescue(false);
+    let replies = vec![
+        Reply::sse(&fixture(
+            "openai/hand-written/chat_content_filter_empty.sse",
+        )),
+        Reply::Sse(vec![anthropic_stream(&events::text_answer(
+            "claude-sonnet-4-5",
+            "Here is how it works.",
+        ))]),
+    ];
+    let done = exchange(
+        layer,
+        replies,
+        post(CHAT_URL, &request, ("authorization", "Bearer sk-client")),
+    )
+    .await;
+    let hop = &done.upstream.seen()[1];
+    assert_eq!(hop.uri, "http://127.0.0.1:9/anthropic/v1/messages");
+    assert_eq!(hop.headers["x-api-key"], "sk-ant-operator");
+    assert_eq!(hop.headers["anthropic-version"], "2023-06-01");
+    assert!(
+        hop.headers.get("authorization").is_none(),
+        "the client's key stays with its vendor"
+    );
+    assert_eq!(hop.json()["model"], "claude-sonnet-4-5");
+
+    let text = std::str::from_utf8(&done.body).unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"]["content"],
+        "Here is how it works."
+    );
+    assert_eq!(chunks[1]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(chunks[2]["usage"]["completion_tokens"], 5);
+    assert_eq!(
+        done.refusal().unwrap().served_model.as_deref(),
+        Some("anthropic:claude-sonnet-4-5")
+    );
+}
+
+#[tokio::test]
+async fn a_gemini_block_is_served_by_claude_as_a_gemini_stream() {
+    let request =
+        json!({"contents": [{"role": "user", "parts": [{"text": "Write a port scanner"}]}]});
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(
+            FallbackChains::new().chain("gemini-2.5-pro", ["anthropic:claude-sonnet-4-5"]),
+        )
+        .cross_provider(
+            Vendor::Anthropic,
+            endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
+        )
+        .rescue(false);
+    let blocked = json!({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+        "usageMetadata": {"promptTokenCount": 6, "totalTokenCount": 6}});
+    let replies = vec![
+        Reply::sse(format!("data: {blocked}\r\n\r\n").as_bytes()),
+        Reply::Sse(vec![anthropic_stream(&events::text_answer(
+            "claude-sonnet-4-5",
+            "import socket",
+        ))]),
+    ];
+    let done = exchange(
+        layer,
+        replies,
+        post(GEMINI_STREAM_URL, &request, ("x-goog-api-key", "g-client")),
+    )
+    .await;
+    let hop = &done.upstream.seen()[1];
+    assert!(hop.headers.get("x-goog-api-key").is_none());
+    assert_eq!(
+        hop.json(),
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 8192, "stream": true,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Write a port scanner"}]}]})
+    );
+    let text = std::str::from_utf8(&done.body).unwrap();
+    let chunks: Vec<Value> = text
+        .split("\n\n")
+        .filter_map(|f| f.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(
+        chunks[0]["candidates"][0]["content"]["parts"][0]["text"],
+        "import socket"
+    );
+    assert_eq!(chunks[1]["candidates"][0]["finishReason"], "STOP");
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+}
+
+#[tokio::test]
+async fn a_vendor_without_an_endpoint_is_skipped_and_recorded() {
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["gemini:gemini-2.5-pro"]))
+        .rescue(false);
+    let request = post(
+        ANTHROPIC_URL,
+        &claude_request(true),
+        ("x-api-key", "sk-ant-client"),
+    );
+    let done = exchange(layer, vec![refused_claude()], request).await;
+    assert_eq!(
+        done.upstream.seen().len(),
+        1,
+        "nothing went to the unnamed vendor"
+    );
+    let records = done.sink.records();
+    assert_eq!(records[0].outcome, Outcome::Dead);
+    assert_eq!(records[0].reason, Some(DeadReason::NoEndpoint));
+    let hop = &records[0].attempts[1];
+    assert_eq!(hop.model.as_deref(), Some("gemini:gemini-2.5-pro"));
+    assert_eq!(hop.result, AttemptResult::Skipped);
+    // The client gets its refusal as sent.
+    assert_eq!(
+        done.body,
+        anthropic_stream(&events::think_then_refuse("claude-opus-4-7", "cyber"))
+    );
+}
+
+#[tokio::test]
+async fn a_request_the_target_cannot_express_is_skipped_and_recorded() {
+    let mut body = claude_request(true);
+    body["messages"][0]["content"] = json!([{"type": "document",
+        "source": {"type": "text", "media_type": "text/plain", "data": "secret"}}]);
+    let request = post(ANTHROPIC_URL, &body, ("x-api-key", "sk-ant-client"));
+    let done = exchange(openai_chain(), vec![refused_claude()], request).await;
+    assert_eq!(done.upstream.seen().len(), 1, "the document never left");
+    let records = done.sink.records();
+    assert_eq!(records[0].reason, Some(DeadReason::Untranslatable));
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Skipped);
+}
