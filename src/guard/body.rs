@@ -418,6 +418,25 @@ pub(crate) struct Guarded<R> {
     finish: Finish,
 }
 
+impl<R: Body> Guarded<R> {
+    /// Nothing is left to send: the upstream ended and nothing is held.
+    fn is_ended(&self) -> bool {
+        self.held.is_empty()
+            && self.error.is_none()
+            && self.splice.is_none()
+            && self.rest.as_ref().map_or(true, |r| r.is_end_stream())
+    }
+
+    /// Settles as complete with the last frame once nothing is left: a
+    /// server that reads `is_end_stream` polls no further and drops the
+    /// body, which would otherwise settle it as cut short.
+    fn settle_if_ended(&mut self) {
+        if self.is_ended() {
+            self.finish.run(Ending::Complete);
+        }
+    }
+}
+
 /// A body answered before its decision: frames arrive from the task that
 /// decides; keep-alive comments, if asked for, fill the wait before the first.
 pub(crate) struct Channel {
@@ -575,6 +594,7 @@ where
                     if let (Some(share), Some(data)) = (g.share.as_mut(), frame.data_ref()) {
                         share.shrink(data.len());
                     }
+                    g.settle_if_ended();
                     return Poll::Ready(Some(Ok(frame)));
                 }
                 g.share = None;
@@ -611,6 +631,7 @@ where
                             (_, Ok(data)) => Frame::data(data),
                             (_, Err(frame)) => frame,
                         };
+                        g.settle_if_ended();
                         return Poll::Ready(Some(Ok(frame)));
                     }
                     Some(Err(error)) => {
@@ -630,12 +651,7 @@ where
             Kind::Channel(_) => false,
             Kind::Full(bytes) => bytes.is_none(),
             Kind::Passthrough(body) => body.is_end_stream(),
-            Kind::Guarded(g) => {
-                g.held.is_empty()
-                    && g.error.is_none()
-                    && g.splice.is_none()
-                    && g.rest.as_ref().map_or(true, |r| r.is_end_stream())
-            }
+            Kind::Guarded(g) => g.is_ended(),
         }
     }
 

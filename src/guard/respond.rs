@@ -507,10 +507,13 @@ fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
     attempt
 }
 
-/// A served attempt whose stream stopped short is marked cut: it was not
-/// served whole, and its end's figures are unknown.
+/// A served attempt whose upstream broke off is marked cut: it was not
+/// served whole, and its end's figures are unknown. A client that goes
+/// away does not mark it: SDKs close as soon as they read the stream's
+/// last event, often before the upstream's end of body arrives, so a drop
+/// cannot tell a finished stream from an abandoned one.
 fn ended(mut attempt: Attempt, ending: Ending) -> Attempt {
-    if ending != Ending::Complete && attempt.result == AttemptResult::Served {
+    if ending == Ending::Broken && attempt.result == AttemptResult::Served {
         attempt.result = AttemptResult::Cut;
     }
     attempt

@@ -367,7 +367,7 @@ async fn a_streamed_hop_is_recorded_when_its_stream_ends_with_what_its_end_said(
 }
 
 #[tokio::test]
-async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record_marked_cut() {
+async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record() {
     use http_body_util::BodyExt;
     use tower::{Layer, ServiceExt};
 
@@ -400,16 +400,15 @@ async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record_mark
         Outcome::Fallback,
         "the hop did serve output"
     );
-    assert_eq!(
-        record.attempts[1].result,
-        AttemptResult::Cut,
-        "never reported as served whole"
-    );
+    // A drop cannot tell an abandoned stream from a finished one (SDKs
+    // close on the last event), so the attempt stays served; its end's
+    // figures are not invented.
+    assert_eq!(record.attempts[1].result, AttemptResult::Served);
     assert_eq!(
         record.attempts[1].fallback_credit, None,
         "its end never came"
     );
     let line = String::from_utf8(record.to_json_line()).unwrap();
-    assert!(line.contains(r#""result":"cut""#), "{line}");
+    assert!(!line.contains(r#""result":"cut""#), "{line}");
     assert!(handle.is_settled());
 }
