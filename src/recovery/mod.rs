@@ -171,7 +171,8 @@ impl FallbackChains {
         self
     }
 
-    /// Every entry of every chain.
+    /// Every entry of every chain (the proxy reads which vendors they name).
+    #[cfg(feature = "proxy")]
     pub(crate) fn entries(&self) -> impl Iterator<Item = &String> {
         self.0.values().flatten()
     }
