@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use super::{
     bedrock_request_id, converse_block_output, converse_note, converse_refusal, converse_usage,
-    model_segment, percent_decode, swap_path_model,
+    model_segment, swap_path_model,
 };
 use crate::dialect::{
     event_type, is_real_text, json_event, str_field, Dialect, Observation, RewriteError,
@@ -39,11 +39,7 @@ impl Dialect for BedrockConverse {
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
-        if method != Method::POST {
-            return None;
-        }
-        let (_, model, _) = model_segment(uri, CONVERSE_ACTIONS)?;
-        Some(Some(percent_decode(model)))
+        super::recognise_action(method, uri, CONVERSE_ACTIONS)
     }
 
     fn is_streaming(&self, uri: &Uri, _body: &Value) -> bool {

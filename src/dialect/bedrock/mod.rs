@@ -72,6 +72,16 @@ fn model_segment<'a>(uri: &'a Uri, actions: &[&str]) -> Option<(usize, &'a str, 
     Some((n - 2, segments[n - 2], segments[n - 1]))
 }
 
+/// A `POST` to one of `actions` on a model path, and the model it names
+/// (decoded): what both runtime surfaces recognise.
+fn recognise_action(method: &Method, uri: &Uri, actions: &[&str]) -> Option<Option<String>> {
+    if method != Method::POST {
+        return None;
+    }
+    let (_, model, _) = model_segment(uri, actions)?;
+    Some(Some(percent_decode(model)))
+}
+
 /// `%XX` escapes decoded (an id that does not decode stays as written).
 fn percent_decode(text: &str) -> String {
     percent_encoding::percent_decode_str(text)
@@ -171,11 +181,7 @@ impl Dialect for BedrockInvokeModel {
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
-        if method != Method::POST {
-            return None;
-        }
-        let (_, model, _) = model_segment(uri, INVOKE_ACTIONS)?;
-        Some(Some(percent_decode(model)))
+        recognise_action(method, uri, INVOKE_ACTIONS)
     }
 
     fn is_streaming(&self, uri: &Uri, _body: &Value) -> bool {
