@@ -308,10 +308,8 @@ async fn credentials_never_follow_a_redirect() {
 
 #[tokio::test]
 async fn unreachable_upstream_is_a_502_in_the_provider_shape() {
-    // A port nothing listens on.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let closed = support::socket::ClosedPort::new();
+    let url = closed.url();
     let proxy = start_proxy(&url, RefusalGuardLayer::new()).await;
     let (status, _, body) = post(&proxy, TEXT, "down", &messages("m", true, "x")).await;
     assert_eq!(status, 502);

@@ -487,10 +487,8 @@ async fn a_garbage_head_is_a_502_for_every_api() {
 
 #[tokio::test]
 async fn a_refused_connection_is_a_502_for_every_api() {
-    // A loopback port that was just free and now has no listener.
-    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let dead = closed.local_addr().unwrap();
-    drop(closed);
+    let closed = support::socket::ClosedPort::new();
+    let dead = closed.addr();
     let url = Upstream::parse(&format!("http://{dead}")).unwrap();
     let proxy = Proxy::new(url, &quick()).unwrap().access_log(false);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -102,9 +102,8 @@ async fn metrics_and_the_request_span() {
     drop(abandoned);
 
     // An upstream that is down: the request never settles.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let down = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let closed = support::socket::ClosedPort::new();
+    let down = closed.url();
     let down_proxy = serve(&down, RefusalGuardLayer::new()).await;
     assert_eq!(
         post(&down_proxy, "claude-down-test", TEXT).await.status(),
@@ -272,9 +271,8 @@ async fn readiness_probes_each_routes_upstream() {
 
     let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let open_url = format!("http://{}", open.local_addr().unwrap());
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed_url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
+    let closed = support::socket::ClosedPort::new();
+    let closed_url = closed.url();
     let at = |url: &str| Upstream::parse(url).unwrap();
     let routes = Routes::single(at(&open_url))
         .route(Route::Anthropic, at(&open_url))

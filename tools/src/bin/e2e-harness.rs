@@ -80,11 +80,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         RefusalGuardLayer::new().layer(Simulator::new()),
     );
 
-    // A proxy whose upstream is a loopback port nothing listens on.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let closed_url = format!("http://{}", closed.local_addr()?);
-    drop(closed);
-    let unreachable = Proxy::new(Upstream::parse(&closed_url)?, &RefusalGuardLayer::new())?;
+    // A proxy whose upstream is a loopback port nothing listens on, held
+    // for the harness's life so no listener below is handed the same port.
+    let closed = support::socket::ClosedPort::new();
+    let unreachable = Proxy::new(Upstream::parse(&closed.url())?, &RefusalGuardLayer::new())?;
 
     let metrics = admin::install_recorder()?;
     let admin_state = AdminState::new()
