@@ -335,6 +335,41 @@ pub enum AttemptResult {
     Skipped,
 }
 
+impl AttemptStep {
+    /// The snake_case word the record and the metrics use.
+    ///
+    /// ```
+    /// assert_eq!(refusal_guard::refusal::AttemptStep::Retarget.as_str(), "retarget");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptStep::Original => "original",
+            AttemptStep::Fallback => "fallback",
+            AttemptStep::Rescue => "rescue",
+            AttemptStep::Retarget => "retarget",
+        }
+    }
+}
+
+impl AttemptResult {
+    /// The snake_case word the record and the metrics use.
+    ///
+    /// ```
+    /// assert_eq!(refusal_guard::refusal::AttemptResult::HttpError.as_str(), "http_error");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptResult::Served => "served",
+            AttemptResult::Refused => "refused",
+            AttemptResult::HttpError => "http_error",
+            AttemptResult::TransportError => "transport_error",
+            AttemptResult::NoOutput => "no_output",
+            AttemptResult::Cut => "cut",
+            AttemptResult::Skipped => "skipped",
+        }
+    }
+}
+
 /// Tokens a provider reported for one response: what an attempt cost.
 ///
 /// Every count is `None` when the response did not say. The words mean the
@@ -544,8 +579,14 @@ impl std::iter::Sum for Usage {
 pub struct Attempt {
     /// What the attempt was.
     pub step: AttemptStep,
-    /// The model it asked for, when known.
+    /// The model it asked for, when known, as the fallback chain names it
+    /// (`openai:gpt-5` for a hop to another provider).
     pub model: Option<String>,
+    /// The provider a hop to another provider's API went to (or would have
+    /// gone to, when it was skipped); `None` for an attempt on the refusing
+    /// provider's own API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<Provider>,
     /// How it ended.
     pub result: AttemptResult,
     /// The HTTP status, when a response arrived.
@@ -608,6 +649,7 @@ impl Attempt {
         Attempt {
             step,
             model: None,
+            provider: None,
             result,
             status: None,
             latency_ms: 0,
@@ -625,6 +667,20 @@ impl Attempt {
     /// ```
     pub fn model(mut self, model: impl Into<String>) -> Self {
         self.model = Some(model.into());
+        self
+    }
+
+    /// A hop to `provider`'s API (another provider's than the refusing one).
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Served)
+    ///     .model("openai:gpt-5")
+    ///     .provider(Provider::OpenAi);
+    /// assert_eq!(attempt.provider, Some(Provider::OpenAi));
+    /// ```
+    pub fn provider(mut self, provider: Provider) -> Self {
+        self.provider = Some(provider);
         self
     }
 

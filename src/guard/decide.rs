@@ -16,7 +16,9 @@ use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue, Vendor};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, WireApi};
+use crate::refusal::{
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
+};
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
@@ -140,6 +142,7 @@ impl<S> Exchange<S> {
         let original_attempt = Attempt {
             step: AttemptStep::Original,
             model: call.model.clone(),
+            provider: None,
             result: AttemptResult::Served,
             status: Some(held.status()),
             latency_ms: millis(self.sent.elapsed()),
@@ -449,12 +452,12 @@ impl Climb {
                     model: Some(model.to_owned()),
                     hop: None,
                 })),
-                Err(_) => self.skip(entry, DeadReason::Unrecoverable),
+                Err(_) => self.skip(entry, None, DeadReason::Unrecoverable),
             };
         }
         let Some(endpoint) = call.config.cross_provider.get(&vendor) else {
             tracing::info!(vendor = %vendor, model, "no endpoint for this vendor; the hop is skipped");
-            return self.skip(entry, DeadReason::NoEndpoint);
+            return self.skip(entry, Some(target.provider()), DeadReason::NoEndpoint);
         };
         let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
         let written = translate::read_request(client, &next.json, streaming)
@@ -463,14 +466,14 @@ impl Climb {
             Ok(written) => written,
             Err(why) => {
                 tracing::info!(vendor = %vendor, model, reason = %why, "the request has no translation; the hop is skipped");
-                return self.skip(entry, DeadReason::Untranslatable);
+                return self.skip(entry, Some(target.provider()), DeadReason::Untranslatable);
             }
         };
         let (Some(uri), Some(headers)) = (
             endpoint.uri(&path),
             translate::hop_headers(target, endpoint.key().expose()),
         ) else {
-            return self.skip(entry, DeadReason::Unrecoverable);
+            return self.skip(entry, Some(target.provider()), DeadReason::Unrecoverable);
         };
         let include_usage = next.json["stream_options"]["include_usage"].as_bool() == Some(true);
         next.parts.method = http::Method::POST;
@@ -489,10 +492,11 @@ impl Climb {
     }
 
     /// Records a hop that was never sent, and why.
-    fn skip(&mut self, entry: &str, reason: DeadReason) -> Prep {
+    fn skip(&mut self, entry: &str, to: Option<Provider>, reason: DeadReason) -> Prep {
         let record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(entry.to_owned()),
+            provider: to,
             result: AttemptResult::Skipped,
             status: None,
             latency_ms: 0,
@@ -613,6 +617,7 @@ impl Climb {
         let mut record = Attempt {
             step: step.kind,
             model: step.model.clone(),
+            provider: step.hop.map(|hop| hop.target.provider()),
             result: AttemptResult::TransportError,
             status: None,
             latency_ms: millis(sent.elapsed()),

@@ -88,6 +88,7 @@ fn original_attempt<R>(
     Attempt {
         step: AttemptStep::Original,
         model: call.model.clone(),
+        provider: None,
         result,
         status: Some(held.status()),
         latency_ms: millis(sent.elapsed()),
@@ -314,6 +315,7 @@ impl<S> Hop<S> {
         let mut record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(self.plan.model.clone()),
+            provider: None,
             result: AttemptResult::TransportError,
             status: None,
             latency_ms: 0,

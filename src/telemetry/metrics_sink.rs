@@ -3,7 +3,7 @@
 use metrics::{counter, histogram, Label};
 
 use super::{RefusalRecord, TelemetrySink};
-use crate::refusal::{AttemptResult, AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
 use crate::telemetry::metrics::{
     category_label, label_or_unknown, model_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
     RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
@@ -131,34 +131,12 @@ pub fn recovery_attempts(record: &RefusalRecord) -> Vec<(&'static str, &'static 
         .attempts
         .iter()
         .filter(|a| a.step != AttemptStep::Original)
-        .map(|a| (step_word(a.step), result_word(a.result)))
+        .map(|a| (a.step.as_str(), a.result.as_str()))
         .collect();
     if steps.is_empty() && record.outcome == Outcome::Fallback {
         steps.push(("retarget", "served"));
     }
     steps
-}
-
-fn step_word(step: AttemptStep) -> &'static str {
-    match step {
-        AttemptStep::Original => "original",
-        AttemptStep::Fallback => "fallback",
-        AttemptStep::Rescue => "rescue",
-        AttemptStep::Retarget => "retarget",
-    }
-}
-
-fn result_word(result: AttemptResult) -> &'static str {
-    use AttemptResult as R;
-    match result {
-        R::Served => "served",
-        R::Refused => "refused",
-        R::HttpError => "http_error",
-        R::TransportError => "transport_error",
-        R::NoOutput => "no_output",
-        R::Cut => "cut",
-        R::Skipped => "skipped",
-    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,12 @@ const RECENT: usize = 5;
 /// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
 /// assert_eq!(report.fallback_credit["not_applied:expired"], 1);
 /// assert!(report.to_string().contains("Fallback credit"));
+///
+/// // Where refused prompts went: every hop to another provider's API.
+/// let line = r#"{"ts":"2026-11-29T19:00:02.000Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"fallback","provider":"anthropic","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40},{"step":"fallback","model":"openai:gpt-5","provider":"openai","result":"served","latency_ms":50}]}"#;
+/// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
+/// assert_eq!(report.cross_provider["anthropic -> openai [cyber] served"], 1);
+/// assert!(report.to_string().contains("Hops to another provider"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -89,6 +95,12 @@ pub struct Report {
     /// response said became of them: `redeemed`, or `not_applied` with its
     /// reason (`not_applied:expired`; `not_applied` alone when none given).
     pub fallback_credit: BTreeMap<String, usize>,
+    /// Hops to another provider's API (attempts with a
+    /// [`provider`](crate::refusal::Attempt::provider)), by
+    /// `from -> to [category] result`: `anthropic -> openai [cyber] served`.
+    /// The refused prompt went to `to` for every one of them except those
+    /// `skipped`.
+    pub cross_provider: BTreeMap<String, usize>,
 }
 
 impl Report {
@@ -161,6 +173,11 @@ impl Report {
                     None => credit.as_str().to_owned(),
                 };
                 *self.fallback_credit.entry(key).or_default() += 1;
+            }
+            if let Some(to) = attempt.provider {
+                let from = record.provider.map_or(NONE, |p| p.as_str());
+                let key = format!("{from} -> {to} [{category}] {}", attempt.result.as_str());
+                *self.cross_provider.entry(key).or_default() += 1;
             }
             let Some(usage) = attempt.usage else {
                 continue;
@@ -268,6 +285,9 @@ impl fmt::Display for Report {
         }
         if !self.fallback_credit.is_empty() {
             table(f, "Fallback credit", &self.fallback_credit)?;
+        }
+        if !self.cross_provider.is_empty() {
+            table(f, "Hops to another provider", &self.cross_provider)?;
         }
         if self.restored > 0 {
             writeln!(f)?;

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, RECOVERY_HEADER};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider, RECOVERY_HEADER};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::anthropic::events;
@@ -179,7 +179,12 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
     let hop = &records[0].attempts[1];
     assert_eq!(hop.step, AttemptStep::Fallback);
     assert_eq!(hop.model.as_deref(), Some("openai:gpt-5"));
+    assert_eq!(hop.provider, Some(Provider::OpenAi));
     assert_eq!(hop.result, AttemptResult::Served);
+    assert_eq!(
+        records[0].attempts[0].provider, None,
+        "the original is Anthropic's own"
+    );
 }
 
 #[tokio::test]
@@ -347,6 +352,11 @@ async fn a_vendor_without_an_endpoint_is_skipped_and_recorded() {
     assert_eq!(records[0].reason, Some(DeadReason::NoEndpoint));
     let hop = &records[0].attempts[1];
     assert_eq!(hop.model.as_deref(), Some("gemini:gemini-2.5-pro"));
+    assert_eq!(
+        hop.provider,
+        Some(Provider::Google),
+        "where it would have gone"
+    );
     assert_eq!(hop.result, AttemptResult::Skipped);
     // The client gets its refusal as sent.
     assert_eq!(
