@@ -227,6 +227,182 @@ fn gemini_rules() {
 }
 
 #[test]
+fn anthropic_tool_calls_are_answered_in_the_next_turn() {
+    let ask = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_1", "name": "run", "input": {}}]});
+    let answer = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]});
+    let user = json!({"role": "user", "content": "x"});
+    let messages = |list: Value| claude(json!({ "messages": list }));
+    assert_eq!(
+        rule(MESSAGES, "", &messages(json!([user, ask, answer]))),
+        None
+    );
+    // A call the model just made, not yet answered, ends the conversation.
+    assert_eq!(rule(MESSAGES, "", &messages(json!([user, ask]))), None);
+    assert_eq!(
+        rule(MESSAGES, "", &messages(json!([user, ask, user]))),
+        Some("A11")
+    );
+    assert_eq!(rule(MESSAGES, "", &messages(json!([answer]))), Some("A11"));
+    let other = json!({"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_9", "content": "ok"}]});
+    assert_eq!(
+        rule(MESSAGES, "", &messages(json!([user, ask, other]))),
+        Some("A11")
+    );
+}
+
+#[test]
+fn anthropic_sampling_and_tool_definitions() {
+    let tool = |name: &str| json!({"name": name, "input_schema": {"type": "object"}});
+    assert_eq!(
+        rule(
+            MESSAGES,
+            "",
+            &claude(json!({"temperature": 1.0, "stop_sequences": ["END"],
+            "tools": [tool("get_weather")], "tool_choice": {"type": "tool", "name": "get_weather"}}))
+        ),
+        None
+    );
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"temperature": 1.5}))),
+        Some("A12")
+    );
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"stop_sequences": "END"}))),
+        Some("A12")
+    );
+    assert_eq!(
+        rule(
+            MESSAGES,
+            "",
+            &claude(json!({"tools": [tool("get weather")]}))
+        ),
+        Some("A12")
+    );
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"tools": [{"name": "f"}]}))),
+        Some("A12")
+    );
+    // A server tool is named by Anthropic.
+    let search = json!({"type": "web_search_20250305", "name": "web_search"});
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"tools": [search]}))),
+        None
+    );
+    assert_eq!(
+        rule(
+            MESSAGES,
+            "",
+            &claude(json!({"tool_choice": {"type": "required"}}))
+        ),
+        Some("A12")
+    );
+}
+
+#[test]
+fn chat_sampling_and_tool_definitions() {
+    let chat = |extra: Value| {
+        let mut body = json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "x"}]});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let tool =
+        |name: &str| json!({"type": "function", "function": {"name": name, "parameters": {}}});
+    assert_eq!(
+        rule(
+            CHAT,
+            "",
+            &chat(json!({"stop": ["a", "b", "c", "d"], "temperature": 2,
+            "tools": [tool("run")], "tool_choice": "required"}))
+        ),
+        None
+    );
+    assert_eq!(
+        rule(CHAT, "", &chat(json!({"stop": ["a", "b", "c", "d", "e"]}))),
+        Some("C5")
+    );
+    assert_eq!(
+        rule(CHAT, "", &chat(json!({"temperature": 2.5}))),
+        Some("C5")
+    );
+    assert_eq!(
+        rule(CHAT, "", &chat(json!({"tools": [tool("run it")]}))),
+        Some("C5")
+    );
+    assert_eq!(
+        rule(
+            CHAT,
+            "",
+            &chat(json!({"tools": [{"name": "run", "parameters": {}}]}))
+        ),
+        Some("C5")
+    );
+    assert_eq!(
+        rule(CHAT, "", &chat(json!({"tool_choice": "any"}))),
+        Some("C5")
+    );
+    assert_eq!(
+        rule(
+            CHAT,
+            "",
+            &chat(json!({"tool_choice": {"type": "function", "function": {"name": "run"}}}))
+        ),
+        None
+    );
+}
+
+#[test]
+fn gemini_generation_config_and_function_names() {
+    let body = |extra: Value| {
+        let mut body = json!({"contents": [{"role": "user", "parts": [{"text": "x"}]}]});
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        body
+    };
+    let declare = |name: &str| json!([{"functionDeclarations": [{"name": name}]}]);
+    assert_eq!(
+        rule(
+            GEMINI,
+            "",
+            &body(
+                json!({"generationConfig": {"stopSequences": ["a", "b", "c", "d", "e"],
+            "temperature": 2.0}, "tools": declare("tools.run_v2")})
+            )
+        ),
+        None
+    );
+    assert_eq!(
+        rule(
+            GEMINI,
+            "",
+            &body(json!({"generationConfig": {"stopSequences": ["a", "b", "c", "d", "e", "f"]}}))
+        ),
+        Some("G4")
+    );
+    assert_eq!(
+        rule(
+            GEMINI,
+            "",
+            &body(json!({"generationConfig": {"temperature": -1}}))
+        ),
+        Some("G4")
+    );
+    assert_eq!(
+        rule(GEMINI, "", &body(json!({"tools": declare("2run")}))),
+        Some("G4")
+    );
+    assert_eq!(
+        rule(GEMINI, "", &body(json!({"tools": declare("run it")}))),
+        Some("G4")
+    );
+}
+
+#[test]
 fn a_broken_request_is_answered_in_the_providers_shape() {
     let broken =
         |path: &str| check("POST", path, &[], b"not json").expect_err("not JSON breaks every API");

@@ -40,7 +40,16 @@
 //!   `fallbacks`);
 //! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
 //!   `-07-01`; a string, or the object form `{token, mode}` with `mode`
-//!   `strict` or `best_effort`, which needs `-07-01`.
+//!   `strict` or `best_effort`, which needs `-07-01`;
+//! - `A11` every `tool_use` of an assistant turn is answered by a
+//!   `tool_result` in the next message, and every `tool_result` answers a
+//!   `tool_use` of the turn before it (the API's own 400s: "`tool_use` ids
+//!   were found without `tool_result` blocks immediately after", "unexpected
+//!   `tool_use_id` found in `tool_result` blocks"; "Tool use" guide);
+//! - `A12` `temperature` from 0 to 1, `stop_sequences` an array of strings,
+//!   each custom tool's `name` matching `^[a-zA-Z0-9_-]{1,64}$` with an
+//!   object `input_schema`, `tool_choice.type` one of `auto`, `any`,
+//!   `tool` (with a `name`) or `none`.
 //!
 //! OpenAI Chat Completions (`POST .../chat/completions`), also Azure OpenAI
 //! (`/openai/deployments/{deployment}/chat/completions`, model in the path).
@@ -54,7 +63,11 @@
 //!   assistant message with `tool_calls` it follows (only tool messages in
 //!   between), and every such call is answered before the next other
 //!   message;
-//! - `C4` `n`, when present, is an integer from 1 to 128.
+//! - `C4` `n`, when present, is an integer from 1 to 128;
+//! - `C5` `stop` a string or up to 4 strings, `temperature` from 0 to 2,
+//!   each tool `{"type": "function", "function": {"name", ...}}` (or
+//!   `custom`) with a name matching `^[a-zA-Z0-9_-]{1,64}$`, `tool_choice`
+//!   `none`, `auto`, `required` or a named function.
 //!
 //! OpenAI Responses (`POST .../responses`). Source: OpenAI API reference
 //! "Create a model response" (input items).
@@ -74,7 +87,12 @@
 //!   `parts` is a non-empty array of objects each carrying data (`text` a
 //!   string, or another data field);
 //! - `G3` `generationConfig.candidateCount`, when present, is an integer
-//!   from 1 to 8.
+//!   from 1 to 8;
+//! - `G4` `generationConfig.stopSequences` at most 5 strings,
+//!   `generationConfig.temperature` from 0 to 2, and each
+//!   `functionDeclarations` entry named (letters, digits, `_`, `.`, `:`,
+//!   `-`; at most 64, starting with a letter or `_`: Gemini API reference
+//!   `FunctionDeclaration.name`, google-genai `FunctionDeclaration`).
 //!
 //! Claude on Amazon Bedrock, answered as Bedrock does (400 with
 //! `x-amzn-errortype: ValidationException` and `{"message": ...}`). Sources:
@@ -394,6 +412,8 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         model.map(str::to_owned)
     };
     anthropic_messages(object.get("messages"))?;
+    anthropic_tool_pairs(object.get("messages"))?;
+    anthropic_sampling_and_tools(object)?;
     let fallbacks = object.get("fallbacks");
     if let Some(fallbacks) = fallbacks {
         if api != Api::Anthropic {
@@ -517,7 +537,9 @@ fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
             return Err(("B1", "anthropic_beta: expected an array of strings".into()));
         }
     }
-    anthropic_messages(object.get("messages"))
+    anthropic_messages(object.get("messages"))?;
+    anthropic_tool_pairs(object.get("messages"))?;
+    anthropic_sampling_and_tools(object)
 }
 
 /// Bedrock's own `bedrock-2023-05-31`, or a dated API version, which the
@@ -653,6 +675,130 @@ fn anthropic_messages(messages: Option<&Value>) -> Result<(), Broken> {
     Ok(())
 }
 
+/// The ids of the blocks of `kind` in a message, under `field`.
+fn block_ids<'a>(message: &'a Value, kind: &str, field: &str) -> Vec<&'a str> {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|b| b.get("type").and_then(Value::as_str) == Some(kind))
+        .filter_map(|b| b.get(field).and_then(Value::as_str))
+        .collect()
+}
+
+fn anthropic_tool_pairs(messages: Option<&Value>) -> Result<(), Broken> {
+    let Some(messages) = messages.and_then(Value::as_array) else {
+        return Ok(());
+    };
+    for (i, message) in messages.iter().enumerate() {
+        let results = block_ids(message, "tool_result", "tool_use_id");
+        let asked = match i.checked_sub(1).map(|p| &messages[p]) {
+            Some(previous) if role(previous) == Some("assistant") => {
+                block_ids(previous, "tool_use", "id")
+            }
+            _ => Vec::new(),
+        };
+        if let Some(stray) = results.iter().find(|id| !asked.contains(id)) {
+            return Err((
+                "A11",
+                format!(
+                    "messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: \
+                     {stray}. Each `tool_result` block must have a corresponding `tool_use` \
+                     block in the previous message."
+                ),
+            ));
+        }
+        let Some(next) = messages.get(i + 1) else {
+            continue;
+        };
+        if role(message) != Some("assistant") {
+            continue;
+        }
+        let answered = block_ids(next, "tool_result", "tool_use_id");
+        let open: Vec<&str> = block_ids(message, "tool_use", "id")
+            .into_iter()
+            .filter(|id| !answered.contains(id))
+            .collect();
+        if !open.is_empty() {
+            return Err((
+                "A11",
+                format!(
+                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks \
+                     immediately after: {}",
+                    open.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A tool name of the form Anthropic and OpenAI take: `^[a-zA-Z0-9_-]{1,64}$`.
+fn plain_tool_name(name: Option<&str>) -> bool {
+    name.is_some_and(|name| {
+        (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+/// `value` is a number from 0 to `max`.
+fn in_range(value: &Value, max: f64) -> bool {
+    value.as_f64().is_some_and(|v| (0.0..=max).contains(&v))
+}
+
+fn anthropic_sampling_and_tools(object: &serde_json::Map<String, Value>) -> Result<(), Broken> {
+    if let Some(temperature) = object.get("temperature") {
+        if !in_range(temperature, 1.0) {
+            return Err((
+                "A12",
+                format!("temperature: must be from 0 to 1, got {temperature}"),
+            ));
+        }
+    }
+    if let Some(stops) = object.get("stop_sequences") {
+        let strings = stops
+            .as_array()
+            .is_some_and(|list| list.iter().all(Value::is_string));
+        if !strings {
+            return Err(("A12", "stop_sequences: expected an array of strings".into()));
+        }
+    }
+    let tools = object.get("tools").and_then(Value::as_array);
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        // Server tools (`web_search_20250305`, ...) are typed and named by Anthropic.
+        let custom = matches!(
+            tool.get("type").and_then(Value::as_str),
+            None | Some("custom")
+        );
+        if !custom {
+            continue;
+        }
+        if !plain_tool_name(tool.get("name").and_then(Value::as_str)) {
+            return Err((
+                "A12",
+                format!("tools.{i}.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"),
+            ));
+        }
+        if !tool.get("input_schema").is_some_and(Value::is_object) {
+            return Err(("A12", format!("tools.{i}.input_schema: Field required")));
+        }
+    }
+    if let Some(choice) = object.get("tool_choice") {
+        let valid = match choice.get("type").and_then(Value::as_str) {
+            Some("auto" | "any" | "none") => true,
+            Some("tool") => choice.get("name").is_some_and(Value::is_string),
+            _ => false,
+        };
+        if !valid {
+            return Err(("A12", format!("tool_choice: invalid value {choice}")));
+        }
+    }
+    Ok(())
+}
+
 fn anthropic_fallbacks(fallbacks: &Value, requested: Option<&str>) -> Result<(), Broken> {
     let list = match fallbacks {
         Value::String(s) if s == "default" => return Ok(()),
@@ -757,12 +903,66 @@ fn chat(api: Api, body: &Value) -> Result<(), Broken> {
             }
         }
     }
+    chat_sampling_and_tools(object)?;
     if let Some(n) = object.get("n") {
         if !n.as_u64().is_some_and(|n| (1..=128).contains(&n)) {
             return Err((
                 "C4",
                 format!("n: expected an integer from 1 to 128, got {n}"),
             ));
+        }
+    }
+    Ok(())
+}
+
+fn chat_sampling_and_tools(object: &serde_json::Map<String, Value>) -> Result<(), Broken> {
+    match object.get("stop") {
+        None | Some(Value::Null | Value::String(_)) => {}
+        Some(Value::Array(stops)) if stops.len() <= 4 && stops.iter().all(Value::is_string) => {}
+        Some(stop) => {
+            return Err((
+                "C5",
+                format!("stop: expected a string or up to 4 strings, got {stop}"),
+            ))
+        }
+    }
+    if let Some(temperature) = object.get("temperature").filter(|t| !t.is_null()) {
+        if !in_range(temperature, 2.0) {
+            return Err((
+                "C5",
+                format!("temperature: must be from 0 to 2, got {temperature}"),
+            ));
+        }
+    }
+    let tools = object.get("tools").and_then(Value::as_array);
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        let kind = tool.get("type").and_then(Value::as_str);
+        let name = match kind {
+            Some("function") => tool.pointer("/function/name"),
+            Some("custom") => tool.pointer("/custom/name"),
+            _ => return Err(("C5", format!("tools[{i}].type: invalid value {kind:?}"))),
+        };
+        if !plain_tool_name(name.and_then(Value::as_str)) {
+            return Err((
+                "C5",
+                format!("tools[{i}].function.name: must match '^[a-zA-Z0-9_-]{{1,64}}$'"),
+            ));
+        }
+    }
+    if let Some(choice) = object.get("tool_choice") {
+        let valid = match choice {
+            Value::String(word) => matches!(word.as_str(), "none" | "auto" | "required"),
+            Value::Object(_) => match choice.get("type").and_then(Value::as_str) {
+                Some("function") => choice
+                    .pointer("/function/name")
+                    .is_some_and(Value::is_string),
+                Some("allowed_tools" | "custom") => true,
+                _ => false,
+            },
+            _ => false,
+        };
+        if !valid {
+            return Err(("C5", format!("tool_choice: invalid value {choice}")));
         }
     }
     Ok(())
@@ -848,12 +1048,61 @@ fn gemini(body: &Value) -> Result<(), Broken> {
             }
         }
     }
+    gemini_config_and_tools(body)?;
     if let Some(count) = body.pointer("/generationConfig/candidateCount") {
         if !count.as_u64().is_some_and(|n| (1..=8).contains(&n)) {
             return Err((
                 "G3",
                 format!("generationConfig.candidateCount: expected 1 to 8, got {count}"),
             ));
+        }
+    }
+    Ok(())
+}
+
+/// A Gemini function name: letters, digits, `_`, `.`, `:`, `-`, at most
+/// 64, starting with a letter or `_`.
+fn gemini_function_name(name: Option<&str>) -> bool {
+    name.is_some_and(|name| {
+        let first = name.bytes().next();
+        (1..=64).contains(&name.len())
+            && first.is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
+    })
+}
+
+fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
+    if let Some(stops) = body.pointer("/generationConfig/stopSequences") {
+        let valid = stops
+            .as_array()
+            .is_some_and(|list| list.len() <= 5 && list.iter().all(Value::is_string));
+        if !valid {
+            return Err((
+                "G4",
+                format!("generationConfig.stopSequences: at most 5 strings, got {stops}"),
+            ));
+        }
+    }
+    if let Some(temperature) = body.pointer("/generationConfig/temperature") {
+        if !in_range(temperature, 2.0) {
+            return Err((
+                "G4",
+                format!("generationConfig.temperature: must be from 0 to 2, got {temperature}"),
+            ));
+        }
+    }
+    let tools = body.get("tools").and_then(Value::as_array);
+    for (i, tool) in tools.into_iter().flatten().enumerate() {
+        let declarations = tool.get("functionDeclarations").and_then(Value::as_array);
+        for (j, declaration) in declarations.into_iter().flatten().enumerate() {
+            if !gemini_function_name(declaration.get("name").and_then(Value::as_str)) {
+                return Err((
+                    "G4",
+                    format!("tools[{i}].function_declarations[{j}].name: Invalid function name"),
+                ));
+            }
         }
     }
     Ok(())
