@@ -310,7 +310,9 @@ pub(crate) fn write_request(
     conversation: &Conversation,
     model: &str,
 ) -> Result<(String, Value), Untranslatable> {
-    match supported(api)? {
+    let api = supported(api)?;
+    tool_names_fit(api, conversation)?;
+    match api {
         WireApi::AnthropicMessages => Ok((
             "/v1/messages".to_owned(),
             anthropic::write_request(conversation, model)?,
@@ -323,6 +325,51 @@ pub(crate) fn write_request(
             gemini::path(model, conversation.stream),
             gemini::write_request(conversation)?,
         )),
+    }
+}
+
+/// Whether `name` is a tool name `api` takes. Anthropic and Chat:
+/// `^[a-zA-Z0-9_-]{1,64}$` (Messages API `tools[].name`, Chat
+/// `function.name`); Gemini: a letter or `_` first, then letters, digits,
+/// `_`, `.`, `:` or `-`, at most 64 (`FunctionDeclaration.name`).
+fn tool_name_fits(api: WireApi, name: &str) -> bool {
+    let Some(first) = name.bytes().next() else {
+        return false;
+    };
+    let gemini = api == WireApi::GeminiGenerateContent;
+    let allowed = |b: u8| {
+        b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (gemini && matches!(b, b'.' | b':'))
+    };
+    name.len() <= 64
+        && name.bytes().all(allowed)
+        && (!gemini || first.is_ascii_alphabetic() || first == b'_')
+}
+
+/// Every tool the conversation names (defined, called, answered, chosen)
+/// has a name `api` takes: a renamed tool would not be the client's.
+fn tool_names_fit(api: WireApi, conversation: &Conversation) -> Result<(), Untranslatable> {
+    let defined = conversation.tools.iter().map(|t| t.name.as_str());
+    let used = conversation
+        .turns
+        .iter()
+        .flat_map(|t| &t.parts)
+        .filter_map(|p| match p {
+            Part::ToolCall { name, .. } | Part::ToolResult { name, .. } => Some(name.as_str()),
+            _ => None,
+        });
+    let chosen = match &conversation.tool_choice {
+        Some(ToolChoice::Named(name)) => Some(name.as_str()),
+        _ => None,
+    };
+    match defined
+        .chain(used)
+        .chain(chosen)
+        .find(|n| !tool_name_fits(api, n))
+    {
+        Some(name) => Err(Untranslatable::new(format!(
+            "tool name `{name}` is not one {api} takes"
+        ))),
+        None => Ok(()),
     }
 }
 

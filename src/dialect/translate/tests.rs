@@ -276,6 +276,37 @@ fn what_a_target_cannot_express_is_named_and_not_sent() {
 }
 
 #[test]
+fn a_tool_name_the_target_would_reject_is_not_sent() {
+    let gemini = |name: &str| {
+        json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "tools": [{"functionDeclarations": [{"name": name, "parameters": {"type": "OBJECT"}}]}]})
+    };
+    // Gemini takes dots and colons; Anthropic and Chat do not.
+    for to in [Anthropic, Chat] {
+        let error = request(Gemini, to, gemini("tools.run"), false).unwrap_err();
+        assert!(error.0.contains("tool name `tools.run`"), "{error}");
+        assert!(request(Gemini, to, gemini("run_it"), false).is_ok());
+    }
+    // Gemini wants a letter or `_` first.
+    let claude = |name: &str| {
+        json!({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"name": name, "input_schema": {"type": "object"}}]})
+    };
+    assert!(request(Anthropic, Gemini, claude("2fa-check"), false).is_err());
+    assert!(request(Anthropic, Gemini, claude("twofa-check"), false).is_ok());
+    // A call in the history counts as much as a definition.
+    let history = json!({"model": "gpt-5", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "-lookup", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]});
+    assert!(request(Chat, Gemini, history, false)
+        .unwrap_err()
+        .0
+        .contains("`-lookup`"));
+}
+
+#[test]
 fn a_gemini_request_becomes_anthropic_and_chat_requests() {
     let gemini = json!({
         "systemInstruction": {"parts": [{"text": "Be kind."}]},
