@@ -20,7 +20,9 @@
 #      SDKs (tests/e2e/requirements.txt, installed into .venv), among them
 #      one routed proxy serving Claude Code, the openai SDK and google-genai
 #      at once, each refused and recovered on its own upstream
-#      (tests/e2e/test_routes.py, given the CLI of step 5), and the operations
+#      (tests/e2e/test_routes.py, given the CLI of step 5), fallbacks to
+#      other vendors read by each SDK (tests/e2e/test_cross_provider.py),
+#      and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.
 # The programs: the `refusal-guard` binary, examples/ and tools/ (the

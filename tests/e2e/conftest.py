@@ -4,6 +4,7 @@ import contextlib
 import json
 import os
 import subprocess
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -76,6 +77,54 @@ class Harness:
             request["json"] = json.loads(request["body"]) if request["body"] else None
             request["header"] = {k.lower(): v for k, v in request["headers"]}
         return seen
+
+
+class ProxyProcess:
+    """A `refusal-guard` process on a free loopback port, its stderr in a
+    file; `env` replaces the environment it inherits where given."""
+
+    def __init__(self, name: str, args: list, tmp: Path, env: dict | None = None):
+        binary = refusal_guard_binary()
+        if not binary.exists():
+            pytest.fail(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
+        self.err = tmp / f"{name}.err"
+        self.process = subprocess.Popen(
+            [str(binary), "--listen", "127.0.0.1:0", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.err.open("w"),
+            env=env,
+        )
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            for line in self.stderr().splitlines():
+                if "listening on http://" in line:
+                    self.url = line.split("listening on ")[1].split()[0]
+                    return
+            if self.process.poll() is not None:
+                pytest.fail(f"{name} exited: {self.stderr()}")
+            time.sleep(0.05)
+        self.process.kill()
+        pytest.fail(f"{name} did not start: {self.stderr()}")
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+    def paths(self) -> list:
+        """The paths of the requests it answered (its access lines)."""
+        paths = []
+        for line in self.stderr().splitlines():
+            parts = line.split()
+            if len(parts) > 3 and parts[1] in ("GET", "POST"):
+                paths.append(parts[2])
+        return paths
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
 
 @contextlib.contextmanager

@@ -2,7 +2,6 @@
 traffic parses as without the proxy, an empty `content_filter` stop reaches
 the SDK as the rescued answer, a partial one as the provider sent it."""
 
-import json
 
 import openai
 import pytest

@@ -17,12 +17,11 @@ import json
 import os
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
+from conftest import ProxyProcess as Proxy
 
-ROOT = Path(__file__).resolve().parents[2]
 CLAUDE_MODEL = "claude-opus-4-7"
 CHAINS = ";".join(
     [
@@ -31,60 +30,6 @@ CHAINS = ";".join(
         "gemini-2.5-pro=gemini-2.5-flash",
     ]
 )
-
-
-def proxy_binary() -> Path:
-    explicit = os.environ.get("REFUSAL_GUARD_BIN")
-    if explicit:
-        return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return target / "debug" / "refusal-guard"
-
-
-class Proxy:
-    """A `refusal-guard` process on a free loopback port; its stderr in a file."""
-
-    def __init__(self, name: str, args: list, tmp: Path):
-        binary = proxy_binary()
-        if not binary.exists():
-            pytest.fail(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
-        self.err = tmp / f"{name}.err"
-        self.process = subprocess.Popen(
-            [str(binary), "--listen", "127.0.0.1:0", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.err.open("w"),
-        )
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            for line in self.stderr().splitlines():
-                if "listening on http://" in line:
-                    self.url = line.split("listening on ")[1].split()[0]
-                    return
-            if self.process.poll() is not None:
-                pytest.fail(f"{name} exited: {self.stderr()}")
-            time.sleep(0.05)
-        self.process.kill()
-        pytest.fail(f"{name} did not start: {self.stderr()}")
-
-    def stderr(self) -> str:
-        return self.err.read_text()
-
-    def paths(self) -> list:
-        """The paths of the requests it answered (its access lines)."""
-        paths = []
-        for line in self.stderr().splitlines():
-            parts = line.split()
-            if len(parts) > 3 and parts[1] in ("GET", "POST"):
-                paths.append(parts[2])
-        return paths
-
-    def stop(self):
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
 
 
 @pytest.fixture

@@ -17,6 +17,11 @@
 //! - `x-mock-id: ID`: which requests count as one script run (default: the
 //!   script itself).
 //!
+//! A request without the header may name its script in its body instead,
+//! as `[mock-script=a,b,c;mock-id=ID]` anywhere in it (in a user turn's
+//! text): a fallback hop the guard translates into another vendor's API
+//! carries the conversation's text but none of the client's headers.
+//!
 //! Every request is first checked against the provider's documented rules
 //! ([`contract`]): one that breaks a rule is answered with the provider's
 //! 400, recorded, and makes dropping the mock panic (outside a panic).
@@ -44,6 +49,18 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
+
+/// The script (and id) a body names as `[mock-script=a,b;mock-id=ID]`.
+fn script_in_body(body: &[u8]) -> Option<(String, Option<String>)> {
+    let text = std::str::from_utf8(body).ok()?;
+    let start = text.find("[mock-script=")? + "[mock-script=".len();
+    let named = &text[start..start + text[start..].find(']')?];
+    let (script, id) = match named.split_once(";mock-id=") {
+        Some((script, id)) => (script, Some(id.to_owned())),
+        None => (named, None),
+    };
+    Some((script.to_owned(), id))
+}
 
 /// One request the mock received.
 #[derive(Debug, Clone)]
@@ -244,10 +261,14 @@ async fn serve(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     };
-    let Some(script) = header("x-mock-script") else {
-        return error(StatusCode::BAD_REQUEST, "no x-mock-script header");
+    let (script, id) = match header("x-mock-script") {
+        Some(script) => (script, header("x-mock-id")),
+        None => match script_in_body(&body) {
+            Some(named) => named,
+            None => return error(StatusCode::BAD_REQUEST, "no x-mock-script header"),
+        },
     };
-    let id = header("x-mock-id").unwrap_or_else(|| script.clone());
+    let id = id.unwrap_or_else(|| script.clone());
     let marker = header("x-mock-marker").unwrap_or_default();
     let headers: Vec<(String, String)> = parts
         .headers
