@@ -366,7 +366,7 @@ impl RefusalGuardLayer {
     }
 
     /// The default ladder's steps per refusal category, in order (by
-    /// default every category takes `chain,rescue`, the whole ladder).
+    /// default every category takes `fallback,rescue`, the whole ladder).
     /// Ignored when a custom [`policy`](Self::policy) is set.
     ///
     /// ```

@@ -114,7 +114,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
         "--retarget",
         &format!("{SONNET},{HAIKU}"),
         "--policy",
-        "bio=stop; cyber=chain; frontier_llm=retarget; SAFETY=rescue,chain; *=rescue",
+        "bio=stop; cyber=fallback; frontier_llm=retarget; SAFETY=rescue,fallback; *=rescue",
     ])
     .await;
 
@@ -182,9 +182,9 @@ async fn the_policy_sends_each_category_down_its_own_path() {
 #[test]
 fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
     for (spec, part) in [
-        ("bio=stop;cyber=chain,explode", "unknown step `explode`"),
+        ("bio=stop;cyber=fallback,explode", "unknown step `explode`"),
         ("=stop", "empty category"),
-        ("bio=stop;Bio=chain", "category `Bio` given twice"),
+        ("bio=stop;Bio=fallback", "category `Bio` given twice"),
         ("bio=stop,rescue", "`stop` combined with other steps"),
     ] {
         let error = Options::try_parse_from(["proxy", "--policy", spec]).unwrap_err();
@@ -193,8 +193,8 @@ fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
         assert!(message.contains(part), "{spec}: {message}");
         assert!(message.contains("--policy"), "{message}");
     }
-    let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=chain,rescue"]).unwrap();
-    assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=chain,rescue");
+    let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=fallback,rescue"]).unwrap();
+    assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=fallback,rescue");
 }
 
 // ---- fallback credit off -----------------------------------------------------
@@ -301,7 +301,7 @@ async fn only_recovered_responses_carry_the_recovery_header() {
         "--chain",
         &format!("{OPUS}={SONNET}"),
         "--policy",
-        "bio=stop;cyber=chain;*=rescue",
+        "bio=stop;cyber=fallback;*=rescue",
     ])
     .await;
     for stream in [false, true] {
