@@ -9,12 +9,8 @@ use http::{Response, StatusCode};
 use crate::dialect::errors::ErrorShape;
 use crate::refusal::WireApi;
 
-/// The response header naming why the guard or the proxy answered an error
-/// itself, so it is never mistaken for the provider's.
-pub const ERROR_HEADER: &str = "x-refusal-guard-error";
-
 /// An error response for a request to `path`, in that API's error shape,
-/// with `code` in the [`ERROR_HEADER`] header.
+/// with `code` in the [`header::ERROR`](crate::header::ERROR) header.
 ///
 /// ```
 /// use http::StatusCode;
@@ -58,7 +54,7 @@ fn respond(shape: ErrorShape, status: StatusCode, code: &str, message: &str) -> 
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     if let Ok(value) = HeaderValue::from_str(code) {
-        headers.insert(HeaderName::from_static(ERROR_HEADER), value);
+        headers.insert(HeaderName::from_static(crate::header::ERROR), value);
     }
     if let Some((name, value)) = shape.type_header(status) {
         headers.insert(

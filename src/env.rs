@@ -6,7 +6,7 @@
 //! | `REFUSAL_GUARD_FALLBACKS` | the server-side fallback retarget list | `claude-sonnet-4-5,claude-haiku-4-5` |
 //! | `REFUSAL_GUARD_LOG` | JSONL log path, or an off value for no log | `~/.refusal-guard/refusals.jsonl` |
 //! | `REFUSAL_GUARD_CHAIN` | client-side fallback chains | `claude-opus-4-7=claude-sonnet-4-5,claude-haiku-4-5;gpt-4o=gpt-4o-mini` |
-//! | `REFUSAL_GUARD_POLICY` | the ladder's steps per refusal category ([`CategoryPolicy`] syntax) | `bio=stop;frontier_llm=stop;reasoning_extraction=stop;*=chain,rescue` |
+//! | `REFUSAL_GUARD_POLICY` | the ladder's steps per refusal category ([`CategoryPolicy`] syntax) | `bio=stop;frontier_llm=stop;reasoning_extraction=stop;*=fallback,rescue` |
 //!
 //! For drop-in compatibility with pi-refusal-guard, `RESCUE`, `FALLBACKS` and
 //! `LOG` are also read as `OMP_REFUSAL_*` and `PI_REFUSAL_*`. Precedence:
@@ -159,7 +159,7 @@ const SWITCH: &str = "on/off (1, on, true, yes / 0, off, false, no)";
 const MODELS: &str = "a comma-separated list of model names";
 const CHAINS: &str = "MODEL=FALLBACK[,FALLBACK...] entries separated by ';'";
 const POLICY: &str = "CATEGORY=STEP[,STEP...] entries separated by ';', each category once \
-(any case), steps retarget, chain, rescue, stop (stop alone)";
+(any case), steps retarget, fallback, rescue, stop (stop alone)";
 
 fn switch(value: &str) -> Option<bool> {
     match value.trim().to_ascii_lowercase().as_str() {
@@ -318,10 +318,10 @@ mod policy_tests {
     #[test]
     fn the_policy_variable_is_read_and_a_bad_one_names_it() {
         let config =
-            EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=stop;*=chain,rescue")]).unwrap();
+            EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=stop;*=fallback,rescue")]).unwrap();
         assert_eq!(
             config.policy.unwrap().to_string(),
-            "bio=stop;*=chain,rescue"
+            "bio=stop;*=fallback,rescue"
         );
         let error = EnvConfig::from_vars([("REFUSAL_GUARD_POLICY", "bio=halt")]).unwrap_err();
         assert_eq!(error.variable, "REFUSAL_GUARD_POLICY");

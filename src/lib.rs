@@ -72,7 +72,8 @@
 //!   trait; [`timeout`]: the bounded waits on the upstream and their error.
 //! - [`refusal`]: the typed metadata; [`telemetry`]: sinks, records and the
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
-//!   own shape.
+//!   own shape; [`header`]: the names of the headers the crate reads and
+//!   writes.
 //! - [`sse`]: the incremental SSE framer; [`text`]: the opt-in prose refusal
 //!   detector; [`env`](mod@env): configuration from environment variables.
 //! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
@@ -136,6 +137,7 @@ pub mod env;
 #[cfg(feature = "bedrock")]
 mod eventstream;
 mod guard;
+pub mod header;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;

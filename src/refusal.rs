@@ -1121,28 +1121,6 @@ impl std::error::Error for Refusal {}
 /// ```
 pub const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
 
-/// The response header on a response the guard recovered (a fallback hop,
-/// a retarget or a rescue answered instead of a refusal), for harnesses to
-/// show as a notice. For example `rescued; category=cyber;
-/// served-by=claude-opus-4-7` or `fallback; category=bio;
-/// served-by=claude-sonnet-4-5`: the [outcome](Outcome::as_str), then the
-/// refusal's category and the model that served, each left out when
-/// unknown, reduced to header-safe characters (letters, digits and
-/// `._:/@+-`; anything else becomes `_`) and to 100 characters.
-///
-/// Responses the guard did not change carry no such header. A response
-/// whose head went out before the decision (keep-alive comments, live
-/// thinking) cannot carry it either: the head was already sent; nor does a
-/// recovery attempt the guard had to let through before it could tell
-/// whether it answered (its hold bounds reached), since it may still refuse.
-/// The record and the [`RefusalHandle`] still say what happened.
-///
-/// ```
-/// let response = http::Response::new(());
-/// assert!(response.headers().get(refusal_guard::refusal::RECOVERY_HEADER).is_none());
-/// ```
-pub const RECOVERY_HEADER: &str = "refusal-guard-recovery";
-
 /// In the response extensions when sticky fallback routing
 /// ([`sticky_fallback`](crate::RefusalGuardLayer::sticky_fallback)) sent a
 /// request straight to the model a fallback served its conversation with,

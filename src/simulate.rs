@@ -21,7 +21,7 @@
 //! same conversation with a note appended) is answered, and so is any later
 //! request of that conversation. Its own errors (another path or method, a
 //! body that is not a JSON object) come in the API's error shape with the
-//! [`ERROR_HEADER`](crate::api_error::ERROR_HEADER) header.
+//! [`header::ERROR`](crate::header::ERROR) header.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -512,7 +512,7 @@ fn json_body(value: Value) -> Response<SimulatedBody> {
 }
 
 /// One of the guard's own error responses (the API's shape, the
-/// [`ERROR_HEADER`](crate::api_error::ERROR_HEADER) header), as a simulated body.
+/// [`header::ERROR`](crate::header::ERROR) header), as a simulated body.
 fn from_error(error: Response<Bytes>) -> Response<SimulatedBody> {
     let (parts, body) = error.into_parts();
     Response::from_parts(
@@ -639,7 +639,7 @@ mod tests {
         let response = Simulator::new().respond(&parts("/v2/other"), b"{}");
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         assert_eq!(
-            response.headers()[crate::api_error::ERROR_HEADER],
+            response.headers()[crate::header::ERROR],
             "simulated_not_found"
         );
         let gemini = "/v1beta/models/gemini-2.5-pro:generateContent";

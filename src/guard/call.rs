@@ -10,13 +10,13 @@ use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderValue, Request, Response};
 use serde_json::Value;
 use tower::ServiceExt;
-use tower_service::Service;
 
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
 use crate::guard::reserve::Share;
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
+use crate::guard::InnerService;
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
@@ -219,7 +219,7 @@ impl<S> Inner<S> {
         request: Request<B>,
     ) -> Result<Response<IdleTimeout<R>>, SendError<S::Error>>
     where
-        S: Service<Request<B>, Response = Response<R>>,
+        S: InnerService<B, R>,
     {
         let Timeouts { head, idle } = self.timeouts;
         let primed = std::mem::take(&mut self.primed);

@@ -104,9 +104,6 @@ impl RefusalGuardLayer {
     /// Default cap on the bytes held across every stream and buffered
     /// request body of one layer (256 MiB).
     pub const DEFAULT_MAX_TOTAL_HELD_BYTES: usize = 256 << 20;
-    /// The request header that names a conversation explicitly, unless
-    /// configured otherwise. It is removed before the request goes upstream.
-    pub const DEFAULT_CONVERSATION_HEADER: &'static str = "x-refusal-guard-conversation";
 
     /// A guard with rescue on, no fallbacks, an in-memory store and no
     /// telemetry.
@@ -119,9 +116,7 @@ impl RefusalGuardLayer {
                 policy: None,
                 store: Arc::new(MemoryStore::new()),
                 telemetry: Arc::new(()),
-                conversation_header: Some(HeaderName::from_static(
-                    Self::DEFAULT_CONVERSATION_HEADER,
-                )),
+                conversation_header: Some(HeaderName::from_static(crate::header::CONVERSATION)),
                 conversation_fn: None,
                 max_request_body: Self::DEFAULT_MAX_REQUEST_BODY,
                 max_response_body: Self::DEFAULT_MAX_RESPONSE_BODY,
@@ -252,6 +247,7 @@ impl RefusalGuardLayer {
     }
 
     /// The request header that names a conversation (default
+    /// [`header::CONVERSATION`](crate::header::CONVERSATION),
     /// `x-refusal-guard-conversation`); `None` turns the header off. The guard
     /// removes the header before forwarding.
     pub fn conversation_header(self, header: Option<HeaderName>) -> Self {
@@ -370,7 +366,7 @@ impl RefusalGuardLayer {
     }
 
     /// The default ladder's steps per refusal category, in order (by
-    /// default every category takes `chain,rescue`, the whole ladder).
+    /// default every category takes `fallback,rescue`, the whole ladder).
     /// Ignored when a custom [`policy`](Self::policy) is set.
     ///
     /// ```

@@ -23,7 +23,6 @@ use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
 use crate::refusal::{
     Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi,
-    RECOVERY_HEADER,
 };
 use crate::BoxError;
 
@@ -242,7 +241,7 @@ pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Respon
 pub(crate) struct ServedRecovery;
 
 /// Marks a recovered response for the client: the `refusal-guard-recovery`
-/// header (see [`RECOVERY_HEADER`]) and [`ServedRecovery`].
+/// header (see [`header::RECOVERY`](crate::header::RECOVERY)) and [`ServedRecovery`].
 pub(crate) fn mark_recovered<B>(
     response: &mut Response<B>,
     outcome: Outcome,
@@ -256,7 +255,9 @@ pub(crate) fn mark_recovered<B>(
         }
     }
     if let Ok(value) = HeaderValue::from_str(&value) {
-        response.headers_mut().insert(RECOVERY_HEADER, value);
+        response
+            .headers_mut()
+            .insert(crate::header::RECOVERY, value);
     }
     response.extensions_mut().insert(ServedRecovery);
 }

@@ -30,7 +30,7 @@ use crate::guard::request::{
 use crate::guard::reserve::Share;
 use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
-use crate::guard::{InnerBody, SpawnableInner};
+use crate::guard::{InnerBody, InnerService, SpawnableInner};
 use crate::BoxError;
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
@@ -509,7 +509,7 @@ async fn pass<S, B, R>(
     request: Request<B>,
 ) -> Result<Response<GuardBody<R>>, S::Error>
 where
-    S: Service<Request<B>, Response = Response<R>>,
+    S: InnerService<B, R>,
 {
     match upstream.send(request).await {
         Ok(response) => Ok(response.map(GuardBody::passthrough)),

@@ -13,8 +13,7 @@ use http::header::AUTHORIZATION;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-/// The header a client may name the proxy key in.
-pub const CLIENT_KEY_HEADER: &str = "x-refusal-guard-key";
+use crate::header::CLIENT_KEY;
 
 /// A proxy key. `Debug` never shows it.
 ///
@@ -53,7 +52,7 @@ impl ClientKey {
     /// (as is `x-refusal-guard-key` in any case), so the key never leaves.
     pub(crate) fn admits(&self, headers: &mut HeaderMap) -> bool {
         let mut admitted = false;
-        if let Some(sent) = headers.remove(CLIENT_KEY_HEADER) {
+        if let Some(sent) = headers.remove(CLIENT_KEY) {
             admitted |= self.matches(sent.as_bytes());
         }
         if !admitted
@@ -100,7 +99,7 @@ mod tests {
     fn each_form_admits_and_is_removed_and_a_wrong_key_does_not() {
         let key: ClientKey = "proxy-key-0123456789".parse().unwrap();
         for (name, value) in [
-            (CLIENT_KEY_HEADER, "proxy-key-0123456789"),
+            (CLIENT_KEY, "proxy-key-0123456789"),
             ("x-api-key", "proxy-key-0123456789"),
             ("authorization", "Bearer proxy-key-0123456789"),
         ] {
@@ -110,16 +109,13 @@ mod tests {
             assert!(headers.get(name).is_none(), "{name} is not forwarded");
         }
         let mut wrong = HeaderMap::new();
-        wrong.insert(
-            CLIENT_KEY_HEADER,
-            HeaderValue::from_static("proxy-key-0123456780"),
-        );
+        wrong.insert(CLIENT_KEY, HeaderValue::from_static("proxy-key-0123456780"));
         wrong.insert(
             "authorization",
             HeaderValue::from_static("Bearer someone-elses-key"),
         );
         assert!(!key.admits(&mut wrong));
-        assert!(wrong.get(CLIENT_KEY_HEADER).is_none());
+        assert!(wrong.get(CLIENT_KEY).is_none());
         assert!(!key.admits(&mut HeaderMap::new()));
         assert!("short".parse::<ClientKey>().is_err());
     }

@@ -84,7 +84,7 @@ use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
-pub use client_key::{ClientKey, CLIENT_KEY_HEADER};
+pub use client_key::ClientKey;
 pub use options::{Options, State};
 pub use routes::{Route, Routes};
 pub use run::run;

@@ -6,7 +6,7 @@
 //! # Syntax
 //!
 //! Entries separated by `;`, each `CATEGORY=STEP[,STEP...]`, for example
-//! `bio=stop;cyber=chain,rescue;reasoning_extraction=chain;*=chain,rescue`.
+//! `bio=stop;cyber=fallback,rescue;reasoning_extraction=fallback;*=fallback,rescue`.
 //! Spaces around names are ignored; an empty entry (a trailing `;`) too.
 //!
 //! - A **category** is the provider's word, as it arrives: `cyber`, `bio`,
@@ -17,12 +17,12 @@
 //!   `safety` are the same category); two entries for the same name in any
 //!   case are an error. `*` names every category without an entry of its
 //!   own, and refusals that name no category. Without `*`, those take the
-//!   default steps, `chain,rescue` (what the guard does without a policy).
+//!   default steps, `fallback,rescue` (what the guard does without a policy).
 //! - One category is the exception: `guardrail_intervened`, the operator's
 //!   own Amazon Bedrock guardrail ([`GUARDRAIL_CATEGORY`]), stops unless it
 //!   has an entry of its own; neither `*` nor the default steps work around
 //!   a content policy the operator configured.
-//! - A **step** is one of [`Step`]'s words: `retarget`, `chain`, `rescue`,
+//! - A **step** is one of [`Step`]'s words: `retarget`, `fallback`, `rescue`,
 //!   `stop`, tried in the order given, each at most once per refusal.
 //!   `stop` stands alone.
 //!
@@ -31,13 +31,13 @@
 //! ```
 //! use refusal_guard::recovery::category::{CategoryPolicy, Step};
 //!
-//! let policy: CategoryPolicy = "bio=stop; cyber=chain,rescue; *=chain".parse()?;
+//! let policy: CategoryPolicy = "bio=stop; cyber=fallback,rescue; *=fallback".parse()?;
 //! assert_eq!(policy.steps_for(Some("bio")), [Step::Stop]);
-//! assert_eq!(policy.steps_for(Some("CYBER")), [Step::Chain, Step::Rescue]);
-//! assert_eq!(policy.steps_for(Some("SAFETY")), [Step::Chain]);
-//! assert_eq!(policy.steps_for(None), [Step::Chain]);
+//! assert_eq!(policy.steps_for(Some("CYBER")), [Step::Fallback, Step::Rescue]);
+//! assert_eq!(policy.steps_for(Some("SAFETY")), [Step::Fallback]);
+//! assert_eq!(policy.steps_for(None), [Step::Fallback]);
 //!
-//! let error = "bio=stop;cyber=chain,explode".parse::<CategoryPolicy>().unwrap_err();
+//! let error = "bio=stop;cyber=fallback,explode".parse::<CategoryPolicy>().unwrap_err();
 //! assert!(error.to_string().contains("explode"));
 //! # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
 //! ```
@@ -65,9 +65,10 @@ pub enum Step {
     /// configured, when the request already carried server-side fallbacks
     /// (the provider climbed them already), and for other providers.
     Retarget,
-    /// Each model of the client model's fallback chain in turn (none when
-    /// no chain is configured for the model).
-    Chain,
+    /// A fallback to each model of the client model's fallback chain in
+    /// turn (none when no chain is configured for the model), recorded as
+    /// attempts of step [`AttemptStep::Fallback`](crate::refusal::AttemptStep::Fallback).
+    Fallback,
     /// One reframed rescue (subject to the rescue switch and the
     /// conversation's rescue cap).
     Rescue,
@@ -78,13 +79,13 @@ pub enum Step {
 
 impl Step {
     /// Every step, in the words the syntax uses.
-    pub const ALL: [Step; 4] = [Step::Retarget, Step::Chain, Step::Rescue, Step::Stop];
+    pub const ALL: [Step; 4] = [Step::Retarget, Step::Fallback, Step::Rescue, Step::Stop];
 
     /// The step's word.
     pub fn as_str(self) -> &'static str {
         match self {
             Step::Retarget => "retarget",
-            Step::Chain => "chain",
+            Step::Fallback => "fallback",
             Step::Rescue => "rescue",
             Step::Stop => "stop",
         }
@@ -114,7 +115,7 @@ impl FromStr for Step {
 /// ```
 /// use refusal_guard::recovery::category::CategoryPolicy;
 ///
-/// let error = "bio=stop;BIO=chain".parse::<CategoryPolicy>().unwrap_err();
+/// let error = "bio=stop;BIO=fallback".parse::<CategoryPolicy>().unwrap_err();
 /// assert!(error.to_string().contains("`BIO`"), "{error}");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +138,7 @@ impl fmt::Display for PolicyError {
         write!(
             f,
             "{} (expected CATEGORY=STEP[,STEP...] entries separated by ';', \
-             steps retarget, chain, rescue, stop)",
+             steps retarget, fallback, rescue, stop)",
             self.message
         )
     }
@@ -148,7 +149,7 @@ impl std::error::Error for PolicyError {}
 /// The steps each refusal category may take, and in which order.
 ///
 /// The default (no entry at all) gives every category the default steps,
-/// `chain,rescue`: the whole ladder, as without a policy. See the
+/// `fallback,rescue`: the whole ladder, as without a policy. See the
 /// [module docs](self) for the syntax and case handling.
 ///
 /// ```
@@ -156,10 +157,10 @@ impl std::error::Error for PolicyError {}
 ///
 /// let policy = CategoryPolicy::new()
 ///     .category("bio", [Step::Stop])
-///     .category("reasoning_extraction", [Step::Chain]);
+///     .category("reasoning_extraction", [Step::Fallback]);
 /// assert_eq!(policy.steps_for(Some("bio")), [Step::Stop]);
 /// assert_eq!(policy.steps_for(Some("cyber")), CategoryPolicy::DEFAULT_STEPS);
-/// assert_eq!(policy.to_string(), "bio=stop;reasoning_extraction=chain");
+/// assert_eq!(policy.to_string(), "bio=stop;reasoning_extraction=fallback");
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CategoryPolicy {
@@ -169,7 +170,7 @@ pub struct CategoryPolicy {
 
 impl CategoryPolicy {
     /// The steps of a category without an entry when there is no `*`.
-    pub const DEFAULT_STEPS: &'static [Step] = &[Step::Chain, Step::Rescue];
+    pub const DEFAULT_STEPS: &'static [Step] = &[Step::Fallback, Step::Rescue];
 
     /// The name of the entry for every other category.
     pub const OTHERS: &'static str = "*";
@@ -208,10 +209,10 @@ impl CategoryPolicy {
     /// ```
     /// use refusal_guard::recovery::category::{CategoryPolicy, Step};
     ///
-    /// let policy: CategoryPolicy = "*=chain".parse()?;
+    /// let policy: CategoryPolicy = "*=fallback".parse()?;
     /// assert_eq!(policy.steps_for(Some("guardrail_intervened")), [Step::Stop]);
-    /// let opted_in: CategoryPolicy = "guardrail_intervened=chain".parse()?;
-    /// assert_eq!(opted_in.steps_for(Some("guardrail_intervened")), [Step::Chain]);
+    /// let opted_in: CategoryPolicy = "guardrail_intervened=fallback".parse()?;
+    /// assert_eq!(opted_in.steps_for(Some("guardrail_intervened")), [Step::Fallback]);
     /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
     /// ```
     pub fn steps_for(&self, category: Option<&str>) -> &[Step] {
@@ -319,19 +320,22 @@ mod tests {
             ("bio=explode", "unknown step `explode` in `bio=explode`"),
             ("=stop", "empty category in `=stop`"),
             (" =stop", "empty category"),
-            ("bio=stop;BIO=chain", "category `BIO` given twice"),
+            ("bio=stop;BIO=fallback", "category `BIO` given twice"),
             (
-                "bio=stop,chain",
-                "`stop` combined with other steps (stop stands alone) in `bio=stop,chain`",
+                "bio=stop,fallback",
+                "`stop` combined with other steps (stop stands alone) in `bio=stop,fallback`",
             ),
-            ("bio=chain,,rescue", "empty step in `bio=chain,,rescue`"),
-            ("bio=chain,chain", "step `chain` given twice"),
+            (
+                "bio=fallback,,rescue",
+                "empty step in `bio=fallback,,rescue`",
+            ),
+            ("bio=fallback,fallback", "step `fallback` given twice"),
             ("bio", "no `=` in `bio`"),
             ("bio=", "no steps for `bio`"),
             ("", "empty policy"),
             (" ; ", "empty policy"),
             ("bi o=stop", "category `bi o` contains"),
-            ("cyber=chain;bio", "no `=` in `bio`"),
+            ("cyber=fallback;bio", "no `=` in `bio`"),
         ] {
             let error = spec.parse::<CategoryPolicy>().unwrap_err().to_string();
             assert!(error.contains(part), "{spec:?}: {error}");
@@ -340,12 +344,12 @@ mod tests {
 
     #[test]
     fn specs_round_trip_and_ignore_spaces_and_step_case() {
-        let policy: CategoryPolicy = " bio = STOP ; cyber=Chain, rescue ;*=retarget,chain;"
+        let policy: CategoryPolicy = " bio = STOP ; cyber=Fallback, rescue ;*=retarget,fallback;"
             .parse()
             .unwrap();
         assert_eq!(
             policy.to_string(),
-            "bio=stop;cyber=chain,rescue;*=retarget,chain"
+            "bio=stop;cyber=fallback,rescue;*=retarget,fallback"
         );
         assert_eq!(policy.to_string().parse::<CategoryPolicy>(), Ok(policy));
     }
@@ -354,11 +358,11 @@ mod tests {
     fn the_builder_keeps_the_last_entry_for_a_name_and_each_step_once() {
         let policy = CategoryPolicy::new()
             .category("SAFETY", [Step::Stop])
-            .category("safety", [Step::Chain, Step::Chain, Step::Rescue]);
+            .category("safety", [Step::Fallback, Step::Fallback, Step::Rescue]);
         assert_eq!(
             policy.steps_for(Some("Safety")),
-            [Step::Chain, Step::Rescue]
+            [Step::Fallback, Step::Rescue]
         );
-        assert_eq!(policy.to_string(), "SAFETY=chain,rescue");
+        assert_eq!(policy.to_string(), "SAFETY=fallback,rescue");
     }
 }

@@ -543,7 +543,7 @@ impl Ladder {
     /// use refusal_guard::recovery::category::CategoryPolicy;
     /// use refusal_guard::recovery::Ladder;
     ///
-    /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;*=chain,rescue".parse()?;
+    /// let policy: CategoryPolicy = "bio=stop;frontier_llm=stop;*=fallback,rescue".parse()?;
     /// let ladder = Ladder::new().category_policy(policy);
     /// # let _ = ladder;
     /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
@@ -562,7 +562,7 @@ impl Ladder {
     ///
     /// let ladder = Ladder::new()
     ///     .for_category("bio", [Step::Stop])
-    ///     .for_category("reasoning_extraction", [Step::Chain]);
+    ///     .for_category("reasoning_extraction", [Step::Fallback]);
     /// assert_eq!(ladder.categories().steps_for(Some("bio")), [Step::Stop]);
     /// ```
     pub fn for_category<I>(mut self, category: impl Into<String>, steps: I) -> Self
@@ -606,7 +606,7 @@ impl RecoveryPolicy for Ladder {
         for step in steps {
             match step {
                 Step::Retarget if state.retargets_tried() == 0 => return NextStep::Retarget,
-                Step::Chain => {
+                Step::Fallback => {
                     if let Some(model) = chain.get(state.fallbacks_tried()) {
                         return NextStep::Fallback(model.clone());
                     }
@@ -723,8 +723,8 @@ mod tests {
             }
         };
         let whole = "fallback:sonnet fallback:haiku rescue:claude-opus-4-7 stop:still_refused";
-        let spec = "bio=stop;cyber=chain;reasoning_extraction=rescue,chain;\
-                    SAFETY=retarget,rescue;frontier_llm=retarget;*=chain,rescue";
+        let spec = "bio=stop;cyber=fallback;reasoning_extraction=rescue,fallback;\
+                    SAFETY=retarget,rescue;frontier_llm=retarget;*=fallback,rescue";
         let no_star = "bio=stop;cyber=rescue";
         #[rustfmt::skip]
         let table: &[(Option<&str>, Option<&str>, bool, &str)] = &[
@@ -769,7 +769,7 @@ mod tests {
             climb(&Ladder::new().rescue(false), Some("cyber"), true),
             "stop:rescue_off"
         );
-        let chain_only = Ladder::new().for_category("*", [Step::Chain]);
+        let chain_only = Ladder::new().for_category("*", [Step::Fallback]);
         assert_eq!(climb(&chain_only, Some("cyber"), true), "stop:policy_stop");
         let last_hop = Ladder::new()
             .fallback_chains(chains)

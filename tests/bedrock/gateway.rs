@@ -3,7 +3,8 @@
 //! gets 401 in Bedrock's error shape and nothing goes upstream.
 
 use refusal_guard::aws::{Credentials, SigV4Layer};
-use refusal_guard::proxy::{ClientKey, Proxy, Upstream, CLIENT_KEY_HEADER};
+use refusal_guard::header;
+use refusal_guard::proxy::{ClientKey, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::bedrock::{self as br, BedrockUpstream};
@@ -48,7 +49,7 @@ async fn without_the_client_key_nothing_goes_upstream_and_with_it_the_request_is
             .header("content-type", "application/json")
             .body(body());
         if let Some(wrong) = wrong {
-            request = request.header(CLIENT_KEY_HEADER, wrong);
+            request = request.header(header::CLIENT_KEY, wrong);
         }
         let response = tokio::time::timeout(std::time::Duration::from_secs(10), request.send())
             .await
@@ -71,7 +72,7 @@ async fn without_the_client_key_nothing_goes_upstream_and_with_it_the_request_is
     let response = client
         .post(&invoke)
         .header("content-type", "application/json")
-        .header(CLIENT_KEY_HEADER, KEY)
+        .header(header::CLIENT_KEY, KEY)
         .body(body())
         .send()
         .await
@@ -83,7 +84,7 @@ async fn without_the_client_key_nothing_goes_upstream_and_with_it_the_request_is
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].verified, Ok(()));
     assert!(
-        seen[0].headers.get(CLIENT_KEY_HEADER).is_none(),
+        seen[0].headers.get(header::CLIENT_KEY).is_none(),
         "the client key stays in the proxy"
     );
 

@@ -460,7 +460,7 @@ async fn a_guardrail_is_recovered_only_when_the_policy_names_it() {
         None,
     )
     .await;
-    let opted_in = chained().category_policy("guardrail_intervened=chain".parse().unwrap());
+    let opted_in = chained().category_policy("guardrail_intervened=fallback".parse().unwrap());
     let path = format!("/model/{OPUS}/invoke");
     let done = send(&upstream, opted_in, keys(), "POST", &path, invoke_body()).await;
     assert_eq!(serde_json::from_slice::<Value>(&done.body).unwrap(), answer);

@@ -5,8 +5,9 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
+use refusal_guard::header;
 use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider, RECOVERY_HEADER};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::anthropic::events;
@@ -171,7 +172,7 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.served_model.as_deref(), Some("openai:gpt-5"));
     assert_eq!(
-        done.parts.headers[RECOVERY_HEADER],
+        done.parts.headers[header::RECOVERY],
         "fallback; category=cyber; served-by=openai:gpt-5"
     );
     let records = done.sink.records();

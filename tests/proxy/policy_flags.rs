@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use clap::Parser;
+use refusal_guard::header;
 use refusal_guard::proxy::Options;
 use refusal_guard::telemetry::{Fanout, JsonlSink, Report, RouteRestored, TelemetrySink};
 use refusal_guard::RefusalGuardLayer;
@@ -21,7 +22,6 @@ use tower::Layer;
 const OPUS: &str = "claude-opus-4-7";
 const SONNET: &str = "claude-sonnet-4-5";
 const HAIKU: &str = "claude-haiku-4-5";
-const RECOVERY: &str = "refusal-guard-recovery";
 
 /// A JSON refusal of `category`, with a credit token when given.
 fn json_refusal(category: &str, token: Option<&str>) -> Value {
@@ -114,13 +114,13 @@ async fn the_policy_sends_each_category_down_its_own_path() {
         "--retarget",
         &format!("{SONNET},{HAIKU}"),
         "--policy",
-        "bio=stop; cyber=chain; frontier_llm=retarget; SAFETY=rescue,chain; *=rescue",
+        "bio=stop; cyber=fallback; frontier_llm=retarget; SAFETY=rescue,fallback; *=rescue",
     ])
     .await;
 
     // bio: stop. One request upstream; the client gets the refusal as sent.
     let response = post(&base, &refusing("bio", false)).await;
-    assert!(response.headers().get(RECOVERY).is_none());
+    assert!(response.headers().get(header::RECOVERY).is_none());
     let body: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(body, json_refusal("bio", None));
     assert_eq!(upstream.requests().len(), 1);
@@ -129,7 +129,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
     let from = upstream.requests().len();
     let response = post(&base, &refusing("cyber", true)).await;
     assert_eq!(
-        response.headers()[RECOVERY],
+        response.headers()[header::RECOVERY],
         format!("fallback; category=cyber; served-by={SONNET}")
     );
     let text = response.text().await.unwrap();
@@ -144,7 +144,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
     // as server-side fallbacks; no chain hop, no rescue.
     let from = upstream.requests().len();
     let response = post(&base, &refusing("frontier_llm", false)).await;
-    assert!(response.headers()[RECOVERY]
+    assert!(response.headers()[header::RECOVERY]
         .to_str()
         .unwrap()
         .starts_with("fallback; category=frontier_llm"));
@@ -169,7 +169,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
         let from = upstream.requests().len();
         let response = post(&base, &refusing(category, true)).await;
         assert_eq!(
-            response.headers()[RECOVERY],
+            response.headers()[header::RECOVERY],
             format!("rescued; category={category}; served-by={OPUS}")
         );
         let seen = since(&upstream, from);
@@ -182,9 +182,9 @@ async fn the_policy_sends_each_category_down_its_own_path() {
 #[test]
 fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
     for (spec, part) in [
-        ("bio=stop;cyber=chain,explode", "unknown step `explode`"),
+        ("bio=stop;cyber=fallback,explode", "unknown step `explode`"),
         ("=stop", "empty category"),
-        ("bio=stop;Bio=chain", "category `Bio` given twice"),
+        ("bio=stop;Bio=fallback", "category `Bio` given twice"),
         ("bio=stop,rescue", "`stop` combined with other steps"),
     ] {
         let error = Options::try_parse_from(["proxy", "--policy", spec]).unwrap_err();
@@ -193,8 +193,8 @@ fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
         assert!(message.contains(part), "{spec}: {message}");
         assert!(message.contains("--policy"), "{message}");
     }
-    let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=chain,rescue"]).unwrap();
-    assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=chain,rescue");
+    let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=fallback,rescue"]).unwrap();
+    assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=fallback,rescue");
 }
 
 // ---- fallback credit off -----------------------------------------------------
@@ -301,7 +301,7 @@ async fn only_recovered_responses_carry_the_recovery_header() {
         "--chain",
         &format!("{OPUS}={SONNET}"),
         "--policy",
-        "bio=stop;cyber=chain;*=rescue",
+        "bio=stop;cyber=fallback;*=rescue",
     ])
     .await;
     for stream in [false, true] {
@@ -320,13 +320,13 @@ async fn only_recovered_responses_carry_the_recovery_header() {
         }
         let response = post(&base, &refusing("cyber", stream)).await;
         assert_eq!(
-            response.headers()[RECOVERY],
+            response.headers()[header::RECOVERY],
             format!("fallback; category=cyber; served-by={SONNET}"),
             "stream {stream}"
         );
         let response = post(&base, &refusing("weird cat\"egory", stream)).await;
         assert_eq!(
-            response.headers()[RECOVERY],
+            response.headers()[header::RECOVERY],
             format!("rescued; category=weird_cat_egory; served-by={OPUS}"),
             "stream {stream}: sanitised"
         );

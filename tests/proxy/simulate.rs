@@ -3,8 +3,7 @@
 //! that API's empty-refusal signal and rescued, with no key and no network;
 //! the simulator's own errors come in the API's shape.
 
-use refusal_guard::api_error::ERROR_HEADER;
-use refusal_guard::refusal::RECOVERY_HEADER;
+use refusal_guard::header;
 use refusal_guard::simulate::ANSWER;
 use serde_json::{json, Value};
 use support::proxy::{client, run_proxy};
@@ -22,7 +21,7 @@ async fn post(base: &str, path: &str, body: &Value) -> (u16, Option<String>, Str
     let status = response.status().as_u16();
     let recovery = response
         .headers()
-        .get(RECOVERY_HEADER)
+        .get(header::RECOVERY)
         .map(|v| v.to_str().unwrap().to_owned());
     (status, recovery, response.text().await.unwrap())
 }
@@ -145,7 +144,7 @@ async fn the_simulators_own_errors_come_in_each_apis_shape() {
         .await
         .unwrap();
     assert_eq!(response.status(), 405);
-    assert!(response.headers().get(ERROR_HEADER).is_some());
+    assert!(response.headers().get(header::ERROR).is_some());
     let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(json["error"]["code"], 405);
     assert!(json["error"]["status"].is_string());
@@ -158,7 +157,7 @@ async fn the_simulators_own_errors_come_in_each_apis_shape() {
         .await
         .unwrap();
     assert_eq!(response.status(), 404);
-    assert!(response.headers().get(ERROR_HEADER).is_some());
+    assert!(response.headers().get(header::ERROR).is_some());
     let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(
         json["error"]["type"], "invalid_request_error",

@@ -70,10 +70,10 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     );
     std::env::remove_var("REFUSAL_GUARD_DRAIN_TIMEOUT");
 
-    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop;*=chain");
+    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop;*=fallback");
     std::env::set_var("REFUSAL_GUARD_FALLBACK_CREDIT", "off");
     let o = parse(&[]).unwrap();
-    assert_eq!(o.policy.unwrap().to_string(), "bio=stop;*=chain");
+    assert_eq!(o.policy.unwrap().to_string(), "bio=stop;*=fallback");
     assert!(!o.fallback_credit);
     let o = parse(&["--policy", "cyber=rescue", "--fallback-credit", "on"]).unwrap();
     assert_eq!(
@@ -82,7 +82,7 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
         "flag over variable"
     );
     assert!(o.fallback_credit);
-    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop,chain");
+    std::env::set_var("REFUSAL_GUARD_POLICY", "bio=stop,fallback");
     let error = parse(&[]).unwrap_err();
     assert_eq!(error.exit_code(), 2);
     let message = error.to_string();

@@ -121,7 +121,6 @@
 //!   blocks, each an object with exactly one member (a union: `text`,
 //!   `image`, `toolUse`, `toolResult`, ...; no `type` key);
 //!   `inferenceConfig.maxTokens`, when present, an integer of at least 1.
-#![allow(dead_code)]
 
 use serde_json::{json, Value};
 
