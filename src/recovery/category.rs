@@ -101,8 +101,18 @@ impl fmt::Display for Step {
 impl FromStr for Step {
     type Err = PolicyError;
 
+    /// `chain`, this step's word before it took the record's, still reads
+    /// as [`Step::Fallback`], so a policy written for 0.1 keeps starting.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::category::Step;
+    /// assert_eq!("chain".parse::<Step>().unwrap(), Step::Fallback);
+    /// ```
     fn from_str(word: &str) -> Result<Self, Self::Err> {
         let word = word.trim();
+        if word.eq_ignore_ascii_case("chain") {
+            return Ok(Step::Fallback);
+        }
         Step::ALL
             .into_iter()
             .find(|step| step.as_str().eq_ignore_ascii_case(word))
