@@ -736,6 +736,34 @@ async fn a_request_head_past_the_bound_gets_a_431_and_one_within_it_is_served() 
         .await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(upstream.requests().len(), 2);
+
+    // Past the read buffer (128 KiB) hyper itself refuses the head.
+    let refused = raised
+        .exchange(&messages_request(false, &padding(200 * 1024)))
+        .await;
+    assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
+    assert_eq!(upstream.requests().len(), 2);
+}
+
+#[tokio::test]
+async fn a_400_kb_request_body_goes_upstream_byte_for_byte() {
+    // Read through a buffer larger than the head's bound.
+    let upstream = answering_ok("application/json", b"{}").await;
+    let proxy = Running::plain(&upstream).await;
+    let text = "y".repeat(400 * 1024);
+    let body = format!(
+        r#"{{"model":"claude-opus-4-7","max_tokens":16,"messages":[{{"role":"user","content":"{text}"}}]}}"#
+    );
+    let request = format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n\
+         x-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = proxy.exchange(request.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].body, body.as_bytes());
 }
 
 #[tokio::test]
