@@ -390,37 +390,42 @@ fn head_bytes<B>(request: &Request<B>) -> usize {
 /// A head past [`ServerLimits::max_head_bytes`] (one the read buffer still
 /// held): `431`, as hyper answers one past the buffer, and the connection
 /// closed.
-fn head_too_large(mut line: LogLine) -> Response<ProxyBody> {
-    line.write(431, "head_too_large", "");
-    let mut response = error_response(
-        line.path(),
+fn head_too_large(line: LogLine) -> Response<ProxyBody> {
+    closing_error(
+        line,
         StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
         "head_too_large",
         "refusal-guard: the request head is larger than the proxy's --max-head-bytes",
-    );
-    response.headers_mut().insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("close"),
-    );
-    response
+    )
 }
 
-fn over_capacity(mut line: LogLine) -> Response<ProxyBody> {
-    line.write(503, "over_capacity", "");
-    let mut response = error_response(
-        line.path(),
+fn over_capacity(line: LogLine) -> Response<ProxyBody> {
+    let mut response = closing_error(
+        line,
         StatusCode::SERVICE_UNAVAILABLE,
         "over_capacity",
         "refusal-guard: the proxy is serving its maximum number of connections; retry shortly",
     );
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONNECTION,
-        http::HeaderValue::from_static("close"),
-    );
-    headers.insert(
+    response.headers_mut().insert(
         http::header::RETRY_AFTER,
         http::HeaderValue::from_static("1"),
+    );
+    response
+}
+
+/// The proxy's own error in the API's shape, logged, with the connection
+/// closed after it.
+fn closing_error(
+    mut line: LogLine,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<ProxyBody> {
+    line.write(status.as_u16(), code, "");
+    let mut response = error_response(line.path(), status, code, message);
+    response.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
     );
     response
 }
