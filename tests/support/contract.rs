@@ -743,20 +743,23 @@ fn plain_tool_name(name: Option<&str>) -> bool {
     })
 }
 
-/// `value` is a number from 0 to `max`.
-fn in_range(value: &Value, max: f64) -> bool {
-    value.as_f64().is_some_and(|v| (0.0..=max).contains(&v))
+/// A `temperature` that, when given, is a number from 0 to `max`.
+fn temperature_within(
+    rule: &'static str,
+    field: &str,
+    value: Option<&Value>,
+    max: f64,
+) -> Result<(), Broken> {
+    match value {
+        Some(t) if !t.as_f64().is_some_and(|v| (0.0..=max).contains(&v)) => {
+            Err((rule, format!("{field}: must be from 0 to {max}, got {t}")))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn anthropic_sampling_and_tools(object: &serde_json::Map<String, Value>) -> Result<(), Broken> {
-    if let Some(temperature) = object.get("temperature") {
-        if !in_range(temperature, 1.0) {
-            return Err((
-                "A12",
-                format!("temperature: must be from 0 to 1, got {temperature}"),
-            ));
-        }
-    }
+    temperature_within("A12", "temperature", object.get("temperature"), 1.0)?;
     if let Some(stops) = object.get("stop_sequences") {
         let strings = stops
             .as_array()
@@ -925,14 +928,8 @@ fn chat_sampling_and_tools(object: &serde_json::Map<String, Value>) -> Result<()
             ))
         }
     }
-    if let Some(temperature) = object.get("temperature").filter(|t| !t.is_null()) {
-        if !in_range(temperature, 2.0) {
-            return Err((
-                "C5",
-                format!("temperature: must be from 0 to 2, got {temperature}"),
-            ));
-        }
-    }
+    let temperature = object.get("temperature").filter(|t| !t.is_null());
+    temperature_within("C5", "temperature", temperature, 2.0)?;
     let tools = object.get("tools").and_then(Value::as_array);
     for (i, tool) in tools.into_iter().flatten().enumerate() {
         let kind = tool.get("type").and_then(Value::as_str);
@@ -1084,14 +1081,8 @@ fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
             ));
         }
     }
-    if let Some(temperature) = body.pointer("/generationConfig/temperature") {
-        if !in_range(temperature, 2.0) {
-            return Err((
-                "G4",
-                format!("generationConfig.temperature: must be from 0 to 2, got {temperature}"),
-            ));
-        }
-    }
+    let temperature = body.pointer("/generationConfig/temperature");
+    temperature_within("G4", "generationConfig.temperature", temperature, 2.0)?;
     let tools = body.get("tools").and_then(Value::as_array);
     for (i, tool) in tools.into_iter().flatten().enumerate() {
         let declarations = tool.get("functionDeclarations").and_then(Value::as_array);
