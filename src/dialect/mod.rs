@@ -296,18 +296,36 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError>;
     /// Asks for another model (in the body or in the path).
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError>;
-    /// Asks the provider to mint fallback credit on a refusal (Anthropic only).
+    /// What this dialect offers of the Anthropic Messages wire's own
+    /// features, if it speaks that wire.
+    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
+        None
+    }
+    /// The provider's request id in the response headers.
+    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
+        ["request-id", "x-request-id"]
+            .iter()
+            .find_map(|name| headers.get(*name)?.to_str().ok().map(str::to_owned))
+    }
+}
+
+/// What only the Anthropic Messages wire has: fallback credit, server-side
+/// fallbacks, handoff marks, live thinking and partial-refusal
+/// continuation. Each method's default is "not offered", because each host
+/// of that wire offers a part of it (Bedrock's Messages API the marks and
+/// live thinking, its InvokeModel a credit token in the body).
+pub(crate) trait AnthropicFeatures: Send + Sync {
+    /// Asks the provider to mint fallback credit on a refusal.
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
-    /// Presents a fallback credit token on a hop (Anthropic only).
+    /// Presents a fallback credit token on a hop.
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
-    /// Whether the request already carries server-side fallbacks (Anthropic
-    /// only; a list or `"default"`): the provider climbed them before it
-    /// refused.
+    /// Whether the request already carries server-side fallbacks (a list or
+    /// `"default"`): the provider climbed them before it refused.
     fn carries_server_fallbacks(&self, _body: &Value) -> bool {
         false
     }
     /// Takes every trace of fallback credit off a hop (its beta, a token in
-    /// its body), for when credit is off (Anthropic only).
+    /// its body), for when credit is off.
     fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, _body: &mut Value) {}
     /// Replaces an existing server-side `fallbacks` list, or adds one (and
     /// whatever header enables it) when `inject` is set; never where the
@@ -323,28 +341,22 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
         false
     }
     /// A rewrite that marks a client-side fallback inside the served stream,
-    /// the way the provider marks its own (Anthropic only).
+    /// the way the provider marks its own.
     fn handoff_stream(&self, _handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
         None
     }
-    /// Live thinking support (Anthropic only): see [`LiveSplice`].
+    /// Live thinking support: see [`LiveSplice`].
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         None
     }
-    /// Partial-refusal continuation support (Anthropic only), keeping at
-    /// most `max_text_bytes` of the text sent: see [`PartialContinuation`].
+    /// Partial-refusal continuation support, keeping at most
+    /// `max_text_bytes` of the text sent: see [`PartialContinuation`].
     fn partial_continuation(&self, _max_text_bytes: usize) -> Option<Box<dyn PartialContinuation>> {
         None
     }
     /// The same mark in a whole JSON body. Returns whether the body changed.
     fn handoff_json(&self, _body: &mut Value, _handoff: &Handoff<'_>) -> bool {
         false
-    }
-    /// The provider's request id in the response headers.
-    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
-        ["request-id", "x-request-id"]
-            .iter()
-            .find_map(|name| headers.get(*name)?.to_str().ok().map(str::to_owned))
     }
 }
 

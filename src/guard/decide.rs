@@ -415,13 +415,15 @@ impl Climb {
         // A token is redeemable once, within its lifetime. With fallback
         // credit off, a token the refusal offers anyway is never presented,
         // and the hop carries no credit beta.
-        if !call.config.fallback_credit {
-            self.credit = None;
-            dialect.withdraw_fallback_credit(&mut next.parts.headers, &mut next.json);
-        }
-        if let Some((token, minted)) = self.credit.take() {
-            if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
-                dialect.attach_credit_token(&mut next.parts.headers, &mut next.json, &token);
+        if let Some(features) = dialect.anthropic() {
+            if !call.config.fallback_credit {
+                self.credit = None;
+                features.withdraw_fallback_credit(&mut next.parts.headers, &mut next.json);
+            }
+            if let Some((token, minted)) = self.credit.take() {
+                if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
+                    features.attach_credit_token(&mut next.parts.headers, &mut next.json, &token);
+                }
             }
         }
         Prep::Send(Box::new(Step {
@@ -513,8 +515,11 @@ impl Climb {
     /// the platform has none.
     fn retarget(&mut self, call: &Call, mut next: Template) -> Prep {
         self.retargets += 1;
-        let (config, dialect) = (&call.config, call.dialect);
-        if config.retarget.is_empty() || dialect.carries_server_fallbacks(&next.json) {
+        let config = &call.config;
+        let Some(features) = call.dialect.anthropic() else {
+            return Prep::Skip;
+        };
+        if config.retarget.is_empty() || features.carries_server_fallbacks(&next.json) {
             return Prep::Skip;
         }
         let (uri, headers, json) = (&next.parts.uri, &mut next.parts.headers, &mut next.json);
@@ -523,11 +528,11 @@ impl Climb {
             own_model: call.model.as_deref(),
             inject: true,
         };
-        if !dialect.retarget_fallbacks(uri, headers, json, retarget) {
+        if !features.retarget_fallbacks(uri, headers, json, retarget) {
             return Prep::Skip;
         }
         if !config.fallback_credit {
-            dialect.withdraw_fallback_credit(headers, json);
+            features.withdraw_fallback_credit(headers, json);
         }
         Prep::Send(Box::new(Step {
             template: next,

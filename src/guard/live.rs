@@ -44,7 +44,7 @@ impl Mode {
         let config = &exchange.call.config;
         let stream = response.status().is_success() && is_event_stream(response.headers());
         let splice = (config.live_thinking && stream)
-            .then(|| exchange.call.dialect.live_splice())
+            .then(|| exchange.call.dialect.anthropic()?.live_splice())
             .flatten();
         match splice {
             Some(splice) => Mode::LiveThinking(splice),

@@ -213,7 +213,8 @@ impl Plan {
             .for_model(call.model.as_deref()?)
             .first()?
             .clone();
-        let track = call.dialect.partial_continuation(config.max_request_body)?;
+        let features = call.dialect.anthropic()?;
+        let track = features.partial_continuation(config.max_request_body)?;
         Some(Plan { model, track })
     }
 }

@@ -352,8 +352,10 @@ pub(crate) fn prepare_forwarded(
     parts
         .headers
         .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    if asks_fallback_credit(config, path_model) {
-        dialect.request_fallback_credit(&mut parts.headers);
+    if let Some(features) = dialect.anthropic() {
+        if asks_fallback_credit(config, path_model) {
+            features.request_fallback_credit(&mut parts.headers);
+        }
     }
 }
 
@@ -455,6 +457,9 @@ impl Outbound {
 
     /// Server-side fallbacks and fallback credit.
     pub(crate) fn rewrite(&mut self, config: &Config, dialect: &'static dyn Dialect) {
+        let Some(features) = dialect.anthropic() else {
+            return;
+        };
         let retarget = !config.retarget.is_empty();
         if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
             let retarget = Retarget {
@@ -462,7 +467,7 @@ impl Outbound {
                 own_model: self.model.as_deref(),
                 inject: config.inject_fallbacks,
             };
-            self.rewritten |= dialect.retarget_fallbacks(
+            self.rewritten |= features.retarget_fallbacks(
                 &self.parts.uri,
                 &mut self.parts.headers,
                 json,
@@ -470,7 +475,7 @@ impl Outbound {
             );
         }
         if asks_fallback_credit(config, self.model.as_deref()) {
-            dialect.request_fallback_credit(&mut self.parts.headers);
+            features.request_fallback_credit(&mut self.parts.headers);
         }
     }
 

@@ -170,6 +170,7 @@ fn mark_handoff<R>(
     held.parts.headers.remove(CONTENT_LENGTH);
     let max_frame = call.config.max_hold_bytes.max(1);
     call.dialect
+        .anthropic()?
         .handoff_stream(&handoff)
         .map(|rewrite| Splice::new(rewrite, max_frame))
 }
@@ -192,7 +193,10 @@ fn mark_json<R>(
     let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
         return;
     };
-    if dialect.handoff_json(&mut json, handoff) {
+    let marked = dialect
+        .anthropic()
+        .is_some_and(|features| features.handoff_json(&mut json, handoff));
+    if marked {
         let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
         held.parts
             .headers

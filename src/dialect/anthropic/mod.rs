@@ -23,9 +23,9 @@ use serde_json::{json, Map, Value};
 
 use super::fields::typed;
 use super::{
-    merge_list_header, path_segments, remove_list_value, str_field, type_of, Dialect, FrameRewrite,
-    Handoff, LiveSplice, Observation, PartialContinuation, RefusalInfo, Retarget, RewriteError,
-    ServerFallback, StreamInspector,
+    merge_list_header, path_segments, remove_list_value, str_field, type_of, AnthropicFeatures,
+    Dialect, FrameRewrite, Handoff, LiveSplice, Observation, PartialContinuation, RefusalInfo,
+    Retarget, RewriteError, ServerFallback, StreamInspector,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use crate::refusal::{Provider, WireApi};
@@ -215,6 +215,12 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
+    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
+        Some(self)
+    }
+}
+
+impl AnthropicFeatures for AnthropicMessages {
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         Some(Box::<LiveThinking>::default())
     }

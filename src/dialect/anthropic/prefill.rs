@@ -6,8 +6,8 @@ use http::HeaderMap;
 use serde_json::{json, Value};
 
 use crate::dialect::{
-    event_type, is_real_text, json_event, Dialect, FrameRewrite, PartialContinuation, PrefillClaim,
-    RewriteError,
+    event_type, is_real_text, json_event, AnthropicFeatures, FrameRewrite, PartialContinuation,
+    PrefillClaim, RewriteError,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use super::handoff::*;

@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use super::anthropic::AnthropicMessages;
 use super::{
-    is_real_text, path_segments, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
-    PartialContinuation, RefusalInfo, RewriteError, StreamInspector,
+    is_real_text, path_segments, AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice,
+    Observation, RefusalInfo, RewriteError, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
@@ -232,6 +232,16 @@ impl Dialect for BedrockInvokeModel {
         swap_path_model(uri, at, &written, model)
     }
 
+    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
+        Some(self)
+    }
+
+    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
+        bedrock_request_id(headers)
+    }
+}
+
+impl AnthropicFeatures for BedrockInvokeModel {
     fn attach_credit_token(&self, _headers: &mut HeaderMap, body: &mut Value, token: &str) {
         // Bedrock redeems a token only under the beta the refused request
         // carried; the guard never adds the client's betas for it. The token
@@ -249,10 +259,6 @@ impl Dialect for BedrockInvokeModel {
         if let Some(object) = body.as_object_mut() {
             object.remove("fallback_credit_token");
         }
-    }
-
-    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
-        bedrock_request_id(headers)
     }
 }
 
@@ -339,6 +345,18 @@ impl Dialect for BedrockMessages {
         AnthropicMessages.swap_model(uri, body, model)
     }
 
+    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
+        Some(self)
+    }
+
+    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
+        bedrock_request_id(headers)
+    }
+}
+
+/// Handoff marks and live thinking as on the first-party API; no partial
+/// continuation, which needs the fallback credit Bedrock does not mint.
+impl AnthropicFeatures for BedrockMessages {
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
         AnthropicMessages.handoff_stream(handoff)
     }
@@ -349,16 +367,6 @@ impl Dialect for BedrockMessages {
 
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         AnthropicMessages.live_splice()
-    }
-
-    fn partial_continuation(&self, _max_text_bytes: usize) -> Option<Box<dyn PartialContinuation>> {
-        // Continuing a partial refusal needs fallback credit, which Bedrock
-        // does not mint.
-        None
-    }
-
-    fn request_id(&self, headers: &HeaderMap) -> Option<String> {
-        bedrock_request_id(headers)
     }
 }
 
@@ -543,7 +551,8 @@ mod tests {
 
     #[test]
     fn bedrock_messages_offers_no_fallback_credit_continuation() {
-        assert!(BedrockMessages.partial_continuation(1024).is_none());
-        assert!(!BedrockMessages.carries_server_fallbacks(&json!({"fallbacks": [{"model": "m"}]})));
+        let features = BedrockMessages.anthropic().unwrap();
+        assert!(features.partial_continuation(1024).is_none());
+        assert!(!features.carries_server_fallbacks(&json!({"fallbacks": [{"model": "m"}]})));
     }
 }
