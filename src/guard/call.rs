@@ -341,3 +341,39 @@ pub(crate) fn with_body<B: ReplayBody>(
     }
     Request::from_parts(parts, B::from_bytes(bytes))
 }
+
+/// A guarded call once its original is sent: what deciding its response
+/// needs, step after step.
+///
+/// The upstream service and the request as sent are boxed: an exchange
+/// moves through every future of the decision, and each future that holds
+/// one is part of every request in flight, so it is kept small.
+pub(crate) struct Exchange<S> {
+    pub(crate) upstream: Box<Inner<S>>,
+    pub(crate) call: Call,
+    /// The request as sent, before any recovery rewrite.
+    pub(crate) template: Box<Original>,
+    /// Whether the request asked for a stream.
+    pub(crate) streaming: bool,
+    /// When the original was sent.
+    pub(crate) sent: Instant,
+}
+
+impl<S> Exchange<S> {
+    /// The exchange of a call whose original was sent at `sent`.
+    pub(crate) fn new(
+        upstream: Inner<S>,
+        call: Call,
+        template: Original,
+        streaming: bool,
+        sent: Instant,
+    ) -> Self {
+        Exchange {
+            upstream: Box::new(upstream),
+            call,
+            template: Box::new(template),
+            streaming,
+            sent,
+        }
+    }
+}

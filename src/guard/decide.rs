@@ -10,7 +10,7 @@ use http::{Request, Response};
 
 use crate::dialect::translate::{self, BodyTranslation};
 use crate::dialect::{Declined, Handoff, RefusalInfo, Retarget};
-use crate::guard::call::{millis, Call, Inner, Original, Template};
+use crate::guard::call::{millis, Call, Exchange, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
@@ -89,23 +89,6 @@ impl HandoffMark {
             primary_id: self.primary_id.as_deref(),
         }
     }
-}
-
-/// A guarded call once its original is sent: what deciding its response
-/// needs, step after step.
-///
-/// The upstream service and the request as sent are boxed: an exchange
-/// moves through every future of the decision, and each future that holds
-/// one is part of every request in flight, so it is kept small.
-pub(crate) struct Exchange<S> {
-    pub(crate) upstream: Box<Inner<S>>,
-    pub(crate) call: Call,
-    /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Box<Original>,
-    /// Whether the request asked for a stream.
-    pub(crate) streaming: bool,
-    /// When the original was sent.
-    pub(crate) sent: Instant,
 }
 
 impl<S> Exchange<S> {
@@ -904,13 +887,8 @@ mod tests {
             rewritten: false,
             _share: Arc::new(config.held.share()),
         };
-        let exchange = Exchange {
-            upstream: Box::new(Inner::primed(Upstream::new(inner), Timeouts::of(&config))),
-            call,
-            template: Box::new(template),
-            streaming: false,
-            sent: Instant::now(),
-        };
+        let upstream = Inner::primed(Upstream::new(inner), Timeouts::of(&config));
+        let exchange = Exchange::new(upstream, call, template, false, Instant::now());
         (exchange, Witness { handle, sent })
     }
 

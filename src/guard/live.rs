@@ -14,8 +14,7 @@ use http::Response;
 
 use crate::dialect::LiveSplice;
 use crate::guard::body::{GuardBody, Splice};
-use crate::guard::call::Call;
-use crate::guard::decide::Exchange;
+use crate::guard::call::{Call, Exchange};
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
 use crate::guard::partial::{decide_and_continue, Plan};
 use crate::guard::replay::ReplayBody;

@@ -15,6 +15,19 @@
 //! decide     hold the original (hold), then keep it or run the policy
 //! body       held bytes, then the rest, still judged
 //! ```
+//!
+//! One request's state is one [`call::Exchange`]: the inner service, the
+//! [`call::Call`] (what every step and record reads), the request as sent,
+//! whether it streams and when it went. Each step takes the exchange by
+//! value and hands it on; the other types hold only what their step adds:
+//!
+//! ```text
+//! hold::Held         one response held back: head, bytes read, the rest
+//! decide::Climb      the ladder's progress on one empty refusal
+//! partial::Hop       the exchange and the plan that continues a partial refusal
+//! respond::Watched   the record of a response let through, settled at its end
+//! partial::Tail      a continued stream's watch and its Watched, settled once
+//! ```
 
 pub mod body;
 pub(crate) mod call;

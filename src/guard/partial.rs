@@ -20,8 +20,7 @@ use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
-use crate::guard::call::{millis, Call, Inner, Original};
-use crate::guard::decide::Exchange;
+use crate::guard::call::{millis, Call, Exchange};
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{
@@ -132,23 +131,11 @@ where
         let call = exchange.call.clone();
         return respond::respond(exchange.conclude(held).await, &call);
     };
-    let Exchange {
-        upstream,
-        call,
-        template,
-        sent,
-        ..
-    } = exchange;
+    let call = exchange.call.clone();
     call.record_output();
-    let original = original_attempt(&call, &held, sent, AttemptResult::Refused);
+    let original = original_attempt(&call, &held, exchange.sent, AttemptResult::Refused);
     let request_id = call.dialect.request_id(&held.parts.headers);
-    let mut hop = Hop {
-        upstream,
-        call: call.clone(),
-        template,
-        streaming: false,
-        plan,
-    };
+    let mut hop = Hop { exchange, plan };
     let (attempt, answer) = hop.attempt::<B, R>(&claim, call.deadline_from_now()).await;
     let served_model = answer
         .as_ref()
@@ -232,15 +219,9 @@ where
     B: ReplayBody,
     R: InnerBody,
 {
-    let Exchange {
-        upstream,
-        call,
-        template,
-        sent,
-        ..
-    } = exchange;
+    let call = exchange.call.clone();
     call.record_output();
-    let original = original_attempt(&call, &held, sent, AttemptResult::Served);
+    let original = original_attempt(&call, &held, exchange.sent, AttemptResult::Served);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let Held {
         mut parts,
@@ -271,13 +252,7 @@ where
         }),
         broken: false,
     };
-    let hop = Hop {
-        upstream,
-        call: call.clone(),
-        template,
-        streaming: true,
-        plan,
-    };
+    let hop = Hop { exchange, plan };
     let continuer = Continuer::new(hop, sender.clone(), tail);
     tokio::spawn(async move {
         // Everything, the continuation included, stops when the client goes.
@@ -288,14 +263,10 @@ where
     response
 }
 
-/// What sending the continuation takes: the inner service, the call, the
-/// request as the original was sent, and the plan.
+/// What sending the continuation takes: the call's exchange (whose
+/// template is the request as the original was sent) and the plan.
 struct Hop<S> {
-    upstream: Box<Inner<S>>,
-    call: Call,
-    /// The request as the original was sent.
-    template: Box<Original>,
-    streaming: bool,
+    exchange: Exchange<S>,
     plan: Plan,
 }
 
@@ -312,7 +283,13 @@ impl<S> Hop<S> {
         B: ReplayBody,
         R: InnerBody,
     {
-        let call = &self.call;
+        let Exchange {
+            upstream,
+            call,
+            template,
+            streaming,
+            ..
+        } = &mut self.exchange;
         let mut record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(self.plan.model.clone()),
@@ -323,7 +300,7 @@ impl<S> Hop<S> {
             usage: None,
             fallback_credit: None,
         };
-        let Some(mut next) = self.template.draft() else {
+        let Some(mut next) = template.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
             return (record, None);
         };
@@ -340,8 +317,7 @@ impl<S> Hop<S> {
         }
         let request: Request<B> = next.request(&next.json);
         let sent = Instant::now();
-        let (dialect, config, streaming) = (call.dialect, &call.config, self.streaming);
-        let upstream = &mut self.upstream;
+        let (dialect, config, streaming) = (call.dialect, &call.config, *streaming);
         let answer = tokio::time::timeout_at(deadline, async move {
             let response = upstream.send(request).await.ok()?;
             Some(hold(response, dialect, config, streaming, None).await)
@@ -445,6 +421,7 @@ impl<S> Continuer<S> {
         // Frames as large as the hold allows, never less than the framer's
         // default (as the hold itself reads them).
         let frame_limit = hop
+            .exchange
             .call
             .config
             .max_hold_bytes
@@ -547,7 +524,7 @@ impl<S> Continuer<S> {
             let overflow = self.framer.push(data).is_err();
             self.take_frames(overflow);
             let held = self.closing.as_ref().map_or(0, |c| c.bytes);
-            if overflow || held > self.hop.call.config.max_hold_bytes {
+            if overflow || held > self.hop.exchange.call.config.max_hold_bytes {
                 tracing::warn!(
                     held_bytes = held,
                     oversized_frame = overflow,
@@ -571,7 +548,7 @@ impl<S> Continuer<S> {
             let Some(frame) = frame else { break };
             if self.closing.is_none() {
                 if let Some(claim) = self.hop.plan.track.observe(&frame) {
-                    let deadline = self.hop.call.deadline_from_now();
+                    let deadline = self.hop.exchange.call.deadline_from_now();
                     self.closing = Some(Closing {
                         claim,
                         frames: VecDeque::new(),
@@ -632,7 +609,7 @@ impl<S> Continuer<S> {
     where
         R: InnerBody,
     {
-        let call = self.hop.call.clone();
+        let call = self.hop.exchange.call.clone();
         let Some(mut settle) = self.tail.settle.take() else {
             return;
         };

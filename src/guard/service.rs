@@ -18,9 +18,8 @@ use tower_service::Service;
 
 use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
-use crate::guard::call::{with_body, Inner, SendError, Timeouts};
+use crate::guard::call::{with_body, Exchange, Inner, SendError, Timeouts};
 use crate::guard::config::Config;
-use crate::guard::decide::Exchange;
 use crate::guard::live::answer;
 use crate::guard::replay::ReplayBody;
 use crate::guard::request::{
@@ -298,13 +297,7 @@ where
         Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
     };
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    let exchange = Exchange {
-        upstream: Box::new(upstream),
-        call,
-        template: Box::new(template),
-        streaming,
-        sent,
-    };
+    let exchange = Exchange::new(upstream, call, template, streaming, sent);
     Ok(answer(exchange, response).await)
 }
 
@@ -392,13 +385,7 @@ where
     let streaming = outbound.streaming;
     let (call, template) = outbound.into_call(config, dialect, started, share);
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    let exchange = Exchange {
-        upstream: Box::new(upstream),
-        call,
-        template: Box::new(template),
-        streaming,
-        sent,
-    };
+    let exchange = Exchange::new(upstream, call, template, streaming, sent);
     Ok(answer(exchange, response).await)
 }
 
