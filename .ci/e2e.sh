@@ -21,7 +21,7 @@
 #      one routed proxy serving Claude Code, the openai SDK and google-genai
 #      at once, each refused and recovered on its own upstream
 #      (tests/e2e/test_routes.py, given the CLI of step 5), fallbacks to
-#      other vendors read by each SDK (tests/e2e/test_cross_provider.py),
+#      other providers read by each SDK (tests/e2e/test_cross_provider.py),
 #      and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.

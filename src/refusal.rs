@@ -204,10 +204,10 @@ pub enum DeadReason {
     /// stop at all, so nothing was tried; it is recorded so that it is
     /// seen.
     UnknownStop,
-    /// A fallback chain entry named a vendor (`openai:gpt-5`) no endpoint
+    /// A fallback chain entry named a provider (`openai:gpt-5`) no endpoint
     /// was configured for, so nothing was sent there.
     NoEndpoint,
-    /// A fallback chain entry named another vendor's API, and the request
+    /// A fallback chain entry named another provider's API, and the request
     /// used a feature that API cannot express (the log says which), so
     /// nothing was sent there.
     Untranslatable,
@@ -330,8 +330,8 @@ pub enum AttemptResult {
     /// away, or the connection broke): the client got part of it, and what
     /// its end would have said (final usage, a credit's fate) is unknown.
     Cut,
-    /// It was never sent: a cross-vendor hop with no endpoint configured,
-    /// or a request that vendor's API cannot express.
+    /// It was never sent: a cross-provider hop with no endpoint configured,
+    /// or a request that provider's API cannot express.
     Skipped,
 }
 

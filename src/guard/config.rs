@@ -10,7 +10,8 @@ use http::header::HeaderName;
 use serde_json::Value;
 
 use crate::guard::reserve::BytePool;
-use crate::recovery::{Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch, Vendor};
+use crate::recovery::{Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
+use crate::refusal::Provider;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;
 
@@ -50,8 +51,8 @@ pub(crate) struct Config {
     pub(crate) head_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) held: Arc<BytePool>,
-    /// The operator's endpoint for each vendor cross-vendor hops may go to.
-    pub(crate) cross_provider: std::collections::HashMap<Vendor, Endpoint>,
+    /// The operator's endpoint for each provider cross-provider hops may go to.
+    pub(crate) cross_provider: std::collections::HashMap<Provider, Endpoint>,
 }
 
 impl fmt::Debug for Config {

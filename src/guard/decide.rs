@@ -15,7 +15,7 @@ use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
-use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState, Rescue, Vendor};
+use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
 };
@@ -254,11 +254,11 @@ struct Step {
     template: Template,
     kind: AttemptStep,
     model: Option<String>,
-    /// Set for a hop to another vendor's API: its answer is translated.
+    /// Set for a hop to another provider's API: its answer is translated.
     hop: Option<CrossHop>,
 }
 
-/// A hop to another vendor's API.
+/// A hop to another provider's API.
 #[derive(Clone, Copy)]
 struct CrossHop {
     target: WireApi,
@@ -385,8 +385,8 @@ impl Climb {
     fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
         self.fallbacks += 1;
         let dialect = call.dialect;
-        if let Some((vendor, _)) = Vendor::parse_entry(&model) {
-            return self.cross(call, next, vendor, &model);
+        if let Some(hop) = parse_entry(&model) {
+            return self.cross(call, next, hop, &model);
         }
         if dialect
             .swap_model(&mut next.parts.uri, &mut next.json, &model)
@@ -417,14 +417,19 @@ impl Climb {
         }))
     }
 
-    /// A hop to the vendor a chain entry names: the request translated into
+    /// A hop to the provider a chain entry names: the request translated into
     /// its API, to the operator's endpoint with the operator's key, or the
     /// entry skipped and recorded when there is no endpoint or the request
     /// cannot be expressed there.
-    fn cross(&mut self, call: &Call, mut next: Template, vendor: Vendor, entry: &str) -> Prep {
-        let model = &entry[vendor.as_str().len() + 1..];
+    fn cross(
+        &mut self,
+        call: &Call,
+        mut next: Template,
+        (provider, model): (Provider, &str),
+        entry: &str,
+    ) -> Prep {
         let client = call.dialect.wire_api();
-        let target = vendor.wire_api();
+        let target = hop_api(provider);
         if target == client {
             // The client's own API: an ordinary hop, on its own credentials.
             return match call
@@ -440,8 +445,8 @@ impl Climb {
                 Err(_) => self.skip(entry, None, DeadReason::Unrecoverable),
             };
         }
-        let Some(endpoint) = call.config.cross_provider.get(&vendor) else {
-            tracing::info!(vendor = %vendor, model, "no endpoint for this vendor; the hop is skipped");
+        let Some(endpoint) = call.config.cross_provider.get(&provider) else {
+            tracing::info!(provider = %provider, model, "no endpoint for this provider; the hop is skipped");
             return self.skip(entry, Some(target.provider()), DeadReason::NoEndpoint);
         };
         let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
@@ -450,7 +455,7 @@ impl Climb {
         let (path, body) = match written {
             Ok(written) => written,
             Err(why) => {
-                tracing::info!(vendor = %vendor, model, reason = %why, "the request has no translation; the hop is skipped");
+                tracing::info!(provider = %provider, model, reason = %why, "the request has no translation; the hop is skipped");
                 return self.skip(entry, Some(target.provider()), DeadReason::Untranslatable);
             }
         };
@@ -660,7 +665,7 @@ impl Climb {
             .and_then(|w| w.findings.model.clone())
             .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
-        // A hop to another vendor is named by its chain entry, vendor and all.
+        // A hop to another provider is named by its chain entry, provider and all.
         let served_model = if translated {
             step.model.clone()
         } else {
@@ -730,7 +735,7 @@ impl Climb {
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
         // A sticky route swaps the model on the client's own API: a hop to
-        // another vendor cannot be one.
+        // another provider cannot be one.
         if let (Some(ttl), Some(key), true, Some(model)) = (
             config.sticky_ttl,
             call.conversation.key(),
@@ -757,7 +762,7 @@ impl Climb {
     }
 }
 
-/// Rewrites a cross-vendor hop's successful answer into the client's API
+/// Rewrites a cross-provider hop's successful answer into the client's API
 /// as it arrives. An error status stays as it came: the hop fails on it,
 /// and its body is never served.
 fn translate_answer<R>(

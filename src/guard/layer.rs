@@ -13,9 +13,9 @@ use crate::guard::reserve::BytePool;
 use crate::guard::service::RefusalGuard;
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::{
-    Budget, Endpoint, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote,
-    RescueSwitch, Vendor,
+    Budget, Endpoint, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
 };
+use crate::refusal::Provider;
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
 
@@ -326,28 +326,29 @@ impl RefusalGuardLayer {
         self.with(|c| c.ladder = c.ladder.clone().fallback_chains(chains))
     }
 
-    /// Lets fallback chain entries that name `vendor` (`openai:gpt-5`,
+    /// Lets fallback chain entries that name `provider` (`openai:gpt-5`,
     /// `gemini:gemini-2.5-pro`, `anthropic:claude-sonnet-4-5`) go to
-    /// `endpoint`: the request is translated into that vendor's API and
+    /// `endpoint`: the request is translated into that provider's API and
     /// sent with the operator's key (never the client's credentials, none
     /// of the client's headers), and the answer translated back into the
-    /// client's API. An entry naming a vendor without an endpoint is
-    /// skipped and recorded (`no_endpoint`), as is a request that vendor's
+    /// client's API. An entry naming a provider without an endpoint is
+    /// skipped and recorded (`no_endpoint`), as is a request that provider's
     /// API cannot express (`untranslatable`).
     ///
     /// ```
-    /// use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
+    /// use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains};
+    /// use refusal_guard::refusal::Provider;
     /// use refusal_guard::RefusalGuardLayer;
     ///
     /// let openai = Endpoint::new("https://api.openai.com".parse().unwrap(), ApiKey::new("sk-x"));
     /// let layer = RefusalGuardLayer::new()
     ///     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["openai:gpt-5"]))
-    ///     .cross_provider(Vendor::OpenAi, openai);
+    ///     .cross_provider(Provider::OpenAi, openai);
     /// # let _ = layer;
     /// ```
-    pub fn cross_provider(self, vendor: Vendor, endpoint: Endpoint) -> Self {
+    pub fn cross_provider(self, provider: Provider, endpoint: Endpoint) -> Self {
         self.with(|c| {
-            c.cross_provider.insert(vendor, endpoint);
+            c.cross_provider.insert(provider, endpoint);
         })
     }
 

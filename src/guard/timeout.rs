@@ -117,7 +117,7 @@ pin_project_lite::pin_project! {
         // wake that task when it fires, and polling it again (a waker
         // registration per chunk) can be skipped.
         armed_for: Option<Waker>,
-        // A cross-vendor hop's answer, rewritten into the client's API as
+        // A cross-provider hop's answer, rewritten into the client's API as
         // it arrives (here, so that every step after the send reads the
         // client's API without another body type).
         translation: Option<Box<BodyTranslation>>,
@@ -219,7 +219,7 @@ where
                 Some(Err(error)) => return Poll::Ready(Some(Err(error))),
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(mut data) => translation.push(data.copy_to_bytes(data.remaining())),
-                    // Trailers belong to the other vendor's API.
+                    // Trailers belong to the other provider's API.
                     Err(_trailers) => continue,
                 },
             };

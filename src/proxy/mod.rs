@@ -1,6 +1,6 @@
 //! The standalone proxy (feature `proxy`): an HTTP server that forwards every
 //! request through the guard to one upstream, or, with routing on, each
-//! vendor's API to that vendor's upstream (see [`Routes`]).
+//! provider's API to that provider's upstream (see [`Routes`]).
 //!
 //! The `refusal-guard` binary (`cargo install refusal-guard --features
 //! proxy`) and `examples/proxy.rs` are the command line around it; this

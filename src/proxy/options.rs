@@ -15,7 +15,8 @@ use clap::{ArgAction, CommandFactory, Parser};
 use super::{LogFormat, Route, Routes, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
 use crate::recovery::category::CategoryPolicy;
-use crate::recovery::{ApiKey, FallbackChains, Vendor};
+use crate::recovery::{ApiKey, FallbackChains};
+use crate::refusal::Provider;
 
 const ENVIRONMENT: &str = "\
 Each option also reads the REFUSAL_GUARD_ variable shown with it; a flag wins \
@@ -59,7 +60,7 @@ pub struct Options {
         default_value = "https://api.anthropic.com"
     )]
     pub upstream: Upstream,
-    /// Route each vendor's API to its own upstream (the vendors' public endpoints unless set below); the rest goes to --upstream [default: off, on with any --upstream-VENDOR]
+    /// Route each provider's API to its own upstream (the providers' public endpoints unless set below); the rest goes to --upstream [default: off, on with any --upstream-PROVIDER]
     #[arg(long, env = "REFUSAL_GUARD_ROUTES", value_name = "on|off", action = ArgAction::Set, value_parser = switch, num_args = 0..=1, default_missing_value = "on")]
     pub routes: Option<bool>,
     /// Base URL for Anthropic's API (/v1/messages, ...); turns routing on
@@ -317,8 +318,8 @@ impl Options {
         Ok(self)
     }
 
-    /// The vendor routes given by flag, in the order of [`Route`].
-    fn vendor_upstreams(&self) -> [(Route, &'static str, Option<&Upstream>); 3] {
+    /// The provider routes given by flag, in the order of [`Route`].
+    fn provider_upstreams(&self) -> [(Route, &'static str, Option<&Upstream>); 3] {
         [
             (
                 Route::Anthropic,
@@ -339,19 +340,19 @@ impl Options {
     }
 
     /// Whether requests are routed by API: `--routes`, else any
-    /// `--upstream-VENDOR`.
+    /// `--upstream-PROVIDER`.
     pub fn routed(&self) -> bool {
-        let any_vendor = self
-            .vendor_upstreams()
+        let any_provider = self
+            .provider_upstreams()
             .iter()
             .any(|(_, _, up)| up.is_some());
-        self.routes.unwrap_or(any_vendor)
+        self.routes.unwrap_or(any_provider)
     }
 
     /// Routing contradicting another option is an error, not a guess.
     fn check_routes(&self) -> Result<(), String> {
         let given = self
-            .vendor_upstreams()
+            .provider_upstreams()
             .into_iter()
             .find_map(|(_, flag, up)| up.map(|_| flag));
         if let (Some(false), Some(flag)) = (self.routes, given) {
@@ -372,14 +373,14 @@ impl Options {
         if self.bedrock_region.is_some() {
             return Err(format!(
                 "{switch} cannot be combined with --bedrock-region: Bedrock gateway mode signs every \
-                 request for Bedrock; run a second proxy for the other vendors"
+                 request for Bedrock; run a second proxy for the other providers"
             ));
         }
         Ok(())
     }
 
-    /// The route table: `--upstream` alone, or with routing on the vendor
-    /// routes (each `--upstream-VENDOR`, else the vendor's public endpoint)
+    /// The route table: `--upstream` alone, or with routing on the provider
+    /// routes (each `--upstream-PROVIDER`, else the provider's public endpoint)
     /// and `--upstream` for the rest.
     ///
     /// ```
@@ -397,7 +398,7 @@ impl Options {
         if !self.routed() {
             return Routes::single(self.upstream.clone());
         }
-        self.vendor_upstreams().into_iter().fold(
+        self.provider_upstreams().into_iter().fold(
             Routes::public(self.upstream.clone()),
             |routes, (route, _, upstream)| match upstream {
                 Some(upstream) => routes.route(route, upstream.clone()),
@@ -406,12 +407,12 @@ impl Options {
         )
     }
 
-    /// The operator's key for `vendor`, if given.
-    pub(crate) fn api_key(&self, vendor: Vendor) -> Option<&ApiKey> {
-        match vendor {
-            Vendor::Anthropic => self.anthropic_api_key.as_ref(),
-            Vendor::OpenAi => self.openai_api_key.as_ref(),
-            Vendor::Gemini => self.gemini_api_key.as_ref(),
+    /// The operator's key for `provider`, if given.
+    pub(crate) fn api_key(&self, provider: Provider) -> Option<&ApiKey> {
+        match provider {
+            Provider::Anthropic => self.anthropic_api_key.as_ref(),
+            Provider::OpenAi => self.openai_api_key.as_ref(),
+            Provider::Google => self.gemini_api_key.as_ref(),
         }
     }
 

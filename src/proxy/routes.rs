@@ -2,8 +2,8 @@
 //!
 //! By default the proxy has one upstream and every request goes there
 //! ([`Routes::single`]). With routing on ([`Routes::public`], the binary's
-//! `--routes` or any `--upstream-<vendor>` flag), each vendor's own API goes
-//! to that vendor's upstream and everything else to the default upstream:
+//! `--routes` or any `--upstream-<provider>` flag), each provider's own API goes
+//! to that provider's upstream and everything else to the default upstream:
 //!
 //! | route | what goes there | public endpoint |
 //! |---|---|---|
@@ -12,19 +12,19 @@
 //! | [`Route::Gemini`] | `/v1beta/...`, `/v1alpha/...`, `/v1/models/{model}:{method}`, `/upload/...`, `/download/...`; `/v1/models` from a Google client | `https://generativelanguage.googleapis.com` |
 //! | [`Route::Default`] | everything else: Vertex AI (`/v1/projects/...`, `/v1beta1/...`), Azure OpenAI (`/openai/...`), Bedrock (`/model/...`), paths under a prefix, unknown paths | the default upstream |
 //!
-//! Paths are matched from their first segment, as each vendor's SDK sends
+//! Paths are matched from their first segment, as each provider's SDK sends
 //! them with its default base URL. `/v1/models` and `/v1/files` are served
-//! by more than one vendor; the request's headers decide: Anthropic's SDKs
+//! by more than one provider; the request's headers decide: Anthropic's SDKs
 //! and Claude Code send `anthropic-version` (and `x-api-key`), Google's send
 //! `x-goog-api-key` or `x-goog-api-client` (or the key in a `key=` query);
 //! the rest is OpenAI's.
 //!
 //! The cloud platforms' own paths go to the default upstream because no
-//! vendor's public endpoint serves them: an Azure deployment path sent to
+//! provider's public endpoint serves them: an Azure deployment path sent to
 //! `api.openai.com` would fail, and carry an Azure key to another party.
 //! Point the default upstream at the platform (`--upstream
-//! https://RESOURCE.openai.azure.com`), or give a vendor route a base URL
-//! with a path prefix that maps the vendor's paths onto the platform
+//! https://RESOURCE.openai.azure.com`), or give a provider route a base URL
+//! with a path prefix that maps the provider's paths onto the platform
 //! (`--upstream-openai https://RESOURCE.openai.azure.com/openai` for Azure's
 //! `/openai/v1/...` API).
 //!
@@ -52,7 +52,7 @@ use http::{HeaderMap, Uri};
 use super::Upstream;
 use crate::refusal::WireApi;
 
-/// A route of the proxy's table: one vendor's API, or the default upstream.
+/// A route of the proxy's table: one provider's API, or the default upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Route {
@@ -67,10 +67,10 @@ pub enum Route {
     Default,
 }
 
-/// The vendor routes, in the order the banner and the probes list them.
-const VENDORS: [Route; 3] = [Route::Anthropic, Route::OpenAi, Route::Gemini];
+/// The provider routes, in the order the banner and the probes list them.
+const PROVIDERS: [Route; 3] = [Route::Anthropic, Route::OpenAi, Route::Gemini];
 
-/// OpenAI's top-level `/v1/{resource}` names that no other vendor serves at
+/// OpenAI's top-level `/v1/{resource}` names that no other provider serves at
 /// the same path (OpenAI API reference; openai-python's resources).
 const OPENAI_RESOURCES: &[&str] = &[
     "chat",
@@ -95,7 +95,7 @@ const OPENAI_RESOURCES: &[&str] = &[
     "videos",
 ];
 
-/// Anthropic's top-level `/v1/{resource}` names that no other vendor serves
+/// Anthropic's top-level `/v1/{resource}` names that no other provider serves
 /// at the same path (Anthropic API reference: Messages, Text Completions,
 /// the Admin API, Skills).
 const ANTHROPIC_RESOURCES: &[&str] = &["messages", "complete", "organizations", "skills"];
@@ -116,7 +116,7 @@ impl Route {
         }
     }
 
-    /// The vendor's public endpoint, used when routing is on and the route
+    /// The provider's public endpoint, used when routing is on and the route
     /// was given no base URL of its own; `None` for [`Route::Default`].
     ///
     /// ```
@@ -151,7 +151,7 @@ impl Route {
         }
     }
 
-    /// The route of a request, from its path (and, where vendors share a
+    /// The route of a request, from its path (and, where providers share a
     /// path, its headers and query); see the module's table.
     ///
     /// ```
@@ -193,7 +193,7 @@ impl Route {
         }
     }
 
-    /// Whose client sent a request for a path several vendors serve.
+    /// Whose client sent a request for a path several providers serve.
     fn from_client(uri: &Uri, headers: &HeaderMap) -> Route {
         let has = |name: &str| headers.contains_key(name);
         if has("anthropic-version") || has("x-api-key") || has("anthropic-beta") {
@@ -216,7 +216,7 @@ impl fmt::Display for Route {
 }
 
 /// The proxy's route table: a default upstream and, with routing on, one
-/// base URL per vendor route.
+/// base URL per provider route.
 ///
 /// ```
 /// use refusal_guard::proxy::{Route, Routes, Upstream};
@@ -233,9 +233,9 @@ impl fmt::Display for Route {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routes {
     default: Upstream,
-    /// Each vendor route's base, in [`VENDORS`] order; `None` everywhere
+    /// Each provider route's base, in [`PROVIDERS`] order; `None` everywhere
     /// when routing is off.
-    vendors: [Option<Upstream>; 3],
+    providers: [Option<Upstream>; 3],
 }
 
 impl Routes {
@@ -243,51 +243,51 @@ impl Routes {
     pub fn single(upstream: Upstream) -> Routes {
         Routes {
             default: upstream,
-            vendors: [None, None, None],
+            providers: [None, None, None],
         }
     }
 
-    /// Routing on: each vendor route to the vendor's public endpoint
+    /// Routing on: each provider route to the provider's public endpoint
     /// ([`Route::public_endpoint`]), the rest to `default`. Change a route
     /// with [`Routes::route`].
     pub fn public(default: Upstream) -> Routes {
         let public = |route: Route| {
-            let url = route.public_endpoint().expect("a vendor route");
+            let url = route.public_endpoint().expect("a provider route");
             Some(Upstream::parse(url).expect("a valid URL"))
         };
         Routes {
             default,
-            vendors: VENDORS.map(public),
+            providers: PROVIDERS.map(public),
         }
     }
 
     /// Sends `route`'s requests to `upstream` (for [`Route::Default`], the
-    /// default upstream). Setting a vendor route turns routing on, the other
-    /// vendor routes going to their public endpoints unless set too.
+    /// default upstream). Setting a provider route turns routing on, the other
+    /// provider routes going to their public endpoints unless set too.
     pub fn route(mut self, route: Route, upstream: Upstream) -> Routes {
-        let Some(slot) = VENDORS.iter().position(|vendor| *vendor == route) else {
+        let Some(slot) = PROVIDERS.iter().position(|provider| *provider == route) else {
             self.default = upstream;
             return self;
         };
         if !self.is_routed() {
             self = Routes::public(self.default);
         }
-        self.vendors[slot] = Some(upstream);
+        self.providers[slot] = Some(upstream);
         self
     }
 
     /// Whether requests are routed by API (else all go to the default
     /// upstream).
     pub fn is_routed(&self) -> bool {
-        self.vendors.iter().any(Option::is_some)
+        self.providers.iter().any(Option::is_some)
     }
 
-    /// The base URL a route's requests go to: the vendor's when routing is
+    /// The base URL a route's requests go to: the provider's when routing is
     /// on, else the default upstream. A cross-provider hop to another
-    /// vendor's API takes its base from here, so that it goes where that
-    /// vendor's own clients' requests go.
+    /// provider's API takes its base from here, so that it goes where that
+    /// provider's own clients' requests go.
     pub fn base_for(&self, route: Route) -> &Upstream {
-        self.vendor(route).unwrap_or(&self.default)
+        self.provider(route).unwrap_or(&self.default)
     }
 
     /// The default upstream (the binary's `--upstream`).
@@ -302,25 +302,25 @@ impl Routes {
             return (Route::Default, &self.default);
         }
         let route = Route::recognise(uri, headers);
-        match self.vendor(route) {
+        match self.provider(route) {
             Some(upstream) => (route, upstream),
             None => (Route::Default, &self.default),
         }
     }
 
-    /// Every route in use with its upstream: the vendor routes (when
+    /// Every route in use with its upstream: the provider routes (when
     /// routing is on), then the default.
     pub fn iter(&self) -> impl Iterator<Item = (Route, &Upstream)> {
-        VENDORS
+        PROVIDERS
             .iter()
-            .zip(&self.vendors)
+            .zip(&self.providers)
             .filter_map(|(route, upstream)| Some((*route, upstream.as_ref()?)))
             .chain(std::iter::once((Route::Default, &self.default)))
     }
 
-    fn vendor(&self, route: Route) -> Option<&Upstream> {
-        let slot = VENDORS.iter().position(|vendor| *vendor == route)?;
-        self.vendors[slot].as_ref()
+    fn provider(&self, route: Route) -> Option<&Upstream> {
+        let slot = PROVIDERS.iter().position(|provider| *provider == route)?;
+        self.providers[slot].as_ref()
     }
 }
 
@@ -362,7 +362,7 @@ mod tests {
         Route::recognise(&uri.parse().unwrap(), &map)
     }
 
-    /// The headers each vendor's SDK sends on every request (anthropic-sdk-python
+    /// The headers each provider's SDK sends on every request (anthropic-sdk-python
     /// `_client.py` default headers and auth; openai-python `_client.py`;
     /// google-genai `_api_client.py`).
     const ANTHROPIC_SDK: &[(&str, &str)] = &[

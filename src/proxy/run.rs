@@ -11,7 +11,8 @@ use super::admin::{Draining, Probe, RedisStoreProbe};
 use super::options::LevelFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
-use crate::recovery::{Endpoint, Vendor};
+use crate::recovery::{chain_prefix, hop_api, parse_entry, Endpoint, PROVIDERS};
+use crate::refusal::Provider;
 use crate::simulate::Simulator;
 use crate::store::failover::FailoverStore;
 use crate::store::redis::RedisStore;
@@ -187,8 +188,8 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     if let Some(policy) = options.policy.clone() {
         layer = layer.category_policy(policy);
     }
-    for (vendor, endpoint) in cross_providers(options)? {
-        layer = layer.cross_provider(vendor, endpoint);
+    for (provider, endpoint) in cross_providers(options)? {
+        layer = layer.cross_provider(provider, endpoint);
     }
     if let Some(after) = options.keepalive {
         layer = layer.keepalive_after(after);
@@ -225,44 +226,45 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     }
 }
 
-/// The operator's endpoints for the vendors the chains name (`openai:gpt-5`)
+/// The operator's endpoints for the providers the chains name (`openai:gpt-5`)
 /// and a key was given for: the upstream's base URL, the operator's key.
-/// Keys for vendors no chain names are not held. A proxy that holds any
+/// Keys for providers no chain names are not held. A proxy that holds any
 /// and listens beyond loopback must have a client key, since clients would
 /// otherwise spend them.
-fn cross_providers(options: &Options) -> Result<Vec<(Vendor, Endpoint)>, String> {
+fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Vendor> = Vendor::ALL
+    let named: Vec<Provider> = PROVIDERS
         .into_iter()
-        .filter(|vendor| {
+        .filter(|provider| {
             chains
                 .entries()
-                .any(|entry| Vendor::parse_entry(entry).is_some_and(|(v, _)| v == *vendor))
+                .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == *provider))
         })
         .collect();
     let mut endpoints = Vec::new();
-    for vendor in named {
-        let Some(key) = options.api_key(vendor) else {
+    for provider in named {
+        let prefix = chain_prefix(provider);
+        let Some(key) = options.api_key(provider) else {
             say(
                 "WARN",
                 &format!(
-                    "proxy: a chain names `{vendor}:` models but no {vendor} key was given \
-                     (--{vendor}-api-key); those hops will be skipped"
+                    "proxy: a chain names `{prefix}:` models but no {provider} key was given \
+                     (--{prefix}-api-key); those hops will be skipped"
                 ),
             );
             continue;
         };
-        // The vendor's route when the proxy routes by API (its flag, else
-        // the vendor's public endpoint), else the one upstream.
-        let route = super::Route::serving(vendor.wire_api());
+        // The provider's route when the proxy routes by API (its flag, else
+        // the provider's public endpoint), else the one upstream.
+        let route = super::Route::serving(hop_api(provider));
         let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
-            format!("the {vendor} upstream URL cannot be a cross-vendor endpoint")
+            format!("the {provider} upstream URL cannot be a cross-provider endpoint")
         })?;
-        endpoints.push((vendor, Endpoint::new(base, key.clone())));
+        endpoints.push((provider, Endpoint::new(base, key.clone())));
     }
     if !endpoints.is_empty() && options.client_key.is_none() && !options.listen.ip().is_loopback() {
         return Err(format!(
-            "the proxy holds vendor API keys for cross-vendor chains and listens on {}: set \
+            "the proxy holds provider API keys for cross-provider chains and listens on {}: set \
              --client-key (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them",
             options.listen
         ));
@@ -615,7 +617,7 @@ mod tests {
     }
 
     #[test]
-    fn vendor_keys_reach_the_layer_only_for_vendors_a_chain_names() {
+    fn provider_keys_reach_the_layer_only_for_providers_a_chain_names() {
         let chain = ["--chain", "claude-opus-4-7=openai:gpt-5"];
         let keys = [
             "--openai-api-key",
@@ -634,7 +636,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cross_vendor_hop_goes_to_its_vendors_route() {
+    fn a_cross_provider_hop_goes_to_its_providers_route() {
         let endpoint_of = |extra: &[&str]| {
             let args = ["proxy", "--log", "off", "--chain", "a=openai:gpt-5"];
             let all: Vec<&str> = args.iter().chain(extra).copied().collect();
@@ -660,7 +662,7 @@ mod tests {
     }
 
     #[test]
-    fn a_proxy_holding_vendor_keys_beyond_loopback_needs_a_client_key() {
+    fn a_proxy_holding_provider_keys_beyond_loopback_needs_a_client_key() {
         let args = |extra: &[&'static str]| {
             let base = [
                 "proxy",

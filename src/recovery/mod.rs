@@ -4,9 +4,10 @@
 //! fallback chains. Nothing here sends a request or builds a response.
 
 pub mod category;
-mod vendor;
+mod endpoint;
 
-pub use vendor::{ApiKey, Endpoint, Vendor};
+pub(crate) use endpoint::{chain_prefix, hop_api, PROVIDERS};
+pub use endpoint::{parse_entry, ApiKey, Endpoint};
 
 pub use category::CategoryPolicy;
 
@@ -171,7 +172,7 @@ impl FallbackChains {
         self
     }
 
-    /// Every entry of every chain (the proxy reads which vendors they name).
+    /// Every entry of every chain (the proxy reads which providers they name).
     #[cfg(feature = "proxy")]
     pub(crate) fn entries(&self) -> impl Iterator<Item = &String> {
         self.0.values().flatten()

@@ -166,7 +166,7 @@ fn with_a_name_that_is_not_a_region() {
 }
 
 #[test]
-fn with_vendor_routes() {
+fn with_provider_routes() {
     refuses(
         "127.0.0.1",
         &["us-east-1", "--upstream-openai", "http://127.0.0.1:9"],

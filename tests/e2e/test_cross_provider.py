@@ -1,5 +1,5 @@
 """Fallbacks that cross providers, read by the official SDKs: the real
-`refusal-guard` binary with chains naming another vendor's models
+`refusal-guard` binary with chains naming another provider's models
 (`claude-cross-source=openai:gpt-5`) and the operator's keys for them in
 its environment, in front of the scripted mock, which checks every request
 against the provider contract of the API it arrives on.
@@ -69,7 +69,7 @@ def assert_operator_credentials_only(hop: dict, key_header: str, key: str, clien
     assert key_header in hop["header"], hop["header"]
     assert key in hop["header"][key_header], hop["header"]
     for name, value in hop["header"].items():
-        assert client_key not in value, f"the client's key went to another vendor in {name}"
+        assert client_key not in value, f"the client's key went to another provider in {name}"
 
 
 def anthropic_sdk(base_url: str):

@@ -1,7 +1,7 @@
 """One routed proxy serving three harnesses at once: Claude Code (Anthropic
 Messages), the official openai SDK (Chat Completions) and google-genai
 (Gemini), each API routed to its own upstream, each refused once there and
-recovered by its own vendor's fallback chain.
+recovered by its own provider's fallback chain.
 
 The upstreams are three `refusal-guard --simulate --rescue off` processes:
 the built-in simulated provider, a real HTTP server for every API, refuses
@@ -174,7 +174,7 @@ def test_one_proxy_serves_claude_code_openai_and_gemini_each_recovered(routed, t
     for route in ("anthropic", "openai", "gemini"):
         assert f" route={route}" in lines, lines
 
-    # Each refused once, recovered by its own vendor's next model.
+    # Each refused once, recovered by its own provider's next model.
     records = [json.loads(line) for line in log.read_text().splitlines()]
     by_model = {record["model"]: record for record in records}
     for model, fallback in [

@@ -1,4 +1,4 @@
-//! Fallback hops to another vendor's API: the request translated, sent to
+//! Fallback hops to another provider's API: the request translated, sent to
 //! the operator's endpoint with the operator's key (the strict contract of
 //! the target API checks it), and the answer translated back so that the
 //! client reads one response of its own API.
@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use refusal_guard::header;
-use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains, Vendor};
+use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains};
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
@@ -94,7 +94,7 @@ fn chat_tool_call_stream() -> Reply {
 fn openai_chain() -> RefusalGuardLayer {
     RefusalGuardLayer::new()
         .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["openai:gpt-5"]))
-        .cross_provider(Vendor::OpenAi, endpoint(OPERATOR_OPENAI, "sk-operator"))
+        .cross_provider(Provider::OpenAi, endpoint(OPERATOR_OPENAI, "sk-operator"))
         .rescue(false)
 }
 
@@ -129,7 +129,7 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
     assert_eq!(hop.headers["authorization"], "Bearer sk-operator");
     assert!(
         hop.headers.get("x-api-key").is_none(),
-        "the client's key stays with its vendor"
+        "the client's key stays with its provider"
     );
     assert_eq!(
         hop.json(),
@@ -233,7 +233,7 @@ async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
     let layer = RefusalGuardLayer::new()
         .fallback_chains(FallbackChains::new().chain("gpt-5", ["anthropic:claude-sonnet-4-5"]))
         .cross_provider(
-            Vendor::Anthropic,
+            Provider::Anthropic,
             endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
         )
         .rescue(false);
@@ -258,7 +258,7 @@ async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
     assert_eq!(hop.headers["anthropic-version"], "2023-06-01");
     assert!(
         hop.headers.get("authorization").is_none(),
-        "the client's key stays with its vendor"
+        "the client's key stays with its provider"
     );
     assert_eq!(hop.json()["model"], "claude-sonnet-4-5");
 
@@ -292,7 +292,7 @@ async fn a_gemini_block_is_served_by_claude_as_a_gemini_stream() {
             FallbackChains::new().chain("gemini-2.5-pro", ["anthropic:claude-sonnet-4-5"]),
         )
         .cross_provider(
-            Vendor::Anthropic,
+            Provider::Anthropic,
             endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
         )
         .rescue(false);
@@ -333,7 +333,7 @@ async fn a_gemini_block_is_served_by_claude_as_a_gemini_stream() {
 }
 
 #[tokio::test]
-async fn a_vendor_without_an_endpoint_is_skipped_and_recorded() {
+async fn a_provider_without_an_endpoint_is_skipped_and_recorded() {
     let layer = RefusalGuardLayer::new()
         .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["gemini:gemini-2.5-pro"]))
         .rescue(false);
@@ -346,7 +346,7 @@ async fn a_vendor_without_an_endpoint_is_skipped_and_recorded() {
     assert_eq!(
         done.upstream.seen().len(),
         1,
-        "nothing went to the unnamed vendor"
+        "nothing went to the unnamed provider"
     );
     let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Dead);

@@ -1,4 +1,4 @@
-//! Routes through the real proxy: three vendor upstreams and a default one,
+//! Routes through the real proxy: three provider upstreams and a default one,
 //! each a real loopback server keeping its provider's contract. Each API
 //! reaches its own upstream with the client's own credentials, a refusal on
 //! each is recovered by a fallback on the same upstream, unrecognised and

@@ -95,7 +95,7 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     std::env::remove_var("REFUSAL_GUARD_POLICY");
     std::env::remove_var("REFUSAL_GUARD_FALLBACK_CREDIT");
 
-    // Routes: each vendor's variable turns routing on; a flag wins.
+    // Routes: each provider's variable turns routing on; a flag wins.
     use refusal_guard::proxy::Route;
     assert!(!parse(&[]).unwrap().routes().is_routed());
     std::env::set_var(

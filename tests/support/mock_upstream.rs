@@ -19,7 +19,7 @@
 //!
 //! A request without the header may name its script in its body instead,
 //! as `[mock-script=a,b,c;mock-id=ID]` anywhere in it (in a user turn's
-//! text): a fallback hop the guard translates into another vendor's API
+//! text): a fallback hop the guard translates into another provider's API
 //! carries the conversation's text but none of the client's headers.
 //!
 //! Every request is first checked against the provider's documented rules

@@ -1,4 +1,4 @@
-//! Translation between wire APIs, for a fallback hop that crosses vendors.
+//! Translation between wire APIs, for a fallback hop that crosses providers.
 //!
 //! Every API has one reader and one writer per direction, all through a
 //! small shared form: a request becomes a [`Conversation`], a whole answer a
@@ -645,7 +645,7 @@ impl BodyTranslation {
     }
 }
 
-/// The headers of a hop to another vendor's API: the content type and the
+/// The headers of a hop to another provider's API: the content type and the
 /// operator's key as that API takes it (marked sensitive, so that no log
 /// of headers shows it). Nothing of the client's request goes along.
 pub(crate) fn hop_headers(api: WireApi, key: &str) -> Option<http::HeaderMap> {

@@ -1,79 +1,65 @@
-//! Fallback hops to another vendor: which vendors a chain entry may name
-//! (`vendor:model`), and the endpoint and key the operator gives for each.
+//! Fallback hops to another provider: which providers a chain entry may name
+//! (`provider:model`), and the endpoint and key the operator gives for each.
 //!
 //! A chain entry such as `openai:gpt-5` sends the refused request, translated
-//! into that vendor's API, to the endpoint configured with
+//! into that provider's API, to the endpoint configured with
 //! [`RefusalGuardLayer::cross_provider`](crate::RefusalGuardLayer::cross_provider),
 //! with the operator's key; the answer is translated back into the client's
-//! API. Without an endpoint for the vendor, the entry is skipped and
-//! recorded: a refused prompt only ever goes to a vendor the operator named
+//! API. Without an endpoint for the provider, the entry is skipped and
+//! recorded: a refused prompt only ever goes to a provider the operator named
 //! in both the chain and the endpoints.
 
 use std::fmt;
 
 use http::Uri;
 
-use crate::refusal::WireApi;
+use crate::refusal::{Provider, WireApi};
 
-/// A vendor a fallback chain entry may name, with the API the hop speaks.
+/// The providers a fallback chain entry may name, in the order the proxy
+/// lists them.
+pub(crate) const PROVIDERS: [Provider; 3] =
+    [Provider::Anthropic, Provider::OpenAi, Provider::Google];
+
+/// The provider and model of a fallback chain entry `provider:model`, or
+/// `None` for a plain model name (a hop on the client's own API). Google is
+/// named `gemini:` (its API's name, and its key's), or `google:`.
 ///
 /// ```
-/// use refusal_guard::recovery::Vendor;
+/// use refusal_guard::recovery::parse_entry;
+/// use refusal_guard::refusal::Provider;
 ///
-/// assert_eq!(Vendor::parse_entry("openai:gpt-5"), Some((Vendor::OpenAi, "gpt-5")));
-/// assert_eq!(Vendor::parse_entry("gemini:gemini-2.5-pro"), Some((Vendor::Gemini, "gemini-2.5-pro")));
-/// assert_eq!(Vendor::parse_entry("claude-sonnet-4-5"), None);
-/// assert_eq!(Vendor::OpenAi.as_str(), "openai");
+/// assert_eq!(parse_entry("openai:gpt-5"), Some((Provider::OpenAi, "gpt-5")));
+/// assert_eq!(parse_entry("gemini:gemini-2.5-pro"), Some((Provider::Google, "gemini-2.5-pro")));
+/// assert_eq!(parse_entry("google:gemini-2.5-pro"), Some((Provider::Google, "gemini-2.5-pro")));
+/// assert_eq!(parse_entry("claude-sonnet-4-5"), None);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Vendor {
-    /// Anthropic Messages (`/v1/messages`).
-    Anthropic,
-    /// OpenAI Chat Completions (`/v1/chat/completions`).
-    OpenAi,
-    /// Gemini (`/v1beta/models/{model}:generateContent`).
-    Gemini,
+pub fn parse_entry(entry: &str) -> Option<(Provider, &str)> {
+    let (prefix, model) = entry.split_once(':')?;
+    let provider = match prefix {
+        "google" => Provider::Google,
+        _ => PROVIDERS.into_iter().find(|p| chain_prefix(*p) == prefix)?,
+    };
+    (!model.is_empty()).then_some((provider, model))
 }
 
-impl Vendor {
-    /// Every vendor, in the order the proxy lists them.
-    pub const ALL: [Vendor; 3] = [Vendor::Anthropic, Vendor::OpenAi, Vendor::Gemini];
-
-    /// The prefix a chain entry names it by.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Vendor::Anthropic => "anthropic",
-            Vendor::OpenAi => "openai",
-            Vendor::Gemini => "gemini",
-        }
-    }
-
-    /// The vendor and model of a chain entry `vendor:model`, or `None` for
-    /// a plain model name (a hop on the client's own API).
-    pub fn parse_entry(entry: &str) -> Option<(Vendor, &str)> {
-        let (prefix, model) = entry.split_once(':')?;
-        let vendor = Vendor::ALL.into_iter().find(|v| v.as_str() == prefix)?;
-        (!model.is_empty()).then_some((vendor, model))
-    }
-
-    /// The wire API a hop to this vendor speaks.
-    pub(crate) fn wire_api(self) -> WireApi {
-        match self {
-            Vendor::Anthropic => WireApi::AnthropicMessages,
-            Vendor::OpenAi => WireApi::OpenAiChatCompletions,
-            Vendor::Gemini => WireApi::GeminiGenerateContent,
-        }
+/// The prefix a chain entry names `provider` by, and its key's flag.
+pub(crate) fn chain_prefix(provider: Provider) -> &'static str {
+    match provider {
+        Provider::Google => "gemini",
+        other => other.as_str(),
     }
 }
 
-impl fmt::Display for Vendor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+/// The wire API a hop to `provider` speaks.
+pub(crate) fn hop_api(provider: Provider) -> WireApi {
+    match provider {
+        Provider::Anthropic => WireApi::AnthropicMessages,
+        Provider::OpenAi => WireApi::OpenAiChatCompletions,
+        Provider::Google => WireApi::GeminiGenerateContent,
     }
 }
 
-/// An operator's API key for a vendor. Its `Debug` never shows it.
+/// An operator's API key for a provider. Its `Debug` never shows it.
 ///
 /// ```
 /// use refusal_guard::recovery::ApiKey;
@@ -102,7 +88,7 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-/// Where a cross-vendor hop goes: the vendor's base URI (its API paths are
+/// Where a cross-provider hop goes: the provider's base URI (its API paths are
 /// appended) and the operator's key.
 ///
 /// ```
@@ -167,12 +153,16 @@ mod tests {
     }
 
     #[test]
-    fn only_known_vendors_with_a_model_are_entries() {
-        assert_eq!(Vendor::parse_entry("openai:"), None);
-        assert_eq!(Vendor::parse_entry("azure:gpt-5"), None);
+    fn only_known_providers_with_a_model_are_entries() {
+        assert_eq!(parse_entry("openai:"), None);
+        assert_eq!(parse_entry("azure:gpt-5"), None);
         assert_eq!(
-            Vendor::parse_entry("anthropic:claude-opus-4-7"),
-            Some((Vendor::Anthropic, "claude-opus-4-7"))
+            parse_entry("anthropic:claude-opus-4-7"),
+            Some((Provider::Anthropic, "claude-opus-4-7"))
         );
+        for provider in PROVIDERS {
+            let entry = format!("{}:m", chain_prefix(provider));
+            assert_eq!(parse_entry(&entry), Some((provider, "m")));
+        }
     }
 }
