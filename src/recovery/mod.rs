@@ -6,7 +6,9 @@
 pub mod category;
 mod endpoint;
 
-pub(crate) use endpoint::{chain_prefix, hop_api, PROVIDERS};
+pub(crate) use endpoint::hop_api;
+#[cfg(feature = "proxy")]
+pub(crate) use endpoint::{chain_prefix, PROVIDERS};
 pub use endpoint::{parse_entry, ApiKey, Endpoint};
 
 pub use category::CategoryPolicy;
