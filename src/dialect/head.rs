@@ -36,6 +36,18 @@ pub(crate) fn request_head(body: &[u8]) -> Option<Value> {
     }
 }
 
+/// [`request_head`] of a body already forwarded, which the provider
+/// judges: its members located without checking the rest of the document
+/// ([`skim::locate`](super::skim::locate)), the head's own values still
+/// read by serde_json. A body the locating skim cannot cut is read by
+/// [`request_head`].
+pub(crate) fn forwarded_head(body: &[u8]) -> Option<Value> {
+    match super::skim::locate(body) {
+        Some(members) => head_of(members.into_iter()),
+        None => request_head(body),
+    }
+}
+
 /// [`request_head`] when the skim is not sure the body is a JSON object:
 /// serde_json decides, and reads the members' values in place.
 fn read_by_serde_json(body: &[u8]) -> Option<Value> {
@@ -152,6 +164,20 @@ mod tests {
             }
             assert_eq!(request_head(&body), read_by_serde_json(&body), "{text}");
         }
+    }
+
+    #[test]
+    fn the_forwarded_head_of_a_json_document_is_its_checked_head() {
+        for body in variants() {
+            if serde_json::from_slice::<Value>(&body).is_ok() {
+                let text = String::from_utf8_lossy(&body);
+                assert_eq!(forwarded_head(&body), request_head(&body), "{text}");
+            }
+        }
+        // A quote after three backslashes is text; after four, the end.
+        let escapes = br#"{"messages":[{"content":"a\\\\"},"b\\\"]\\\\"],"model":"m"}"#;
+        assert!(serde_json::from_slice::<Value>(escapes).is_ok());
+        assert_eq!(forwarded_head(escapes), Some(json!({"model": "m"})));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::refusal::{FallbackCredit, Prefill, Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
-pub(crate) use head::request_head;
+pub(crate) use head::{forwarded_head, request_head};
 
 pub(crate) mod anthropic;
 #[cfg(feature = "bedrock")]

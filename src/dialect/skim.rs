@@ -1,5 +1,7 @@
 //! A checking skim of a JSON object's top level: where each member's value
-//! lies, the whole document checked on the way, nothing built.
+//! lies, the whole document checked on the way, nothing built; and a
+//! locating one ([`locate`]) for a body the provider has already been sent,
+//! which only finds where the members lie.
 //!
 //! The request head (`head.rs`) needs a few small members of bodies that
 //! are mostly conversation text. serde_json checks text at about three
@@ -53,6 +55,114 @@ pub(crate) fn members(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
     // string: all of them, counted in one pass rather than looked for in
     // the text of each string, must be the whitespace passed over.
     (skim.at == body.len() && controls(body) == skim.spaces).then_some(members)
+}
+
+/// The members of the JSON object `body` in document order, as
+/// [`members`] finds them in a valid document, without checking the
+/// document: for a body already forwarded, which the provider judges (a
+/// recovery parses the whole body before it builds anything from it).
+///
+/// Strings are crossed by a search for their closing quote alone, a quote
+/// after an odd run of backslashes being part of the text, so the escapes
+/// of conversation text (a `\n` every line) cost no stop of their own;
+/// brackets are counted, not matched. An escaped name, or bytes that do
+/// not have an object's shape, give `None`, for [`members`] and serde_json
+/// to decide.
+pub(crate) fn locate(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
+    let mut at = spaces(body, 0);
+    if body.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = spaces(body, at + 1);
+    let mut members = Vec::new();
+    if body.get(at) == Some(&b'}') {
+        return Some(members);
+    }
+    loop {
+        if body.get(at) != Some(&b'"') {
+            return None;
+        }
+        let name_end = string_end(body, at + 1)?;
+        let name = &body[at + 1..name_end];
+        if name.contains(&b'\\') {
+            return None;
+        }
+        at = spaces(body, name_end + 1);
+        if body.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = spaces(body, at + 1);
+        let end = value_end(body, start)?;
+        members.push((std::str::from_utf8(name).ok()?, &body[start..end]));
+        at = spaces(body, end);
+        match body.get(at)? {
+            b',' => at = spaces(body, at + 1),
+            b'}' => return Some(members),
+            _ => return None,
+        }
+    }
+}
+
+/// The first byte at or after `at` that is not JSON whitespace.
+fn spaces(body: &[u8], mut at: usize) -> usize {
+    while matches!(body.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string whose text begins at `start` closes: the first quote
+/// not escaped, that is not after an odd run of backslashes.
+fn string_end(body: &[u8], start: usize) -> Option<usize> {
+    let mut from = start;
+    loop {
+        let quote = from + memchr::memchr(b'"', &body[from..])?;
+        let run = body[start..quote]
+            .iter()
+            .rev()
+            .take_while(|&&b| b == b'\\')
+            .count();
+        if run % 2 == 0 {
+            return Some(quote);
+        }
+        from = quote + 1;
+    }
+}
+
+/// Where the value beginning at `start` ends: after its closing quote or
+/// bracket, or before the comma, brace or whitespace that ends a scalar.
+fn value_end(body: &[u8], start: usize) -> Option<usize> {
+    match *body.get(start)? {
+        b'"' => Some(string_end(body, start + 1)? + 1),
+        b'{' | b'[' => nested_end(body, start),
+        _ => {
+            let len = body[start..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))?;
+            (len > 0).then_some(start + len)
+        }
+    }
+}
+
+/// Where the object or array opening at `start` closes, its strings
+/// crossed whole and its brackets counted.
+fn nested_end(body: &[u8], start: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut at = start;
+    loop {
+        match *body.get(at)? {
+            b'"' => at = string_end(body, at + 1)?,
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(at + 1);
+                }
+            }
+            _ => {}
+        }
+        at += 1;
+    }
 }
 
 /// How many control characters (below U+0020) `bytes` holds. Counted in
