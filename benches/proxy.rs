@@ -7,7 +7,10 @@
 //! request, the answer as fast as it goes), `proxy_400kb_request` (a ~405 KB
 //! request, an agent's turn: the guard forwards it as it arrives) and
 //! `proxy_paced` (the ~20 KB request, one event every 500 µs: a long stream
-//! at model speed, shortened). The same request goes `direct` to the
+//! at model speed, shortened); and `proxy_first_text` times the first
+//! `text_delta` of an answer paced at one event a millisecond (what a user
+//! waits for: the guard holds `message_start` until it has seen text), with
+//! the difference to the floor in event intervals. The same request goes `direct` to the
 //! mock, through `floor` (a bare hyper forwarder: hyper's server, hyper-util's
 //! pooled client, bodies passed straight through) and through `guard` (the
 //! crate's proxy with the default layer, access log off). Each server runs
@@ -43,6 +46,10 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Events of text in the answer.
 const EVENTS: usize = 200;
+
+/// The pace of the answer whose first text is timed: one event a
+/// millisecond, the mock's timer's grain, far above the loopback's noise.
+const FIRST_TEXT_PACE_US: u64 = 1_000;
 
 /// A body that yields prepared chunks, each its own frame.
 struct Chunks(VecDeque<Bytes>);
@@ -270,8 +277,8 @@ struct Shape {
     pace_us: Option<u64>,
 }
 
-/// Sends the request to `target` and reads the answer to its end.
-async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Uri, shape: &Shape) {
+/// The request of `shape` to `target`.
+fn request(target: &http::Uri, shape: &Shape) -> Request<Full<Bytes>> {
     let mut request = Request::post(target.clone())
         .header("content-type", "application/json")
         .header("anthropic-version", "2023-06-01")
@@ -279,11 +286,42 @@ async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Ur
     if let Some(us) = shape.pace_us {
         request = request.header(PACE_HEADER, us);
     }
-    let request = request.body(Full::new(shape.body.clone())).unwrap();
-    let response = client.request(request).await.unwrap();
+    request.body(Full::new(shape.body.clone())).unwrap()
+}
+
+/// Sends the request to `target` and reads the answer to its end.
+async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Uri, shape: &Shape) {
+    let response = client.request(request(target, shape)).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     assert!(bytes.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+}
+
+/// Sends the request to `target`, reads the answer to its end and returns
+/// how long its first `text_delta` took to arrive: what a user waits for
+/// (the guard holds `message_start` back until it has seen real output, so
+/// its first byte comes with the first text).
+async fn first_text(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    target: &http::Uri,
+    shape: &Shape,
+) -> Duration {
+    let started = Instant::now();
+    let response = client.request(request(target, shape)).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    let mut body = response.into_body();
+    let mut seen = Vec::new();
+    let mut text_at = None;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.unwrap().into_data() {
+            seen.extend_from_slice(&data);
+            if text_at.is_none() && seen.windows(10).any(|w| w == b"text_delta") {
+                text_at = Some(started.elapsed());
+            }
+        }
+    }
+    assert!(seen.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    text_at.expect("the answer has text")
 }
 
 /// The measured time and request count of each benchmark.
@@ -346,19 +384,69 @@ fn bench(c: &mut Criterion) {
         group.finish();
         report(&shape, &tally.lock().unwrap());
     }
+    bench_first_text(c, &runtime, &client, &targets);
+}
+
+/// Time to the first text of a paced answer through each target, summed
+/// over the requests (the rest of each answer is read but not counted).
+fn bench_first_text(
+    c: &mut Criterion,
+    runtime: &tokio::runtime::Runtime,
+    client: &Client<HttpConnector, Full<Bytes>>,
+    targets: &[(&'static str, SocketAddr)],
+) {
+    let shape = Shape {
+        group: "proxy_first_text",
+        body: request_body(5),
+        pace_us: Some(FIRST_TEXT_PACE_US),
+    };
+    let tally: Tally = Arc::default();
+    let mut group = c.benchmark_group(shape.group);
+    // Each answer takes about 200 event intervals: the fewest samples.
+    group.sample_size(10);
+    for &(name, addr) in targets {
+        let target: http::Uri = format!("http://{addr}/v1/messages").parse().unwrap();
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let waited = runtime.block_on(async {
+                    let mut waited = Duration::ZERO;
+                    for _ in 0..iters {
+                        waited += first_text(client, &target, &shape).await;
+                    }
+                    waited
+                });
+                tally.lock().unwrap().push((name, waited, iters));
+                waited
+            })
+        });
+    }
+    group.finish();
+    let mean = |name: &str| mean_of(&tally.lock().unwrap(), name);
+    let (floor, guard) = (mean("floor"), mean("guard"));
+    println!(
+        "proxy_first_text (one event every {FIRST_TEXT_PACE_US} µs) mean time to first text: \
+         direct {:.1} µs, floor {:.1} µs, guard {:.1} µs; guard - floor = {:.2} event intervals",
+        mean("direct") * 1e6,
+        floor * 1e6,
+        guard * 1e6,
+        (guard - floor) * 1e6 / FIRST_TEXT_PACE_US as f64
+    );
+}
+
+/// The mean time per request `name` took, in seconds.
+fn mean_of(tally: &[(&'static str, Duration, u64)], name: &str) -> f64 {
+    let (time, count) = tally
+        .iter()
+        .filter(|(n, _, _)| *n == name)
+        .fold((0.0, 0u64), |(t, c), (_, d, i)| {
+            (t + d.as_secs_f64(), c + i)
+        });
+    time / count.max(1) as f64
 }
 
 /// Prints the mean time per request of each and guard ÷ floor.
 fn report(shape: &Shape, tally: &[(&'static str, Duration, u64)]) {
-    let mean = |name: &str| {
-        let (time, count) = tally
-            .iter()
-            .filter(|(n, _, _)| *n == name)
-            .fold((0.0, 0u64), |(t, c), (_, d, i)| {
-                (t + d.as_secs_f64(), c + i)
-            });
-        time / count.max(1) as f64
-    };
+    let mean = |name: &str| mean_of(tally, name);
     let (direct, floor, guard) = (mean("direct"), mean("floor"), mean("guard"));
     println!(
         "{} ({} KB request) mean per request: direct {:.1} µs, floor {:.1} µs, guard {:.1} µs; \
