@@ -46,7 +46,6 @@ use serde_json::{json, Value};
 use super::{count, fresh_input, is_real_text, known, str_field, Dialect, Observation};
 use super::{path_segments, StreamInspector};
 use super::{RefusalInfo, RewriteError};
-use crate::dialect::SeedSource;
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
@@ -372,14 +371,6 @@ impl Dialect for GeminiGenerateContent {
             .or_else(|| body.get("system_instruction"))
             .unwrap_or(&Value::Null);
         serde_json::to_vec(&(system, first_user)).ok()
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        SeedSource {
-            whole: &["systemInstruction", "system_instruction"],
-            turns: "contents",
-            roleless_is_user: true,
-        }
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

@@ -12,7 +12,6 @@ use crate::refusal::{FallbackCredit, Prefill, Provider, RefusalSignal, Usage, Wi
 use crate::sse::Frame;
 
 pub(crate) use head::{forwarded_head, request_head};
-pub(crate) use seed::{seed_part, SeedSource};
 
 pub(crate) mod anthropic;
 #[cfg(feature = "bedrock")]
@@ -23,7 +22,6 @@ pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
-mod seed;
 mod skim;
 pub(crate) mod translate;
 
@@ -256,9 +254,6 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// The parts of the request that stay the same for a whole conversation
     /// (the system prompt and the first user turn), for the default key.
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>>;
-    /// The members [`conversation_seed`](Self::conversation_seed) reads,
-    /// so that a call keeps only them for the key ([`seed::seed_part`]).
-    fn seed_source(&self) -> SeedSource;
     /// A fresh inspector for one streamed response. Its observations carry
     /// the answer's text and tool calls too, which the opt-in text detector
     /// reads.

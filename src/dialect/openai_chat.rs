@@ -35,7 +35,6 @@ use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
     type_of, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::dialect::SeedSource;
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
@@ -268,26 +267,16 @@ impl Dialect for OpenAiChat {
     }
 
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
-        // The instructions before the first user turn and that turn: an
-        // instruction added later in the conversation does not rename it.
         let messages = body.get("messages")?.as_array()?;
         let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
-        let first = messages
+        let first_user = messages
             .iter()
-            .position(|m| role(m).as_deref() == Some("user"))?;
-        let system: Vec<&Value> = messages[..first]
+            .find(|m| role(m).as_deref() == Some("user"))?;
+        let system: Vec<&Value> = messages
             .iter()
             .filter(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
             .collect();
-        serde_json::to_vec(&(system, &messages[first])).ok()
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        SeedSource {
-            whole: &[],
-            turns: "messages",
-            roleless_is_user: false,
-        }
+        serde_json::to_vec(&(system, first_user)).ok()
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

@@ -28,7 +28,6 @@ use super::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::dialect::SeedSource;
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
 
@@ -192,14 +191,6 @@ impl Dialect for OpenAiResponses {
             _ => return None,
         };
         serde_json::to_vec(&(instructions, first_user)).ok()
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        SeedSource {
-            whole: &["conversation", "instructions"],
-            turns: "input",
-            roleless_is_user: false,
-        }
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

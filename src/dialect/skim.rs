@@ -103,37 +103,6 @@ pub(crate) fn locate(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
     }
 }
 
-/// The items of the JSON array `array` (as [`locate`] finds them: not
-/// checked), each as its bytes, in order; `None` if `array` is not shaped
-/// like an array.
-pub(crate) fn items(array: &[u8]) -> Option<impl Iterator<Item = Option<&[u8]>>> {
-    let mut at = spaces(array, 0);
-    if array.get(at) != Some(&b'[') {
-        return None;
-    }
-    at = spaces(array, at + 1);
-    let mut done = array.get(at) == Some(&b']');
-    Some(std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        let item = (|| {
-            let end = value_end(array, at)?;
-            let item = &array[at..end];
-            at = spaces(array, end);
-            match array.get(at)? {
-                b',' => at = spaces(array, at + 1),
-                b']' => done = true,
-                _ => return None,
-            }
-            Some(item)
-        })();
-        // A shape it cannot follow ends the items with one `None`.
-        done |= item.is_none();
-        Some(item)
-    }))
-}
-
 /// The first byte at or after `at` that is not JSON whitespace.
 fn spaces(body: &[u8], mut at: usize) -> usize {
     while matches!(body.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {

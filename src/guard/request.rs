@@ -401,7 +401,7 @@ impl Outbound {
             .or(named)
         {
             Some(key) => Conversation::named(Some(ConversationKey::from_bytes(key.as_bytes()))),
-            None => Conversation::derived(dialect, &bytes),
+            None => Conversation::derived(dialect, bytes),
         };
         Outbound {
             model: dialect.request_model(path_model, &head),

@@ -46,7 +46,6 @@ pub(crate) const FALLBACK_CREDIT_BETA: &str = "fallback-credit-2026-07-01";
 pub(crate) struct AnthropicMessages;
 
 use self::{handoff::*, live::*, prefill::*, shapes::*, signals::*, stream::*};
-use crate::dialect::SeedSource;
 
 impl Dialect for AnthropicMessages {
     fn provider(&self) -> Provider {
@@ -83,14 +82,6 @@ impl Dialect for AnthropicMessages {
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
         serde_json::to_vec(&(system, first_user)).ok()
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        SeedSource {
-            whole: &["system"],
-            turns: "messages",
-            roleless_is_user: false,
-        }
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

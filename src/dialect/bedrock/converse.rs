@@ -16,7 +16,6 @@ use super::{
     bedrock_request_id, converse_block_output, converse_note, converse_refusal, converse_usage,
     model_segment, swap_path_model,
 };
-use crate::dialect::SeedSource;
 use crate::dialect::{
     event_type, is_real_text, json_event, str_field, Dialect, Observation, RewriteError,
     StreamInspector,
@@ -55,14 +54,6 @@ impl Dialect for BedrockConverse {
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
         serde_json::to_vec(&(system, first_user)).ok()
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        SeedSource {
-            whole: &["system"],
-            turns: "messages",
-            roleless_is_user: false,
-        }
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

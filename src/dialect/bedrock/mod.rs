@@ -32,7 +32,6 @@ use super::{
     is_real_text, path_segments, AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice,
     Observation, RefusalInfo, RewriteError, StreamInspector,
 };
-use crate::dialect::SeedSource;
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
 
@@ -194,10 +193,6 @@ impl Dialect for BedrockInvokeModel {
         AnthropicMessages.conversation_seed(body)
     }
 
-    fn seed_source(&self) -> SeedSource {
-        AnthropicMessages.seed_source()
-    }
-
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(InvokeStream(AnthropicMessages.stream_inspector()))
     }
@@ -328,10 +323,6 @@ impl Dialect for BedrockMessages {
 
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
         AnthropicMessages.conversation_seed(body)
-    }
-
-    fn seed_source(&self) -> SeedSource {
-        AnthropicMessages.seed_source()
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
