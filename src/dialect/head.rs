@@ -4,8 +4,10 @@
 //! Deciding whether and how to guard a request needs only a few small
 //! fields (`model`, `stream`, `n`, `generationConfig`); the conversation
 //! (the messages, the system prompt, the tools) is most of the bytes and is
-//! needed only when a rewrite or a recovery builds a new body. The whole
-//! document is still checked to be JSON, as it is read.
+//! needed only when a rewrite or a recovery builds a new body. A body read
+//! before it is sent, which the guard may rewrite, is checked whole to be
+//! JSON as its head is read ([`request_head`]); one already forwarded, which
+//! the provider judges, only has its members located ([`forwarded_head`]).
 
 use std::collections::BTreeMap;
 
