@@ -391,3 +391,29 @@ async fn the_first_request_after_a_sticky_route_ends_leaves_a_restored_trace() {
     assert!(text.contains(r#""event":"route_restored""#), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_forwarded_body_that_is_not_json_past_its_head_gets_the_providers_400_as_sent() {
+    // Forwarded as it arrives, the body's head is only located: the
+    // provider judges the rest, and its 400 reaches the client untouched,
+    // with no recovery tried.
+    let upstream = RawUpstream::start(|_, request| reply(request)).await;
+    let base = run_proxy(&["--upstream", &upstream.url()]).await;
+    let body = format!(
+        r#"{{"model":"{OPUS}","max_tokens":16,"stream":true,"messages":[{{"role":"user","content":"a{}b"}}]}}"#,
+        '\u{1}'
+    );
+    let response = client()
+        .post(format!("{base}/v1/messages"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let answer: Value = serde_json::from_slice(&response.bytes().await.unwrap()).unwrap();
+    assert_eq!(answer["type"], "error", "Anthropic's shape: {answer}");
+    assert_eq!(answer["error"]["type"], "invalid_request_error");
+    assert_eq!(upstream.take_violations(), 1);
+    assert_eq!(upstream.requests().len(), 1, "nothing retried");
+}
