@@ -790,3 +790,33 @@ async fn a_frame_over_the_framer_limit_is_skipped_and_a_later_refusal_still_reco
     assert_eq!(records[0].reason, Some(DeadReason::HoldLimit));
     assert_eq!(records[0].category.as_deref(), Some("cyber"));
 }
+
+#[tokio::test]
+async fn a_conversation_keeps_its_rescue_count_when_the_client_moves_its_cache_mark() {
+    // Clients put a prompt-caching mark on the newest user turn of every
+    // request: the first turn has it on the first request only.
+    let upstream = Upstream::new(vec![]);
+    let sink = MemorySink::new();
+    let mut guard = guard_with(&upstream, &sink);
+    let mark = json!({"type": "ephemeral"});
+    let first = json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "the task", "cache_control": mark}]},
+    ]});
+    let second = json!({"model": "m", "max_tokens": 64, "stream": true, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "the task"}]},
+        {"role": "assistant", "content": "thinking it over"},
+        {"role": "user", "content": [{"type": "text", "text": "go on", "cache_control": mark}]},
+    ]});
+    let refusal = fixture(EMPTY_REFUSAL);
+    upstream.push(Reply::sse(&refusal));
+    upstream.push(Reply::sse(&refusal));
+    call(&mut guard, post("/v1/messages", &first)).await;
+    upstream.push(Reply::sse(&refusal));
+    call(&mut guard, post("/v1/messages", &second)).await;
+    assert_eq!(upstream.seen().len(), 3, "no second rescue");
+    assert_eq!(sink.records()[1].reason, Some(DeadReason::RescueCap));
+    assert_eq!(
+        sink.records()[0].conversation,
+        sink.records()[1].conversation
+    );
+}

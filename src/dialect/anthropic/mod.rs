@@ -15,6 +15,27 @@ mod prefill;
 mod shapes;
 mod signals;
 mod stream;
+
+/// `turn` (a message, or the system prompt's blocks) without its blocks'
+/// `cache_control` marks. Clients put a prompt-caching breakpoint on the
+/// newest user turn of every request, so the first user turn carries one
+/// on the conversation's first request and none after; the conversation is
+/// the same.
+fn without_cache_marks(turn: &Value) -> Value {
+    let mut turn = turn.clone();
+    let blocks = match &mut turn {
+        Value::Array(blocks) => Some(blocks),
+        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
+        _ => None,
+    };
+    for block in blocks.into_iter().flatten() {
+        if let Some(block) = block.as_object_mut() {
+            block.remove("cache_control");
+        }
+    }
+    turn
+}
+
 #[cfg(test)]
 mod tests;
 
@@ -81,6 +102,7 @@ impl Dialect for AnthropicMessages {
             .iter()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
+        let (system, first_user) = (without_cache_marks(system), without_cache_marks(first_user));
         serde_json::to_vec(&(system, first_user)).ok()
     }
 

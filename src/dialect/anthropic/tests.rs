@@ -1028,3 +1028,26 @@ fn a_chain_is_marked_in_the_stream_with_indices_rising_and_the_primarys_id() {
     );
     assert_eq!(iterations[0]["output_tokens"], 1);
 }
+
+#[test]
+fn a_conversation_is_seeded_the_same_whichever_turn_carries_the_cache_mark() {
+    let marked = serde_json::json!({"type": "text", "text": "fix the build", "cache_control": {"type": "ephemeral"}});
+    let plain = serde_json::json!({"type": "text", "text": "fix the build"});
+    let system = |mark: bool| {
+        let mut block = serde_json::json!({"type": "text", "text": "You are an agent."});
+        if mark {
+            block["cache_control"] = serde_json::json!({"type": "ephemeral"});
+        }
+        serde_json::json!([block])
+    };
+    let first = serde_json::json!({"system": system(true), "messages": [{"role": "user", "content": [marked]}]});
+    let later = serde_json::json!({"system": system(false), "messages": [
+        {"role": "user", "content": [plain]},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": [{"type": "text", "text": "now test it", "cache_control": {"type": "ephemeral"}}]},
+    ]});
+    let seed = |body: &Value| AnthropicMessages.conversation_seed(body).unwrap();
+    assert_eq!(seed(&first), seed(&later));
+    let other = serde_json::json!({"system": system(false), "messages": [{"role": "user", "content": "another task"}]});
+    assert_ne!(seed(&first), seed(&other), "the text still names it");
+}

@@ -53,6 +53,10 @@ impl Dialect for BedrockConverse {
             .iter()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
+        let (system, first_user) = (
+            without_cache_points(system),
+            without_cache_points(first_user),
+        );
         serde_json::to_vec(&(system, first_user)).ok()
     }
 
@@ -167,12 +171,45 @@ impl StreamInspector for ConverseStream {
     }
 }
 
+/// `turn` (a message, or the system prompt's blocks) without its
+/// `cachePoint` blocks: clients move a prompt-caching point to the newest
+/// user turn of every request, so the first user turn has one on the
+/// conversation's first request and none after.
+fn without_cache_points(turn: &Value) -> Value {
+    let mut turn = turn.clone();
+    let blocks = match &mut turn {
+        Value::Array(blocks) => Some(blocks),
+        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
+        _ => None,
+    };
+    if let Some(blocks) = blocks {
+        blocks.retain(|block| block.get("cachePoint").is_none());
+    }
+    turn
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
     use crate::dialect::tests::event;
+
+    #[test]
+    fn a_conversation_is_seeded_the_same_whichever_turn_carries_the_cache_point() {
+        let point = json!({"cachePoint": {"type": "default"}});
+        let first = json!({"system": [{"text": "You are an agent."}, point.clone()],
+            "messages": [{"role": "user", "content": [{"text": "fix the build"}, point.clone()]}]});
+        let later = json!({"system": [{"text": "You are an agent."}, point.clone()], "messages": [
+            {"role": "user", "content": [{"text": "fix the build"}]},
+            {"role": "assistant", "content": [{"text": "done"}]},
+            {"role": "user", "content": [{"text": "now test it"}, point]},
+        ]});
+        let seed = |body: &Value| BedrockConverse.conversation_seed(body).unwrap();
+        assert_eq!(seed(&first), seed(&later));
+        let other = json!({"messages": [{"role": "user", "content": [{"text": "another task"}]}]});
+        assert_ne!(seed(&first), seed(&other));
+    }
 
     #[test]
     fn a_content_filtered_stop_is_a_refusal_and_its_metadata_the_cost() {
