@@ -228,6 +228,27 @@ pub(crate) struct Retarget<'a> {
     pub(crate) inject: bool,
 }
 
+/// `turn` (a message, or a system prompt's blocks) without its blocks'
+/// `cache_control` marks, for a conversation seed. Clients put a
+/// prompt-caching breakpoint on the newest user turn of every request
+/// (Anthropic's API, and OpenAI-compatible gateways that pass the mark on),
+/// so the first user turn carries one on the conversation's first request
+/// and none after; the conversation is the same.
+pub(crate) fn without_cache_marks(turn: &Value) -> Value {
+    let mut turn = turn.clone();
+    let blocks = match &mut turn {
+        Value::Array(blocks) => Some(blocks),
+        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
+        _ => None,
+    };
+    for block in blocks.into_iter().flatten() {
+        if let Some(block) = block.as_object_mut() {
+            block.remove("cache_control");
+        }
+    }
+    turn
+}
+
 /// One wire API.
 pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn provider(&self) -> Provider;

@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 
 use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
-    type_of, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
+    type_of, without_cache_marks, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -272,11 +272,12 @@ impl Dialect for OpenAiChat {
         let first_user = messages
             .iter()
             .find(|m| role(m).as_deref() == Some("user"))?;
-        let system: Vec<&Value> = messages
+        let system: Vec<Value> = messages
             .iter()
             .filter(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
+            .map(without_cache_marks)
             .collect();
-        serde_json::to_vec(&(system, first_user)).ok()
+        serde_json::to_vec(&(system, without_cache_marks(first_user))).ok()
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
@@ -482,6 +483,20 @@ mod tests {
 
     use super::*;
     use crate::sse::SseFramer;
+
+    #[test]
+    fn a_conversation_is_seeded_the_same_whichever_turn_a_gateway_cache_mark_is_on() {
+        let mark = json!({"type": "ephemeral"});
+        let system = json!({"role": "system", "content": [{"type": "text", "text": "s", "cache_control": mark}]});
+        let first = json!({"messages": [system, {"role": "user", "content": [
+            {"type": "text", "text": "fix the build", "cache_control": mark}]}]});
+        let later = json!({"messages": [system, {"role": "user", "content": [
+            {"type": "text", "text": "fix the build"}]},
+            {"role": "assistant", "content": "done"},
+            {"role": "user", "content": [{"type": "text", "text": "now test", "cache_control": mark}]}]});
+        let seed = |body: &Value| OpenAiChat.conversation_seed(body).unwrap();
+        assert_eq!(seed(&first), seed(&later));
+    }
 
     fn observe_all(stream: &str) -> Vec<Observation> {
         let mut framer = SseFramer::new();

@@ -16,26 +16,6 @@ mod shapes;
 mod signals;
 mod stream;
 
-/// `turn` (a message, or the system prompt's blocks) without its blocks'
-/// `cache_control` marks. Clients put a prompt-caching breakpoint on the
-/// newest user turn of every request, so the first user turn carries one
-/// on the conversation's first request and none after; the conversation is
-/// the same.
-fn without_cache_marks(turn: &Value) -> Value {
-    let mut turn = turn.clone();
-    let blocks = match &mut turn {
-        Value::Array(blocks) => Some(blocks),
-        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
-        _ => None,
-    };
-    for block in blocks.into_iter().flatten() {
-        if let Some(block) = block.as_object_mut() {
-            block.remove("cache_control");
-        }
-    }
-    turn
-}
-
 #[cfg(test)]
 mod tests;
 
@@ -44,9 +24,9 @@ use serde_json::{json, Map, Value};
 
 use super::fields::typed;
 use super::{
-    merge_list_header, path_segments, remove_list_value, str_field, type_of, AnthropicFeatures,
-    Dialect, FrameRewrite, Handoff, LiveSplice, Observation, PartialContinuation, RefusalInfo,
-    Retarget, RewriteError, ServerFallback, StreamInspector,
+    merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
+    AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
+    PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, StreamInspector,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use crate::refusal::{Provider, WireApi};
