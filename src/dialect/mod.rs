@@ -236,17 +236,22 @@ pub(crate) struct Retarget<'a> {
 /// and none after; the conversation is the same.
 pub(crate) fn without_cache_marks(turn: &Value) -> Value {
     let mut turn = turn.clone();
-    let blocks = match &mut turn {
-        Value::Array(blocks) => Some(blocks),
-        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
-        _ => None,
-    };
-    for block in blocks.into_iter().flatten() {
+    for block in blocks_of(&mut turn).into_iter().flatten() {
         if let Some(block) = block.as_object_mut() {
             block.remove("cache_control");
         }
     }
     turn
+}
+
+/// The content blocks of `turn`: the array itself (a system prompt's
+/// blocks), or a message's `content` when it is an array.
+pub(crate) fn blocks_of(turn: &mut Value) -> Option<&mut Vec<Value>> {
+    match turn {
+        Value::Array(blocks) => Some(blocks),
+        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
+        _ => None,
+    }
 }
 
 /// One wire API.

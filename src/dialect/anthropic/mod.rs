@@ -15,7 +15,6 @@ mod prefill;
 mod shapes;
 mod signals;
 mod stream;
-
 #[cfg(test)]
 mod tests;
 

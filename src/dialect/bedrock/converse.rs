@@ -177,12 +177,7 @@ impl StreamInspector for ConverseStream {
 /// conversation's first request and none after.
 fn without_cache_points(turn: &Value) -> Value {
     let mut turn = turn.clone();
-    let blocks = match &mut turn {
-        Value::Array(blocks) => Some(blocks),
-        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
-        _ => None,
-    };
-    if let Some(blocks) = blocks {
+    if let Some(blocks) = crate::dialect::blocks_of(&mut turn) {
         blocks.retain(|block| block.get("cachePoint").is_none());
     }
     turn
