@@ -10,10 +10,11 @@
 //! at model speed, shortened); and `proxy_first_text` times the first
 //! `text_delta` of an answer paced at one event a millisecond (what a user
 //! waits for: the guard holds `message_start` until it has seen text), with
-//! the difference to the floor in event intervals. The same request goes `direct` to the
-//! mock, through `floor` (a bare hyper forwarder: hyper's server, hyper-util's
-//! pooled client, bodies passed straight through) and through `guard` (the
-//! crate's proxy with the default layer, access log off). Each server runs
+//! the difference to the floor in event intervals. The same request goes
+//! `direct` to the mock, through `floor` (a bare hyper forwarder: hyper's
+//! server, hyper-util's pooled client, bodies passed straight through) and
+//! through `guard` (the crate's proxy with the default layer, access log
+//! off). Each server runs
 //! on its own thread and single-threaded runtime, like a process of its own;
 //! the client sends one request at a time on a keep-alive connection. At the
 //! end the bench prints the mean time per request of each and the ratio
@@ -46,6 +47,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Events of text in the answer.
 const EVENTS: usize = 200;
+
+/// How every answer ends.
+const LAST_EVENT: &[u8] = b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
 
 /// The pace of the answer whose first text is timed: one event a
 /// millisecond, the mock's timer's grain, far above the loopback's noise.
@@ -294,7 +298,7 @@ async fn exchange(client: &Client<HttpConnector, Full<Bytes>>, target: &http::Ur
     let response = client.request(request(target, shape)).await.unwrap();
     assert!(response.status().is_success(), "{}", response.status());
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    assert!(bytes.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert!(bytes.ends_with(LAST_EVENT));
 }
 
 /// Sends the request to `target`, reads the answer to its end and returns
@@ -320,7 +324,7 @@ async fn first_text(
             }
         }
     }
-    assert!(seen.ends_with(b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"));
+    assert!(seen.ends_with(LAST_EVENT));
     text_at.expect("the answer has text")
 }
 
