@@ -39,15 +39,25 @@ pub(crate) fn request_head(body: &[u8]) -> Option<Value> {
 }
 
 /// [`request_head`] of a body already forwarded, which the provider
-/// judges: its members located without checking the rest of the document
+/// judges, read in the `chunks` it arrived in: its members located without
+/// checking the rest of the document
 /// ([`skim::locate`](super::skim::locate)), the head's own values still
-/// read by serde_json. A body the locating skim cannot cut is read by
+/// read by serde_json. Only the head's members are ever joined into one
+/// piece. A body the locating skim cannot cut is joined and read by
 /// [`request_head`].
-pub(crate) fn forwarded_head(body: &[u8]) -> Option<Value> {
-    match super::skim::locate(body) {
-        Some(members) => head_of(members.into_iter()),
-        None => request_head(body),
+pub(crate) fn forwarded_head<C: AsRef<[u8]>>(chunks: &[C]) -> Option<Value> {
+    let Some(members) = super::skim::locate(chunks) else {
+        return request_head(&super::skim::cut(chunks, 0..usize::MAX));
+    };
+    let mut head = Vec::new();
+    for member in members {
+        let name = super::skim::cut(chunks, member.name);
+        let name = std::str::from_utf8(&name).ok()?;
+        if !CONVERSATION.contains(&name) {
+            head.push((name.to_owned(), super::skim::cut(chunks, member.value)));
+        }
     }
+    head_of(head.iter().map(|(name, value)| (name.as_str(), &value[..])))
 }
 
 /// [`request_head`] when the skim is not sure the body is a JSON object:
@@ -168,18 +178,42 @@ mod tests {
         }
     }
 
+    /// Quotes after runs of backslashes: after three, text; after four,
+    /// the string's end.
+    const ESCAPES: &[u8] = br#"{"messages":[{"content":"a\\\\"},"b\\\"]\\\\"],"model":"m"}"#;
+
     #[test]
     fn the_forwarded_head_of_a_json_document_is_its_checked_head() {
         for body in variants() {
             if serde_json::from_slice::<Value>(&body).is_ok() {
                 let text = String::from_utf8_lossy(&body);
-                assert_eq!(forwarded_head(&body), request_head(&body), "{text}");
+                assert_eq!(forwarded_head(&[&body]), request_head(&body), "{text}");
             }
         }
-        // A quote after three backslashes is text; after four, the end.
-        let escapes = br#"{"messages":[{"content":"a\\\\"},"b\\\"]\\\\"],"model":"m"}"#;
-        assert!(serde_json::from_slice::<Value>(escapes).is_ok());
-        assert_eq!(forwarded_head(escapes), Some(json!({"model": "m"})));
+        assert!(serde_json::from_slice::<Value>(ESCAPES).is_ok());
+        assert_eq!(forwarded_head(&[ESCAPES]), Some(json!({"model": "m"})));
+    }
+
+    #[test]
+    fn the_forwarded_head_is_the_same_wherever_the_body_was_cut() {
+        for (i, body) in variants().iter().enumerate() {
+            let whole = forwarded_head(&[body]);
+            // Every cut of the documents serde_json reads; a few of the rest.
+            let valid = serde_json::from_slice::<Value>(body).is_ok();
+            let step = if valid { 1 } else { 17 };
+            let text = String::from_utf8_lossy(body);
+            for at in (i % step..=body.len()).step_by(step) {
+                let cut = forwarded_head(&[&body[..at], &body[at..]]);
+                assert_eq!(cut, whole, "{text} cut at {at}");
+            }
+        }
+        for body in SEEDS.iter().chain([&ESCAPES]) {
+            let whole = request_head(body);
+            for size in 1..4 {
+                let chunks: Vec<&[u8]> = body.chunks(size).collect();
+                assert_eq!(forwarded_head(&chunks), whole, "in chunks of {size}");
+            }
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! one serde_json accepts, with the same members (the tests hold the two to
 //! that on every single-byte change of a set of documents).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// The deepest nesting the skim follows (serde_json's own limit is 128).
@@ -57,10 +58,20 @@ pub(crate) fn members(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
     (skim.at == body.len() && controls(body) == skim.spaces).then_some(members)
 }
 
-/// The members of the JSON object `body` in document order, as
-/// [`members`] finds them in a valid document, without checking the
-/// document: for a body already forwarded, which the provider judges (a
-/// recovery parses the whole body before it builds anything from it).
+/// Where a member of a located object lies in the joined bytes.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Located {
+    /// The name's text, between its quotes.
+    pub(crate) name: Range<usize>,
+    pub(crate) value: Range<usize>,
+}
+
+/// The members of the JSON object whose bytes are `chunks` joined, in
+/// document order, as [`members`] finds them in a valid document, without
+/// checking the document: for a body already forwarded, which the provider
+/// judges (a recovery parses the whole body before it builds anything from
+/// it). The body is read in the pieces it arrived in, so that it need not
+/// be copied into one buffer to be read.
 ///
 /// Strings are crossed by a search for their closing quote alone, a quote
 /// after an odd run of backslashes being part of the text, so the escapes
@@ -68,101 +79,232 @@ pub(crate) fn members(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
 /// brackets are counted, not matched. An escaped name, or bytes that do
 /// not have an object's shape, give `None`, for [`members`] and serde_json
 /// to decide.
-pub(crate) fn locate(body: &[u8]) -> Option<Vec<(&str, &[u8])>> {
-    let mut at = spaces(body, 0);
-    if body.get(at) != Some(&b'{') {
-        return None;
+pub(crate) fn locate<C: AsRef<[u8]>>(chunks: &[C]) -> Option<Vec<Located>> {
+    let mut locator = Locator {
+        place: Place::Start,
+        offset: 0,
+        name: 0..0,
+        value: 0,
+        depth: 0,
+        odd: false,
+        members: Vec::new(),
+    };
+    for chunk in chunks {
+        let chunk = chunk.as_ref();
+        let mut at = 0;
+        while at < chunk.len() && !matches!(locator.place, Place::Done) {
+            at = locator.step(chunk, at)?;
+        }
+        locator.offset += chunk.len();
     }
-    at = spaces(body, at + 1);
-    let mut members = Vec::new();
-    if body.get(at) == Some(&b'}') {
-        return Some(members);
+    matches!(locator.place, Place::Done).then_some(locator.members)
+}
+
+/// The bytes of `range` in `chunks` joined: borrowed when one chunk holds
+/// them all.
+pub(crate) fn cut<C: AsRef<[u8]>>(chunks: &[C], range: Range<usize>) -> Cow<'_, [u8]> {
+    let mut start = 0;
+    let mut pieces = chunks.iter().map(AsRef::as_ref).filter_map(|chunk| {
+        let (from, to) = (start, start + chunk.len());
+        start = to;
+        let piece = &chunk[range.start.clamp(from, to) - from..range.end.clamp(from, to) - from];
+        (!piece.is_empty()).then_some(piece)
+    });
+    match (pieces.next(), pieces.next()) {
+        (None, _) => Cow::Borrowed(&[]),
+        (Some(only), None) => Cow::Borrowed(only),
+        (Some(first), Some(second)) => {
+            let mut joined = [first, second].concat();
+            pieces.for_each(|piece| joined.extend_from_slice(piece));
+            Cow::Owned(joined)
+        }
     }
-    loop {
-        if body.get(at) != Some(&b'"') {
-            return None;
-        }
-        let name_end = string_end(body, at + 1)?;
-        let name = &body[at + 1..name_end];
-        if name.contains(&b'\\') {
-            return None;
-        }
-        at = spaces(body, name_end + 1);
-        if body.get(at) != Some(&b':') {
-            return None;
-        }
-        let start = spaces(body, at + 1);
-        let end = value_end(body, start)?;
-        members.push((std::str::from_utf8(name).ok()?, &body[start..end]));
-        at = spaces(body, end);
-        match body.get(at)? {
-            b',' => at = spaces(body, at + 1),
-            b'}' => return Some(members),
+}
+
+/// Where the locating skim is in the object's grammar.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Before the opening brace.
+    Start,
+    /// After the opening brace: a name, or the closing brace.
+    First,
+    /// After a comma: a name.
+    Name,
+    /// In a name's text.
+    InName,
+    /// After a name: its colon.
+    Colon,
+    /// After a colon: a value.
+    Value,
+    /// In a string value's text.
+    InString,
+    /// In an object or array value, outside its strings.
+    InNested,
+    /// In a string within an object or array value.
+    InNestedString,
+    /// In a number, `true`, `false` or `null`.
+    InScalar,
+    /// After a value: a comma, or the closing brace.
+    Next,
+    /// After the closing brace; what follows is not read.
+    Done,
+}
+
+/// The locating skim's state between chunks: all it must carry across a
+/// chunk's end.
+struct Locator {
+    place: Place,
+    /// Where the chunk being read begins in the joined bytes.
+    offset: usize,
+    /// The name of the member being read.
+    name: Range<usize>,
+    /// Where the value being read begins.
+    value: usize,
+    /// How deep in brackets, in an object or array value.
+    depth: usize,
+    /// In a string: whether the text read so far ends in an odd run of
+    /// backslashes, which escapes a quote that comes next.
+    odd: bool,
+    members: Vec<Located>,
+}
+
+impl Locator {
+    /// Reads `chunk` from `at` on, as far as one step of the grammar goes:
+    /// where it stopped, or `None` for bytes without an object's shape.
+    fn step(&mut self, chunk: &[u8], at: usize) -> Option<usize> {
+        let byte = chunk[at];
+        let here = self.offset + at;
+        let next = at + 1;
+        match self.place {
+            Place::InName => return self.name_text(chunk, at),
+            Place::InString | Place::InNestedString => return Some(self.string_text(chunk, at)),
+            Place::InNested => return Some(self.nested(chunk, at)),
+            Place::InScalar => return Some(self.scalar(chunk, at)),
+            _ if matches!(byte, b' ' | b'\n' | b'\r' | b'\t') => {}
+            Place::Start if byte == b'{' => self.place = Place::First,
+            Place::First if byte == b'}' => self.place = Place::Done,
+            Place::First | Place::Name if byte == b'"' => {
+                self.name = here + 1..here + 1;
+                self.place = Place::InName;
+            }
+            Place::Colon if byte == b':' => self.place = Place::Value,
+            Place::Value => {
+                self.value = here;
+                self.odd = false;
+                self.place = match byte {
+                    b'"' => Place::InString,
+                    b'{' | b'[' => {
+                        self.depth = 1;
+                        Place::InNested
+                    }
+                    b',' | b'}' | b']' => return None,
+                    _ => Place::InScalar,
+                };
+            }
+            Place::Next if byte == b',' => self.place = Place::Name,
+            Place::Next if byte == b'}' => self.place = Place::Done,
             _ => return None,
         }
+        Some(next)
+    }
+
+    /// A name's text up to its closing quote; an escape in it gives up.
+    fn name_text(&mut self, chunk: &[u8], at: usize) -> Option<usize> {
+        let Some(off) = memchr::memchr2(b'"', b'\\', &chunk[at..]) else {
+            return Some(chunk.len());
+        };
+        if chunk[at + off] == b'\\' {
+            return None;
+        }
+        self.name.end = self.offset + at + off;
+        self.place = Place::Colon;
+        Some(at + off + 1)
+    }
+
+    /// A string's text up to its closing quote, or to the chunk's end.
+    fn string_text(&mut self, chunk: &[u8], at: usize) -> usize {
+        let Some(quote) = closing_quote(&chunk[at..], &mut self.odd) else {
+            return chunk.len();
+        };
+        let after = at + quote + 1;
+        if matches!(self.place, Place::InString) {
+            self.end_value(self.offset + after);
+        } else {
+            self.place = Place::InNested;
+        }
+        after
+    }
+
+    /// An object or array value outside its strings: brackets counted to
+    /// the one that closes it.
+    fn nested(&mut self, chunk: &[u8], at: usize) -> usize {
+        for (i, &byte) in chunk.iter().enumerate().skip(at) {
+            match byte {
+                b'"' => {
+                    self.odd = false;
+                    self.place = Place::InNestedString;
+                    return i + 1;
+                }
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => {
+                    self.depth -= 1;
+                    if self.depth == 0 {
+                        self.end_value(self.offset + i + 1);
+                        return i + 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        chunk.len()
+    }
+
+    /// A scalar up to the comma, bracket or whitespace after it.
+    fn scalar(&mut self, chunk: &[u8], at: usize) -> usize {
+        let ends = |b: &u8| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t');
+        match chunk[at..].iter().position(ends) {
+            Some(len) => {
+                self.end_value(self.offset + at + len);
+                at + len
+            }
+            None => chunk.len(),
+        }
+    }
+
+    fn end_value(&mut self, end: usize) {
+        self.members.push(Located {
+            name: self.name.clone(),
+            value: self.value..end,
+        });
+        self.place = Place::Next;
     }
 }
 
-/// The first byte at or after `at` that is not JSON whitespace.
-fn spaces(body: &[u8], mut at: usize) -> usize {
-    while matches!(body.get(at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
-        at += 1;
-    }
-    at
-}
-
-/// Where the string whose text begins at `start` closes: the first quote
-/// not escaped, that is not after an odd run of backslashes.
-fn string_end(body: &[u8], start: usize) -> Option<usize> {
-    let mut from = start;
+/// Where in `text`, a string's text after `odd` (whether what came before
+/// it ends in an odd run of backslashes), the string's closing quote lies:
+/// the first quote not after an odd run of backslashes. `None` when the
+/// string runs past `text`, `odd` then told for the text after it.
+fn closing_quote(text: &[u8], odd: &mut bool) -> Option<usize> {
+    let mut from = 0;
     loop {
-        let quote = from + memchr::memchr(b'"', &body[from..])?;
-        let run = body[start..quote]
-            .iter()
-            .rev()
-            .take_while(|&&b| b == b'\\')
-            .count();
-        if run % 2 == 0 {
+        let Some(off) = memchr::memchr(b'"', &text[from..]) else {
+            *odd = ends_odd(text, *odd);
+            return None;
+        };
+        let quote = from + off;
+        if !ends_odd(&text[..quote], *odd) {
+            *odd = false;
             return Some(quote);
         }
         from = quote + 1;
     }
 }
 
-/// Where the value beginning at `start` ends: after its closing quote or
-/// bracket, or before the comma, brace or whitespace that ends a scalar.
-fn value_end(body: &[u8], start: usize) -> Option<usize> {
-    match *body.get(start)? {
-        b'"' => Some(string_end(body, start + 1)? + 1),
-        b'{' | b'[' => nested_end(body, start),
-        _ => {
-            let len = body[start..]
-                .iter()
-                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t'))?;
-            (len > 0).then_some(start + len)
-        }
-    }
-}
-
-/// Where the object or array opening at `start` closes, its strings
-/// crossed whole and its brackets counted.
-fn nested_end(body: &[u8], start: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut at = start;
-    loop {
-        match *body.get(at)? {
-            b'"' => at = string_end(body, at + 1)?,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(at + 1);
-                }
-            }
-            _ => {}
-        }
-        at += 1;
-    }
+/// Whether `text`, after text that ends in an odd run of backslashes
+/// (`odd`), ends in one.
+fn ends_odd(text: &[u8], odd: bool) -> bool {
+    let run = text.iter().rev().take_while(|&&b| b == b'\\').count();
+    (run % 2 == 1) != (run == text.len() && odd)
 }
 
 /// How many control characters (below U+0020) `bytes` holds. Counted in

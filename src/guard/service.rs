@@ -406,7 +406,7 @@ enum Learned {
 impl Learned {
     fn of(copied: Option<Copied>) -> Self {
         match copied {
-            Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(&bytes) {
+            Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(&[&bytes]) {
                 Some(head) => Learned::Head { head, bytes, share },
                 None => Learned::Unguarded("not a JSON object"),
             },
