@@ -132,6 +132,7 @@ pub mod api_error;
 #[cfg(feature = "bedrock")]
 #[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
 pub mod aws;
+mod chunks;
 mod dialect;
 pub mod env;
 #[cfg(feature = "bedrock")]

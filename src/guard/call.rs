@@ -11,6 +11,7 @@ use http::{HeaderValue, Request, Response};
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::chunks::Chunks;
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
@@ -244,13 +245,13 @@ impl<S> Inner<S> {
 /// A request body as the client sent it, parsed only once something
 /// rewrites it: most requests go out as they came.
 pub(crate) struct JsonBody {
-    original: Bytes,
+    original: Chunks,
     parsed: Option<Value>,
 }
 
 impl JsonBody {
     /// The body as read; the caller has seen that it is a JSON object.
-    pub(crate) fn new(original: Bytes) -> Self {
+    pub(crate) fn new(original: Chunks) -> Self {
         JsonBody {
             original,
             parsed: None,
@@ -261,7 +262,7 @@ impl JsonBody {
     /// is JSON too deep for the parser, which the head read does not see.
     pub(crate) fn json_mut(&mut self) -> Option<&mut Value> {
         if self.parsed.is_none() {
-            self.parsed = serde_json::from_slice(&self.original).ok();
+            self.parsed = serde_json::from_slice(&self.original.join()).ok();
         }
         self.parsed.as_mut()
     }
@@ -270,7 +271,7 @@ impl JsonBody {
     fn to_json(&self) -> Option<Value> {
         match &self.parsed {
             Some(json) => Some(json.clone()),
-            None => serde_json::from_slice(&self.original).ok(),
+            None => serde_json::from_slice(&self.original.join()).ok(),
         }
     }
 }
@@ -291,7 +292,7 @@ impl Original {
     pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
         match (&self.body.parsed, self.rewritten) {
             (Some(json), true) => request_of(self.parts.clone(), json),
-            _ => with_body(self.parts.clone(), self.body.original.clone(), false),
+            _ => with_body(self.parts.clone(), self.body.original.join(), false),
         }
     }
 

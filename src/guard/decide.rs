@@ -888,7 +888,7 @@ mod tests {
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
         let template = Original {
             parts,
-            body: crate::guard::call::JsonBody::new(Bytes::from(json.to_string())),
+            body: crate::guard::call::JsonBody::new(Bytes::from(json.to_string()).into()),
             rewritten: false,
             _share: Arc::new(config.held.share()),
         };

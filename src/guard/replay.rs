@@ -4,7 +4,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 
@@ -88,8 +88,8 @@ pub trait ReplayBody: Body<Error: Into<BoxError>> + Sized + Send + Unpin + 'stat
 }
 
 /// A request body on its way upstream while the guard copies it: the
-/// client's frames, unchanged and as they arrive, with a copy of their bytes
-/// kept (up to
+/// client's frames, unchanged and as they arrive (their data as [`Bytes`]),
+/// with the chunks themselves kept as the copy, not their bytes copied (up to
 /// [`max_request_body`](crate::RefusalGuardLayer::max_request_body)) for
 /// the recovery requests the guard may build later. An error of the
 /// client's body is passed on as it is, so that the upstream request is
@@ -119,16 +119,19 @@ impl<B> std::fmt::Debug for ForwardedBody<B> {
 }
 
 impl<B: Body + Unpin> Body for ForwardedBody<B> {
-    type Data = B::Data;
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
         match ready!(Pin::new(&mut this.body).poll_frame(cx)) {
             Some(Ok(frame)) => {
+                // The chunk itself, kept for the copy: for `Bytes` (what
+                // hyper and reqwest yield) taking it whole copies nothing.
+                let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
                 if let Some(data) = frame.data_ref() {
                     this.copy.take(data);
                 }

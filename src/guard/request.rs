@@ -15,6 +15,7 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::chunks::Chunks;
 use crate::dialect::{Dialect, Retarget};
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
@@ -64,7 +65,7 @@ where
             None => return RequestBody::Read(buffer.freeze()),
             Some(Ok(frame)) => {
                 if let Ok(mut data) = frame.into_data() {
-                    let wanted = room_for(&buffer, data.remaining(), declared);
+                    let wanted = room_for(buffer.len(), data.remaining(), declared);
                     if wanted > counted {
                         if !share.grow(wanted - counted) {
                             tracing::warn!(
@@ -100,14 +101,14 @@ where
     }
 }
 
-/// How many bytes the request buffer needs to take `more`: all the
-/// declared length (already checked to be within the limit) once any byte
-/// came, and more only if the body runs past it. Reserved only when bytes
-/// arrive, so a client that declares a length and sends nothing holds
-/// nothing.
-fn room_for(buffer: &BytesMut, more: usize, declared: Option<u64>) -> usize {
+/// How many bytes a request's buffer or copy, holding `held`, needs to
+/// take `more`: all the declared length (already checked to be within the
+/// limit) once any byte came, and more only if the body runs past it.
+/// Reserved only when bytes arrive, so a client that declares a length and
+/// sends nothing holds nothing.
+fn room_for(held: usize, more: usize, declared: Option<u64>) -> usize {
     let declared = declared.map_or(0, |len| len as usize);
-    (buffer.len() + more).max(if more > 0 { declared } else { 0 })
+    (held + more).max(if more > 0 { declared } else { 0 })
 }
 
 /// Whether a request must be read whole before anything is sent: a rewrite
@@ -136,26 +137,26 @@ fn asks_fallback_credit(config: &Config, model: Option<&str>) -> bool {
 /// What became of the copy of a forwarded request body, told once.
 pub(crate) enum Copied {
     /// The whole body as sent, and the pool's part for it.
-    Whole(Bytes, Share),
+    Whole(Chunks, Share),
     /// Past `max_request_body`: the copy was dropped, the request goes on.
     OverLimit,
     /// The layer-wide bound on held bytes left no room: the copy was
     /// dropped, the request goes on.
     NoRoom,
-    /// The body's bytes came in more pieces than the copy reads at once.
-    Scattered,
     /// The client's body failed: the error went upstream, aborting it.
     Failed,
 }
 
-/// The copy a [`ForwardedBody`] keeps of the bytes it forwards: bounded by
-/// `max_request_body` and by the layer-wide pool, told when the body ends,
-/// fails or is dropped.
+/// The copy a [`ForwardedBody`] keeps of the bytes it forwards: the chunks
+/// themselves, not their bytes copied, bounded by `max_request_body` and by
+/// the layer-wide pool, told when the body ends, fails or is dropped.
 pub(crate) struct RequestCopy {
-    buffer: BytesMut,
+    /// Boxed: a `ForwardedBody`, which holds the copy, is handed back by
+    /// value when a body type cannot carry it.
+    chunks: Box<Chunks>,
     declared: Option<u64>,
     limit: usize,
-    /// Bytes of `buffer` already counted against the layer-wide bound.
+    /// Bytes of the copy already counted against the layer-wide bound.
     counted: usize,
     /// The pool's part while copying; gone once the copy was told.
     share: Option<Share>,
@@ -166,7 +167,7 @@ impl RequestCopy {
     fn new(declared: Option<u64>, limit: usize, share: Share) -> (Self, oneshot::Receiver<Copied>) {
         let (told, outcome) = oneshot::channel();
         let copy = RequestCopy {
-            buffer: BytesMut::new(),
+            chunks: Box::default(),
             declared,
             limit,
             counted: 0,
@@ -176,20 +177,20 @@ impl RequestCopy {
         (copy, outcome)
     }
 
-    /// Copies the bytes of one frame as they go past.
-    pub(crate) fn take(&mut self, data: &impl Buf) {
+    /// Keeps one frame's chunk as it goes past.
+    pub(crate) fn take(&mut self, data: &Bytes) {
         let Some(share) = self.share.as_mut() else {
             return;
         };
-        let more = data.remaining();
-        if self.buffer.len() + more > self.limit {
+        let held = self.chunks.len();
+        if held + data.len() > self.limit {
             tracing::debug!(
                 limit = self.limit,
                 "request body over the limit: forwarded without a copy, nothing recovered"
             );
             return self.drop_copy(Copied::OverLimit);
         }
-        let wanted = room_for(&self.buffer, more, self.declared);
+        let wanted = room_for(held, data.len(), self.declared);
         if wanted > self.counted {
             if !share.grow(wanted - self.counted) {
                 tracing::warn!(
@@ -199,26 +200,14 @@ impl RequestCopy {
             }
             self.counted = wanted;
         }
-        // At the first bytes, room for all that were declared: one
-        // allocation, no copies as the buffer grows.
-        self.buffer.reserve(wanted - self.buffer.len());
-        let mut pieces = [std::io::IoSlice::new(&[]); 4];
-        let n = data.chunks_vectored(&mut pieces);
-        let mut copied = 0;
-        for piece in &pieces[..n] {
-            self.buffer.extend_from_slice(piece);
-            copied += piece.len();
-        }
-        if copied != more {
-            self.drop_copy(Copied::Scattered);
-        }
+        self.chunks.push(data.clone());
     }
 
     /// The body ended: the copy is whole.
     pub(crate) fn end(&mut self) {
         if let Some(share) = self.share.take() {
-            let bytes = std::mem::take(&mut self.buffer).freeze();
-            self.tell(Copied::Whole(bytes, share));
+            let chunks = std::mem::take(&mut *self.chunks).sealed();
+            self.tell(Copied::Whole(chunks, share));
         }
     }
 
@@ -228,7 +217,7 @@ impl RequestCopy {
     }
 
     fn drop_copy(&mut self, why: Copied) {
-        self.buffer = BytesMut::new();
+        *self.chunks = Chunks::default();
         self.share = None;
         self.tell(why);
     }
@@ -250,7 +239,7 @@ impl Drop for RequestCopy {
     fn drop(&mut self) {
         // A body sent to its declared length is not polled for its end;
         // anything shorter was cut, and the dropped sender says so.
-        if self.declared == Some(self.buffer.len() as u64) {
+        if self.declared == Some(self.chunks.len() as u64) {
             self.end();
         }
     }
@@ -381,7 +370,7 @@ impl Outbound {
         config: &Config,
         dialect: &'static dyn Dialect,
         path_model: Option<&str>,
-        request: (http::request::Parts, Value, Bytes),
+        request: (http::request::Parts, Value, Chunks),
         named: Option<String>,
     ) -> Self {
         let (mut parts, head, bytes) = request;
@@ -553,12 +542,12 @@ mod tests {
     use crate::guard::reserve::BytePool;
 
     /// A body of `chunks` that then ends or, if `open`, never does.
-    struct Chunks {
+    struct SentChunks {
         chunks: VecDeque<Bytes>,
         open: bool,
     }
 
-    impl http_body::Body for Chunks {
+    impl http_body::Body for SentChunks {
         type Data = Bytes;
         type Error = Infallible;
         fn poll_frame(
@@ -575,7 +564,7 @@ mod tests {
 
     fn body(chunks: &[&'static str], open: bool) -> BoxBody<Bytes, Infallible> {
         let chunks = chunks.iter().map(|c| Bytes::from_static(c.as_bytes()));
-        BoxBody::new(Chunks {
+        BoxBody::new(SentChunks {
             chunks: chunks.collect(),
             open,
         })
@@ -690,7 +679,7 @@ mod tests {
         drop(copy);
         match told.try_recv() {
             Ok(Copied::Whole(bytes, share)) => {
-                assert_eq!(bytes, "012345");
+                assert_eq!(bytes.join(), "012345");
                 assert_eq!(pool.used(), 6, "held until the call is decided");
                 drop(share);
                 assert_eq!(pool.used(), 0);
@@ -727,18 +716,24 @@ mod tests {
     #[tokio::test]
     async fn a_forwarded_body_yields_what_the_client_sent_and_its_copy_is_whole() {
         let pool = BytePool::new(1 << 20);
-        let sent = body(&["{\"model\":", "\"m\"}"], false);
+        let long = Bytes::from(format!("\"{}\"}}", "m".repeat(5000)));
+        let sent = BoxBody::new(SentChunks {
+            chunks: [Bytes::from_static(b"{\"model\":"), long.clone()].into(),
+            open: false,
+        });
         let headers = HeaderMap::new();
         let forwarding = forward_request_body(&headers, sent, 1 << 20, pool.share());
         let Forwarding::Sending { body, copy } = forwarding.await else {
             panic!("a boxed body is forwarded as it arrives");
         };
         let forwarded = body.collect().await.unwrap().to_bytes();
-        assert_eq!(forwarded, "{\"model\":\"m\"}");
-        match copy.wait().await {
-            Some(Copied::Whole(bytes, _share)) => assert_eq!(bytes, forwarded),
-            _ => panic!("the copy is whole"),
-        }
+        assert_eq!(forwarded, [&b"{\"model\":"[..], &long].concat());
+        let Some(Copied::Whole(copied, _share)) = copy.wait().await else {
+            panic!("the copy is whole");
+        };
+        assert_eq!(copied.join(), forwarded);
+        // A long chunk is kept itself, not its bytes again.
+        assert_eq!(copied.as_slice()[1].as_ptr(), long.as_ptr());
     }
 
     #[tokio::test]

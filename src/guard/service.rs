@@ -16,6 +16,7 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use tower_service::Service;
 
+use crate::chunks::Chunks;
 use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
 use crate::guard::call::{with_body, Exchange, Inner, SendError, Timeouts};
@@ -282,7 +283,7 @@ where
         );
         return pass(upstream, api, with_body(parts, bytes, false)).await;
     }
-    let request = (parts, head, bytes);
+    let request = (parts, head, Chunks::from(bytes));
     let mut outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
     outbound.route_sticky(&config, dialect).await;
     outbound.rewrite(&config, dialect);
@@ -394,7 +395,7 @@ enum Learned {
     /// The whole body, its head, and the pool's part for the copy.
     Head {
         head: serde_json::Value,
-        bytes: bytes::Bytes,
+        bytes: Chunks,
         share: Share,
     },
     /// Nothing to guard it with, and why.
@@ -406,13 +407,12 @@ enum Learned {
 impl Learned {
     fn of(copied: Option<Copied>) -> Self {
         match copied {
-            Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(&[&bytes]) {
+            Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(bytes.as_slice()) {
                 Some(head) => Learned::Head { head, bytes, share },
                 None => Learned::Unguarded("not a JSON object"),
             },
             Some(Copied::OverLimit) => Learned::Unguarded("over max_request_body: no copy kept"),
             Some(Copied::NoRoom) => Learned::Unguarded("no room left for a copy"),
-            Some(Copied::Scattered) => Learned::Unguarded("body bytes the copy cannot read"),
             Some(Copied::Failed) => Learned::Failed,
             None => Learned::Unguarded("the upstream answered before the request was whole"),
         }

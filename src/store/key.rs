@@ -12,9 +12,9 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
 use serde_json::Value;
 
+use crate::chunks::Chunks;
 use crate::dialect::Dialect;
 use crate::store::ConversationKey;
 
@@ -26,7 +26,7 @@ pub(crate) struct Conversation(Arc<Naming>);
 struct Naming {
     key: OnceLock<Option<ConversationKey>>,
     /// The dialect and the original body the default key is derived from.
-    seed: Option<(&'static dyn Dialect, Bytes)>,
+    seed: Option<(&'static dyn Dialect, Chunks)>,
 }
 
 impl Conversation {
@@ -40,7 +40,7 @@ impl Conversation {
 
     /// A conversation named, when asked, from what stays the same across
     /// it in `body`, the request as the client sent it.
-    pub(crate) fn derived(dialect: &'static dyn Dialect, body: Bytes) -> Self {
+    pub(crate) fn derived(dialect: &'static dyn Dialect, body: Chunks) -> Self {
         Conversation(Arc::new(Naming {
             key: OnceLock::new(),
             seed: Some((dialect, body)),
@@ -53,7 +53,7 @@ impl Conversation {
             .key
             .get_or_init(|| {
                 let (dialect, body) = self.0.seed.as_ref()?;
-                let json = serde_json::from_slice::<Value>(body).ok()?;
+                let json = serde_json::from_slice::<Value>(&body.join()).ok()?;
                 let seed = dialect.conversation_seed(&json)?;
                 let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
                 keyed.extend_from_slice(&seed);
