@@ -438,7 +438,11 @@ where
     R: InnerBody,
 {
     let mut sending = std::pin::pin!(upstream.send(request));
-    let mut learning = std::pin::pin!(async move { Learned::of(copy.wait().await) });
+    // Unconstrained: tokio's cooperative budget would otherwise make a copy
+    // already told look pending once a busy task has spent its budget, and
+    // a request whose copy is whole would go unguarded.
+    let learning = tokio::task::unconstrained(async move { Learned::of(copy.wait().await) });
+    let mut learning = std::pin::pin!(learning);
     let mut learned = None;
     let response = std::future::poll_fn(|cx| {
         let mut learn = |cx: &mut Context<'_>| {

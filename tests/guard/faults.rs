@@ -19,7 +19,7 @@ use http_body_util::{BodyExt, Full};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::timeout::{TimeoutKind, UpstreamTimeout};
-use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard::{Outcome, RefusalGuardLayer, RefusalHandle};
 use serde_json::{json, Value};
 use tower::{BoxError, Layer, Service, ServiceExt};
 
@@ -630,4 +630,55 @@ async fn guarded_requests_ask_for_identity_encoding() {
     read(response.into_body()).await;
     let (headers, _) = &script.seen()[0];
     assert_eq!(headers["accept-encoding"], "identity");
+}
+
+/// A task that never waits spends tokio's cooperative budget within one
+/// poll, after which every budgeted resource looks pending once. A
+/// forwarded request's copy, told whole before the upstream answered, must
+/// still be seen then: otherwise the request goes unguarded, and a refusal
+/// in its answer is neither recovered nor recorded.
+#[tokio::test(flavor = "current_thread")]
+async fn forwarded_requests_stay_guarded_when_their_task_never_waits() {
+    const REQUESTS: usize = 300;
+    let replies = (0..REQUESTS).map(|_| Reply::Sse(vec![Step::Data(answer())]));
+    let script = Script::new(replies.collect());
+    let guard = RefusalGuardLayer::new().layer(script.clone());
+    for n in 0..REQUESTS {
+        let response = guard.clone().oneshot(in_pieces()).await.unwrap();
+        let guarded = response.extensions().get::<RefusalHandle>().is_some();
+        assert!(guarded, "request {n} went unguarded");
+        let (bytes, error) = read(response.into_body()).await;
+        assert!(error.is_none());
+        assert_eq!(bytes, answer());
+    }
+    assert_eq!(script.requests(), REQUESTS);
+}
+
+/// A request as a network client sends it: its body in 16 KiB pieces.
+fn in_pieces() -> Request<BoxBody<Bytes, BoxError>> {
+    let history = "The build failed in the linker; retry it. ".repeat(2000);
+    let body = json!({"model":"claude-x","max_tokens":64,"stream":true,
+        "messages":[{"role":"user","content":history}]});
+    let body = Bytes::from(body.to_string());
+    let pieces = (0..body.len())
+        .step_by(16 * 1024)
+        .map(|at| body.slice(at..body.len().min(at + 16 * 1024)));
+    Request::post("https://api.anthropic.com/v1/messages")
+        .header("content-type", "application/json")
+        .body(Pieces(pieces.collect()).boxed())
+        .unwrap()
+}
+
+/// A body that yields its pieces at once, one a frame.
+struct Pieces(VecDeque<Bytes>);
+
+impl Body for Pieces {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.0.pop_front().map(|piece| Ok(Frame::data(piece))))
+    }
 }
