@@ -6,7 +6,10 @@
 //! `long_stream` is the framing and judging of a long stream (its throughput
 //! is the answer's bytes); `request_400kb` an agent-sized request (a long
 //! history and tool definitions) answered at once with a short stream, its
-//! throughput the request's bytes: what reading the request's head costs.
+//! throughput the request's bytes: what reading the request's head costs;
+//! `request_400kb_forwarded` the same request as a network client sends it
+//! (16 KiB chunks, forwarded upstream as they arrive, the copy kept as its
+//! chunks and its head located in them), to an upstream that reads it all.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -15,8 +18,9 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use refusal_guard::RefusalGuardLayer;
+use refusal_guard::{RefusalGuardLayer, RefusalHandle};
 use serde_json::json;
 use tower::{Layer, Service, ServiceExt};
 
@@ -90,6 +94,20 @@ fn request(body: &Bytes) -> http::Request<Full<Bytes>> {
         .unwrap()
 }
 
+/// A request body as a network client sends it, in 16 KiB chunks: the
+/// guard forwards a boxed body as it arrives.
+type Streamed = BoxBody<Bytes, Infallible>;
+
+fn streamed_request(body: &Bytes) -> http::Request<Streamed> {
+    let chunks = (0..body.len())
+        .step_by(16 * 1024)
+        .map(|at| body.slice(at..body.len().min(at + 16 * 1024)));
+    http::Request::post("https://api.anthropic.com/v1/messages")
+        .header("content-type", "application/json")
+        .body(Chunks(chunks.collect()).boxed())
+        .unwrap()
+}
+
 fn short_body(stream: bool) -> Bytes {
     let body = json!({"model":"claude","max_tokens":1024,"stream":stream,"messages":[{"role":"user","content":"Write a long answer."}]});
     Bytes::from(body.to_string())
@@ -134,6 +152,48 @@ fn inner(
                 .unwrap())
         }
     })
+}
+
+/// An upstream that reads the whole request, as a real one does, then
+/// answers with `chunks`.
+fn reading_inner(
+    chunks: Vec<Bytes>,
+) -> impl Service<
+    http::Request<Streamed>,
+    Response = http::Response<Chunks>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |request: http::Request<Streamed>| {
+        let chunks = chunks.clone();
+        async move {
+            let read = request.into_body().collect().await;
+            assert!(read.is_ok_and(|read| !read.to_bytes().is_empty()));
+            Ok(http::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Chunks(chunks.into()))
+                .unwrap())
+        }
+    })
+}
+
+/// Sends `body` in chunks; `guarded` says whether the guard must have read
+/// its head (a guarded response carries a handle), so that the guarded
+/// figure never measures a request the guard let through unread.
+async fn drive_streamed<S, B>(service: S, body: &Bytes, guarded: bool) -> usize
+where
+    S: Service<http::Request<Streamed>, Response = http::Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let response = service.oneshot(streamed_request(body)).await.unwrap();
+    let handled = response.extensions().get::<RefusalHandle>().is_some();
+    assert_eq!(handled, guarded, "guarded as expected");
+    let answer = response.into_body().collect().await.unwrap();
+    answer.to_bytes().len()
 }
 
 async fn drive<S, B>(service: S, body: &Bytes) -> usize
@@ -205,6 +265,20 @@ fn bench(c: &mut Criterion) {
         });
         group.finish();
     }
+    let answer = event_chunks()[..24].to_vec();
+    let mut group = c.benchmark_group("request_400kb_forwarded");
+    group.throughput(Throughput::Bytes(agent.len() as u64));
+    let bare = reading_inner(answer.clone());
+    group.bench_function("bare", |b| {
+        b.to_async(&runtime)
+            .iter(|| drive_streamed(bare.clone(), &agent, false))
+    });
+    let guarded = RefusalGuardLayer::new().layer(reading_inner(answer));
+    group.bench_function("guarded", |b| {
+        b.to_async(&runtime)
+            .iter(|| drive_streamed(guarded.clone(), &agent, true))
+    });
+    group.finish();
 }
 
 criterion_group!(benches, bench);
