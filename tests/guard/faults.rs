@@ -550,20 +550,25 @@ async fn a_stall_past_the_head_cuts_keepalive_and_live_thinking_streams() {
     }
 }
 
-/// A request body that fails part-way.
-struct Aborted(Option<Bytes>);
+/// A request body as a client sends it: its pieces at once, one a frame,
+/// then its end or, if `aborted`, the client's error.
+struct Pieces {
+    pieces: VecDeque<Bytes>,
+    aborted: bool,
+}
 
-impl Body for Aborted {
+impl Body for Pieces {
     type Data = Bytes;
     type Error = BoxError;
     fn poll_frame(
         mut self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Poll::Ready(Some(match self.0.take() {
-            Some(bytes) => Ok(Frame::data(bytes)),
-            None => Err("client aborted the upload".into()),
-        }))
+        match self.pieces.pop_front() {
+            Some(piece) => Poll::Ready(Some(Ok(Frame::data(piece)))),
+            None if self.aborted => Poll::Ready(Some(Err("client aborted the upload".into()))),
+            None => Poll::Ready(None),
+        }
     }
 }
 
@@ -573,7 +578,13 @@ async fn a_broken_request_body_is_a_400_and_never_reaches_the_upstream_whole() {
     let guard = layer().layer(script.clone());
     let request = Request::post("https://api.openai.com/v1/chat/completions")
         .header("content-type", "application/json")
-        .body(Aborted(Some(Bytes::from_static(b"{\"model\":\"gpt-x\",\"mess"))).boxed())
+        .body(
+            Pieces {
+                pieces: [Bytes::from_static(b"{\"model\":\"gpt-x\",\"mess")].into(),
+                aborted: true,
+            }
+            .boxed(),
+        )
         .unwrap();
 
     let response = guard.oneshot(request).await.unwrap();
@@ -665,20 +676,12 @@ fn in_pieces() -> Request<BoxBody<Bytes, BoxError>> {
         .map(|at| body.slice(at..body.len().min(at + 16 * 1024)));
     Request::post("https://api.anthropic.com/v1/messages")
         .header("content-type", "application/json")
-        .body(Pieces(pieces.collect()).boxed())
+        .body(
+            Pieces {
+                pieces: pieces.collect(),
+                aborted: false,
+            }
+            .boxed(),
+        )
         .unwrap()
-}
-
-/// A body that yields its pieces at once, one a frame.
-struct Pieces(VecDeque<Bytes>);
-
-impl Body for Pieces {
-    type Data = Bytes;
-    type Error = BoxError;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        Poll::Ready(self.0.pop_front().map(|piece| Ok(Frame::data(piece))))
-    }
 }
