@@ -132,20 +132,29 @@ fn agent_body() -> Bytes {
     Bytes::from(body.to_string())
 }
 
-fn inner(
+/// An upstream that reads the whole request, as a real one does, then
+/// answers with `chunks`.
+fn inner<Q>(
     chunks: Vec<Bytes>,
     content_type: &'static str,
 ) -> impl Service<
-    http::Request<Full<Bytes>>,
+    http::Request<Q>,
     Response = http::Response<Chunks>,
     Error = Infallible,
     Future = impl Send,
 > + Clone
        + Send
-       + 'static {
-    tower::service_fn(move |_request: http::Request<Full<Bytes>>| {
+       + 'static
+where
+    Q: http_body::Body + Send + 'static,
+    Q::Data: Send,
+    Q::Error: std::fmt::Debug,
+{
+    tower::service_fn(move |request: http::Request<Q>| {
         let chunks = chunks.clone();
         async move {
+            let read = request.into_body().collect().await.unwrap();
+            assert!(!read.to_bytes().is_empty());
             Ok(http::Response::builder()
                 .header("content-type", content_type)
                 .body(Chunks(chunks.into()))
@@ -154,63 +163,21 @@ fn inner(
     })
 }
 
-/// An upstream that reads the whole request, as a real one does, then
-/// answers with `chunks`.
-fn reading_inner(
-    chunks: Vec<Bytes>,
-) -> impl Service<
-    http::Request<Streamed>,
-    Response = http::Response<Chunks>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-       + Send
-       + 'static {
-    tower::service_fn(move |request: http::Request<Streamed>| {
-        let chunks = chunks.clone();
-        async move {
-            let read = request.into_body().collect().await;
-            assert!(read.is_ok_and(|read| !read.to_bytes().is_empty()));
-            Ok(http::Response::builder()
-                .header("content-type", "text/event-stream")
-                .body(Chunks(chunks.into()))
-                .unwrap())
-        }
-    })
-}
-
-/// Sends `body` in chunks; `guarded` says whether the guard must have read
-/// its head (a guarded response carries a handle), so that the guarded
-/// figure never measures a request the guard let through unread.
-async fn drive_streamed<S, B>(service: S, body: &Bytes, guarded: bool) -> usize
+/// Sends `request`; `guarded` says whether the guard must have read its
+/// head (a guarded response carries a handle), so that a guarded figure
+/// never measures a request the guard let through unread.
+async fn drive<S, Q, B>(service: S, request: http::Request<Q>, guarded: bool) -> usize
 where
-    S: Service<http::Request<Streamed>, Response = http::Response<B>>,
+    S: Service<http::Request<Q>, Response = http::Response<B>>,
     S::Error: std::fmt::Debug,
     B: http_body::Body,
     B::Error: std::fmt::Debug,
 {
-    let response = service.oneshot(streamed_request(body)).await.unwrap();
+    let response = service.oneshot(request).await.unwrap();
     let handled = response.extensions().get::<RefusalHandle>().is_some();
     assert_eq!(handled, guarded, "guarded as expected");
     let answer = response.into_body().collect().await.unwrap();
     answer.to_bytes().len()
-}
-
-async fn drive<S, B>(service: S, body: &Bytes) -> usize
-where
-    S: Service<http::Request<Full<Bytes>>, Response = http::Response<B>>,
-    S::Error: std::fmt::Debug,
-    B: http_body::Body,
-    B::Error: std::fmt::Debug,
-{
-    let response = service.oneshot(request(body)).await.unwrap();
-    response
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes()
-        .len()
 }
 
 fn bench(c: &mut Criterion) {
@@ -249,11 +216,13 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(total as u64));
         let bare = inner(chunks.clone(), content_type);
         group.bench_function("bare", |b| {
-            b.to_async(&runtime).iter(|| drive(bare.clone(), body))
+            b.to_async(&runtime)
+                .iter(|| drive(bare.clone(), request(body), false))
         });
         let guarded = RefusalGuardLayer::new().layer(inner(chunks.clone(), content_type));
         group.bench_function("guarded", |b| {
-            b.to_async(&runtime).iter(|| drive(guarded.clone(), body))
+            b.to_async(&runtime)
+                .iter(|| drive(guarded.clone(), request(body), true))
         });
         // The opt-in text detector's hold-back on an ordinary answer, against
         // the guard without it just above.
@@ -261,22 +230,23 @@ fn bench(c: &mut Criterion) {
             .detect_text_refusals(true)
             .layer(inner(chunks.clone(), content_type));
         group.bench_function("guarded_text_detection", |b| {
-            b.to_async(&runtime).iter(|| drive(detecting.clone(), body))
+            b.to_async(&runtime)
+                .iter(|| drive(detecting.clone(), request(body), true))
         });
         group.finish();
     }
     let answer = event_chunks()[..24].to_vec();
     let mut group = c.benchmark_group("request_400kb_forwarded");
     group.throughput(Throughput::Bytes(agent.len() as u64));
-    let bare = reading_inner(answer.clone());
+    let bare = inner(answer.clone(), "text/event-stream");
     group.bench_function("bare", |b| {
         b.to_async(&runtime)
-            .iter(|| drive_streamed(bare.clone(), &agent, false))
+            .iter(|| drive(bare.clone(), streamed_request(&agent), false))
     });
-    let guarded = RefusalGuardLayer::new().layer(reading_inner(answer));
+    let guarded = RefusalGuardLayer::new().layer(inner(answer, "text/event-stream"));
     group.bench_function("guarded", |b| {
         b.to_async(&runtime)
-            .iter(|| drive_streamed(guarded.clone(), &agent, true))
+            .iter(|| drive(guarded.clone(), streamed_request(&agent), true))
     });
     group.finish();
 }
