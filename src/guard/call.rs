@@ -2,7 +2,10 @@
 //! dialect, the model, the conversation, the handle), the request as the
 //! guard will send it, and the inner service it is sent to.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,6 +27,27 @@ use crate::refusal::{
 use crate::store::key::Conversation;
 use crate::store::StoreFuture;
 use crate::telemetry::RefusalRecord;
+
+pin_project_lite::pin_project! {
+    /// [`Call::within_deadline`]'s future.
+    pub(crate) struct WithinDeadline<F> {
+        #[pin]
+        timeout: tokio::time::Timeout<F>,
+        limit: Duration,
+    }
+}
+
+impl<F: Future> Future for WithinDeadline<F> {
+    type Output = Result<F::Output, UpstreamTimeout>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let limit = *this.limit;
+        this.timeout
+            .poll(cx)
+            .map(|done| done.map_err(|_| UpstreamTimeout::new(TimeoutKind::Hold, limit)))
+    }
+}
 
 /// Everything known about the call that records and settles need.
 #[derive(Clone)]
@@ -107,14 +131,15 @@ impl Call {
     }
 
     /// `work` (holding the original, in every mode) bounded by the call's
-    /// deadline; past it, the hold's timeout.
-    pub(crate) async fn within_deadline<T>(
-        &self,
-        work: impl std::future::Future<Output = T>,
-    ) -> Result<T, UpstreamTimeout> {
-        tokio::time::timeout_at(self.deadline(), work)
-            .await
-            .map_err(|_| UpstreamTimeout::new(TimeoutKind::Hold, self.config.budget.deadline))
+    /// deadline; past it, the hold's timeout. A plain future rather than an
+    /// `async fn`: one of those would keep `work` twice, as its argument and
+    /// as what it awaits, and the hold is the largest part of every guarded
+    /// call's state.
+    pub(crate) fn within_deadline<F: Future>(&self, work: F) -> WithinDeadline<F> {
+        WithinDeadline {
+            timeout: tokio::time::timeout_at(self.deadline(), work),
+            limit: self.config.budget.deadline,
+        }
     }
 
     /// Tells the store the conversation produced real output. It never
