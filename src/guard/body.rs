@@ -386,7 +386,7 @@ pub(crate) trait Settle: Send + 'static {
 
 /// The part of a guarded body that must run exactly once.
 struct Finish {
-    watch: Option<StreamWatch>,
+    watch: Option<Box<StreamWatch>>,
     output_before: bool,
     settle: Option<Box<dyn Settle>>,
 }
@@ -397,7 +397,7 @@ impl Finish {
             if let Some(watch) = self.watch.as_mut() {
                 watch.finish();
             }
-            settle.settle(self.watch.as_ref(), self.output_before, ending);
+            settle.settle(self.watch.as_deref(), self.output_before, ending);
         }
     }
 }
@@ -517,7 +517,7 @@ impl<R> GuardBody<R> {
         share: Option<Share>,
         rest: Option<Pin<Box<IdleTimeout<R>>>>,
         error: Option<BoxError>,
-        mut watch: Option<StreamWatch>,
+        mut watch: Option<Box<StreamWatch>>,
         settle: Option<Box<dyn Settle>>,
         mut splice: Option<Splice>,
     ) -> Self {

@@ -663,7 +663,7 @@ impl Climb {
             .watch
             .as_ref()
             .and_then(|w| w.findings.model.clone())
-            .or_else(|| held.judged.as_ref().and_then(|f| f.model.clone()))
+            .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
         // A hop to another provider is named by its chain entry, provider and all.
         let served_model = if translated {

@@ -46,9 +46,11 @@ pub(crate) struct Held<R> {
     pub(crate) rest: Option<Pin<Box<R>>>,
     pub(crate) error: Option<BoxError>,
     /// For streams: the watch that goes on judging after commit.
-    pub(crate) watch: Option<StreamWatch>,
+    /// Boxed, as `judged` is: both are large and rarely both present, and
+    /// the held response moves through every step of the decision.
+    pub(crate) watch: Option<Box<StreamWatch>>,
     /// For whole JSON bodies: what the body showed.
-    pub(crate) judged: Option<Findings>,
+    pub(crate) judged: Option<Box<Findings>>,
     pub(crate) verdict: Verdict,
 }
 
@@ -61,8 +63,8 @@ impl<R> Held<R> {
     /// stream's up to where it is held.
     pub(crate) fn findings(&self) -> Option<&Findings> {
         self.judged
-            .as_ref()
-            .or_else(|| self.watch.as_ref().map(|w| &w.findings))
+            .as_deref()
+            .or_else(|| self.watch.as_deref().map(|w| &w.findings))
     }
 }
 
@@ -258,7 +260,7 @@ pub(crate) async fn hold_stream<R>(
 struct StreamJudge<'a> {
     dialect: &'static dyn Dialect,
     config: &'a Config,
-    watch: StreamWatch,
+    watch: Box<StreamWatch>,
     /// Bytes held so far.
     bytes: usize,
     /// Whether the text detector still has to rule on this answer.
@@ -276,11 +278,11 @@ impl<'a> StreamJudge<'a> {
         StreamJudge {
             dialect,
             config,
-            watch: StreamWatch::new(
+            watch: Box::new(StreamWatch::new(
                 dialect.stream_inspector(),
                 frame_limit,
                 config.text_detection,
-            ),
+            )),
             bytes: 0,
             text_pending: config.text_detection,
         }
@@ -465,7 +467,7 @@ pub(crate) async fn hold_json<R>(
         None if findings.error => Verdict::Errored,
         None => Verdict::Ended,
     };
-    held.judged = Some(findings);
+    held.judged = Some(Box::new(findings));
 }
 
 /// The data of `frames` (`len` bytes in all) as one buffer: the frame

@@ -211,7 +211,7 @@ impl Plan {
 fn serve_continuable<S, B, R>(
     exchange: Exchange<S>,
     held: Held<IdleTimeout<R>>,
-    mut watch: StreamWatch,
+    mut watch: Box<StreamWatch>,
     plan: Plan,
 ) -> Response<GuardBody<R>>
 where
@@ -351,7 +351,7 @@ impl<S> Hop<S> {
 /// The original's watch and its settling: the record of a response that was
 /// not continued, made when it ends or when the client goes.
 struct Tail {
-    watch: StreamWatch,
+    watch: Box<StreamWatch>,
     /// Bytes the watch saw while the original was held: the body replays
     /// them first, and they are not fed twice.
     seen: usize,
