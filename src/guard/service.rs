@@ -116,9 +116,12 @@ pin_project_lite::pin_project! {
             timeouts: Timeouts,
             path: String,
         },
-        // A guarded request.
+        // A guarded request, in its request's span: the span wraps the box
+        // rather than the box the span, so that the guard's state, the
+        // largest part of a call, is moved once, into its box.
         Guarded {
-            future: GuardedFuture<R, E>,
+            #[pin]
+            future: tracing::instrument::Instrumented<GuardedFuture<R, E>>,
         },
     }
 }
@@ -152,7 +155,7 @@ where
                 let timeout = UpstreamTimeout::new(TimeoutKind::Head, timeouts.head);
                 Poll::Ready(Ok(timed_out(Shape::Path(path), timeout)))
             }
-            KindProj::Guarded { future } => future.as_mut().poll(cx),
+            KindProj::Guarded { future } => future.poll(cx),
         }
     }
 }
@@ -200,16 +203,16 @@ where
             },
             Some(recognised) => ResponseFuture {
                 kind: Kind::Guarded {
-                    future: Box::pin(tracing::Instrument::instrument(
-                        guard(
+                    future: tracing::Instrument::instrument(
+                        Box::pin(guard(
                             Inner::primed(inner, timeouts),
                             self.config.clone(),
                             recognised.dialect,
                             recognised.path_model,
                             request,
-                        ),
+                        )) as GuardedFuture<R, S::Error>,
                         crate::telemetry::metrics::request_span(recognised.dialect.wire_api()),
-                    )),
+                    ),
                 },
             },
         }
