@@ -9,7 +9,10 @@
 //!
 //! Small chunks are copied instead: a body that trickles in a few bytes at a
 //! time would otherwise cost a chunk's bookkeeping (and a pinned buffer) per
-//! few bytes, far more than the bytes counted against the limits.
+//! few bytes, far more than the bytes counted against the limits. And a
+//! short body, once whole, is copied into one piece: kept for as long as its
+//! response streams, its chunks would keep the connection's read buffer
+//! from being reused for all that time.
 
 use bytes::{Bytes, BytesMut};
 
@@ -17,6 +20,25 @@ use bytes::{Bytes, BytesMut};
 /// every kept chunk is either this long or follows a long one: what the
 /// list costs stays under 1 % of what it holds.
 const COPIED_BELOW: usize = 4096;
+
+/// A whole body up to this long is copied into one piece when sealed. Its
+/// chunks are views of the buffers the connection read them into, which
+/// they keep from being reused while the response streams: for a 20 KB
+/// request, a 32 KB buffer pinned and a new one read into beside it. The
+/// copy of a body this short costs less than the buffers it frees; a
+/// longer body fills most of the buffers it pins.
+const COMPACTED_UP_TO: usize = 64 * 1024;
+
+/// `chunk`, copied when it is short: kept for a while, a short view of a
+/// connection's read buffer would pin the whole buffer, and the connection
+/// would read into a new one.
+pub(crate) fn unpinned(chunk: Bytes) -> Bytes {
+    if chunk.len() < COPIED_BELOW {
+        Bytes::copy_from_slice(&chunk)
+    } else {
+        chunk
+    }
+}
 
 /// A body as the chunks it arrived in, in order.
 #[derive(Clone, Debug, Default)]
@@ -43,9 +65,17 @@ impl Chunks {
         }
     }
 
-    /// The body is whole: its last run of small chunks joins the list.
+    /// The body is whole: its last run of small chunks joins the list, and
+    /// a short body becomes one piece of its own.
     pub(crate) fn sealed(mut self) -> Self {
         self.close_run();
+        if self.len <= COMPACTED_UP_TO {
+            let whole = match self.chunks.as_slice() {
+                [only] => Bytes::copy_from_slice(only),
+                _ => self.join(),
+            };
+            self.chunks = vec![whole];
+        }
         self
     }
 
@@ -109,7 +139,7 @@ mod tests {
     fn long_chunks_are_kept_as_they_are_and_short_ones_copied_in_runs() {
         let mut chunks = Chunks::default();
         assert_eq!(chunks.join(), "");
-        let long = Bytes::from(vec![b'a'; COPIED_BELOW]);
+        let long = Bytes::from(vec![b'a'; COMPACTED_UP_TO]);
         chunks.push(long.clone());
         chunks.push(Bytes::new());
         assert_eq!(chunks.join().as_ptr(), long.as_ptr(), "one chunk: no copy");
@@ -120,13 +150,47 @@ mod tests {
         chunks.push(Bytes::from_static(b"c"));
         let chunks = chunks.sealed();
         let sizes: Vec<usize> = chunks.as_slice().iter().map(Bytes::len).collect();
-        assert_eq!(sizes, [COPIED_BELOW, COPIED_BELOW, 1, COPIED_BELOW, 1]);
+        assert_eq!(
+            sizes,
+            [COMPACTED_UP_TO, COPIED_BELOW, 1, COMPACTED_UP_TO, 1]
+        );
         assert_eq!(chunks.as_slice()[3].as_ptr(), long.as_ptr());
         let joined = chunks.join();
         assert_eq!(joined.len(), chunks.len());
-        assert_eq!(chunks.len(), 3 * COPIED_BELOW + 2);
+        assert_eq!(chunks.len(), 2 * COMPACTED_UP_TO + COPIED_BELOW + 2);
         let expected = [&long[..], &[b'b'; COPIED_BELOW + 1], &long, b"c"].concat();
         assert_eq!(joined, expected);
+    }
+
+    #[test]
+    fn a_short_body_is_sealed_into_a_piece_of_its_own() {
+        // A connection's read buffer, which the body's chunks are views of.
+        let read = Bytes::from(vec![b'x'; 32 * 1024]);
+        let mut chunks = Chunks::default();
+        chunks.push(read.slice(..COPIED_BELOW));
+        chunks.push(read.slice(COPIED_BELOW..20_000));
+        chunks.push(Bytes::from_static(b"tail"));
+        assert!(!read.is_unique(), "the kept chunks share the read buffer");
+        let chunks = chunks.sealed();
+        assert!(read.is_unique(), "sealed, the body no longer pins it");
+        assert_eq!(chunks.as_slice().len(), 1);
+        assert_eq!(chunks.len(), 20_004);
+        assert_eq!(chunks.join(), [&read[..20_000], b"tail"].concat());
+        let mut alone = Chunks::default();
+        alone.push(read.slice(..20_000));
+        let alone = alone.sealed();
+        assert!(read.is_unique(), "one chunk is copied too");
+        assert_eq!(alone.join(), &read[..20_000]);
+    }
+
+    #[test]
+    fn short_chunks_are_unpinned_and_long_ones_kept() {
+        let read = Bytes::from(vec![b'y'; 16 * 1024]);
+        let short = unpinned(read.slice(..COPIED_BELOW - 1));
+        assert!(read.is_unique());
+        assert_eq!(short, &read[..COPIED_BELOW - 1]);
+        let long = unpinned(read.slice(..COPIED_BELOW));
+        assert_eq!(long.as_ptr(), read.as_ptr());
     }
 
     #[test]
