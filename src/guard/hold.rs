@@ -11,6 +11,7 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
+use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::body::{Findings, StreamWatch};
 use crate::guard::config::Config;
@@ -242,7 +243,9 @@ pub(crate) async fn hold_stream<R>(
                     break Verdict::Pass;
                 }
             }
-            (_, Ok(data)) => held.frames.push_back(Frame::data(data)),
+            // Held until the decision: a short chunk is copied rather than
+            // left pinning the upstream connection's read buffer.
+            (_, Ok(data)) => held.frames.push_back(Frame::data(unpinned(data))),
             (_, Err(frame)) => held.frames.push_back(frame),
         }
         if let Some(verdict) = judge.after_chunk(pool_full) {
