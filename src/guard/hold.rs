@@ -146,7 +146,7 @@ impl LiveForward {
                 }
             } else {
                 self.waiting = true;
-                waiting.push_back(Frame::data(frame.into_raw()));
+                waiting.push_back(Frame::data(unpinned(frame.into_raw())));
             }
         }
     }
@@ -154,7 +154,7 @@ impl LiveForward {
     /// The hold is over: bytes of a frame still incomplete wait as well.
     fn close(&mut self, waiting: &mut VecDeque<Frame<Bytes>>) {
         while let Some(frame) = self.framer.finish() {
-            waiting.push_back(Frame::data(frame.into_raw()));
+            waiting.push_back(Frame::data(unpinned(frame.into_raw())));
         }
     }
 }
