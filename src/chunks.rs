@@ -69,7 +69,7 @@ impl Chunks {
     /// a short body becomes one piece of its own.
     pub(crate) fn sealed(mut self) -> Self {
         self.close_run();
-        if self.len <= COMPACTED_UP_TO {
+        if (1..=COMPACTED_UP_TO).contains(&self.len) {
             let whole = match self.chunks.as_slice() {
                 [only] => Bytes::copy_from_slice(only),
                 _ => self.join(),
@@ -181,6 +181,11 @@ mod tests {
         let alone = alone.sealed();
         assert!(read.is_unique(), "one chunk is copied too");
         assert_eq!(alone.join(), &read[..20_000]);
+        let empty = Chunks::default().sealed();
+        assert!(
+            empty.as_slice().is_empty(),
+            "an empty body stays without chunks"
+        );
     }
 
     #[test]
