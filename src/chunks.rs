@@ -15,6 +15,7 @@
 //! from being reused for all that time.
 
 use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderValue};
 
 /// Chunks shorter than this are copied into a run of their own, so that
 /// every kept chunk is either this long or follows a long one: what the
@@ -37,6 +38,23 @@ pub(crate) fn unpinned(chunk: Bytes) -> Bytes {
         Bytes::copy_from_slice(&chunk)
     } else {
         chunk
+    }
+}
+
+/// `headers` with every value copied out of the buffer it was parsed from.
+/// hyper reads a message's header values as views of the connection's read
+/// buffer: a head the guard keeps for as long as a response streams (the
+/// request's, for a recovery; the upstream response's, while it is held)
+/// would keep that buffer from being reused, and the connection would read
+/// into a new one beside it at its next read.
+pub(crate) fn unpin_headers(headers: &mut HeaderMap) {
+    for value in headers.values_mut() {
+        // A value hyper parsed is a valid one, so the copy never fails;
+        // should it, the view is kept rather than the header lost.
+        if let Ok(mut copy) = HeaderValue::from_bytes(value.as_bytes()) {
+            copy.set_sensitive(value.is_sensitive());
+            *value = copy;
+        }
     }
 }
 
@@ -186,6 +204,31 @@ mod tests {
             empty.as_slice().is_empty(),
             "an empty body stays without chunks"
         );
+    }
+
+    #[test]
+    fn kept_header_values_no_longer_pin_the_buffer_they_were_read_from() {
+        // A connection's read buffer, which hyper parses header values from.
+        let read = Bytes::from(b"sk-ant-secret application/json".to_vec());
+        let mut headers = HeaderMap::new();
+        let mut key = HeaderValue::from_maybe_shared(read.slice(..13)).unwrap();
+        key.set_sensitive(true);
+        headers.insert("x-api-key", key);
+        headers.append(
+            "accept",
+            HeaderValue::from_maybe_shared(read.slice(14..)).unwrap(),
+        );
+        headers.append("accept", HeaderValue::from_static("text/event-stream"));
+        assert!(!read.is_unique(), "parsed values are views of the buffer");
+        unpin_headers(&mut headers);
+        assert!(read.is_unique(), "copied, they no longer pin it");
+        assert_eq!(headers["x-api-key"], "sk-ant-secret");
+        assert!(
+            headers["x-api-key"].is_sensitive(),
+            "still kept out of logs"
+        );
+        let accept: Vec<_> = headers.get_all("accept").iter().collect();
+        assert_eq!(accept, ["application/json", "text/event-stream"]);
     }
 
     #[test]

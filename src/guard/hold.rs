@@ -171,7 +171,9 @@ where
     R::Error: Into<BoxError>,
 {
     let started = std::time::Instant::now();
-    let (parts, body) = response.into_parts();
+    let (mut parts, body) = response.into_parts();
+    // Kept until the decision, while the upstream connection reads on.
+    crate::chunks::unpin_headers(&mut parts.headers);
     let mut held = Held {
         parts,
         frames: VecDeque::new(),

@@ -374,6 +374,8 @@ impl Outbound {
         named: Option<String>,
     ) -> Self {
         let (mut parts, head, bytes) = request;
+        // Kept for every recovery until the response has streamed.
+        crate::chunks::unpin_headers(&mut parts.headers);
         let mut body = JsonBody::new(bytes.clone());
         // The guard must read what comes back: a compressed stream would
         // pass unjudged.
