@@ -6,7 +6,9 @@
 //! API B reads the client's request with A's reader and writes it with B's
 //! writer, then reads B's answer with B's reader and writes it with A's
 //! writer: each API's JSON stays in its own file, and adding an API adds one
-//! file rather than one per pair.
+//! file rather than one per pair. OpenAI Responses is a client's API only
+//! (a hop to OpenAI is sent in Chat Completions): it has a request reader
+//! and answer writers, and no request writer or answer readers.
 //!
 //! What the shared form carries: the system prompt, user and assistant turns
 //! of text, images, tool calls and tool results, tool definitions and the
@@ -30,6 +32,7 @@ use crate::sse::{Frame, SseFramer};
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
 pub(crate) mod openai_chat;
+pub(crate) mod openai_responses;
 
 #[cfg(test)]
 mod tests;
@@ -274,16 +277,49 @@ pub(crate) fn sse(out: &mut BytesMut, event: Option<&str>, data: &Value) {
 /// translator keeps while it waits for the rest.
 pub(crate) const MAX_HELD_BYTES: usize = 1 << 20;
 
-/// The APIs a hop can translate from or to.
-fn supported(api: WireApi) -> Result<WireApi, Untranslatable> {
-    match api {
-        WireApi::AnthropicMessages
-        | WireApi::OpenAiChatCompletions
-        | WireApi::GeminiGenerateContent => Ok(api),
-        other => Err(Untranslatable::new(format!(
-            "{} has no translation",
-            other.as_str()
-        ))),
+/// An API a translated hop can serve a client in: its request is read,
+/// and the hop's answer written in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClientApi {
+    Anthropic,
+    Chat,
+    Gemini,
+    Responses,
+}
+
+impl ClientApi {
+    fn of(api: WireApi) -> Result<Self, Untranslatable> {
+        match api {
+            WireApi::AnthropicMessages => Ok(ClientApi::Anthropic),
+            WireApi::OpenAiChatCompletions => Ok(ClientApi::Chat),
+            WireApi::GeminiGenerateContent => Ok(ClientApi::Gemini),
+            WireApi::OpenAiResponses => Ok(ClientApi::Responses),
+            other => Err(Untranslatable::new(format!("{other} has no translation"))),
+        }
+    }
+}
+
+/// An API a translated hop can be sent in: its request is written, and its
+/// answer read. A hop to OpenAI speaks Chat Completions (see `hop_api`), so
+/// Responses is a client's API only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TargetApi {
+    Anthropic,
+    Chat,
+    Gemini,
+}
+
+impl TargetApi {
+    fn of(api: WireApi) -> Result<Self, Untranslatable> {
+        match api {
+            WireApi::AnthropicMessages => Ok(TargetApi::Anthropic),
+            WireApi::OpenAiChatCompletions => Ok(TargetApi::Chat),
+            WireApi::GeminiGenerateContent => Ok(TargetApi::Gemini),
+            WireApi::OpenAiResponses => Err(Untranslatable::new(
+                "openai_responses is a client's API only: a hop to OpenAI is sent in Chat Completions",
+            )),
+            other => Err(Untranslatable::new(format!("{other} has no translation"))),
+        }
     }
 }
 
@@ -294,10 +330,11 @@ pub(crate) fn read_request(
     body: &Value,
     stream: bool,
 ) -> Result<Conversation, Untranslatable> {
-    let mut conversation = match supported(api)? {
-        WireApi::AnthropicMessages => anthropic::read_request(body)?,
-        WireApi::OpenAiChatCompletions => openai_chat::read_request(body)?,
-        _ => gemini::read_request(body)?,
+    let mut conversation = match ClientApi::of(api)? {
+        ClientApi::Anthropic => anthropic::read_request(body)?,
+        ClientApi::Chat => openai_chat::read_request(body)?,
+        ClientApi::Gemini => gemini::read_request(body)?,
+        ClientApi::Responses => openai_responses::read_request(body)?,
     };
     conversation.stream = stream;
     conversation.check_turns()?;
@@ -310,18 +347,18 @@ pub(crate) fn write_request(
     conversation: &Conversation,
     model: &str,
 ) -> Result<(String, Value), Untranslatable> {
-    let api = supported(api)?;
+    let target = TargetApi::of(api)?;
     tool_names_fit(api, conversation)?;
-    match api {
-        WireApi::AnthropicMessages => Ok((
+    match target {
+        TargetApi::Anthropic => Ok((
             "/v1/messages".to_owned(),
             anthropic::write_request(conversation, model)?,
         )),
-        WireApi::OpenAiChatCompletions => Ok((
+        TargetApi::Chat => Ok((
             "/v1/chat/completions".to_owned(),
             openai_chat::write_request(conversation, model)?,
         )),
-        _ => Ok((
+        TargetApi::Gemini => Ok((
             gemini::path(model, conversation.stream),
             gemini::write_request(conversation)?,
         )),
@@ -375,19 +412,20 @@ fn tool_names_fit(api: WireApi, conversation: &Conversation) -> Result<(), Untra
 
 /// Reads a whole answer of `api`.
 pub(crate) fn read_reply(api: WireApi, body: &Value) -> Result<Reply, Untranslatable> {
-    match supported(api)? {
-        WireApi::AnthropicMessages => anthropic::read_reply(body),
-        WireApi::OpenAiChatCompletions => openai_chat::read_reply(body),
-        _ => gemini::read_reply(body),
+    match TargetApi::of(api)? {
+        TargetApi::Anthropic => anthropic::read_reply(body),
+        TargetApi::Chat => openai_chat::read_reply(body),
+        TargetApi::Gemini => gemini::read_reply(body),
     }
 }
 
 /// Writes a whole answer of `api`.
 pub(crate) fn write_reply(api: WireApi, reply: &Reply) -> Result<Value, Untranslatable> {
-    match supported(api)? {
-        WireApi::AnthropicMessages => Ok(anthropic::write_reply(reply)),
-        WireApi::OpenAiChatCompletions => Ok(openai_chat::write_reply(reply)),
-        _ => Ok(gemini::write_reply(reply)),
+    match ClientApi::of(api)? {
+        ClientApi::Anthropic => Ok(anthropic::write_reply(reply)),
+        ClientApi::Chat => Ok(openai_chat::write_reply(reply)),
+        ClientApi::Gemini => Ok(gemini::write_reply(reply)),
+        ClientApi::Responses => openai_responses::write_reply(reply),
     }
 }
 
@@ -431,17 +469,16 @@ impl StreamTranslator {
         to: WireApi,
         include_usage: bool,
     ) -> Result<Self, Untranslatable> {
-        let reader: Box<dyn ReadStream> = match supported(from)? {
-            WireApi::AnthropicMessages => Box::<anthropic::StreamReader>::default(),
-            WireApi::OpenAiChatCompletions => Box::<openai_chat::StreamReader>::default(),
-            _ => Box::<gemini::StreamReader>::default(),
+        let reader: Box<dyn ReadStream> = match TargetApi::of(from)? {
+            TargetApi::Anthropic => Box::<anthropic::StreamReader>::default(),
+            TargetApi::Chat => Box::<openai_chat::StreamReader>::default(),
+            TargetApi::Gemini => Box::<gemini::StreamReader>::default(),
         };
-        let writer: Box<dyn WriteStream> = match supported(to)? {
-            WireApi::AnthropicMessages => Box::<anthropic::StreamWriter>::default(),
-            WireApi::OpenAiChatCompletions => {
-                Box::new(openai_chat::StreamWriter::new(include_usage))
-            }
-            _ => Box::<gemini::StreamWriter>::default(),
+        let writer: Box<dyn WriteStream> = match ClientApi::of(to)? {
+            ClientApi::Anthropic => Box::<anthropic::StreamWriter>::default(),
+            ClientApi::Chat => Box::new(openai_chat::StreamWriter::new(include_usage)),
+            ClientApi::Gemini => Box::<gemini::StreamWriter>::default(),
+            ClientApi::Responses => Box::new(openai_responses::StreamWriter::new()),
         };
         Ok(StreamTranslator {
             framer: SseFramer::new(),
@@ -611,9 +648,11 @@ impl BodyTranslation {
         Ok(if streaming {
             BodyTranslation::Stream(Box::new(StreamTranslator::new(from, to, include_usage)?))
         } else {
+            TargetApi::of(from)?;
+            ClientApi::of(to)?;
             BodyTranslation::Whole {
-                from: supported(from)?,
-                to: supported(to)?,
+                from,
+                to,
                 held: BytesMut::new(),
                 limit,
             }

@@ -486,7 +486,9 @@ fn finish_reason(stop: &Stop) -> &'static str {
     }
 }
 
-fn refusal_text(stop: &Stop) -> Option<&str> {
+/// The text a refusal is written with where the API takes one: the
+/// explanation, else the category, else a plain word.
+pub(crate) fn refusal_text(stop: &Stop) -> Option<&str> {
     match stop {
         Stop::Refusal(refusal) => Some(
             refusal
@@ -508,7 +510,8 @@ fn write_usage(usage: &Usage) -> Value {
         "prompt_tokens_details": {"cached_tokens": cached}})
 }
 
-fn created() -> u64 {
+/// Now, in Unix seconds, as OpenAI's answers say when they were made.
+pub(crate) fn created() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

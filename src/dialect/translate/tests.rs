@@ -12,6 +12,8 @@ use crate::refusal::WireApi::{
     AnthropicMessages as Anthropic, GeminiGenerateContent as Gemini, OpenAiChatCompletions as Chat,
 };
 
+mod responses;
+
 // ---- helpers ----------------------------------------------------------
 
 fn request(
@@ -31,10 +33,15 @@ fn reply(from: WireApi, to: WireApi, body: Value) -> Value {
     value
 }
 
-/// Chat's `created` is the clock's: tests compare everything else.
+/// Chat's `created` and a response's `created_at` (also in a Responses
+/// event's `response`) are the clock's: tests compare everything else.
 fn forget_time(value: &mut Value) {
+    if let Some(response) = value.get_mut("response") {
+        forget_time(response);
+    }
     if let Some(object) = value.as_object_mut() {
         object.remove("created");
+        object.remove("created_at");
     }
 }
 
