@@ -430,7 +430,10 @@ impl Climb {
     ) -> Prep {
         let client = call.dialect.wire_api();
         let target = hop_api(provider);
-        if target == client {
+        // A Responses client's `openai:` entry names its own provider too:
+        // translating it into Chat would lose what Responses alone carries.
+        let own = client == WireApi::OpenAiResponses && provider == Provider::OpenAi;
+        if target == client || own {
             // The client's own API: an ordinary hop, on its own credentials.
             return match call
                 .dialect
