@@ -378,3 +378,250 @@ async fn a_request_the_target_cannot_express_is_skipped_and_recorded() {
     assert_eq!(records[0].reason, Some(DeadReason::Untranslatable));
     assert_eq!(records[0].attempts[1].result, AttemptResult::Skipped);
 }
+
+const RESPONSES_URL: &str = "https://api.openai.com/v1/responses";
+const RESPONSES_FILTERED: &str = "openai/hand-written/responses_incomplete_content_filter.sse";
+
+/// A Responses client's request: instructions, a function tool, one user
+/// message of parts.
+fn responses_request(stream: bool) -> Value {
+    json!({"model": "gpt-5", "stream": stream, "store": false,
+        "instructions": "You audit systems.", "max_output_tokens": 400,
+        "tools": [{"type": "function", "name": "run", "description": "Runs a command",
+            "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}},
+            "strict": false}],
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "Audit my SSH config"}]}]})
+}
+
+fn claude_chain() -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("gpt-5", ["anthropic:claude-sonnet-4-5"]))
+        .cross_provider(
+            Provider::Anthropic,
+            endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
+        )
+        .rescue(false)
+}
+
+/// Claude's stream: text, then a call to `run` with its input in two
+/// pieces.
+fn claude_tool_call_stream() -> Reply {
+    let input = |json: &str| {
+        json!({"type": "content_block_delta", "index": 1,
+            "delta": {"type": "input_json_delta", "partial_json": json}})
+    };
+    Reply::Sse(vec![anthropic_stream(&[
+        events::message_start("claude-sonnet-4-5"),
+        events::block_start(0, json!({"type": "text", "text": ""})),
+        events::text_delta(0, "Checking."),
+        events::block_stop(0),
+        events::block_start(
+            1,
+            json!({"type": "tool_use", "id": "toolu_7", "name": "run", "input": {}}),
+        ),
+        input("{\"cmd\":"),
+        input("\"cat /etc/ssh/sshd_config\"}"),
+        events::block_stop(1),
+        events::stop("tool_use"),
+        events::message_stop(),
+    ])])
+}
+
+/// The events of a Responses stream as JSON, each checked to name its type
+/// in its `event:` line and to carry the next sequence number from 0.
+fn responses_events(body: &Bytes) -> Vec<Value> {
+    let text = std::str::from_utf8(body).unwrap();
+    let frames: Vec<&str> = text.split("\n\n").filter(|f| !f.is_empty()).collect();
+    frames
+        .iter()
+        .enumerate()
+        .map(|(at, frame)| {
+            let line = |prefix: &str| frame.lines().find_map(|l| l.strip_prefix(prefix));
+            let data: Value = serde_json::from_str(line("data: ").unwrap()).unwrap();
+            assert_eq!(line("event: "), data["type"].as_str(), "{frame}");
+            assert_eq!(data["sequence_number"], json!(at), "{frame}");
+            data
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_responses_content_filter_is_served_by_claude_as_a_responses_stream() {
+    let request = post(
+        RESPONSES_URL,
+        &responses_request(true),
+        ("authorization", "Bearer sk-client"),
+    );
+    let replies = vec![
+        Reply::sse(&fixture(RESPONSES_FILTERED)),
+        claude_tool_call_stream(),
+    ];
+    let done = exchange(claude_chain(), replies, request).await;
+
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 2);
+    let hop = &seen[1];
+    assert_eq!(hop.uri, "http://127.0.0.1:9/anthropic/v1/messages");
+    assert_eq!(hop.headers["x-api-key"], "sk-ant-operator");
+    assert!(
+        hop.headers.get("authorization").is_none(),
+        "the client's key stays with its provider"
+    );
+    assert_eq!(
+        hop.json(),
+        json!({"model": "claude-sonnet-4-5", "max_tokens": 400, "stream": true,
+            "system": "You audit systems.",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Audit my SSH config"}]}],
+            "tools": [{"name": "run", "description": "Runs a command",
+                "input_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}}}]})
+    );
+
+    // One coherent Responses stream, the refused one nowhere in it.
+    let text = std::str::from_utf8(&done.body).unwrap();
+    assert!(!text.contains("resp_hand0001"), "{text}");
+    let events = responses_events(&done.body);
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.output_item.added",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.delta",
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+    );
+    assert_eq!(events[4]["delta"], "Checking.");
+    assert_eq!(events[9]["output_index"], 1);
+    let response = &events[13]["response"];
+    assert_eq!(response["status"], "completed");
+    assert_eq!(response["model"], "claude-sonnet-4-5");
+    assert_eq!(
+        response["output"][0]["content"],
+        json!([{"type": "output_text", "text": "Checking.", "annotations": []}])
+    );
+    assert_eq!(
+        response["output"][1],
+        json!({"id": events[8]["item"]["id"], "type": "function_call", "status": "completed",
+            "call_id": "toolu_7", "name": "run", "arguments": "{\"cmd\":\"cat /etc/ssh/sshd_config\"}"})
+    );
+    assert_eq!(response["usage"]["output_tokens"], 5);
+
+    assert_eq!(
+        done.parts.headers[header::RECOVERY],
+        "fallback; category=content_filter; served-by=anthropic:claude-sonnet-4-5"
+    );
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].outcome, Outcome::Fallback);
+    let hop = &records[0].attempts[1];
+    assert_eq!(hop.model.as_deref(), Some("anthropic:claude-sonnet-4-5"));
+    assert_eq!(hop.provider, Some(Provider::Anthropic));
+    assert_eq!(hop.result, AttemptResult::Served);
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.category.as_deref(), Some("content_filter"));
+    assert_eq!(
+        refusal.served_model.as_deref(),
+        Some("anthropic:claude-sonnet-4-5")
+    );
+}
+
+#[tokio::test]
+async fn a_responses_refusal_is_served_by_claude_as_one_response() {
+    let answer = json!({"id": "msg_9", "type": "message", "role": "assistant",
+        "model": "claude-sonnet-4-5", "content": [{"type": "text", "text": "Disable password logins."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 20, "output_tokens": 6}});
+    let replies = vec![
+        Reply::Json(fixture("openai/hand-written/responses_refusal.json")),
+        Reply::Json(Bytes::from(answer.to_string())),
+    ];
+    let request = post(
+        RESPONSES_URL,
+        &responses_request(false),
+        ("authorization", "Bearer sk-client"),
+    );
+    let done = exchange(claude_chain(), replies, request).await;
+    assert!(done.upstream.seen()[1].json().get("stream").is_none());
+    let mut body: Value = serde_json::from_slice(&done.body).unwrap();
+    assert!(body["created_at"].as_u64().unwrap() > 0);
+    body.as_object_mut().unwrap().remove("created_at");
+    assert_eq!(
+        body,
+        json!({"id": "resp_msg_9", "object": "response", "status": "completed", "error": null,
+            "incomplete_details": null, "model": "claude-sonnet-4-5",
+            "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+            "output": [{"id": "msg_msg_9_0", "type": "message", "status": "completed",
+                "role": "assistant", "content": [{"type": "output_text",
+                    "text": "Disable password logins.", "annotations": []}]}],
+            "usage": {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": 6, "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 26}})
+    );
+    assert!(done
+        .parts
+        .headers
+        .get("content-length")
+        .is_none_or(|len| len == &done.body.len().to_string()));
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.category.as_deref(), Some("model_refusal"));
+}
+
+#[tokio::test]
+async fn a_responses_request_claude_cannot_express_is_skipped_and_its_refusal_served() {
+    let mut body = responses_request(true);
+    body["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "web_search"}));
+    let request = post(RESPONSES_URL, &body, ("authorization", "Bearer sk-client"));
+    let refused = fixture(RESPONSES_FILTERED);
+    let done = exchange(claude_chain(), vec![Reply::sse(&refused)], request).await;
+    assert_eq!(done.upstream.seen().len(), 1, "nothing went to Anthropic");
+    assert_eq!(done.body, refused, "the refusal reaches the client as sent");
+    let records = done.sink.records();
+    assert_eq!(records[0].outcome, Outcome::Dead);
+    assert_eq!(records[0].reason, Some(DeadReason::Untranslatable));
+    let hop = &records[0].attempts[1];
+    assert_eq!(hop.model.as_deref(), Some("anthropic:claude-sonnet-4-5"));
+    assert_eq!(hop.provider, Some(Provider::Anthropic));
+    assert_eq!(hop.result, AttemptResult::Skipped);
+}
+
+#[tokio::test]
+async fn a_responses_clients_openai_entry_stays_on_responses_with_its_own_key() {
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("gpt-5", ["openai:gpt-5-mini"]))
+        .rescue(false);
+    // Chained to an earlier response: a translation could not carry it.
+    let mut body = responses_request(false);
+    body["previous_response_id"] = json!("resp_0");
+    let answer = fixture("usage/responses-answer.json");
+    let replies = vec![
+        Reply::Json(fixture("openai/hand-written/responses_refusal.json")),
+        Reply::Json(answer.clone()),
+    ];
+    let request = post(RESPONSES_URL, &body, ("authorization", "Bearer sk-client"));
+    let done = exchange(layer, replies, request).await;
+    let hop = &done.upstream.seen()[1];
+    assert_eq!(hop.uri, RESPONSES_URL);
+    assert_eq!(hop.headers["authorization"], "Bearer sk-client");
+    let mut expected = body.clone();
+    expected["model"] = json!("gpt-5-mini");
+    assert_eq!(hop.json(), expected);
+    assert_eq!(done.body, answer);
+    let records = done.sink.records();
+    assert_eq!(records[0].outcome, Outcome::Fallback);
+    assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+    assert_eq!(records[0].attempts[1].provider, None);
+}
