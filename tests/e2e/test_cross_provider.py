@@ -193,6 +193,52 @@ def test_an_openai_content_filter_creates_a_claude_answer_for_the_openai_sdk(har
     assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
 
 
+def test_a_responses_content_filter_streams_a_claude_answer_to_responses_stream(harness, cross, script_id):
+    """The openai SDK's typed Responses stream rebuilds the translated events
+    (items by output index, parts by content index) and parses the final
+    `response.completed`."""
+    proxy, _ = cross
+    script = "openai/hand-written/responses_incomplete_content_filter.sse,e2e/continuation_text.sse"
+    with openai_sdk(proxy.url).responses.stream(
+        model="gpt-cross-source",
+        instructions="You audit networks.",
+        input=[{"role": "user", "content": scripted("Which ports should I close?", script, script_id)}],
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_response()
+
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert "".join(e.delta for e in deltas) == CLAUDE_TEXT
+    assert deltas[-1].snapshot == CLAUDE_TEXT
+    numbers = [e.sequence_number for e in events]
+    assert numbers == list(range(len(events))), numbers
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert final.status == "completed"
+    assert final.id.startswith("resp_")
+    assert final.output_text == CLAUDE_TEXT
+    assert final.usage.output_tokens > 0
+
+    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
+    assert hop["json"]["stream"] is True
+    assert hop["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
+
+
+def test_a_responses_refusal_creates_a_claude_answer_for_the_openai_sdk(harness, cross, script_id):
+    proxy, _ = cross
+    script = "openai/hand-written/responses_refusal.json,e2e/message_text.json"
+    raw = openai_sdk(proxy.url).responses.with_raw_response.create(
+        model="gpt-cross-source",
+        input=scripted("Harden my server", script, script_id),
+    )
+    response = raw.parse()
+    assert raw.headers[RECOVERY_HEADER].endswith("served-by=anthropic:claude-sonnet-4-5")
+    assert response.status == "completed"
+    assert response.output_text == "Hardening checklist: disable password logins, keep packages patched."
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (20, 14)
+    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
+    assert not hop["json"].get("stream")
+
+
 def test_a_gemini_block_streams_a_claude_answer_to_google_genai(harness, cross, script_id):
     from google import genai
     from google.genai import types
