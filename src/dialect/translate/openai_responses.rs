@@ -517,6 +517,9 @@ impl StreamWriter {
         Ok(())
     }
 
+    /// A response object. `parallel_tool_calls`, `tool_choice` and `tools`
+    /// echo the request in OpenAI's answers and are required by the SDKs'
+    /// types; the writer never sees the request, so they say the defaults.
     fn response(&self, status: &str, details: Value, output: Vec<Value>, usage: Value) -> Value {
         json!({"id": self.id, "object": "response", "created_at": self.created_at,
             "status": status, "error": null, "incomplete_details": details,
