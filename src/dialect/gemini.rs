@@ -373,6 +373,14 @@ impl Dialect for GeminiGenerateContent {
         serde_json::to_vec(&(system, first_user)).ok()
     }
 
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        Some(crate::dialect::SeedReach {
+            members: &["systemInstruction", "system_instruction"],
+            turns: "contents",
+            is_user: |role| matches!(role, None | Some("user") | Some("")),
+        })
+    }
+
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::<GeminiStream>::default()
     }

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::skim::Located;
+
 /// The top-level fields that carry the conversation in any wire API:
 /// nothing the head is asked about lives in them.
 const CONVERSATION: &[&str] = &[
@@ -44,20 +46,27 @@ pub(crate) fn request_head(body: &[u8]) -> Option<Value> {
 /// ([`skim::locate`](super::skim::locate)), the head's own values still
 /// read by serde_json. Only the head's members are ever joined into one
 /// piece. A body the locating skim cannot cut is joined and read by
-/// [`request_head`].
-pub(crate) fn forwarded_head<C: AsRef<[u8]>>(chunks: &[C]) -> Option<Value> {
+/// [`request_head`]. With the head, where the members are, when located.
+pub(crate) fn forwarded_head<C: AsRef<[u8]>>(
+    chunks: &[C],
+) -> Option<(Value, Option<Vec<Located>>)> {
     let Some(members) = super::skim::locate(chunks) else {
-        return request_head(&super::skim::cut(chunks, 0..usize::MAX));
+        let head = request_head(&super::skim::cut(chunks, 0..usize::MAX))?;
+        return Some((head, None));
     };
     let mut head = Vec::new();
-    for member in members {
-        let name = super::skim::cut(chunks, member.name);
+    for member in &members {
+        let name = super::skim::cut(chunks, member.name.clone());
         let name = std::str::from_utf8(&name).ok()?;
         if !CONVERSATION.contains(&name) {
-            head.push((name.to_owned(), super::skim::cut(chunks, member.value)));
+            head.push((
+                name.to_owned(),
+                super::skim::cut(chunks, member.value.clone()),
+            ));
         }
     }
-    head_of(head.iter().map(|(name, value)| (name.as_str(), &value[..])))
+    let head = head_of(head.iter().map(|(name, value)| (name.as_str(), &value[..])))?;
+    Some((head, Some(members)))
 }
 
 /// [`request_head`] when the skim is not sure the body is a JSON object:
@@ -96,6 +105,10 @@ fn head_of<'a>(members: impl Iterator<Item = (&'a str, &'a [u8])>) -> Option<Val
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn forwarded<C: AsRef<[u8]>>(chunks: &[C]) -> Option<Value> {
+        forwarded_head(chunks).map(|(head, _)| head)
+    }
 
     #[test]
     fn the_head_keeps_the_small_fields_and_leaves_out_the_conversation() {
@@ -187,23 +200,23 @@ mod tests {
         for body in variants() {
             if serde_json::from_slice::<Value>(&body).is_ok() {
                 let text = String::from_utf8_lossy(&body);
-                assert_eq!(forwarded_head(&[&body]), request_head(&body), "{text}");
+                assert_eq!(forwarded(&[&body]), request_head(&body), "{text}");
             }
         }
         assert!(serde_json::from_slice::<Value>(ESCAPES).is_ok());
-        assert_eq!(forwarded_head(&[ESCAPES]), Some(json!({"model": "m"})));
+        assert_eq!(forwarded(&[ESCAPES]), Some(json!({"model": "m"})));
     }
 
     #[test]
     fn the_forwarded_head_is_the_same_wherever_the_body_was_cut() {
         for (i, body) in variants().iter().enumerate() {
-            let whole = forwarded_head(&[body]);
+            let whole = forwarded(&[body]);
             // Every cut of the documents serde_json reads; a few of the rest.
             let valid = serde_json::from_slice::<Value>(body).is_ok();
             let step = if valid { 1 } else { 17 };
             let text = String::from_utf8_lossy(body);
             for at in (i % step..=body.len()).step_by(step) {
-                let cut = forwarded_head(&[&body[..at], &body[at..]]);
+                let cut = forwarded(&[&body[..at], &body[at..]]);
                 assert_eq!(cut, whole, "{text} cut at {at}");
             }
         }
@@ -211,7 +224,7 @@ mod tests {
             let whole = request_head(body);
             for size in 1..4 {
                 let chunks: Vec<&[u8]> = body.chunks(size).collect();
-                assert_eq!(forwarded_head(&chunks), whole, "in chunks of {size}");
+                assert_eq!(forwarded(&chunks), whole, "in chunks of {size}");
             }
         }
     }

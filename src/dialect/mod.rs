@@ -12,6 +12,7 @@ use crate::refusal::{FallbackCredit, Prefill, Provider, RefusalSignal, Usage, Wi
 use crate::sse::Frame;
 
 pub(crate) use head::{forwarded_head, request_head};
+pub(crate) use seed::{seed_part, SeedReach};
 
 pub(crate) mod anthropic;
 #[cfg(feature = "bedrock")]
@@ -22,7 +23,8 @@ pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai_chat;
 pub(crate) mod openai_responses;
-mod skim;
+mod seed;
+pub(crate) mod skim;
 pub(crate) mod translate;
 
 /// What a request was recognised as, before its body was read.
@@ -280,6 +282,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// The parts of the request that stay the same for a whole conversation
     /// (the system prompt and the first user turn), for the default key.
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>>;
+    /// What of a request [`conversation_seed`](Self::conversation_seed)
+    /// reads, so that a long stream keeps only that part of its request;
+    /// `None` (the whole request kept) when the seed may read anywhere.
+    fn seed_reach(&self) -> Option<SeedReach> {
+        None
+    }
     /// A fresh inspector for one streamed response. Its observations carry
     /// the answer's text and tool calls too, which the opt-in text detector
     /// reads.

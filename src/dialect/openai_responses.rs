@@ -193,6 +193,14 @@ impl Dialect for OpenAiResponses {
         serde_json::to_vec(&(instructions, first_user)).ok()
     }
 
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        Some(crate::dialect::SeedReach {
+            members: &["conversation", "instructions"],
+            turns: "input",
+            is_user: |role| role == Some("user"),
+        })
+    }
+
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(ResponsesStream::default())
     }

@@ -280,6 +280,39 @@ impl Locator {
     }
 }
 
+/// Where the JSON value that starts at `at` in `bytes` ends, found as
+/// [`locate`] finds a member's value (strings crossed by their closing
+/// quote, brackets counted, nothing else checked); `None` when `bytes` ends
+/// first.
+pub(crate) fn value_end(bytes: &[u8], at: usize) -> Option<usize> {
+    match *bytes.get(at)? {
+        b'"' => closing_quote(&bytes[at + 1..], &mut false).map(|quote| at + quote + 2),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&byte) = bytes.get(i) {
+                match byte {
+                    b'"' => i += closing_quote(&bytes[i + 1..], &mut false)? + 1,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let ends = |b: &u8| matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t');
+            bytes[at..].iter().position(ends).map(|len| at + len)
+        }
+    }
+}
+
 /// Where in `text`, a string's text after `odd` (whether what came before
 /// it ends in an odd run of backslashes), the string's closing quote lies:
 /// the first quote not after an odd run of backslashes. `None` when the

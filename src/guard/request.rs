@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use crate::chunks::Chunks;
+use crate::dialect::skim::Located;
 use crate::dialect::{Dialect, Retarget};
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
@@ -350,6 +351,16 @@ pub(crate) fn prepare_forwarded(
 
 /// A guardable request on its way out: its head and body as they will be
 /// sent, and what the guard knows of it.
+/// A guardable request as the guard read it: its parts, its head
+/// ([`request_head`](crate::dialect::request_head)), its body, and where
+/// the body's top-level members are when the head's skim located them.
+pub(crate) struct ReadRequest {
+    pub(crate) parts: http::request::Parts,
+    pub(crate) head: Value,
+    pub(crate) body: Chunks,
+    pub(crate) members: Option<Vec<Located>>,
+}
+
 pub(crate) struct Outbound {
     pub(crate) parts: http::request::Parts,
     /// The body as the client sent it, sent as is unless rewritten.
@@ -362,18 +373,21 @@ pub(crate) struct Outbound {
 }
 
 impl Outbound {
-    /// Reads what the guard needs from a guardable request: its parts, its
-    /// `head` ([`request_head`](crate::dialect::request_head)) and its body.
-    /// `named` is the conversation the client named in the guard's header,
-    /// if it did.
+    /// Reads what the guard needs from a guardable request. `named` is the
+    /// conversation the client named in the guard's header, if it did.
     pub(crate) fn new(
         config: &Config,
         dialect: &'static dyn Dialect,
         path_model: Option<&str>,
-        request: (http::request::Parts, Value, Chunks),
+        request: ReadRequest,
         named: Option<String>,
     ) -> Self {
-        let (mut parts, head, bytes) = request;
+        let ReadRequest {
+            mut parts,
+            head,
+            body: bytes,
+            members,
+        } = request;
         // Kept for every recovery until the response has streamed.
         crate::chunks::unpin_headers(&mut parts.headers);
         let mut body = JsonBody::new(bytes.clone());
@@ -392,7 +406,7 @@ impl Outbound {
             .or(named)
         {
             Some(key) => Conversation::named(Some(ConversationKey::from_bytes(key.as_bytes()))),
-            None => Conversation::derived(dialect, bytes),
+            None => Conversation::derived(dialect, bytes, members),
         };
         Outbound {
             model: dialect.request_model(path_model, &head),

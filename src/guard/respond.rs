@@ -119,6 +119,8 @@ where
         let original = seen_in(original, &findings);
         return serve_settled(held, call, refusal, vec![original], None);
     }
+    // Decided: what streams from now on needs at most the key.
+    call.conversation.compact();
     let settle = Watched {
         call: call.clone(),
         request_id,
@@ -145,6 +147,7 @@ where
     if held.watch.is_none() || held.rest.is_none() {
         return serve_settled(held, call, Some(refusal), attempts, splice);
     }
+    call.conversation.compact();
     let settle = Watched {
         call: call.clone(),
         request_id: refusal.request_id.clone(),

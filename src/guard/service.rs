@@ -17,6 +17,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::chunks::Chunks;
+use crate::dialect::skim::Located;
 use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
 use crate::guard::call::{with_body, Exchange, Inner, SendError, Timeouts};
@@ -25,7 +26,7 @@ use crate::guard::live::answer;
 use crate::guard::replay::ReplayBody;
 use crate::guard::request::{
     forward_request_body, prepare_forwarded, read_first, read_request_body, Copied, CopyOutcome,
-    Forwarding, Outbound, RequestBody,
+    Forwarding, Outbound, ReadRequest, RequestBody,
 };
 use crate::guard::reserve::Share;
 use crate::guard::respond::{error_response, timed_out, Shape};
@@ -286,7 +287,12 @@ where
         );
         return pass(upstream, api, with_body(parts, bytes, false)).await;
     }
-    let request = (parts, head, Chunks::from(bytes));
+    let request = ReadRequest {
+        parts,
+        head,
+        body: Chunks::from(bytes),
+        members: None,
+    };
     let mut outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
     outbound.route_sticky(&config, dialect).await;
     outbound.rewrite(&config, dialect);
@@ -346,7 +352,7 @@ where
     let sent = Instant::now();
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(&mut upstream, request, copy).await;
-    let (response, head, bytes, share) = match (response, learned) {
+    let (response, head, bytes, members, share) = match (response, learned) {
         // The client's body failed after forwarding began: the upstream
         // request was aborted with its error, whatever it answered.
         (_, Learned::Failed) => {
@@ -374,7 +380,15 @@ where
             tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
             return Ok(response.map(GuardBody::passthrough));
         }
-        (Ok(response), Learned::Head { head, bytes, share }) => (response, head, bytes, share),
+        (
+            Ok(response),
+            Learned::Head {
+                head,
+                bytes,
+                members,
+                share,
+            },
+        ) => (response, head, bytes, members, share),
     };
     if let Some(reason) = dialect.unguardable(&head) {
         tracing::debug!(
@@ -384,7 +398,12 @@ where
         );
         return Ok(response.map(GuardBody::passthrough));
     }
-    let request = (sent_parts, head, bytes);
+    let request = ReadRequest {
+        parts: sent_parts,
+        head,
+        body: bytes,
+        members,
+    };
     let outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
     let streaming = outbound.streaming;
     let (call, template) = outbound.into_call(config, dialect, started, share);
@@ -399,6 +418,7 @@ enum Learned {
     Head {
         head: serde_json::Value,
         bytes: Chunks,
+        members: Option<Vec<Located>>,
         share: Share,
     },
     /// Nothing to guard it with, and why.
@@ -411,7 +431,12 @@ impl Learned {
     fn of(copied: Option<Copied>) -> Self {
         match copied {
             Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(bytes.as_slice()) {
-                Some(head) => Learned::Head { head, bytes, share },
+                Some((head, members)) => Learned::Head {
+                    head,
+                    bytes,
+                    members,
+                    share,
+                },
                 None => Learned::Unguarded("not a JSON object"),
             },
             Some(Copied::OverLimit) => Learned::Unguarded("over max_request_body: no copy kept"),

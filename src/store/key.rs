@@ -10,12 +10,14 @@
 //! one an eager computation would give: the same across replicas sharing a
 //! store, and across versions.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use crate::chunks::Chunks;
-use crate::dialect::Dialect;
+use crate::dialect::skim::{locate, Located};
+use crate::dialect::{seed_part, Dialect};
 use crate::store::ConversationKey;
 
 /// A call's conversation: known at once (the user's closure or the
@@ -25,8 +27,18 @@ pub(crate) struct Conversation(Arc<Naming>);
 
 struct Naming {
     key: OnceLock<Option<ConversationKey>>,
-    /// The dialect and the original body the default key is derived from.
-    seed: Option<(&'static dyn Dialect, Chunks)>,
+    /// What the default key is derived from, until it is.
+    seed: Mutex<Option<Seed>>,
+}
+
+/// The dialect and the request as the client sent it (once the call is
+/// decided, only the part of it the key reads), with where its top-level
+/// members are when the head's skim found them.
+struct Seed {
+    dialect: &'static dyn Dialect,
+    body: Chunks,
+    members: Option<Vec<Located>>,
+    compacted: bool,
 }
 
 impl Conversation {
@@ -34,17 +46,56 @@ impl Conversation {
     pub(crate) fn named(key: Option<ConversationKey>) -> Self {
         Conversation(Arc::new(Naming {
             key: OnceLock::from(key),
-            seed: None,
+            seed: Mutex::new(None),
         }))
     }
 
     /// A conversation named, when asked, from what stays the same across
-    /// it in `body`, the request as the client sent it.
-    pub(crate) fn derived(dialect: &'static dyn Dialect, body: Chunks) -> Self {
+    /// it in `body`, the request as the client sent it; `members`: where
+    /// its top-level members are, if known.
+    pub(crate) fn derived(
+        dialect: &'static dyn Dialect,
+        body: Chunks,
+        members: Option<Vec<Located>>,
+    ) -> Self {
+        let seed = Seed {
+            dialect,
+            body,
+            members,
+            compacted: false,
+        };
         Conversation(Arc::new(Naming {
             key: OnceLock::new(),
-            seed: Some((dialect, body)),
+            seed: Mutex::new(Some(seed)),
         }))
+    }
+
+    /// The call is decided, and only the key may still need the request:
+    /// of a request kept for the key, only the part the key reads is kept
+    /// from now on ([`seed_part`]), and nothing once the key is known. A
+    /// stream may run for minutes after its decision, with an agent's
+    /// whole conversation as its request.
+    pub(crate) fn compact(&self) {
+        let Ok(mut seed) = self.0.seed.lock() else {
+            return;
+        };
+        if self.0.key.get().is_some() {
+            *seed = None;
+            return;
+        }
+        let Some(seed) = seed.as_mut().filter(|seed| !seed.compacted) else {
+            return;
+        };
+        seed.compacted = true;
+        let Some(reach) = seed.dialect.seed_reach() else {
+            return;
+        };
+        let body = seed.body.as_slice();
+        let located = seed.members.take().or_else(|| locate(body));
+        let part = located.and_then(|members| seed_part(body, &members, &reach));
+        if let Some(part) = part.filter(|part| part.len() < seed.body.len()) {
+            seed.body = Chunks::from(Bytes::from(part));
+        }
     }
 
     /// The key, computed on the first call.
@@ -52,7 +103,7 @@ impl Conversation {
         self.0
             .key
             .get_or_init(|| {
-                let (dialect, body) = self.0.seed.as_ref()?;
+                let Seed { dialect, body, .. } = self.0.seed.lock().ok()?.take()?;
                 let json = serde_json::from_slice::<Value>(&body.join()).ok()?;
                 let seed = dialect.conversation_seed(&json)?;
                 let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
@@ -60,5 +111,111 @@ impl Conversation {
                 Some(ConversationKey::from_bytes(&keyed))
             })
             .as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dialect(path: &str) -> &'static dyn Dialect {
+        crate::dialect::recognise(&http::Method::POST, &path.parse().unwrap())
+            .unwrap()
+            .dialect
+    }
+
+    /// The key of `body`, from the whole request and from the part kept
+    /// once the call is decided, and how long that part is.
+    fn keys(path: &str, body: &str) -> (Option<ConversationKey>, Option<ConversationKey>, usize) {
+        let whole = Conversation::derived(
+            dialect(path),
+            Chunks::from(Bytes::from(body.to_owned())),
+            None,
+        );
+        let members = locate(&[body.as_bytes()]);
+        let kept = Conversation::derived(
+            dialect(path),
+            Chunks::from(Bytes::from(body.to_owned())),
+            members,
+        );
+        kept.compact();
+        let len = kept
+            .0
+            .seed
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |seed| seed.body.len());
+        (whole.key().cloned(), kept.key().cloned(), len)
+    }
+
+    #[test]
+    fn a_decided_call_keeps_only_what_its_key_reads_and_the_key_is_the_same() {
+        let history = "x".repeat(10_000);
+        let cases = [
+            (
+                "/v1/messages",
+                format!(
+                    r#"{{"model":"m","max_tokens":9,"messages":[{{"role":"user","content":[{{"type":"text","text":"fix it","cache_control":{{"type":"ephemeral"}}}}]}},{{"role":"assistant","content":"{history}"}},{{"role":"user","content":"more"}}],"system":[{{"type":"text","text":"be brief"}}],"tools":[{{"name":"t","input_schema":{{}},"description":"{history}"}}],"stream":true}}"#
+                ),
+            ),
+            (
+                "/v1/messages",
+                format!(
+                    r#"{{"system":"s","messages":[{{"role":"assistant","content":"prefill"}},{{"content":"q","role":"user"}},{{"role":"assistant","content":"{history}"}}]}}"#
+                ),
+            ),
+            (
+                "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+                format!(
+                    r#"{{"contents":[{{"parts":[{{"text":"q"}}]}},{{"role":"model","parts":[{{"text":"{history}"}}]}}],"systemInstruction":{{"parts":[{{"text":"s"}}]}}}}"#
+                ),
+            ),
+            (
+                "/v1/responses",
+                format!(
+                    r#"{{"model":"m","instructions":"s","input":[{{"role":"developer","content":"d"}},{{"role":"user","content":"q"}},{{"type":"message","role":"assistant","content":"{history}"}}],"stream":true}}"#
+                ),
+            ),
+        ];
+        for (path, body) in &cases {
+            let (whole, kept, len) = keys(path, body);
+            assert!(whole.is_some(), "{path}: a key");
+            assert_eq!(whole, kept, "{path}: the same key from the part kept");
+            assert!(len < 1_000, "{path}: {len} bytes kept of {}", body.len());
+        }
+    }
+
+    #[test]
+    fn what_cannot_be_cut_exactly_is_kept_whole() {
+        let history = "x".repeat(10_000);
+        // Chat's seed reads system messages anywhere in the conversation.
+        let chat = format!(
+            r#"{{"messages":[{{"role":"user","content":"q"}},{{"role":"assistant","content":"{history}"}},{{"role":"system","content":"late"}}]}}"#
+        );
+        // An escaped role is only told apart by a full parse.
+        let escaped = format!(
+            r#"{{"messages":[{{"role":"us\u0065r","content":"q"}},{{"role":"assistant","content":"{history}"}}]}}"#
+        );
+        for (path, body) in [("/v1/chat/completions", &chat), ("/v1/messages", &escaped)] {
+            let (whole, kept, len) = keys(path, body);
+            assert!(whole.is_some());
+            assert_eq!(whole, kept, "{path}");
+            assert_eq!(len, body.len(), "{path}: kept whole");
+        }
+    }
+
+    #[test]
+    fn a_key_already_known_leaves_nothing_kept() {
+        let body = r#"{"messages":[{"role":"user","content":"q"}]}"#;
+        let conversation = Conversation::derived(
+            dialect("/v1/messages"),
+            Chunks::from(Bytes::from(body)),
+            None,
+        );
+        let key = conversation.key().cloned();
+        conversation.compact();
+        assert!(conversation.0.seed.lock().unwrap().is_none());
+        assert_eq!(conversation.key().cloned(), key);
     }
 }

@@ -792,6 +792,44 @@ async fn a_frame_over_the_framer_limit_is_skipped_and_a_later_refusal_still_reco
 }
 
 #[tokio::test]
+async fn a_partial_refusal_at_the_end_of_a_long_stream_names_the_conversation_as_an_empty_one_does()
+{
+    // Once the first stream is decided (its text shows) the guard keeps only
+    // the part of the request the key reads; the key must not change.
+    let upstream = Upstream::new(vec![]);
+    let sink = MemorySink::new();
+    let mut guard = guard_with(&upstream, &sink);
+    let history = "an earlier answer ".repeat(2_000);
+    let turn = |last: &str| {
+        json!({"model": "m", "max_tokens": 64, "stream": true,
+            "tools": [{"name": "run", "description": history, "input_schema": {"type": "object"}}],
+            "messages": [
+                {"role": "user", "content": "audit the service"},
+                {"role": "assistant", "content": history},
+                {"role": "user", "content": last},
+            ],
+            "system": [{"type": "text", "text": "You are a careful reviewer."}]})
+    };
+    let partial = anthropic_stream(&[
+        message_start("m"),
+        block_start(0, json!({"type": "text", "text": ""})),
+        text_delta(0, "Here is the first half"),
+        refusal(Some("cyber"), None),
+        message_stop(),
+    ]);
+    upstream.push(Reply::sse(&partial));
+    call(&mut guard, post("/v1/messages", &turn("go on"))).await;
+    upstream.push(Reply::sse(&fixture(EMPTY_REFUSAL)));
+    upstream.push(Reply::sse(&anthropic_stream(&text_answer("m", "ok"))));
+    call(&mut guard, post("/v1/messages", &turn("and the rest"))).await;
+    let records = sink.records();
+    assert_eq!(records[0].outcome, Outcome::Partial);
+    assert_eq!(records[1].outcome, Outcome::Rescued);
+    assert!(records[0].conversation.is_some());
+    assert_eq!(records[0].conversation, records[1].conversation);
+}
+
+#[tokio::test]
 async fn a_conversation_keeps_its_rescue_count_when_the_client_moves_its_cache_mark() {
     // Clients put a prompt-caching mark on the newest user turn of every
     // request: the first turn has it on the first request only.

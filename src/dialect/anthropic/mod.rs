@@ -85,6 +85,14 @@ impl Dialect for AnthropicMessages {
         serde_json::to_vec(&(system, first_user)).ok()
     }
 
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        Some(crate::dialect::SeedReach {
+            members: &["system"],
+            turns: "messages",
+            is_user: |role| role == Some("user"),
+        })
+    }
+
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::<AnthropicStream>::default()
     }

@@ -60,6 +60,10 @@ impl Dialect for BedrockConverse {
         serde_json::to_vec(&(system, first_user)).ok()
     }
 
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        crate::dialect::anthropic::AnthropicMessages.seed_reach()
+    }
+
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(ConverseStream)
     }

@@ -193,6 +193,10 @@ impl Dialect for BedrockInvokeModel {
         AnthropicMessages.conversation_seed(body)
     }
 
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        AnthropicMessages.seed_reach()
+    }
+
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
         Box::new(InvokeStream(AnthropicMessages.stream_inspector()))
     }
@@ -323,6 +327,10 @@ impl Dialect for BedrockMessages {
 
     fn conversation_seed(&self, body: &Value) -> Option<Vec<u8>> {
         AnthropicMessages.conversation_seed(body)
+    }
+
+    fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
+        AnthropicMessages.seed_reach()
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {
