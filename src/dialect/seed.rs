@@ -10,7 +10,6 @@
 //! members the seed reads kept as they were, its turns array kept up to and
 //! with its first user turn, everything else left out.
 
-use std::borrow::Cow;
 use std::ops::Range;
 
 use super::skim::{self, Located};
@@ -33,56 +32,95 @@ pub(crate) struct SeedReach {
 const FIRST_LOOK: usize = 64 * 1024;
 
 /// The part of `chunks` (a request body whose top-level `members` were
-/// located) that a seed of `reach` reads, as a JSON object; `None` when it
-/// cannot be cut exactly (the caller then keeps the whole body).
+/// located) that a seed of `reach` reads, as a JSON object of at most
+/// `budget` bytes; `None` when it would be longer, or cannot be cut
+/// exactly (the caller then keeps the whole body). What goes into the part
+/// is measured before anything is copied, and copied once.
 pub(crate) fn seed_part<C: AsRef<[u8]>>(
     chunks: &[C],
     members: &[Located],
     reach: &SeedReach,
+    budget: usize,
 ) -> Option<Vec<u8>> {
-    let mut part = b"{".to_vec();
+    let named = |member: &Located, name: &str| {
+        member.name.len() == name.len()
+            && &skim::cut(chunks, member.name.clone())[..] == name.as_bytes()
+    };
+    // Each kept member's name and value, and whether it is the turns array
+    // (until the array is measured; then whether it is cut).
+    let mut kept: Vec<(Range<usize>, Range<usize>, bool)> = Vec::new();
+    // `{}`, and per member its quotes, colon and comma.
+    let mut len = 2;
     for member in members {
-        let name = skim::cut(chunks, member.name.clone());
-        let kept = if reach.members.iter().any(|m| m.as_bytes() == &name[..]) {
-            skim::cut(chunks, member.value.clone())
-        } else if reach.turns.as_bytes() == &name[..] {
-            turns_part(chunks, member.value.clone(), reach.is_user)?
-        } else {
+        let turns = named(member, reach.turns);
+        if !turns && !reach.members.iter().any(|name| named(member, name)) {
             continue;
-        };
+        }
+        kept.push((member.name.clone(), member.value.clone(), turns));
+        // The turns array is measured once cut, below.
+        len += member.name.len() + 4 + if turns { 0 } else { member.value.len() };
+        if len > budget {
+            return None;
+        }
+    }
+    // A turns array cut after its first user turn gets its closing
+    // bracket back.
+    for (_, value, cut) in kept.iter_mut().filter(|(_, _, turns)| *turns) {
+        let end = first_user_end(chunks, value.clone(), reach.is_user)?;
+        *cut = end < value.end;
+        len += end - value.start + usize::from(*cut);
+        value.end = end;
+    }
+    if len > budget {
+        return None;
+    }
+    let mut part = Vec::with_capacity(len);
+    part.push(b'{');
+    for (name, value, cut) in kept {
         if part.len() > 1 {
             part.push(b',');
         }
         part.push(b'"');
-        part.extend_from_slice(&name);
+        copy(chunks, name, &mut part);
         part.extend_from_slice(b"\":");
-        part.extend_from_slice(&kept);
+        copy(chunks, value, &mut part);
+        if cut {
+            part.push(b']');
+        }
     }
     part.push(b'}');
     Some(part)
 }
 
-/// The turns array at `value` up to and with its first user turn; the
-/// whole value when it is not an array or has no turn seen to be a user's.
-fn turns_part<'c, C: AsRef<[u8]>>(
-    chunks: &'c [C],
+/// Appends the bytes of `chunks` in `range` to `out`.
+fn copy<C: AsRef<[u8]>>(chunks: &[C], range: Range<usize>, out: &mut Vec<u8>) {
+    let mut start = 0;
+    for chunk in chunks.iter().map(AsRef::as_ref) {
+        let (from, to) = (start, start + chunk.len());
+        start = to;
+        let (a, b) = (range.start.clamp(from, to), range.end.clamp(from, to));
+        out.extend_from_slice(&chunk[a - from..b - from]);
+    }
+}
+
+/// Where the turns array at `value` may be cut: after its first user
+/// turn (the closing bracket then written by the caller), or at its own
+/// end when it is not an array or no turn is seen to be a user's.
+fn first_user_end<C: AsRef<[u8]>>(
+    chunks: &[C],
     value: Range<usize>,
     is_user: fn(Option<&str>) -> bool,
-) -> Option<Cow<'c, [u8]>> {
+) -> Option<usize> {
     let mut look = FIRST_LOOK;
     loop {
         let end = value.end.min(value.start.saturating_add(look));
         let prefix = skim::cut(chunks, value.start..end);
         if prefix.first() != Some(&b'[') {
-            return Some(skim::cut(chunks, value));
+            return Some(value.end);
         }
         match through_first_user(&prefix, is_user) {
-            Some(through) => {
-                let mut turns = prefix[..through].to_vec();
-                turns.push(b']');
-                return Some(Cow::Owned(turns));
-            }
-            None if end == value.end => return Some(skim::cut(chunks, value)),
+            Some(through) => return Some(value.start + through),
+            None if end == value.end => return Some(value.end),
             None => look = look.saturating_mul(4),
         }
     }
@@ -153,7 +191,7 @@ mod tests {
 
     fn part(body: &str) -> Option<String> {
         let members = skim::locate(&[body.as_bytes()])?;
-        let part = seed_part(&[body.as_bytes()], &members, &ANTHROPIC)?;
+        let part = seed_part(&[body.as_bytes()], &members, &ANTHROPIC, usize::MAX)?;
         Some(String::from_utf8(part).unwrap())
     }
 
@@ -186,7 +224,7 @@ mod tests {
         for at in 1..body.len() {
             let pieces = [&body.as_bytes()[..at], &body.as_bytes()[at..]];
             let members = skim::locate(&pieces).unwrap();
-            let cut = seed_part(&pieces, &members, &ANTHROPIC).unwrap();
+            let cut = seed_part(&pieces, &members, &ANTHROPIC, usize::MAX).unwrap();
             assert_eq!(String::from_utf8(cut).unwrap(), whole, "cut at {at}");
         }
     }

@@ -25,6 +25,10 @@ use crate::store::ConversationKey;
 #[derive(Clone)]
 pub(crate) struct Conversation(Arc<Naming>);
 
+/// Bodies up to this long are cut down to the key's part whenever that is
+/// shorter; longer ones only when it is at most a quarter of them.
+const SHORT_BODY: usize = 64 * 1024;
+
 struct Naming {
     key: OnceLock<Option<ConversationKey>>,
     /// What the default key is derived from, until it is.
@@ -90,10 +94,17 @@ impl Conversation {
         let Some(reach) = seed.dialect.seed_reach() else {
             return;
         };
+        // A short body is one piece, cheap to cut from; of a long one, a
+        // part most of its length would cost a copy for little room.
+        let len = seed.body.len();
+        let budget = if len <= SHORT_BODY {
+            len.saturating_sub(1)
+        } else {
+            len / 4
+        };
         let body = seed.body.as_slice();
         let located = seed.members.take().or_else(|| locate(body));
-        let part = located.and_then(|members| seed_part(body, &members, &reach));
-        if let Some(part) = part.filter(|part| part.len() < seed.body.len()) {
+        if let Some(part) = located.and_then(|members| seed_part(body, &members, &reach, budget)) {
             seed.body = Chunks::from(Bytes::from(part));
         }
     }
@@ -203,6 +214,24 @@ mod tests {
             assert_eq!(whole, kept, "{path}");
             assert_eq!(len, body.len(), "{path}: kept whole");
         }
+    }
+
+    #[test]
+    fn a_long_request_is_cut_only_when_the_key_reads_little_of_it() {
+        let long = "x".repeat(100_000);
+        let agent = format!(
+            r#"{{"system":"s","messages":[{{"role":"user","content":"q"}},{{"role":"assistant","content":"{long}"}}]}}"#
+        );
+        let (whole, kept, len) = keys("/v1/messages", &agent);
+        assert_eq!(whole, kept);
+        assert!(len < 100, "cut to {len} bytes");
+        // Most of it is the system prompt: a copy would free little.
+        let prompt = format!(
+            r#"{{"system":"{long}","messages":[{{"role":"user","content":"q"}},{{"role":"assistant","content":"{long}"}}]}}"#
+        );
+        let (whole, kept, len) = keys("/v1/messages", &prompt);
+        assert_eq!(whole, kept);
+        assert_eq!(len, prompt.len(), "kept whole");
     }
 
     #[test]
