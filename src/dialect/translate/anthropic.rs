@@ -11,7 +11,7 @@ use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
 use super::{
-    integer, merge_usage, number, only_known_fields, sse, strings, Conversation, Event,
+    integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Conversation, Event,
     ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice,
     Untranslatable, WriteStream,
 };
@@ -66,7 +66,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         temperature: number(body, "temperature")?,
         top_p: number(body, "top_p")?,
         top_k: integer(body, "top_k")?,
-        tools: read_tools(body.get("tools"))?,
+        tools: read_tools(body.get("tools"), read_tool)?,
         ..Conversation::default()
     };
     read_tool_choice(body.get("tool_choice"), &mut conversation)?;
@@ -107,41 +107,16 @@ fn read_system(system: Option<&Value>) -> Result<Option<String>, Untranslatable>
     }
 }
 
-fn read_tools(tools: Option<&Value>) -> Result<Vec<Tool>, Untranslatable> {
-    let Some(tools) = tools.filter(|t| !t.is_null()) else {
-        return Ok(Vec::new());
-    };
-    let tools = tools
-        .as_array()
-        .ok_or_else(|| Untranslatable::new("`tools` is not a list"))?;
-    tools
-        .iter()
-        .map(|tool| {
-            match tool.get("type").and_then(Value::as_str) {
-                None | Some("custom") => {}
-                Some(kind) => {
-                    return Err(Untranslatable::new(format!(
-                        "Anthropic server tool `{kind}` has no translation"
-                    )))
-                }
-            }
-            Ok(Tool {
-                name: tool
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Untranslatable::new("a tool has no name"))?
-                    .to_owned(),
-                description: tool
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                parameters: tool
-                    .get("input_schema")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object"})),
-            })
-        })
-        .collect()
+fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
+    match tool.get("type").and_then(Value::as_str) {
+        None | Some("custom") => {}
+        Some(kind) => {
+            return Err(Untranslatable::new(format!(
+                "Anthropic server tool `{kind}` has no translation"
+            )))
+        }
+    }
+    Tool::read(tool, "input_schema", || json!({"type": "object"}))
 }
 
 fn read_tool_choice(

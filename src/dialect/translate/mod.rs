@@ -110,6 +110,48 @@ pub(crate) struct Tool {
     pub(crate) parameters: Value,
 }
 
+impl Tool {
+    /// The tool `definition` declares: its `name`, its `description`, and
+    /// the input schema in its member `schema` (`default` when that is
+    /// absent or null).
+    pub(crate) fn read(
+        definition: &Value,
+        schema: &str,
+        default: fn() -> Value,
+    ) -> Result<Tool, Untranslatable> {
+        Ok(Tool {
+            name: definition
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Untranslatable::new("a tool has no name"))?
+                .to_owned(),
+            description: definition
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            parameters: definition
+                .get(schema)
+                .filter(|p| !p.is_null())
+                .cloned()
+                .unwrap_or_else(default),
+        })
+    }
+}
+
+/// A request's `tools`, each read by `read`; none when absent or null.
+pub(crate) fn read_tools(
+    tools: Option<&Value>,
+    read: impl Fn(&Value) -> Result<Tool, Untranslatable>,
+) -> Result<Vec<Tool>, Untranslatable> {
+    let Some(tools) = tools.filter(|t| !t.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let tools = tools
+        .as_array()
+        .ok_or_else(|| Untranslatable::new("`tools` is not a list"))?;
+    tools.iter().map(read).collect()
+}
+
 /// Which tools the model must or may call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ToolChoice {

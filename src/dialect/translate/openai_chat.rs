@@ -13,9 +13,9 @@ use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
 use super::{
-    integer, merge_usage, number, only_known_fields, parse_data_url, result_text, sse, strings,
-    Conversation, Event, ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool,
-    ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
+    integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, result_text, sse,
+    strings, Conversation, Event, ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop,
+    Tool, ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
@@ -72,7 +72,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         stop: strings(body.get("stop"))?,
         temperature: number(body, "temperature")?,
         top_p: number(body, "top_p")?,
-        tools: read_tools(body.get("tools"))?,
+        tools: read_tools(body.get("tools"), read_tool)?,
         tool_choice: read_tool_choice(body.get("tool_choice"))?,
         parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
         ..Conversation::default()
@@ -87,37 +87,17 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
     Ok(conversation)
 }
 
-fn read_tools(tools: Option<&Value>) -> Result<Vec<Tool>, Untranslatable> {
-    let Some(tools) = tools.filter(|t| !t.is_null()) else {
-        return Ok(Vec::new());
-    };
-    let tools = tools
-        .as_array()
-        .ok_or_else(|| Untranslatable::new("`tools` is not a list"))?;
-    tools
-        .iter()
-        .map(|tool| {
-            if tool.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(Untranslatable::new("an OpenAI tool that is not a function"));
-            }
-            let function = tool.get("function").unwrap_or(&Value::Null);
-            Ok(Tool {
-                name: function
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| Untranslatable::new("a tool has no name"))?
-                    .to_owned(),
-                description: function
-                    .get("description")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-                parameters: function
-                    .get("parameters")
-                    .cloned()
-                    .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-            })
-        })
-        .collect()
+fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
+    if tool.get("type").and_then(Value::as_str) != Some("function") {
+        return Err(Untranslatable::new("an OpenAI tool that is not a function"));
+    }
+    let function = tool.get("function").unwrap_or(&Value::Null);
+    Tool::read(function, "parameters", no_parameters)
+}
+
+/// The schema of a function that declares no parameters.
+pub(crate) fn no_parameters() -> Value {
+    json!({"type": "object", "properties": {}})
 }
 
 fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untranslatable> {

@@ -25,10 +25,10 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::openai_chat::{created, refusal_text};
+use super::openai_chat::{created, no_parameters, refusal_text};
 use super::{
-    integer, merge_usage, number, only_known_fields, parse_data_url, sse, Conversation, Event,
-    ImageSource, Part, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
+    integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Conversation,
+    Event, ImageSource, Part, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
 };
 use crate::refusal::Usage;
 
@@ -98,7 +98,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         max_tokens: integer(body, "max_output_tokens")?,
         temperature: number(body, "temperature")?,
         top_p: number(body, "top_p")?,
-        tools: read_tools(body.get("tools"))?,
+        tools: read_tools(body.get("tools"), read_tool)?,
         tool_choice: read_tool_choice(body.get("tool_choice"))?,
         parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
         ..Conversation::default()
@@ -160,16 +160,6 @@ fn push_text(conversation: &mut Conversation, role: Role, text: &str) {
     }
 }
 
-fn read_tools(tools: Option<&Value>) -> Result<Vec<Tool>, Untranslatable> {
-    let Some(tools) = tools.filter(|t| !t.is_null()) else {
-        return Ok(Vec::new());
-    };
-    let tools = tools
-        .as_array()
-        .ok_or_else(|| Untranslatable::new("`tools` is not a list"))?;
-    tools.iter().map(read_tool).collect()
-}
-
 /// A function tool (flat, unlike Chat's). Its `strict` is dropped, as the
 /// Chat reader drops `function.strict`.
 fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
@@ -182,22 +172,7 @@ fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
         }
         None => return Err(Untranslatable::new("a tool has no type")),
     }
-    Ok(Tool {
-        name: tool
-            .get("name")
-            .and_then(Value::as_str)
-            .ok_or_else(|| Untranslatable::new("a tool has no name"))?
-            .to_owned(),
-        description: tool
-            .get("description")
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        parameters: tool
-            .get("parameters")
-            .filter(|p| !p.is_null())
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-    })
+    Tool::read(tool, "parameters", no_parameters)
 }
 
 fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untranslatable> {
