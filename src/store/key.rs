@@ -127,6 +127,8 @@ impl Conversation {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn dialect(path: &str) -> &'static dyn Dialect {
@@ -246,5 +248,50 @@ mod tests {
         conversation.compact();
         assert!(conversation.0.seed.lock().unwrap().is_none());
         assert_eq!(conversation.key().cloned(), key);
+    }
+
+    fn key_of(dialect: &'static dyn Dialect, body: &Value) -> String {
+        let body = Chunks::from(Bytes::from(body.to_string()));
+        let conversation = Conversation::derived(dialect, body, None);
+        conversation.key().unwrap().as_str().to_owned()
+    }
+
+    /// Keys of conversations with no prompt-caching mark, as the guard has
+    /// always computed them: a change to what the seed leaves out must not
+    /// move them (a shared store and sticky routes outlive an upgrade).
+    #[test]
+    fn an_unmarked_conversation_keeps_its_key() {
+        use crate::dialect::anthropic::AnthropicMessages;
+        use crate::dialect::openai_chat::OpenAiChat;
+
+        let anthropic = json!({"model": "m", "system": [{"type": "text", "text": "You are an agent."}],
+            "messages": [{"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1",
+                    "content": [{"type": "text", "text": "build failed"}]},
+                {"type": "text", "text": "fix the build"}]},
+                {"role": "assistant", "content": "done"}]});
+        assert_eq!(
+            key_of(&AnthropicMessages, &anthropic),
+            "4d590e46ac64fa507a2388d2ede06d57"
+        );
+        let chat = json!({"model": "m", "messages": [
+            {"role": "system", "content": [{"type": "text", "text": "You are an agent."}]},
+            {"role": "user", "content": [{"type": "text", "text": "fix the build"}]}]});
+        assert_eq!(
+            key_of(&OpenAiChat, &chat),
+            "fded4092e1fa2d4420b82e12b141786e"
+        );
+        #[cfg(feature = "bedrock")]
+        {
+            use crate::dialect::bedrock::BedrockConverse;
+            let converse = json!({"system": [{"text": "You are an agent."}],
+                "messages": [{"role": "user", "content": [
+                    {"toolResult": {"toolUseId": "t1", "content": [{"text": "build failed"}]}},
+                    {"text": "fix the build"}]}]});
+            assert_eq!(
+                key_of(&BedrockConverse, &converse),
+                "287eb0dd19cb8b14aef26655ddfd53f0"
+            );
+        }
     }
 }
