@@ -230,29 +230,53 @@ pub(crate) struct Retarget<'a> {
     pub(crate) inject: bool,
 }
 
-/// `turn` (a message, or a system prompt's blocks) without its blocks'
-/// `cache_control` marks, for a conversation seed. Clients put a
-/// prompt-caching breakpoint on the newest user turn of every request
-/// (Anthropic's API, and OpenAI-compatible gateways that pass the mark on),
-/// so the first user turn carries one on the conversation's first request
-/// and none after; the conversation is the same.
-pub(crate) fn without_cache_marks(turn: &Value) -> Value {
+/// A prompt-caching mark, as a wire API spells it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum CacheMark {
+    /// A member of the block it marks: `cache_control` (Anthropic's API,
+    /// and OpenAI-compatible gateways that pass the mark on in content
+    /// parts).
+    Member(&'static str),
+    /// A block of its own after what it marks: Bedrock Converse's
+    /// `cachePoint`.
+    Block(&'static str),
+}
+
+/// Anthropic's `cache_control`.
+pub(crate) const CACHE_CONTROL: CacheMark = CacheMark::Member("cache_control");
+
+/// `turn` (a message, or a system prompt's blocks) without its `mark`s at
+/// any depth, for a conversation seed: a mark may sit on a block nested in
+/// another one's content (a `tool_result`'s blocks). Clients put a
+/// prompt-caching breakpoint on the newest user turn of every request, so
+/// the first user turn carries one on the conversation's first request and
+/// none after; the conversation is the same. A turn with no mark comes back
+/// as it was.
+pub(crate) fn without_cache_marks(turn: &Value, mark: CacheMark) -> Value {
     let mut turn = turn.clone();
-    for block in blocks_of(&mut turn).into_iter().flatten() {
-        if let Some(block) = block.as_object_mut() {
-            block.remove("cache_control");
-        }
-    }
+    strip_cache_marks(&mut turn, mark);
     turn
 }
 
-/// The content blocks of `turn`: the array itself (a system prompt's
-/// blocks), or a message's `content` when it is an array.
-pub(crate) fn blocks_of(turn: &mut Value) -> Option<&mut Vec<Value>> {
-    match turn {
-        Value::Array(blocks) => Some(blocks),
-        Value::Object(message) => message.get_mut("content").and_then(Value::as_array_mut),
-        _ => None,
+fn strip_cache_marks(value: &mut Value, mark: CacheMark) {
+    match value {
+        Value::Array(items) => {
+            if let CacheMark::Block(name) = mark {
+                items.retain(|item| item.get(name).is_none());
+            }
+            for item in items {
+                strip_cache_marks(item, mark);
+            }
+        }
+        Value::Object(members) => {
+            if let CacheMark::Member(name) = mark {
+                members.remove(name);
+            }
+            for member in members.values_mut() {
+                strip_cache_marks(member, mark);
+            }
+        }
+        _ => {}
     }
 }
 

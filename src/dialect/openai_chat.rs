@@ -34,6 +34,7 @@ use serde_json::{json, Value};
 use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
     type_of, without_cache_marks, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
+    CACHE_CONTROL,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -275,9 +276,9 @@ impl Dialect for OpenAiChat {
         let system: Vec<Value> = messages
             .iter()
             .filter(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
-            .map(without_cache_marks)
+            .map(|message| without_cache_marks(message, CACHE_CONTROL))
             .collect();
-        serde_json::to_vec(&(system, without_cache_marks(first_user))).ok()
+        serde_json::to_vec(&(system, without_cache_marks(first_user, CACHE_CONTROL))).ok()
     }
 
     fn stream_inspector(&self) -> Box<dyn StreamInspector> {

@@ -26,6 +26,7 @@ use super::{
     merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
     AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
     PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, StreamInspector,
+    CACHE_CONTROL,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use crate::refusal::{Provider, WireApi};
@@ -81,7 +82,10 @@ impl Dialect for AnthropicMessages {
             .iter()
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
-        let (system, first_user) = (without_cache_marks(system), without_cache_marks(first_user));
+        let (system, first_user) = (
+            without_cache_marks(system, CACHE_CONTROL),
+            without_cache_marks(first_user, CACHE_CONTROL),
+        );
         serde_json::to_vec(&(system, first_user)).ok()
     }
 

@@ -1051,3 +1051,33 @@ fn a_conversation_is_seeded_the_same_whichever_turn_carries_the_cache_mark() {
     let other = serde_json::json!({"system": system(false), "messages": [{"role": "user", "content": "another task"}]});
     assert_ne!(seed(&first), seed(&other), "the text still names it");
 }
+
+#[test]
+fn a_cache_mark_nested_in_the_first_user_turn_is_left_out_of_its_seed() {
+    // A tool_result whose content is blocks, the last of them marked.
+    let turn = |result: &str, mark: bool| {
+        let mut block = serde_json::json!({"type": "text", "text": result});
+        if mark {
+            block["cache_control"] = serde_json::json!({"type": "ephemeral"});
+        }
+        serde_json::json!({"system": "You are an agent.", "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "toolu_1",
+                "content": [{"type": "text", "text": "exit status 1"}, block]},
+            {"type": "text", "text": "fix the build"},
+        ]}]})
+    };
+    let seed = |body: &Value| AnthropicMessages.conversation_seed(body).unwrap();
+    assert_eq!(
+        seed(&turn("build failed", true)),
+        seed(&turn("build failed", false))
+    );
+    assert_ne!(
+        seed(&turn("build failed", true)),
+        seed(&turn("tests failed", true)),
+        "what the turn says still names it"
+    );
+    assert_ne!(
+        seed(&turn("build failed", false)),
+        seed(&turn("tests failed", false))
+    );
+}

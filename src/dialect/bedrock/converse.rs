@@ -17,8 +17,8 @@ use super::{
     model_segment, swap_path_model,
 };
 use crate::dialect::{
-    event_type, is_real_text, json_event, str_field, Dialect, Observation, RewriteError,
-    StreamInspector,
+    event_type, is_real_text, json_event, str_field, without_cache_marks, CacheMark, Dialect,
+    Observation, RewriteError, StreamInspector,
 };
 use crate::refusal::{Provider, WireApi};
 use crate::sse::Frame;
@@ -54,8 +54,8 @@ impl Dialect for BedrockConverse {
             .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))?;
         let system = body.get("system").unwrap_or(&Value::Null);
         let (system, first_user) = (
-            without_cache_points(system),
-            without_cache_points(first_user),
+            without_cache_marks(system, CACHE_POINT),
+            without_cache_marks(first_user, CACHE_POINT),
         );
         serde_json::to_vec(&(system, first_user)).ok()
     }
@@ -175,17 +175,8 @@ impl StreamInspector for ConverseStream {
     }
 }
 
-/// `turn` (a message, or the system prompt's blocks) without its
-/// `cachePoint` blocks: clients move a prompt-caching point to the newest
-/// user turn of every request, so the first user turn has one on the
-/// conversation's first request and none after.
-fn without_cache_points(turn: &Value) -> Value {
-    let mut turn = turn.clone();
-    if let Some(blocks) = crate::dialect::blocks_of(&mut turn) {
-        blocks.retain(|block| block.get("cachePoint").is_none());
-    }
-    turn
-}
+/// Converse's prompt-caching mark: a block of its own.
+const CACHE_POINT: CacheMark = CacheMark::Block("cachePoint");
 
 #[cfg(test)]
 mod tests {
@@ -208,6 +199,29 @@ mod tests {
         assert_eq!(seed(&first), seed(&later));
         let other = json!({"messages": [{"role": "user", "content": [{"text": "another task"}]}]});
         assert_ne!(seed(&first), seed(&other));
+    }
+
+    #[test]
+    fn a_cache_point_nested_in_the_first_user_turn_is_left_out_of_its_seed() {
+        let turn = |result: &str, point: bool| {
+            let mut content = vec![json!({"text": result})];
+            if point {
+                content.push(json!({"cachePoint": {"type": "default"}}));
+            }
+            json!({"messages": [{"role": "user", "content": [
+                {"toolResult": {"toolUseId": "t1", "content": content}},
+                {"text": "fix the build"},
+            ]}]})
+        };
+        let seed = |body: &Value| BedrockConverse.conversation_seed(body).unwrap();
+        assert_eq!(
+            seed(&turn("build failed", true)),
+            seed(&turn("build failed", false))
+        );
+        assert_ne!(
+            seed(&turn("build failed", true)),
+            seed(&turn("tests failed", true))
+        );
     }
 
     #[test]
