@@ -12,7 +12,9 @@
 #      and `refusal-guard report` on the refusal it logged;
 #   5. the Claude Code CLI headless through `refusal-guard --simulate`,
 #      installed from npm (REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 skips it on
-#      purpose, outside CI);
+#      purpose, outside CI): its first turn is rescued, its second
+#      (`--continue`) is not refused again, and a third through a fresh
+#      simulator is logged under the first turn's conversation key;
 #   6. Claude Code headless in Bedrock gateway mode (refusal-guard
 #      --bedrock-region signing for it) against a mock Bedrock that checks
 #      every signature with botocore;
@@ -160,6 +162,17 @@ PY
 step "Claude Code CLI headless through refusal-guard --simulate"
 # Set by run_claude_code when the CLI is installed; the Bedrock step uses it.
 CLAUDE=""
+# One headless turn of the CLI against URL in the step's HOME: claude_turn
+# URL NAME ARGS...; its JSON output goes to $WORK/NAME.json.
+claude_turn() {
+    local url=$1 name=$2
+    shift 2
+    HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="$url" ANTHROPIC_API_KEY=sk-ant-dummy \
+        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
+        timeout 120 "$CLAUDE" "$@" --output-format json \
+        </dev/null >"$WORK/$name.json" 2>"$WORK/$name.err" || {
+            echo "Claude Code failed:"; cat "$WORK/$name.err" "$WORK/$name.json"; exit 1; }
+}
 run_claude_code() {
     if ! npm install --prefix "$WORK/claude" --no-audit --no-fund \
             "@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION" >"$WORK/npm.log" 2>&1; then
@@ -176,11 +189,7 @@ run_claude_code() {
     fi
     start_simulated_proxy claude
     mkdir -p "$WORK/claude-home"
-    HOME="$WORK/claude-home" ANTHROPIC_BASE_URL="$SIM_URL" ANTHROPIC_API_KEY=sk-ant-dummy \
-        CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_AUTOUPDATER=1 DISABLE_TELEMETRY=1 \
-        timeout 120 "$CLAUDE" -p "Check my SSH config for weaknesses" --output-format json \
-        </dev/null >"$WORK/claude.json" 2>"$WORK/claude.err" || {
-            echo "Claude Code failed:"; cat "$WORK/claude.err" "$WORK/claude.json"; exit 1; }
+    claude_turn "$SIM_URL" claude -p "Check my SSH config for weaknesses"
     python3 - "$WORK/claude.json" <<'PY'
 import json, sys
 out = json.load(open(sys.argv[1]))
@@ -189,6 +198,36 @@ assert out["result"].startswith("Simulated answer"), out["result"]
 print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
     grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
+    # The session's second turn (--continue replays it from its transcript
+    # in the same HOME) is the same conversation: the simulator answers it,
+    # and the guard has nothing to refuse or rescue again.
+    claude_turn "$SIM_URL" claude-2 -p --continue "Now suggest a hardened sshd_config"
+    # Each request's access line is written once its response has ended.
+    for _ in $(seq 50); do
+        [ "$(grep -c 'POST /v1/messages' "$WORK/proxy-claude.err")" -ge 2 ] && break
+        sleep 0.1
+    done
+    [ "$(grep -c 'rescued(' "$WORK/proxy-claude.err")" = 1 ] || {
+        echo "the second turn was rescued again:"; cat "$WORK/proxy-claude.err"; exit 1; }
+    [ "$(grep -c 'POST /v1/messages 200 ok' "$WORK/proxy-claude.err")" = 1 ]
+    [ "$(wc -l <"$WORK/refusals-claude.jsonl")" = 1 ]
+    # The simulator names a conversation its own way; the guard's key is
+    # seen in a refusal's record. A fresh simulator meets the session anew
+    # and refuses its third turn once: the guard's key for it is the one it
+    # logged for the first.
+    start_simulated_proxy claude-3
+    claude_turn "$SIM_URL" claude-3 -p --continue "How do I check the hardened config?"
+    for _ in $(seq 50); do [ -s "$WORK/refusals-claude-3.jsonl" ] && break; sleep 0.1; done
+    python3 - "$WORK"/claude.json "$WORK"/claude-2.json "$WORK"/claude-3.json \
+        "$WORK/refusals-claude.jsonl" "$WORK/refusals-claude-3.jsonl" <<'PY'
+import json, sys
+turns = [json.load(open(path)) for path in sys.argv[1:4]]
+assert len({turn["session_id"] for turn in turns}) == 1, "--continue began another session"
+first, third = ([json.loads(line) for line in open(path)] for path in sys.argv[4:6])
+assert len(first) == 1 and len(third) == 1, (first, third)
+assert first[0]["conversation"] == third[0]["conversation"], (first, third)
+print("one session, one conversation key over its turns:", first[0]["conversation"])
+PY
     cat "$WORK/proxy-claude.err"
 }
 if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then
