@@ -238,7 +238,9 @@ pub(crate) enum CacheMark {
     /// parts).
     Member(&'static str),
     /// A block of its own after what it marks: Bedrock Converse's
-    /// `cachePoint`.
+    /// `cachePoint` (the only API that spells it so, built with the
+    /// `bedrock` feature).
+    #[cfg_attr(not(feature = "bedrock"), allow(dead_code))]
     Block(&'static str),
 }
 
