@@ -35,7 +35,7 @@ const FIRST_LOOK: usize = 64 * 1024;
 /// located) that a seed of `reach` reads, as a JSON object of at most
 /// `budget` bytes; `None` when it would be longer, or cannot be cut
 /// exactly (the caller then keeps the whole body). What goes into the part
-/// is measured before anything is copied, and copied once.
+/// is measured before anything is copied.
 pub(crate) fn seed_part<C: AsRef<[u8]>>(
     chunks: &[C],
     members: &[Located],
@@ -66,7 +66,7 @@ pub(crate) fn seed_part<C: AsRef<[u8]>>(
     // A turns array cut after its first user turn gets its closing
     // bracket back.
     for (_, value, cut) in kept.iter_mut().filter(|(_, _, turns)| *turns) {
-        let end = first_user_end(chunks, value.clone(), reach.is_user)?;
+        let end = first_user_end(chunks, value.clone(), reach.is_user);
         *cut = end < value.end;
         len += end - value.start + usize::from(*cut);
         value.end = end;
@@ -81,26 +81,15 @@ pub(crate) fn seed_part<C: AsRef<[u8]>>(
             part.push(b',');
         }
         part.push(b'"');
-        copy(chunks, name, &mut part);
+        part.extend_from_slice(&skim::cut(chunks, name));
         part.extend_from_slice(b"\":");
-        copy(chunks, value, &mut part);
+        part.extend_from_slice(&skim::cut(chunks, value));
         if cut {
             part.push(b']');
         }
     }
     part.push(b'}');
     Some(part)
-}
-
-/// Appends the bytes of `chunks` in `range` to `out`.
-fn copy<C: AsRef<[u8]>>(chunks: &[C], range: Range<usize>, out: &mut Vec<u8>) {
-    let mut start = 0;
-    for chunk in chunks.iter().map(AsRef::as_ref) {
-        let (from, to) = (start, start + chunk.len());
-        start = to;
-        let (a, b) = (range.start.clamp(from, to), range.end.clamp(from, to));
-        out.extend_from_slice(&chunk[a - from..b - from]);
-    }
 }
 
 /// Where the turns array at `value` may be cut: after its first user
@@ -110,17 +99,17 @@ fn first_user_end<C: AsRef<[u8]>>(
     chunks: &[C],
     value: Range<usize>,
     is_user: fn(Option<&str>) -> bool,
-) -> Option<usize> {
+) -> usize {
     let mut look = FIRST_LOOK;
     loop {
         let end = value.end.min(value.start.saturating_add(look));
         let prefix = skim::cut(chunks, value.start..end);
         if prefix.first() != Some(&b'[') {
-            return Some(value.end);
+            return value.end;
         }
         match through_first_user(&prefix, is_user) {
-            Some(through) => return Some(value.start + through),
-            None if end == value.end => return Some(value.end),
+            Some(through) => return value.start + through,
+            None if end == value.end => return value.end,
             None => look = look.saturating_mul(4),
         }
     }
