@@ -101,6 +101,15 @@ pub(crate) fn no_parameters() -> Value {
 }
 
 fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untranslatable> {
+    read_openai_tool_choice(choice, |named| named["function"]["name"].as_str())
+}
+
+/// An OpenAI `tool_choice`: a mode, or a named function whose name
+/// `name_of` finds (Chat nests it under `function`, Responses does not).
+pub(crate) fn read_openai_tool_choice(
+    choice: Option<&Value>,
+    name_of: fn(&Value) -> Option<&str>,
+) -> Result<Option<ToolChoice>, Untranslatable> {
     Ok(match choice {
         None | Some(Value::Null) => None,
         Some(Value::String(mode)) => Some(match mode.as_str() {
@@ -109,7 +118,7 @@ fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untran
             "none" => ToolChoice::None,
             _ => return Err(Untranslatable::new("`tool_choice` has an unknown mode")),
         }),
-        Some(named) => match named["function"]["name"].as_str() {
+        Some(named) => match name_of(named) {
             Some(name) if named["type"] == "function" => Some(ToolChoice::Named(name.to_owned())),
             _ => return Err(Untranslatable::new("`tool_choice` has no translation")),
         },

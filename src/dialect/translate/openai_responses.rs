@@ -25,7 +25,7 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::openai_chat::{created, no_parameters, refusal_text};
+use super::openai_chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
 use super::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Conversation,
     Event, ImageSource, Part, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
@@ -176,19 +176,7 @@ fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
 }
 
 fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untranslatable> {
-    Ok(match choice {
-        None | Some(Value::Null) => None,
-        Some(Value::String(mode)) => Some(match mode.as_str() {
-            "auto" => ToolChoice::Auto,
-            "required" => ToolChoice::Any,
-            "none" => ToolChoice::None,
-            _ => return Err(Untranslatable::new("`tool_choice` has an unknown mode")),
-        }),
-        Some(named) => match named["name"].as_str() {
-            Some(name) if named["type"] == "function" => Some(ToolChoice::Named(name.to_owned())),
-            _ => return Err(Untranslatable::new("`tool_choice` has no translation")),
-        },
-    })
+    read_openai_tool_choice(choice, |named| named["name"].as_str())
 }
 
 fn read_item(item: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
