@@ -54,6 +54,26 @@ fn sse_of(events: &[(Option<&str>, Value)]) -> Bytes {
 }
 
 /// The translated stream of `input` fed in the given chunks.
+/// A streamed Anthropic empty refusal (category `cyber`, explanation
+/// "Declined.").
+fn anthropic_refusal_stream() -> Bytes {
+    sse_of(&[
+        (
+            Some("message_start"),
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "model": "claude-opus-4-7", "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 11, "output_tokens": 1}}}),
+        ),
+        (
+            Some("message_delta"),
+            json!({"type": "message_delta", "delta": {"stop_reason": "refusal",
+            "stop_details": {"type": "refusal", "category": "cyber", "explanation": "Declined."}},
+            "usage": {"output_tokens": 1}}),
+        ),
+        (Some("message_stop"), json!({"type": "message_stop"})),
+    ])
+}
+
 fn translate_chunks(from: WireApi, to: WireApi, chunks: &[Bytes]) -> Result<Bytes, Untranslatable> {
     let mut translator = StreamTranslator::new(from, to, true)?;
     let mut out = BytesMut::new();
@@ -825,21 +845,7 @@ fn an_anthropic_stream_becomes_a_chat_stream_at_every_split() {
 
 #[test]
 fn an_anthropic_refusal_stream_becomes_a_chat_content_filter() {
-    let empty = sse_of(&[
-        (
-            Some("message_start"),
-            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
-            "role": "assistant", "model": "claude-opus-4-7", "content": [], "stop_reason": null,
-            "usage": {"input_tokens": 11, "output_tokens": 1}}}),
-        ),
-        (
-            Some("message_delta"),
-            json!({"type": "message_delta", "delta": {"stop_reason": "refusal",
-            "stop_details": {"type": "refusal", "category": "cyber", "explanation": "Declined."}},
-            "usage": {"output_tokens": 1}}),
-        ),
-        (Some("message_stop"), json!({"type": "message_stop"})),
-    ]);
+    let empty = anthropic_refusal_stream();
     let translated = translate_stream(Anthropic, Chat, &empty);
     let events = normalise(&translated);
     assert_eq!(

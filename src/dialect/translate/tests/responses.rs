@@ -606,21 +606,7 @@ fn a_chat_stream_becomes_a_responses_stream_at_every_split() {
 
 #[test]
 fn a_refusal_stream_becomes_a_refusal_part_the_guard_judges() {
-    let refused = sse_of(&[
-        (
-            Some("message_start"),
-            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
-            "role": "assistant", "model": "claude-opus-4-7", "content": [], "stop_reason": null,
-            "usage": {"input_tokens": 11, "output_tokens": 1}}}),
-        ),
-        (
-            Some("message_delta"),
-            json!({"type": "message_delta", "delta": {"stop_reason": "refusal",
-            "stop_details": {"type": "refusal", "category": "cyber", "explanation": "Declined."}},
-            "usage": {"output_tokens": 1}}),
-        ),
-        (Some("message_stop"), json!({"type": "message_stop"})),
-    ]);
+    let refused = anthropic_refusal_stream();
     let translated = translate_stream(Anthropic, Responses, &refused);
     let events = responses_events(&translated);
     assert_eq!(
