@@ -2,7 +2,7 @@
 //!
 //! `cargo bench --bench layer`. Each group has a `bare` baseline (the mock
 //! inner service alone), the same traffic through `RefusalGuard`, and through
-//! it with the opt-in text detector on; the README reports the ratios.
+//! it with the opt-in text detector on; `docs/speed.md` reports the ratios.
 //! `long_stream` is the framing and judging of a long stream (its throughput
 //! is the answer's bytes); `request_400kb` an agent-sized request (a long
 //! history and tool definitions) answered at once with a short stream, its

@@ -167,13 +167,13 @@ fn trained_without(set: &str) -> TextClassifier {
 
 /// Leave-one-model-out: each file is scored by the rules plus a classifier
 /// trained without it (its threshold also chosen without it). These are
-/// the figures the README's table reports; the rules themselves were
+/// the figures the table of `docs/text-detection.md` reports; the rules themselves were
 /// written while reading all three files, so only the classifier's part is
 /// truly held out.
 #[test]
 fn held_out_precision_and_recall() {
     // Floors at the figures measured when the weights were trained
-    // (README, "Measured quality"): precision 1.000 / 0.987 / 0.970,
+    // (`docs/text-detection.md`, "Measured quality"): precision 1.000 / 0.987 / 0.970,
     // recall 0.943 / 0.987 / 0.653.
     let floors = [
         ("gpt4", 1.0, 0.943),
