@@ -164,3 +164,38 @@ pub use layer::RefusalGuardLayer;
 pub use refusal::{Outcome, Refusal, RefusalHandle};
 pub use replay::ReplayBody;
 pub use service::RefusalGuard;
+
+/// The pages of the README, `CHANGELOG.md` and `docs/`, so that their Rust
+/// examples compile (and, unless `no_run`, run) as doc tests: `cargo test
+/// --all-features --doc`. Each page is included under the features its
+/// examples use. rustdoc reads a code block without a language as Rust, so
+/// every other block names its own (`sh`, `text`, `json`, `python`).
+#[cfg(doctest)]
+mod pages {
+    #[cfg(feature = "reqwest")]
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../CHANGELOG.md")]
+    struct Changelog;
+    #[cfg(feature = "bedrock")]
+    #[doc = include_str!("../docs/bedrock.md")]
+    struct Bedrock;
+    #[doc = include_str!("../docs/design.md")]
+    struct Design;
+    #[doc = include_str!("../docs/layer.md")]
+    struct Layer;
+    #[cfg(feature = "redis")]
+    #[doc = include_str!("../docs/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../docs/providers.md")]
+    struct Providers;
+    #[cfg(feature = "proxy")]
+    #[doc = include_str!("../docs/proxy.md")]
+    struct Proxy;
+    #[doc = include_str!("../docs/speed.md")]
+    struct Speed;
+    #[doc = include_str!("../docs/testing.md")]
+    struct Testing;
+    #[doc = include_str!("../docs/text-detection.md")]
+    struct TextDetection;
+}
