@@ -204,6 +204,11 @@ pub enum DeadReason {
     /// stop at all, so nothing was tried; it is recorded so that it is
     /// seen.
     UnknownStop,
+    /// The refusal's category is no safety decline (a copyright stop,
+    /// [`RECITATION_CATEGORY`]): the rescue, whose note tells the model a
+    /// safety classifier stopped it, was not sent, and no fallback served.
+    /// See `recovery::category::CategoryKind`.
+    NotSafety,
     /// A fallback chain entry named a provider (`openai:gpt-5`) no endpoint
     /// was configured for, so nothing was sent there.
     NoEndpoint,
@@ -234,6 +239,7 @@ impl DeadReason {
             DeadReason::ClientGone => "client_gone",
             DeadReason::StructuredOutput => "structured_output",
             DeadReason::UnknownStop => "unknown_stop",
+            DeadReason::NotSafety => "not_safety",
             DeadReason::NoEndpoint => "no_endpoint",
             DeadReason::Untranslatable => "untranslatable",
         }
@@ -1120,6 +1126,32 @@ impl std::error::Error for Refusal {}
 /// assert_eq!(refusal_guard::refusal::GUARDRAIL_CATEGORY, "guardrail_intervened");
 /// ```
 pub const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
+
+/// The category of a copyright stop: the provider cut the output because it
+/// may reproduce a source (Gemini and Vertex AI `finishReason` `RECITATION`
+/// and `IMAGE_RECITATION`; Azure OpenAI's protected material filters). The
+/// dialects record every such stop under this one word.
+///
+/// It is no safety decline, so the default recovery tries the fallback
+/// chain but no rescue, whose note tells the model a safety classifier
+/// stopped it (see `recovery::category::CategoryKind`).
+///
+/// ```
+/// assert_eq!(refusal_guard::refusal::RECITATION_CATEGORY, "recitation");
+/// ```
+pub const RECITATION_CATEGORY: &str = "recitation";
+
+/// The category of a refusal by Model Armor, the screening an operator
+/// configures for Gemini on Vertex AI (`finishReason` and
+/// `promptFeedback.blockReason` `MODEL_ARMOR`), in the provider's words.
+///
+/// Like [`GUARDRAIL_CATEGORY`], it is the operator's own content policy: the
+/// default recovery stops on it.
+///
+/// ```
+/// assert_eq!(refusal_guard::refusal::MODEL_ARMOR_CATEGORY, "MODEL_ARMOR");
+/// ```
+pub const MODEL_ARMOR_CATEGORY: &str = "MODEL_ARMOR";
 
 /// In the response extensions when sticky fallback routing
 /// ([`sticky_fallback`](crate::RefusalGuardLayer::sticky_fallback)) sent a

@@ -12,16 +12,27 @@
 //! - A **category** is the provider's word, as it arrives: `cyber`, `bio`,
 //!   `frontier_llm`, `reasoning_extraction` (Anthropic), `content_filter`
 //!   (OpenAI, Azure), `SAFETY`, `PROHIBITED_CONTENT` (Gemini),
-//!   `text_refusal` (prose refusals). Names match **without regard to ASCII
+//!   `text_refusal` (prose refusals); or the crate's own word for a kind of
+//!   stop several providers name differently: `recitation`. Names match **without regard to ASCII
 //!   case**, because providers spell them in different cases (`SAFETY` and
 //!   `safety` are the same category); two entries for the same name in any
 //!   case are an error. `*` names every category without an entry of its
 //!   own, and refusals that name no category. Without `*`, those take the
 //!   default steps, `fallback,rescue` (what the guard does without a policy).
-//! - One category is the exception: `guardrail_intervened`, the operator's
-//!   own Amazon Bedrock guardrail ([`GUARDRAIL_CATEGORY`]), stops unless it
-//!   has an entry of its own; neither `*` nor the default steps work around
-//!   a content policy the operator configured.
+//! - What a category is ([`CategoryKind`]) decides the steps of one
+//!   without an entry of its own. Most are safety declines and take `*`'s
+//!   steps (else the default). Two kinds are exceptions, each with its own
+//!   entry still the first word:
+//!   - **not safety**: `recitation` ([`RECITATION_CATEGORY`], a copyright
+//!     stop) takes `*`'s steps (else the default) *less the rescue*, whose
+//!     note tells the model a safety classifier stopped it; when nothing
+//!     else recovers it is dead with reason `not_safety`;
+//!   - **the operator's policy**: `guardrail_intervened` (an Amazon Bedrock
+//!     guardrail, [`GUARDRAIL_CATEGORY`]) and `MODEL_ARMOR` (Vertex AI's
+//!     Model Armor, [`MODEL_ARMOR_CATEGORY`]) stop; neither `*` nor the
+//!     default steps work around a content policy the operator configured.
+//!
+//!   [`CategoryPolicy::treat`] changes what a category is, in code.
 //! - A **step** is one of [`Step`]'s words: `retarget`, `fallback`, `rescue`,
 //!   `stop`, tried in the order given, each at most once per refusal.
 //!   `stop` stands alone.
@@ -36,6 +47,10 @@
 //! assert_eq!(policy.steps_for(Some("CYBER")), [Step::Fallback, Step::Rescue]);
 //! assert_eq!(policy.steps_for(Some("SAFETY")), [Step::Fallback]);
 //! assert_eq!(policy.steps_for(None), [Step::Fallback]);
+//! // Not safety: `*` less the rescue. The operator's guardrail: stop.
+//! let default = CategoryPolicy::new();
+//! assert_eq!(default.steps_for(Some("recitation")), [Step::Fallback]);
+//! assert_eq!(default.steps_for(Some("guardrail_intervened")), [Step::Stop]);
 //!
 //! let error = "bio=stop;cyber=fallback,explode".parse::<CategoryPolicy>().unwrap_err();
 //! assert!(error.to_string().contains("explode"));
@@ -45,7 +60,53 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::refusal::GUARDRAIL_CATEGORY;
+use crate::refusal::{GUARDRAIL_CATEGORY, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY};
+
+/// What a refusal category is: it decides the steps a category without an
+/// entry of its own takes, and whether a rescue note, which speaks of a
+/// safety classifier, fits it.
+///
+/// ```
+/// use refusal_guard::recovery::category::{CategoryKind, CategoryPolicy};
+///
+/// let policy = CategoryPolicy::new();
+/// assert_eq!(policy.kind_of(Some("cyber")), CategoryKind::Safety);
+/// assert_eq!(policy.kind_of(Some("recitation")), CategoryKind::NotSafety);
+/// assert_eq!(policy.kind_of(Some("MODEL_ARMOR")), CategoryKind::OperatorPolicy);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CategoryKind {
+    /// A safety decline (every category the crate does not know otherwise):
+    /// `*`'s steps, else the default ones.
+    Safety,
+    /// A stop that is no safety decline, such as a copyright stop
+    /// (`recitation`): `*`'s steps, else the default ones, less the rescue,
+    /// whose note would tell the model a safety classifier stopped it.
+    /// Dead with [`DeadReason::NotSafety`](crate::refusal::DeadReason::NotSafety)
+    /// when the rescue was left out and nothing else recovered.
+    NotSafety,
+    /// The operator's own content policy (an Amazon Bedrock guardrail,
+    /// Vertex AI's Model Armor): stop. The guard does not work around a
+    /// policy its operator configured.
+    OperatorPolicy,
+}
+
+/// What the crate knows each category it names to be; every other one is a
+/// safety decline.
+const KNOWN_KINDS: &[(&str, CategoryKind)] = &[
+    (RECITATION_CATEGORY, CategoryKind::NotSafety),
+    (GUARDRAIL_CATEGORY, CategoryKind::OperatorPolicy),
+    (MODEL_ARMOR_CATEGORY, CategoryKind::OperatorPolicy),
+];
+
+/// The steps a category takes, and whether the rescue was left out of them
+/// because the category is not safety.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) steps: Vec<Step>,
+    pub(crate) rescue_withheld: bool,
+}
 
 /// One step a category may take after an empty refusal.
 ///
@@ -156,11 +217,14 @@ impl fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
-/// The steps each refusal category may take, and in which order.
+/// The steps each refusal category may take, and in which order, and what
+/// each category is ([`CategoryKind`]).
 ///
-/// The default (no entry at all) gives every category the default steps,
-/// `fallback,rescue`: the whole ladder, as without a policy. See the
-/// [module docs](self) for the syntax and case handling.
+/// The default (no entry at all) gives every safety category the default
+/// steps, `fallback,rescue`: the whole ladder, as without a policy; a
+/// category that is not safety the same less the rescue; the operator's
+/// own policy `stop`. See the [module docs](self) for the syntax and case
+/// handling.
 ///
 /// ```
 /// use refusal_guard::recovery::category::{CategoryPolicy, Step};
@@ -176,6 +240,8 @@ impl std::error::Error for PolicyError {}
 pub struct CategoryPolicy {
     /// Entries in the order given, `*` among them.
     entries: Vec<(String, Vec<Step>)>,
+    /// What a category is, where set in code (else [`KNOWN_KINDS`]).
+    kinds: Vec<(String, CategoryKind)>,
 }
 
 impl CategoryPolicy {
@@ -211,32 +277,96 @@ impl CategoryPolicy {
         self
     }
 
-    /// The steps a refusal of `category` takes: its entry, else `*`'s, else
-    /// [`DEFAULT_STEPS`](Self::DEFAULT_STEPS). A refusal without a
-    /// category takes `*`'s. An operator's guardrail
-    /// ([`GUARDRAIL_CATEGORY`]) without an entry of its own stops.
+    /// Makes `category` a category of this kind (replacing what the crate or
+    /// an earlier call said of it, in any case): what it takes without an
+    /// entry of its own follows from its kind.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::category::{CategoryKind, CategoryPolicy, Step};
+    ///
+    /// // SPII is a data-protection stop, not a harm: fall back, no note.
+    /// let policy = CategoryPolicy::new()
+    ///     .treat("SPII", CategoryKind::NotSafety)
+    ///     .treat("recitation", CategoryKind::Safety);
+    /// assert_eq!(policy.steps_for(Some("SPII")), [Step::Fallback]);
+    /// assert_eq!(policy.steps_for(Some("recitation")), [Step::Fallback, Step::Rescue]);
+    /// ```
+    pub fn treat(mut self, category: impl Into<String>, kind: CategoryKind) -> Self {
+        let category = category.into();
+        let known = self
+            .kinds
+            .iter()
+            .position(|(name, _)| name.eq_ignore_ascii_case(&category));
+        match known {
+            Some(at) => self.kinds[at].1 = kind,
+            None => self.kinds.push((category, kind)),
+        }
+        self
+    }
+
+    /// What `category` is: as set with [`treat`](Self::treat), else what
+    /// the crate knows it to be, else a safety decline (a refusal without
+    /// a category too).
+    pub fn kind_of(&self, category: Option<&str>) -> CategoryKind {
+        let Some(category) = category else {
+            return CategoryKind::Safety;
+        };
+        let set = self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind));
+        set.chain(KNOWN_KINDS.iter().copied())
+            .find(|(name, _)| name.eq_ignore_ascii_case(category))
+            .map_or(CategoryKind::Safety, |(_, kind)| kind)
+    }
+
+    /// The steps a refusal of `category` takes: its entry, else what its
+    /// [kind](Self::kind_of) gives it: `*`'s steps, else
+    /// [`DEFAULT_STEPS`](Self::DEFAULT_STEPS) (without the rescue for a
+    /// category that is not safety), or `stop` for the operator's own
+    /// policy. A refusal without a category takes `*`'s.
     ///
     /// ```
     /// use refusal_guard::recovery::category::{CategoryPolicy, Step};
     ///
-    /// let policy: CategoryPolicy = "*=fallback".parse()?;
+    /// let policy: CategoryPolicy = "*=retarget,fallback,rescue".parse()?;
     /// assert_eq!(policy.steps_for(Some("guardrail_intervened")), [Step::Stop]);
-    /// let opted_in: CategoryPolicy = "guardrail_intervened=fallback".parse()?;
+    /// assert_eq!(policy.steps_for(Some("recitation")), [Step::Retarget, Step::Fallback]);
+    /// let opted_in: CategoryPolicy = "guardrail_intervened=fallback;recitation=fallback,rescue".parse()?;
     /// assert_eq!(opted_in.steps_for(Some("guardrail_intervened")), [Step::Fallback]);
+    /// assert_eq!(opted_in.steps_for(Some("recitation")), [Step::Fallback, Step::Rescue]);
     /// # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
     /// ```
-    pub fn steps_for(&self, category: Option<&str>) -> &[Step] {
-        if let Some(at) = category.and_then(|name| self.position(name)) {
-            return &self.entries[at].1;
-        }
-        if category.is_some_and(|name| name.eq_ignore_ascii_case(GUARDRAIL_CATEGORY)) {
-            return &[Step::Stop];
-        }
-        self.position(Self::OTHERS)
-            .map_or(Self::DEFAULT_STEPS, |at| &self.entries[at].1)
+    pub fn steps_for(&self, category: Option<&str>) -> Vec<Step> {
+        self.plan(category).steps
     }
 
-    /// Whether there is no entry (every category takes the default steps).
+    /// [`steps_for`](Self::steps_for), and whether the rescue was left out
+    /// because the category is not safety.
+    pub(crate) fn plan(&self, category: Option<&str>) -> Plan {
+        let plan = |steps: &[Step], rescue_withheld| Plan {
+            steps: steps.to_vec(),
+            rescue_withheld,
+        };
+        if let Some(at) = category.and_then(|name| self.position(name)) {
+            return plan(&self.entries[at].1, false);
+        }
+        let others = self
+            .position(Self::OTHERS)
+            .map_or(Self::DEFAULT_STEPS, |at| &self.entries[at].1);
+        match self.kind_of(category) {
+            CategoryKind::OperatorPolicy => plan(&[Step::Stop], false),
+            CategoryKind::NotSafety => Plan {
+                steps: others
+                    .iter()
+                    .copied()
+                    .filter(|s| *s != Step::Rescue)
+                    .collect(),
+                rescue_withheld: others.contains(&Step::Rescue),
+            },
+            CategoryKind::Safety => plan(others, false),
+        }
+    }
+
+    /// Whether there is no entry (every category takes what its kind gives
+    /// it).
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
@@ -362,6 +492,42 @@ mod tests {
             "bio=stop;cyber=fallback,rescue;*=retarget,fallback"
         );
         assert_eq!(policy.to_string().parse::<CategoryPolicy>(), Ok(policy));
+    }
+
+    #[test]
+    fn a_categorys_kind_gives_the_steps_of_one_without_an_entry() {
+        let policy: CategoryPolicy = "*=retarget,fallback,rescue".parse().unwrap();
+        let plan = |policy: &CategoryPolicy, category| {
+            let plan = policy.plan(Some(category));
+            (plan.steps, plan.rescue_withheld)
+        };
+        let all = vec![Step::Retarget, Step::Fallback, Step::Rescue];
+        assert_eq!(plan(&policy, "SAFETY"), (all.clone(), false));
+        for copyright in ["recitation", "Recitation"] {
+            let less_rescue = vec![Step::Retarget, Step::Fallback];
+            assert_eq!(plan(&policy, copyright), (less_rescue, true));
+        }
+        for operator in ["guardrail_intervened", "model_armor"] {
+            assert_eq!(plan(&policy, operator), (vec![Step::Stop], false));
+        }
+        // Set in code, in any case, the last word kept; an entry still wins.
+        let treated = policy
+            .clone()
+            .treat("SPII", CategoryKind::OperatorPolicy)
+            .treat("spii", CategoryKind::NotSafety)
+            .treat("RECITATION", CategoryKind::Safety)
+            .category("MODEL_ARMOR", [Step::Fallback]);
+        assert_eq!(treated.kind_of(Some("Spii")), CategoryKind::NotSafety);
+        assert_eq!(plan(&treated, "SPII").1, true);
+        assert_eq!(plan(&treated, "recitation"), (all, false));
+        assert_eq!(plan(&treated, "MODEL_ARMOR"), (vec![Step::Fallback], false));
+        assert_eq!(treated.kind_of(None), CategoryKind::Safety);
+        // No rescue to leave out: nothing withheld.
+        let chain_only: CategoryPolicy = "*=fallback".parse().unwrap();
+        assert_eq!(
+            plan(&chain_only, "recitation"),
+            (vec![Step::Fallback], false)
+        );
     }
 
     #[test]

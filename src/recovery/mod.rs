@@ -458,7 +458,12 @@ impl<P: RecoveryPolicy + ?Sized> RecoveryPolicy for Arc<P> {
 
 /// The default policy: each model of the client model's fallback chain in
 /// turn, then one reframed rescue, then stop; or, per refusal category, the
-/// steps a [`CategoryPolicy`] gives it, in its order.
+/// steps a [`CategoryPolicy`] gives it, in its order. A category that is no
+/// safety decline (a copyright stop, `recitation`) climbs the chain without
+/// the rescue, whose note speaks of a safety classifier, and is dead with
+/// [`DeadReason::NotSafety`] when no hop serves; the operator's own policy
+/// (a Bedrock guardrail, Model Armor) stops (see
+/// [`CategoryKind`](category::CategoryKind)).
 ///
 /// The category of the latest refusal decides: when a fallback hop refuses
 /// with another category, that category's steps apply from then on (a step
@@ -556,6 +561,21 @@ impl Ladder {
         self
     }
 
+    /// Makes `category` a category of this kind; see
+    /// [`CategoryPolicy::treat`].
+    ///
+    /// ```
+    /// use refusal_guard::recovery::category::{CategoryKind, Step};
+    /// use refusal_guard::recovery::Ladder;
+    ///
+    /// let ladder = Ladder::new().treat("frontier_llm", CategoryKind::NotSafety);
+    /// assert_eq!(ladder.categories().steps_for(Some("frontier_llm")), [Step::Fallback]);
+    /// ```
+    pub fn treat(mut self, category: impl Into<String>, kind: category::CategoryKind) -> Self {
+        self.categories = self.categories.treat(category, kind);
+        self
+    }
+
     /// The steps a refusal of `category` takes (`*` for every category
     /// without its own), in order; see [`CategoryPolicy::category`].
     ///
@@ -604,7 +624,8 @@ impl Ladder {
 
 impl RecoveryPolicy for Ladder {
     fn next_step(&self, state: &RecoveryState<'_>) -> NextStep {
-        let steps = self.categories.steps_for(state.category());
+        let plan = self.categories.plan(state.category());
+        let steps = &plan.steps;
         let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
         for step in steps {
             match step {
@@ -623,6 +644,11 @@ impl RecoveryPolicy for Ladder {
                 Step::Stop => return NextStep::Stop(DeadReason::PolicyStop),
                 _ => {}
             }
+        }
+        // A rescue left out because its note would be untrue names the
+        // reason, as a structured-output call's skipped rescue does.
+        if plan.rescue_withheld {
+            return NextStep::Stop(DeadReason::NotSafety);
         }
         // Every step taken: why the last one failed, else why none was.
         let untried = if steps.contains(&Step::Rescue) && self.no_rescue {
@@ -748,6 +774,19 @@ mod tests {
             (Some(spec), Some("content_filter"), true, whole),
             (Some(spec), Some("PROHIBITED_CONTENT"), true, whole),
             (Some(spec), None, true, whole),
+            // Not safety: the steps less the rescue, dead for that reason;
+            // its own entry is its steps, as any category's.
+            (None, Some("recitation"), true, "fallback:sonnet fallback:haiku stop:not_safety"),
+            (Some(spec), Some("RECITATION"), true, "fallback:sonnet fallback:haiku stop:not_safety"),
+            (Some("*=rescue"), Some("recitation"), true, "stop:not_safety"),
+            (Some("*=fallback"), Some("recitation"), true,
+                "fallback:sonnet fallback:haiku stop:still_refused"),
+            (Some("recitation=fallback,rescue"), Some("recitation"), true, whole),
+            // The operator's own policy stops unless it has an entry.
+            (None, Some("MODEL_ARMOR"), true, "stop:policy_stop"),
+            (Some(spec), Some("guardrail_intervened"), true, "stop:policy_stop"),
+            (Some("MODEL_ARMOR=fallback"), Some("MODEL_ARMOR"), true,
+                "fallback:sonnet fallback:haiku stop:still_refused"),
             // Without `*`, other categories take the default steps.
             (Some(no_star), Some("bio"), true, "stop:policy_stop"),
             (Some(no_star), Some("cyber"), true, "rescue:claude-opus-4-7 stop:still_refused"),
@@ -774,6 +813,18 @@ mod tests {
         );
         let chain_only = Ladder::new().for_category("*", [Step::Fallback]);
         assert_eq!(climb(&chain_only, Some("cyber"), true), "stop:policy_stop");
+        // A rescue left out for a category that is not safety says so,
+        // chain or none, rescue on or off.
+        assert_eq!(
+            climb(&Ladder::new(), Some("recitation"), true),
+            "stop:not_safety"
+        );
+        assert_eq!(
+            climb(&off, Some("recitation"), true),
+            "fallback:sonnet stop:not_safety"
+        );
+        let treated = Ladder::new().treat("cyber", category::CategoryKind::NotSafety);
+        assert_eq!(climb(&treated, Some("cyber"), true), "stop:not_safety");
         let last_hop = Ladder::new()
             .fallback_chains(chains)
             .rescue_model(RescueModel::LastFallback);
