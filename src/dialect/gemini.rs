@@ -27,15 +27,17 @@
 //!
 //! Refusals: `promptFeedback.blockReason` (any value, even one this file does
 //! not know, and feedback that carries only a `blockReasonMessage`) is a
-//! blocked prompt; a `candidates[].finishReason` in the safety family
-//! (`SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`,
-//! `IMAGE_SAFETY`, ...) is a refusal stop reason. Categories are the
-//! provider's own words, as they came. Finish reasons that are no policy
-//! stop (`STOP`, `MAX_TOKENS`, `LANGUAGE`, `OTHER`,
-//! `MALFORMED_FUNCTION_CALL`, `UNEXPECTED_TOOL_CALL`, ...) are not refusals.
-//! One this file does not know is not either: the API's finish reasons mix
-//! policy stops with limits and tool-call faults, and a rescue would tell a
-//! model it refused when it may not have. When such a reason ends a
+//! blocked prompt. Every `candidates[].finishReason` of the current APIs is
+//! in [`FINISH_REASONS`], each with what it is: a refusal stop reason in
+//! the provider's words (`SAFETY`, `BLOCKLIST`, `PROHIBITED_CONTENT`,
+//! `SPII`, `IMAGE_SAFETY`, ...), a copyright stop recorded as `recitation`
+//! (`RECITATION`, `IMAGE_RECITATION`: no safety decline, so the default
+//! ladder falls back without the rescue note), or no refusal at all (`STOP`,
+//! `MAX_TOKENS`, `LANGUAGE`, `OTHER`, tool-call faults, a missing thought
+//! signature, a malformed response, an image not made). A reason this file
+//! does not know is not taken for a refusal either: the API's finish
+//! reasons mix policy stops with limits and faults, and a rescue would tell
+//! a model it refused when it may not have. When such a reason ends a
 //! response without output, the guard records it as it came (category, an
 //! unrecovered refusal of reason `unknown_stop`) and passes the response
 //! through.
@@ -43,47 +45,77 @@
 use http::{Method, Uri};
 use serde_json::{json, Value};
 
-use super::{count, fresh_input, is_real_text, known, str_field, Dialect, Observation};
+use super::{count, fresh_input, is_real_text, known, str_field, truncate_explanation};
 use super::{path_segments, StreamInspector};
+use super::{Dialect, Observation};
 use super::{RefusalInfo, RewriteError};
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{
+    Provider, RefusalSignal, Usage, WireApi, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY,
+};
 use crate::sse::Frame;
 
 #[derive(Debug)]
 pub(crate) struct GeminiGenerateContent;
 
-/// Finish reasons that mean the provider stopped the output for policy
-/// reasons (safety filters, recitation, blocklists, sensitive data).
-const REFUSAL_FINISH_REASONS: &[&str] = &[
-    "SAFETY",
-    "RECITATION",
-    "BLOCKLIST",
-    "PROHIBITED_CONTENT",
-    "SPII",
-    "IMAGE_SAFETY",
-    "IMAGE_PROHIBITED_CONTENT",
-    "IMAGE_RECITATION",
-    "MODEL_ARMOR",
+/// What a `finishReason` is to the guard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finish {
+    /// A refusal, recorded under this category.
+    Refusal(&'static str),
+    /// The end, a limit or a fault: no refusal.
+    NotRefusal,
+    /// A reason no current API documents.
+    Unknown,
+}
+
+/// Every finish reason of the Gemini API and of Vertex AI, and what it is:
+/// `Some(category)` for a refusal, `None` for none. Sources: the Gemini API
+/// reference `FinishReason` (googleapis `google/ai/generativelanguage/v1beta/
+/// generative_service.proto`), Vertex AI's (`google/cloud/aiplatform/v1/
+/// content.proto`: `RECITATION` "potentially contains copyright
+/// violations", `MODEL_ARMOR`), python-genai `types.FinishReason`, and the
+/// google-genai and Firebase AI Kotlin references for the two the other
+/// SDKs do not list yet (`MISSING_THOUGHT_SIGNATURE`, "request has at least
+/// one thought signature missing"; `MALFORMED_RESPONSE`, which the API sends:
+/// python-genai issue 2937).
+pub(crate) const FINISH_REASONS: &[(&str, Option<&str>)] = &[
+    ("FINISH_REASON_UNSPECIFIED", None),
+    ("STOP", None),
+    ("MAX_TOKENS", None),
+    ("SAFETY", Some("SAFETY")),
+    // Copyright stops, one category for both.
+    ("RECITATION", Some(RECITATION_CATEGORY)),
+    ("IMAGE_RECITATION", Some(RECITATION_CATEGORY)),
+    // An unsupported language.
+    ("LANGUAGE", None),
+    // No classifier named.
+    ("OTHER", None),
+    ("BLOCKLIST", Some("BLOCKLIST")),
+    ("PROHIBITED_CONTENT", Some("PROHIBITED_CONTENT")),
+    ("SPII", Some("SPII")),
+    ("IMAGE_SAFETY", Some("IMAGE_SAFETY")),
+    ("IMAGE_PROHIBITED_CONTENT", Some("IMAGE_PROHIBITED_CONTENT")),
+    // The operator's Model Armor screening (Vertex AI).
+    ("MODEL_ARMOR", Some(MODEL_ARMOR_CATEGORY)),
+    // The model's own faults, and the request's.
+    ("MALFORMED_FUNCTION_CALL", None),
+    ("UNEXPECTED_TOOL_CALL", None),
+    ("TOO_MANY_TOOL_CALLS", None),
+    ("MISSING_THOUGHT_SIGNATURE", None),
+    ("MALFORMED_RESPONSE", None),
+    // An image asked for and not made, for no policy reason named.
+    ("IMAGE_OTHER", None),
+    ("NO_IMAGE", None),
 ];
 
-/// Finish reasons of the current API that are no policy stop: the end, a
-/// limit, a malformed or unexpected tool call, an unsupported language, an
-/// image not made, and `OTHER` (no classifier named). A reason in neither
-/// list is not taken for a refusal, and is logged as it came.
-const OTHER_FINISH_REASONS: &[&str] = &[
-    "FINISH_REASON_UNSPECIFIED",
-    "STOP",
-    "MAX_TOKENS",
-    "LANGUAGE",
-    "OTHER",
-    "MALFORMED_FUNCTION_CALL",
-    "UNEXPECTED_TOOL_CALL",
-    "TOO_MANY_TOOL_CALLS",
-    "MISSING_THOUGHT_SIGNATURE",
-    "MALFORMED_RESPONSE",
-    "IMAGE_OTHER",
-    "NO_IMAGE",
-];
+/// What `reason` is.
+pub(crate) fn finish(reason: &str) -> Finish {
+    match FINISH_REASONS.iter().find(|(known, _)| *known == reason) {
+        Some((_, Some(category))) => Finish::Refusal(category),
+        Some((_, None)) => Finish::NotRefusal,
+        None => Finish::Unknown,
+    }
+}
 
 /// The two chat methods.
 const GENERATE: &str = "generateContent";
@@ -225,6 +257,41 @@ fn prompt_block(chunk: &Value) -> Option<RefusalInfo> {
     })
 }
 
+/// A refusal finish of `category`: the provider's message explains it, else
+/// what the candidate says caused it: the sources a copyright stop cites,
+/// the ratings that blocked any other.
+fn finish_refusal(candidate: &Value, category: &str) -> RefusalInfo {
+    let cause = || match category {
+        RECITATION_CATEGORY => cited_sources(candidate.get("citationMetadata")),
+        _ => blocking_ratings(candidate.get("safetyRatings")),
+    };
+    let explanation = str_field(candidate, "finishMessage").or_else(cause);
+    RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: Some(category.to_owned()),
+        explanation: explanation.map(|e| truncate_explanation(&e)),
+        ..RefusalInfo::default()
+    }
+}
+
+/// The sources a candidate's `citationMetadata` names, once each, as
+/// `cites: URI, URI`: `citationSources` on the Gemini API, `citations` on
+/// Vertex AI, each with a `uri` (Vertex may give a `title` instead).
+fn cited_sources(metadata: Option<&Value>) -> Option<String> {
+    let metadata = metadata?;
+    let mut named: Vec<String> = Vec::new();
+    for key in ["citationSources", "citations"] {
+        let sources = metadata.get(key).and_then(Value::as_array);
+        for source in sources.into_iter().flatten() {
+            let name = str_field(source, "uri").or_else(|| str_field(source, "title"));
+            if let Some(name) = name.filter(|n| !n.is_empty() && !named.contains(n)) {
+                named.push(name);
+            }
+        }
+    }
+    (!named.is_empty()).then(|| format!("cites: {}", named.join(", ")))
+}
+
 /// What one `GenerateContentResponse` (a whole body or one stream chunk)
 /// shows. Output in a candidate comes before its finish reason.
 fn inspect_chunk(chunk: &Value) -> Observation {
@@ -263,24 +330,16 @@ fn inspect_chunk(chunk: &Value) -> Observation {
         let Some(reason) = str_field(candidate, "finishReason") else {
             continue;
         };
-        if !REFUSAL_FINISH_REASONS.contains(&reason.as_str()) {
-            if !OTHER_FINISH_REASONS.contains(&reason.as_str()) {
+        match finish(&reason) {
+            Finish::Refusal(category) => seen.refusal = Some(finish_refusal(candidate, category)),
+            Finish::NotRefusal => {}
+            Finish::Unknown => {
                 tracing::warn!(
                     finish_reason = %reason,
                     "a Gemini finish reason the guard does not know; not taken for a refusal"
                 );
                 seen.unknown_stop.get_or_insert(reason);
             }
-        } else {
-            seen.refusal = Some(RefusalInfo {
-                signal: Some(RefusalSignal::StopReason),
-                explanation: str_field(candidate, "finishMessage")
-                    .or_else(|| blocking_ratings(candidate.get("safetyRatings"))),
-                category: Some(reason),
-                credit_token: None,
-                usage: None,
-                ..RefusalInfo::default()
-            });
         }
     }
     // Every chunk reports usage; only a refusal's is read.
@@ -641,7 +700,7 @@ mod usage_tests {
         assert!(seen.real_output);
         assert_eq!(
             seen.refusal.unwrap().category.as_deref(),
-            Some("RECITATION")
+            Some("recitation")
         );
         assert_eq!(seen.model.as_deref(), Some("gemini-2.5-pro"));
     }
@@ -754,7 +813,7 @@ mod usage_tests {
     }
 
     #[test]
-    fn every_block_and_policy_finish_of_the_current_api_is_a_refusal_and_no_other() {
+    fn every_block_reason_is_a_refusal_recorded_as_it_came() {
         for reason in [
             "SAFETY",
             "OTHER",
@@ -770,30 +829,90 @@ mod usage_tests {
             assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
             assert_eq!(info.category.as_deref(), Some(reason), "kept as it came");
         }
-        for reason in [
-            "SAFETY",
-            "RECITATION",
-            "BLOCKLIST",
-            "PROHIBITED_CONTENT",
-            "SPII",
-            "IMAGE_SAFETY",
-            "MODEL_ARMOR",
-            "IMAGE_PROHIBITED_CONTENT",
-            "IMAGE_RECITATION",
-        ] {
+    }
+
+    /// Each finish reason of the current APIs by what it is, written out
+    /// here apart from the table, so that a reason moved in the table fails.
+    #[test]
+    fn every_finish_reason_of_the_current_apis_is_a_refusal_a_copyright_stop_or_none() {
+        let refusals = [
+            ("SAFETY", "SAFETY"),
+            ("BLOCKLIST", "BLOCKLIST"),
+            ("PROHIBITED_CONTENT", "PROHIBITED_CONTENT"),
+            ("SPII", "SPII"),
+            ("IMAGE_SAFETY", "IMAGE_SAFETY"),
+            ("IMAGE_PROHIBITED_CONTENT", "IMAGE_PROHIBITED_CONTENT"),
+            ("MODEL_ARMOR", "MODEL_ARMOR"),
+            ("RECITATION", "recitation"),
+            ("IMAGE_RECITATION", "recitation"),
+        ];
+        let none = [
+            "FINISH_REASON_UNSPECIFIED",
+            "STOP",
+            "MAX_TOKENS",
+            "LANGUAGE",
+            "OTHER",
+            "MALFORMED_FUNCTION_CALL",
+            "UNEXPECTED_TOOL_CALL",
+            "TOO_MANY_TOOL_CALLS",
+            "MISSING_THOUGHT_SIGNATURE",
+            "MALFORMED_RESPONSE",
+            "IMAGE_OTHER",
+            "NO_IMAGE",
+        ];
+        assert_eq!(FINISH_REASONS.len(), refusals.len() + none.len());
+        for (reason, category) in refusals {
             let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
             let info = seen.refusal.expect(reason);
             assert_eq!(info.signal, Some(RefusalSignal::StopReason));
-            assert_eq!(info.category.as_deref(), Some(reason));
+            assert_eq!(info.category.as_deref(), Some(category), "{reason}");
+            assert_eq!(seen.unknown_stop, None);
         }
-        for reason in OTHER_FINISH_REASONS
-            .iter()
-            .chain(&["A_REASON_NOT_YET_PUBLISHED"])
-        {
-            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
-            assert!(seen.refusal.is_none(), "{reason}");
-            assert!(!REFUSAL_FINISH_REASONS.contains(reason), "{reason}");
+        for reason in none {
+            let seen = inspect_chunk(&chunk(json!({"content": {"role": "model", "parts": []},
+                "finishReason": reason})));
+            assert_eq!(seen.refusal, None, "{reason}");
+            assert_eq!(
+                seen.unknown_stop, None,
+                "{reason}: a known reason, not recorded"
+            );
         }
+        let unknown = inspect_chunk(&chunk(
+            json!({"finishReason": "A_REASON_NOT_YET_PUBLISHED"}),
+        ));
+        assert_eq!(unknown.refusal, None);
+        assert_eq!(
+            unknown.unknown_stop.as_deref(),
+            Some("A_REASON_NOT_YET_PUBLISHED")
+        );
+    }
+
+    #[test]
+    fn a_copyright_stop_is_explained_by_its_message_else_by_the_sources_it_cites() {
+        let gemini = json!({"finishReason": "RECITATION", "citationMetadata": {"citationSources": [
+            {"startIndex": 1, "endIndex": 9, "uri": "https://example.com/a"},
+            {"startIndex": 10, "endIndex": 20, "uri": "https://example.com/a"},
+            {"uri": "https://example.com/b", "license": "mit"}]},
+            "safetyRatings": [{"category": "HARM_CATEGORY_HARASSMENT", "probability": "HIGH"}]});
+        let info = inspect_chunk(&chunk(gemini)).refusal.unwrap();
+        assert_eq!(info.category.as_deref(), Some("recitation"));
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("cites: https://example.com/a, https://example.com/b")
+        );
+        let vertex = json!({"finishReason": "IMAGE_RECITATION", "citationMetadata": {"citations": [
+            {"title": "A Book"}, {"uri": "https://example.com/c"}]}});
+        let info = inspect_chunk(&chunk(vertex)).refusal.unwrap();
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("cites: A Book, https://example.com/c")
+        );
+        let told = json!({"finishReason": "RECITATION", "finishMessage": "Recited.",
+            "citationMetadata": {"citations": [{"uri": "https://example.com/c"}]}});
+        let info = inspect_chunk(&chunk(told)).refusal.unwrap();
+        assert_eq!(info.explanation.as_deref(), Some("Recited."));
+        let bare = inspect_chunk(&chunk(json!({"finishReason": "RECITATION"})));
+        assert_eq!(bare.refusal.unwrap().explanation, None);
     }
 
     #[test]

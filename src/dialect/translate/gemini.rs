@@ -19,7 +19,8 @@ use super::{
     Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
     WriteStream, MAX_HELD_BYTES,
 };
-use crate::refusal::Usage;
+use crate::dialect::gemini::{finish, Finish};
+use crate::refusal::{Usage, RECITATION_CATEGORY};
 use crate::sse::Frame;
 
 const API: &str = "Gemini";
@@ -30,19 +31,6 @@ const MAX_STOP_SEQUENCES: usize = 5;
 /// The signature Gemini documents for function calls in a history it did
 /// not produce.
 const FOREIGN_SIGNATURE: &str = "skip_thought_signature_validator";
-
-/// Finish reasons that are a policy stop, as the Gemini dialect reads them.
-const REFUSALS: &[&str] = &[
-    "SAFETY",
-    "RECITATION",
-    "BLOCKLIST",
-    "PROHIBITED_CONTENT",
-    "SPII",
-    "IMAGE_SAFETY",
-    "IMAGE_PROHIBITED_CONTENT",
-    "IMAGE_RECITATION",
-    "MODEL_ARMOR",
-];
 
 /// The request path for `model`, streamed as SSE or not.
 pub(crate) fn path(model: &str, stream: bool) -> String {
@@ -486,12 +474,13 @@ fn prompt_block(chunk: &Value) -> Option<Stop> {
     }))
 }
 
+/// A candidate's stop, its refusals read as the Gemini dialect reads them.
 fn read_stop(candidate: &Value, called: bool) -> Option<Stop> {
     let reason = candidate["finishReason"].as_str()?;
-    Some(match reason {
-        "MAX_TOKENS" => Stop::MaxTokens,
-        reason if REFUSALS.contains(&reason) => Stop::Refusal(RefusalStop {
-            category: Some(reason.to_owned()),
+    Some(match (reason, finish(reason)) {
+        ("MAX_TOKENS", _) => Stop::MaxTokens,
+        (_, Finish::Refusal(category)) => Stop::Refusal(RefusalStop {
+            category: Some(category.to_owned()),
             explanation: candidate["finishMessage"].as_str().map(str::to_owned),
         }),
         _ if called => Stop::ToolUse,
@@ -562,9 +551,14 @@ pub(crate) fn read_reply(body: &Value) -> Result<Reply, Untranslatable> {
     Ok(reply)
 }
 
+/// The finish reason a stop is written as: a copyright stop as one, every
+/// other refusal as `SAFETY`.
 fn finish_reason(stop: &Stop) -> (&'static str, Option<&str>) {
     match stop {
         Stop::MaxTokens => ("MAX_TOKENS", None),
+        Stop::Refusal(refusal) if refusal.category.as_deref() == Some(RECITATION_CATEGORY) => {
+            ("RECITATION", refusal.explanation.as_deref())
+        }
         Stop::Refusal(refusal) => ("SAFETY", refusal.explanation.as_deref()),
         _ => ("STOP", None),
     }
