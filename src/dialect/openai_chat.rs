@@ -10,7 +10,10 @@
 //! Refusals:
 //! - `finish_reason: "content_filter"`: the provider's filter cut the output
 //!   (signal stop reason, category `content_filter`; on Azure the
-//!   explanation names the filtered categories from `content_filter_results`).
+//!   explanation names the filtered categories from `content_filter_results`,
+//!   and when only the protected material filters, `protected_material_text`
+//!   and `protected_material_code`, cut it, it is a copyright stop recorded
+//!   as `recitation`).
 //! - A structured-outputs refusal: `delta.refusal` text in a stream,
 //!   `message.refusal` in a JSON body (signal model refusal, category
 //!   `model_refusal`, explanation the refusal text, truncated).
@@ -36,7 +39,7 @@ use super::{
     type_of, without_cache_marks, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
     CACHE_CONTROL,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, RECITATION_CATEGORY};
 use crate::sse::Frame;
 
 /// The category recorded for a refusal the model wrote in its `refusal` field.
@@ -176,16 +179,49 @@ fn has_real_content(carrier: &Value) -> bool {
     }
 }
 
-/// Azure names what it filtered in `content_filter_results`:
+/// Azure's filters for protected material (known text, code from public
+/// repositories): copyright stops, not safety declines (Azure AI Foundry
+/// "Protected material detection filter").
+const PROTECTED_MATERIAL: &[&str] = &["protected_material_text", "protected_material_code"];
+
+/// What Azure names as filtered in `content_filter_results`:
 /// `{"violence": {"filtered": true, "severity": "medium"}, ...}`.
-fn filtered_categories(choice: &Value) -> Option<String> {
-    let results = choice.get("content_filter_results")?.as_object()?;
-    let filtered: Vec<&str> = results
+fn filtered(choice: &Value) -> Vec<&str> {
+    let Some(results) = choice
+        .get("content_filter_results")
+        .and_then(Value::as_object)
+    else {
+        return Vec::new();
+    };
+    results
         .iter()
         .filter(|(_, r)| r.get("filtered").and_then(Value::as_bool) == Some(true))
         .map(|(name, _)| name.as_str())
-        .collect();
-    (!filtered.is_empty()).then(|| format!("filtered: {}", filtered.join(", ")))
+        .collect()
+}
+
+/// A `content_filter` stop of `choice`: a copyright stop when only the
+/// protected material filters cut the output, else the filter's own
+/// category; the explanation names what was filtered, else the refusal text.
+fn filter_stop(choice: &Value, refusal_text: Option<&str>) -> RefusalInfo {
+    let names = filtered(choice);
+    let copyright = !names.is_empty() && names.iter().all(|n| PROTECTED_MATERIAL.contains(n));
+    let category = if copyright {
+        RECITATION_CATEGORY
+    } else {
+        CONTENT_FILTER
+    };
+    let explanation = if names.is_empty() {
+        refusal_text.map(truncate_explanation)
+    } else {
+        Some(format!("filtered: {}", names.join(", ")))
+    };
+    RefusalInfo {
+        signal: Some(RefusalSignal::StopReason),
+        category: Some(category.to_owned()),
+        explanation,
+        ..RefusalInfo::default()
+    }
 }
 
 /// A Chat Completions `usage` object (a JSON body's, or a stream's last
@@ -201,17 +237,6 @@ pub(crate) fn chat_usage(usage: &Value) -> Option<Usage> {
         cache_read_tokens: cached,
         cache_write_tokens: None,
     })
-}
-
-fn filter_stop(explanation: Option<String>) -> RefusalInfo {
-    RefusalInfo {
-        signal: Some(RefusalSignal::StopReason),
-        category: Some(CONTENT_FILTER.to_owned()),
-        explanation,
-        credit_token: None,
-        usage: None,
-        ..RefusalInfo::default()
-    }
 }
 
 /// A refusal stop passed on from Claude: the endpoint names no category.
@@ -310,9 +335,7 @@ impl Dialect for OpenAiChat {
                 .filter(|t| is_real_text(t));
             let finish = choice.get("finish_reason").and_then(Value::as_str);
             if finish == Some(CONTENT_FILTER) {
-                seen.refusal = Some(filter_stop(
-                    filtered_categories(choice).or_else(|| refusal_text.map(truncate_explanation)),
-                ));
+                seen.refusal = Some(filter_stop(choice, refusal_text));
             } else if finish == Some(REFUSAL_FINISH) {
                 seen.refusal = Some(refusal_stop(refusal_text));
             } else if let Some(text) = refusal_text {
@@ -465,9 +488,7 @@ impl ChatStream {
                 continue;
             }
             if finish == CONTENT_FILTER {
-                seen.refusal = Some(filter_stop(
-                    filtered_categories(choice).or(gathered.map(|t| truncate_explanation(&t))),
-                ));
+                seen.refusal = Some(filter_stop(choice, gathered.as_deref()));
             } else if finish == REFUSAL_FINISH {
                 seen.refusal = Some(refusal_stop(gathered.as_deref()));
             } else if let Some(text) = gathered {
@@ -811,6 +832,45 @@ mod usage_tests {
             "finish_reason": "content_filter", "content_filter_results": mixed}]});
         let refusal = OpenAiChat.inspect_json(&filtered).refusal.unwrap();
         assert_eq!(refusal.explanation.as_deref(), Some("filtered: violence"));
+    }
+
+    #[test]
+    fn azures_protected_material_filters_alone_make_a_copyright_stop() {
+        let stop = |results: Value| {
+            let body = json!({"model": "gpt-4o", "choices": [{"index": 0,
+                "message": {"role": "assistant", "content": null},
+                "finish_reason": "content_filter", "content_filter_results": results}]});
+            let whole = OpenAiChat.inspect_json(&body).refusal.unwrap();
+            let streamed = chunk(
+                json!({"index": 0, "delta": {}, "finish_reason": "content_filter",
+                "content_filter_results": body["choices"][0]["content_filter_results"]}),
+            );
+            let seen = observe(&OpenAiChat, &[data(&streamed)]);
+            assert_eq!(
+                seen[0].refusal.as_ref(),
+                Some(&whole),
+                "a stream reads the same"
+            );
+            (whole.category.unwrap(), whole.explanation)
+        };
+        let code = json!({"protected_material_code": {"filtered": true, "detected": true,
+                "citation": {"URL": "https://github.com/o/r", "license": "GPL-3.0"}},
+            "protected_material_text": {"filtered": false, "detected": false},
+            "hate": {"filtered": false, "severity": "safe"}});
+        assert_eq!(
+            stop(code),
+            (
+                "recitation".to_owned(),
+                Some("filtered: protected_material_code".to_owned())
+            )
+        );
+        let text = json!({"protected_material_text": {"filtered": true, "detected": true}});
+        assert_eq!(stop(text).0, "recitation");
+        // Beside a harm it filtered, the stop is the filter's.
+        let both = json!({"protected_material_text": {"filtered": true, "detected": true},
+            "violence": {"filtered": true, "severity": "high"}});
+        assert_eq!(stop(both).0, "content_filter");
+        assert_eq!(stop(json!({})).0, "content_filter");
     }
 
     #[test]
