@@ -21,7 +21,7 @@
 use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
-use refusal_guard::refusal::{Provider, RefusalSignal, WireApi};
+use refusal_guard::refusal::{DeadReason, Provider, RefusalSignal, WireApi};
 use refusal_guard::{RefusalGuardLayer, RefusalHandle};
 use support::chunking::random_chunkings;
 use support::fixtures::{fixtures_dir, json_lines_as_sse, Framing};
@@ -67,7 +67,7 @@ fn named_verdict(file: &str) -> Verdict {
 #[rustfmt::skip]
 const VERDICTS: &[(&str, &str, Verdict)] = &[
     (G, "streaming-failure-prompt-blocked-safety.txt", blocked_prompt(Some("SAFETY"))),
-    (G, "streaming-failure-recitation-no-content.txt", partial_refusal("RECITATION")),
+    (G, "streaming-failure-recitation-no-content.txt", partial_refusal("recitation")),
     (G, "unary-failure-finish-reason-safety.json", partial_refusal("SAFETY")),
     (G, "unary-failure-finish-reason-safety.txt", partial_refusal("SAFETY")),
     // Judgement call: no blockReason, only a blockReasonMessage.
@@ -75,7 +75,7 @@ const VERDICTS: &[(&str, &str, Verdict)] = &[
     (V, "streaming-failure-finish-reason-safety.txt", partial_refusal("SAFETY")),
     (V, "streaming-failure-prompt-blocked-safety-with-message.txt", blocked_prompt(Some("SAFETY"))),
     (V, "streaming-failure-prompt-blocked-safety.txt", blocked_prompt(Some("SAFETY"))),
-    (V, "streaming-failure-recitation-no-content.txt", partial_refusal("RECITATION")),
+    (V, "streaming-failure-recitation-no-content.txt", partial_refusal("recitation")),
     // Judgement call: unknown finish reasons are not refusals.
     (V, "streaming-failure-unknown-finish-enum.txt", None),
     (V, "unary-failure-finish-reason-safety-no-content.json", empty_refusal(Some("SAFETY"))),
@@ -145,8 +145,28 @@ data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"\"}],\"role\": \
 const HAND_REFUSAL_THEN_TEXT: &[u8] = b"data: {\"candidates\": [{\"finishReason\": \"BLOCKLIST\",\"index\": 0}]}\n\n\
 data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"stray\"}],\"role\": \"model\"},\"index\": 0}]}\n\n";
 
+/// Hand-written (not recorded): an empty copyright stop. No recorded stream
+/// has one (both recorded RECITATION streams have text first).
+const HAND_EMPTY_RECITATION: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Recalling it.\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n\
+data: {\"candidates\": [{\"finishReason\": \"RECITATION\",\"citationMetadata\": {\"citationSources\": [{\"startIndex\": 0,\"endIndex\": 80,\"uri\": \"https://www.google.com/\"}]},\"index\": 0}],\"usageMetadata\": {\"promptTokenCount\": 9,\"totalTokenCount\": 9}}\r\n\r\n";
+
+/// Hand-written (not recorded): the two faults the SDKs' test data has no
+/// stream of, ending a stream without output.
+const HAND_MISSING_SIGNATURE: &[u8] = b"data: {\"candidates\": [{\"content\": {\"role\": \"model\",\"parts\": []},\"finishReason\": \"MISSING_THOUGHT_SIGNATURE\",\"index\": 0}],\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+const HAND_MALFORMED_RESPONSE: &[u8] = b"data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Weighing it.\",\"thought\": true}],\"role\": \"model\"},\"index\": 0}]}\r\n\r\n\
+data: {\"candidates\": [{\"finishReason\": \"MALFORMED_RESPONSE\",\"index\": 0}],\"modelVersion\": \"gemini-2.5-pro\"}\r\n\r\n";
+
+/// An empty copyright stop with rescue off: no rescue was ever in its
+/// steps, so it is dead for being no safety decline.
+const EMPTY_RECITATION: Verdict = Verdict::Empty(
+    Refused::by(RefusalSignal::StopReason, Some("recitation")).dead_for(DeadReason::NotSafety),
+);
+
 #[rustfmt::skip]
 const HAND_WRITTEN: &[(&str, &[u8], Verdict)] = &[
+    ("hand-written empty RECITATION stream", HAND_EMPTY_RECITATION, EMPTY_RECITATION),
+    ("hand-written MISSING_THOUGHT_SIGNATURE stream", HAND_MISSING_SIGNATURE, None),
+    ("hand-written MALFORMED_RESPONSE stream", HAND_MALFORMED_RESPONSE, None),
     ("hand-written late blockReason", HAND_LATE_BLOCK, blocked_prompt(Some("PROHIBITED_CONTENT"))),
     ("hand-written late blockReason after text", HAND_LATE_BLOCK_AFTER_TEXT, partial_block("OTHER")),
     ("hand-written empty SAFETY stream", HAND_EMPTY_SAFETY, empty_refusal(Some("SAFETY"))),

@@ -157,7 +157,7 @@ async fn partial_refusals_are_left_alone() {
                 "{G}streaming-failure-recitation-no-content.txt"
             ))),
             fixture(&format!("{G}streaming-failure-recitation-no-content.txt")),
-            "RECITATION",
+            "recitation",
         ),
         (
             unary_url("gemini-2.0-flash"),
@@ -316,6 +316,130 @@ async fn an_unknown_finish_reason_without_output_is_recorded_not_recovered() {
     let answered = ended(r#"[{"text": "Here is the answer."}]"#);
     let done = exchange(layer(), vec![Reply::sse(&answered)], stream_request("x")).await;
     done.assert_untouched(&answered);
+}
+
+/// Hand-written (not recorded): a thought, then an empty copyright stop
+/// (`reason`) citing its source, as the API's `citationMetadata` has it.
+fn empty_recitation_stream(reason: &str) -> Bytes {
+    Bytes::from(format!(
+        "data: {{\"candidates\": [{{\"content\": {{\"parts\": [{{\"text\": \"Recalling the text.\",\"thought\": true}}],\"role\": \"model\"}},\"index\": 0}}],\"modelVersion\": \"gemini-2.5-pro\"}}\r\n\r\n\
+data: {{\"candidates\": [{{\"finishReason\": \"{reason}\",\"index\": 0,\"citationMetadata\": {{\"citationSources\": [{{\"startIndex\": 0,\"endIndex\": 120,\"uri\": \"https://example.com/lyrics\"}}]}}}}],\"modelVersion\": \"gemini-2.5-pro\"}}\r\n\r\n"
+    ))
+}
+
+/// A copyright stop is no safety decline: the default ladder climbs the
+/// fallback chain with the request as the client sent it and never sends
+/// the rescue note (which would tell the model a safety classifier stopped
+/// it). Served by a hop, it is recorded `fallback`, category `recitation`.
+#[tokio::test]
+async fn a_recitation_climbs_the_chain_without_the_rescue_note() {
+    for reason in ["RECITATION", "IMAGE_RECITATION"] {
+        let original = body("Print the lyrics of that song.");
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let replies = vec![
+            Reply::sse(&empty_recitation_stream(reason)),
+            Reply::sse(&ok_stream()),
+        ];
+        let request = gemini_post(&stream_url("gemini-2.5-pro"), &original);
+        let done = exchange(layer, replies, request).await;
+        assert_eq!(done.body, ok_stream(), "{reason}");
+        let seen = done.upstream.seen();
+        assert_eq!(seen.len(), 2, "{reason}");
+        assert!(seen[1]
+            .uri
+            .path()
+            .ends_with("/models/gemini-2.5-flash:streamGenerateContent"));
+        assert_eq!(
+            seen[1].json(),
+            original,
+            "{reason}: the hop carries no note"
+        );
+        let refusal = done.refusal().expect("typed refusal");
+        assert_eq!(refusal.outcome, Outcome::Fallback);
+        assert_eq!(refusal.category.as_deref(), Some("recitation"));
+        assert_eq!(
+            refusal.explanation.as_deref(),
+            Some("cites: https://example.com/lyrics")
+        );
+        let records = done.sink.records();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].category.as_deref(), Some("recitation"));
+        let steps: Vec<_> = records[0].attempts.iter().map(|a| a.step).collect();
+        assert_eq!(steps, [AttemptStep::Original, AttemptStep::Fallback]);
+    }
+}
+
+/// When no hop serves a copyright stop, the client gets the original byte
+/// for byte, nothing carried a note, and the record says why no rescue was
+/// tried: dead with reason `not_safety`. With no chain at all nothing is
+/// sent again.
+#[tokio::test]
+async fn a_recitation_nothing_serves_is_dead_for_not_safety_without_a_note() {
+    let refused = empty_recitation_stream("RECITATION");
+    let layer = RefusalGuardLayer::new().fallback_chains(chains());
+    let replies = vec![Reply::sse(&refused), Reply::sse(&refused)];
+    let done = exchange(layer, replies, stream_request("Quote the book.")).await;
+    assert_eq!(done.body, refused, "the original, as the provider sent it");
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 2, "one hop, no rescue");
+    for request in &seen {
+        let text = String::from_utf8_lossy(&request.body).into_owned();
+        assert!(!text.contains("[refusal-guard]"), "{text}");
+    }
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::NotSafety));
+    assert_eq!(record.category.as_deref(), Some("recitation"));
+    assert_eq!(record.attempts[1].result, AttemptResult::Refused);
+    let refusal = done.refusal().expect("typed refusal");
+    assert_eq!(refusal.reason, Some(DeadReason::NotSafety));
+
+    // A whole JSON body, on a model without a chain: one request only.
+    let json = json!({"candidates": [{"content": {"role": "model", "parts": []},
+        "finishReason": "RECITATION", "index": 0}], "modelVersion": "gemini-2.0-flash"});
+    let sent = Bytes::from(json.to_string());
+    let request = gemini_post(&unary_url("gemini-2.0-flash"), &body("x"));
+    let replies = vec![Reply::Json(sent.clone())];
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    assert_eq!(done.body, sent);
+    assert_eq!(done.upstream.seen().len(), 1);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.reason, Some(DeadReason::NotSafety));
+    assert_eq!(record.category.as_deref(), Some("recitation"));
+}
+
+/// A missing thought signature and a malformed response are faults, not
+/// refusals: ending a response without output, they reach the client byte
+/// for byte, nothing is tried and nothing is recorded (unlike a reason the
+/// guard does not know, which is recorded `unknown_stop`).
+#[tokio::test]
+async fn faults_that_end_without_output_pass_through_unrecorded() {
+    for reason in [
+        "MISSING_THOUGHT_SIGNATURE",
+        "MALFORMED_RESPONSE",
+        "MALFORMED_FUNCTION_CALL",
+        "TOO_MANY_TOOL_CALLS",
+        "NO_IMAGE",
+    ] {
+        let stream = Bytes::from(format!(
+            "data: {{\"candidates\": [{{\"content\": {{\"role\": \"model\", \"parts\": []}}, \"finishReason\": \"{reason}\", \"index\": 0}}], \"usageMetadata\": {{\"promptTokenCount\": 12, \"totalTokenCount\": 12}}, \"modelVersion\": \"gemini-2.5-pro\"}}\r\n\r\n"
+        ));
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let done = exchange(layer, vec![Reply::sse(&stream)], stream_request("x")).await;
+        done.assert_untouched(&stream);
+        let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
+        assert!(handle.is_settled(), "{reason}");
+        assert_eq!(handle.get(), None, "{reason}");
+
+        let json = json!({"candidates": [{"finishReason": reason, "index": 0}]});
+        let sent = Bytes::from(json.to_string());
+        let request = gemini_post(&unary_url("gemini-2.5-pro"), &body("x"));
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let done = exchange(layer, vec![Reply::Json(sent.clone())], request).await;
+        done.assert_untouched(&sent);
+    }
 }
 
 #[tokio::test]

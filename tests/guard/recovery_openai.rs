@@ -349,6 +349,42 @@ async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
     assert_eq!(record.explanation.as_deref(), Some("filtered: violence"));
 }
 
+/// Azure's protected material filter cutting the output is a copyright
+/// stop: recorded `recitation`, it climbs the chain with no note, and with
+/// no hop to serve it is dead for `not_safety`, never rescued.
+#[tokio::test]
+async fn azures_protected_material_stop_falls_back_without_the_rescue_note() {
+    // The hand-written filter stream, its filter the protected material
+    // code one (citation and all, as Azure reports it) instead of violence.
+    let violence = r#""violence":{"filtered":true,"severity":"medium"}"#;
+    let code = r#""violence":{"filtered":false,"severity":"safe"},"protected_material_code":{"filtered":true,"detected":true,"citation":{"URL":"https://github.com/o/r","license":"GPL-3.0"}}"#;
+    let stream = String::from_utf8(fixture(AZURE_FILTERED).to_vec()).unwrap();
+    assert!(stream.contains(violence));
+    let refused = Bytes::from(stream.replace(violence, code));
+    let mut request = chat_request(true);
+    request.as_object_mut().unwrap().remove("model");
+
+    let done = fallback_hop(AZURE_URL, &request, refused.clone(), fixture(CHAT_TEXT)).await;
+    let hop = done.upstream.seen()[1].json();
+    assert_eq!(hop["messages"], request["messages"], "no note on the hop");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Fallback);
+    assert_eq!(record.category.as_deref(), Some("recitation"));
+    assert_eq!(
+        record.explanation.as_deref(),
+        Some("filtered: protected_material_code")
+    );
+
+    let url = AZURE_URL.replace("/gpt-4o/", "/gpt-4o-unchained/");
+    let replies = vec![Reply::sse(&refused)];
+    let done = exchange(RefusalGuardLayer::new(), replies, post_to(&url, &request)).await;
+    assert_eq!(done.body, refused, "the original, as sent");
+    assert_eq!(done.upstream.seen().len(), 1, "no rescue");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.reason, Some(DeadReason::NotSafety));
+    assert_eq!(record.category.as_deref(), Some("recitation"));
+}
+
 // ---------------------------------------------------------------- refused again
 
 #[tokio::test]

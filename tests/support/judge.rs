@@ -23,7 +23,8 @@ pub enum Verdict {
     Error,
     /// A provider-served fallback: no refusal to recover, but one to record.
     ServerFallback,
-    /// Nothing real was emitted: recorded dead (`rescue_off`), the typed
+    /// Nothing real was emitted: recorded dead (`rescue_off`, or the
+    /// reason [`Refused::dead`] gives), the typed
     /// [`Refusal`] in the response extensions.
     Empty(Refused),
     /// Real output came first: recorded partial, not recovered.
@@ -35,6 +36,9 @@ pub enum Verdict {
 pub struct Refused {
     pub signal: Option<RefusalSignal>,
     pub category: Option<Option<&'static str>>,
+    /// Why an empty one is dead with rescue off: `rescue_off`, unless the
+    /// category takes no rescue at all.
+    pub dead: DeadReason,
 }
 
 impl Refused {
@@ -42,6 +46,7 @@ impl Refused {
     pub const ANY: Refused = Refused {
         signal: None,
         category: None,
+        dead: DeadReason::RescueOff,
     };
 
     /// This signal and this category.
@@ -49,6 +54,7 @@ impl Refused {
         Refused {
             signal: Some(signal),
             category: Some(category),
+            dead: DeadReason::RescueOff,
         }
     }
 
@@ -57,6 +63,15 @@ impl Refused {
         Refused {
             signal: None,
             category: Some(category),
+            dead: DeadReason::RescueOff,
+        }
+    }
+
+    /// Dead for `reason` when empty.
+    pub const fn dead_for(self, reason: DeadReason) -> Refused {
+        Refused {
+            dead: reason,
+            ..self
         }
     }
 }
@@ -197,7 +212,7 @@ pub async fn judge(
     if let Verdict::Empty(_) = expected.verdict {
         assert_eq!(record.kind, Some(RefusalKind::Empty), "{name}");
         assert_eq!(record.outcome, Outcome::Dead, "{name}");
-        assert_eq!(record.reason, Some(DeadReason::RescueOff), "{name}");
+        assert_eq!(record.reason, Some(refused.dead), "{name}");
         assert_eq!(typed, Some(&refusal), "{name}: typed refusal in extensions");
     } else {
         assert_eq!(record.kind, Some(RefusalKind::Partial), "{name}");
