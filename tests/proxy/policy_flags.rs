@@ -179,6 +179,98 @@ async fn the_policy_sends_each_category_down_its_own_path() {
     }
 }
 
+// ---- a category that is not safety ---------------------------------------------
+
+const GEMINI_PRO: &str = "gemini-2.5-pro";
+const GEMINI_FLASH: &str = "gemini-2.5-flash";
+
+/// What a scripted Gemini upstream does: the original (on the client's
+/// model, no note) ends in an empty copyright stop; a hop or a rescue is
+/// answered, by the model in its path.
+fn gemini_reply(request: &RawRequest) -> Vec<Act> {
+    let path = request.path().to_owned();
+    let noted = request.json().to_string().contains("[refusal-guard]");
+    let chunk = if path.contains(&format!("/models/{GEMINI_PRO}:")) && !noted {
+        json!({"candidates": [{"content": {"role": "model", "parts": []},
+            "finishReason": "RECITATION", "index": 0}], "modelVersion": GEMINI_PRO})
+    } else {
+        let model = if noted { GEMINI_PRO } else { GEMINI_FLASH };
+        json!({"candidates": [{"content": {"role": "model",
+            "parts": [{"text": format!("answer from {model}")}]},
+            "finishReason": "STOP", "index": 0}], "modelVersion": model})
+    };
+    let body = format!("data: {chunk}\r\n\r\n");
+    vec![Act::Write(whole(200, "text/event-stream", body.as_bytes()))]
+}
+
+async fn gemini_post(base: &str) -> reqwest::Response {
+    let body = json!({"contents": [{"role": "user", "parts": [{"text": "Print the lyrics."}]}]});
+    client()
+        .post(format!(
+            "{base}/v1beta/models/{GEMINI_PRO}:streamGenerateContent?alt=sse"
+        ))
+        .header("content-type", "application/json")
+        .header("x-goog-api-key", "test-key")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// A Gemini copyright stop through the proxy: by default it climbs the
+/// chain with the client's request as sent and never the rescue note; with
+/// no hop to serve it, the client gets it as sent; and `--policy` still
+/// gives the category other steps (here the rescue it would not take).
+#[tokio::test]
+async fn a_recitation_falls_back_without_the_note_unless_the_policy_says_otherwise() {
+    let upstream = RawUpstream::start(|_, request| gemini_reply(request)).await;
+    let chained = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--chain",
+        &format!("{GEMINI_PRO}={GEMINI_FLASH}"),
+    ])
+    .await;
+    let response = gemini_post(&chained).await;
+    assert_eq!(
+        response.headers()[header::RECOVERY],
+        format!("fallback; category=recitation; served-by={GEMINI_FLASH}")
+    );
+    let text = response.text().await.unwrap();
+    assert!(
+        text.contains(&format!("answer from {GEMINI_FLASH}")),
+        "{text}"
+    );
+    let seen = since(&upstream, 0);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert_eq!(seen[1], seen[0], "the hop sends the client's body, no note");
+
+    let unchained = run_proxy(&["--upstream", &upstream.url()]).await;
+    let from = upstream.requests().len();
+    let response = gemini_post(&unchained).await;
+    assert!(response.headers().get(header::RECOVERY).is_none());
+    let text = response.text().await.unwrap();
+    assert!(text.contains("\"finishReason\":\"RECITATION\""), "{text}");
+    assert_eq!(since(&upstream, from).len(), 1, "no rescue");
+
+    let opted_in = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--policy",
+        "recitation=fallback,rescue",
+    ])
+    .await;
+    let from = upstream.requests().len();
+    let response = gemini_post(&opted_in).await;
+    assert_eq!(
+        response.headers()[header::RECOVERY],
+        format!("rescued; category=recitation; served-by={GEMINI_PRO}")
+    );
+    let seen = since(&upstream, from);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[1].to_string().contains("[refusal-guard]"));
+}
+
 #[test]
 fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
     for (spec, part) in [
