@@ -87,7 +87,7 @@ pub struct Options {
     /// Client-side fallback chain for MODEL (repeatable)
     #[arg(long = "chain", env = "REFUSAL_GUARD_CHAIN", value_name = "MODEL=M1,M2", value_delimiter = ';', value_parser = chains)]
     pub chains: Vec<FallbackChains>,
-    /// Steps per refusal category, in order: retarget, fallback, rescue, stop; `*` for the rest [default: fallback,rescue for all]
+    /// Steps per refusal category, in order: retarget, fallback, rescue, stop; `*` for the rest [default: fallback,rescue; recitation (not safety) fallback only; guardrail_intervened and MODEL_ARMOR (the operator's policy) stop]
     #[arg(long, env = "REFUSAL_GUARD_POLICY", value_name = "CATEGORY=STEP,..;..", value_parser = policy)]
     pub policy: Option<CategoryPolicy>,
     /// Ask Anthropic for fallback credit and present its tokens on the next hop
