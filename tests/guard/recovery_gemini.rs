@@ -410,6 +410,39 @@ async fn a_recitation_nothing_serves_is_dead_for_not_safety_without_a_note() {
     assert_eq!(record.category.as_deref(), Some("recitation"));
 }
 
+/// Model Armor is the screening the operator configured on Vertex AI, as a
+/// Bedrock guardrail is: its block (of the prompt or of the answer) is
+/// recorded and served as sent, and no hop or rescue works around it,
+/// unless the policy names it.
+#[tokio::test]
+async fn model_armor_is_the_operators_policy_and_stops_unless_named() {
+    let finish = json!({"candidates": [{"content": {"role": "model", "parts": []},
+        "finishReason": "MODEL_ARMOR", "index": 0}]});
+    let block = json!({"promptFeedback": {"blockReason": "MODEL_ARMOR",
+        "blockReasonMessage": "Blocked by Model Armor floor settings."}});
+    let url = format!("{VERTEX}/models/gemini-2.5-pro:generateContent");
+    for blocked in [finish, block] {
+        let sent = Bytes::from(blocked.to_string());
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let replies = vec![Reply::Json(sent.clone())];
+        let done = exchange(layer, replies, gemini_post(&url, &body("x"))).await;
+        assert_eq!(done.body, sent);
+        assert_eq!(done.upstream.seen().len(), 1, "{blocked}");
+        let record = &done.sink.records()[0];
+        assert_eq!(record.outcome, Outcome::Dead);
+        assert_eq!(record.reason, Some(DeadReason::PolicyStop));
+        assert_eq!(record.category.as_deref(), Some("MODEL_ARMOR"));
+
+        let named = RefusalGuardLayer::new()
+            .fallback_chains(chains())
+            .category_policy("MODEL_ARMOR=fallback".parse().unwrap());
+        let replies = vec![Reply::Json(sent.clone()), Reply::Json(ok_json())];
+        let done = exchange(named, replies, gemini_post(&url, &body("x"))).await;
+        assert_eq!(done.body, ok_json(), "{blocked}");
+        assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+    }
+}
+
 /// A missing thought signature and a malformed response are faults, not
 /// refusals: ending a response without output, they reach the client byte
 /// for byte, nothing is tried and nothing is recorded (unlike a reason the
