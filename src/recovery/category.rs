@@ -518,7 +518,7 @@ mod tests {
             .treat("RECITATION", CategoryKind::Safety)
             .category("MODEL_ARMOR", [Step::Fallback]);
         assert_eq!(treated.kind_of(Some("Spii")), CategoryKind::NotSafety);
-        assert_eq!(plan(&treated, "SPII").1, true);
+        assert!(plan(&treated, "SPII").1);
         assert_eq!(plan(&treated, "recitation"), (all, false));
         assert_eq!(plan(&treated, "MODEL_ARMOR"), (vec![Step::Fallback], false));
         assert_eq!(treated.kind_of(None), CategoryKind::Safety);
