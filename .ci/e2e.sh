@@ -24,6 +24,8 @@
 #      at once, each refused and recovered on its own upstream
 #      (tests/e2e/test_routes.py, given the CLI of step 5), fallbacks to
 #      other providers read by each SDK (tests/e2e/test_cross_provider.py),
+#      a Gemini copyright stop served by the chain with no rescue note
+#      (tests/e2e/test_genai_sdk.py),
 #      and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.
