@@ -70,8 +70,9 @@ fn anthropic_basics() {
     let trailing_space = json!({"messages": [{"role": "user", "content": "x"},
         {"role": "assistant", "content": [{"type": "text", "text": "a "}]}]});
     assert_eq!(rule(MESSAGES, "", &claude(trailing_space)), Some("A5"));
-    let one_prefill = json!({"messages": [{"role": "user", "content": "x"},
-        {"role": "assistant", "content": "a"}]});
+    // A model that takes prefill (the Claude 4.6 generation rejects it: A15).
+    let one_prefill = json!({"model": "claude-sonnet-4-5", "messages": [
+        {"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}]});
     assert_eq!(rule(MESSAGES, "", &claude(one_prefill)), None);
 }
 
@@ -233,7 +234,8 @@ fn anthropic_tool_calls_are_answered_in_the_next_turn() {
     let answer = json!({"role": "user", "content": [
         {"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]});
     let user = json!({"role": "user", "content": "x"});
-    let messages = |list: Value| claude(json!({ "messages": list }));
+    // A model that takes a final assistant turn (A15).
+    let messages = |list: Value| claude(json!({"model": "claude-sonnet-4-5", "messages": list}));
     assert_eq!(
         rule(MESSAGES, "", &messages(json!([user, ask, answer]))),
         None
@@ -416,4 +418,61 @@ fn a_broken_request_is_answered_in_the_providers_shape() {
     assert_eq!(gemini["error"]["code"], 400);
     assert_eq!(gemini["error"]["status"], "INVALID_ARGUMENT");
     assert_eq!(broken(MESSAGES).status(), 400);
+}
+
+/// `A13`-`A15`: the keys of a `fallbacks` entry, each requested model's
+/// allowed fallback models, and the models that reject a final assistant
+/// turn unless a credit token authorises it.
+#[test]
+fn fallback_entries_allowed_models_and_prefill_by_model() {
+    let fable = |mut extra: Value| {
+        extra["model"] = json!("claude-fable-5");
+        claude(extra)
+    };
+    let entry = json!({"model": "claude-opus-4-8", "max_tokens": 9, "thinking": {"type": "adaptive"},
+        "output_config": {"effort": "high"}, "speed": "standard"});
+    let ok = fable(json!({"fallbacks": [entry]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &ok), None);
+    let extra_key = fable(json!({"fallbacks": [{"model": "claude-opus-4-8", "temperature": 0}]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &extra_key), Some("A13"));
+
+    let outside = fable(json!({"fallbacks": [{"model": "claude-sonnet-4-5"}]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &outside), Some("A14"));
+    for model in ["claude-sonnet-5", "claude-haiku-4-5-20251001"] {
+        for fallbacks in [json!("default"), json!([{"model": "claude-opus-4-8"}])] {
+            let none = claude(json!({"model": model, "fallbacks": fallbacks}));
+            assert_eq!(rule(MESSAGES, FALLBACK_BETA, &none), Some("A14"), "{model}");
+        }
+    }
+    // A model whose list the contract does not know is not checked.
+    let unknown = claude(json!({"fallbacks": [{"model": "claude-sonnet-4-5"}]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &unknown), None);
+
+    let prefill = json!([{"role": "user", "content": "x"}, {"role": "assistant", "content": "{"}]);
+    for model in [
+        "claude-fable-5",
+        "claude-opus-4-7",
+        "claude-sonnet-4-6",
+        "claude-opus-5",
+    ] {
+        let body = claude(json!({"model": model, "messages": prefill}));
+        assert_eq!(rule(MESSAGES, "", &body), Some("A15"), "{model}");
+    }
+    for model in ["claude-haiku-4-5", "claude-sonnet-4-5", "claude-x"] {
+        let body = claude(json!({"model": model, "messages": prefill}));
+        assert_eq!(rule(MESSAGES, "", &body), None, "{model}");
+    }
+    let token = json!({"token": "t", "mode": "best_effort"});
+    let authorised = fable(json!({"messages": prefill, "fallback_credit_token": token}));
+    assert_eq!(
+        rule(MESSAGES, "fallback-credit-2026-07-01", &authorised),
+        None
+    );
+    // Valid sent to every model named: a prefill names no model that rejects it.
+    let named = claude(json!({"model": "claude-sonnet-4-5", "messages": prefill,
+        "fallbacks": [{"model": "claude-opus-4-8"}]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &named), Some("A15"));
+    let takes_it = claude(json!({"model": "claude-sonnet-4-5", "messages": prefill,
+        "fallbacks": [{"model": "claude-haiku-4-5"}]}));
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &takes_it), None);
 }

@@ -29,7 +29,9 @@
 //!   continues, so the conversation never ends in two assistant turns, and a
 //!   final assistant turn's text does not end in whitespace;
 //! - `A6` `fallbacks` is `"default"` or a list of 1 to 3 objects, each with a
-//!   `model`, the models distinct and none the requested model;
+//!   `model`, the models distinct and none the requested model ("Refusals
+//!   and fallback", Naming your own fallback models; the count as the page
+//!   gives it, and as vtcode's `AnthropicFallbacks::MAX_MODELS` caps it);
 //! - `A7` `fallbacks` needs an `anthropic-beta` with
 //!   `server-side-fallback-2026-06-01` or `-07-01`; `"default"` needs
 //!   `-07-01`;
@@ -49,7 +51,20 @@
 //! - `A12` `temperature` from 0 to 1, `stop_sequences` an array of strings,
 //!   each custom tool's `name` matching `^[a-zA-Z0-9_-]{1,64}$` with an
 //!   object `input_schema`, `tool_choice.type` one of `auto`, `any`,
-//!   `tool` (with a `name`) or `none`.
+//!   `tool` (with a `name`) or `none`;
+//! - `A13` each `fallbacks` entry carries only `model`, `max_tokens`,
+//!   `thinking`, `output_config` and `speed` (anthropic-sdk-python
+//!   `types/beta/beta_fallback_param.py`: any other key is rejected at parse
+//!   time);
+//! - `A14` each `fallbacks` entry is one of the requested model's allowed
+//!   fallback models (the Models API's `allowed_fallback_models`), for the
+//!   models whose list is known; a model whose list is empty answers any
+//!   `fallbacks` with "'MODEL' does not support the `fallbacks` parameter";
+//! - `A15` a model of the Claude 4.6 generation or later (and Fable 5,
+//!   Mythos 5) rejects a request ending in an assistant turn ("This model
+//!   does not support assistant message prefill") unless it presents a
+//!   `fallback_credit_token`; a request ending in one names no such model
+//!   in `fallbacks` (it must be valid sent to every model named).
 //!
 //! OpenAI Chat Completions (`POST .../chat/completions`), also Azure OpenAI
 //! (`/openai/deployments/{deployment}/chat/completions`, model in the path).
@@ -422,6 +437,8 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
             ));
         }
         anthropic_fallbacks(fallbacks, requested.as_deref())?;
+        fallback_entry_keys(fallbacks)?;
+        allowed_fallbacks(fallbacks, requested.as_deref())?;
         let june = has("server-side-fallback-2026-06-01");
         let july = has("server-side-fallback-2026-07-01");
         if fallbacks.is_string() && !july {
@@ -481,7 +498,7 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
             }
         }
     }
-    Ok(())
+    prefill_accepted(object, requested.as_deref())
 }
 
 fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
@@ -836,6 +853,155 @@ fn anthropic_fallbacks(fallbacks: &Value, requested: Option<&str>) -> Result<(),
             ));
         }
         seen.push(model);
+    }
+    Ok(())
+}
+
+/// The keys a `fallbacks` entry may carry: the `model` and the overrides
+/// for that attempt (anthropic-sdk-python `types/beta/beta_fallback_param.py`:
+/// "Any other key is rejected at parse time"; platform docs "Refusals and
+/// fallback", Naming your own fallback models).
+const FALLBACK_ENTRY_KEYS: [&str; 5] =
+    ["model", "max_tokens", "thinking", "output_config", "speed"];
+
+/// `A13`: every `fallbacks` entry carries only [`FALLBACK_ENTRY_KEYS`].
+fn fallback_entry_keys(fallbacks: &Value) -> Result<(), Broken> {
+    let entries = fallbacks.as_array().into_iter().flatten();
+    for (i, entry) in entries.enumerate() {
+        let keys = entry.as_object().into_iter().flat_map(|e| e.keys());
+        if let Some(key) = keys
+            .into_iter()
+            .find(|k| !FALLBACK_ENTRY_KEYS.contains(&k.as_str()))
+        {
+            return Err((
+                "A13",
+                format!("fallbacks.{i}.{key}: Extra inputs are not permitted"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The published allowed fallback models (the Models API's
+/// `allowed_fallback_models`: "Model IDs this model accepts as
+/// `fallbacks[i].model` on the Messages API. An empty list means the
+/// `fallbacks` parameter is not supported for this model as primary",
+/// anthropic-sdk-python `types/beta/beta_model_info.py`) of the requested
+/// models the test upstreams know. A model not listed here is not checked.
+const ALLOWED_FALLBACKS: &[(&str, &[&str])] = &[
+    // Platform docs "Refusals and fallback": the documented chain,
+    // `claude-fable-5` with `fallbacks: [{model: "claude-opus-4-8"}]`.
+    ("claude-fable-5", &["claude-opus-4-8"]),
+    // Clients quoting `/v1/models` (Opus 5's list is `["claude-opus-4-8"]`,
+    // Sonnet 5's empty) and the API's 400 for the models without one:
+    // "'claude-sonnet-5' does not support the `fallbacks` parameter", the
+    // same for `claude-haiku-4-5-20251001`, `claude-opus-4-8` and
+    // `claude-opus-4-6`.
+    ("claude-opus-5", &["claude-opus-4-8"]),
+    ("claude-sonnet-5", &[]),
+    ("claude-opus-4-8", &[]),
+    ("claude-opus-4-6", &[]),
+    ("claude-haiku-4-5", &[]),
+];
+
+/// Whether `model` is the model `alias` names: the alias itself, or one of
+/// its dated snapshots (`claude-haiku-4-5-20251001`).
+fn names_model(model: &str, alias: &str) -> bool {
+    let dated = |rest: &str| rest.len() == 8 && rest.bytes().all(|b| b.is_ascii_digit());
+    model == alias
+        || model
+            .strip_prefix(alias)
+            .and_then(|rest| rest.strip_prefix('-'))
+            .is_some_and(dated)
+}
+
+/// `A14`: a `fallbacks` list names only the requested model's allowed
+/// fallback models ([`ALLOWED_FALLBACKS`]); a model without any rejects the
+/// parameter, `"default"` included (platform docs "Refusals and fallback":
+/// "Each entry must be one of the requested model's permitted targets").
+fn allowed_fallbacks(fallbacks: &Value, requested: Option<&str>) -> Result<(), Broken> {
+    let Some(requested) = requested else {
+        return Ok(());
+    };
+    let Some((_, allowed)) = ALLOWED_FALLBACKS
+        .iter()
+        .find(|(alias, _)| names_model(requested, alias))
+    else {
+        return Ok(());
+    };
+    if allowed.is_empty() {
+        return Err((
+            "A14",
+            format!("'{requested}' does not support the `fallbacks` parameter"),
+        ));
+    }
+    let entries = fallbacks.as_array().into_iter().flatten();
+    for (i, entry) in entries.enumerate() {
+        let model = entry.get("model").and_then(Value::as_str).unwrap_or("");
+        if !allowed.iter().any(|alias| names_model(model, alias)) {
+            return Err((
+                "A14",
+                format!("fallbacks.{i}.model: '{model}' is not an allowed fallback model for '{requested}'"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The models the test upstreams know that reject a request ending in an
+/// assistant turn: the Claude 4.6 generation and later (platform docs
+/// "Migration guide": "Prefilling assistant messages returns a 400 error on
+/// Claude 4.6 models"; "What's new in Claude 4.6", Prefill removal) and
+/// Claude Fable 5 and Mythos 5 (Fable 5 launch notes: assistant prefill is
+/// not supported and answers 400). The API's message: "This model does not
+/// support assistant message prefill. The conversation must end with a user
+/// message." (strands-agents/sdk-python#1694, agno-agi/agno#7015).
+const PREFILL_REJECTING: &[&str] = &[
+    "claude-opus-4-6",
+    "claude-sonnet-4-6",
+    "claude-opus-4-7",
+    "claude-opus-4-8",
+    "claude-opus-5",
+    "claude-sonnet-5",
+    "claude-fable-5",
+    "claude-mythos-5",
+];
+
+fn rejects_prefill(model: &str) -> bool {
+    PREFILL_REJECTING
+        .iter()
+        .any(|alias| names_model(model, alias))
+}
+
+/// `A15`: a request to a model that rejects prefill ([`PREFILL_REJECTING`])
+/// does not end in an assistant turn, unless it presents a
+/// `fallback_credit_token`, whose appended-assistant form "also authorizes
+/// that one prefill" on such a model (anthropic-sdk-python
+/// `types/beta/message_create_params.py`, `fallback_credit_token`). A
+/// request with `fallbacks` must be "valid as a direct request to every
+/// model named" (platform docs "Refusals and fallback"), so one that ends
+/// in an assistant turn names no such model there.
+fn prefill_accepted(
+    object: &serde_json::Map<String, Value>,
+    requested: Option<&str>,
+) -> Result<(), Broken> {
+    let messages = object.get("messages").and_then(Value::as_array);
+    let last = messages.and_then(|m| m.last());
+    if !last.is_some_and(|m| role(m) == Some("assistant")) {
+        return Ok(());
+    }
+    const REJECTED: &str = "This model does not support assistant message prefill. \
+                            The conversation must end with a user message.";
+    let token = object.contains_key("fallback_credit_token");
+    if !token && requested.is_some_and(rejects_prefill) {
+        return Err(("A15", REJECTED.into()));
+    }
+    let entries = object.get("fallbacks").and_then(Value::as_array);
+    for (i, entry) in entries.into_iter().flatten().enumerate() {
+        let model = entry.get("model").and_then(Value::as_str).unwrap_or("");
+        if rejects_prefill(model) {
+            return Err(("A15", format!("fallbacks.{i}.model: '{model}': {REJECTED}")));
+        }
     }
     Ok(())
 }
