@@ -315,6 +315,10 @@ pub enum AttemptStep {
     /// The refused request sent again with the retarget list as
     /// server-side fallbacks (a policy's `retarget` step).
     Retarget,
+    /// The request sent again as the client wrote it, after the provider
+    /// answered HTTP 400 to the server-side fallbacks the guard wrote into
+    /// it (the attempt before, step `original`, result `http_error`).
+    WithoutFallbacks,
 }
 
 /// How one attempt ended.
@@ -353,6 +357,7 @@ impl AttemptStep {
             AttemptStep::Fallback => "fallback",
             AttemptStep::Rescue => "rescue",
             AttemptStep::Retarget => "retarget",
+            AttemptStep::WithoutFallbacks => "without_fallbacks",
         }
     }
 }
@@ -744,10 +749,14 @@ impl Attempt {
 /// What became of an Anthropic fallback credit token a request presented,
 /// as the response's `usage.fallback_credit` said: redeemed (the retry is
 /// billed as if the conversation had been on its model all along), or not
-/// applied, with the provider's reason (`expired`, `body_mismatch`, ...).
+/// applied, with the provider's reason (`expired`, `body_mismatch`, ...)
+/// and, for `variant_fields_present`, the request fields to remove so that
+/// a corrected request redeems it (`remove_to_redeem`; the guard's next hop
+/// leaves them out).
 ///
-/// Serialises as `{"status":"redeemed"}` or
-/// `{"status":"not_applied","reason":"expired"}`.
+/// Serialises as `{"status":"redeemed"}`,
+/// `{"status":"not_applied","reason":"expired"}` or
+/// `{"status":"not_applied","reason":"variant_fields_present","remove_to_redeem":["speed"]}`.
 ///
 /// ```
 /// use refusal_guard::refusal::FallbackCredit;
@@ -759,6 +768,8 @@ impl Attempt {
 ///     r#"{"status":"not_applied","reason":"expired"}"#
 /// );
 /// assert_eq!(FallbackCredit::Redeemed.as_str(), "redeemed");
+/// let variant = FallbackCredit::not_applied("variant_fields_present").redeemable_without(["speed"]);
+/// assert_eq!(variant.remove_to_redeem(), ["speed"]);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -767,10 +778,16 @@ pub enum FallbackCredit {
     /// The credit was applied.
     Redeemed,
     /// The credit was not applied.
+    #[non_exhaustive]
     NotApplied {
         /// The provider's reason, when it gave one.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
+        /// The request fields the provider named as keeping the token from
+        /// being redeemed (`remove_to_redeem`, sent with the reason
+        /// `variant_fields_present`); empty when it named none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        remove_to_redeem: Vec<String>,
     },
 }
 
@@ -779,6 +796,35 @@ impl FallbackCredit {
     pub fn not_applied(reason: impl Into<String>) -> Self {
         FallbackCredit::NotApplied {
             reason: Some(reason.into()),
+            remove_to_redeem: Vec::new(),
+        }
+    }
+
+    /// Not applied, and redeemable by a request without these `fields`
+    /// (the provider's `remove_to_redeem`); [`Redeemed`](Self::Redeemed)
+    /// stays as it is.
+    pub fn redeemable_without<I, F>(self, fields: I) -> Self
+    where
+        I: IntoIterator<Item = F>,
+        F: Into<String>,
+    {
+        match self {
+            FallbackCredit::NotApplied { reason, .. } => FallbackCredit::NotApplied {
+                reason,
+                remove_to_redeem: fields.into_iter().map(Into::into).collect(),
+            },
+            redeemed => redeemed,
+        }
+    }
+
+    /// The request fields to remove so that the token redeems, as the
+    /// provider named them; empty when it named none.
+    pub fn remove_to_redeem(&self) -> &[String] {
+        match self {
+            FallbackCredit::NotApplied {
+                remove_to_redeem, ..
+            } => remove_to_redeem,
+            FallbackCredit::Redeemed => &[],
         }
     }
 
@@ -799,7 +845,7 @@ impl FallbackCredit {
     pub fn reason(&self) -> Option<&str> {
         match self {
             FallbackCredit::Redeemed => None,
-            FallbackCredit::NotApplied { reason } => reason.as_deref(),
+            FallbackCredit::NotApplied { reason, .. } => reason.as_deref(),
         }
     }
 }

@@ -221,13 +221,24 @@ pub(crate) struct Declined {
 pub(crate) struct RewriteError(pub(crate) &'static str);
 
 /// What a retarget writes into a request's server-side fallbacks: the
-/// operator's `models`, never the requested `own_model`; `inject` adds the
-/// list to a request that had none.
+/// operator's `models`, never the requested `own_model`, only those in
+/// `allowed` when the operator gave the requested model an allowlist;
+/// `inject` adds the list to a request that had none.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Retarget<'a> {
     pub(crate) models: &'a [String],
     pub(crate) own_model: Option<&'a str>,
     pub(crate) inject: bool,
+    pub(crate) allowed: Option<&'a [String]>,
+}
+
+/// What a retarget changed in a request, so that it can be taken back: the
+/// client's own `fallbacks`, if it sent any, and the beta value the guard
+/// added for the list, if it added one.
+#[derive(Clone, Debug)]
+pub(crate) struct ComposedFallbacks {
+    pub(crate) previous: Option<Value>,
+    pub(crate) beta: Option<&'static str>,
 }
 
 /// A prompt-caching mark, as a wire API spells it.
@@ -388,18 +399,38 @@ pub(crate) trait AnthropicFeatures: Send + Sync {
     /// its body), for when credit is off.
     fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, _body: &mut Value) {}
     /// Replaces an existing server-side `fallbacks` list, or adds one (and
-    /// whatever header enables it) when `inject` is set; never where the
-    /// platform behind `uri` has no server-side fallback, and never over the
-    /// client's `"default"`. Returns whether the body changed.
+    /// whatever header enables it) when `inject` is set, with entries the
+    /// API accepts; never where the platform behind `uri` has no server-side
+    /// fallback, and never over the client's `"default"`. What it changed,
+    /// when it changed the body.
     fn retarget_fallbacks(
         &self,
         _uri: &Uri,
         _headers: &mut HeaderMap,
         _body: &mut Value,
         _retarget: Retarget<'_>,
-    ) -> bool {
+    ) -> Option<ComposedFallbacks> {
+        None
+    }
+    /// Takes back what [`retarget_fallbacks`](Self::retarget_fallbacks)
+    /// changed: the request carries the client's own `fallbacks` again.
+    fn restore_fallbacks(
+        &self,
+        _headers: &mut HeaderMap,
+        _body: &mut Value,
+        _composed: &ComposedFallbacks,
+    ) {
+    }
+    /// Makes a request the guard aims at `model` one that model takes when
+    /// it ends in the client's assistant prefill and `model` rejects
+    /// prefill. Returns whether the body changed.
+    fn fit_prefill(&self, _body: &mut Value, _model: &str) -> bool {
         false
     }
+    /// Drops the request fields a credit token's response named as keeping
+    /// it from being redeemed (`remove_to_redeem`), before a hop presents a
+    /// token.
+    fn drop_unredeemable_fields(&self, _body: &mut Value, _fields: &[String]) {}
     /// A rewrite that marks a client-side fallback inside the served stream,
     /// the way the provider marks its own.
     fn handoff_stream(&self, _handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {

@@ -15,14 +15,15 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use crate::chunks::Chunks;
-use crate::dialect::{Dialect, RefusalInfo};
+use crate::dialect::{ComposedFallbacks, Dialect, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
 use crate::guard::reserve::Share;
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::InnerService;
 use crate::refusal::{
-    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind,
+    RefusalSignal, StickyRoute,
 };
 use crate::store::key::Conversation;
 use crate::store::StoreFuture;
@@ -307,12 +308,26 @@ pub(crate) struct Original {
     pub(crate) body: JsonBody,
     /// Whether an outbound rewrite changed the body.
     pub(crate) rewritten: bool,
+    /// The server-side fallbacks the guard wrote into the request, to take
+    /// back.
+    pub(crate) composed: Option<ComposedFallbacks>,
     /// The layer-wide pool's part for the buffered request body, given back
     /// when the call is decided.
     pub(crate) _share: Arc<Share>,
 }
 
 impl Original {
+    /// Takes back the server-side fallbacks the guard wrote, if it wrote
+    /// any, leaving the request as the client wrote it there.
+    pub(crate) fn withdraw_composed_fallbacks(&mut self, dialect: &dyn Dialect) {
+        let composed = self.composed.take();
+        if let (Some(composed), Some(features), Some(json)) =
+            (composed, dialect.anthropic(), self.body.json_mut())
+        {
+            features.restore_fallbacks(&mut self.parts.headers, json, &composed);
+        }
+    }
+
     /// The request to send: the client's bytes, or the rewritten JSON.
     pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
         match (&self.body.parsed, self.rewritten) {
@@ -327,6 +342,7 @@ impl Original {
         Some(Template {
             parts: self.parts.clone(),
             json: self.body.to_json()?,
+            composed: self.composed.clone(),
             _share: self._share.clone(),
         })
     }
@@ -337,12 +353,29 @@ impl Original {
 pub(crate) struct Template {
     pub(crate) parts: http::request::Parts,
     pub(crate) json: Value,
+    /// The server-side fallbacks the guard wrote into the original.
+    pub(crate) composed: Option<ComposedFallbacks>,
     /// The layer-wide pool's part for the buffered request body, given back
     /// when the call is decided.
     pub(crate) _share: Arc<Share>,
 }
 
 impl Template {
+    /// Aims the request at another model: the server-side fallbacks the
+    /// guard wrote for the requested model (within its allowlist, never
+    /// naming it) taken back first, the client's own kept for the dialect
+    /// to fit to the new model.
+    pub(crate) fn aim_at(
+        &mut self,
+        dialect: &dyn Dialect,
+        model: &str,
+    ) -> Result<(), crate::dialect::RewriteError> {
+        if let (Some(composed), Some(features)) = (self.composed.take(), dialect.anthropic()) {
+            features.restore_fallbacks(&mut self.parts.headers, &mut self.json, &composed);
+        }
+        dialect.swap_model(&mut self.parts.uri, &mut self.json, model)
+    }
+
     pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
         request_of(self.parts.clone(), json)
     }
@@ -383,6 +416,12 @@ pub(crate) struct Exchange<S> {
     pub(crate) streaming: bool,
     /// When the original was sent.
     pub(crate) sent: Instant,
+    /// Requests sent before the one decided as the original: one whose
+    /// server-side fallbacks the provider rejected.
+    pub(crate) earlier: Vec<Attempt>,
+    /// What the original decided is: the request as first sent, or sent
+    /// again without the guard's fallbacks.
+    pub(crate) first: AttemptStep,
 }
 
 impl<S> Exchange<S> {
@@ -400,6 +439,29 @@ impl<S> Exchange<S> {
             template: Box::new(template),
             streaming,
             sent,
+            earlier: Vec::new(),
+            first: AttemptStep::Original,
         }
+    }
+
+    /// The record of the original decided, answered with `status`.
+    pub(crate) fn original_attempt(&self, status: u16, result: AttemptResult) -> Attempt {
+        Attempt {
+            step: self.first,
+            model: self.call.model.clone(),
+            provider: None,
+            result,
+            status: Some(status),
+            latency_ms: millis(self.sent.elapsed()),
+            usage: None,
+            fallback_credit: None,
+        }
+    }
+
+    /// The attempts up to the original decided: any earlier ones, then it.
+    pub(crate) fn opening(&self, original: Attempt) -> Vec<Attempt> {
+        let mut attempts = self.earlier.clone();
+        attempts.push(original);
+        attempts
     }
 }

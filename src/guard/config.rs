@@ -10,7 +10,7 @@ use http::header::HeaderName;
 use serde_json::Value;
 
 use crate::guard::reserve::BytePool;
-use crate::recovery::{Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
+use crate::recovery::{AllowedFallbacks, Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
 use crate::refusal::Provider;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;
@@ -38,6 +38,8 @@ pub(crate) struct Config {
     pub(crate) max_hold_frames: usize,
     pub(crate) retarget: Vec<String>,
     pub(crate) inject_fallbacks: bool,
+    /// The operator's limits on the server-side fallbacks a retarget names.
+    pub(crate) allowed_fallbacks: AllowedFallbacks,
     pub(crate) fallback_credit: bool,
     pub(crate) budget: Budget,
     pub(crate) sticky_ttl: Option<Duration>,
@@ -69,6 +71,7 @@ impl fmt::Debug for Config {
             .field("max_hold_frames", &self.max_hold_frames)
             .field("retarget", &self.retarget)
             .field("inject_fallbacks", &self.inject_fallbacks)
+            .field("allowed_fallbacks", &self.allowed_fallbacks)
             .field("fallback_credit", &self.fallback_credit)
             .field("budget", &self.budget)
             .field("sticky_ttl", &self.sticky_ttl)
@@ -88,6 +91,21 @@ impl fmt::Debug for Config {
 }
 
 impl Config {
+    /// What a retarget of a request to `own_model` writes: the operator's
+    /// models, within the requested model's allowlist when it has one.
+    pub(crate) fn retarget<'a>(
+        &'a self,
+        own_model: Option<&'a str>,
+        inject: bool,
+    ) -> crate::dialect::Retarget<'a> {
+        crate::dialect::Retarget {
+            models: &self.retarget,
+            own_model,
+            inject,
+            allowed: own_model.and_then(|model| self.allowed_fallbacks.for_model(model)),
+        }
+    }
+
     /// The policy in force.
     pub(crate) fn policy(&self) -> &dyn RecoveryPolicy {
         match &self.policy {

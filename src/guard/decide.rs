@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use http::{Request, Response};
 
 use crate::dialect::translate::{self, BodyTranslation};
-use crate::dialect::{Declined, Handoff, RefusalInfo, Retarget};
+use crate::dialect::{AnthropicFeatures, Declined, Handoff, RefusalInfo};
 use crate::guard::call::{millis, Call, Exchange, Inner, Original, Template};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
@@ -44,7 +44,8 @@ pub(crate) enum Decision<B> {
     AsSent {
         original: Held<B>,
         request_id: Option<String>,
-        attempt: Attempt,
+        /// The original's record last, after any request sent before it.
+        attempts: Vec<Attempt>,
     },
     /// An empty refusal that was not recovered: the original as sent, and
     /// the refusal, dead with its reason.
@@ -122,16 +123,7 @@ impl<S> Exchange<S> {
     {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
-        let original_attempt = Attempt {
-            step: AttemptStep::Original,
-            model: call.model.clone(),
-            provider: None,
-            result: AttemptResult::Served,
-            status: Some(held.status()),
-            latency_ms: millis(self.sent.elapsed()),
-            usage: None,
-            fallback_credit: None,
-        };
+        let original_attempt = self.original_attempt(held.status(), AttemptResult::Served);
 
         // A broken connection is served as it came: what arrived, then its
         // error. A quiet one before any output is a timeout.
@@ -162,11 +154,11 @@ impl<S> Exchange<S> {
                     request_id,
                     ..call.refusal(info, Outcome::Dead)
                 };
-                let attempts = vec![Attempt {
+                let attempts = self.opening(Attempt {
                     result: AttemptResult::Refused,
                     usage: info.usage,
                     ..original_attempt
-                }];
+                });
                 Decision::Dead {
                     original: held,
                     refusal,
@@ -181,7 +173,7 @@ impl<S> Exchange<S> {
                 Decision::AsSent {
                     original: held,
                     request_id,
-                    attempt: original_attempt,
+                    attempts: self.opening(original_attempt),
                 }
             }
         }
@@ -200,7 +192,8 @@ impl<S> Exchange<S> {
         R: InnerBody,
     {
         let primary_id = original.findings().and_then(|f| f.message_id.clone());
-        let mut climb = Climb::new(&self.call, info, original_attempt, primary_id);
+        let opening = self.opening(original_attempt);
+        let mut climb = Climb::new(&self.call, info, opening, primary_id);
         let Exchange {
             mut upstream,
             call,
@@ -256,6 +249,8 @@ struct Step {
     model: Option<String>,
     /// Set for a hop to another provider's API: its answer is translated.
     hop: Option<CrossHop>,
+    /// The fallback credit token the step presents, and when it was minted.
+    presented: Option<(String, Instant)>,
 }
 
 /// A hop to another provider's API.
@@ -283,6 +278,10 @@ struct Climb {
     departure: Departure,
     /// An Anthropic fallback credit token and when it was minted.
     credit: Option<(String, Instant)>,
+    /// Request fields a response named as keeping its credit token from
+    /// being redeemed (`remove_to_redeem`): later hops that present a
+    /// token leave them out.
+    unredeemable: Vec<String>,
     /// The client's model and each fallback hop that declined, in order:
     /// what a handoff marker names.
     declined: Vec<Declined>,
@@ -302,7 +301,12 @@ struct Climb {
 }
 
 impl Climb {
-    fn new(call: &Call, info: RefusalInfo, original: Attempt, primary_id: Option<String>) -> Self {
+    fn new(
+        call: &Call,
+        info: RefusalInfo,
+        opening: Vec<Attempt>,
+        primary_id: Option<String>,
+    ) -> Self {
         let declined = call.model.iter().map(|model| Declined {
             model: model.clone(),
             category: info.category.clone(),
@@ -313,6 +317,7 @@ impl Climb {
                 .credit_token
                 .clone()
                 .map(|token| (token, Instant::now())),
+            unredeemable: Vec::new(),
             declined: declined.collect(),
             primary_id,
             recommended: info.recommended_model.clone(),
@@ -320,7 +325,7 @@ impl Climb {
             departure: Departure {
                 call: call.clone(),
                 info: info.clone(),
-                attempts: vec![original],
+                attempts: opening,
                 decided: false,
             },
             info,
@@ -388,33 +393,46 @@ impl Climb {
         if let Some(hop) = parse_entry(&model) {
             return self.cross(call, next, hop, &model);
         }
-        if dialect
-            .swap_model(&mut next.parts.uri, &mut next.json, &model)
-            .is_err()
-        {
+        if next.aim_at(dialect, &model).is_err() {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Skip;
         }
-        // A token is redeemable once, within its lifetime. With fallback
-        // credit off, a token the refusal offers anyway is never presented,
-        // and the hop carries no credit beta.
+        let mut presented = None;
         if let Some(features) = dialect.anthropic() {
-            if !call.config.fallback_credit {
-                self.credit = None;
-                features.withdraw_fallback_credit(&mut next.parts.headers, &mut next.json);
-            }
-            if let Some((token, minted)) = self.credit.take() {
-                if minted.elapsed() < CREDIT_TOKEN_LIFETIME {
-                    features.attach_credit_token(&mut next.parts.headers, &mut next.json, &token);
-                }
-            }
+            presented = self.present_credit(call, features, &mut next);
+            features.fit_prefill(&mut next.json, &model);
         }
         Prep::Send(Box::new(Step {
             template: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
             hop: None,
+            presented,
         }))
+    }
+
+    /// A hop's fallback credit: the token, redeemable once within its
+    /// lifetime, with the fields a response named as keeping it from being
+    /// redeemed left out; with fallback credit off, no token (even one the
+    /// refusal offers anyway) and no credit beta. The token presented.
+    fn present_credit(
+        &mut self,
+        call: &Call,
+        features: &dyn AnthropicFeatures,
+        next: &mut Template,
+    ) -> Option<(String, Instant)> {
+        let (headers, json) = (&mut next.parts.headers, &mut next.json);
+        if !call.config.fallback_credit {
+            self.credit = None;
+            features.withdraw_fallback_credit(headers, json);
+        }
+        let (token, minted) = self.credit.take()?;
+        if minted.elapsed() >= CREDIT_TOKEN_LIFETIME {
+            return None;
+        }
+        features.drop_unredeemable_fields(json, &self.unredeemable);
+        features.attach_credit_token(headers, json, &token);
+        Some((token, minted))
     }
 
     /// A hop to the provider a chain entry names: the request translated into
@@ -435,18 +453,19 @@ impl Climb {
         let own = client == WireApi::OpenAiResponses && provider == Provider::OpenAi;
         if target == client || own {
             // The client's own API: an ordinary hop, on its own credentials.
-            return match call
-                .dialect
-                .swap_model(&mut next.parts.uri, &mut next.json, model)
-            {
-                Ok(()) => Prep::Send(Box::new(Step {
-                    template: next,
-                    kind: AttemptStep::Fallback,
-                    model: Some(model.to_owned()),
-                    hop: None,
-                })),
-                Err(_) => self.skip(entry, None, DeadReason::Unrecoverable),
-            };
+            if next.aim_at(call.dialect, model).is_err() {
+                return self.skip(entry, None, DeadReason::Unrecoverable);
+            }
+            if let Some(features) = call.dialect.anthropic() {
+                features.fit_prefill(&mut next.json, model);
+            }
+            return Prep::Send(Box::new(Step {
+                template: next,
+                kind: AttemptStep::Fallback,
+                model: Some(model.to_owned()),
+                hop: None,
+                presented: None,
+            }));
         }
         let Some(endpoint) = call.config.cross_provider.get(&provider) else {
             tracing::info!(provider = %provider, model, "no endpoint for this provider; the hop is skipped");
@@ -481,6 +500,7 @@ impl Climb {
                 target,
                 include_usage,
             }),
+            presented: None,
         }))
     }
 
@@ -514,12 +534,11 @@ impl Climb {
             return Prep::Skip;
         }
         let (uri, headers, json) = (&next.parts.uri, &mut next.parts.headers, &mut next.json);
-        let retarget = Retarget {
-            models: &config.retarget,
-            own_model: call.model.as_deref(),
-            inject: true,
-        };
-        if !features.retarget_fallbacks(uri, headers, json, retarget) {
+        let retarget = config.retarget(call.model.as_deref(), true);
+        if features
+            .retarget_fallbacks(uri, headers, json, retarget)
+            .is_none()
+        {
             return Prep::Skip;
         }
         if !config.fallback_credit {
@@ -530,6 +549,7 @@ impl Climb {
             kind: AttemptStep::Retarget,
             model: call.model.clone(),
             hop: None,
+            presented: None,
         }))
     }
 
@@ -561,10 +581,9 @@ impl Climb {
         let dialect = call.dialect;
         let mut model = call.model.clone();
         if let Some(other) = rescue.model() {
-            if dialect
-                .swap_model(&mut next.parts.uri, &mut next.json, other)
-                .is_ok()
-            {
+            // The note is a user turn appended last: whatever the model,
+            // the request does not end in an assistant turn.
+            if next.aim_at(dialect, other).is_ok() {
                 model = Some(other.to_owned());
             }
         }
@@ -577,6 +596,7 @@ impl Climb {
             kind: AttemptStep::Rescue,
             model,
             hop: None,
+            presented: None,
         }))
     }
 
@@ -643,6 +663,18 @@ impl Climb {
         Some((held, record))
     }
 
+    /// The token a refused hop presented, when its response said what to
+    /// leave out for it to redeem: not redeemed, it may still be, by a
+    /// request without those fields within its lifetime ("a corrected
+    /// re-send inside the token's five-minute window can still redeem",
+    /// anthropic-sdk-python `beta_fallback_credit_not_applied.py`).
+    fn carried(&self, record: &Attempt, step: &Step) -> Option<(String, Instant)> {
+        let credit = record.fallback_credit.as_ref()?;
+        (!credit.remove_to_redeem().is_empty())
+            .then(|| step.presented.clone())
+            .flatten()
+    }
+
     fn fail(&mut self, record: Attempt, reason: DeadReason) {
         self.departure.attempts.push(record);
         self.reason = Some(reason);
@@ -676,6 +708,13 @@ impl Climb {
         };
         let request_id = call.dialect.request_id(&held.parts.headers);
         record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
+        if let Some(credit) = &record.fallback_credit {
+            for field in credit.remove_to_redeem() {
+                if !self.unredeemable.contains(field) {
+                    self.unredeemable.push(field.clone());
+                }
+            }
+        }
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
@@ -700,7 +739,8 @@ impl Climb {
                 });
             }
             Verdict::Refused { info: again, .. } => {
-                self.credit = again.credit_token.clone().map(|t| (t, Instant::now()));
+                let fresh = again.credit_token.clone().map(|t| (t, Instant::now()));
+                self.credit = fresh.or_else(|| self.carried(&record, &step));
                 self.last = again.clone();
                 record.usage = again.usage;
                 if again.recommended_model.is_some() {
@@ -893,6 +933,7 @@ mod tests {
             parts,
             body: crate::guard::call::JsonBody::new(Bytes::from(json.to_string()).into()),
             rewritten: false,
+            composed: None,
             _share: Arc::new(config.held.share()),
         };
         let upstream = Inner::primed(Upstream::new(inner), Timeouts::of(&config));

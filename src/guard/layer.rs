@@ -13,7 +13,8 @@ use crate::guard::reserve::BytePool;
 use crate::guard::service::RefusalGuard;
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::{
-    Budget, Endpoint, FallbackChains, Ladder, RecoveryPolicy, RescueModel, RescueNote, RescueSwitch,
+    AllowedFallbacks, Budget, Endpoint, FallbackChains, Ladder, RecoveryPolicy, RescueModel,
+    RescueNote, RescueSwitch,
 };
 use crate::refusal::Provider;
 use crate::store::{ConversationStore, MemoryStore};
@@ -124,6 +125,7 @@ impl RefusalGuardLayer {
                 max_hold_frames: Self::DEFAULT_MAX_HOLD_FRAMES,
                 retarget: Vec::new(),
                 inject_fallbacks: false,
+                allowed_fallbacks: AllowedFallbacks::new(),
                 fallback_credit: true,
                 budget: Budget::default(),
                 sticky_ttl: None,
@@ -317,6 +319,35 @@ impl RefusalGuardLayer {
     /// only, never on Vertex AI).
     pub fn inject_server_fallbacks(self, inject: bool) -> Self {
         self.with(|c| c.inject_fallbacks = inject)
+    }
+
+    /// Limits, per requested model, the models a retarget may name in the
+    /// server-side `fallbacks` (by default none is limited). Anthropic takes
+    /// only the requested model's allowed fallback models (the Models API's
+    /// `allowed_fallback_models`) and rejects the whole request otherwise;
+    /// give each model you retarget the list it publishes, an empty one for
+    /// a model without server-side fallback.
+    ///
+    /// Whatever the lists, the guard writes only entries the API accepts:
+    /// the keys `model`, `max_tokens`, `thinking`, `output_config` and
+    /// `speed`; never the requested model, none twice, at most three; no
+    /// model that rejects the assistant prefill a request ends in. Should
+    /// the provider reject the guard's list all the same (HTTP 400), the
+    /// request is sent once more as the client wrote it, and that answer is
+    /// the one served and decided; the attempt rejected is recorded.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::AllowedFallbacks;
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// let layer = RefusalGuardLayer::new()
+    ///     .retarget_fallbacks(["claude-opus-4-8", "claude-sonnet-4-5"])
+    ///     .inject_server_fallbacks(true)
+    ///     .allowed_fallbacks(AllowedFallbacks::new().allow("claude-fable-5", ["claude-opus-4-8"]));
+    /// # let _ = layer;
+    /// ```
+    pub fn allowed_fallbacks(self, allowed: AllowedFallbacks) -> Self {
+        self.with(|c| c.allowed_fallbacks = c.allowed_fallbacks.clone().extend(allowed))
     }
 
     /// Client-side fallback chains of the default ladder: on an empty

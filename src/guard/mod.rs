@@ -9,6 +9,7 @@
 //! service    RefusalGuard::call: recognise the wire API, else pass through
 //! request    read the body within bounds, name the conversation, rewrite
 //! call       the per-call context; send the original (head timeout)
+//! rejected   a 400 to the guard's own server-side fallbacks: sent again without
 //! live       keep-alive or live thinking, if configured
 //! partial    opt-in (Anthropic): continue a claimed partial refusal
 //! respond    the decision as a response, the record, the handle
@@ -37,6 +38,7 @@ pub(crate) mod hold;
 pub mod layer;
 pub(crate) mod live;
 pub(crate) mod partial;
+pub(crate) mod rejected;
 pub mod replay;
 pub(crate) mod request;
 pub(crate) mod reserve;

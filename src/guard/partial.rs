@@ -20,7 +20,7 @@ use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
-use crate::guard::call::{millis, Call, Exchange};
+use crate::guard::call::{millis, Exchange};
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{
@@ -77,25 +77,6 @@ where
     serve_continuable(exchange, held, watch, plan)
 }
 
-/// The original request's attempt record.
-fn original_attempt<R>(
-    call: &Call,
-    held: &Held<R>,
-    sent: Instant,
-    result: AttemptResult,
-) -> Attempt {
-    Attempt {
-        step: AttemptStep::Original,
-        model: call.model.clone(),
-        provider: None,
-        result,
-        status: Some(held.status()),
-        latency_ms: millis(sent.elapsed()),
-        usage: None,
-        fallback_credit: None,
-    }
-}
-
 /// A whole JSON body held back, parsed.
 fn whole_json<R>(held: &Held<R>) -> Option<Value> {
     if held.rest.is_some() {
@@ -133,7 +114,7 @@ where
     };
     let call = exchange.call.clone();
     call.record_output();
-    let original = original_attempt(&call, &held, exchange.sent, AttemptResult::Refused);
+    let original = exchange.original_attempt(held.status(), AttemptResult::Refused);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let mut hop = Hop { exchange, plan };
     let (attempt, answer) = hop.attempt::<B, R>(&claim, call.deadline_from_now()).await;
@@ -144,7 +125,8 @@ where
         .as_ref()
         .and_then(whole_json)
         .and_then(|more| hop.plan.track.merge_json(&mut message, &more).ok());
-    let attempts = vec![original, attempt];
+    let mut attempts = hop.exchange.opening(original);
+    attempts.push(attempt);
     let Some(()) = merged else {
         let refusal = judge_findings(&call, &findings, request_id, false);
         return serve_settled(held, &call, refusal, attempts, None);
@@ -221,7 +203,7 @@ where
 {
     let call = exchange.call.clone();
     call.record_output();
-    let original = original_attempt(&call, &held, exchange.sent, AttemptResult::Served);
+    let original = exchange.original_attempt(held.status(), AttemptResult::Served);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let Held {
         mut parts,
@@ -247,7 +229,7 @@ where
         settle: Some(Watched {
             call: call.clone(),
             request_id,
-            attempts: vec![original],
+            attempts: exchange.opening(original),
             recovery: Recovery::None,
         }),
         broken: false,

@@ -17,7 +17,7 @@ use tokio::sync::oneshot;
 
 use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
-use crate::dialect::{Dialect, Retarget};
+use crate::dialect::{ComposedFallbacks, Dialect};
 use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
 use crate::guard::replay::{ForwardedBody, ReplayBody};
@@ -370,6 +370,8 @@ pub(crate) struct Outbound {
     pub(crate) streaming: bool,
     route: Option<StickyRoute>,
     conversation: Conversation,
+    /// The server-side fallbacks a retarget wrote, to take back.
+    composed: Option<ComposedFallbacks>,
 }
 
 impl Outbound {
@@ -416,6 +418,7 @@ impl Outbound {
             rewritten: false,
             route: None,
             conversation,
+            composed: None,
         }
     }
 
@@ -451,6 +454,9 @@ impl Outbound {
         {
             return;
         }
+        if let Some(features) = dialect.anthropic() {
+            features.fit_prefill(json, &sticky);
+        }
         tracing::info!(from = ?self.model, to = %sticky, "sticky fallback route");
         self.route = Some(StickyRoute {
             requested: self.model.clone(),
@@ -467,17 +473,10 @@ impl Outbound {
         };
         let retarget = !config.retarget.is_empty();
         if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
-            let retarget = Retarget {
-                models: &config.retarget,
-                own_model: self.model.as_deref(),
-                inject: config.inject_fallbacks,
-            };
-            self.rewritten |= features.retarget_fallbacks(
-                &self.parts.uri,
-                &mut self.parts.headers,
-                json,
-                retarget,
-            );
+            let retarget = config.retarget(self.model.as_deref(), config.inject_fallbacks);
+            let (uri, headers) = (&self.parts.uri, &mut self.parts.headers);
+            self.composed = features.retarget_fallbacks(uri, headers, json, retarget);
+            self.rewritten |= self.composed.is_some();
         }
         if asks_fallback_credit(config, self.model.as_deref()) {
             features.request_fallback_credit(&mut self.parts.headers);
@@ -514,6 +513,7 @@ impl Outbound {
             parts: self.parts,
             body: self.body,
             rewritten: self.rewritten,
+            composed: self.composed,
             _share: Arc::new(share),
         };
         (call, template)

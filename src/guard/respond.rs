@@ -60,8 +60,8 @@ where
         Decision::AsSent {
             original,
             request_id,
-            attempt,
-        } => serve_as_sent(original, call, request_id, attempt),
+            attempts,
+        } => serve_as_sent(original, call, request_id, attempts),
         Decision::Dead {
             original,
             refusal,
@@ -109,22 +109,24 @@ fn serve_as_sent<R>(
     held: Held<IdleTimeout<R>>,
     call: &Call,
     request_id: Option<String>,
-    original: Attempt,
+    mut attempts: Vec<Attempt>,
 ) -> Response<GuardBody<R>>
 where
     R: InnerBody,
 {
     if let Some(findings) = held.judged.clone() {
         let refusal = judge_findings(call, &findings, request_id, false);
-        let original = seen_in(original, &findings);
-        return serve_settled(held, call, refusal, vec![original], None);
+        if let Some(original) = attempts.pop() {
+            attempts.push(seen_in(original, &findings));
+        }
+        return serve_settled(held, call, refusal, attempts, None);
     }
     // Decided: what streams from now on needs at most the key.
     call.conversation.compact();
     let settle = Watched {
         call: call.clone(),
         request_id,
-        attempts: vec![original],
+        attempts,
         recovery: Recovery::None,
     };
     serve(held, call, Some(settle), None, None)

@@ -23,6 +23,7 @@ use crate::guard::body::GuardBody;
 use crate::guard::call::{with_body, Exchange, Inner, SendError, Timeouts};
 use crate::guard::config::Config;
 use crate::guard::live::answer;
+use crate::guard::rejected::Resent;
 use crate::guard::replay::ReplayBody;
 use crate::guard::request::{
     forward_request_body, prepare_forwarded, read_first, read_request_body, Copied, CopyOutcome,
@@ -308,7 +309,11 @@ where
     };
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange::new(upstream, call, template, streaming, sent);
-    Ok(answer(exchange, response).await)
+    match exchange.without_rejected_fallbacks(response).await {
+        Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
+        Resent::Answered(response) => Ok(response),
+        Resent::Failed(error) => Err(error),
+    }
 }
 
 /// What a call forwarded as it arrives knows of itself besides the request.
@@ -409,7 +414,11 @@ where
     let (call, template) = outbound.into_call(config, dialect, started, share);
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange::new(upstream, call, template, streaming, sent);
-    Ok(answer(exchange, response).await)
+    match exchange.without_rejected_fallbacks(response).await {
+        Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
+        Resent::Answered(response) => Ok(response),
+        Resent::Failed(error) => Err(error),
+    }
 }
 
 /// What a forwarded request's copy told of it.

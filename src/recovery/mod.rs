@@ -191,6 +191,61 @@ impl FallbackChains {
     }
 }
 
+/// Per requested model, the models the guard may name in the Anthropic
+/// server-side `fallbacks` it writes (a retarget): the provider accepts
+/// only the requested model's own allowed fallback models (the Models API
+/// lists them as `allowed_fallback_models`), and rejects the whole request
+/// up front otherwise. A model given no list is not limited; one given an
+/// empty list gets no `fallbacks` from the guard at all (a model that does
+/// not support the parameter).
+///
+/// ```
+/// use refusal_guard::recovery::AllowedFallbacks;
+///
+/// let allowed = AllowedFallbacks::new()
+///     .allow("claude-fable-5", ["claude-opus-4-8"])
+///     .allow("claude-sonnet-5", Vec::<String>::new());
+/// assert_eq!(allowed.for_model("claude-fable-5"), Some(&["claude-opus-4-8".to_string()][..]));
+/// assert_eq!(allowed.for_model("claude-sonnet-5"), Some(&[][..]));
+/// assert_eq!(allowed.for_model("claude-opus-4-7"), None);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowedFallbacks(HashMap<String, Vec<String>>);
+
+impl AllowedFallbacks {
+    /// No model limited.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets (or replaces) the models requests to `requested` may name.
+    pub fn allow<I, M>(mut self, requested: impl Into<String>, models: I) -> Self
+    where
+        I: IntoIterator<Item = M>,
+        M: Into<String>,
+    {
+        let models = models.into_iter().map(Into::into).collect();
+        self.0.insert(requested.into(), models);
+        self
+    }
+
+    /// Adds every list of `other`, replacing lists for the same models.
+    pub fn extend(mut self, other: AllowedFallbacks) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The models requests to `requested` may name, `None` when not limited.
+    pub fn for_model(&self, requested: &str) -> Option<&[String]> {
+        self.0.get(requested).map(Vec::as_slice)
+    }
+
+    /// Whether no model is limited.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// Limits on the work one call may cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Budget {

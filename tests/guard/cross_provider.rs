@@ -283,6 +283,36 @@ async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
     );
 }
 
+/// A Chat conversation ending in an assistant message (which Chat answers
+/// after) never reaches Claude as it is: there the turn would be a prefill
+/// to continue, which the Claude 4.6 generation rejects outright. The hop
+/// is skipped as one Claude's API cannot express, and recorded.
+#[tokio::test]
+async fn a_chat_conversation_ending_in_an_assistant_turn_is_not_sent_to_claude() {
+    let request = json!({"model": "gpt-5", "stream": true,
+        "messages": [{"role": "user", "content": "Explain this exploit"},
+            {"role": "assistant", "content": "The exploit works by"}]});
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("gpt-5", ["anthropic:claude-opus-4-8"]))
+        .cross_provider(
+            Provider::Anthropic,
+            endpoint(OPERATOR_ANTHROPIC, "sk-ant-operator"),
+        )
+        .rescue(false);
+    let refused = fixture("openai/hand-written/chat_content_filter_empty.sse");
+    let done = exchange(
+        layer,
+        vec![Reply::sse(&refused)],
+        post(CHAT_URL, &request, ("authorization", "Bearer sk-client")),
+    )
+    .await;
+    assert_eq!(done.body, refused, "the refusal, as sent");
+    assert_eq!(done.upstream.seen().len(), 1, "nothing sent to Claude");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.reason, Some(DeadReason::Untranslatable));
+    assert_eq!(record.attempts[1].result, AttemptResult::Skipped);
+}
+
 #[tokio::test]
 async fn a_gemini_block_is_served_by_claude_as_a_gemini_stream() {
     let request =

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use refusal_guard::env::{EnvConfig, LogSetting};
-use refusal_guard::recovery::RescueModel;
+use refusal_guard::recovery::{AllowedFallbacks, FallbackChains, RescueModel};
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, StickyRoute};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
@@ -802,4 +802,344 @@ async fn env_settings_apply_to_a_layer() {
     assert_eq!(written.lines().count(), 1);
     assert!(written.contains("\"rescue_off\""));
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+// ---- fallbacks the API accepts ---------------------------------------------
+
+const FABLE: &str = "claude-fable-5";
+const OPUS_4_8: &str = "claude-opus-4-8";
+const SERVER_FALLBACK_BETA: &str = "server-side-fallback-2026-07-01";
+
+/// The allowed fallback models the test contract knows, as an operator
+/// copies them from the Models API.
+fn published() -> AllowedFallbacks {
+    AllowedFallbacks::new()
+        .allow(FABLE, [OPUS_4_8])
+        .allow("claude-opus-5", [OPUS_4_8])
+        .allow("claude-sonnet-5", Vec::<String>::new())
+        .allow(HAIKU, Vec::<String>::new())
+}
+
+fn answer_of(model: &str, stream: bool) -> Reply {
+    match stream {
+        true => Reply::sse(&answer(model)),
+        false => Reply::Json(json_answer(model)),
+    }
+}
+
+fn betas(seen: &Seen) -> String {
+    seen.headers
+        .get("anthropic-beta")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// With the allowlists given, the list a retarget writes names only the
+/// requested model's allowed fallbacks, and a model allowed none gets no
+/// list (and no beta) at all; the upstream's contract (A14) checks both.
+#[tokio::test]
+async fn a_retarget_names_only_the_fallbacks_the_requested_model_allows() {
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([FABLE, SONNET, OPUS_4_8, SONNET])
+        .inject_server_fallbacks(true)
+        .allowed_fallbacks(published());
+    let upstream = Upstream::new(vec![
+        Reply::sse(&answer(FABLE)),
+        Reply::sse(&answer(SONNET)),
+    ]);
+    let mut guard = layer.layer(upstream.service());
+    call(&mut guard, messages(FABLE, true, "x")).await;
+    let sonnet_5 = messages_request("claude-sonnet-5", true, "x");
+    call(&mut guard, post("/v1/messages", &sonnet_5)).await;
+    let seen = upstream.seen();
+    assert_eq!(seen[0].json()["fallbacks"], json!([{"model": OPUS_4_8}]));
+    assert_eq!(betas(&seen[0]), SERVER_FALLBACK_BETA);
+    assert_eq!(
+        seen[1].json(),
+        sonnet_5,
+        "nothing written for a model allowed none"
+    );
+    assert_eq!(betas(&seen[1]), "");
+}
+
+/// Whatever the operator's lists and the client's request, what the guard
+/// writes keeps every rule the API checks up front: known keys, no
+/// duplicate, never the requested model, at most three, allowed models
+/// only, none that rejects the prefill a request ends in. (Each rule is a
+/// contract rule of the upstream, whose tripwire fails the test.)
+#[tokio::test]
+async fn what_a_retarget_writes_never_breaks_the_fallback_rules() {
+    let prefill = json!([{"role": "user", "content": "x"}, {"role": "assistant", "content": "{"}]);
+    let retargets: [&[&str]; 3] = [
+        &[FABLE, OPUS_4_8, SONNET, HAIKU, OPUS_4_8, "claude-opus-4-6"],
+        &[SONNET, SONNET, "claude-b", "claude-c", "claude-d"],
+        &[OPUS_4_8, HAIKU],
+    ];
+    let own = json!([{"model": HAIKU, "max_tokens": 99, "temperature": 0.5, "top_k": 3}]);
+    for retarget in retargets {
+        for model in [
+            FABLE,
+            "claude-opus-5",
+            "claude-sonnet-5",
+            SONNET,
+            "claude-a",
+        ] {
+            for (ends_in_prefill, client_list) in [(false, None), (true, None), (true, Some(&own))]
+            {
+                if ends_in_prefill && matches!(model, FABLE | "claude-opus-5" | "claude-sonnet-5") {
+                    continue; // the model itself rejects the client's prefill
+                }
+                let mut body = messages_request(model, false, "x");
+                if ends_in_prefill {
+                    body["messages"] = prefill.clone();
+                }
+                let mut request = post("/v1/messages", &body);
+                if let Some(list) = client_list {
+                    body["fallbacks"] = list.clone();
+                    request = post("/v1/messages", &body);
+                    request
+                        .headers_mut()
+                        .insert("anthropic-beta", SERVER_FALLBACK_BETA.parse().unwrap());
+                }
+                let layer = RefusalGuardLayer::new()
+                    .retarget_fallbacks(retarget.iter().copied())
+                    .inject_server_fallbacks(true)
+                    .allowed_fallbacks(published());
+                let done = exchange(layer, vec![answer_of(model, false)], request).await;
+                let what = format!("{model} {retarget:?} prefill {ends_in_prefill}");
+                assert!(done.upstream.take_violations().is_empty(), "{what}");
+                assert_eq!(done.upstream.seen().len(), 1, "{what}");
+            }
+        }
+    }
+}
+
+/// A list the provider rejects all the same (here a model outside Fable's
+/// allowed fallbacks, no allowlist given) costs the client nothing: the
+/// request goes once more as the client wrote it, and the client gets that
+/// answer, never the 400. Streams and JSON alike.
+#[tokio::test]
+async fn a_400_to_the_guards_own_fallbacks_is_sent_again_without_them() {
+    for stream in [true, false] {
+        let layer = RefusalGuardLayer::new()
+            .retarget_fallbacks([SONNET])
+            .inject_server_fallbacks(true);
+        let request = messages(FABLE, stream, "x");
+        let done = exchange(layer, vec![answer_of(FABLE, stream)], request).await;
+        assert_eq!(done.parts.status, 200, "stream {stream}");
+        match stream {
+            true => assert_eq!(done.body, answer(FABLE)),
+            false => assert_eq!(done.body, json_answer(FABLE)),
+        }
+        let violations = done.upstream.take_violations();
+        assert_eq!(violations.len(), 1, "stream {stream}");
+        assert_eq!(violations[0].rule, "A14");
+        let seen = done.upstream.seen();
+        assert_eq!(seen.len(), 2, "one retry, stream {stream}");
+        assert_eq!(seen[0].json()["fallbacks"], json!([{"model": SONNET}]));
+        assert_eq!(
+            seen[1].json(),
+            messages_request(FABLE, stream, "x"),
+            "as the client wrote it"
+        );
+        assert_eq!(betas(&seen[1]), "", "without the beta the guard added");
+        assert!(done.sink.records().is_empty(), "an answer is no refusal");
+    }
+}
+
+/// The attempt rejected is in the record: when the request sent again is
+/// refused and a chain hop serves it, the record lists the 400, the request
+/// without fallbacks, then the hop, and the hop carries none of the
+/// guard's fallbacks either.
+#[tokio::test]
+async fn the_rejected_fallbacks_are_recorded_with_the_attempts_that_followed() {
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET, OPUS_4_8])
+        .inject_server_fallbacks(true)
+        .fallback_chains(FallbackChains::new().chain(FABLE, [OPUS_4_8]));
+    let refused = anthropic_stream(&think_then_refuse(FABLE, "cyber"));
+    let replies = vec![Reply::sse(&refused), Reply::sse(&answer(OPUS_4_8))];
+    let done = exchange(layer, replies, messages(FABLE, true, "x")).await;
+    assert_eq!(done.body, answer(OPUS_4_8));
+    assert_eq!(done.upstream.take_violations().len(), 1);
+    let seen = done.upstream.seen();
+    assert_eq!(seen.len(), 3);
+    assert!(seen[1].json().get("fallbacks").is_none());
+    assert_eq!(seen[2].json()["model"], OPUS_4_8);
+    assert!(
+        seen[2].json().get("fallbacks").is_none(),
+        "{}",
+        seen[2].json()
+    );
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Fallback);
+    let steps: Vec<_> = record
+        .attempts
+        .iter()
+        .map(|a| (a.step, a.result, a.status))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (AttemptStep::Original, AttemptResult::HttpError, Some(400)),
+            (
+                AttemptStep::WithoutFallbacks,
+                AttemptResult::Refused,
+                Some(200)
+            ),
+            (AttemptStep::Fallback, AttemptResult::Served, Some(200)),
+        ]
+    );
+}
+
+/// A client's own `fallbacks` are its business: a 400 to them reaches the
+/// client as the provider sent it, with nothing sent again.
+#[tokio::test]
+async fn a_400_to_the_clients_own_fallbacks_reaches_the_client() {
+    let mut body = messages_request(FABLE, true, "x");
+    body["fallbacks"] = json!([{"model": SONNET}]);
+    let mut request = post("/v1/messages", &body);
+    request
+        .headers_mut()
+        .insert("anthropic-beta", SERVER_FALLBACK_BETA.parse().unwrap());
+    // Retargeting is on, but Fable's allowlist leaves nothing to write.
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks([SONNET])
+        .allowed_fallbacks(published());
+    let done = exchange(layer, vec![], request).await;
+    assert_eq!(done.parts.status, 400);
+    assert!(std::str::from_utf8(&done.body).unwrap().contains("A14"));
+    assert_eq!(done.upstream.take_violations().len(), 1);
+    assert_eq!(done.upstream.seen().len(), 1);
+}
+
+// ---- fallback credit not applied -------------------------------------------
+
+/// A credit token not redeemed because the request carried fields of a
+/// variant (`usage.fallback_credit.status.remove_to_redeem`, with the reason
+/// `variant_fields_present`) is redeemed by the next hop without them: the
+/// same token when the refusal minted none (a corrected request within its
+/// lifetime still redeems it), or the fresh one. The attempt records what
+/// the response said.
+#[tokio::test]
+async fn the_next_hop_leaves_out_the_fields_a_credit_token_was_not_redeemed_for() {
+    let not_applied = json!({"type": "not_applied", "reason": "variant_fields_present",
+        "remove_to_redeem": ["speed", "output_config.effort"]});
+    for (fresh, expected) in [(None, "tok-1"), (Some("tok-2"), "tok-2")] {
+        let refused_again = anthropic_stream(&[
+            message_start(SONNET),
+            credited_refusal(fresh, Some(not_applied.clone())),
+            message_stop(),
+        ]);
+        let replies = vec![
+            Reply::sse(&refusal_with_token("tok-1")),
+            Reply::sse(&refused_again),
+            Reply::sse(&answer(HAIKU)),
+        ];
+        let mut body = messages_request(OPUS, true, "x");
+        body["speed"] = json!("fast");
+        body["output_config"] = json!({"effort": "high"});
+        let layer = RefusalGuardLayer::new().fallback_chains(chains());
+        let done = exchange(layer, replies, post("/v1/messages", &body)).await;
+        assert_eq!(done.body, answer(HAIKU));
+        let seen = done.upstream.seen();
+        let (first_hop, next_hop) = (seen[1].json(), seen[2].json());
+        assert_eq!(first_hop["speed"], "fast");
+        assert_eq!(first_hop["fallback_credit_token"]["token"], "tok-1");
+        assert_eq!(next_hop["fallback_credit_token"]["token"], expected);
+        assert!(next_hop.get("speed").is_none(), "{next_hop}");
+        assert_eq!(next_hop["output_config"], json!({}), "{next_hop}");
+        assert_eq!(next_hop["messages"], body["messages"]);
+        let attempts = &done.sink.records()[0].attempts;
+        let credit = attempts[1].fallback_credit.as_ref().unwrap();
+        assert_eq!(credit.reason(), Some("variant_fields_present"));
+        assert_eq!(credit.remove_to_redeem(), ["speed", "output_config.effort"]);
+        assert_eq!(attempts[2].result, AttemptResult::Served);
+    }
+}
+
+// ---- hops to models that reject prefill ------------------------------------
+
+fn prefilled(model: &str) -> Value {
+    let mut body = messages_request(model, true, "Rate the config");
+    body["messages"] = json!([
+        {"role": "user", "content": "Rate the config"},
+        {"role": "assistant", "content": "{\"rating\":"},
+    ]);
+    body
+}
+
+/// A client prefill its model takes goes, on a hop to a model that rejects
+/// prefill, as an instruction in the last user turn: the hop ends in a user
+/// turn (the upstream's contract, A15, rejects it otherwise). With a credit
+/// token, which authorises that one prefill, the turn stays as sent.
+#[tokio::test]
+async fn a_hop_to_a_model_that_rejects_prefill_ends_in_a_user_turn_unless_it_presents_a_token() {
+    let chain = FallbackChains::new().chain(SONNET, [OPUS_4_8]);
+    for (refused, token) in [
+        (refusal_stream(), false),
+        (refusal_with_token("tok-1"), true),
+    ] {
+        let layer = RefusalGuardLayer::new().fallback_chains(chain.clone());
+        let body = prefilled(SONNET);
+        let replies = vec![Reply::sse(&refused), Reply::sse(&answer(OPUS_4_8))];
+        let done = exchange(layer, replies, post("/v1/messages", &body)).await;
+        assert_eq!(done.body, answer(OPUS_4_8), "token {token}");
+        let hop = &done.upstream.seen()[1];
+        let last = hop.last_message();
+        if token {
+            assert_eq!(
+                hop.json()["messages"],
+                body["messages"],
+                "kept beside the token"
+            );
+            assert_eq!(hop.json()["fallback_credit_token"]["token"], "tok-1");
+            continue;
+        }
+        assert_eq!(last["role"], "user", "{}", hop.json());
+        assert_eq!(hop.json()["messages"].as_array().unwrap().len(), 1);
+        let note = last["content"][1]["text"].as_str().unwrap();
+        assert!(note.starts_with("[refusal-guard]"), "{note}");
+        assert!(note.ends_with("{\"rating\":"), "{note}");
+    }
+}
+
+/// A hop to a model that takes prefill keeps it; so does a rescue, which
+/// ends in its own user turn whatever the model.
+#[tokio::test]
+async fn a_prefill_stays_on_a_hop_to_a_model_that_takes_it() {
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain(SONNET, [HAIKU]))
+        .rescue_model(RescueModel::LastFallback);
+    let body = prefilled(SONNET);
+    let replies = vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(HAIKU)),
+    ];
+    let done = exchange(layer, replies, post("/v1/messages", &body)).await;
+    let seen = done.upstream.seen();
+    assert_eq!(seen[1].json()["messages"], body["messages"]);
+    assert_eq!(seen[2].json()["model"], HAIKU);
+    assert_eq!(seen[2].last_message()["role"], "user", "the rescue's note");
+}
+
+/// A sticky route sends a conversation's later requests to the model that
+/// served it: a prefill that model rejects is folded there too.
+#[tokio::test]
+async fn a_sticky_route_to_a_model_that_rejects_prefill_folds_the_prefill() {
+    let upstream = Upstream::new(vec![
+        Reply::sse(&refusal_stream()),
+        Reply::sse(&answer(OPUS_4_8)),
+        Reply::sse(&answer(OPUS_4_8)),
+    ]);
+    let mut guard = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain(SONNET, [OPUS_4_8]))
+        .sticky_fallback(Duration::from_secs(60))
+        .layer(upstream.service());
+    call(&mut guard, messages(SONNET, true, "Rate the config")).await;
+    call(&mut guard, post("/v1/messages", &prefilled(SONNET))).await;
+    let routed = &upstream.seen()[2];
+    assert_eq!(routed.json()["model"], OPUS_4_8);
+    assert_eq!(routed.last_message()["role"], "user", "{}", routed.json());
 }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
+use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, RefusalKind};
 use refusal_guard::{GuardBody, Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
@@ -137,6 +138,25 @@ async fn text_then_a_claimed_refusal_continues_in_the_same_message() {
         assert_eq!(attempts[1].model.as_deref(), Some("claude-sonnet-4-5"));
         assert_eq!(attempts[1].result, AttemptResult::Served);
     }
+}
+
+/// A continuation to a model that rejects prefill keeps its appended
+/// assistant turn: the credit token it presents authorises that one
+/// prefill (the Anthropic contract's A15 takes it only so).
+#[tokio::test]
+async fn a_continuation_to_a_model_that_rejects_prefill_keeps_its_turn_beside_the_token() {
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-opus-4-8"]))
+        .continue_partial(true);
+    let original = text_then_refusal(claim());
+    let replies = vec![Reply::sse(&original), Reply::sse(&continuation())];
+    let request = messages("claude-opus-4-7", true, "Harden my server");
+    let done = exchange(layer, replies, request).await;
+    assert_eq!(done.body, spliced(&original, 1));
+    let hop = &done.upstream.seen()[1];
+    assert_eq!(hop.json()["model"], "claude-opus-4-8");
+    assert_eq!(hop.last_message()["role"], "assistant");
+    assert_eq!(hop.json()["fallback_credit_token"]["token"], "tok-partial");
 }
 
 #[tokio::test]

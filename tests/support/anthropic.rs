@@ -37,6 +37,16 @@ pub mod events {
     pub fn refusal(category: Option<&str>, explanation: Option<&str>) -> Value {
         json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":category,"explanation":explanation}},"usage":{"output_tokens":5}})
     }
+    /// A refusal's `message_delta` with a credit token (or none), and what
+    /// became of the token the request presented (`usage.fallback_credit`'s
+    /// `status`), when given.
+    pub fn credited_refusal(token: Option<&str>, credit: Option<Value>) -> Value {
+        let mut event = json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,"stop_details":{"type":"refusal","category":"cyber","explanation":null,"fallback_credit_token":token,"fallback_has_prefill_claim":token.map(|_| false)}},"usage":{"output_tokens":0}});
+        if let Some(status) = credit {
+            event["usage"]["fallback_credit"] = json!({ "status": status });
+        }
+        event
+    }
     pub fn message_stop() -> Value {
         json!({"type":"message_stop"})
     }

@@ -9,22 +9,26 @@
 //! Such an event after real output is a partial refusal; any other error is
 //! an error.
 
+mod fallbacks;
 mod handoff;
 mod live;
+pub(crate) mod models;
 mod prefill;
+mod redeem;
 mod shapes;
 mod signals;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod trailing;
 
 use http::{HeaderMap, Method, StatusCode, Uri};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::fields::typed;
 use super::{
     merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
-    AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
+    AnthropicFeatures, ComposedFallbacks, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
     PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, StreamInspector,
     CACHE_CONTROL,
 };
@@ -319,66 +323,24 @@ impl AnthropicFeatures for AnthropicMessages {
         headers: &mut HeaderMap,
         body: &mut Value,
         retarget: Retarget<'_>,
-    ) -> bool {
-        let Retarget {
-            models,
-            own_model,
-            inject,
-        } = retarget;
-        if !first_party(uri) {
-            return false;
-        }
-        let Some(object) = body.as_object_mut() else {
-            return false;
-        };
-        match object.get("fallbacks") {
-            None if !inject => return false,
-            // `"default"` (or any form but a list) is the client's choice
-            // of the provider's own fallbacks: kept.
-            Some(existing) if !existing.is_array() => return false,
-            _ => {}
-        }
-        // Keep the client's own per-model options (max_tokens, thinking, ...)
-        // for models it already listed.
-        let existing: Vec<Value> = object
-            .get("fallbacks")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut chosen: Vec<Value> = Vec::new();
-        for model in models {
-            if Some(model.as_str()) == own_model
-                || chosen
-                    .iter()
-                    .any(|c| str_field(c, "model").as_deref() == Some(model))
-            {
-                continue;
-            }
-            if chosen.len() == MAX_SERVER_FALLBACKS {
-                break;
-            }
-            let entry = existing
-                .iter()
-                .find(|e| str_field(e, "model").as_deref() == Some(model))
-                .cloned()
-                .unwrap_or_else(|| {
-                    let mut entry = Map::new();
-                    entry.insert("model".into(), Value::String(model.clone()));
-                    Value::Object(entry)
-                });
-            chosen.push(entry);
-        }
-        if chosen.is_empty() {
-            return false;
-        }
-        let chosen = Value::Array(chosen);
-        if object.get("fallbacks") == Some(&chosen) {
-            return false;
-        }
-        if inject && !object.contains_key("fallbacks") {
-            merge_list_header(headers, BETA_HEADER, SERVER_FALLBACK_BETA);
-        }
-        object.insert("fallbacks".into(), chosen);
-        true
+    ) -> Option<ComposedFallbacks> {
+        fallbacks::compose(uri, headers, body, retarget)
+    }
+
+    fn restore_fallbacks(
+        &self,
+        headers: &mut HeaderMap,
+        body: &mut Value,
+        composed: &ComposedFallbacks,
+    ) {
+        fallbacks::restore(headers, body, composed);
+    }
+
+    fn fit_prefill(&self, body: &mut Value, model: &str) -> bool {
+        trailing::fold_prefill(body, model)
+    }
+
+    fn drop_unredeemable_fields(&self, body: &mut Value, fields: &[String]) {
+        redeem::drop_fields(body, fields);
     }
 }

@@ -120,6 +120,8 @@ pub(super) struct CreditStatusFields<'a> {
     pub(super) kind: Str<'a>,
     #[serde(default, borrow)]
     pub(super) reason: Str<'a>,
+    #[serde(default, borrow)]
+    pub(super) remove_to_redeem: Option<Vec<Str<'a>>>,
 }
 
 impl MessageFields<'_> {
@@ -236,7 +238,12 @@ impl UsageFields<'_> {
     /// As [`fallback_credit`] reads it from a `Value`.
     pub(super) fn fallback_credit(&self) -> Option<FallbackCredit> {
         let Obj(status) = self.fallback_credit.as_ref()?.0.status.as_ref()?;
-        credit_status(status.kind.as_deref(), status.reason.owned())
+        let fields = status.remove_to_redeem.iter().flatten();
+        credit_status(
+            status.kind.as_deref(),
+            status.reason.owned(),
+            fields.filter_map(Str::owned).collect(),
+        )
     }
 }
 

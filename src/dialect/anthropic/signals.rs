@@ -135,18 +135,33 @@ pub(super) fn iterations(usage: &Value) -> Option<Iterations> {
 }
 
 /// `usage.fallback_credit`: what became of a credit token presented.
+/// `status` is `{"type": "redeemed"}` or `{"type": "not_applied", "reason":
+/// ..}`, the latter with `remove_to_redeem`, a list of the request's field
+/// names, exactly when the reason is `variant_fields_present`
+/// (anthropic-sdk-python `types/beta/beta_fallback_credit_usage.py`,
+/// `beta_fallback_credit_not_applied.py`).
 pub(super) fn fallback_credit(usage: &Value) -> Option<FallbackCredit> {
     let status = usage.get("fallback_credit")?.get("status")?;
+    let fields = status.get("remove_to_redeem").and_then(Value::as_array);
+    let fields = fields.into_iter().flatten().filter_map(Value::as_str);
     credit_status(
         status.get("type").and_then(Value::as_str),
         str_field(status, "reason"),
+        fields.map(str::to_owned).collect(),
     )
 }
 
-pub(super) fn credit_status(kind: Option<&str>, reason: Option<String>) -> Option<FallbackCredit> {
+pub(super) fn credit_status(
+    kind: Option<&str>,
+    reason: Option<String>,
+    remove_to_redeem: Vec<String>,
+) -> Option<FallbackCredit> {
     match kind? {
         "redeemed" => Some(FallbackCredit::Redeemed),
-        "not_applied" => Some(FallbackCredit::NotApplied { reason }),
+        "not_applied" => Some(FallbackCredit::NotApplied {
+            reason,
+            remove_to_redeem,
+        }),
         _ => None,
     }
 }

@@ -415,28 +415,34 @@ fn server_fallbacks_are_retargeted_or_injected_within_the_cap() {
     let mut body = json!({"model": "claude-opus-4-7"});
     // Nothing to retarget and no injection asked for.
     let uri: Uri = "https://api.anthropic.com/v1/messages".parse().unwrap();
-    assert!(!AnthropicMessages.retarget_fallbacks(
-        &uri,
-        &mut headers,
-        &mut body,
-        Retarget {
-            models: &models,
-            own_model: own,
-            inject: false,
-        }
-    ));
+    assert!(AnthropicMessages
+        .retarget_fallbacks(
+            &uri,
+            &mut headers,
+            &mut body,
+            Retarget {
+                models: &models,
+                own_model: own,
+                inject: false,
+                allowed: None,
+            }
+        )
+        .is_none());
     assert!(body.get("fallbacks").is_none());
 
-    assert!(AnthropicMessages.retarget_fallbacks(
-        &uri,
-        &mut headers,
-        &mut body,
-        Retarget {
-            models: &models,
-            own_model: own,
-            inject: true,
-        }
-    ));
+    assert!(AnthropicMessages
+        .retarget_fallbacks(
+            &uri,
+            &mut headers,
+            &mut body,
+            Retarget {
+                models: &models,
+                own_model: own,
+                inject: true,
+                allowed: None,
+            }
+        )
+        .is_some());
     let listed: Vec<&str> = body["fallbacks"]
         .as_array()
         .unwrap()
@@ -450,16 +456,19 @@ fn server_fallbacks_are_retargeted_or_injected_within_the_cap() {
     let mut headers = HeaderMap::new();
     let mut body = json!({"fallbacks": [{"model": "b", "max_tokens": 9}]});
     let two = ["b".to_owned(), "e".to_owned()];
-    assert!(AnthropicMessages.retarget_fallbacks(
-        &uri,
-        &mut headers,
-        &mut body,
-        Retarget {
-            models: &two,
-            own_model: own,
-            inject: false,
-        }
-    ));
+    assert!(AnthropicMessages
+        .retarget_fallbacks(
+            &uri,
+            &mut headers,
+            &mut body,
+            Retarget {
+                models: &two,
+                own_model: own,
+                inject: false,
+                allowed: None,
+            }
+        )
+        .is_some());
     assert_eq!(
         body["fallbacks"],
         json!([{"model": "b", "max_tokens": 9}, {"model": "e"}])
@@ -474,16 +483,19 @@ fn default_fallbacks_and_other_platforms_are_never_retargeted() {
     let mut body = json!({"model": "a", "fallbacks": "default"});
     let mut headers = HeaderMap::new();
     assert!(AnthropicMessages.carries_server_fallbacks(&body));
-    assert!(!AnthropicMessages.retarget_fallbacks(
-        &first_party,
-        &mut headers,
-        &mut body,
-        Retarget {
-            models: &models,
-            own_model: Some("a"),
-            inject: true,
-        }
-    ));
+    assert!(AnthropicMessages
+        .retarget_fallbacks(
+            &first_party,
+            &mut headers,
+            &mut body,
+            Retarget {
+                models: &models,
+                own_model: Some("a"),
+                inject: true,
+                allowed: None,
+            }
+        )
+        .is_none());
     assert_eq!(body["fallbacks"], "default");
     for elsewhere in [
         "https://us-east5-aiplatform.googleapis.com/v1/projects/p/locations/us-east5/publishers/anthropic/models/a:rawPredict",
@@ -491,7 +503,7 @@ fn default_fallbacks_and_other_platforms_are_never_retargeted() {
     ] {
         let uri: Uri = elsewhere.parse().unwrap();
         let mut body = json!({"max_tokens": 5});
-        assert!(!AnthropicMessages.retarget_fallbacks(
+        assert!(AnthropicMessages.retarget_fallbacks(
             &uri,
             &mut headers,
             &mut body,
@@ -499,8 +511,9 @@ fn default_fallbacks_and_other_platforms_are_never_retargeted() {
                 models: &models,
                 own_model: Some("a"),
                 inject: true,
+                allowed: None,
             }
-        ));
+        ).is_none());
         assert!(body.get("fallbacks").is_none(), "{elsewhere}");
     }
     assert!(headers.is_empty());
@@ -860,7 +873,18 @@ fn the_fate_of_a_credit_token_is_read_from_usage() {
             "remove_to_redeem": ["speed"]}}}}));
     assert_eq!(
         whole.fallback_credit,
-        Some(FallbackCredit::not_applied("variant_fields_present"))
+        Some(FallbackCredit::not_applied("variant_fields_present").redeemable_without(["speed"]))
+    );
+    // The same in a stream's final `message_delta`.
+    let streamed = one(event(
+        "message_delta",
+        &json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 3, "fallback_credit": {"status": {"type": "not_applied",
+                "reason": "variant_fields_present", "remove_to_redeem": ["speed", "top_k"]}}}}),
+    ));
+    assert_eq!(
+        streamed.fallback_credit.unwrap().remove_to_redeem(),
+        ["speed", "top_k"]
     );
     let unknown = json_seen(
         json!({"content": [], "usage": {"fallback_credit": {"status": {"type": "later"}}}}),

@@ -264,6 +264,14 @@ impl AnthropicFeatures for BedrockInvokeModel {
             object.remove("fallback_credit_token");
         }
     }
+
+    fn fit_prefill(&self, body: &mut Value, model: &str) -> bool {
+        AnthropicMessages.fit_prefill(body, model)
+    }
+
+    fn drop_unredeemable_fields(&self, body: &mut Value, fields: &[String]) {
+        AnthropicMessages.drop_unredeemable_fields(body, fields);
+    }
 }
 
 /// Bedrock's request id header.
@@ -375,6 +383,10 @@ impl AnthropicFeatures for BedrockMessages {
 
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         AnthropicMessages.live_splice()
+    }
+
+    fn fit_prefill(&self, body: &mut Value, model: &str) -> bool {
+        AnthropicMessages.fit_prefill(body, model)
     }
 }
 

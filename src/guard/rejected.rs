@@ -1,0 +1,83 @@
+//! A 400 that answers the server-side fallbacks the guard wrote into a
+//! request. The provider checks a `fallbacks` list up front and rejects the
+//! whole request for one entry it does not take (a model outside the
+//! requested model's allowed fallbacks, one the request is not valid for;
+//! platform docs "Refusals and fallback"), before any model runs. That 400
+//! is of the guard's making, not the client's: the request goes once more
+//! as the client wrote it, and that answer is the one served and decided,
+//! the rejected attempt first in its record.
+
+use std::time::Instant;
+
+use http::{Response, StatusCode};
+
+use crate::guard::call::{Exchange, SendError};
+use crate::guard::hold::{hold, Verdict};
+use crate::guard::replay::ReplayBody;
+use crate::guard::respond::{respond, timed_out, Shape};
+use crate::guard::timeout::IdleTimeout;
+use crate::guard::{InnerBody, InnerService};
+use crate::refusal::{AttemptResult, AttemptStep};
+use crate::GuardBody;
+
+/// What became of an original answered with a 400 its fallbacks may have
+/// caused.
+pub(crate) enum Resent<S, R, E> {
+    /// The response to decide as the original, and its exchange: the
+    /// first one (no 400, or no fallbacks of the guard's), or the answer to
+    /// the request sent again without them.
+    Ready(Box<Exchange<S>>, Response<IdleTimeout<R>>),
+    /// Already decided: a refusal sent as a 400, or a timeout.
+    Answered(Response<GuardBody<R>>),
+    /// The inner service failed on the request sent again.
+    Failed(E),
+}
+
+impl<S> Exchange<S> {
+    /// Sends the request again without the guard's server-side fallbacks
+    /// when the provider answered it with a 400 that is no refusal.
+    pub(crate) async fn without_rejected_fallbacks<B, R>(
+        mut self,
+        response: Response<IdleTimeout<R>>,
+    ) -> Resent<S, R, S::Error>
+    where
+        S: InnerService<B, R>,
+        B: ReplayBody,
+        R: InnerBody,
+    {
+        if response.status() != StatusCode::BAD_REQUEST || self.template.composed.is_none() {
+            return Resent::Ready(Box::new(self), response);
+        }
+        let call = self.call.clone();
+        let api = Shape::Api(call.dialect.wire_api());
+        let held = hold(response, call.dialect, &call.config, self.streaming, None);
+        let held = match call.within_deadline(held).await {
+            Ok(held) => held,
+            Err(timeout) => {
+                call.handle.settle(None);
+                return Resent::Answered(timed_out(api, timeout));
+            }
+        };
+        if !matches!(held.verdict, Verdict::Pass) {
+            // A refusal the provider sent as a 400 ("Output blocked by
+            // content filtering policy"): decided as any original is.
+            return Resent::Answered(respond(self.conclude(held).await, &call));
+        }
+        let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
+        drop(held);
+        self.template.withdraw_composed_fallbacks(call.dialect);
+        tracing::warn!(
+            model = ?call.model,
+            "the provider rejected the server-side fallbacks the guard wrote (HTTP 400); \
+             the request is sent again as the client wrote it"
+        );
+        self.earlier.push(rejected);
+        self.first = AttemptStep::WithoutFallbacks;
+        self.sent = Instant::now();
+        match self.upstream.send(self.template.request()).await {
+            Ok(response) => Resent::Ready(Box::new(self), response),
+            Err(SendError::Inner(error)) => Resent::Failed(error),
+            Err(SendError::Timeout(timeout)) => Resent::Answered(timed_out(api, timeout)),
+        }
+    }
+}
