@@ -15,7 +15,7 @@ use clap::{ArgAction, CommandFactory, Parser};
 use super::{LogFormat, Route, Routes, Upstream};
 use crate::env::{self, EnvConfig, LogSetting};
 use crate::recovery::category::CategoryPolicy;
-use crate::recovery::{ApiKey, FallbackChains};
+use crate::recovery::{AllowedFallbacks, ApiKey, FallbackChains};
 use crate::refusal::Provider;
 
 const ENVIRONMENT: &str = "\
@@ -84,6 +84,9 @@ pub struct Options {
     /// Also add them to requests that carry no `fallbacks`
     #[arg(long, env = "REFUSAL_GUARD_INJECT_FALLBACKS", action = ArgAction::SetTrue, value_parser = switch)]
     pub inject_fallbacks: bool,
+    /// The models --retarget may name in MODEL's `fallbacks`: its allowed fallback models (repeatable; MODEL= for none) [default: any]
+    #[arg(long = "allow-fallbacks", env = "REFUSAL_GUARD_ALLOW_FALLBACKS", value_name = "MODEL=M1,M2", value_delimiter = ';', value_parser = allowed_fallbacks)]
+    pub allow_fallbacks: Vec<AllowedFallbacks>,
     /// Client-side fallback chain for MODEL (repeatable)
     #[arg(long = "chain", env = "REFUSAL_GUARD_CHAIN", value_name = "MODEL=M1,M2", value_delimiter = ';', value_parser = chains)]
     pub chains: Vec<FallbackChains>,
@@ -309,9 +312,16 @@ impl Options {
         self.rescue = self.rescue.or(found.rescue);
         self.retarget = self.retarget.take().or(found.retarget);
         self.log = self.log.take().or(found.log);
-        if self.inject_fallbacks && self.retarget.as_ref().map_or(true, Vec::is_empty) {
+        let retargets = !self.retarget.as_ref().map_or(true, Vec::is_empty);
+        if self.inject_fallbacks && !retargets {
             return Err(invalid(
                 "--inject-fallbacks needs --retarget M1,M2 (the models to inject)".to_owned(),
+            ));
+        }
+        if !self.allowed_fallbacks().is_empty() && !retargets {
+            return Err(invalid(
+                "--allow-fallbacks limits what --retarget writes: it needs --retarget M1,M2"
+                    .to_owned(),
             ));
         }
         self.check_routes().map_err(invalid)?;
@@ -424,6 +434,14 @@ impl Options {
             .fold(FallbackChains::new(), FallbackChains::extend)
     }
 
+    /// All `--allow-fallbacks` as one set.
+    pub fn allowed_fallbacks(&self) -> AllowedFallbacks {
+        self.allow_fallbacks
+            .iter()
+            .cloned()
+            .fold(AllowedFallbacks::new(), AllowedFallbacks::extend)
+    }
+
     /// Where refusal records go: `--log`, else the default path (none when
     /// `$HOME` is unset).
     pub fn log_setting(&self) -> LogSetting {
@@ -497,6 +515,24 @@ fn chains(value: &str) -> Result<FallbackChains, String> {
         return Ok(FallbackChains::new());
     }
     env::parse_chains("value", value).map_err(|e| format!("expected {}", e.expected))
+}
+
+/// `MODEL=M1,M2` (`MODEL=` allows none), or an off value for no limit.
+fn allowed_fallbacks(value: &str) -> Result<AllowedFallbacks, String> {
+    const EXPECTED: &str = "expected MODEL=M1,M2 (MODEL= for none)";
+    if env::parse_switch("", value) == Ok(false) {
+        return Ok(AllowedFallbacks::new());
+    }
+    let (model, models) = value.split_once('=').ok_or(EXPECTED)?;
+    let model = model.trim();
+    if model.is_empty() {
+        return Err(EXPECTED.to_owned());
+    }
+    let models = match models.trim() {
+        "" => Vec::new(),
+        list => env::parse_models("value", list).map_err(|_| EXPECTED.to_owned())?,
+    };
+    Ok(AllowedFallbacks::new().allow(model, models))
 }
 
 fn policy(value: &str) -> Result<CategoryPolicy, String> {
@@ -793,6 +829,33 @@ mod tests {
         );
         let error = parse(&["--continue-partial=perhaps"], none).unwrap_err();
         assert_eq!(error.exit_code(), 2);
+    }
+
+    #[test]
+    fn allowed_fallbacks_per_model_and_none_for_a_model() {
+        let o = parse(
+            &[
+                "--retarget=a,b",
+                "--allow-fallbacks",
+                "claude-fable-5=claude-opus-4-8, b",
+                "--allow-fallbacks=claude-sonnet-5=",
+            ],
+            none,
+        )
+        .unwrap();
+        let allowed = o.allowed_fallbacks();
+        assert_eq!(
+            allowed.for_model("claude-fable-5"),
+            Some(&["claude-opus-4-8".to_owned(), "b".to_owned()][..])
+        );
+        assert_eq!(allowed.for_model("claude-sonnet-5"), Some(&[][..]));
+        assert_eq!(allowed.for_model("claude-opus-4-7"), None);
+        for bad in ["nomodel", "=a", "a=b,,c"] {
+            let error = parse(&["--retarget=a", "--allow-fallbacks", bad], none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad}");
+        }
+        let error = parse(&["--allow-fallbacks", "a=b"], none).unwrap_err();
+        assert!(error.to_string().contains("needs --retarget"), "{error}");
     }
 
     #[test]

@@ -179,6 +179,7 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .rescue(options.rescue.unwrap_or(true))
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
         .inject_server_fallbacks(options.inject_fallbacks)
+        .allowed_fallbacks(options.allowed_fallbacks())
         .fallback_chains(options.fallback_chains())
         .try_recommended_model(options.try_recommended_model)
         .fallback_credit(options.fallback_credit)

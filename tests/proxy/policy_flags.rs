@@ -271,6 +271,65 @@ async fn a_recitation_falls_back_without_the_note_unless_the_policy_says_otherwi
     assert!(seen[1].to_string().contains("[refusal-guard]"));
 }
 
+/// `--allow-fallbacks`: what `--retarget --inject-fallbacks` writes for a
+/// model is limited to its allowed fallback models (Fable's: Opus 4.8; a
+/// model given `MODEL=` gets no list), which the upstream's contract (A14)
+/// checks. Without it, the list the API rejects is taken back: the client
+/// still gets its answer, after one 400 it never sees.
+#[tokio::test]
+async fn allow_fallbacks_limits_what_a_retarget_writes_and_a_rejected_list_is_taken_back() {
+    const FABLE: &str = "claude-fable-5";
+    const OPUS_4_8: &str = "claude-opus-4-8";
+    let upstream = RawUpstream::start(|_, request| reply(request)).await;
+    let retarget = format!("{SONNET},{OPUS_4_8}");
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--retarget",
+        &retarget,
+        "--inject-fallbacks",
+        "--allow-fallbacks",
+        &format!("{FABLE}={OPUS_4_8}"),
+        "--allow-fallbacks=claude-sonnet-5=",
+    ])
+    .await;
+    for (model, expected) in [
+        (FABLE, Some(json!([{"model": OPUS_4_8}]))),
+        ("claude-sonnet-5", None),
+    ] {
+        let from = upstream.requests().len();
+        let response = post(&base, &messages_request(model, false, "hello")).await;
+        assert_eq!(response.status(), 200, "{model}");
+        let seen = since(&upstream, from);
+        assert_eq!(seen.len(), 1, "{model}: {seen:?}");
+        assert_eq!(seen[0].get("fallbacks").cloned(), expected, "{model}");
+    }
+    assert_eq!(upstream.take_violations(), 0);
+
+    let upstream = RawUpstream::start(|_, request| reply(request)).await;
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--retarget",
+        &retarget,
+        "--inject-fallbacks",
+    ])
+    .await;
+    let response = post(&base, &messages_request(FABLE, true, "hello")).await;
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    assert!(text.contains(&format!("answer from {FABLE}")), "{text}");
+    let seen = since(&upstream, 0);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen[0].get("fallbacks").is_some());
+    assert_eq!(seen[1], messages_request(FABLE, true, "hello"));
+    assert_eq!(
+        upstream.take_violations(),
+        1,
+        "the one 400, never the client's"
+    );
+}
+
 #[test]
 fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
     for (spec, part) in [

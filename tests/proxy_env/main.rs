@@ -38,6 +38,24 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
         "RETARGET over FALLBACKS"
     );
 
+    std::env::set_var(
+        "REFUSAL_GUARD_ALLOW_FALLBACKS",
+        "claude-fable-5=claude-opus-4-8; claude-sonnet-5=",
+    );
+    let allowed = parse(&[]).unwrap().allowed_fallbacks();
+    assert_eq!(
+        allowed.for_model("claude-fable-5"),
+        Some(&["claude-opus-4-8".to_owned()][..])
+    );
+    assert_eq!(allowed.for_model("claude-sonnet-5"), Some(&[][..]));
+    let flagged = parse(&["--allow-fallbacks", "claude-opus-5=claude-opus-4-8"]).unwrap();
+    assert_eq!(
+        flagged.allowed_fallbacks().for_model("claude-fable-5"),
+        None,
+        "flag over variable"
+    );
+    std::env::remove_var("REFUSAL_GUARD_ALLOW_FALLBACKS");
+
     std::env::set_var("REFUSAL_GUARD_LISTEN", "127.0.0.1:7001");
     std::env::set_var("REFUSAL_GUARD_IDLE_TIMEOUT", "2.5");
     std::env::set_var("REFUSAL_GUARD_MAX_CONNECTIONS", "10");
