@@ -27,6 +27,7 @@ use crate::refusal::{
 };
 use crate::store::key::Conversation;
 use crate::store::StoreFuture;
+use crate::telemetry::metrics::AttemptSpan;
 use crate::telemetry::RefusalRecord;
 
 pin_project_lite::pin_project! {
@@ -422,16 +423,19 @@ pub(crate) struct Exchange<S> {
     /// What the original decided is: the request as first sent, or sent
     /// again without the guard's fallbacks.
     pub(crate) first: AttemptStep,
+    /// The original's attempt span, open until the original is judged.
+    pub(crate) attempt: AttemptSpan,
 }
 
 impl<S> Exchange<S> {
-    /// The exchange of a call whose original was sent at `sent`.
+    /// The exchange of a call whose original was sent at `sent`, in the
+    /// span `attempt`.
     pub(crate) fn new(
         upstream: Inner<S>,
         call: Call,
         template: Original,
-        streaming: bool,
-        sent: Instant,
+        (streaming, sent): (bool, Instant),
+        attempt: AttemptSpan,
     ) -> Self {
         Exchange {
             upstream: Box::new(upstream),
@@ -441,6 +445,7 @@ impl<S> Exchange<S> {
             sent,
             earlier: Vec::new(),
             first: AttemptStep::Original,
+            attempt,
         }
     }
 

@@ -15,6 +15,7 @@ use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
+use crate::telemetry::metrics::AttemptSpan;
 use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
@@ -95,7 +96,7 @@ impl HandoffMark {
 impl<S> Exchange<S> {
     /// Holds the original response, then decides what it becomes.
     pub(crate) async fn decide<B, R>(
-        self,
+        mut self,
         response: Response<IdleTimeout<R>>,
     ) -> Decision<IdleTimeout<R>>
     where
@@ -104,18 +105,26 @@ impl<S> Exchange<S> {
         R: InnerBody,
     {
         let call = &self.call;
+        let status = response.status().as_u16();
         let held = hold(response, call.dialect, &call.config, self.streaming, None);
         // The recovery deadline bounds the original's hold too.
         let held = match call.within_deadline(held).await {
             Ok(held) => held,
-            Err(timeout) => return Decision::TimedOut(timeout),
+            Err(timeout) => {
+                self.attempt
+                    .end_with(AttemptResult::TransportError, Some(status));
+                return Decision::TimedOut(timeout);
+            }
         };
         self.conclude(held).await
     }
 
     /// Decides a held original: as it is, or, on an empty refusal, what the
     /// ladder comes to.
-    pub(crate) async fn conclude<B, R>(self, held: Held<IdleTimeout<R>>) -> Decision<IdleTimeout<R>>
+    pub(crate) async fn conclude<B, R>(
+        mut self,
+        held: Held<IdleTimeout<R>>,
+    ) -> Decision<IdleTimeout<R>>
     where
         S: InnerService<B, R>,
         B: ReplayBody,
@@ -129,6 +138,8 @@ impl<S> Exchange<S> {
         // error. A quiet one before any output is a timeout.
         if matches!(held.verdict, Verdict::Errored) {
             if let Some(timeout) = held.error.as_ref().and_then(UpstreamTimeout::find) {
+                let status = Some(held.status());
+                self.attempt.end_with(AttemptResult::TransportError, status);
                 return Decision::TimedOut(timeout);
             }
         }
@@ -140,6 +151,7 @@ impl<S> Exchange<S> {
                     usage: info.usage,
                     ..original_attempt
                 };
+                self.attempt.end(&original_attempt);
                 // Boxed: the ladder's state is most of this future's size,
                 // and only a refused answer needs it; every request in
                 // flight would otherwise carry it.
@@ -159,17 +171,28 @@ impl<S> Exchange<S> {
                     usage: info.usage,
                     ..original_attempt
                 });
+                if let Some(original) = attempts.last() {
+                    self.attempt.end(original);
+                }
                 Decision::Dead {
                     original: held,
                     refusal,
                     attempts,
                 }
             }
-            Verdict::Pass => Decision::Unjudged(held),
+            Verdict::Pass => {
+                let result = match held.parts.status.is_success() {
+                    true => AttemptResult::Served,
+                    false => AttemptResult::HttpError,
+                };
+                self.attempt.end_with(result, Some(held.status()));
+                Decision::Unjudged(held)
+            }
             _ => {
                 if matches!(held.verdict, Verdict::Output) {
                     call.record_output();
                 }
+                self.attempt.end(&original_attempt);
                 Decision::AsSent {
                     original: held,
                     request_id,
@@ -298,6 +321,8 @@ struct Climb {
     deadline: Instant,
     /// The budget ran out while an attempt was running.
     stopped: bool,
+    /// The span of the attempt being sent or judged.
+    attempt: AttemptSpan,
 }
 
 impl Climb {
@@ -335,6 +360,7 @@ impl Climb {
             retargets: 0,
             deadline: call.deadline().into_std(),
             stopped: false,
+            attempt: AttemptSpan::default(),
         }
     }
 
@@ -454,7 +480,7 @@ impl Climb {
         if target == client || own {
             // The client's own API: an ordinary hop, on its own credentials.
             if next.aim_at(call.dialect, model).is_err() {
-                return self.skip(entry, None, DeadReason::Unrecoverable);
+                return self.skip(call, entry, None, DeadReason::Unrecoverable);
             }
             if let Some(features) = call.dialect.anthropic() {
                 features.fit_prefill(&mut next.json, model);
@@ -469,7 +495,7 @@ impl Climb {
         }
         let Some(endpoint) = call.config.cross_provider.get(&provider) else {
             tracing::info!(provider = %provider, model, "no endpoint for this provider; the hop is skipped");
-            return self.skip(entry, Some(target.provider()), DeadReason::NoEndpoint);
+            return self.skip(call, entry, Some(target.provider()), DeadReason::NoEndpoint);
         };
         let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
         let written = translate::read_request(client, &next.json, streaming)
@@ -478,14 +504,14 @@ impl Climb {
             Ok(written) => written,
             Err(why) => {
                 tracing::info!(provider = %provider, model, reason = %why, "the request has no translation; the hop is skipped");
-                return self.skip(entry, Some(target.provider()), DeadReason::Untranslatable);
+                return self.skip(call, entry, Some(target.provider()), DeadReason::Untranslatable);
             }
         };
         let (Some(uri), Some(headers)) = (
             endpoint.uri(&path),
             translate::hop_headers(target, endpoint.key().expose()),
         ) else {
-            return self.skip(entry, Some(target.provider()), DeadReason::Unrecoverable);
+            return self.skip(call, entry, Some(target.provider()), DeadReason::Unrecoverable);
         };
         let include_usage = next.json["stream_options"]["include_usage"].as_bool() == Some(true);
         next.parts.method = http::Method::POST;
@@ -505,7 +531,10 @@ impl Climb {
     }
 
     /// Records a hop that was never sent, and why.
-    fn skip(&mut self, entry: &str, to: Option<Provider>, reason: DeadReason) -> Prep {
+    fn skip(&mut self, call: &Call, entry: &str, to: Option<Provider>, reason: DeadReason) -> Prep {
+        self.attempt = call
+            .request
+            .attempt(AttemptStep::Fallback, Some(entry), to);
         let record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(entry.to_owned()),
@@ -615,6 +644,8 @@ impl Climb {
         R: InnerBody,
     {
         let request: Request<B> = step.template.request(&step.template.json);
+        let to = step.hop.map(|hop| hop.target.provider());
+        self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
         let sent = Instant::now();
         let remaining = self.deadline.saturating_duration_since(sent);
         let (dialect, config) = (call.dialect, &call.config);
@@ -676,6 +707,7 @@ impl Climb {
     }
 
     fn fail(&mut self, record: Attempt, reason: DeadReason) {
+        self.attempt.end(&record);
         self.departure.attempts.push(record);
         self.reason = Some(reason);
     }
@@ -718,6 +750,7 @@ impl Climb {
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
+                self.attempt.end(&record);
                 self.departure.attempts.push(record);
                 let refusal = Refusal {
                     served_model,
@@ -730,6 +763,7 @@ impl Climb {
                 // Held as long as allowed without a decision: serve it and
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
+                self.attempt.end(&record);
                 self.departure.attempts.push(record);
                 return Some(Decision::Committed {
                     attempt: held,
@@ -937,7 +971,8 @@ mod tests {
             _share: Arc::new(config.held.share()),
         };
         let upstream = Inner::primed(Upstream::new(inner), Timeouts::of(&config));
-        let exchange = Exchange::new(upstream, call, template, false, Instant::now());
+        let attempt = AttemptSpan::default();
+        let exchange = Exchange::new(upstream, call, template, (false, Instant::now()), attempt);
         (exchange, Witness { handle, sent })
     }
 

@@ -93,7 +93,7 @@ fn whole_json<R>(held: &Held<R>) -> Option<Value> {
 /// prefill, answered as one message (the content arrays merged), or as it
 /// is when the continuation does not answer with output.
 async fn continue_json<S, B, R>(
-    exchange: Exchange<S>,
+    mut exchange: Exchange<S>,
     mut held: Held<IdleTimeout<R>>,
     mut plan: Plan,
 ) -> Response<GuardBody<R>>
@@ -115,6 +115,7 @@ where
     let call = exchange.call.clone();
     call.record_output();
     let original = exchange.original_attempt(held.status(), AttemptResult::Refused);
+    exchange.attempt.end(&original);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let mut hop = Hop { exchange, plan };
     let (attempt, answer) = hop.attempt::<B, R>(&claim, call.deadline_from_now()).await;
@@ -191,7 +192,7 @@ impl Plan {
 /// Answers with the original head and streams the original through a task
 /// that may continue it.
 fn serve_continuable<S, B, R>(
-    exchange: Exchange<S>,
+    mut exchange: Exchange<S>,
     held: Held<IdleTimeout<R>>,
     mut watch: Box<StreamWatch>,
     plan: Plan,
@@ -204,6 +205,7 @@ where
     let call = exchange.call.clone();
     call.record_output();
     let original = exchange.original_attempt(held.status(), AttemptResult::Served);
+    exchange.attempt.end(&original);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let Held {
         mut parts,
@@ -253,9 +255,28 @@ struct Hop<S> {
 }
 
 impl<S> Hop<S> {
-    /// Sends the continuation and holds its answer, within the deadline.
-    /// The attempt's record, and its held answer when it has output.
+    /// Sends the continuation and holds its answer, within the deadline, in
+    /// the attempt's span. The attempt's record, and its held answer when
+    /// it has output.
     async fn attempt<B, R>(
+        &mut self,
+        claim: &PrefillClaim,
+        deadline: tokio::time::Instant,
+    ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
+    where
+        S: InnerService<B, R>,
+        B: ReplayBody,
+        R: InnerBody,
+    {
+        let model = Some(self.plan.model.as_str());
+        let request = &self.exchange.call.request;
+        let mut span = request.attempt(AttemptStep::Fallback, model, None);
+        let (record, held) = self.send(claim, deadline).await;
+        span.end(&record);
+        (record, held)
+    }
+
+    async fn send<B, R>(
         &mut self,
         claim: &PrefillClaim,
         deadline: tokio::time::Instant,

@@ -64,6 +64,7 @@ impl<S> Exchange<S> {
             return Resent::Answered(respond(self.conclude(held).await, &call));
         }
         let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
+        self.attempt.end(&rejected);
         drop(held);
         self.template.withdraw_composed_fallbacks(call.dialect);
         tracing::warn!(
@@ -74,10 +75,17 @@ impl<S> Exchange<S> {
         self.earlier.push(rejected);
         self.first = AttemptStep::WithoutFallbacks;
         self.sent = Instant::now();
+        let model = call.model.as_deref();
+        self.attempt = call.request.attempt(self.first, model, None);
         match self.upstream.send(self.template.request()).await {
             Ok(response) => Resent::Ready(Box::new(self), response),
-            Err(SendError::Inner(error)) => Resent::Failed(error),
-            Err(SendError::Timeout(timeout)) => Resent::Answered(timed_out(api, timeout)),
+            Err(failed) => {
+                self.attempt.end_with(AttemptResult::TransportError, None);
+                match failed {
+                    SendError::Inner(error) => Resent::Failed(error),
+                    SendError::Timeout(timeout) => Resent::Answered(timed_out(api, timeout)),
+                }
+            }
         }
     }
 }

@@ -8,16 +8,16 @@ use std::sync::Arc;
 /// Bytes held across all services of one layer, and the most allowed.
 #[derive(Debug)]
 pub(crate) struct BytePool {
-    used: AtomicUsize,
+    /// Shared with the held-bytes gauges, which read it when published.
+    used: Arc<AtomicUsize>,
     limit: usize,
 }
 
 impl BytePool {
     pub(crate) fn new(limit: usize) -> Arc<Self> {
-        Arc::new(BytePool {
-            used: AtomicUsize::new(0),
-            limit,
-        })
+        let used = Arc::new(AtomicUsize::new(0));
+        crate::telemetry::metrics::watch_held_bytes(&used, limit);
+        Arc::new(BytePool { used, limit })
     }
 
     /// Bytes held now.

@@ -33,6 +33,8 @@ use crate::guard::reserve::Share;
 use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService, SpawnableInner};
+use crate::refusal::{AttemptResult, AttemptStep};
+use crate::telemetry::metrics::AttemptSpan;
 use crate::BoxError;
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
@@ -302,13 +304,21 @@ where
     let original = template.request();
 
     let sent = Instant::now();
+    let mut attempt = call
+        .request
+        .attempt(AttemptStep::Original, call.model.as_deref(), None);
     let response = match upstream.send(original).await {
         Ok(response) => response,
-        Err(SendError::Inner(error)) => return Err(error),
-        Err(SendError::Timeout(timeout)) => return Ok(timed_out(api, timeout)),
+        Err(failed) => {
+            attempt.end_with(AttemptResult::TransportError, None);
+            return match failed {
+                SendError::Inner(error) => Err(error),
+                SendError::Timeout(timeout) => Ok(timed_out(api, timeout)),
+            };
+        }
     };
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    let exchange = Exchange::new(upstream, call, template, streaming, sent);
+    let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
     match exchange.without_rejected_fallbacks(response).await {
         Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
         Resent::Answered(response) => Ok(response),
@@ -355,6 +365,7 @@ where
     prepare_forwarded(&mut parts, &config, dialect, path_model.as_deref());
     let sent_parts = parts.clone();
     let sent = Instant::now();
+    let mut attempt = AttemptSpan::forwarded(dialect);
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(&mut upstream, request, copy).await;
     let (response, head, bytes, members, share) = match (response, learned) {
@@ -376,6 +387,10 @@ where
             drop(crate::telemetry::metrics::GuardedRequest::start(
                 dialect, model, false, &handle,
             ));
+            if let Some(model) = model {
+                attempt.model(model);
+            }
+            attempt.end_with(AttemptResult::TransportError, None);
             return match failed {
                 SendError::Inner(error) => Err(error),
                 SendError::Timeout(timeout) => Ok(timed_out(api, timeout)),
@@ -413,7 +428,10 @@ where
     let streaming = outbound.streaming;
     let (call, template) = outbound.into_call(config, dialect, started, share);
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    let exchange = Exchange::new(upstream, call, template, streaming, sent);
+    if let Some(model) = &call.model {
+        attempt.model(model);
+    }
+    let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
     match exchange.without_rejected_fallbacks(response).await {
         Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
         Resent::Answered(response) => Ok(response),

@@ -374,6 +374,7 @@ where
         match shared.service.clone().oneshot(outbound).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
+                crate::telemetry::metrics::proxy_response(parts.status);
                 strip_hop_by_hop(&mut parts.headers);
                 let body = if shared.access_log.off {
                     body.map_err(Into::into).boxed_unsync()
@@ -390,6 +391,7 @@ where
                     describe(error.into())
                 );
                 line.write(502, "upstream_unreachable", "");
+                crate::telemetry::metrics::proxy_response(StatusCode::BAD_GATEWAY);
                 error_response(
                     line.path(),
                     StatusCode::BAD_GATEWAY,

@@ -7,7 +7,7 @@
 //!
 //! | name | type | labels |
 //! |---|---|---|
-//! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome` |
+//! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome`, `model` |
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
 //! | [`FALLBACK_CREDIT`] | counter | `status`, `reason` |
@@ -21,6 +21,11 @@
 //! | [`STORE_FALLBACKS`] | counter | `store` |
 //! | [`ROUTES_RESTORED`] | counter | `wire_api` |
 //! | [`PROXY_REQUESTS`] | counter | `route` |
+//! | [`PROXY_RESPONSES`] | counter | `class` |
+//! | [`TOTAL_HELD_BYTES`] | gauge (bytes) | |
+//! | [`MAX_TOTAL_HELD_BYTES`] | gauge (bytes) | |
+//! | [`OTLP_EXPORTED_SPANS`] | counter | |
+//! | [`OTLP_DROPPED_SPANS`] | counter | `reason` |
 //!
 //! Refusals and recovery attempts are counted from each refusal record by
 //! the telemetry module's `MetricsSink`, so they agree with the JSONL log
@@ -30,8 +35,8 @@
 //! are the crate's own words, and a provider's category is kept only while
 //! it looks like a category (short, `[A-Za-z0-9_.-]`) and only for the first
 //! [`MAX_CATEGORIES`] seen; past that it is counted as `other`. A model (the
-//! `model` label of [`REFUSED_TOKENS`] only) is bounded the same way, by
-//! [`model_label`].
+//! `model` label of [`REFUSALS`] and [`REFUSED_TOKENS`], the model that
+//! refused) is bounded the same way, by [`model_label`].
 //!
 //! ```
 //! use refusal_guard::telemetry::metrics;
@@ -43,25 +48,28 @@
 //! ```
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics::{SharedString, Unit};
 
-use crate::refusal::{Refusal, RefusalHandle, RefusalSignal, WireApi};
+use crate::refusal::{
+    Attempt, AttemptResult, AttemptStep, Provider, Refusal, RefusalHandle, RefusalSignal, Usage,
+    WireApi,
+};
 
 /// Refusals, one per refusal record (`telemetry::RefusalRecord`).
 pub const REFUSALS: &str = "refusal_guard_refusals_total";
 /// Recovery requests the guard sent after a refusal (`step`: `fallback`,
 /// `rescue`, or `retarget` for a provider's server-side fallback; `result` as
-/// in [`AttemptResult`](crate::refusal::AttemptResult)).
+/// in [`AttemptResult`]).
 pub const RECOVERY_ATTEMPTS: &str = "refusal_guard_recovery_attempts_total";
 /// Tokens the provider reported for refused attempts (the original and any
 /// recovery attempt that refused), by the model that refused, the refusal's
 /// category, and `kind`: `input`, `output`, `cache_read` or `cache_write`
-/// (see [`Usage`](crate::refusal::Usage)). Counted from each record's
+/// (see [`Usage`]). Counted from each record's
 /// attempts, so it agrees with the log.
 pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
 /// Anthropic fallback credit tokens presented, by what the response said
@@ -96,6 +104,40 @@ pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
 /// `proxy::Routes`). Counted before the guard, so every request counts,
 /// guarded or not.
 pub const PROXY_REQUESTS: &str = "refusal_guard_proxy_requests_total";
+/// Responses the standalone proxy gave its clients, by status class
+/// (`class`: `2xx`, `3xx`, `4xx`, `5xx`; `502` for an upstream it could not
+/// reach counts as `5xx`, as does a `504` for an upstream that went quiet).
+pub const PROXY_RESPONSES: &str = "refusal_guard_proxy_responses_total";
+/// Bytes held now across every layer of the process: held responses and
+/// buffered request bodies (see [`publish_held_bytes`]).
+pub const TOTAL_HELD_BYTES: &str = "refusal_guard_total_held_bytes";
+/// The most bytes those layers may hold at once
+/// (`max_total_held_bytes`, added up over the layers).
+pub const MAX_TOTAL_HELD_BYTES: &str = "refusal_guard_max_total_held_bytes";
+/// Spans the OTLP export delivered to the collector (feature `otlp`).
+pub const OTLP_EXPORTED_SPANS: &str = "refusal_guard_otlp_exported_spans_total";
+/// Spans the OTLP export dropped (`reason`: `queue_full` when the bounded
+/// queue had no room, `export_failed` when the collector did not take a
+/// batch, `timeout` when it did not answer in time).
+pub const OTLP_DROPPED_SPANS: &str = "refusal_guard_otlp_dropped_spans_total";
+
+/// Histogram buckets for the metrics in seconds.
+///
+/// ```
+/// assert_eq!(refusal_guard::telemetry::metrics::SECONDS_BUCKETS[0], 0.005);
+/// ```
+pub const SECONDS_BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+/// Histogram buckets for the metrics in bytes.
+///
+/// ```
+/// assert_eq!(refusal_guard::telemetry::metrics::BYTES_BUCKETS[1], 1024.0);
+/// ```
+pub const BYTES_BUCKETS: [f64; 10] = [
+    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
+    67108864.0,
+];
 
 /// The tracing target of the one event logged when a guarded request
 /// settles (`guarded request settled`, in its `guarded_request` span): a
@@ -181,6 +223,31 @@ pub fn describe() {
         STORE_FALLBACKS,
         Unit::Count,
         "Times memory stood in for an unreachable conversation store"
+    );
+    describe_counter!(
+        PROXY_RESPONSES,
+        Unit::Count,
+        "Responses the proxy gave its clients, by status class"
+    );
+    describe_gauge!(
+        TOTAL_HELD_BYTES,
+        Unit::Bytes,
+        "Bytes held now by the guard, across its layers"
+    );
+    describe_gauge!(
+        MAX_TOTAL_HELD_BYTES,
+        Unit::Bytes,
+        "The most bytes the guard may hold at once"
+    );
+    describe_counter!(
+        OTLP_EXPORTED_SPANS,
+        Unit::Count,
+        "Spans the OTLP export delivered"
+    );
+    describe_counter!(
+        OTLP_DROPPED_SPANS,
+        Unit::Count,
+        "Spans the OTLP export dropped, by reason"
     );
 }
 
@@ -323,6 +390,61 @@ pub(crate) fn routed(route: &'static str) {
     counter!(PROXY_REQUESTS, "route" => route).increment(1);
 }
 
+/// Counts a response the proxy gave a client, by its status class.
+#[cfg(feature = "proxy")]
+pub(crate) fn proxy_response(status: http::StatusCode) {
+    let class = match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    counter!(PROXY_RESPONSES, "class" => class).increment(1);
+}
+
+/// Every layer's count of bytes held and its limit, while the layer lives.
+static HELD: Mutex<Vec<(std::sync::Weak<AtomicUsize>, usize)>> = Mutex::new(Vec::new());
+
+/// Watches a layer's count of held bytes (and its limit) for
+/// [`publish_held_bytes`], for as long as the count lives.
+pub(crate) fn watch_held_bytes(used: &std::sync::Arc<AtomicUsize>, limit: usize) {
+    let mut held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    held.retain(|(used, _)| used.strong_count() > 0);
+    held.push((std::sync::Arc::downgrade(used), limit));
+}
+
+/// The bytes the guard's layers in this process hold now, and the most they
+/// may hold at once, added up over the layers alive.
+///
+/// ```
+/// let (held, limit) = refusal_guard::telemetry::metrics::held_bytes();
+/// assert!(held <= limit);
+/// ```
+pub fn held_bytes() -> (u64, u64) {
+    let held = HELD.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    held.iter()
+        .filter_map(|(used, limit)| Some((used.upgrade()?.load(Ordering::Relaxed), *limit)))
+        .fold((0, 0), |(used, limit), (u, l)| {
+            (used + u as u64, limit.saturating_add(l as u64))
+        })
+}
+
+/// Sets the [`TOTAL_HELD_BYTES`] and [`MAX_TOTAL_HELD_BYTES`] gauges from
+/// [`held_bytes`]. The guard counts held bytes in a plain atomic on every
+/// chunk; the gauges are set from it when they are read (the proxy's
+/// `/metrics` does it before it renders, its OTLP export every few
+/// seconds), so that holding costs no metric update per chunk.
+///
+/// ```
+/// refusal_guard::telemetry::metrics::publish_held_bytes(); // harmless without a recorder
+/// ```
+pub fn publish_held_bytes() {
+    let (used, limit) = held_bytes();
+    gauge!(TOTAL_HELD_BYTES).set(used as f64);
+    gauge!(MAX_TOTAL_HELD_BYTES).set(limit as f64);
+}
+
 /// Counts a sticky route that ended: the conversation's primary model is
 /// asked for again.
 pub(crate) fn route_restored(wire_api: WireApi) {
@@ -402,6 +524,7 @@ pub(crate) fn request_span(wire_api: WireApi) -> tracing::Span {
     tracing::info_span!(
         "guarded_request",
         gen_ai.system = tracing::field::Empty,
+        gen_ai.provider.name = tracing::field::Empty,
         gen_ai.operation.name = "chat",
         gen_ai.request.model = tracing::field::Empty,
         gen_ai.response.model = tracing::field::Empty,
@@ -425,6 +548,7 @@ impl GuardedRequest {
         let span = tracing::Span::current();
         let provider = gen_ai_system(dialect.provider(), dialect.wire_api());
         span.record("gen_ai.system", provider);
+        span.record("gen_ai.provider.name", provider);
         if let Some(model) = model {
             span.record("gen_ai.request.model", model);
         }
@@ -440,6 +564,22 @@ impl GuardedRequest {
             handle: handle.clone(),
             attempts: AtomicU64::new(1),
         })
+    }
+
+    /// The span of one attempt of this request, a child of its span, open
+    /// until [`AttemptSpan::end`]: `model` as the step asks for it, `to` the
+    /// provider of a hop to another provider's API.
+    pub(crate) fn attempt(
+        &self,
+        step: AttemptStep,
+        model: Option<&str>,
+        to: Option<Provider>,
+    ) -> AttemptSpan {
+        let system = match to {
+            Some(provider) => gen_ai_system(provider, provider_api(provider)),
+            None => self.provider,
+        };
+        AttemptSpan::start(&self.span, system, step, model)
     }
 
     /// Notes what the guard settled on: the refusal and how many requests
@@ -484,9 +624,116 @@ impl Drop for GuardedRequest {
     }
 }
 
+/// The span of one attempt ([`GuardedRequest::attempt`]): it ends, with
+/// what the attempt came to, when the guard has judged the attempt (or when
+/// dropped, unjudged: the client left).
+#[derive(Debug, Default)]
+pub(crate) struct AttemptSpan(Option<tracing::Span>);
+
+impl AttemptSpan {
+    /// An attempt's span under `parent` (the request's span), to the
+    /// `gen_ai` system `system`.
+    fn start(
+        parent: &tracing::Span,
+        system: &'static str,
+        step: AttemptStep,
+        model: Option<&str>,
+    ) -> Self {
+        let span = tracing::debug_span!(
+            parent: parent,
+            "attempt",
+            otel.name = "chat",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            gen_ai.operation.name = "chat",
+            gen_ai.system = system,
+            gen_ai.provider.name = system,
+            gen_ai.request.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            http.response.status_code = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            refusal_guard.attempt.step = step.as_str(),
+            refusal_guard.attempt.result = tracing::field::Empty,
+        );
+        let attempt = AttemptSpan(Some(span));
+        if let Some(model) = model {
+            attempt.model(model);
+        }
+        attempt
+    }
+
+    /// The original's span of a request forwarded as it arrives, under the
+    /// current span (the request's), before its model is known.
+    pub(crate) fn forwarded(dialect: &dyn crate::dialect::Dialect) -> Self {
+        let system = gen_ai_system(dialect.provider(), dialect.wire_api());
+        let parent = tracing::Span::current();
+        AttemptSpan::start(&parent, system, AttemptStep::Original, None)
+    }
+
+    /// Names the model the attempt asked for (its span is named after it,
+    /// `chat MODEL`, as the GenAI conventions name a call).
+    pub(crate) fn model(&self, model: &str) {
+        let Some(span) = self.0.as_ref().filter(|span| !span.is_disabled()) else {
+            return;
+        };
+        span.record("gen_ai.request.model", model);
+        span.record("otel.name", format!("chat {model}").as_str());
+    }
+
+    /// Records what `attempt` came to and ends the span; later calls do
+    /// nothing.
+    pub(crate) fn end(&mut self, attempt: &Attempt) {
+        self.end_as(attempt.result, attempt.status, attempt.usage);
+    }
+
+    /// Ends the span of an attempt that came to `result`, with `status`.
+    pub(crate) fn end_with(&mut self, result: AttemptResult, status: Option<u16>) {
+        self.end_as(result, status, None);
+    }
+
+    fn end_as(&mut self, result: AttemptResult, status: Option<u16>, usage: Option<Usage>) {
+        let Some(span) = self.0.take() else {
+            return;
+        };
+        span.record("refusal_guard.attempt.result", result.as_str());
+        if let Some(status) = status {
+            span.record("http.response.status_code", status);
+        }
+        if let Some(usage) = usage {
+            if let Some(tokens) = usage.input_tokens {
+                span.record("gen_ai.usage.input_tokens", tokens);
+            }
+            if let Some(tokens) = usage.output_tokens {
+                span.record("gen_ai.usage.output_tokens", tokens);
+            }
+        }
+        // `error.type`: the status code of an error status, as the HTTP
+        // conventions have it, else the result's word.
+        match (result, status) {
+            (AttemptResult::HttpError, Some(status)) => {
+                span.record("error.type", tracing::field::display(status));
+            }
+            (AttemptResult::HttpError | AttemptResult::TransportError, _) => {
+                span.record("error.type", result.as_str());
+            }
+            _ => return,
+        }
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The wire API a hop to `provider` speaks (for its `gen_ai` system).
+fn provider_api(provider: Provider) -> WireApi {
+    match provider {
+        Provider::Anthropic => WireApi::AnthropicMessages,
+        Provider::OpenAi => WireApi::OpenAiChatCompletions,
+        Provider::Google => WireApi::GeminiGenerateContent,
+    }
+}
+
 /// The OpenTelemetry `gen_ai.system` value for a provider and wire API.
-fn gen_ai_system(provider: crate::refusal::Provider, wire_api: WireApi) -> &'static str {
-    use crate::refusal::Provider;
+fn gen_ai_system(provider: Provider, wire_api: WireApi) -> &'static str {
     match (provider, wire_api) {
         (_, WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages) => {
             "aws.bedrock"
@@ -500,7 +747,6 @@ fn gen_ai_system(provider: crate::refusal::Provider, wire_api: WireApi) -> &'sta
 /// The provider's finish reason for a refusal, as OpenTelemetry's
 /// `gen_ai.response.finish_reasons` would list it.
 fn finish_reason(refusal: &Refusal) -> &str {
-    use crate::refusal::Provider;
     match (refusal.signal, refusal.provider) {
         (RefusalSignal::Text, _) => "stop",
         (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",

@@ -77,6 +77,7 @@ pub fn record_refusal(record: &RefusalRecord) {
         Label::new("category", category_label(record.category.as_deref())),
         Label::new("kind", kind_label(record)),
         Label::new("outcome", record.outcome.as_str()),
+        Label::new("model", model_label(record.model.as_deref())),
     ];
     counter!(REFUSALS, labels).increment(1);
     for (step, result) in recovery_attempts(record) {
