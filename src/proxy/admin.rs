@@ -43,7 +43,9 @@ use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::{
+    BuildError, Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
+};
 use tokio::net::TcpListener;
 
 use crate::proxy::Upstream;
@@ -70,19 +72,29 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// # let _ = handle;
 /// ```
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
-    const SECONDS: [f64; 14] = [
-        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-    ];
-    const BYTES: [f64; 10] = [
-        256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
-        67108864.0,
-    ];
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS)?
-        .set_buckets_for_metric(Matcher::Suffix("_bytes".into()), &BYTES)?
-        .install_recorder()?;
+    let recorder = prometheus_recorder()?;
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder)?;
     crate::telemetry::metrics::describe();
     Ok(handle)
+}
+
+/// The Prometheus recorder [`install_recorder`] installs, not installed:
+/// for a process that records to it and to something else at once (the
+/// proxy with `--otlp` sends its metrics over OTLP too). Its
+/// [`handle`](metrics_exporter_prometheus::PrometheusRecorder::handle)
+/// renders `/metrics`.
+///
+/// ```
+/// let recorder = refusal_guard::proxy::admin::prometheus_recorder().unwrap();
+/// assert_eq!(recorder.handle().render(), "");
+/// ```
+pub fn prometheus_recorder() -> Result<PrometheusRecorder, BuildError> {
+    use crate::telemetry::metrics::{BYTES_BUCKETS, SECONDS_BUCKETS};
+    Ok(PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)?
+        .set_buckets_for_metric(Matcher::Suffix("_bytes".into()), &BYTES_BUCKETS)?
+        .build_recorder())
 }
 
 /// The outcome of one readiness check: `Err` says what is wrong.
@@ -451,19 +463,17 @@ impl Draining {
 }
 
 /// Starts the admin listener of the standalone proxy (`--admin ADDR`):
-/// installs the Prometheus recorder, binds `addr` and serves, with the
+/// binds `addr` and serves `/metrics` from `handle`, with the
 /// proxy's refusal log on the dashboard and its upstreams, one per route
 /// (none for the simulated provider), among the readiness probes. Returns the bound address.
 /// It serves until the process ends.
 pub(crate) async fn start_for_proxy(
     addr: std::net::SocketAddr,
+    handle: PrometheusHandle,
     routes: Option<&super::Routes>,
-    log: Option<PathBuf>,
-    store: Option<Box<dyn Probe>>,
+    (log, store): (Option<PathBuf>, Option<Box<dyn Probe>>),
     draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
-    let handle =
-        install_recorder().map_err(|e| format!("cannot install the metrics recorder: {e}"))?;
     let mut state = AdminState::new().metrics(handle).not_ready_when(draining);
     if let Some(store) = store {
         state.probes[0] = store;
@@ -555,6 +565,7 @@ async fn route<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody
         "/readyz" => readiness(state).await,
         "/metrics" => match &state.metrics {
             Some(handle) => {
+                crate::telemetry::metrics::publish_held_bytes();
                 let mut response = text(StatusCode::OK, &handle.render());
                 response.headers_mut().insert(
                     CONTENT_TYPE,

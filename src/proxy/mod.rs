@@ -56,6 +56,7 @@ pub mod admin;
 mod client;
 mod client_key;
 mod errors;
+mod export;
 mod headers;
 mod options;
 mod routes;

@@ -156,6 +156,9 @@ pub struct Options {
     /// Bytes held across all streams at once [default: the layer's]
     #[arg(long, env = "REFUSAL_GUARD_MAX_TOTAL_HELD_BYTES", value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_total_held_bytes: Option<u64>,
+    /// Export spans and metrics over OTLP, to the collector the OTEL_EXPORTER_OTLP_* variables name (feature `otlp`)
+    #[arg(long, env = "REFUSAL_GUARD_OTLP", action = ArgAction::SetTrue, value_parser = switch)]
+    pub otlp: bool,
     /// Serve /metrics, /healthz, /readyz and the refusals dashboard on ADDR [default: off]
     #[arg(long, env = "REFUSAL_GUARD_ADMIN", value_name = "ADDR")]
     pub admin: Option<SocketAddr>,

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use tower_layer::Layer;
 
 use super::admin::{Draining, Probe, RedisStoreProbe};
+use super::export;
 use super::options::LevelFilter;
 use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
 use crate::env::LogSetting;
@@ -37,7 +38,6 @@ const RESERVED_FDS: u64 = 64;
 /// ```
 pub fn run(options: Options) -> ExitCode {
     let _ = FORMAT.set(options.log_format);
-    install_subscriber(&options);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -51,13 +51,33 @@ pub fn run(options: Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // The export's tasks run on the runtime: it is set up inside it.
+    let entered = runtime.enter();
+    let set_up = export::start(&options).and_then(|export| {
+        install_subscriber(&options, export.as_ref());
+        let metrics = export::install_metrics(&options, export.as_ref())?;
+        Ok((export, metrics))
+    });
+    drop(entered);
+    let (export, metrics) = match set_up {
+        Ok(set_up) => set_up,
+        Err(message) => {
+            say("ERROR", &format!("proxy: {message}"));
+            return ExitCode::from(2);
+        }
+    };
     // The multi-thread runtime even on one CPU: a task woken by another
     // (a chunk handed from the upstream connection to the client's) runs
     // next, from the worker's LIFO slot, while its data is still in cache;
     // the current-thread runtime queues it behind every other connection.
     // The accept loop runs on the workers too, not on this thread, so that
     // no wake-up crosses threads.
-    match runtime.block_on(runtime.spawn(serve(options))) {
+    let served = runtime.block_on(async {
+        let served = runtime.spawn(serve(options, metrics)).await;
+        export::finish(export).await;
+        served
+    });
+    match served {
         Ok(code) => code,
         Err(error) => {
             say("ERROR", &format!("proxy: stopped abnormally: {error}"));
@@ -92,11 +112,11 @@ fn say(level: &str, text: &str) {
 /// Messages go to stderr, as text or one JSON object per line (with the
 /// fields of the spans they happened in), filtered by `--log-level`, else
 /// `RUST_LOG`, else warnings (and refusal-guard's own information, less the
-/// per-request settled event under `--quiet`).
-fn install_subscriber(options: &Options) {
+/// per-request settled event under `--quiet`). With `--otlp` the export's
+/// layer goes beside them, each with its own filter.
+fn install_subscriber(options: &Options, export: Option<&export::Export>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer as _;
 
     let filter = options
         .log_level
@@ -109,27 +129,52 @@ fn install_subscriber(options: &Options) {
         Some(LevelFilter::Env(env)) => (None, Some(*env)),
         None => (None, None),
     };
+    let installed = match export {
+        None => tracing_subscriber::registry()
+            .with(targets)
+            .with(env)
+            .with(lines(options.log_format))
+            .try_init(),
+        #[cfg(feature = "otlp")]
+        Some(export) => {
+            use tracing_subscriber::Layer as _;
+            let lines = match (targets, env) {
+                (Some(targets), _) => lines(options.log_format).with_filter(targets).boxed(),
+                (None, Some(env)) => lines(options.log_format).with_filter(env).boxed(),
+                (None, None) => lines(options.log_format),
+            };
+            tracing_subscriber::registry()
+                .with(lines)
+                .with(export.layer())
+                .try_init()
+        }
+        #[cfg(not(feature = "otlp"))]
+        Some(export) => match *export {},
+    };
+    if let Err(error) = installed {
+        say(
+            "ERROR",
+            &format!("proxy: warning: no tracing subscriber installed: {error}"),
+        );
+    }
+}
+
+/// The layer that writes the proxy's messages on stderr, in `format`.
+fn lines<S>(format: LogFormat) -> Box<dyn tracing_subscriber::Layer<S> + Send + Sync>
+where
+    S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
+{
+    use tracing_subscriber::Layer as _;
     let lines = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    let lines = match options.log_format {
+    match format {
         LogFormat::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(true)
             .boxed(),
         _ => lines.boxed(),
-    };
-    let installed = tracing_subscriber::registry()
-        .with(targets)
-        .with(env)
-        .with(lines)
-        .try_init();
-    if let Err(error) = installed {
-        say(
-            "ERROR",
-            &format!("proxy: warning: no tracing subscriber installed: {error}"),
-        );
     }
 }
 
@@ -273,7 +318,10 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
     Ok(endpoints)
 }
 
-async fn serve(mut options: Options) -> ExitCode {
+async fn serve(
+    mut options: Options,
+    metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
+) -> ExitCode {
     let (layer, log_shown) = match layer(&options) {
         Ok(built) => built,
         Err(message) => {
@@ -301,15 +349,17 @@ async fn serve(mut options: Options) -> ExitCode {
     };
     // Set at the shutdown signal: `/readyz` turns not-ready while draining.
     let draining = Draining::new();
-    let admin = match options.admin {
-        Some(addr) => match start_admin(&options, addr, draining.clone()).await {
+    let admin = match (options.admin, metrics) {
+        (Some(addr), Some(metrics)) => match start_admin(&options, addr, metrics, draining.clone())
+            .await
+        {
             Ok(local) => Some(local),
             Err(message) => {
                 say("ERROR", &format!("proxy: {message}"));
                 return ExitCode::FAILURE;
             }
         },
-        None => None,
+        _ => None,
     };
     let limits = ServerLimits {
         header_read_timeout: options.header_read_timeout,
@@ -527,6 +577,7 @@ fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
 async fn start_admin(
     options: &Options,
     addr: std::net::SocketAddr,
+    metrics: metrics_exporter_prometheus::PrometheusHandle,
     draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
     let routes = (!options.simulate).then(|| options.routes());
@@ -536,9 +587,9 @@ async fn start_admin(
     };
     let local = crate::proxy::admin::start_for_proxy(
         addr,
+        metrics,
         routes.as_ref(),
-        log,
-        store_probe(options)?,
+        (log, store_probe(options)?),
         draining,
     )
     .await?;

@@ -49,6 +49,9 @@ mod jsonl;
 mod memory;
 pub mod metrics;
 mod metrics_sink;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
 mod report;
 mod restored;
 mod trace;
