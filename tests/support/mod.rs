@@ -26,6 +26,8 @@
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
 //! - [`prometheus`]: reading samples out of the Prometheus text format;
 //! - [`socket`]: reading a raw exchange off a socket until the peer closes;
+//! - [`otlp`]: a real OTLP receiver (HTTP and gRPC) that decodes what it
+//!   gets with the published protobufs;
 //! - [`bedrock`]: a scripted Bedrock runtime on loopback that verifies every
 //!   SigV4 signature and frames real event streams.
 
@@ -40,6 +42,7 @@ pub mod inner;
 pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
+pub mod otlp;
 pub mod prometheus;
 pub mod proxy;
 pub mod raw_upstream;
