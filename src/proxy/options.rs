@@ -703,6 +703,7 @@ mod tests {
             &["--keepalive", "0"],
             &["--detect-text", "perhaps"],
             &["--simulate=yes"],
+            &["--otlp=maybe"],
             &["--max-connections", "0"],
             &["--log-format", "xml"],
             &["--log-level", "info,[=bad"],
@@ -749,7 +750,8 @@ mod tests {
         assert_eq!(o.log_format, LogFormat::Json);
         assert_eq!(o.log_level.as_deref(), Some("debug"));
         let o = parse(&[], none).unwrap();
-        assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet);
+        assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet && !o.otlp);
+        assert!(parse(&["--otlp"], none).unwrap().otlp);
         assert_eq!(o.keepalive, None);
     }
 
