@@ -70,6 +70,10 @@ fi
 
 echo "== podman build (Dockerfile; base images: $BASE)"
 mkdir -p "$CACHE/target"
+# The cache keeps the dependencies built; the crate itself is always built
+# anew from what was copied in (cargo judges a path crate fresh by mtimes,
+# and a file edited while an earlier build ran may be older than its output).
+rm -rf "$CACHE"/target/release/.fingerprint/refusal-guard-*
 started=$SECONDS
 podman build "${RUN[@]}" --network none \
     --build-arg "RUST_IMAGE=$BASE" --build-arg "RUNTIME_IMAGE=$BASE" \
