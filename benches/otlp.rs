@@ -23,7 +23,14 @@ const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
 /// Starts the binary with `args` and `env`; its URL once it listens.
 async fn start(args: &[&str], env: &[(&str, String)]) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(BIN)
-        .args(["--simulate", "--log", "off", "--quiet", "--listen", "127.0.0.1:0"])
+        .args([
+            "--simulate",
+            "--log",
+            "off",
+            "--quiet",
+            "--listen",
+            "127.0.0.1:0",
+        ])
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -75,7 +82,10 @@ fn bench(c: &mut Criterion) {
         let off = start(&[], &[]).await;
         let up = start(&["--otlp"], &export(receiver.endpoint())).await;
         let down = start(&["--otlp"], &export(dead)).await;
-        (receiver, [("off", off), ("collector_up", up), ("collector_down", down)])
+        (
+            receiver,
+            [("off", off), ("collector_up", up), ("collector_down", down)],
+        )
     });
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let conversation = AtomicU64::new(0);

@@ -15,11 +15,11 @@ use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
-use crate::telemetry::metrics::AttemptSpan;
 use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
 };
+use crate::telemetry::metrics::AttemptSpan;
 
 /// How long a fallback credit token stays redeemable after its refusal.
 const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
@@ -504,14 +504,24 @@ impl Climb {
             Ok(written) => written,
             Err(why) => {
                 tracing::info!(provider = %provider, model, reason = %why, "the request has no translation; the hop is skipped");
-                return self.skip(call, entry, Some(target.provider()), DeadReason::Untranslatable);
+                return self.skip(
+                    call,
+                    entry,
+                    Some(target.provider()),
+                    DeadReason::Untranslatable,
+                );
             }
         };
         let (Some(uri), Some(headers)) = (
             endpoint.uri(&path),
             translate::hop_headers(target, endpoint.key().expose()),
         ) else {
-            return self.skip(call, entry, Some(target.provider()), DeadReason::Unrecoverable);
+            return self.skip(
+                call,
+                entry,
+                Some(target.provider()),
+                DeadReason::Unrecoverable,
+            );
         };
         let include_usage = next.json["stream_options"]["include_usage"].as_bool() == Some(true);
         next.parts.method = http::Method::POST;
@@ -532,9 +542,7 @@ impl Climb {
 
     /// Records a hop that was never sent, and why.
     fn skip(&mut self, call: &Call, entry: &str, to: Option<Provider>, reason: DeadReason) -> Prep {
-        self.attempt = call
-            .request
-            .attempt(AttemptStep::Fallback, Some(entry), to);
+        self.attempt = call.request.attempt(AttemptStep::Fallback, Some(entry), to);
         let record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(entry.to_owned()),

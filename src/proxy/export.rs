@@ -29,9 +29,11 @@ pub(crate) fn start(options: &Options) -> Result<Option<Export>, String> {
         .map(Some)
         .map_err(|e| format!("--otlp: {e}"));
     #[cfg(not(feature = "otlp"))]
-    Err("--otlp: this refusal-guard was built without the `otlp` feature \
+    Err(
+        "--otlp: this refusal-guard was built without the `otlp` feature \
          (cargo install refusal-guard --features proxy,otlp)"
-        .to_owned())
+            .to_owned(),
+    )
 }
 
 /// Installs the process's metrics recorder: Prometheus's for `--admin`
@@ -50,7 +52,9 @@ pub(crate) fn install_metrics(
     let handle = prometheus.as_ref().map(|recorder| recorder.handle());
     let installed = match (prometheus, export) {
         (None, None) => return Ok(None),
-        (Some(prometheus), None) => metrics::set_global_recorder(prometheus).map_err(|e| failed(&e)),
+        (Some(prometheus), None) => {
+            metrics::set_global_recorder(prometheus).map_err(|e| failed(&e))
+        }
         #[cfg(feature = "otlp")]
         (prometheus, Some(export)) => {
             let mut fanout = metrics_util::layers::FanoutBuilder::default();

@@ -350,15 +350,15 @@ async fn serve(
     // Set at the shutdown signal: `/readyz` turns not-ready while draining.
     let draining = Draining::new();
     let admin = match (options.admin, metrics) {
-        (Some(addr), Some(metrics)) => match start_admin(&options, addr, metrics, draining.clone())
-            .await
-        {
-            Ok(local) => Some(local),
-            Err(message) => {
-                say("ERROR", &format!("proxy: {message}"));
-                return ExitCode::FAILURE;
+        (Some(addr), Some(metrics)) => {
+            match start_admin(&options, addr, metrics, draining.clone()).await {
+                Ok(local) => Some(local),
+                Err(message) => {
+                    say("ERROR", &format!("proxy: {message}"));
+                    return ExitCode::FAILURE;
+                }
             }
-        },
+        }
         _ => None,
     };
     let limits = ServerLimits {

@@ -135,8 +135,7 @@ pub const SECONDS_BUCKETS: [f64; 14] = [
 /// assert_eq!(refusal_guard::telemetry::metrics::BYTES_BUCKETS[1], 1024.0);
 /// ```
 pub const BYTES_BUCKETS: [f64; 10] = [
-    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0,
-    67108864.0,
+    256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
 
 /// The tracing target of the one event logged when a guarded request

@@ -76,10 +76,22 @@ fn names_used() -> (BTreeSet<String>, BTreeSet<String>) {
 fn names_are_read_whole() {
     let found = names_in("rate(refusal_guard_refusals_total[5m]) / my_refusal_guard_x + refusal_guard_held_bytes_bucket");
     let found: Vec<_> = found.into_iter().collect();
-    assert_eq!(found, ["refusal_guard_held_bytes_bucket", "refusal_guard_refusals_total"]);
+    assert_eq!(
+        found,
+        [
+            "refusal_guard_held_bytes_bucket",
+            "refusal_guard_refusals_total"
+        ]
+    );
     let (rules, panels) = names_used();
-    assert!(rules.contains("refusal_guard_store_fallbacks_total"), "{rules:?}");
-    assert!(panels.contains("refusal_guard_recovery_latency_seconds_bucket"), "{panels:?}");
+    assert!(
+        rules.contains("refusal_guard_store_fallbacks_total"),
+        "{rules:?}"
+    );
+    assert!(
+        panels.contains("refusal_guard_recovery_latency_seconds_bucket"),
+        "{panels:?}"
+    );
 }
 
 #[tokio::test]
@@ -96,7 +108,11 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
     for (turn, stream) in [(0, false), (1, true)] {
         for proxy in [&shared, &down] {
             let answer = refused_then_rescued(&proxy.url, &format!("names {turn}"), stream).await;
-            let whole = if stream { "event: message_stop" } else { "Simulated answer" };
+            let whole = if stream {
+                "event: message_stop"
+            } else {
+                "Simulated answer"
+            };
             assert!(answer.contains(whole), "{answer}");
         }
     }
@@ -106,7 +122,11 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
     while tokio::time::Instant::now() < deadline {
         shared_scrape = scrape(&shared.admin).await;
         down_scrape = scrape(&down.admin).await;
-        let exported = sample(&shared_scrape, "refusal_guard_otlp_exported_spans_total", &[]);
+        let exported = sample(
+            &shared_scrape,
+            "refusal_guard_otlp_exported_spans_total",
+            &[],
+        );
         let dropped = sample(&down_scrape, "refusal_guard_otlp_dropped_spans_total", &[]);
         if exported.is_some() && dropped.is_some() {
             break;
@@ -118,7 +138,10 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
         .cloned()
         .collect();
     let (rules, panels) = names_used();
-    assert!(rules.len() >= 6 && panels.len() >= 15, "{rules:?} {panels:?}");
+    assert!(
+        rules.len() >= 6 && panels.len() >= 15,
+        "{rules:?} {panels:?}"
+    );
     let unknown_rules: Vec<_> = rules.difference(&exported).collect();
     let unknown_panels: Vec<_> = panels.difference(&exported).collect();
     assert!(

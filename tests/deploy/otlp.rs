@@ -24,16 +24,31 @@ fn assert_rescued_trace(spans: &[Span]) {
         .iter()
         .find(|s| s.name == "guarded_request")
         .expect("the request's span");
-    assert_eq!(attr(request, "gen_ai.operation.name").as_deref(), Some("chat"));
+    assert_eq!(
+        attr(request, "gen_ai.operation.name").as_deref(),
+        Some("chat")
+    );
     assert_eq!(attr(request, "gen_ai.system").as_deref(), Some("anthropic"));
-    assert_eq!(attr(request, "gen_ai.provider.name").as_deref(), Some("anthropic"));
+    assert_eq!(
+        attr(request, "gen_ai.provider.name").as_deref(),
+        Some("anthropic")
+    );
     assert_eq!(
         attr(request, "gen_ai.request.model").as_deref(),
         Some("claude-opus-4-7")
     );
-    assert_eq!(attr(request, "refusal_guard.outcome").as_deref(), Some("rescued"));
-    assert_eq!(attr(request, "refusal_guard.category").as_deref(), Some("cyber"));
-    assert_eq!(attr(request, "refusal_guard.attempts").as_deref(), Some("2"));
+    assert_eq!(
+        attr(request, "refusal_guard.outcome").as_deref(),
+        Some("rescued")
+    );
+    assert_eq!(
+        attr(request, "refusal_guard.category").as_deref(),
+        Some("cyber")
+    );
+    assert_eq!(
+        attr(request, "refusal_guard.attempts").as_deref(),
+        Some("2")
+    );
     assert_eq!(
         attr(request, "refusal_guard.wire_api").as_deref(),
         Some("anthropic_messages")
@@ -55,13 +70,22 @@ fn assert_rescued_trace(spans: &[Span]) {
         assert_eq!(attempt.trace_id, request.trace_id);
         assert_eq!(attempt.kind, SpanKind::Client as i32);
         assert_eq!(attempt.name, "chat claude-opus-4-7");
-        assert_eq!(attr(attempt, "gen_ai.operation.name").as_deref(), Some("chat"));
-        assert_eq!(attr(attempt, "gen_ai.provider.name").as_deref(), Some("anthropic"));
+        assert_eq!(
+            attr(attempt, "gen_ai.operation.name").as_deref(),
+            Some("chat")
+        );
+        assert_eq!(
+            attr(attempt, "gen_ai.provider.name").as_deref(),
+            Some("anthropic")
+        );
         assert_eq!(
             attr(attempt, "gen_ai.request.model").as_deref(),
             Some("claude-opus-4-7")
         );
-        assert_eq!(attr(attempt, "http.response.status_code").as_deref(), Some("200"));
+        assert_eq!(
+            attr(attempt, "http.response.status_code").as_deref(),
+            Some("200")
+        );
         assert!(attempt.start_time_unix_nano >= request.start_time_unix_nano);
         assert!(attempt.end_time_unix_nano >= attempt.start_time_unix_nano);
     }
@@ -95,7 +119,11 @@ async fn exports_a_rescued_refusal_over(protocol: &str, transport: Transport) {
         .wait_for(Duration::from_secs(20), |r| {
             let spans = r.spans();
             spans.iter().any(|(_, s)| s.name == "guarded_request")
-                && spans.iter().filter(|(_, s)| s.name.starts_with("chat")).count() >= 2
+                && spans
+                    .iter()
+                    .filter(|(_, s)| s.name.starts_with("chat"))
+                    .count()
+                    >= 2
         })
         .await;
     assert!(arrived, "no trace arrived: {:#?}", receiver.spans());
@@ -139,7 +167,10 @@ async fn exports_a_rescued_refusal_over(protocol: &str, transport: Transport) {
         sample(&text, "refusal_guard_otlp_exported_spans_total", &[]) >= Some(3.0),
         "{text}"
     );
-    assert_eq!(sample(&text, "refusal_guard_otlp_dropped_spans_total", &[]), None);
+    assert_eq!(
+        sample(&text, "refusal_guard_otlp_dropped_spans_total", &[]),
+        None
+    );
 }
 
 #[tokio::test]
@@ -162,7 +193,8 @@ async fn with_the_collector_down_requests_succeed_and_drops_are_counted() {
     for protocol in ["http/protobuf", "grpc"] {
         let proxy = start(&format!("http://127.0.0.1:{port}"), protocol, &[]).await;
         for turn in 0..5 {
-            let answer = refused_then_rescued(&proxy.url, &format!("{protocol} {turn}"), false).await;
+            let answer =
+                refused_then_rescued(&proxy.url, &format!("{protocol} {turn}"), false).await;
             assert!(answer.contains("Simulated answer"), "{answer}");
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -183,7 +215,11 @@ async fn with_the_collector_down_requests_succeed_and_drops_are_counted() {
         );
         // The requests were served and counted all the same.
         assert_eq!(
-            sample(&text, "refusal_guard_requests_total", &[("outcome", "rescued")]),
+            sample(
+                &text,
+                "refusal_guard_requests_total",
+                &[("outcome", "rescued")]
+            ),
             Some(5.0),
             "{protocol}: {text}"
         );

@@ -12,6 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
+pub use opentelemetry_proto as proto;
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
     MetricsService, MetricsServiceServer,
 };
@@ -24,7 +25,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
-pub use opentelemetry_proto as proto;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, Metric};
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -64,7 +64,11 @@ impl TraceService for Keep {
         request: tonic::Request<ExportTraceServiceRequest>,
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let export = request.into_inner();
-        self.0.lock().unwrap().traces.push((Transport::Grpc, export));
+        self.0
+            .lock()
+            .unwrap()
+            .traces
+            .push((Transport::Grpc, export));
         Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
     }
 }
@@ -76,7 +80,11 @@ impl MetricsService for Keep {
         request: tonic::Request<ExportMetricsServiceRequest>,
     ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
         let export = request.into_inner();
-        self.0.lock().unwrap().metrics.push((Transport::Grpc, export));
+        self.0
+            .lock()
+            .unwrap()
+            .metrics
+            .push((Transport::Grpc, export));
         Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
     }
 }
@@ -196,7 +204,11 @@ async fn answer(keep: Keep, request: http::Request<hyper::body::Incoming>) -> Re
     match path.as_str() {
         "/v1/traces" => match ExportTraceServiceRequest::decode(body) {
             Ok(export) => {
-                keep.0.lock().unwrap().traces.push((Transport::Http, export));
+                keep.0
+                    .lock()
+                    .unwrap()
+                    .traces
+                    .push((Transport::Http, export));
                 let reply = ExportTraceServiceResponse::default().encode_to_vec();
                 status(http::StatusCode::OK, reply.into())
             }
@@ -204,7 +216,11 @@ async fn answer(keep: Keep, request: http::Request<hyper::body::Incoming>) -> Re
         },
         "/v1/metrics" => match ExportMetricsServiceRequest::decode(body) {
             Ok(export) => {
-                keep.0.lock().unwrap().metrics.push((Transport::Http, export));
+                keep.0
+                    .lock()
+                    .unwrap()
+                    .metrics
+                    .push((Transport::Http, export));
                 let reply = ExportMetricsServiceResponse::default().encode_to_vec();
                 status(http::StatusCode::OK, reply.into())
             }
@@ -222,7 +238,11 @@ where
 }
 
 fn status(status: http::StatusCode, body: Bytes) -> Reply {
-    let mut response = http::Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
+    let mut response = http::Response::new(
+        Full::new(body)
+            .map_err(|never| match never {})
+            .boxed_unsync(),
+    );
     *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -263,8 +283,12 @@ pub fn sum(metric: &Metric, labels: &[(&str, &str)]) -> Option<f64> {
                     .all(|(k, v)| attribute(&point.attributes, k).as_deref() == Some(*v))
             })
             .map(|point| match point.value {
-                Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(i)) => i as f64,
-                Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(d)) => d,
+                Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(
+                    i,
+                )) => i as f64,
+                Some(
+                    opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(d),
+                ) => d,
                 None => 0.0,
             })
             .sum(),

@@ -353,18 +353,31 @@ mod tests {
         assert!(check_protocols(&vars(&[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")])).is_ok());
         let json = [("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")];
         let error = check_protocols(&vars(&json)).unwrap_err();
-        assert!(error.to_string().contains("TRACES_PROTOCOL=http/json"), "{error}");
+        assert!(
+            error.to_string().contains("TRACES_PROTOCOL=http/json"),
+            "{error}"
+        );
     }
 
     #[test]
     fn the_layer_takes_the_guards_spans_and_events() {
         let cases = [
-            (Level::DEBUG, true, "refusal_guard::telemetry::metrics", true),
+            (
+                Level::DEBUG,
+                true,
+                "refusal_guard::telemetry::metrics",
+                true,
+            ),
             (Level::INFO, true, "refusal_guard", true),
             (Level::TRACE, true, "refusal_guard::guard", false),
             (Level::INFO, false, "refusal_guard::guard::call", true),
             (Level::DEBUG, false, "refusal_guard::guard::call", false),
-            (Level::INFO, false, crate::telemetry::metrics::SETTLED_TARGET, false),
+            (
+                Level::INFO,
+                false,
+                crate::telemetry::metrics::SETTLED_TARGET,
+                false,
+            ),
             (Level::WARN, false, "hyper::proto", false),
             (Level::INFO, true, "refusal_guard_other", false),
         ];

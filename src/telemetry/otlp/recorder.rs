@@ -296,7 +296,10 @@ mod tests {
         };
         let values: Vec<f64> = gauge.data_points().map(|p| p.value()).collect();
         assert_eq!(values, [1.0]);
-        let counter = metrics.iter().find(|m| m.name() == "requests_total").unwrap();
+        let counter = metrics
+            .iter()
+            .find(|m| m.name() == "requests_total")
+            .unwrap();
         let AggregatedMetrics::U64(MetricData::Sum(sum)) = counter.data() else {
             panic!("not a sum")
         };

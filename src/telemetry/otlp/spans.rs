@@ -155,7 +155,11 @@ struct Drain<E> {
 }
 
 impl<E: SpanExporter + 'static> Drain<E> {
-    async fn run(mut self, mut queued: mpsc::Receiver<SpanData>, mut asked: mpsc::Receiver<Control>) {
+    async fn run(
+        mut self,
+        mut queued: mpsc::Receiver<SpanData>,
+        mut asked: mpsc::Receiver<Control>,
+    ) {
         let mut tick = tokio::time::interval(self.settings.delay);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
