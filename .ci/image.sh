@@ -75,7 +75,7 @@ mkdir -p "$CACHE/target"
 # and a file edited while an earlier build ran may be older than its output).
 rm -rf "$CACHE"/target/release/.fingerprint/refusal-guard-*
 started=$SECONDS
-podman build "${RUN[@]}" --network none \
+podman build "${RUN[@]}" --network none --layers=false \
     --build-arg "RUST_IMAGE=$BASE" --build-arg "RUNTIME_IMAGE=$BASE" \
     -v "$RUSTUP:/usr/local/rustup:ro" \
     -v "$CARGO/bin:/usr/local/cargo/bin:ro" \
@@ -84,6 +84,8 @@ podman build "${RUN[@]}" --network none \
     -t "$IMAGE" -f Dockerfile . >"$WORK/build.log" 2>&1 || {
     tail -40 "$WORK/build.log"; echo "podman build failed"; exit 1; }
 echo "built in $((SECONDS - started)) s"
+# The image of the previous run, now untagged, goes.
+podman image prune -f >/dev/null 2>&1 || true
 
 echo "== the image: non-root, the binary with every feature"
 user=$(podman image inspect --format '{{.Config.User}}' "$IMAGE")
