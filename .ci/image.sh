@@ -9,7 +9,7 @@
 # official Rust image keeps them (the build runs with no network, from the
 # lock file's crates the tests already fetched). The build's target
 # directory is a cache outside the clone (REFUSAL_GUARD_IMAGE_CACHE), so a
-# later run rebuilds only what changed; the first takes a release build's
+# later run rebuilds only what changed; the first takes an optimised build's
 # time. podman runs with runc and explicit rlimits: crun refuses this
 # machine's hybrid cgroups, and raising RLIMIT_NOFILE is not permitted.
 #
@@ -73,10 +73,11 @@ mkdir -p "$CACHE/target"
 # The cache keeps the dependencies built; the crate itself is always built
 # anew from what was copied in (cargo judges a path crate fresh by mtimes,
 # and a file edited while an earlier build ran may be older than its output).
-rm -rf "$CACHE"/target/release/.fingerprint/refusal-guard-*
+rm -rf "$CACHE"/target/*/.fingerprint/refusal-guard-*
 started=$SECONDS
 podman build "${RUN[@]}" --network none --layers=false \
     --build-arg "RUST_IMAGE=$BASE" --build-arg "RUNTIME_IMAGE=$BASE" \
+    --build-arg PROFILE=image-check \
     -v "$RUSTUP:/usr/local/rustup:ro" \
     -v "$CARGO/bin:/usr/local/cargo/bin:ro" \
     -v "$CARGO/registry:/usr/local/cargo/registry" \
