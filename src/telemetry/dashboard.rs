@@ -455,7 +455,7 @@ fn percentile(values: &[u64], p: usize) -> u64 {
 /// Milliseconds since the epoch of a `2026-11-29T17:44:06.123Z` time (the
 /// shape [`format_ts`] writes; fractions of other lengths and no fraction
 /// are read too).
-fn parse_ts(ts: &str) -> Option<i64> {
+pub(crate) fn parse_ts(ts: &str) -> Option<i64> {
     let ts = ts.strip_suffix('Z')?;
     let (date, time) = ts.split_once('T')?;
     let mut date = date.splitn(3, '-');
