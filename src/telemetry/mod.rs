@@ -58,7 +58,7 @@ pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
 pub use metrics_sink::{record_refusal, recovery_attempts, MetricsSink};
-pub use report::Report;
+pub use report::{Report, TenantSummary, TenantsTable};
 pub use restored::RouteRestored;
 pub use trace::TracingSink;
 
