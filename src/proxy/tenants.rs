@@ -415,8 +415,9 @@ impl Tenants {
     /// tokio runtime) for as long as the process runs.
     pub fn watch(self: &Arc<Self>, every: Duration) {
         let tenants = self.clone();
+        // Listening for SIGHUP from now on, before any reload can be asked.
+        let mut hangup = hangups();
         tokio::spawn(async move {
-            let mut hangup = hangups();
             let mut ticks = tokio::time::interval(every.max(Duration::from_millis(10)));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
