@@ -596,7 +596,8 @@ mod tests {
 
     #[test]
     fn tenants_get_a_row_each_only_when_records_name_them() {
-        let plain = Dashboard::from_records([record("2026-11-29T17:00:00.000Z", "m", "cyber", "dead")]);
+        let plain =
+            Dashboard::from_records([record("2026-11-29T17:00:00.000Z", "m", "cyber", "dead")]);
         assert!(plain.tenants.is_empty());
         let of = |tenant: &str, outcome: &str, reason: Option<&str>| {
             let mut r = record("2026-11-29T17:00:00.000Z", "m", "cyber", outcome);
