@@ -105,7 +105,9 @@ def test_the_same_refusal_is_recovered_for_red_team_and_reaches_blue_team_as_a_r
 
     for seen in harness.seen(script_id + "-red") + harness.seen(script_id + "-blue"):
         assert "x-refusal-guard-key" not in seen["header"]
-        assert seen["header"]["x-api-key"] == "sk-ant-client-own-key"
+        # The client's own key goes on (newer SDKs send it as a bearer token).
+        auth = seen["header"].get("x-api-key") or seen["header"].get("authorization", "")
+        assert auth.endswith("sk-ant-client-own-key"), seen["header"]
     by_tenant = {r["tenant"]: r for r in records(log) if r.get("tenant")}
     assert by_tenant["red-team"]["outcome"] == "fallback"
     skipped = by_tenant["red-team"]["attempts"][1]
