@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use http::header::HeaderName;
@@ -76,7 +76,7 @@ const MAX_TENANT_CONFIGS: usize = 1024;
 /// The configurations made for tenants, by name: each is made once per
 /// tenant (and again when the tenant is replaced, as on a reload).
 #[derive(Default)]
-pub(crate) struct TenantConfigs(Mutex<HashMap<String, (Tenant, Arc<Config>)>>);
+pub(crate) struct TenantConfigs(RwLock<HashMap<String, (Tenant, Arc<Config>)>>);
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -136,13 +136,15 @@ impl Config {
         if tenant.same(&self.tenant) {
             return self.clone();
         }
-        let mut made = self.tenants.0.lock().unwrap_or_else(|p| p.into_inner());
+        let made = self.tenants.0.read().unwrap_or_else(|p| p.into_inner());
         if let Some((known, config)) = made.get(tenant.name()) {
             if known.same(&tenant) {
                 return config.clone();
             }
         }
+        drop(made);
         let config = Arc::new(self.with_tenant(tenant.clone()));
+        let mut made = self.tenants.0.write().unwrap_or_else(|p| p.into_inner());
         if made.len() < MAX_TENANT_CONFIGS || made.contains_key(tenant.name()) {
             made.insert(tenant.name().to_owned(), (tenant, config.clone()));
         }

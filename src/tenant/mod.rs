@@ -82,18 +82,25 @@ struct Settings {
 }
 
 impl Default for Tenant {
+    /// The one default tenant of the process: every layer's and resolver's
+    /// is the same, so that a guard sees at once that a request is of it.
     fn default() -> Self {
-        Tenant(Arc::new(Settings {
-            name: Self::DEFAULT_NAME.to_owned(),
-            policy: None,
-            chains: None,
-            allow: HopAllowlist::new(),
-            rescue: None,
-            text_detection: None,
-            hops_per_hour: None,
-            operator_keys: None,
-            hops: Arc::default(),
-        }))
+        static DEFAULT: std::sync::OnceLock<Tenant> = std::sync::OnceLock::new();
+        DEFAULT
+            .get_or_init(|| {
+                Tenant(Arc::new(Settings {
+                    name: Tenant::DEFAULT_NAME.to_owned(),
+                    policy: None,
+                    chains: None,
+                    allow: HopAllowlist::new(),
+                    rescue: None,
+                    text_detection: None,
+                    hops_per_hour: None,
+                    operator_keys: None,
+                    hops: Arc::default(),
+                }))
+            })
+            .clone()
     }
 }
 
@@ -124,7 +131,13 @@ impl Tenant {
     }
 
     fn with(mut self, change: impl FnOnce(&mut Settings)) -> Self {
-        change(Arc::make_mut(&mut self.0));
+        // A tenant made from the default one counts its own hops.
+        let fresh = self.same(&Tenant::default());
+        let settings = Arc::make_mut(&mut self.0);
+        if fresh {
+            settings.hops = Arc::default();
+        }
+        change(settings);
         self
     }
 
