@@ -200,6 +200,9 @@ mod pages {
     struct Proxy;
     #[doc = include_str!("../docs/speed.md")]
     struct Speed;
+    #[cfg(feature = "proxy")]
+    #[doc = include_str!("../docs/tenants.md")]
+    struct Tenants;
     #[doc = include_str!("../docs/testing.md")]
     struct Testing;
     #[doc = include_str!("../docs/text-detection.md")]
