@@ -864,6 +864,32 @@ mod tests {
     }
 
     #[test]
+    fn tenants_and_routing_flags() {
+        let o = parse(&["--tenants", "/etc/t.toml", "--route-by", "learned"], none).unwrap();
+        assert_eq!(
+            o.tenants.as_deref(),
+            Some(std::path::Path::new("/etc/t.toml"))
+        );
+        assert_eq!(o.route_by, RouteBy::Learned);
+        assert_eq!(o.tenants_poll, Duration::from_secs(2));
+        assert_eq!(o.route_explore, 0.1);
+        assert_eq!(o.route_half_life, Duration::from_secs(86_400));
+        for args in [
+            &["--route-by", "best"][..],
+            &["--route-explore", "1.5"],
+            &[
+                "--tenants",
+                "t.toml",
+                "--client-key",
+                "a-client-key-of-32-characters-xx",
+            ],
+        ] {
+            let error = parse(args, none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
+        }
+    }
+
+    #[test]
     fn continue_partial_as_a_bare_flag_or_a_switch() {
         assert!(!parse(&[], none).unwrap().continue_partial);
         assert!(

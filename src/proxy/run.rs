@@ -294,8 +294,8 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
     {
         return Err(format!(
             "the proxy holds provider API keys for cross-provider chains and listens on {}: set \
-             --client-key (REFUSAL_GUARD_CLIENT_KEY) or --tenants so that only your clients can \
-             spend them",
+             --client-key (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them (or \
+             --tenants PATH, a key per tenant)",
             options.listen
         ));
     }
@@ -496,7 +496,8 @@ fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, Stri
     if !admits_only_clients(options) && !options.listen.ip().is_loopback() {
         return Err(format!(
             "the proxy holds AWS credentials and listens on {}: set --client-key \
-             (REFUSAL_GUARD_CLIENT_KEY) or --tenants so that only your clients can spend them",
+             (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them (or --tenants \
+             PATH, a key per tenant)",
             options.listen
         ));
     }

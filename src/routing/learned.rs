@@ -20,6 +20,16 @@ const MAX_KEYS: usize = 1024;
 /// The wall clock the counts decay by. Wall time, not a monotonic clock:
 /// replicas sharing counts must agree on when a count was made. Any
 /// `Fn() -> SystemTime + Send + Sync + 'static` is one (tests use a fixed one).
+///
+/// ```
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use refusal_guard::routing::{Clock, LearnedRouting};
+///
+/// let noon = || UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+/// assert_eq!(noon.now(), UNIX_EPOCH + Duration::from_secs(1_800_000_000));
+/// let routing = LearnedRouting::new().clock(noon);
+/// # let _ = routing;
+/// ```
 pub trait Clock: Send + Sync + 'static {
     /// Now.
     fn now(&self) -> SystemTime;
@@ -99,6 +109,21 @@ impl CandidateCounts {
 /// Where a [`LearnedRouting`] keeps its counts: [`MemoryRouteStats`] (this
 /// process), or `routing::redis::RedisRouteStats` (feature `redis`: every
 /// replica's, in Redis). Counts decay: each halves every `half_life`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use std::time::{Duration, SystemTime};
+/// use refusal_guard::routing::{MemoryRouteStats, RouteKey, RouteStats};
+///
+/// let stats = MemoryRouteStats::new();
+/// let key = RouteKey::new(Some("bio"), "gpt-5");
+/// let day = Duration::from_secs(86_400);
+/// stats.add(&key, "gpt-5-mini", false, SystemTime::now(), day).await.unwrap();
+/// let counts = stats.counts(&key, SystemTime::now(), day).await.unwrap();
+/// assert_eq!((counts[0].served, counts[0].refused.round()), (0.0, 1.0));
+/// # }
+/// ```
 pub trait RouteStats: Send + Sync + 'static {
     /// The counts of every candidate counted for `key`, decayed to `now`.
     fn counts<'a>(
