@@ -418,7 +418,9 @@ impl Tenants {
         // Listening for SIGHUP from now on, before any reload can be asked.
         let mut hangup = hangups();
         tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every.max(Duration::from_millis(10)));
+            // The first look one interval from now: the file was just read.
+            let every = every.max(Duration::from_millis(10));
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tokio::select! {
