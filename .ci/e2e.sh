@@ -26,6 +26,8 @@
 #      other providers read by each SDK (tests/e2e/test_cross_provider.py),
 #      a Gemini copyright stop served by the chain with no rescue note
 #      (tests/e2e/test_genai_sdk.py),
+#      two tenants behind one proxy, their allowlists and unknown keys
+#      (tests/e2e/test_tenants.py),
 #      and the operations
 #      tests: /metrics with the Prometheus parser, the dashboard in Debian's
 #      chromium (.ci/test installs it) through Playwright.

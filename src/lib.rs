@@ -80,6 +80,10 @@
 //!   `proxy` (features of the same names, off by default, as is `redis` for
 //!   [`store`]'s Redis store): the reqwest adapter and the standalone proxy
 //!   (also the `refusal-guard` binary).
+//! - [`tenant`]: each client its own settings behind one guard (the
+//!   [`TenantResolver`](tenant::TenantResolver) names a request's tenant);
+//!   [`routing`]: in which order a refusal's fallback candidates are tried
+//!   (the operator's, or learned from the records).
 //! - [`telemetry::metrics`]: what the guard counts, through the `metrics` facade;
 //!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
 //!   health, the refusals dashboard).
@@ -147,10 +151,12 @@ pub mod refusal;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+pub mod routing;
 pub mod simulate;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
+pub mod tenant;
 pub mod text;
 
 pub use guard::{body, layer, replay, service, timeout};
@@ -194,6 +200,9 @@ mod pages {
     struct Proxy;
     #[doc = include_str!("../docs/speed.md")]
     struct Speed;
+    #[cfg(feature = "proxy")]
+    #[doc = include_str!("../docs/tenants.md")]
+    struct Tenants;
     #[doc = include_str!("../docs/testing.md")]
     struct Testing;
     #[doc = include_str!("../docs/text-detection.md")]

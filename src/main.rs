@@ -9,6 +9,10 @@
 //! refusal-guard report [--log PATH] [--json]    # the refusals so far
 //! refusal-guard report --html refusals.html     # the dashboard, one page
 //! refusal-guard report clear                    # delete the log
+//! refusal-guard report --by tenant              # refusals per tenant
+//! refusal-guard report --routing                # the fallback order learned from the log
+//! refusal-guard tenants hash-key < key.txt      # a client key's hash for the tenants file
+//! refusal-guard tenants check tenants.toml      # is this tenants file good?
 //! refusal-guard --help                          # every flag and its variable
 //! ```
 //!
@@ -20,9 +24,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, FromArgMatches};
-use refusal_guard::proxy::{run, Options};
-use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
+use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
+use refusal_guard::proxy::{hash_key, run, Options, TenantTable};
+use refusal_guard::routing::{LearnedRouting, RouteTable};
+use refusal_guard::telemetry::{Dashboard, JsonlSink, RefusalRecord, Report};
 
 const REPORT_ABOUT: &str = "Report on the refusal log: refusals by outcome, category, model and \
 dead reason, the tokens refused attempts cost, the five most recent";
@@ -46,6 +51,34 @@ struct ReportArgs {
     /// `clear`: delete the log
     #[arg(value_name = "clear", value_parser = ["clear"], conflicts_with = "html")]
     clear: Option<String>,
+    /// Refusals per tenant: how many, how many recovered, why the others stayed dead
+    #[arg(long, value_name = "tenant", value_parser = ["tenant"], conflicts_with_all = ["html", "clear"])]
+    by: Option<String>,
+    /// The fallback order learned routing draws from the log's hops: per category and requested model, each candidate's decayed counts, best first
+    #[arg(long, conflicts_with_all = ["html", "clear", "by"])]
+    routing: bool,
+    /// With --routing: the time in which a count halves, as --route-half-life
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value = "86400",
+        requires = "routing"
+    )]
+    half_life: f64,
+}
+
+const TENANTS_ABOUT: &str = "The tenants file: a client key's hash for it, or a check of a file";
+
+/// `refusal-guard tenants`'s subcommands.
+#[derive(Debug, clap::Subcommand)]
+enum TenantsCommand {
+    /// Reads a client key on standard input (one line) and prints its SHA-256, for `key_sha256`
+    HashKey,
+    /// Reads a tenants file and says whether the proxy would serve it
+    Check {
+        /// The tenants file
+        path: PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,8 +86,12 @@ fn main() -> ExitCode {
     let report = ReportArgs::augment_args(clap::Command::new("report"))
         .about(REPORT_ABOUT)
         .after_help(REPORT_AFTER);
+    let tenants = TenantsCommand::augment_subcommands(clap::Command::new("tenants"))
+        .about(TENANTS_ABOUT)
+        .subcommand_required(true);
     let command = Options::command()
         .subcommand(report)
+        .subcommand(tenants)
         .args_conflicts_with_subcommands(true);
     let vars = |key: &str| std::env::var(key).ok();
     let matches = match Options::matches_from(command, &args) {
@@ -64,6 +101,10 @@ fn main() -> ExitCode {
     match matches.subcommand() {
         Some(("report", report)) => match ReportArgs::from_arg_matches(report) {
             Ok(args) => report_command(args),
+            Err(error) => error.exit(),
+        },
+        Some(("tenants", tenants)) => match TenantsCommand::from_arg_matches(tenants) {
+            Ok(command) => tenants_command(command),
             Err(error) => error.exit(),
         },
         _ => match Options::from_matches(&matches, vars) {
@@ -105,7 +146,95 @@ fn report_command(args: ReportArgs) -> ExitCode {
     if args.clear.is_some() {
         return clear(&path);
     }
-    print_report(&path, args.json)
+    if args.routing {
+        return print_routing(&path, args.json, args.half_life);
+    }
+    print_report(&path, args.json, args.by.is_some())
+}
+
+fn tenants_command(command: TenantsCommand) -> ExitCode {
+    match command {
+        TenantsCommand::HashKey => {
+            let mut key = String::new();
+            if let Err(error) = io::stdin().read_line(&mut key) {
+                eprintln!("refusal-guard tenants: cannot read the key: {error}");
+                return ExitCode::FAILURE;
+            }
+            let key = key.trim_end_matches(['\n', '\r']);
+            if key.is_empty() {
+                eprintln!("refusal-guard tenants: no key on standard input");
+                return ExitCode::from(2);
+            }
+            println!("{}", hash_key(key));
+            ExitCode::SUCCESS
+        }
+        TenantsCommand::Check { path } => {
+            let read = std::fs::read_to_string(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|text| TenantTable::parse(&text, None));
+            match read {
+                Ok(table) => {
+                    let names = table.names();
+                    println!(
+                        "{}: {} tenants ({})",
+                        path.display(),
+                        names.len(),
+                        names.join(", ")
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(error) => {
+                    eprintln!("refusal-guard tenants: {}: {error}", path.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// `report --routing`: what learned routing makes of the log's hops.
+fn print_routing(path: &Path, json: bool, half_life: f64) -> ExitCode {
+    let half_life = std::time::Duration::try_from_secs_f64(half_life)
+        .unwrap_or(LearnedRouting::DEFAULT_HALF_LIFE);
+    let records = match std::fs::File::open(path) {
+        Ok(file) => read_records(io::BufReader::new(file)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => {
+            eprintln!(
+                "refusal-guard report: cannot read {}: {error}",
+                path.display()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let table = RouteTable::from_records(records, half_life);
+    if json {
+        let rows: Vec<serde_json::Value> = table
+            .rows
+            .iter()
+            .map(|row| {
+                let candidates: Vec<serde_json::Value> = row
+                    .candidates
+                    .iter()
+                    .map(|c| serde_json::json!({"candidate": c.candidate, "served": c.served, "refused": c.refused, "score": c.score()}))
+                    .collect();
+                serde_json::json!({"category": row.key.category(), "model": row.key.model(), "candidates": candidates})
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(rows));
+    } else {
+        print!("{table}");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The refusal records of a log, in order; lines that hold none skipped.
+fn read_records(reader: impl io::BufRead) -> Vec<RefusalRecord> {
+    reader
+        .lines()
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect()
 }
 
 fn clear(path: &Path) -> ExitCode {
@@ -128,7 +257,7 @@ fn clear(path: &Path) -> ExitCode {
     }
 }
 
-fn print_report(path: &Path, json: bool) -> ExitCode {
+fn print_report(path: &Path, json: bool, by_tenant: bool) -> ExitCode {
     let (report, skipped, missing) = match Report::read_path(path) {
         Ok((report, skipped)) => (report, skipped, false),
         Err(error) if error.kind() == io::ErrorKind::NotFound => (Report::default(), 0, true),
@@ -154,7 +283,11 @@ fn print_report(path: &Path, json: bool) -> ExitCode {
         } else {
             println!("Log: {}", path.display());
         }
-        print!("{report}");
+        if by_tenant {
+            print!("{}", report.tenants_table());
+        } else {
+            print!("{report}");
+        }
     }
     if skipped > 0 {
         eprintln!(

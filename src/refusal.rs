@@ -216,6 +216,12 @@ pub enum DeadReason {
     /// used a feature that API cannot express (the log says which), so
     /// nothing was sent there.
     Untranslatable,
+    /// A recovery hop went to a model or provider outside the tenant's
+    /// allowlist (see `tenant::HopAllowlist`), so nothing was sent there.
+    NotAllowed,
+    /// The tenant had used its recovery hops for the hour (see
+    /// `tenant::Tenant::hops_per_hour`): the refusal was served as it came.
+    Capped,
 }
 
 impl DeadReason {
@@ -242,6 +248,8 @@ impl DeadReason {
             DeadReason::NotSafety => "not_safety",
             DeadReason::NoEndpoint => "no_endpoint",
             DeadReason::Untranslatable => "untranslatable",
+            DeadReason::NotAllowed => "not_allowed",
+            DeadReason::Capped => "capped",
         }
     }
 }

@@ -104,11 +104,20 @@ impl Call {
             .attempts(attempts)
             .latency_ms(latency_ms);
         record.conversation = self.conversation.key().map(|k| k.as_str().to_owned());
-        // A sink that panics must not take the request down with it.
+        record.tenant = Some(self.config.tenant.name().to_owned());
+        // A sink (or a routing source) that panics must not take the
+        // request down with it.
         let sink = self.config.telemetry.clone();
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.record(&record))).is_err()
         {
             tracing::warn!("telemetry sink panicked; record dropped");
+        }
+        let routing = &self.config.routing;
+        let observed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            routing.observe(&record);
+        }));
+        if observed.is_err() {
+            tracing::warn!("routing source panicked on a record");
         }
         self.handle.settle(Some(refusal.clone()));
     }

@@ -2,8 +2,9 @@
 //! by every service the layer builds. The builder is
 //! [`RefusalGuardLayer`](crate::RefusalGuardLayer).
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use http::header::HeaderName;
@@ -12,8 +13,10 @@ use serde_json::Value;
 use crate::guard::reserve::BytePool;
 use crate::recovery::{AllowedFallbacks, Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
 use crate::refusal::Provider;
+use crate::routing::RoutingSource;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;
+use crate::tenant::{Tenant, TenantResolver};
 
 /// A user hook that names the conversation a request belongs to.
 pub(crate) type ConversationFn =
@@ -54,8 +57,26 @@ pub(crate) struct Config {
     pub(crate) idle_timeout: Duration,
     pub(crate) held: Arc<BytePool>,
     /// The operator's endpoint for each provider cross-provider hops may go to.
-    pub(crate) cross_provider: std::collections::HashMap<Provider, Endpoint>,
+    pub(crate) cross_provider: HashMap<Provider, Endpoint>,
+    /// Orders each refusal's fallback candidates.
+    pub(crate) routing: Arc<dyn RoutingSource>,
+    /// Names the tenant of each guarded request.
+    pub(crate) resolver: Arc<dyn TenantResolver>,
+    /// The tenant this configuration is for: the layer's own is the
+    /// default one, and [`Config::for_tenant`] makes the others.
+    pub(crate) tenant: Tenant,
+    /// The configuration made for each tenant seen, by name.
+    pub(crate) tenants: Arc<TenantConfigs>,
 }
+
+/// Most tenants whose configuration is kept made; past it (a resolver that
+/// makes up names), the configuration is made again for each request.
+const MAX_TENANT_CONFIGS: usize = 1024;
+
+/// The configurations made for tenants, by name: each is made once per
+/// tenant (and again when the tenant is replaced, as on a reload).
+#[derive(Default)]
+pub(crate) struct TenantConfigs(RwLock<HashMap<String, (Tenant, Arc<Config>)>>);
 
 impl fmt::Debug for Config {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -86,6 +107,7 @@ impl fmt::Debug for Config {
             .field("idle_timeout", &self.idle_timeout)
             .field("max_total_held_bytes", &self.held.limit())
             .field("cross_provider", &self.cross_provider)
+            .field("tenant", &self.tenant)
             .finish_non_exhaustive()
     }
 }
@@ -104,6 +126,58 @@ impl Config {
             inject,
             allowed: own_model.and_then(|model| self.allowed_fallbacks.for_model(model)),
         }
+    }
+
+    /// The configuration for the tenant of a request with this head: the
+    /// layer's own for the default tenant, else the layer's with the
+    /// tenant's settings in place of its own, made once per tenant.
+    pub(crate) fn for_request(self: &Arc<Self>, head: &http::request::Parts) -> Arc<Config> {
+        let tenant = self.resolver.tenant(head);
+        if tenant.same(&self.tenant) {
+            return self.clone();
+        }
+        let made = self.tenants.0.read().unwrap_or_else(|p| p.into_inner());
+        if let Some((known, config)) = made.get(tenant.name()) {
+            if known.same(&tenant) {
+                return config.clone();
+            }
+        }
+        drop(made);
+        let config = Arc::new(self.with_tenant(tenant.clone()));
+        let mut made = self.tenants.0.write().unwrap_or_else(|p| p.into_inner());
+        if made.len() < MAX_TENANT_CONFIGS || made.contains_key(tenant.name()) {
+            made.insert(tenant.name().to_owned(), (tenant, config.clone()));
+        }
+        config
+    }
+
+    /// This configuration with `tenant`'s settings in place of its own.
+    fn with_tenant(&self, tenant: Tenant) -> Config {
+        let mut config = self.clone();
+        if let Some(policy) = tenant.policy_setting() {
+            config.ladder = config.ladder.category_policy(policy.clone());
+        }
+        if let Some(chains) = tenant.chains_setting() {
+            config.ladder = config.ladder.fallback_chains(chains.clone());
+        }
+        if tenant.rescue_setting() == Some(false) {
+            config.rescue = RescueSwitch::new(false);
+        }
+        if let Some(on) = tenant.text_detection_setting() {
+            config.text_detection = on;
+        }
+        // Server-side fallbacks go to Anthropic's models.
+        let allow = tenant.allowlist();
+        config
+            .retarget
+            .retain(|model| allow.allows(Provider::Anthropic, model));
+        config
+            .cross_provider
+            .retain(|provider, _| tenant.may_use_operator_key(*provider));
+        config.tenant = tenant;
+        // Made for one tenant: it makes no others.
+        config.tenants = Arc::default();
+        config
     }
 
     /// The policy in force.

@@ -19,6 +19,7 @@ use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoverySt
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
 };
+use crate::routing::RouteKey;
 use crate::telemetry::metrics::AttemptSpan;
 
 /// How long a fallback credit token stays redeemable after its refusal.
@@ -215,8 +216,10 @@ impl<S> Exchange<S> {
         R: InnerBody,
     {
         let primary_id = original.findings().and_then(|f| f.message_id.clone());
+        let order = routing_order(&self.call, &info).await;
         let opening = self.opening(original_attempt);
         let mut climb = Climb::new(&self.call, info, opening, primary_id);
+        climb.order = order;
         let Exchange {
             mut upstream,
             call,
@@ -323,6 +326,8 @@ struct Climb {
     stopped: bool,
     /// The span of the attempt being sent or judged.
     attempt: AttemptSpan,
+    /// The layer's chain for the model, as the routing source ordered it.
+    order: Option<Vec<String>>,
 }
 
 impl Climb {
@@ -361,6 +366,7 @@ impl Climb {
             deadline: call.deadline().into_std(),
             stopped: false,
             attempt: AttemptSpan::default(),
+            order: None,
         }
     }
 
@@ -383,6 +389,7 @@ impl Climb {
             retargets: self.retargets,
             last_failure: self.reason,
             recommended: self.recommended.as_deref(),
+            order: self.order.as_deref(),
         };
         next_step(call.config.policy(), &state)
     }
@@ -405,17 +412,34 @@ impl Climb {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Stop;
         };
-        match step {
+        let tenant = &call.config.tenant;
+        if !tenant.take_hop() {
+            tracing::info!(
+                tenant = tenant.name(),
+                "the tenant's recovery hops for the hour are used: the refusal is served as it came"
+            );
+            crate::telemetry::metrics::hops_capped(tenant.name());
+            self.reason = Some(DeadReason::Capped);
+            return Prep::Stop;
+        }
+        let prep = match step {
             NextStep::Fallback(model) => self.fallback(call, next, model),
             NextStep::Rescue(rescue) => self.rescue(call, next, rescue).await,
             NextStep::Retarget => self.retarget(call, next),
             NextStep::Stop(_) => Prep::Stop,
+        };
+        if !matches!(prep, Prep::Send(_)) {
+            tenant.give_back_hop();
         }
+        prep
     }
 
     fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
         self.fallbacks += 1;
         let dialect = call.dialect;
+        if let Some(refused) = self.outside_allowlist(call, &model) {
+            return refused;
+        }
         if let Some(hop) = parse_entry(&model) {
             return self.cross(call, next, hop, &model);
         }
@@ -540,6 +564,20 @@ impl Climb {
         }))
     }
 
+    /// A hop outside the tenant's allowlist, recorded and never sent;
+    /// `None` for a hop it allows.
+    fn outside_allowlist(&mut self, call: &Call, entry: &str) -> Option<Prep> {
+        let own = call.dialect.provider();
+        let (provider, model) = parse_entry(entry).unwrap_or((own, entry));
+        let tenant = &call.config.tenant;
+        if tenant.allowlist().allows(provider, model) {
+            return None;
+        }
+        tracing::info!(tenant = tenant.name(), provider = %provider, model, "outside the tenant's allowlist; the hop is skipped");
+        let to = Some(provider).filter(|p| *p != own);
+        Some(self.skip(call, entry, to, DeadReason::NotAllowed))
+    }
+
     /// Records a hop that was never sent, and why.
     fn skip(&mut self, call: &Call, entry: &str, to: Option<Provider>, reason: DeadReason) -> Prep {
         self.attempt = call.request.attempt(AttemptStep::Fallback, Some(entry), to);
@@ -596,6 +634,9 @@ impl Climb {
         if !config.rescue.is_on() {
             self.reason.get_or_insert(DeadReason::RescueOff);
             return Prep::Stop;
+        }
+        if let Some(refused) = rescue.model().and_then(|m| self.outside_allowlist(call, m)) {
+            return refused;
         }
         // Before the cap is reserved: a side call skipped here leaves the
         // conversation's one rescue for its real turns.
@@ -870,6 +911,22 @@ fn translate_answer<R>(
     }
 }
 
+/// The routing source's order of the layer's chain for the refused model,
+/// for this refusal's category, within the call's deadline; `None` when
+/// there is nothing to order (no chain of two), or no answer in time.
+async fn routing_order(call: &Call, info: &RefusalInfo) -> Option<Vec<String>> {
+    let model = call.model.as_deref()?;
+    let config = &call.config;
+    let chain = config.ladder.chains().for_model(model);
+    if chain.len() < 2 {
+        return None;
+    }
+    let key = RouteKey::new(info.category.as_deref(), model);
+    let asked = config.routing.order(&key, chain);
+    let order = tokio::time::timeout_at(call.deadline(), asked).await.ok()?;
+    Some(crate::routing::within(order, chain))
+}
+
 /// Asks the policy, which must not take the call down if it panics.
 fn next_step(policy: &dyn RecoveryPolicy, state: &RecoveryState<'_>) -> NextStep {
     let asked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| policy.next_step(state)));
@@ -959,6 +1016,7 @@ mod tests {
                 model.as_deref(),
                 false,
                 &handle,
+                config.tenant.name(),
             ),
             route: None,
             config: config.clone(),

@@ -17,8 +17,10 @@ use crate::recovery::{
     RescueNote, RescueSwitch,
 };
 use crate::refusal::Provider;
+use crate::routing::{FixedRouting, RoutingSource};
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;
+use crate::tenant::{OneTenant, Tenant, TenantResolver};
 
 /// Wraps an HTTP client service so that provider refusals are seen, told
 /// apart (empty or partial), recovered where possible and recorded.
@@ -140,6 +142,10 @@ impl RefusalGuardLayer {
                 idle_timeout: Self::DEFAULT_UPSTREAM_IDLE_TIMEOUT,
                 held: BytePool::new(Self::DEFAULT_MAX_TOTAL_HELD_BYTES),
                 cross_provider: Default::default(),
+                routing: Arc::new(FixedRouting),
+                resolver: Arc::new(OneTenant::default()),
+                tenant: Tenant::default(),
+                tenants: Arc::default(),
             }),
         }
     }
@@ -160,6 +166,10 @@ impl RefusalGuardLayer {
                 change(&mut config);
                 self.config = Arc::new(config);
             }
+        }
+        // What was made for each tenant was made from the settings before.
+        if let Some(config) = Arc::get_mut(&mut self.config) {
+            config.tenants = Arc::default();
         }
         self
     }
@@ -575,6 +585,37 @@ impl RefusalGuardLayer {
     /// Time between keep-alive comments (default 15 s).
     pub fn keepalive_interval(self, interval: Duration) -> Self {
         self.with(|c| c.keepalive_interval = interval.max(Duration::from_millis(1)))
+    }
+
+    /// Names the tenant of each guarded request (default: [`OneTenant`],
+    /// every request of the [default tenant](Tenant::default), with the
+    /// layer's settings). A tenant's own settings replace the layer's for
+    /// its requests; see [`crate::tenant`].
+    ///
+    /// ```
+    /// use refusal_guard::tenant::{FromExtensions, HopAllowlist, Tenant};
+    /// use refusal_guard::RefusalGuardLayer;
+    ///
+    /// // An authenticating layer in front inserts each request's `Tenant`.
+    /// let layer = RefusalGuardLayer::new().tenants(FromExtensions);
+    /// # let _ = layer;
+    /// ```
+    pub fn tenants(self, resolver: impl TenantResolver) -> Self {
+        self.with(|c| c.resolver = Arc::new(resolver))
+    }
+
+    /// Orders each refusal's fallback chain with `routing` (default:
+    /// [`FixedRouting`], the chain's own order); see [`crate::routing`].
+    /// The chain stays the set of candidates.
+    ///
+    /// ```
+    /// use refusal_guard::routing::LearnedRouting;
+    ///
+    /// let layer = refusal_guard::RefusalGuardLayer::new().route_by(LearnedRouting::new().exploration(0.05));
+    /// # let _ = layer;
+    /// ```
+    pub fn route_by(self, routing: impl RoutingSource) -> Self {
+        self.with(|c| c.routing = Arc::new(routing))
     }
 
     /// Marks a client-side fallback inside the served Anthropic stream with a

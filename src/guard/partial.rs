@@ -181,7 +181,12 @@ impl Plan {
             .ladder
             .chains()
             .for_model(call.model.as_deref()?)
-            .first()?
+            .first()
+            // A hop on the client's own API, to a model the tenant allows.
+            .filter(|model| {
+                let allow = config.tenant.allowlist();
+                allow.allows(call.dialect.provider(), model)
+            })?
             .clone();
         let features = call.dialect.anthropic()?;
         let track = features.partial_continuation(config.max_request_body)?;
@@ -316,6 +321,16 @@ impl<S> Hop<S> {
             });
         if let Err(why) = built {
             tracing::warn!(reason = why.0, "the partial refusal could not be continued");
+            return (record, None);
+        }
+        let tenant = &call.config.tenant;
+        if !tenant.take_hop() {
+            tracing::info!(
+                tenant = tenant.name(),
+                "the tenant's recovery hops for the hour are used: not continued"
+            );
+            crate::telemetry::metrics::hops_capped(tenant.name());
+            record.result = AttemptResult::Skipped;
             return (record, None);
         }
         let request: Request<B> = next.request(&next.json);

@@ -26,6 +26,7 @@ use crate::refusal::{RefusalHandle, StickyRoute};
 use crate::store::key::Conversation;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
+use crate::tenant::Tenant;
 use crate::BoxError;
 
 pub(crate) enum RequestBody<B> {
@@ -400,15 +401,19 @@ impl Outbound {
             .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
         // Which conversation: the user's closure, then the header, then a
         // hash of what stays the same across the conversation, computed
-        // only if asked for.
+        // only if asked for; each tenant's apart from the others'.
+        let scope = Some(config.tenant.name()).filter(|name| *name != Tenant::DEFAULT_NAME);
         let conversation = match config
             .conversation_fn
             .as_ref()
             .and_then(|key| key(&parts, body.json_mut()?))
             .or(named)
         {
-            Some(key) => Conversation::named(Some(ConversationKey::from_bytes(key.as_bytes()))),
-            None => Conversation::derived(dialect, bytes, members),
+            Some(key) => {
+                let key = crate::store::key::scoped(scope, key.as_bytes());
+                Conversation::named(Some(ConversationKey::from_bytes(&key)))
+            }
+            None => Conversation::derived(dialect, bytes, members).scoped(scope),
         };
         Outbound {
             model: dialect.request_model(path_model, &head),
@@ -498,6 +503,7 @@ impl Outbound {
             self.model.as_deref(),
             self.streaming,
             &handle,
+            config.tenant.name(),
         );
         let call = Call {
             request,

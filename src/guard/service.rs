@@ -237,6 +237,8 @@ where
 {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
+    // From here on, the tenant's settings are the call's.
+    let config = config.for_request(&parts);
     // The conversation header is the guard's own: it never goes upstream,
     // whether or not the request turns out to be guardable.
     let named = config
@@ -384,8 +386,9 @@ where
             };
             let model = model.or(path_model.as_deref());
             let handle = crate::refusal::RefusalHandle::default();
+            let tenant = config.tenant.name();
             drop(crate::telemetry::metrics::GuardedRequest::start(
-                dialect, model, false, &handle,
+                dialect, model, false, &handle, tenant,
             ));
             if let Some(model) = model {
                 attempt.model(model);

@@ -122,6 +122,13 @@ pub trait Probe: Send + Sync + 'static {
     fn name(&self) -> String;
     /// Checks once. The admin listener bounds it with its probe timeout.
     fn check(&self) -> Pin<Box<dyn Future<Output = ProbeResult> + Send + '_>>;
+
+    /// What `/readyz` adds after `ok` (default: nothing): for what is
+    /// ready but worth a look, such as a tenants file whose last reload
+    /// failed while the one before it is served.
+    fn note(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Ready when a TCP connection to a host and port opens.
@@ -471,7 +478,9 @@ pub(crate) async fn start_for_proxy(
     addr: std::net::SocketAddr,
     handle: PrometheusHandle,
     routes: Option<&super::Routes>,
-    (log, store): (Option<PathBuf>, Option<Box<dyn Probe>>),
+    log: Option<PathBuf>,
+    store: Option<Box<dyn Probe>>,
+    tenants: Option<Box<dyn Probe>>,
     draining: Draining,
 ) -> Result<std::net::SocketAddr, String> {
     let mut state = AdminState::new().metrics(handle).not_ready_when(draining);
@@ -483,6 +492,9 @@ pub(crate) async fn start_for_proxy(
     }
     if let Some(routes) = routes {
         state = state.probe_routes(routes);
+    }
+    if let Some(tenants) = tenants {
+        state.probes.push(tenants);
     }
     let listener = TcpListener::bind(addr)
         .await
@@ -596,7 +608,10 @@ async fn readiness(state: &AdminState) -> Response<AdminBody> {
             Err(_) => Err(format!("no answer within {:?}", state.probe_timeout)),
         };
         match result {
-            Ok(()) => report.push_str(&format!("{}: ok\n", probe.name())),
+            Ok(()) => match probe.note() {
+                Some(note) => report.push_str(&format!("{}: ok ({note})\n", probe.name())),
+                None => report.push_str(&format!("{}: ok\n", probe.name())),
+            },
             Err(why) => {
                 ready = false;
                 report.push_str(&format!("{}: FAIL {why}\n", probe.name()));

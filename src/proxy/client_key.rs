@@ -51,28 +51,7 @@ impl ClientKey {
     /// Whether `headers` present this key; the header that did is removed
     /// (as is `x-refusal-guard-key` in any case), so the key never leaves.
     pub(crate) fn admits(&self, headers: &mut HeaderMap) -> bool {
-        let mut admitted = false;
-        if let Some(sent) = headers.remove(CLIENT_KEY) {
-            admitted |= self.matches(sent.as_bytes());
-        }
-        if !admitted
-            && headers
-                .get("x-api-key")
-                .is_some_and(|v| self.matches(v.as_bytes()))
-        {
-            headers.remove("x-api-key");
-            admitted = true;
-        }
-        let bearer = headers
-            .get(AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|key| self.matches(key.trim().as_bytes()));
-        if bearer {
-            headers.remove(AUTHORIZATION);
-            admitted = true;
-        }
-        admitted
+        presented(headers, |sent| self.matches(sent).then_some(())).is_some()
     }
 
     /// Compares in time independent of where the keys differ: both are
@@ -87,6 +66,35 @@ impl ClientKey {
             .fold(0u8, |acc, (a, b)| acc | (a ^ b));
         difference == 0
     }
+}
+
+/// What `find` makes of the key `headers` present: `x-refusal-guard-key`
+/// (removed in any case), else `x-api-key`, and `Authorization: Bearer`.
+/// Each header whose key `find` knows is removed, so the key never leaves;
+/// the others (a provider key beside it) go on.
+pub(crate) fn presented<T>(
+    headers: &mut HeaderMap,
+    mut find: impl FnMut(&[u8]) -> Option<T>,
+) -> Option<T> {
+    let mut found = headers
+        .remove(CLIENT_KEY)
+        .and_then(|sent| find(sent.as_bytes()));
+    if found.is_none() {
+        found = headers.get("x-api-key").and_then(|v| find(v.as_bytes()));
+        if found.is_some() {
+            headers.remove("x-api-key");
+        }
+    }
+    let bearer = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .and_then(|key| find(key.trim().as_bytes()));
+    if let Some(bearer) = bearer {
+        headers.remove(AUTHORIZATION);
+        found = found.or(Some(bearer));
+    }
+    found
 }
 
 #[cfg(test)]

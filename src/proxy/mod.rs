@@ -62,6 +62,7 @@ mod options;
 mod routes;
 mod run;
 mod server;
+mod tenants;
 mod upstream;
 
 use std::fmt;
@@ -86,10 +87,11 @@ use crate::RefusalGuardLayer;
 pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
 pub use client_key::ClientKey;
-pub use options::{Options, State};
+pub use options::{Options, RouteBy, State};
 pub use routes::{Route, Routes};
 pub use run::run;
 pub use server::ServerLimits;
+pub use tenants::{hash_key, TenantTable, Tenants, MAX_FILE_BYTES, MAX_TENANTS};
 pub use upstream::{TargetError, Upstream, UpstreamError};
 
 use access_log::{AccessLog, LogLine, Tracked};
@@ -119,7 +121,17 @@ struct Shared<S> {
     service: S,
     routes: Routes,
     access_log: AccessLog,
-    client_key: Option<ClientKey>,
+    admission: Admission,
+}
+
+/// Who the proxy serves.
+enum Admission {
+    /// Anyone who can reach it.
+    Open,
+    /// Clients presenting the one proxy key.
+    Key(ClientKey),
+    /// Clients presenting a key of the tenants file, each as its tenant.
+    Tenants(Arc<Tenants>),
 }
 
 impl<S> Clone for Proxy<S> {
@@ -183,7 +195,7 @@ impl<S> Proxy<S> {
                 service,
                 routes: upstream.into(),
                 access_log: AccessLog::default(),
-                client_key: None,
+                admission: Admission::Open,
             }),
             limits: ServerLimits::default(),
         }
@@ -237,7 +249,17 @@ impl<S> Proxy<S> {
     /// Answers 401 (in the API's error shape, nothing forwarded) to every
     /// request that does not present `key`; see [`ClientKey`].
     pub fn client_key(self, key: ClientKey) -> Self {
-        self.shared_mut(|shared| shared.client_key = Some(key))
+        self.shared_mut(|shared| shared.admission = Admission::Key(key))
+    }
+
+    /// Answers 401 (in the API's error shape, nothing forwarded) to every
+    /// request that does not present a key of `tenants`, and marks each
+    /// other request with its [`Tenant`](crate::tenant::Tenant) (in its
+    /// extensions) for a layer built with
+    /// [`tenants(FromExtensions)`](crate::RefusalGuardLayer::tenants) to
+    /// apply. Replaces [`client_key`](Self::client_key).
+    pub fn tenants(self, tenants: Arc<Tenants>) -> Self {
+        self.shared_mut(|shared| shared.admission = Admission::Tenants(tenants))
     }
 
     /// Replaces all the server's limits at once.
@@ -336,17 +358,27 @@ where
         let shared = &self.inner;
         let mut line = self.log_line(&request);
         let (mut parts, body) = request.into_parts();
-        if let Some(key) = &shared.client_key {
-            if !key.admits(&mut parts.headers) {
-                line.write(401, "client_key_required", "");
-                return error_response(
-                    line.path(),
-                    StatusCode::UNAUTHORIZED,
-                    "client_key_required",
-                    "refusal-guard: this proxy spends its own credentials; present its client key \
+        let refused = match &shared.admission {
+            Admission::Open => None,
+            Admission::Key(key) => (!key.admits(&mut parts.headers)).then_some(
+                "refusal-guard: this proxy spends its own credentials; present its client key \
+                 (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
+            ),
+            Admission::Tenants(tenants) => match tenants.table().admit(&mut parts.headers) {
+                Some(tenant) => {
+                    parts.extensions.insert(tenant);
+                    None
+                }
+                None => Some(
+                    "refusal-guard: present a client key this proxy's tenants file lists \
                      (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
-                );
-            }
+                ),
+            },
+        };
+        if let Some(message) = refused {
+            line.write(401, "client_key_required", "");
+            let status = StatusCode::UNAUTHORIZED;
+            return error_response(line.path(), status, "client_key_required", message);
         }
         let (route, upstream) = shared.routes.select(&parts.uri, &parts.headers);
         if shared.routes.is_routed() {

@@ -176,6 +176,32 @@ pub struct Options {
         hide_env_values = true
     )]
     pub client_key: Option<super::ClientKey>,
+    /// Tenants file (TOML): the client keys admitted, as SHA-256 hashes, each with its tenant's own policy, chains, allowlists and hop cap; reloaded on SIGHUP and when it changes
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_TENANTS",
+        value_name = "PATH",
+        conflicts_with = "client_key"
+    )]
+    pub tenants: Option<PathBuf>,
+    /// How often the tenants file is looked at for changes
+    #[arg(long, env = "REFUSAL_GUARD_TENANTS_POLL", value_name = "SECS", value_parser = seconds, default_value = "2")]
+    pub tenants_poll: Duration,
+    /// Order of a refusal's fallback candidates: the chain's own, or learned from which served its category (shared in Redis with --state redis://)
+    #[arg(
+        long,
+        env = "REFUSAL_GUARD_ROUTE_BY",
+        value_name = "HOW",
+        value_enum,
+        default_value = "fixed"
+    )]
+    pub route_by: RouteBy,
+    /// Learned routing: the share of refusals whose first fallback is another candidate than the best
+    #[arg(long, env = "REFUSAL_GUARD_ROUTE_EXPLORE", value_name = "SHARE", value_parser = share, default_value = "0.1")]
+    pub route_explore: f64,
+    /// Learned routing: the time in which a count halves
+    #[arg(long, env = "REFUSAL_GUARD_ROUTE_HALF_LIFE", value_name = "SECS", value_parser = seconds, default_value = "86400")]
+    pub route_half_life: Duration,
     /// The operator's Anthropic key, for `anthropic:MODEL` chain entries from other APIs (never logged)
     #[arg(long, env = "ANTHROPIC_API_KEY", value_name = "KEY", hide_env_values = true, value_parser = api_key)]
     pub anthropic_api_key: Option<ApiKey>,
@@ -189,6 +215,27 @@ pub struct Options {
     #[cfg(feature = "bedrock")]
     #[arg(long, env = "REFUSAL_GUARD_BEDROCK_REGION", value_name = "REGION")]
     pub bedrock_region: Option<String>,
+}
+
+/// In which order a refusal's fallback candidates are tried (`--route-by`).
+///
+/// ```
+/// use clap::Parser;
+/// use refusal_guard::proxy::{Options, RouteBy};
+///
+/// assert_eq!(Options::try_parse_from(["proxy"])?.route_by, RouteBy::Fixed);
+/// let learned = Options::try_parse_from(["proxy", "--route-by", "learned"])?;
+/// assert_eq!(learned.route_by, RouteBy::Learned);
+/// # Ok::<(), clap::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum RouteBy {
+    /// The chain's own order, as the operator wrote it.
+    #[default]
+    Fixed,
+    /// Best first by what served each category (`routing::LearnedRouting`).
+    Learned,
 }
 
 /// Where the proxy keeps conversation state (`--state`).
@@ -553,6 +600,13 @@ fn seconds(value: &str) -> Result<Duration, String> {
     }
 }
 
+fn share(value: &str) -> Result<f64, String> {
+    match value.trim().parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err("expected a share from 0 to 1".to_owned()),
+    }
+}
+
 fn state(value: &str) -> Result<State, String> {
     let value = value.trim();
     if value.eq_ignore_ascii_case("memory") {
@@ -811,6 +865,32 @@ mod tests {
             let error = parse(&["--upstream-openai", bad], none).unwrap_err();
             assert_eq!(error.exit_code(), 2, "{bad}");
             assert!(error.to_string().contains("bad upstream URL"), "{error}");
+        }
+    }
+
+    #[test]
+    fn tenants_and_routing_flags() {
+        let o = parse(&["--tenants", "/etc/t.toml", "--route-by", "learned"], none).unwrap();
+        assert_eq!(
+            o.tenants.as_deref(),
+            Some(std::path::Path::new("/etc/t.toml"))
+        );
+        assert_eq!(o.route_by, RouteBy::Learned);
+        assert_eq!(o.tenants_poll, Duration::from_secs(2));
+        assert_eq!(o.route_explore, 0.1);
+        assert_eq!(o.route_half_life, Duration::from_secs(86_400));
+        for args in [
+            &["--route-by", "best"][..],
+            &["--route-explore", "1.5"],
+            &[
+                "--tenants",
+                "t.toml",
+                "--client-key",
+                "a-client-key-of-32-characters-xx",
+            ],
+        ] {
+            let error = parse(args, none).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
         }
     }
 

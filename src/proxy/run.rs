@@ -7,17 +7,22 @@ use std::sync::OnceLock;
 
 use tower_layer::Layer;
 
+use std::sync::Arc;
+
 use super::admin::{Draining, Probe, RedisStoreProbe};
 use super::export;
 use super::options::LevelFilter;
-use super::{LogFormat, Options, Proxy, ServerLimits, State, Upstream};
+use super::tenants::TenantsProbe;
+use super::{LogFormat, Options, Proxy, RouteBy, ServerLimits, State, Tenants, Upstream};
 use crate::env::LogSetting;
 use crate::recovery::{chain_prefix, hop_api, parse_entry, Endpoint, PROVIDERS};
 use crate::refusal::Provider;
+use crate::routing::LearnedRouting;
 use crate::simulate::Simulator;
 use crate::store::failover::FailoverStore;
 use crate::store::redis::RedisStore;
 use crate::telemetry::{JsonlSink, MetricsSink};
+use crate::tenant::FromExtensions;
 use crate::RefusalGuardLayer;
 
 /// File descriptors kept for everything but client connections (the
@@ -256,6 +261,12 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         let shared = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
         layer = layer.store(FailoverStore::new(shared).timeout(options.state_timeout));
     }
+    if options.tenants.is_some() {
+        layer = layer.tenants(FromExtensions);
+    }
+    if options.route_by == RouteBy::Learned {
+        layer = layer.route_by(learned_routing(options)?);
+    }
     match options.log_setting() {
         // Metrics count the records the log gets (nothing without --admin).
         LogSetting::Off => Ok((layer.telemetry(MetricsSink::new()), "off".to_owned())),
@@ -270,6 +281,22 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
             )),
         },
     }
+}
+
+/// Learned routing as the options set it: counts in this process, or in
+/// the `--state` Redis, shared by every replica.
+fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
+    let routing = LearnedRouting::new()
+        .exploration(options.route_explore)
+        .half_life(options.route_half_life);
+    Ok(match &options.state {
+        State::Memory => routing,
+        State::Redis(url) => {
+            let stats = crate::routing::redis::RedisRouteStats::open(url)
+                .map_err(|e| format!("--state: {e}"))?;
+            routing.stats(stats)
+        }
+    })
 }
 
 /// The operator's endpoints for the providers the chains name (`openai:gpt-5`)
@@ -308,20 +335,44 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
         })?;
         endpoints.push((provider, Endpoint::new(base, key.clone())));
     }
-    if !endpoints.is_empty() && options.client_key.is_none() && !options.listen.ip().is_loopback() {
+    if !endpoints.is_empty() && !admits_only_clients(options) && !options.listen.ip().is_loopback()
+    {
         return Err(format!(
             "the proxy holds provider API keys for cross-provider chains and listens on {}: set \
-             --client-key (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them",
+             --client-key (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them (or \
+             --tenants PATH, a key per tenant)",
             options.listen
         ));
     }
     Ok(endpoints)
 }
 
+/// Whether only clients with a key are served (`--client-key`, `--tenants`).
+fn admits_only_clients(options: &Options) -> bool {
+    options.client_key.is_some() || options.tenants.is_some()
+}
+
+/// The tenants file, read and watched, when `--tenants` names one.
+fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
+    let Some(path) = &options.tenants else {
+        return Ok(None);
+    };
+    let tenants = Tenants::load(path).map_err(|e| format!("--tenants: {e}"))?;
+    tenants.watch(options.tenants_poll);
+    Ok(Some(tenants))
+}
+
 async fn serve(
     mut options: Options,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> ExitCode {
+    let tenants = match tenants(&options) {
+        Ok(tenants) => tenants,
+        Err(message) => {
+            say("ERROR", &format!("proxy: {message}"));
+            return ExitCode::from(2);
+        }
+    };
     let (layer, log_shown) = match layer(&options) {
         Ok(built) => built,
         Err(message) => {
@@ -351,7 +402,7 @@ async fn serve(
     let draining = Draining::new();
     let admin = match (options.admin, metrics) {
         (Some(addr), Some(metrics)) => {
-            match start_admin(&options, addr, metrics, draining.clone()).await {
+            match start_admin(&options, addr, metrics, draining.clone(), tenants.clone()).await {
                 Ok(local) => Some(local),
                 Err(message) => {
                     say("ERROR", &format!("proxy: {message}"));
@@ -369,7 +420,7 @@ async fn serve(
         max_head_bytes: options.max_head_bytes as usize,
     };
     let local = listener.local_addr().unwrap_or(options.listen);
-    announce(&options, local, &log_shown, &limits);
+    announce(&options, local, &log_shown, &limits, tenants.as_deref());
     if let Some(admin) = admin {
         let line = format!(
             "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
@@ -379,14 +430,15 @@ async fn serve(
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
-        configure(proxy, &options, limits)
+        configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await
     } else if let Some(signer) = signer {
         let shutdown = draining.after(shutdown());
         let upstream = options.upstream.clone();
+        let admitted = (limits, tenants);
         match serve_signed(
-            upstream, &layer, signer, &options, limits, listener, shutdown,
+            upstream, &layer, signer, &options, admitted, listener, shutdown,
         )
         .await
         {
@@ -396,7 +448,7 @@ async fn serve(
     } else {
         match Proxy::new(routes, &layer) {
             Ok(proxy) => {
-                configure(proxy, &options, limits)
+                configure(proxy, &options, limits, tenants)
                     .serve(listener, draining.after(shutdown()))
                     .await
             }
@@ -428,6 +480,7 @@ fn announce(
     local: std::net::SocketAddr,
     log_shown: &str,
     limits: &ServerLimits,
+    tenants: Option<&Tenants>,
 ) {
     if !local.ip().is_loopback() {
         let warning = format!(
@@ -450,9 +503,17 @@ fn announce(
         .policy
         .as_ref()
         .map_or_else(String::new, |policy| format!(", policy {policy}"));
+    let tenants = tenants.map_or_else(String::new, |tenants| {
+        let count = tenants.table().names().len();
+        format!(", {count} tenants from {}", tenants.path().display())
+    });
+    let routing = match options.route_by {
+        RouteBy::Learned => ", learned routing",
+        _ => "",
+    };
     let banner = format!(
         "refusal-guard proxy listening on http://{local} -> {target} \
-         (rescue {rescue}, log {log_shown}, state {}, max connections {}{policy})",
+         (rescue {rescue}, log {log_shown}, state {}, max connections {}{policy}{tenants}{routing})",
         options.state.shown(),
         limits.max_connections
     );
@@ -482,10 +543,11 @@ fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, Stri
              (and AWS_SESSION_TOKEN), AWS_PROFILE, or AWS_BEARER_TOKEN_BEDROCK"
                 .to_owned()
         })?;
-    if options.client_key.is_none() && !options.listen.ip().is_loopback() {
+    if !admits_only_clients(options) && !options.listen.ip().is_loopback() {
         return Err(format!(
             "the proxy holds AWS credentials and listens on {}: set --client-key \
-             (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them",
+             (REFUSAL_GUARD_CLIENT_KEY) so that only your clients can spend them (or --tenants \
+             PATH, a key per tenant)",
             options.listen
         ));
     }
@@ -518,13 +580,13 @@ async fn serve_signed(
     layer: &RefusalGuardLayer,
     signer: crate::aws::SigV4Layer,
     options: &Options,
-    limits: ServerLimits,
+    (limits, tenants): (ServerLimits, Option<Arc<Tenants>>),
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Option<std::io::Result<()>> {
     match Proxy::signed(upstream, layer, signer) {
         Ok(proxy) => Some(
-            configure(proxy, options, limits)
+            configure(proxy, options, limits, tenants)
                 .serve(listener, shutdown)
                 .await,
         ),
@@ -544,7 +606,7 @@ async fn serve_signed(
     _layer: &RefusalGuardLayer,
     signer: std::convert::Infallible,
     _options: &Options,
-    _limits: ServerLimits,
+    _admitted: (ServerLimits, Option<Arc<Tenants>>),
     _listener: tokio::net::TcpListener,
     _shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Option<std::io::Result<()>> {
@@ -579,6 +641,7 @@ async fn start_admin(
     addr: std::net::SocketAddr,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     draining: Draining,
+    tenants: Option<Arc<Tenants>>,
 ) -> Result<std::net::SocketAddr, String> {
     let routes = (!options.simulate).then(|| options.routes());
     let log = match options.log_setting() {
@@ -589,7 +652,9 @@ async fn start_admin(
         addr,
         metrics,
         routes.as_ref(),
-        (log, store_probe(options)?),
+        log,
+        store_probe(options)?,
+        tenants.map(|tenants| Box::new(TenantsProbe(tenants)) as Box<dyn Probe>),
         draining,
     )
     .await?;
@@ -603,10 +668,16 @@ async fn start_admin(
     Ok(local)
 }
 
-fn configure<S>(proxy: Proxy<S>, options: &Options, limits: ServerLimits) -> Proxy<S> {
-    let proxy = match options.client_key.clone() {
-        Some(key) => proxy.client_key(key),
-        None => proxy,
+fn configure<S>(
+    proxy: Proxy<S>,
+    options: &Options,
+    limits: ServerLimits,
+    tenants: Option<Arc<Tenants>>,
+) -> Proxy<S> {
+    let proxy = match (options.client_key.clone(), tenants) {
+        (_, Some(tenants)) => proxy.tenants(tenants),
+        (Some(key), None) => proxy.client_key(key),
+        (None, None) => proxy,
     };
     proxy
         .access_log(!options.quiet)

@@ -296,6 +296,9 @@ pub struct RecoveryState<'a> {
     pub(crate) last_failure: Option<DeadReason>,
     /// The latest retry model a refusal of this call recommended.
     pub(crate) recommended: Option<&'a str>,
+    /// The layer's fallback chain for the model, in the order the routing
+    /// source gave for this refusal.
+    pub(crate) order: Option<&'a [String]>,
 }
 
 impl<'a> RecoveryState<'a> {
@@ -362,6 +365,34 @@ impl<'a> RecoveryState<'a> {
             .iter()
             .any(|a| a.step != AttemptStep::Rescue && a.model.as_deref() == Some(model));
         (!tried).then_some(model)
+    }
+
+    /// `chain` in the order the layer's routing source gave for this
+    /// refusal (see [`crate::routing`]): its entries the source ordered
+    /// first, in that order, then the others as they were. With the
+    /// default [`FixedRouting`](crate::routing::FixedRouting), `chain` as
+    /// it is. The order is fixed for the whole refusal, so a policy may
+    /// index it by [`fallbacks_tried`](Self::fallbacks_tried).
+    ///
+    /// ```
+    /// use refusal_guard::recovery::{NextStep, RecoveryState};
+    /// use refusal_guard::refusal::DeadReason;
+    ///
+    /// let chain = vec!["claude-sonnet-4-5".to_owned(), "openai:gpt-5".to_owned()];
+    /// let policy = move |state: &RecoveryState<'_>| match state.ranked(&chain).get(state.fallbacks_tried()) {
+    ///     Some(model) => NextStep::Fallback(model.clone()),
+    ///     None => NextStep::Stop(DeadReason::StillRefused),
+    /// };
+    /// # let _ = refusal_guard::RefusalGuardLayer::new().policy(policy);
+    /// ```
+    pub fn ranked<'c>(&self, chain: &'c [String]) -> std::borrow::Cow<'c, [String]> {
+        let Some(order) = self.order else {
+            return std::borrow::Cow::Borrowed(chain);
+        };
+        let position = |entry: &String| order.iter().position(|o| o == entry).unwrap_or(usize::MAX);
+        let mut ranked = chain.to_vec();
+        ranked.sort_by_key(position);
+        std::borrow::Cow::Owned(ranked)
     }
 
     /// Every request sent upstream for the call so far, the original first.
@@ -682,6 +713,7 @@ impl RecoveryPolicy for Ladder {
         let plan = self.categories.plan(state.category());
         let steps = &plan.steps;
         let chain = state.model().map_or(&[][..], |m| self.chains.for_model(m));
+        let chain = state.ranked(chain);
         for step in steps {
             match step {
                 Step::Retarget if state.retargets_tried() == 0 => return NextStep::Retarget,
@@ -765,6 +797,7 @@ mod tests {
                 retargets,
                 last_failure,
                 recommended,
+                order: None,
             };
             match ladder.next_step(&state) {
                 NextStep::Fallback(model) => {

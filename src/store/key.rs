@@ -43,6 +43,8 @@ struct Seed {
     body: Chunks,
     members: Option<Vec<Located>>,
     compacted: bool,
+    /// Whose conversations these are, when not the default tenant's.
+    scope: Option<String>,
 }
 
 impl Conversation {
@@ -67,11 +69,24 @@ impl Conversation {
             body,
             members,
             compacted: false,
+            scope: None,
         };
         Conversation(Arc::new(Naming {
             key: OnceLock::new(),
             seed: Mutex::new(Some(seed)),
         }))
+    }
+
+    /// Keeps the derived key apart from every other scope's (a tenant's
+    /// name): the same conversation of two tenants has two keys. `None`
+    /// (the default tenant) leaves the key as it always was.
+    pub(crate) fn scoped(self, scope: Option<&str>) -> Self {
+        if let (Some(scope), Ok(mut seed)) = (scope, self.0.seed.lock()) {
+            if let Some(seed) = seed.as_mut() {
+                seed.scope = Some(scope.to_owned());
+            }
+        }
+        self
     }
 
     /// The call is decided, and only the key may still need the request:
@@ -114,14 +129,28 @@ impl Conversation {
         self.0
             .key
             .get_or_init(|| {
-                let Seed { dialect, body, .. } = self.0.seed.lock().ok()?.take()?;
+                let Seed {
+                    dialect,
+                    body,
+                    scope,
+                    ..
+                } = self.0.seed.lock().ok()?.take()?;
                 let json = serde_json::from_slice::<Value>(&body.join()).ok()?;
                 let seed = dialect.conversation_seed(&json)?;
-                let mut keyed = dialect.wire_api().as_str().as_bytes().to_vec();
+                let mut keyed = scoped(scope.as_deref(), dialect.wire_api().as_str().as_bytes());
                 keyed.extend_from_slice(&seed);
                 Some(ConversationKey::from_bytes(&keyed))
             })
             .as_ref()
+    }
+}
+
+/// `bytes` within `scope`: the scope's name and a NUL before them, or
+/// them alone without one.
+pub(crate) fn scoped(scope: Option<&str>, bytes: &[u8]) -> Vec<u8> {
+    match scope {
+        Some(scope) => [scope.as_bytes(), b"\0", bytes].concat(),
+        None => bytes.to_vec(),
     }
 }
 

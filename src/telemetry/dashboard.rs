@@ -68,6 +68,9 @@ pub struct Dashboard {
     timeline: Timeline,
     table: Table,
     latency: Vec<Latency>,
+    /// Per tenant (most refusals first; the rest as `other`), when the
+    /// records name any.
+    tenants: Vec<TenantRow>,
     recent: Vec<RefusalRecord>,
     #[serde(skip_serializing_if = "Option::is_none")]
     requests: Option<Requests>,
@@ -106,6 +109,16 @@ struct Latency {
     max_ms: u64,
 }
 
+#[derive(Debug, Clone, Default, Serialize)]
+struct TenantRow {
+    tenant: String,
+    total: usize,
+    recovered: usize,
+    dead: usize,
+    /// Dead because the tenant had used its hops for the hour.
+    capped: usize,
+}
+
 #[derive(Debug, Clone, Serialize)]
 struct Requests {
     total: u64,
@@ -121,6 +134,7 @@ struct Entry {
     outcome: Outcome,
     reason: Option<&'static str>,
     latency_ms: u64,
+    tenant: Option<String>,
 }
 
 const OUTCOMES: [Outcome; 4] = [
@@ -278,6 +292,7 @@ impl Builder {
             outcome: record.outcome,
             reason: record.reason.map(|r| r.as_str()),
             latency_ms: record.latency_ms,
+            tenant: record.tenant.clone(),
         });
         self.recent.push(record);
         if self.recent.len() >= RECENT * 4 {
@@ -325,12 +340,53 @@ impl Builder {
             timeline: timeline(entries),
             table: table(entries),
             latency: latency(entries),
+            tenants: tenants(entries),
             recent: self.recent,
             requests: None,
             refresh_secs: None,
             skipped: self.skipped,
         }
     }
+}
+
+/// The rows of the tenants table: the most frequent tenants, then `other`.
+fn tenants(entries: &[Entry]) -> Vec<TenantRow> {
+    if entries.iter().all(|e| e.tenant.is_none()) {
+        return Vec::new();
+    }
+    let name = |e: &Entry| e.tenant.clone().unwrap_or_else(|| NONE.to_owned());
+    let shown = top(entries.iter().map(name), TABLE_MODELS);
+    let mut rows: Vec<TenantRow> = shown
+        .iter()
+        .map(|tenant| TenantRow {
+            tenant: tenant.clone(),
+            ..TenantRow::default()
+        })
+        .collect();
+    let mut other = TenantRow {
+        tenant: "other".to_owned(),
+        ..TenantRow::default()
+    };
+    for entry in entries {
+        let at = shown.iter().position(|t| *t == name(entry));
+        let row = match at {
+            Some(at) => &mut rows[at],
+            None => &mut other,
+        };
+        row.total += 1;
+        match entry.outcome {
+            Outcome::Fallback | Outcome::Rescued => row.recovered += 1,
+            Outcome::Dead => row.dead += 1,
+            _ => {}
+        }
+        if entry.reason == Some("capped") {
+            row.capped += 1;
+        }
+    }
+    if other.total > 0 {
+        rows.push(other);
+    }
+    rows
 }
 
 /// The `n` most frequent keys, most frequent first (ties by name).
@@ -455,7 +511,7 @@ fn percentile(values: &[u64], p: usize) -> u64 {
 /// Milliseconds since the epoch of a `2026-11-29T17:44:06.123Z` time (the
 /// shape [`format_ts`] writes; fractions of other lengths and no fraction
 /// are read too).
-fn parse_ts(ts: &str) -> Option<i64> {
+pub(crate) fn parse_ts(ts: &str) -> Option<i64> {
     let ts = ts.strip_suffix('Z')?;
     let (date, time) = ts.split_once('T')?;
     let mut date = date.splitn(3, '-');
@@ -536,6 +592,31 @@ mod tests {
             "ts": ts, "model": model, "category": category, "outcome": outcome, "latency_ms": 100,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn tenants_get_a_row_each_only_when_records_name_them() {
+        let plain =
+            Dashboard::from_records([record("2026-11-29T17:00:00.000Z", "m", "cyber", "dead")]);
+        assert!(plain.tenants.is_empty());
+        let of = |tenant: &str, outcome: &str, reason: Option<&str>| {
+            let mut r = record("2026-11-29T17:00:00.000Z", "m", "cyber", outcome);
+            r.tenant = Some(tenant.to_owned());
+            r.reason = reason.and_then(|w| serde_json::from_value(serde_json::json!(w)).ok());
+            r
+        };
+        let page = Dashboard::from_records([
+            of("red", "fallback", None),
+            of("red", "dead", Some("capped")),
+            of("blue", "dead", Some("policy_stop")),
+        ]);
+        let rows: Vec<_> = page
+            .tenants
+            .iter()
+            .map(|t| (t.tenant.as_str(), t.total, t.recovered, t.dead, t.capped))
+            .collect();
+        assert_eq!(rows, [("red", 2, 1, 1, 1), ("blue", 1, 0, 1, 0)]);
+        assert!(page.to_html().contains("\"tenants\":[{\"tenant\":\"red\""));
     }
 
     #[test]

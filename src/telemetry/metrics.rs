@@ -7,12 +7,12 @@
 //!
 //! | name | type | labels |
 //! |---|---|---|
-//! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome`, `model` |
-//! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result` |
+//! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome`, `model`, `tenant` |
+//! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result`, `tenant` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
 //! | [`FALLBACK_CREDIT`] | counter | `status`, `reason` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome` |
-//! | [`REQUESTS`] | counter | `wire_api`, `outcome` |
+//! | [`REQUESTS`] | counter | `wire_api`, `outcome`, `tenant` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
 //! | [`HELD_BYTES`] | histogram (bytes) | `wire_api` |
 //! | [`ADDED_TTFB`] | histogram (s) | `wire_api` |
@@ -26,6 +26,10 @@
 //! | [`MAX_TOTAL_HELD_BYTES`] | gauge (bytes) | |
 //! | [`OTLP_EXPORTED_SPANS`] | counter | |
 //! | [`OTLP_DROPPED_SPANS`] | counter | `reason` |
+//! | [`HOPS_CAPPED`] | counter | `tenant` |
+//! | [`ROUTE_SERVED`] | gauge | `category`, `model`, `candidate` |
+//! | [`ROUTE_REFUSED`] | gauge | `category`, `model`, `candidate` |
+//! | [`ROUTE_EXPLORED`] | counter | |
 //!
 //! Refusals and recovery attempts are counted from each refusal record by
 //! the telemetry module's `MetricsSink`, so they agree with the JSONL log
@@ -36,7 +40,9 @@
 //! it looks like a category (short, `[A-Za-z0-9_.-]`) and only for the first
 //! [`MAX_CATEGORIES`] seen; past that it is counted as `other`. A model (the
 //! `model` label of [`REFUSALS`] and [`REFUSED_TOKENS`], the model that
-//! refused) is bounded the same way, by [`model_label`].
+//! refused, and of the routing gauges) is bounded the same way, by
+//! [`model_label`], and so is a tenant's name, by [`tenant_label`] (the
+//! proxy's names come from its tenants file).
 //!
 //! ```
 //! use refusal_guard::telemetry::metrics;
@@ -138,6 +144,19 @@ pub const BYTES_BUCKETS: [f64; 10] = [
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
 
+/// Refusals served as they came because their tenant had used its hops
+/// for the hour (dead reason `capped`).
+pub const HOPS_CAPPED: &str = "refusal_guard_hops_capped_total";
+/// Learned routing: a candidate's decayed count of hops that served
+/// instead of refusing the category on the requested model, as last read
+/// or written by this process (with shared counts, every replica's).
+pub const ROUTE_SERVED: &str = "refusal_guard_route_served";
+/// Learned routing: a candidate's decayed count of hops that refused too.
+pub const ROUTE_REFUSED: &str = "refusal_guard_route_refused";
+/// Learned routing: refusals whose first fallback was drawn for
+/// exploration instead of the best candidate.
+pub const ROUTE_EXPLORED: &str = "refusal_guard_route_explored_total";
+
 /// The tracing target of the one event logged when a guarded request
 /// settles (`guarded request settled`, in its `guarded_request` span): a
 /// line per request, so a subscriber can turn it off on its own, as the
@@ -153,6 +172,9 @@ pub const SETTLED_TARGET: &str = "refusal_guard::settled";
 pub const MAX_CATEGORIES: usize = 32;
 /// How many distinct models get their own label value.
 pub const MAX_MODELS: usize = 32;
+/// How many distinct tenants get their own label value (the proxy's
+/// tenants file holds at most as many).
+pub const MAX_TENANTS: usize = 256;
 /// The longest model name kept as a label value.
 const MAX_MODEL_LEN: usize = 96;
 /// The longest category kept as a label value.
@@ -217,6 +239,26 @@ pub fn describe() {
         PROXY_REQUESTS,
         Unit::Count,
         "Requests the proxy forwarded with routing on, by route"
+    );
+    describe_counter!(
+        HOPS_CAPPED,
+        Unit::Count,
+        "Refusals served as they came: their tenant used its hops for the hour"
+    );
+    describe_gauge!(
+        ROUTE_SERVED,
+        Unit::Count,
+        "Decayed count of fallback hops that served, per category, requested model and candidate"
+    );
+    describe_gauge!(
+        ROUTE_REFUSED,
+        Unit::Count,
+        "Decayed count of fallback hops that refused, per category, requested model and candidate"
+    );
+    describe_counter!(
+        ROUTE_EXPLORED,
+        Unit::Count,
+        "Refusals whose first fallback was drawn for exploration"
     );
     describe_counter!(
         STORE_FALLBACKS,
@@ -298,27 +340,78 @@ pub fn category_label(category: Option<&str>) -> SharedString {
 /// ```
 pub fn model_label(model: Option<&str>) -> SharedString {
     static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
-    let Some(model) = model else {
+    bounded_label(&SEEN, MAX_MODELS, model)
+}
+
+/// The `tenant` label value for a tenant's name: bounded as
+/// [`model_label`] is, to the first [`MAX_TENANTS`] names seen.
+///
+/// ```
+/// use refusal_guard::telemetry::metrics::tenant_label;
+///
+/// assert_eq!(&*tenant_label("team-a"), "team-a");
+/// assert_eq!(&*tenant_label("not a name"), "other");
+/// ```
+pub fn tenant_label(tenant: &str) -> SharedString {
+    static SEEN: OnceLock<Mutex<BTreeSet<String>>> = OnceLock::new();
+    bounded_label(&SEEN, MAX_TENANTS, Some(tenant))
+}
+
+/// `name` while it looks like a name (`[A-Za-z0-9_.:/@-]`, at most 96
+/// bytes) and is among the first `most` seen in `seen`; `none`, `other`.
+fn bounded_label(
+    seen: &OnceLock<Mutex<BTreeSet<String>>>,
+    most: usize,
+    name: Option<&str>,
+) -> SharedString {
+    let Some(name) = name else {
         return SharedString::const_str("none");
     };
-    let plausible = !model.is_empty()
-        && model.len() <= MAX_MODEL_LEN
-        && model
+    let plausible = !name.is_empty()
+        && name.len() <= MAX_MODEL_LEN
+        && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_-.:/@".contains(&b));
-    if !plausible || model == "other" || model == "none" {
+    if !plausible || name == "other" || name == "none" {
         return SharedString::const_str("other");
     }
-    let mut seen = SEEN
+    let mut seen = seen
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if seen.contains(model) || seen.len() < MAX_MODELS {
-        seen.insert(model.to_owned());
-        SharedString::from(model.to_owned())
+    if seen.contains(name) || seen.len() < most {
+        seen.insert(name.to_owned());
+        SharedString::from(name.to_owned())
     } else {
         SharedString::const_str("other")
     }
+}
+
+/// Counts a refusal served as it came because `tenant` used its hops.
+pub(crate) fn hops_capped(tenant: &str) {
+    counter!(HOPS_CAPPED, "tenant" => tenant_label(tenant)).increment(1);
+}
+
+/// Sets the routing gauges of `candidate` for refusals of `category` on
+/// `model`: its decayed served and refused counts.
+pub(crate) fn route_counts(
+    (category, model): (&str, &str),
+    candidate: &str,
+    served: f64,
+    refused: f64,
+) {
+    let labels = [
+        ("category", category_label(Some(category))),
+        ("model", model_label(Some(model))),
+        ("candidate", model_label(Some(candidate))),
+    ];
+    gauge!(ROUTE_SERVED, &labels).set(served);
+    gauge!(ROUTE_REFUSED, &labels).set(refused);
+}
+
+/// Counts a refusal whose first fallback was drawn for exploration.
+pub(crate) fn route_explored() {
+    counter!(ROUTE_EXPLORED).increment(1);
 }
 
 pub(crate) fn label_or_unknown(word: Option<&'static str>) -> SharedString {
@@ -507,6 +600,7 @@ pub(crate) struct GuardedRequest {
     streaming: bool,
     handle: RefusalHandle,
     attempts: AtomicU64,
+    tenant: SharedString,
 }
 
 impl std::fmt::Debug for GuardedRequest {
@@ -543,6 +637,7 @@ impl GuardedRequest {
         model: Option<&str>,
         streaming: bool,
         handle: &RefusalHandle,
+        tenant: &str,
     ) -> std::sync::Arc<Self> {
         let span = tracing::Span::current();
         let provider = gen_ai_system(dialect.provider(), dialect.wire_api());
@@ -562,6 +657,7 @@ impl GuardedRequest {
             streaming,
             handle: handle.clone(),
             attempts: AtomicU64::new(1),
+            tenant: tenant_label(tenant),
         })
     }
 
@@ -603,7 +699,9 @@ impl Drop for GuardedRequest {
             None => ("unsettled", 2),
         };
         TALLY[slot].fetch_add(1, Ordering::Relaxed);
-        counter!(REQUESTS, "wire_api" => self.wire_api.as_str(), "outcome" => outcome).increment(1);
+        let tenant = self.tenant.clone();
+        counter!(REQUESTS, "wire_api" => self.wire_api.as_str(), "outcome" => outcome, "tenant" => tenant)
+            .increment(1);
         if self.streaming {
             gauge!(STREAMS_IN_FLIGHT, "wire_api" => self.wire_api.as_str()).decrement(1.0);
         }

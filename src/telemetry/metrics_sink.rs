@@ -5,9 +5,10 @@ use metrics::{counter, histogram, Label};
 use super::{RefusalRecord, TelemetrySink};
 use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
 use crate::telemetry::metrics::{
-    category_label, label_or_unknown, model_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
-    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
+    category_label, label_or_unknown, model_label, tenant_label, FALLBACK_CREDIT,
+    RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
 };
+use crate::tenant::Tenant;
 
 /// Counts each record through the [`metrics`](::metrics) facade:
 /// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
@@ -65,6 +66,7 @@ fn kind_label(record: &RefusalRecord) -> &'static str {
 /// refusal_guard::telemetry::record_refusal(&record); // a no-op without a recorder
 /// ```
 pub fn record_refusal(record: &RefusalRecord) {
+    let tenant = tenant_label(record.tenant.as_deref().unwrap_or(Tenant::DEFAULT_NAME));
     let labels = vec![
         Label::new(
             "provider",
@@ -78,10 +80,12 @@ pub fn record_refusal(record: &RefusalRecord) {
         Label::new("kind", kind_label(record)),
         Label::new("outcome", record.outcome.as_str()),
         Label::new("model", model_label(record.model.as_deref())),
+        Label::new("tenant", tenant.clone()),
     ];
     counter!(REFUSALS, labels).increment(1);
     for (step, result) in recovery_attempts(record) {
-        counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result).increment(1);
+        counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result, "tenant" => tenant.clone())
+            .increment(1);
     }
     count_refused_tokens(record);
     for attempt in &record.attempts {

@@ -56,11 +56,12 @@ mod report;
 mod restored;
 mod trace;
 
+pub(crate) use dashboard::parse_ts;
 pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
 pub use metrics_sink::{record_refusal, recovery_attempts, MetricsSink};
-pub use report::Report;
+pub use report::{Report, TenantSummary, TenantsTable};
 pub use restored::RouteRestored;
 pub use trace::TracingSink;
 
@@ -71,7 +72,8 @@ pub use trace::TracingSink;
 /// order, with `null` for an unknown `model`, `category` or `explanation`.
 /// The fields after them are this crate's additions and are left out of the
 /// JSON when unknown. `usage`, the tokens the refused attempts cost, comes
-/// last; lines written before it existed read as `None`.
+/// next, then `tenant`, the tenant whose request it was; lines written
+/// before they existed read them as `None`.
 ///
 /// Reading is lenient so that a log written by pi-refusal-guard (or by an
 /// older or newer version of this crate) can be reported on: only `ts` and
@@ -187,6 +189,11 @@ pub struct RefusalRecord {
         deserialize_with = "lenient"
     )]
     pub usage: Option<Usage>,
+    /// The name of the tenant whose request refused (see
+    /// [`crate::tenant`]; `default` without tenants); `None` for lines that
+    /// do not say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl RefusalRecord {
@@ -237,6 +244,7 @@ impl RefusalRecord {
             attempts: Vec::new(),
             latency_ms: 0,
             usage: None,
+            tenant: None,
         }
     }
 
@@ -273,6 +281,20 @@ impl RefusalRecord {
     /// ```
     pub fn conversation(mut self, key: impl Into<String>) -> Self {
         self.conversation = Some(key.into());
+        self
+    }
+
+    /// Of the tenant named `name`.
+    ///
+    /// ```
+    /// # use refusal_guard::refusal::*;
+    /// # use refusal_guard::telemetry::RefusalRecord;
+    /// # let refusal = Refusal::new(WireApi::AnthropicMessages, Outcome::Dead);
+    /// let record = RefusalRecord::new(&refusal).tenant("team-a");
+    /// assert!(String::from_utf8(record.to_json_line()).unwrap().contains(r#""tenant":"team-a""#));
+    /// ```
+    pub fn tenant(mut self, name: impl Into<String>) -> Self {
+        self.tenant = Some(name.into());
         self
     }
 

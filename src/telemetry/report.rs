@@ -101,6 +101,69 @@ pub struct Report {
     /// The refused prompt went to `to` for every one of them except those
     /// `skipped`.
     pub cross_provider: BTreeMap<String, usize>,
+    /// Per tenant (the record's `tenant`; `(none)` for lines that do not
+    /// say): its refusals, how many were recovered, and why the others
+    /// stayed dead. `refusal-guard report --by tenant` prints it.
+    pub by_tenant: BTreeMap<String, TenantSummary>,
+}
+
+/// One tenant's part of a [`Report`].
+///
+/// ```
+/// use refusal_guard::telemetry::Report;
+///
+/// let log = concat!(
+///     r#"{"ts":"2026-11-29T17:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"fallback","tenant":"red-team"}"#, "\n",
+///     r#"{"ts":"2026-11-29T17:01:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"dead","reason":"capped","tenant":"blue-team"}"#, "\n",
+/// );
+/// let (report, _) = Report::from_jsonl_reader(log.as_bytes());
+/// assert_eq!(report.by_tenant["red-team"].recovered, 1);
+/// assert_eq!(report.by_tenant["blue-team"].by_reason["capped"], 1);
+/// assert!(report.tenants_table().to_string().contains("blue-team"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TenantSummary {
+    /// Its refusals.
+    pub total: usize,
+    /// How many ended `fallback` or `rescued`.
+    pub recovered: usize,
+    /// Count per outcome word.
+    pub by_outcome: BTreeMap<String, usize>,
+    /// For dead refusals: count per dead reason.
+    pub by_reason: BTreeMap<String, usize>,
+}
+
+/// The table `refusal-guard report --by tenant` prints: a [`Report`] by tenant.
+#[derive(Debug, Clone, Copy)]
+pub struct TenantsTable<'a>(&'a Report);
+
+impl fmt::Display for TenantsTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tenants = &self.0.by_tenant;
+        if tenants.is_empty() {
+            return writeln!(f, "No refusals recorded.");
+        }
+        let mut rows: Vec<(&String, &TenantSummary)> = tenants.iter().collect();
+        rows.sort_by_key(|(_, t)| Reverse(t.total));
+        writeln!(f, "By tenant:")?;
+        for (name, tenant) in rows {
+            let percent = tenant.recovered * 100 / tenant.total.max(1);
+            write!(
+                f,
+                "  {:>6}  {name}: {} recovered ({percent}%)",
+                tenant.total, tenant.recovered
+            )?;
+            let mut dead: Vec<(&String, &usize)> = tenant.by_reason.iter().collect();
+            dead.sort_by_key(|(_, count)| Reverse(**count));
+            let dead: Vec<String> = dead.iter().map(|(r, c)| format!("{r} {c}")).collect();
+            if !dead.is_empty() {
+                write!(f, "; dead: {}", dead.join(", "))?;
+            }
+            writeln!(f)?;
+        }
+        Ok(())
+    }
 }
 
 impl Report {
@@ -199,6 +262,11 @@ impl Report {
     pub fn is_empty(&self) -> bool {
         self.total == 0
     }
+
+    /// The report by tenant, as a table to print.
+    pub fn tenants_table(&self) -> TenantsTable<'_> {
+        TenantsTable(self)
+    }
 }
 
 #[derive(Default)]
@@ -225,11 +293,21 @@ impl Builder {
             &mut report.by_model,
             record.model.as_deref().unwrap_or(NONE),
         );
+        let reason = record.reason.map(|r| r.as_str()).unwrap_or(NONE);
         if record.outcome == Outcome::Dead {
-            bump(
-                &mut report.by_reason,
-                record.reason.map(|r| r.as_str()).unwrap_or(NONE),
-            );
+            bump(&mut report.by_reason, reason);
+        }
+        let tenant = report
+            .by_tenant
+            .entry(record.tenant.clone().unwrap_or_else(|| NONE.to_owned()))
+            .or_default();
+        tenant.total += 1;
+        if matches!(record.outcome, Outcome::Fallback | Outcome::Rescued) {
+            tenant.recovered += 1;
+        }
+        bump(&mut tenant.by_outcome, record.outcome.as_str());
+        if record.outcome == Outcome::Dead {
+            bump(&mut tenant.by_reason, reason);
         }
         report.add_refused_tokens(&record);
 

@@ -202,6 +202,85 @@ async fn metrics_and_the_request_span() {
     assert!(distinct.len() <= refusal_guard::telemetry::metrics::MAX_CATEGORIES + 1);
 
     routed_requests_are_counted_by_route(&handle).await;
+    tenants_and_learned_routing_are_counted(&handle).await;
+}
+
+/// A tenant's refusal counts under its name, and the counts learned
+/// routing keeps are gauges per category, model and candidate.
+async fn tenants_and_learned_routing_are_counted(
+    handle: &metrics_exporter_prometheus::PrometheusHandle,
+) {
+    use refusal_guard::proxy::{hash_key, Tenants};
+    use refusal_guard::recovery::FallbackChains;
+    use refusal_guard::routing::LearnedRouting;
+    use refusal_guard::tenant::FromExtensions;
+
+    let dir = std::env::temp_dir().join(format!("rg-metrics-tenants-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tenants.toml");
+    let key = "metrics-team-client-key-01";
+    let file = format!(
+        "[[tenant]]\nname = \"metrics-team\"\nkey_sha256 = [\"{}\"]\nrescue = false\n",
+        hash_key(key)
+    );
+    std::fs::write(&path, file).unwrap();
+    let tenants = Tenants::load(&path).unwrap();
+    let mock = MockUpstream::start().await.unwrap();
+    let chain = ["claude-metrics-haiku", "claude-metrics-sonnet"];
+    let layer = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("claude-metrics-opus", chain))
+        .route_by(LearnedRouting::new().random(|| 0.99))
+        .telemetry(MetricsSink::new())
+        .tenants(FromExtensions);
+    let (proxy, listener, url) = bind_proxy(&mock.url(), &layer).await;
+    tokio::spawn(
+        proxy
+            .tenants(tenants)
+            .serve(listener, std::future::pending()),
+    );
+    let body = json!({
+        "model": "claude-metrics-opus", "max_tokens": 64, "stream": true,
+        "messages": [{"role": "user", "content": "audit my host"}],
+    });
+    let script = format!("{EMPTY_REFUSAL},{EMPTY_REFUSAL},{TEXT}");
+    let response = support::proxy::post_messages(&url, &script, "metrics-tenant", &body)
+        .header("x-refusal-guard-key", key)
+        .send()
+        .await
+        .unwrap();
+    assert!(response.text().await.unwrap().contains("end_turn"));
+
+    let mut text = String::new();
+    let tenant = [("tenant", "metrics-team")];
+    for _ in 0..100 {
+        text = handle.render();
+        if sample(&text, "refusal_guard_requests_total", &tenant).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refusals = [("tenant", "metrics-team"), ("outcome", "fallback")];
+    assert_eq!(
+        sample(&text, "refusal_guard_refusals_total", &refusals),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "refusal_guard_requests_total", &refusals),
+        Some(1.0)
+    );
+    let route = |candidate| {
+        [
+            ("category", "cyber"),
+            ("model", "claude-metrics-opus"),
+            ("candidate", candidate),
+        ]
+    };
+    let served = |candidate| sample(&text, "refusal_guard_route_served", &route(candidate));
+    let refused = |candidate| sample(&text, "refusal_guard_route_refused", &route(candidate));
+    assert_eq!(served("claude-metrics-sonnet"), Some(1.0), "{text}");
+    assert_eq!(refused("claude-metrics-haiku"), Some(1.0), "{text}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// With routing on, each request counts under the route it took; a proxy

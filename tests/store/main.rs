@@ -4,3 +4,4 @@
 
 mod redis_replicas;
 mod redis_store;
+mod routing_replicas;
