@@ -35,7 +35,7 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod chains;
 pub mod chunking;
-pub mod contract;
+pub use refusal_guard::simulate::contract;
 pub mod exchange;
 pub mod fixtures;
 pub mod inner;

@@ -228,9 +228,11 @@ impl Api {
 /// A broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
+    /// The API whose rule it broke.
     pub api: Api,
     /// The rule's name in the list above (`A9`, `C3`, ...).
     pub rule: &'static str,
+    /// What is wrong, in the provider's words where it has them.
     pub message: String,
     /// The request that broke it: `METHOD path`.
     pub request: String,
@@ -1269,6 +1271,7 @@ fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
 pub struct Violations(std::sync::Arc<std::sync::Mutex<Vec<Violation>>>);
 
 impl Violations {
+    /// Keeps one violation.
     pub fn record(&self, violation: Violation) {
         self.0.lock().unwrap().push(violation);
     }
@@ -1279,6 +1282,7 @@ impl Violations {
         std::mem::take(&mut *self.0.lock().unwrap())
     }
 
+    /// The violations so far.
     pub fn list(&self) -> Vec<Violation> {
         self.0.lock().unwrap().clone()
     }

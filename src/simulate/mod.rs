@@ -47,6 +47,8 @@
 //! # }
 //! ```
 
+pub mod contract;
+
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashSet, VecDeque};
 use std::convert::Infallible;
