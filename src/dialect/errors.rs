@@ -88,6 +88,19 @@ impl ErrorShape {
     }
 }
 
+impl ErrorShape {
+    /// The body a provider itself answers a request it rejects with: as
+    /// [`body`](Self::body), but with no code of the guard's (OpenAI's
+    /// `code` is null, as OpenAI sends it for an invalid parameter).
+    pub(crate) fn provider_body(self, status: StatusCode, message: &str) -> Value {
+        let mut body = self.body(status, "", message);
+        if self == ErrorShape::OpenAi {
+            body["error"]["code"] = Value::Null;
+        }
+        body
+    }
+}
+
 /// A Bedrock runtime path (`/model/{id}/invoke`, `.../converse-stream`, ...)
 /// or one of the listings Bedrock clients call on the same host.
 fn is_bedrock_runtime_path(path: &str) -> bool {

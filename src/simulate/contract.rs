@@ -1,12 +1,26 @@
-//! The providers' request contract, executable: every request a test
-//! upstream receives is checked against the documented rules of its wire API
-//! (told from its path), and a request that breaks one is answered the way
-//! the provider answers it, HTTP 400 in the API's own error shape. A rewrite
-//! of the guard's that a real API would reject thus fails the test that
-//! caused it, here as it would in production.
+//! The providers' request contract, executable: every request is checked
+//! against the documented rules of its wire API (told from its path), and
+//! a request that breaks one is answered the way the provider answers it,
+//! in the API's own error shape: HTTP 400, or 404 for a path the provider
+//! does not serve. A rewrite of the guard's that a real API would reject
+//! thus fails where it would fail in production.
 //!
-//! Every upstream of the support crate runs through it: the scripted inner
-//! service, the loopback mock provider and the raw-socket upstream.
+//! The strict [`Simulator`](super::Simulator) applies it to every request
+//! it receives, and every scripted upstream of the crate's tests does.
+//!
+//! ```
+//! use refusal_guard::simulate::contract::{Api, Contract};
+//!
+//! let headers = http::HeaderMap::new();
+//! let body = br#"{"model":"claude-opus-4-7","max_tokens":64,"messages":[
+//!     {"role":"user","content":[{"type":"text","text":"note"},
+//!         {"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#;
+//! let broken = Contract::new().check("POST", "/v1/messages", &headers, body).unwrap_err();
+//! assert_eq!((broken.api, broken.rule), (Some(Api::Anthropic), "A4"));
+//! assert_eq!(broken.status(), 400);
+//! let unknown = Contract::new().check("POST", "/v1/other", &headers, b"{}").unwrap_err();
+//! assert_eq!(unknown.status(), 404);
+//! ```
 //!
 //! # The rules, with their sources
 //!
@@ -20,14 +34,26 @@
 //!
 //! - `A1` the body is a JSON object;
 //! - `A2` first party: `model` (a string) and `max_tokens` (an integer) are
-//!   present; Vertex: `anthropic_version` and `max_tokens` are in the body
-//!   and `model` is not (the model is in the path);
+//!   present; Vertex: `anthropic_version` is `vertex-2023-10-16` ("Claude
+//!   on Vertex AI"; the official SDKs' Vertex clients send exactly it,
+//!   anthropic-sdk-python `lib/vertex/_client.py` `DEFAULT_VERSION`),
+//!   `max_tokens` is in the body and `model` is not (it is in the path);
 //! - `A3` `messages` is a non-empty array of objects whose `role` is `user`
-//!   or `assistant`, and the first is `user`;
-//! - `A4` in a user message, `tool_result` blocks come before any other block;
-//! - `A5` prefill: only the last message may be an assistant turn the model
-//!   continues, so the conversation never ends in two assistant turns, and a
-//!   final assistant turn's text does not end in whitespace;
+//!   or `assistant`; every message has content (a non-empty string or
+//!   array) but a final assistant turn ("all messages must have non-empty
+//!   content except for the optional final assistant message"), and no
+//!   text block is empty ("text content blocks must be non-empty"). The
+//!   first party takes an assistant turn first; Bedrock does not ("first
+//!   message must use the "user" role", anthropic-sdk-typescript#622);
+//! - `A4` in a user turn, `tool_result` blocks come before any other block;
+//! - `A5` consecutive turns of one role are combined into one turn (the
+//!   reference's `messages`: "Consecutive `user` or `assistant` turns in
+//!   your request will be combined into a single turn"), so several
+//!   assistant messages at the end are one prefill; a final assistant
+//!   turn's text does not end in whitespace ("final assistant content
+//!   cannot end with trailing whitespace") and its last block is not
+//!   `thinking` ("The final block in an assistant message cannot be
+//!   `thinking`");
 //! - `A6` `fallbacks` is `"default"` or a list of 1 to 3 objects, each with a
 //!   `model`, the models distinct and none the requested model ("Refusals
 //!   and fallback", Naming your own fallback models; the count as the page
@@ -44,7 +70,7 @@
 //!   `-07-01`; a string, or the object form `{token, mode}` with `mode`
 //!   `strict` or `best_effort`, which needs `-07-01`;
 //! - `A11` every `tool_use` of an assistant turn is answered by a
-//!   `tool_result` in the next message, and every `tool_result` answers a
+//!   `tool_result` in the next turn, and every `tool_result` answers a
 //!   `tool_use` of the turn before it (the API's own 400s: "`tool_use` ids
 //!   were found without `tool_result` blocks immediately after", "unexpected
 //!   `tool_use_id` found in `tool_result` blocks"; "Tool use" guide);
@@ -106,24 +132,31 @@
 //! - `G4` `generationConfig.stopSequences` at most 5 strings,
 //!   `generationConfig.temperature` from 0 to 2, and each
 //!   `functionDeclarations` entry named (letters, digits, `_`, `.`, `:`,
-//!   `-`; at most 64, starting with a letter or `_`: Gemini API reference
-//!   `FunctionDeclaration.name`, google-genai `FunctionDeclaration`).
+//!   `-`; at most 128, starting with a letter or `_`: Gemini API reference
+//!   and Vertex AI `FunctionDeclaration.name`, python-genai `types.py`
+//!   `FunctionDeclaration`).
 //!
-//! Claude on Amazon Bedrock, answered as Bedrock does (400 with
-//! `x-amzn-errortype: ValidationException` and `{"message": ...}`). Sources:
-//! Amazon Bedrock user guide "Anthropic Claude Messages API" (InvokeModel
-//! request and response), "Inference using Anthropic Messages API"
-//! (`/anthropic/v1/messages`), API reference "Converse" (`Message`,
-//! `ContentBlock`, `InferenceConfiguration`).
+//! Claude on Amazon Bedrock, answered as Bedrock does (`x-amzn-errortype`
+//! and `{"message": ...}`), for an upstream that is Bedrock
+//! ([`Contract::bedrock`]). Sources: Amazon Bedrock user guide "Anthropic
+//! Claude Messages API", "Request and Response" (InvokeModel request),
+//! "Inference using Anthropic Messages API" (`/anthropic/v1/messages`),
+//! "Fallback credit for refused requests", API reference "Converse"
+//! (`Message`, `ContentBlock`, `ToolUseBlock`, `ToolResultBlock`,
+//! `InferenceConfiguration`).
 //!
 //! - `B1` InvokeModel (`/model/{id}/invoke`,
 //!   `/invoke-with-response-stream`): a JSON object with
-//!   `anthropic_version` (`"bedrock-2023-05-31"`, or the dated API version
-//!   the official SDK's Bedrock client sends) and an integer
-//!   `max_tokens`; no `model` or `stream` key (extraneous keys are not
-//!   permitted: the model is in the path, the action says whether it
-//!   streams); `anthropic_beta`, when present, an array of strings;
-//!   `A3`-`A5` apply to `messages`;
+//!   `anthropic_version` `"bedrock-2023-05-31"` ("The value must be
+//!   bedrock-2023-05-31"; the official SDKs' Bedrock clients send it,
+//!   anthropic-sdk-python `lib/bedrock/_client.py` `DEFAULT_VERSION`, and
+//!   Anthropic's "Claude on Amazon Bedrock" warns that ARN-versioned models
+//!   answer a dated API version with a 400) and an integer `max_tokens`; no
+//!   `model` or `stream` key (extraneous keys are not permitted: the model
+//!   is in the path, the action says whether it streams); `anthropic_beta`,
+//!   when present, an array of the betas Bedrock documents for Claude
+//!   (below; any other, first-party betas included, is an "invalid beta
+//!   flag"); `A3`-`A5` apply to `messages`, the first message `user`;
 //! - `B2` no Bedrock surface takes `fallbacks` (server-side fallback is
 //!   first party only); InvokeModel takes `fallback_credit_token` as a
 //!   string only with `fallback-credit-2026-06-09` in `anthropic_beta`
@@ -135,12 +168,31 @@
 //!   `assistant` alternating; each `content` a non-empty array of content
 //!   blocks, each an object with exactly one member (a union: `text`,
 //!   `image`, `toolUse`, `toolResult`, ...; no `type` key);
-//!   `inferenceConfig.maxTokens`, when present, an integer of at least 1.
+//!   `inferenceConfig.maxTokens`, when present, an integer of at least 1;
+//! - `B4` Converse: every `toolUse` of an assistant message is answered by
+//!   a `toolResult` with its `toolUseId` in the next message ("Expected
+//!   toolResult blocks at messages.N.content for the following Ids"), and a
+//!   message holds no more `toolResult` blocks than the turn before it has
+//!   `toolUse` blocks ("The number of toolResult blocks at
+//!   messages.N.content exceeds the number of toolUse blocks of previous
+//!   turn").
+//!
+//! Every API:
+//!
+//! - `P1` a `POST` to a path the provider does not serve (none of the
+//!   above) is answered 404 in the shape its path suggests (Bedrock's on a
+//!   Bedrock upstream), unless the upstream serves it too
+//!   ([`Contract::serving`]).
 
-use serde_json::{json, Value};
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::Value;
+
+use crate::dialect::errors::ErrorShape;
 
 /// The wire API a request is for, told from its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Api {
     /// Anthropic Messages, first party.
     Anthropic,
@@ -164,12 +216,25 @@ pub enum Api {
 
 impl Api {
     /// The API a `method path` request is for; `None` for anything the
-    /// contract does not cover (other endpoints, test-only paths).
+    /// contract does not cover (other endpoints, test-only paths). The
+    /// Messages API on Bedrock looks like a first-party path under a base
+    /// path: only an upstream that is Bedrock ([`Contract::bedrock`]) reads
+    /// it as Bedrock's.
+    ///
+    /// ```
+    /// use refusal_guard::simulate::contract::Api;
+    ///
+    /// assert_eq!(Api::of("POST", "/v1/chat/completions"), Some(Api::OpenAiChat));
+    /// assert_eq!(Api::of("POST", "/model/m/converse-stream"), Some(Api::BedrockConverse));
+    /// assert_eq!(Api::of("GET", "/v1/messages"), None);
+    /// ```
     pub fn of(method: &str, path: &str) -> Option<Api> {
         if !method.eq_ignore_ascii_case("POST") {
             return None;
         }
-        let path = path.split('?').next().unwrap_or("").trim_end_matches('/');
+        // A client may percent-encode the method's colon (Google decodes it).
+        let path = bare(path).replace("%3A", ":").replace("%3a", ":");
+        let path = path.as_str();
         if path.contains("/publishers/anthropic/models/")
             && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"))
         {
@@ -196,13 +261,9 @@ impl Api {
         }
         None
     }
-}
 
-impl Api {
     /// The Bedrock runtime's own paths (`/model/{id}/{action}`), which no
-    /// other API has. The Messages API on Bedrock (`/anthropic/v1/messages`)
-    /// looks like a first-party path under a base path: only an upstream
-    /// that is Bedrock knows it is one ([`check_bedrock`]).
+    /// other API has.
     fn bedrock_runtime(path: &str) -> Option<Api> {
         let segments: Vec<&str> = path.split('/').collect();
         let n = segments.len();
@@ -216,176 +277,250 @@ impl Api {
         }
     }
 
-    /// Whether the provider is Bedrock (its own error shape).
-    pub fn is_bedrock(self) -> bool {
+    fn is_bedrock(self) -> bool {
         matches!(
             self,
             Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse
         )
     }
+
+    /// The error shape its provider answers in.
+    fn shape(self) -> ErrorShape {
+        match self {
+            Api::Anthropic | Api::AnthropicVertex => ErrorShape::Anthropic,
+            Api::OpenAiChat | Api::AzureChat | Api::Responses => ErrorShape::OpenAi,
+            Api::Gemini => ErrorShape::Google,
+            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse => ErrorShape::Bedrock,
+        }
+    }
+
+    /// The rule a body that is not a JSON object breaks.
+    fn first_rule(self) -> &'static str {
+        match self {
+            Api::Anthropic | Api::AnthropicVertex | Api::BedrockMessages => "A1",
+            Api::OpenAiChat | Api::AzureChat => "C1",
+            Api::Responses => "R1",
+            Api::Gemini => "G1",
+            Api::BedrockInvoke => "B1",
+            Api::BedrockConverse => "B3",
+        }
+    }
 }
 
-/// A broken rule.
+/// The path without its query (which may carry a key) or a trailing `/`.
+fn bare(path: &str) -> &str {
+    path.split('?').next().unwrap_or("").trim_end_matches('/')
+}
+
+/// A broken rule, and the provider's answer to it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Violation {
-    /// The API whose rule it broke.
-    pub api: Api,
-    /// The rule's name in the list above (`A9`, `C3`, ...).
+    /// The API whose rule it broke; `None` for a path no API serves (`P1`).
+    pub api: Option<Api>,
+    /// The rule's name in the module's list (`A9`, `C3`, `P1`, ...).
     pub rule: &'static str,
     /// What is wrong, in the provider's words where it has them.
     pub message: String,
-    /// The request that broke it: `METHOD path`.
+    /// The request that broke it: `METHOD path`, without the query.
     pub request: String,
+    status: StatusCode,
+    shape: ErrorShape,
 }
 
 impl Violation {
-    /// The status the provider answers with.
-    pub fn status(&self) -> u16 {
-        400
+    /// The status the provider answers with: 404 for a path it does not
+    /// serve, else 400.
+    pub fn status(&self) -> StatusCode {
+        self.status
     }
 
-    /// The provider's error body for it.
+    /// The provider's error body for it (JSON text).
     pub fn body(&self) -> String {
         let message = format!("{} (contract rule {})", self.message, self.rule);
-        match self.api {
-            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse => {
-                json!({"message": message})
-            }
-            Api::Anthropic | Api::AnthropicVertex => json!({
-                "type": "error",
-                "error": {"type": "invalid_request_error", "message": message},
-            }),
-            Api::OpenAiChat | Api::AzureChat | Api::Responses => json!({
-                "error": {
-                    "message": message,
-                    "type": "invalid_request_error",
-                    "param": Value::Null,
-                    "code": Value::Null,
-                },
-            }),
-            Api::Gemini => json!({
-                "error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"},
-            }),
+        self.shape.provider_body(self.status, &message).to_string()
+    }
+
+    /// The provider's whole answer: [`status`](Self::status), a JSON
+    /// [`body`](Self::body), and Bedrock's `x-amzn-errortype` on Bedrock.
+    ///
+    /// ```
+    /// use refusal_guard::simulate::contract::check;
+    ///
+    /// let path = "/model/anthropic.claude-opus-4-7/invoke";
+    /// let broken = check("POST", path, &http::HeaderMap::new(), b"{}").unwrap_err();
+    /// let response = broken.response();
+    /// assert_eq!(response.status(), 400);
+    /// assert_eq!(response.headers()["x-amzn-errortype"], "ValidationException");
+    /// ```
+    pub fn response(&self) -> Response<Bytes> {
+        let mut response = Response::new(Bytes::from(self.body()));
+        *response.status_mut() = self.status;
+        let headers = response.headers_mut();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        if let Some((name, value)) = self.shape.type_header(self.status) {
+            headers.insert(
+                http::HeaderName::from_static(name),
+                http::HeaderValue::from_static(value),
+            );
         }
-        .to_string()
+        response
     }
 }
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let api = self
+            .api
+            .map_or("no API".to_owned(), |api| format!("{api:?}"));
         write!(
             f,
-            "{} broke {:?} rule {}: {}",
-            self.request, self.api, self.rule, self.message
+            "{} broke {api} rule {}: {}",
+            self.request, self.rule, self.message
         )
     }
 }
 
-/// Checks one request; `headers` as (name, value) pairs, names in any case.
-/// Logs a violation to stderr, so a failing test shows why.
-pub fn check(
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Result<(), Violation> {
-    match Api::of(method, path) {
-        Some(api) => check_as(api, method, path, headers, body),
-        None => Ok(()),
+/// The rules one upstream keeps: which provider it is and which paths
+/// beyond the APIs' it serves.
+///
+/// ```
+/// use refusal_guard::simulate::contract::{Api, Contract};
+///
+/// let bedrock = Contract::new().bedrock();
+/// let body = br#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":8,
+///     "messages":[{"role":"assistant","content":"hi"}]}"#;
+/// let broken = bedrock
+///     .check("POST", "/model/m/invoke", &http::HeaderMap::new(), body)
+///     .unwrap_err();
+/// assert_eq!((broken.api, broken.rule), (Some(Api::BedrockInvoke), "A3"));
+/// let listing = Contract::new().serving("/v1/messages/count_tokens");
+/// assert!(listing
+///     .check("POST", "/v1/messages/count_tokens", &http::HeaderMap::new(), b"{}")
+///     .is_ok());
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Contract {
+    bedrock: bool,
+    served: Vec<String>,
+}
+
+impl Contract {
+    /// The contract of a first-party upstream that serves the APIs' paths
+    /// only.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The upstream is Amazon Bedrock: `/anthropic/v1/messages` is the
+    /// Messages API on Bedrock, and every answer is in Bedrock's shape.
+    pub fn bedrock(mut self) -> Self {
+        self.bedrock = true;
+        self
+    }
+
+    /// The upstream also serves `POST`s to paths ending in `path`, with no
+    /// rules of their own (a listing, a test-only endpoint).
+    pub fn serving(mut self, path: impl Into<String>) -> Self {
+        self.served.push(path.into());
+        self
+    }
+
+    /// Checks one request; `path` with its query, if any.
+    pub fn check(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<(), Violation> {
+        let request = format!("{method} {}", bare(path));
+        let is_post = method.eq_ignore_ascii_case("POST");
+        let Some(api) = self.api(method, path) else {
+            if !is_post || self.served.iter().any(|p| bare(path).ends_with(p.as_str())) {
+                return Ok(());
+            }
+            return Err(Violation {
+                api: None,
+                rule: "P1",
+                message: format!("Not Found: the provider serves no {request}"),
+                request,
+                status: StatusCode::NOT_FOUND,
+                shape: self.unknown_path_shape(path),
+            });
+        };
+        let fail = |(rule, message): Broken| Violation {
+            api: Some(api),
+            rule,
+            message,
+            request: request.clone(),
+            status: StatusCode::BAD_REQUEST,
+            shape: api.shape(),
+        };
+        let Ok(body) = serde_json::from_slice::<Value>(body) else {
+            return Err(fail((api.first_rule(), "the body is not JSON".into())));
+        };
+        let betas = betas(headers);
+        match api {
+            Api::Anthropic | Api::AnthropicVertex => anthropic(api, path, &betas, &body),
+            Api::OpenAiChat | Api::AzureChat => chat(api, &body),
+            Api::Responses => responses(path, &body),
+            Api::Gemini => gemini(&body),
+            Api::BedrockInvoke | Api::BedrockMessages => bedrock_anthropic(api, &betas, &body),
+            Api::BedrockConverse => converse(&body),
+        }
+        .map_err(fail)
+    }
+
+    /// The API of a request to this upstream.
+    fn api(&self, method: &str, path: &str) -> Option<Api> {
+        let api = Api::of(method, path)?;
+        if !self.bedrock {
+            return Some(api);
+        }
+        if api.is_bedrock() {
+            return Some(api);
+        }
+        // Bedrock serves the Messages API under `/anthropic`, and no other.
+        bare(path)
+            .ends_with("/anthropic/v1/messages")
+            .then_some(Api::BedrockMessages)
+    }
+
+    fn unknown_path_shape(&self, path: &str) -> ErrorShape {
+        if self.bedrock {
+            ErrorShape::Bedrock
+        } else {
+            ErrorShape::for_path(path)
+        }
     }
 }
 
-/// [`check_http`] for an upstream that is Bedrock: `/anthropic/v1/messages`
-/// is the Messages API on Bedrock there.
-pub fn check_bedrock(
-    method: &str,
-    path: &str,
-    headers: &http::HeaderMap,
-    body: &[u8],
-) -> Result<(), Violation> {
-    let bare = path.split('?').next().unwrap_or("").trim_end_matches('/');
-    if method.eq_ignore_ascii_case("POST") && bare.ends_with("/anthropic/v1/messages") {
-        return check_as(Api::BedrockMessages, method, path, &pairs(headers), body);
-    }
-    check_http(method, path, headers, body)
-}
-
-fn check_as(
-    api: Api,
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Result<(), Violation> {
-    let request = format!("{method} {path}");
-    let fail = |rule: &'static str, message: String| Violation {
-        api,
-        rule,
-        message,
-        request: request.clone(),
-    };
-    let Ok(body) = serde_json::from_slice::<Value>(body) else {
-        return Err(fail(first_rule(api), "the body is not JSON".into())).inspect_err(log);
-    };
-    let betas = betas(headers);
-    let result = match api {
-        Api::Anthropic | Api::AnthropicVertex => anthropic(api, path, &betas, &body),
-        Api::OpenAiChat | Api::AzureChat => chat(api, &body),
-        Api::Responses => responses(path, &body),
-        Api::Gemini => gemini(&body),
-        Api::BedrockInvoke | Api::BedrockMessages => bedrock_anthropic(api, &body),
-        Api::BedrockConverse => converse(&body),
-    };
-    result
-        .map_err(|(rule, message)| fail(rule, message))
-        .inspect_err(log)
-}
-
-/// [`check`] for an `http::HeaderMap`.
-pub fn check_http(
-    method: &str,
-    path: &str,
-    headers: &http::HeaderMap,
-    body: &[u8],
-) -> Result<(), Violation> {
-    check(method, path, &pairs(headers), body)
-}
-
-fn pairs(headers: &http::HeaderMap) -> Vec<(String, String)> {
-    headers
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect()
-}
-
-fn log(violation: &Violation) {
-    eprintln!("CONTRACT VIOLATION: {violation}");
-}
-
-fn first_rule(api: Api) -> &'static str {
-    match api {
-        Api::Anthropic | Api::AnthropicVertex => "A1",
-        Api::OpenAiChat | Api::AzureChat => "C1",
-        Api::Responses => "R1",
-        Api::Gemini => "G1",
-        Api::BedrockInvoke => "B1",
-        Api::BedrockMessages => "A1",
-        Api::BedrockConverse => "B3",
-    }
+/// Checks one request against the contract of a first-party upstream
+/// ([`Contract::new`]); `path` with its query, if any.
+///
+/// ```
+/// use refusal_guard::simulate::contract::check;
+///
+/// let body = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
+/// let path = "/v1beta/models/gemini-2.5-pro:generateContent";
+/// assert!(check("POST", path, &http::HeaderMap::new(), body).is_ok());
+/// ```
+pub fn check(method: &str, path: &str, headers: &HeaderMap, body: &[u8]) -> Result<(), Violation> {
+    Contract::new().check(method, path, headers, body)
 }
 
 type Broken = (&'static str, String);
 
-fn betas(headers: &[(String, String)]) -> Vec<String> {
+fn betas(headers: &HeaderMap) -> Vec<String> {
     headers
+        .get_all("anthropic-beta")
         .iter()
-        .filter(|(name, _)| name.eq_ignore_ascii_case("anthropic-beta"))
-        .flat_map(|(_, value)| value.split(','))
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
         .map(|beta| beta.trim().to_owned())
         .filter(|beta| !beta.is_empty())
         .collect()
@@ -394,6 +529,9 @@ fn betas(headers: &[(String, String)]) -> Vec<String> {
 fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
 }
+
+/// The API version Claude on Vertex AI takes in the body.
+const VERTEX_VERSION: &str = "vertex-2023-10-16";
 
 fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(), Broken> {
     let object = body
@@ -404,11 +542,11 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         if object.contains_key("model") {
             return Err(("A2", "`model`: Extra inputs are not permitted".into()));
         }
-        if !object
-            .get("anthropic_version")
-            .is_some_and(Value::is_string)
-        {
-            return Err(("A2", "anthropic_version: Field required".into()));
+        if object.get("anthropic_version").and_then(Value::as_str) != Some(VERTEX_VERSION) {
+            return Err((
+                "A2",
+                format!("anthropic_version: Input should be '{VERTEX_VERSION}'"),
+            ));
         }
         if !object.get("max_tokens").is_some_and(Value::is_u64) {
             return Err(("A2", "max_tokens: Field required".into()));
@@ -427,8 +565,8 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         }
         model.map(str::to_owned)
     };
-    anthropic_messages(object.get("messages"))?;
-    anthropic_tool_pairs(object.get("messages"))?;
+    let turns = anthropic_messages(object.get("messages"), api.is_bedrock())?;
+    anthropic_tool_pairs(&turns)?;
     anthropic_sampling_and_tools(object)?;
     let fallbacks = object.get("fallbacks");
     if let Some(fallbacks) = fallbacks {
@@ -503,10 +641,38 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
     prefill_accepted(object, requested.as_deref())
 }
 
-fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
+/// The betas Bedrock documents for Claude in InvokeModel's `anthropic_beta`
+/// (Amazon Bedrock user guide "Request and Response", `anthropic_beta`;
+/// "Fallback credit for refused requests" for Bedrock's own credit beta).
+/// Any other value is an "invalid beta flag": Bedrock gates its features
+/// itself, so first-party betas (`server-side-fallback-*`,
+/// `fallback-credit-2026-07-01`, `claude-code-*`, ...) are rejected there.
+const BEDROCK_BETAS: &[&str] = &[
+    "computer-use-2024-10-22",
+    "computer-use-2025-01-24",
+    "computer-use-2025-11-24",
+    "token-efficient-tools-2025-02-19",
+    "interleaved-thinking-2025-05-14",
+    "output-128k-2025-02-19",
+    "dev-full-thinking-2025-05-14",
+    "context-1m-2025-08-07",
+    "context-management-2025-06-27",
+    "effort-2025-11-24",
+    "tool-search-tool-2025-10-19",
+    "tool-examples-2025-10-29",
+    BEDROCK_CREDIT_BETA,
+];
+
+/// Bedrock's fallback-credit beta, in InvokeModel's `anthropic_beta`.
+const BEDROCK_CREDIT_BETA: &str = "fallback-credit-2026-06-09";
+
+/// The only `anthropic_version` InvokeModel takes.
+const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
+
+fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Broken> {
     let object = body
         .as_object()
-        .ok_or((first_rule(api), "the body is not an object".to_owned()))?;
+        .ok_or((api.first_rule(), "the body is not an object".to_owned()))?;
     if object.contains_key("fallbacks") {
         return Err(("B2", "extraneous key [fallbacks] is not permitted".into()));
     }
@@ -517,18 +683,16 @@ fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
                 "extraneous key [fallback_credit_token] is not permitted".into(),
             ));
         }
-        return anthropic(Api::Anthropic, "", &[], body);
+        return anthropic(api, "", betas, body);
     }
+    let body_betas = bedrock_betas(object)?;
     if let Some(token) = object.get("fallback_credit_token") {
-        let opted_in = object
-            .get("anthropic_beta")
-            .and_then(Value::as_array)
-            .is_some_and(|betas| betas.iter().any(|b| b == "fallback-credit-2026-06-09"));
-        if !token.is_string() || !opted_in {
+        if !token.is_string() || !body_betas.contains(&BEDROCK_CREDIT_BETA) {
             return Err((
                 "B2",
-                "fallback_credit_token: a string, with fallback-credit-2026-06-09 in anthropic_beta"
-                    .into(),
+                format!(
+                    "fallback_credit_token: a string, with {BEDROCK_CREDIT_BETA} in anthropic_beta"
+                ),
             ));
         }
     }
@@ -537,44 +701,33 @@ fn bedrock_anthropic(api: Api, body: &Value) -> Result<(), Broken> {
             return Err(("B1", format!("extraneous key [{key}] is not permitted")));
         }
     }
-    let version = object.get("anthropic_version").and_then(Value::as_str);
-    if !version.is_some_and(bedrock_version) {
+    if object.get("anthropic_version").and_then(Value::as_str) != Some(BEDROCK_VERSION) {
         return Err((
             "B1",
-            "anthropic_version: expected bedrock-2023-05-31 or an API version date".into(),
+            format!("anthropic_version: the value must be {BEDROCK_VERSION}"),
         ));
     }
     if !object.get("max_tokens").is_some_and(Value::is_u64) {
         return Err(("B1", "required key [max_tokens] not found".into()));
     }
-    if let Some(betas) = object.get("anthropic_beta") {
-        let strings = betas
-            .as_array()
-            .is_some_and(|list| list.iter().all(Value::is_string));
-        if !strings {
-            return Err(("B1", "anthropic_beta: expected an array of strings".into()));
-        }
-    }
-    anthropic_messages(object.get("messages"))?;
-    anthropic_tool_pairs(object.get("messages"))?;
+    let turns = anthropic_messages(object.get("messages"), true)?;
+    anthropic_tool_pairs(&turns)?;
     anthropic_sampling_and_tools(object)
 }
 
-/// Bedrock's own `bedrock-2023-05-31`, or a dated API version, which the
-/// official SDK's Bedrock client sends (anthropic-sdk-python
-/// `lib/bedrock/_client.py` sets `ANTHROPIC_API_VERSION`).
-fn bedrock_version(version: &str) -> bool {
-    let date = |d: &str| {
-        d.len() == 10
-            && d.bytes().enumerate().all(|(i, b)| {
-                if i == 4 || i == 7 {
-                    b == b'-'
-                } else {
-                    b.is_ascii_digit()
-                }
-            })
+/// InvokeModel's `anthropic_beta`: an array of betas Bedrock knows.
+fn bedrock_betas(object: &serde_json::Map<String, Value>) -> Result<Vec<&str>, Broken> {
+    let Some(betas) = object.get("anthropic_beta") else {
+        return Ok(Vec::new());
     };
-    version == "bedrock-2023-05-31" || date(version)
+    let strings: Option<Vec<&str>> = betas
+        .as_array()
+        .and_then(|list| list.iter().map(Value::as_str).collect());
+    let strings = strings.ok_or(("B1", "anthropic_beta: expected an array of strings".into()))?;
+    match strings.iter().find(|beta| !BEDROCK_BETAS.contains(beta)) {
+        Some(unknown) => Err(("B1", format!("invalid beta flag: {unknown}"))),
+        None => Ok(strings),
+    }
 }
 
 fn converse(body: &Value) -> Result<(), Broken> {
@@ -619,10 +772,114 @@ fn converse(body: &Value) -> Result<(), Broken> {
     if max_tokens.is_some_and(|m| !m.as_u64().is_some_and(|m| m >= 1)) {
         return fail("inferenceConfig.maxTokens: expected an integer of at least 1".into());
     }
+    converse_tool_pairs(messages)
+}
+
+/// The `toolUseId`s of a Converse message's `member` blocks (`toolUse` or
+/// `toolResult`).
+fn converse_ids<'a>(message: &'a Value, member: &str) -> Vec<&'a str> {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|block| block.get(member)?.get("toolUseId")?.as_str())
+        .collect()
+}
+
+/// `B4`: Converse's `toolUse`/`toolResult` pairing (roles alternate, `B3`).
+fn converse_tool_pairs(messages: &[Value]) -> Result<(), Broken> {
+    for (i, message) in messages.iter().enumerate() {
+        let results = converse_ids(message, "toolResult");
+        let asked = match i.checked_sub(1) {
+            Some(previous) => converse_ids(&messages[previous], "toolUse"),
+            None => Vec::new(),
+        };
+        if results.len() > asked.len() {
+            return Err((
+                "B4",
+                format!(
+                    "The number of toolResult blocks at messages.{i}.content exceeds the \
+                     number of toolUse blocks of previous turn."
+                ),
+            ));
+        }
+        let Some(next) = messages.get(i + 1) else {
+            continue;
+        };
+        let answered = converse_ids(next, "toolResult");
+        let open: Vec<&str> = converse_ids(message, "toolUse")
+            .into_iter()
+            .filter(|id| !answered.contains(id))
+            .collect();
+        if !open.is_empty() {
+            return Err((
+                "B4",
+                format!(
+                    "Expected toolResult blocks at messages.{}.content for the following Ids: {}",
+                    i + 1,
+                    open.join(", ")
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
-fn anthropic_messages(messages: Option<&Value>) -> Result<(), Broken> {
+/// One turn as the Messages API reads it: consecutive messages of one role
+/// combined (`A5`), with the index of its first and last message and its
+/// blocks (a string content stands as one text block).
+struct Turn<'a> {
+    role: &'a str,
+    first: usize,
+    last: usize,
+    blocks: Vec<&'a Value>,
+}
+
+/// A block's type; a string content is text.
+fn kind(block: &Value) -> &str {
+    if block.is_string() {
+        return "text";
+    }
+    block.get("type").and_then(Value::as_str).unwrap_or("")
+}
+
+/// The text of a text block (or of a string content).
+fn text_of(block: &Value) -> Option<&str> {
+    block
+        .as_str()
+        .or_else(|| block.get("text").and_then(Value::as_str))
+}
+
+/// The messages, combined into turns (their roles checked by `A3`).
+fn turns(messages: &[Value]) -> Vec<Turn<'_>> {
+    let mut turns: Vec<Turn<'_>> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
+        let role = role(message).unwrap_or("");
+        let blocks: Vec<&Value> = match message.get("content") {
+            Some(Value::Array(blocks)) => blocks.iter().collect(),
+            Some(text @ Value::String(_)) => vec![text],
+            _ => Vec::new(),
+        };
+        match turns.last_mut() {
+            Some(turn) if turn.role == role => {
+                turn.last = i;
+                turn.blocks.extend(blocks);
+            }
+            _ => turns.push(Turn {
+                role,
+                first: i,
+                last: i,
+                blocks,
+            }),
+        }
+    }
+    turns
+}
+
+/// `A3`-`A5` (the first message `user` when `first_user`, as on Bedrock),
+/// and the turns the API reads.
+fn anthropic_messages(messages: Option<&Value>, first_user: bool) -> Result<Vec<Turn<'_>>, Broken> {
     let messages = messages
         .and_then(Value::as_array)
         .ok_or(("A3", "messages: Field required".to_owned()))?;
@@ -630,111 +887,133 @@ fn anthropic_messages(messages: Option<&Value>) -> Result<(), Broken> {
         return Err(("A3", "messages: at least one message is required".into()));
     }
     for (i, message) in messages.iter().enumerate() {
-        match role(message) {
-            Some("user" | "assistant") => {}
-            other => {
-                return Err((
-                    "A3",
-                    format!("messages.{i}.role: unexpected role {other:?}"),
-                ))
-            }
-        }
-        if role(message) == Some("user") {
-            let blocks = message.get("content").and_then(Value::as_array);
-            let kinds: Vec<&str> = blocks
-                .into_iter()
-                .flatten()
-                .map(|b| b.get("type").and_then(Value::as_str).unwrap_or(""))
-                .collect();
-            if let Some(first_other) = kinds.iter().position(|k| *k != "tool_result") {
-                if kinds[first_other..].contains(&"tool_result") {
-                    return Err((
-                        "A4",
-                        format!("messages.{i}: tool_result blocks must come first"),
-                    ));
-                }
-            }
-        }
+        anthropic_message(i, i + 1 == messages.len(), message)?;
     }
-    if role(&messages[0]) != Some("user") {
+    if first_user && role(&messages[0]) != Some("user") {
         return Err((
             "A3",
-            "messages: the first message must use the user role".into(),
+            "messages: first message must use the \"user\" role".into(),
         ));
     }
-    let n = messages.len();
-    if n >= 2
-        && role(&messages[n - 1]) == Some("assistant")
-        && role(&messages[n - 2]) == Some("assistant")
-    {
-        return Err((
-            "A5",
-            "messages: at most one prefill, as the last turn".into(),
-        ));
+    let turns = turns(messages);
+    for turn in turns.iter().filter(|turn| turn.role == "user") {
+        let kinds: Vec<&str> = turn.blocks.iter().map(|b| kind(b)).collect();
+        if let Some(first_other) = kinds.iter().position(|k| *k != "tool_result") {
+            if kinds[first_other..].contains(&"tool_result") {
+                return Err((
+                    "A4",
+                    format!(
+                        "messages.{}: tool_result blocks must come first",
+                        turn.first
+                    ),
+                ));
+            }
+        }
     }
-    let last = &messages[n - 1];
-    if role(last) == Some("assistant") {
-        let content = last.get("content");
-        let tail = match content {
-            Some(Value::String(text)) => Some(text.as_str()),
-            Some(Value::Array(blocks)) => blocks
-                .last()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                .and_then(|b| b.get("text").and_then(Value::as_str)),
-            _ => None,
-        };
-        if tail.is_some_and(|text| text != text.trim_end()) {
+    match turns.last() {
+        Some(last) if last.role == "assistant" => anthropic_prefill(last),
+        _ => Ok(()),
+    }
+    .map(|()| turns)
+}
+
+/// `A3` for one message, the `last` of the request or not.
+fn anthropic_message(i: usize, last: bool, message: &Value) -> Result<(), Broken> {
+    let role = match role(message) {
+        Some(role @ ("user" | "assistant")) => role,
+        other => {
             return Err((
-                "A5",
-                "final assistant content cannot end with trailing whitespace".into(),
+                "A3",
+                format!("messages.{i}.role: unexpected role {other:?}"),
+            ))
+        }
+    };
+    let content = message.get("content");
+    let empty = match content {
+        Some(Value::String(text)) => text.is_empty(),
+        Some(Value::Array(blocks)) => blocks.is_empty(),
+        _ => true,
+    };
+    if empty && !(last && role == "assistant") {
+        return Err((
+            "A3",
+            format!(
+                "messages.{i}: all messages must have non-empty content except for the \
+                 optional final assistant message"
+            ),
+        ));
+    }
+    let blocks = content.and_then(Value::as_array).into_iter().flatten();
+    for (j, block) in blocks.enumerate() {
+        if kind(block) == "text" && text_of(block) == Some("") {
+            return Err((
+                "A3",
+                format!("messages.{i}.content.{j}.text: text content blocks must be non-empty"),
             ));
         }
     }
     Ok(())
 }
 
-/// The ids of the blocks of `kind` in a message, under `field`.
-fn block_ids<'a>(message: &'a Value, kind: &str, field: &str) -> Vec<&'a str> {
-    message
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|b| b.get("type").and_then(Value::as_str) == Some(kind))
+/// `A5`: the final assistant turn the model continues.
+fn anthropic_prefill(turn: &Turn<'_>) -> Result<(), Broken> {
+    let Some(last) = turn.blocks.last() else {
+        return Ok(());
+    };
+    if kind(last) == "thinking" {
+        return Err((
+            "A5",
+            format!(
+                "messages.{}: The final block in an assistant message cannot be `thinking`.",
+                turn.last
+            ),
+        ));
+    }
+    let trailing = kind(last) == "text" && text_of(last).is_some_and(|t| t != t.trim_end());
+    if trailing {
+        return Err((
+            "A5",
+            "final assistant content cannot end with trailing whitespace".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The ids of the blocks of `kind` in a turn, under `field`.
+fn block_ids<'a>(turn: &Turn<'a>, of_kind: &str, field: &str) -> Vec<&'a str> {
+    turn.blocks
+        .iter()
+        .filter(|b| kind(b) == of_kind)
         .filter_map(|b| b.get(field).and_then(Value::as_str))
         .collect()
 }
 
-fn anthropic_tool_pairs(messages: Option<&Value>) -> Result<(), Broken> {
-    let Some(messages) = messages.and_then(Value::as_array) else {
-        return Ok(());
-    };
-    for (i, message) in messages.iter().enumerate() {
-        let results = block_ids(message, "tool_result", "tool_use_id");
-        let asked = match i.checked_sub(1).map(|p| &messages[p]) {
-            Some(previous) if role(previous) == Some("assistant") => {
-                block_ids(previous, "tool_use", "id")
-            }
+fn anthropic_tool_pairs(turns: &[Turn<'_>]) -> Result<(), Broken> {
+    for (k, turn) in turns.iter().enumerate() {
+        let results = block_ids(turn, "tool_result", "tool_use_id");
+        let asked = match k.checked_sub(1).map(|p| &turns[p]) {
+            Some(previous) if previous.role == "assistant" => block_ids(previous, "tool_use", "id"),
             _ => Vec::new(),
         };
         if let Some(stray) = results.iter().find(|id| !asked.contains(id)) {
             return Err((
                 "A11",
                 format!(
-                    "messages.{i}: unexpected `tool_use_id` found in `tool_result` blocks: \
+                    "messages.{}: unexpected `tool_use_id` found in `tool_result` blocks: \
                      {stray}. Each `tool_result` block must have a corresponding `tool_use` \
-                     block in the previous message."
+                     block in the previous message.",
+                    turn.first
                 ),
             ));
         }
-        let Some(next) = messages.get(i + 1) else {
+        let Some(next) = turns.get(k + 1) else {
             continue;
         };
-        if role(message) != Some("assistant") {
+        if turn.role != "assistant" {
             continue;
         }
         let answered = block_ids(next, "tool_result", "tool_use_id");
-        let open: Vec<&str> = block_ids(message, "tool_use", "id")
+        let open: Vec<&str> = block_ids(turn, "tool_use", "id")
             .into_iter()
             .filter(|id| !answered.contains(id))
             .collect();
@@ -742,8 +1021,9 @@ fn anthropic_tool_pairs(messages: Option<&Value>) -> Result<(), Broken> {
             return Err((
                 "A11",
                 format!(
-                    "messages.{i}: `tool_use` ids were found without `tool_result` blocks \
+                    "messages.{}: `tool_use` ids were found without `tool_result` blocks \
                      immediately after: {}",
+                    turn.first,
                     open.join(", ")
                 ),
             ));
@@ -1225,11 +1505,11 @@ fn gemini(body: &Value) -> Result<(), Broken> {
 }
 
 /// A Gemini function name: letters, digits, `_`, `.`, `:`, `-`, at most
-/// 64, starting with a letter or `_`.
+/// 128, starting with a letter or `_`.
 fn gemini_function_name(name: Option<&str>) -> bool {
     name.is_some_and(|name| {
         let first = name.bytes().next();
-        (1..=64).contains(&name.len())
+        (1..=128).contains(&name.len())
             && first.is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
             && name
                 .bytes()
@@ -1264,50 +1544,4 @@ fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
         }
     }
     Ok(())
-}
-
-/// The violations one upstream saw, shared by its clones.
-#[derive(Clone, Default, Debug)]
-pub struct Violations(std::sync::Arc<std::sync::Mutex<Vec<Violation>>>);
-
-impl Violations {
-    /// Keeps one violation.
-    pub fn record(&self, violation: Violation) {
-        self.0.lock().unwrap().push(violation);
-    }
-
-    /// The violations so far, cleared (for a test that sends a broken
-    /// request on purpose).
-    pub fn take(&self) -> Vec<Violation> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-
-    /// The violations so far.
-    pub fn list(&self) -> Vec<Violation> {
-        self.0.lock().unwrap().clone()
-    }
-
-    /// Panics listing them, if there are any.
-    pub fn assert_none(&self) {
-        let list = self.list();
-        assert!(
-            list.is_empty(),
-            "the upstream received requests the real API rejects:\n{}",
-            list.iter()
-                .map(|v| format!("  {v}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-    }
-
-    /// Checks a request and records what it broke.
-    pub fn check(
-        &self,
-        method: &str,
-        path: &str,
-        headers: &[(String, String)],
-        body: &[u8],
-    ) -> Result<(), Violation> {
-        check(method, path, headers, body).inspect_err(|v| self.record(v.clone()))
-    }
 }

@@ -2,7 +2,7 @@
 //! a request the runtime takes and catches one it rejects.
 
 use serde_json::{json, Value};
-use support::contract::{check, check_bedrock, Api};
+use support::contract::{check, Api, Contract};
 
 const INVOKE: &str = "/model/us.anthropic.claude-opus-4-7-v1%3A0/invoke-with-response-stream";
 const CONVERSE: &str = "/model/us.anthropic.claude-opus-4-7-v1:0/converse";
@@ -11,7 +11,9 @@ const MESSAGES: &str = "/anthropic/v1/messages";
 /// The rule a request to a Bedrock upstream breaks, if any.
 fn rule(path: &str, body: &Value) -> Option<&'static str> {
     let bytes = serde_json::to_vec(body).unwrap();
-    check_bedrock("POST", path, &http::HeaderMap::new(), &bytes)
+    Contract::new()
+        .bedrock()
+        .check("POST", path, &http::HeaderMap::new(), &bytes)
         .err()
         .map(|v| v.rule)
 }
@@ -37,10 +39,11 @@ fn bedrock_paths_are_told_apart_from_first_party_messages() {
     let fallbacks = serde_json::to_vec(&json!({"model": "claude-opus-4-7", "max_tokens": 8,
         "messages": [{"role": "user", "content": "x"}], "fallbacks": [{"model": "claude-sonnet-4-5"}]}))
     .unwrap();
-    let beta = vec![(
-        "anthropic-beta".to_owned(),
-        "server-side-fallback-2026-07-01".to_owned(),
-    )];
+    let mut beta = http::HeaderMap::new();
+    beta.insert(
+        "anthropic-beta",
+        "server-side-fallback-2026-07-01".parse().unwrap(),
+    );
     assert!(check("POST", MESSAGES, &beta, &fallbacks).is_ok());
     assert_eq!(
         rule(MESSAGES, &serde_json::from_slice(&fallbacks).unwrap()),
@@ -53,19 +56,27 @@ fn bedrock_paths_are_told_apart_from_first_party_messages() {
 #[test]
 fn invoke_model_takes_a_bedrock_body_only() {
     assert_eq!(rule(INVOKE, &invoke(json!({}))), None);
-    assert_eq!(
-        rule(INVOKE, &invoke(json!({"anthropic_beta": ["a-beta"]}))),
-        None
-    );
+    let documented = json!({"anthropic_beta": ["interleaved-thinking-2025-05-14"]});
+    assert_eq!(rule(INVOKE, &invoke(documented)), None);
+    // An unknown beta, and first-party betas Bedrock does not take.
+    for beta in [
+        "a-beta",
+        "server-side-fallback-2026-07-01",
+        "fallback-credit-2026-07-01",
+    ] {
+        let betas = json!({"anthropic_beta": [beta]});
+        assert_eq!(rule(INVOKE, &invoke(betas)), Some("B1"), "{beta}");
+    }
     assert_eq!(
         rule(INVOKE, &invoke(json!({"model": "claude-opus-4-7"}))),
         Some("B1")
     );
     assert_eq!(rule(INVOKE, &invoke(json!({"stream": true}))), Some("B1"));
+    // The SDKs' Bedrock clients send Bedrock's own version; ARN-versioned
+    // models answer a dated API version with a 400.
     assert_eq!(
         rule(INVOKE, &invoke(json!({"anthropic_version": "2026-10-21"}))),
-        None,
-        "what the official SDK's Bedrock client sends"
+        Some("B1")
     );
     assert_eq!(
         rule(
@@ -78,9 +89,18 @@ fn invoke_model_takes_a_bedrock_body_only() {
         rule(INVOKE, &invoke(json!({"anthropic_beta": "a-beta"}))),
         Some("B1")
     );
+    // Consecutive assistant messages are one turn, its end the prefill.
     let two_prefills = json!({"messages": [{"role": "user", "content": "x"},
-        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]});
+        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b "}]});
     assert_eq!(rule(INVOKE, &invoke(two_prefills)), Some("A5"));
+    // Bedrock, unlike the first party, wants a user turn first.
+    let assistant_first = json!({"messages": [{"role": "assistant", "content": "a"},
+        {"role": "user", "content": "x"}]});
+    assert_eq!(rule(INVOKE, &invoke(assistant_first.clone())), Some("A3"));
+    let mut messages = assistant_first;
+    messages["model"] = json!("claude-opus-4-7");
+    messages["max_tokens"] = json!(8);
+    assert_eq!(rule(MESSAGES, &messages), Some("A3"));
 }
 
 #[test]
@@ -136,9 +156,50 @@ fn converse_turns_alternate_and_blocks_are_unions() {
 }
 
 #[test]
+fn converse_answers_every_tool_use_in_the_next_message() {
+    let body = |messages: Value| json!({"messages": messages});
+    let user = |block: Value| json!({"role": "user", "content": [block]});
+    let text = json!({"text": "x"});
+    let call = |id: &str| json!({"toolUse": {"toolUseId": id, "name": "grep", "input": {}}});
+    let result = |id: &str| json!({"toolResult": {"toolUseId": id, "content": [{"text": "r"}]}});
+    let asked = json!({"role": "assistant", "content": [call("t1"), call("t2")]});
+    let answered = json!({"role": "user", "content": [result("t1"), result("t2")]});
+    let ok = body(json!([user(text.clone()), asked, answered]));
+    assert_eq!(rule(CONVERSE, &ok), None);
+    let half = body(json!([user(text.clone()), asked, user(result("t1"))]));
+    assert_eq!(rule(CONVERSE, &half), Some("B4"));
+    let stray = body(json!([user(result("t9"))]));
+    assert_eq!(rule(CONVERSE, &stray), Some("B4"));
+    let unanswered = body(json!([user(text.clone()), asked, user(text)]));
+    assert_eq!(rule(CONVERSE, &unanswered), Some("B4"));
+}
+
+#[test]
+fn a_bedrock_upstream_serves_bedrock_paths_only() {
+    let broken = Contract::new()
+        .bedrock()
+        .check("POST", "/v1/messages", &http::HeaderMap::new(), b"{}")
+        .unwrap_err();
+    assert_eq!((broken.rule, broken.status().as_u16()), ("P1", 404));
+    assert!(broken.response().headers().contains_key("x-amzn-errortype"));
+    let listing =
+        Contract::new()
+            .bedrock()
+            .check("GET", "/inference-profiles", &http::HeaderMap::new(), b"");
+    assert!(listing.is_ok());
+}
+
+#[test]
 fn a_broken_bedrock_request_is_answered_in_bedrocks_shape() {
-    let broken = check_bedrock("POST", INVOKE, &http::HeaderMap::new(), b"not json").unwrap_err();
+    let broken = Contract::new()
+        .bedrock()
+        .check("POST", INVOKE, &http::HeaderMap::new(), b"not json")
+        .unwrap_err();
     let body: Value = serde_json::from_str(&broken.body()).unwrap();
     assert!(body["message"].as_str().unwrap().contains("B1"));
-    assert!(body.get("error").is_none() && broken.api.is_bedrock());
+    assert!(body.get("error").is_none() && broken.api == Some(Api::BedrockInvoke));
+    assert_eq!(
+        broken.response().headers()["x-amzn-errortype"],
+        "ValidationException"
+    );
 }

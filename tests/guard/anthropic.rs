@@ -479,8 +479,9 @@ async fn other_endpoints_pass_through_unread() {
             .uri(format!("https://api.anthropic.com{path}"))
             .body(Full::new(body.clone()))
             .unwrap();
-        let replies = vec![Reply::sse(&refusal)];
-        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        // Endpoints the contract has no rules for: this upstream serves them.
+        let upstream = Upstream::new(vec![Reply::sse(&refusal)]).serving(path);
+        let done = exchange_on(upstream, RefusalGuardLayer::new(), request).await;
         assert_eq!(done.body, refusal, "{path}");
         assert_eq!(done.upstream.seen()[0].body, body, "{path}");
         assert_eq!(done.upstream.seen().len(), 1, "{path}");

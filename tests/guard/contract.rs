@@ -1,9 +1,9 @@
-//! The test upstreams' request contract itself: each documented rule passes
-//! a request that keeps it and catches one that breaks it, answered in the
-//! provider's own error shape.
+//! The request contract itself (the strict simulator's and every test
+//! upstream's): each documented rule passes a request that keeps it and
+//! catches one that breaks it, answered in the provider's own error shape.
 
 use serde_json::{json, Value};
-use support::contract::{check, Api};
+use support::contract::{check, Api, Contract};
 
 const MESSAGES: &str = "/v1/messages";
 const VERTEX: &str =
@@ -14,11 +14,10 @@ const RESPONSES: &str = "/v1/responses";
 const GEMINI: &str = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse";
 
 fn rule(path: &str, betas: &str, body: &Value) -> Option<&'static str> {
-    let headers = if betas.is_empty() {
-        vec![]
-    } else {
-        vec![("Anthropic-Beta".to_owned(), betas.to_owned())]
-    };
+    let mut headers = http::HeaderMap::new();
+    if !betas.is_empty() {
+        headers.insert("Anthropic-Beta", betas.parse().unwrap());
+    }
     let bytes = serde_json::to_vec(body).unwrap();
     check("POST", path, &headers, &bytes).err().map(|v| v.rule)
 }
@@ -58,22 +57,84 @@ fn anthropic_basics() {
     );
     let system_role = json!({"messages": [{"role": "system", "content": "x"}]});
     assert_eq!(rule(MESSAGES, "", &claude(system_role)), Some("A3"));
-    let assistant_first = json!({"messages": [{"role": "assistant", "content": "x"}]});
-    assert_eq!(rule(MESSAGES, "", &claude(assistant_first)), Some("A3"));
+    // The first party takes an assistant turn first (Bedrock does not).
+    let assistant_first = json!({"messages": [{"role": "assistant", "content": "x"},
+        {"role": "user", "content": "y"}]});
+    assert_eq!(rule(MESSAGES, "", &claude(assistant_first)), None);
     let note_before_result = json!({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "note"},
         {"type": "tool_result", "tool_use_id": "t", "content": "r"}]}]});
     assert_eq!(rule(MESSAGES, "", &claude(note_before_result)), Some("A4"));
-    let two_prefills = json!({"messages": [{"role": "user", "content": "x"},
-        {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]});
-    assert_eq!(rule(MESSAGES, "", &claude(two_prefills)), Some("A5"));
-    let trailing_space = json!({"messages": [{"role": "user", "content": "x"},
-        {"role": "assistant", "content": [{"type": "text", "text": "a "}]}]});
-    assert_eq!(rule(MESSAGES, "", &claude(trailing_space)), Some("A5"));
     // A model that takes prefill (the Claude 4.6 generation rejects it: A15).
     let one_prefill = json!({"model": "claude-sonnet-4-5", "messages": [
         {"role": "user", "content": "x"}, {"role": "assistant", "content": "a"}]});
     assert_eq!(rule(MESSAGES, "", &claude(one_prefill)), None);
+    let trailing_space = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a "}]}]});
+    assert_eq!(rule(MESSAGES, "", &claude(trailing_space)), Some("A5"));
+    let ends_in_thinking = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "text", "text": "a"},
+            {"type": "thinking", "thinking": "t", "signature": "s"}]}]});
+    assert_eq!(rule(MESSAGES, "", &claude(ends_in_thinking)), Some("A5"));
+}
+
+#[test]
+fn consecutive_turns_of_one_role_are_one_turn() {
+    let user = |content: Value| json!({"role": "user", "content": content});
+    let assistant = |content: Value| json!({"role": "assistant", "content": content});
+    // Two assistant messages at the end are one prefill, its end the last's.
+    let two_prefills = json!([
+        user(json!("x")),
+        assistant(json!("a")),
+        assistant(json!("b"))
+    ]);
+    let sonnet =
+        |messages: Value| claude(json!({"model": "claude-sonnet-4-5", "messages": messages}));
+    assert_eq!(rule(MESSAGES, "", &sonnet(two_prefills)), None);
+    let spaced = json!([
+        user(json!("x")),
+        assistant(json!("a ")),
+        assistant(json!("b"))
+    ]);
+    assert_eq!(rule(MESSAGES, "", &sonnet(spaced)), None);
+    // A user message after the tool results joins their turn: the note
+    // after them keeps the results first, a note before them does not.
+    let ask = assistant(json!([{"type": "tool_use", "id": "t", "name": "run", "input": {}}]));
+    let result = user(json!([{"type": "tool_result", "tool_use_id": "t", "content": "r"}]));
+    let note = user(json!("[refusal-guard] note"));
+    let after = json!([user(json!("x")), ask, result, note]);
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"messages": after}))),
+        None
+    );
+    let before = json!([user(json!("x")), ask, note, result]);
+    assert_eq!(
+        rule(MESSAGES, "", &claude(json!({"messages": before}))),
+        Some("A4")
+    );
+}
+
+#[test]
+fn every_message_but_a_final_assistant_turn_has_content() {
+    let user = |content: Value| json!({"role": "user", "content": content});
+    let assistant = |content: Value| json!({"role": "assistant", "content": content});
+    // A model that takes prefill (A15).
+    let with =
+        |messages: Value| claude(json!({"model": "claude-sonnet-4-5", "messages": messages}));
+    let empty_final = json!([user(json!("x")), assistant(json!([]))]);
+    assert_eq!(rule(MESSAGES, "", &with(empty_final)), None);
+    let empty_string_final = json!([user(json!("x")), assistant(json!(""))]);
+    assert_eq!(rule(MESSAGES, "", &with(empty_string_final)), None);
+    for empty in [json!([]), json!("")] {
+        let middle = json!([user(json!("x")), assistant(empty.clone()), user(json!("y"))]);
+        assert_eq!(rule(MESSAGES, "", &with(middle)), Some("A3"), "{empty}");
+        assert_eq!(
+            rule(MESSAGES, "", &with(json!([user(empty.clone())]))),
+            Some("A3")
+        );
+    }
+    let empty_text = json!([user(json!([{"type": "text", "text": ""}]))]);
+    assert_eq!(rule(MESSAGES, "", &with(empty_text)), Some("A3"));
 }
 
 #[test]
@@ -87,6 +148,12 @@ fn vertex_takes_the_model_in_the_path_and_no_fallbacks() {
     let mut fallbacks = body.clone();
     fallbacks["fallbacks"] = json!([{"model": "claude-sonnet-4-5"}]);
     assert_eq!(rule(VERTEX, FALLBACK_BETA, &fallbacks), Some("A8"));
+    // Vertex takes its own API version only.
+    for version in [json!("2023-06-01"), json!("bedrock-2023-05-31"), json!(1)] {
+        let mut other = body.clone();
+        other["anthropic_version"] = version.clone();
+        assert_eq!(rule(VERTEX, "", &other), Some("A2"), "{version}");
+    }
 }
 
 #[test]
@@ -402,12 +469,51 @@ fn gemini_generation_config_and_function_names() {
         rule(GEMINI, "", &body(json!({"tools": declare("run it")}))),
         Some("G4")
     );
+    // Up to 128 characters.
+    let long = format!("mcp__{}", "x".repeat(123));
+    assert_eq!(
+        rule(GEMINI, "", &body(json!({"tools": declare(&long)}))),
+        None
+    );
+    let too_long = format!("{long}x");
+    assert_eq!(
+        rule(GEMINI, "", &body(json!({"tools": declare(&too_long)}))),
+        Some("G4")
+    );
+}
+
+#[test]
+fn a_post_to_a_path_no_api_serves_is_a_404_unless_served() {
+    let headers = http::HeaderMap::new();
+    let unknown = check(
+        "POST",
+        "/v1/messages/count_tokens?beta=true",
+        &headers,
+        b"{}",
+    )
+    .expect_err("no rules cover it");
+    assert_eq!((unknown.rule, unknown.status().as_u16()), ("P1", 404));
+    assert_eq!(unknown.api, None);
+    // No key from the query in what is logged.
+    assert_eq!(unknown.request, "POST /v1/messages/count_tokens");
+    let body: Value = serde_json::from_str(&unknown.body()).unwrap();
+    assert_eq!(body["error"]["type"], "not_found_error");
+    let openai = check("POST", "/v1/embeddings", &headers, b"{}").unwrap_err();
+    let body: Value = serde_json::from_slice(openai.response().body()).unwrap();
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let served = Contract::new().serving("/v1/messages/count_tokens");
+    assert!(served
+        .check("POST", "/v1/messages/count_tokens", &headers, b"{}")
+        .is_ok());
+    assert!(check("GET", "/v1/models", &headers, b"").is_ok());
 }
 
 #[test]
 fn a_broken_request_is_answered_in_the_providers_shape() {
-    let broken =
-        |path: &str| check("POST", path, &[], b"not json").expect_err("not JSON breaks every API");
+    let broken = |path: &str| {
+        check("POST", path, &http::HeaderMap::new(), b"not json")
+            .expect_err("not JSON breaks every API")
+    };
     let anthropic: Value = serde_json::from_str(&broken(MESSAGES).body()).unwrap();
     assert_eq!(anthropic["type"], "error");
     assert_eq!(anthropic["error"]["type"], "invalid_request_error");

@@ -34,10 +34,12 @@ fn answer() -> Bytes {
 /// A provider that refuses (with the category the user turn names, after
 /// `refuse:`) unless the request carries the rescue note or asks another
 /// model than `claude-x`, and always after `refuse-always:`; everything
-/// else is answered.
+/// else is answered. A request the real API rejects gets its error, and
+/// fails the test when the provider goes.
 #[derive(Clone, Default)]
 struct Provider {
     seen: Arc<std::sync::Mutex<Vec<Value>>>,
+    violations: support::contract::Violations,
 }
 
 impl Provider {
@@ -68,19 +70,15 @@ impl Service<Request<Full<Bytes>>> for Provider {
     }
 
     fn call(&mut self, request: Request<Full<Bytes>>) -> Self::Future {
-        let seen = self.seen.clone();
+        let (seen, violations) = (self.seen.clone(), self.violations.clone());
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await?.to_bytes();
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
             if let Err(broken) =
-                support::contract::check_http(parts.method.as_str(), path, &parts.headers, &bytes)
+                violations.check(parts.method.as_str(), path, &parts.headers, &bytes)
             {
-                return Ok(Response::builder()
-                    .status(broken.status())
-                    .header("content-type", "application/json")
-                    .body(Full::new(Bytes::from(broken.body())))
-                    .unwrap());
+                return Ok(broken.response().map(Full::new));
             }
             let json: Value = serde_json::from_slice(&bytes)?;
             seen.lock().unwrap().push(json.clone());

@@ -96,12 +96,14 @@ impl Body for Played {
 use std::future::Future;
 
 /// A scripted upstream: answers in order, remembers each request's body, and
-/// counts the bodies dropped.
+/// counts the bodies dropped. A request the real API rejects gets its
+/// error, and fails the test when the script goes.
 #[derive(Clone, Default)]
 struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<(http::HeaderMap, Value)>>>,
     dropped: Arc<AtomicUsize>,
+    violations: support::contract::Violations,
 }
 
 impl Script {
@@ -141,11 +143,17 @@ impl Service<Request<BoxBody<Bytes, BoxError>>> for Script {
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let bytes = body.collect().await?.to_bytes();
-            // The provider's documented rules: a broken request fails the
-            // test here, loudly.
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            support::contract::check_http(parts.method.as_str(), path, &parts.headers, &bytes)
-                .unwrap_or_else(|broken| panic!("{broken}"));
+            let verdict =
+                this.violations
+                    .check(parts.method.as_str(), path, &parts.headers, &bytes);
+            if let Err(broken) = verdict {
+                return Ok(broken.response().map(|body| Played {
+                    steps: VecDeque::from([Step::Data(body)]),
+                    sleep: None,
+                    dropped: this.dropped.clone(),
+                }));
+            }
             let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             this.seen.lock().unwrap().push((parts.headers, json));
             let reply = this.replies.lock().unwrap().pop_front();

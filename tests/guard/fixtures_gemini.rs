@@ -413,8 +413,8 @@ async fn imagen_predict_is_not_guarded() {
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from_static(br#"{"instances":[{"prompt":"x"}]}"#)))
         .unwrap();
-        let replies = vec![Reply::Json(bytes.clone())];
-        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        let upstream = Upstream::new(vec![Reply::Json(bytes.clone())]).serving(":predict");
+        let done = exchange_on(upstream, RefusalGuardLayer::new(), request).await;
         assert_eq!(done.body, bytes);
         assert!(done.sink.is_empty());
         assert!(

@@ -1381,10 +1381,15 @@ fn gen_request(rng: &mut Rng, stream: bool) -> Value {
     let mut messages = Vec::new();
     for turn in 0..(1 + rng.below(3)) * 2 - 1 {
         let role = if turn % 2 == 0 { "user" } else { "assistant" };
+        // The API takes no empty message (nor an empty text block).
+        let text = match *rng.pick(UNICODE) {
+            "" => "x",
+            text => text,
+        };
         let content = if rng.chance(50) {
-            json!(rng.pick(UNICODE))
+            json!(text)
         } else {
-            json!([{"type":"text","text":rng.pick(UNICODE)}])
+            json!([{"type":"text","text":text}])
         };
         messages.push(json!({"role": role, "content": content}));
     }

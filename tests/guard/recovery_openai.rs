@@ -636,8 +636,9 @@ async fn other_openai_endpoints_are_not_guarded() {
         let refusal = fixture(CHAT_FILTERED);
         let mut request = post_to(url, &chat_request(true));
         *request.method_mut() = method;
-        let replies = vec![Reply::sse(&refusal)];
-        let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+        let path = url.trim_start_matches("https://api.openai.com");
+        let upstream = Upstream::new(vec![Reply::sse(&refusal)]).serving(path);
+        let done = exchange_on(upstream, RefusalGuardLayer::new(), request).await;
         assert_eq!(done.body, refusal);
         assert!(
             done.parts.extensions.get::<RefusalHandle>().is_none(),

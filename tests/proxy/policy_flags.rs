@@ -391,7 +391,9 @@ async fn credit_off_presents_no_token_even_when_the_refusal_offers_one() {
 
 #[tokio::test]
 async fn the_conversation_header_never_reaches_the_upstream_on_any_path() {
-    let upstream = RawUpstream::start(|_, request| {
+    // Token counting has no rules in the contract: this upstream serves it.
+    let serving = Contract::new().serving("/v1/messages/count_tokens");
+    let upstream = RawUpstream::start_keeping(serving, |_, request| {
         let body = match request.json()["model"].as_str() {
             Some(model) => json_answer(model),
             None => json!({"data": []}),
@@ -414,9 +416,9 @@ async fn the_conversation_header_never_reaches_the_upstream_on_any_path() {
         ("POST", "/v1/unknown/path", Some("{}".to_owned())),
         ("POST", "/v1/chat/completions", Some("not json".to_owned())),
     ];
-    // The last body breaks the API's rules: the upstream answers it with
-    // the provider's 400, as the API would.
-    let statuses = [200, 200, 200, 200, 200, 400];
+    // A path no API serves gets the provider's 404, and the last body
+    // breaks the API's rules: its 400. The provider answers both so.
+    let statuses = [200, 200, 200, 200, 404, 400];
     for ((method, path, body), status) in calls.iter().zip(statuses) {
         let mut request = client()
             .request(method.parse().unwrap(), format!("{base}{path}"))
@@ -428,7 +430,7 @@ async fn the_conversation_header_never_reaches_the_upstream_on_any_path() {
         let response = request.send().await.unwrap();
         assert_eq!(response.status(), status, "{method} {path}");
     }
-    assert_eq!(upstream.take_violations(), 1);
+    assert_eq!(upstream.take_violations(), 2);
     let requests = upstream.requests();
     assert_eq!(requests.len(), calls.len());
     for (request, (method, path, _)) in requests.iter().zip(&calls) {

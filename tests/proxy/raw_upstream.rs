@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use support::contract::Contract;
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -17,7 +18,7 @@ async fn send(addr: std::net::SocketAddr, request: &[u8]) -> TcpStream {
 
 #[tokio::test]
 async fn serves_a_script_and_records_complete_requests() {
-    let upstream = RawUpstream::start(|_, _| {
+    let upstream = RawUpstream::start_keeping(Contract::new().serving("/v1/x"), |_, _| {
         vec![
             Act::Write(head(200, "text/plain")),
             Act::Write(chunk(b"hello")),

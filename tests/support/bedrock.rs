@@ -8,7 +8,10 @@
 //!   `InvalidSignatureException`, `{"message": ...}`, and no reply is used;
 //! - streams are real AWS event streams: frames encoded here by hand with
 //!   their CRC32s (`crc32fast`), `chunk` payloads base64 with a `p` pad;
-//! - the model is in the path; replies are scripted per request in order.
+//! - the model is in the path; replies are scripted per request in order;
+//! - every request keeps Bedrock's request contract
+//!   ([`Contract::bedrock`]): a broken one gets Bedrock's error, is
+//!   recorded, and fails the test when the runtime's last clone goes.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -27,6 +30,8 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+
+use crate::contract::{Contract, Tripwire, Violation, Violations};
 
 /// The operator's test credentials.
 pub const ACCESS_KEY_ID: &str = "AKIDEXAMPLEBEDROCK";
@@ -184,6 +189,7 @@ struct State {
     seen: Vec<Seen>,
     token: Option<String>,
     bearer: Option<String>,
+    violations: Violations,
 }
 
 /// The scripted Bedrock runtime.
@@ -191,6 +197,8 @@ struct State {
 pub struct BedrockUpstream {
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
+    /// Held by the clones only, not by the server's tasks.
+    _tripwire: Arc<Tripwire>,
 }
 
 impl BedrockUpstream {
@@ -203,11 +211,14 @@ impl BedrockUpstream {
     ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let violations = Violations::keeping(Contract::new().bedrock());
+        let tripwire = Arc::new(Tripwire(violations.clone()));
         let state = Arc::new(Mutex::new(State {
             replies: replies.into(),
             seen: Vec::new(),
             token: session_token.map(str::to_owned),
             bearer: bearer.map(str::to_owned),
+            violations,
         }));
         let shared = state.clone();
         tokio::spawn(async move {
@@ -224,7 +235,11 @@ impl BedrockUpstream {
                 });
             }
         });
-        BedrockUpstream { addr, state }
+        BedrockUpstream {
+            addr,
+            state,
+            _tripwire: tripwire,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -233,6 +248,12 @@ impl BedrockUpstream {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.state.lock().unwrap().seen.clone()
+    }
+
+    /// The requests answered with Bedrock's contract error, cleared (for a
+    /// test that sends a broken request on purpose).
+    pub fn take_violations(&self) -> Vec<Violation> {
+        self.state.lock().unwrap().violations.take()
     }
 }
 
@@ -252,9 +273,13 @@ async fn answer(
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_default();
-    let (token, bearer) = {
+    let (token, bearer, violations) = {
         let state = state.lock().unwrap();
-        (state.token.clone(), state.bearer.clone())
+        (
+            state.token.clone(),
+            state.bearer.clone(),
+            state.violations.clone(),
+        )
     };
     let verified = match (
         &bearer,
@@ -274,8 +299,9 @@ async fn answer(
             token.as_deref(),
         ),
     };
-    let broken =
-        crate::contract::check_bedrock(parts.method.as_str(), &path, &parts.headers, &body).err();
+    let broken = violations
+        .check(parts.method.as_str(), &path, &parts.headers, &body)
+        .err();
     let seen = Seen {
         method: parts.method.to_string(),
         path: path.clone(),
@@ -297,8 +323,7 @@ async fn answer(
     }
     // What the real runtime rejects is rejected here too, as it answers.
     if let Some(broken) = broken {
-        let message = format!("{} (contract rule {})", broken.message, broken.rule);
-        return json_response(400, "ValidationException", &message);
+        return broken.response().map(|body| ChunkBody::new(vec![body]));
     }
     if path.starts_with("/inference-profiles") {
         if let Some(reply) = reply {

@@ -70,7 +70,16 @@ pub async fn exchange(
     replies: Vec<Reply>,
     request: Request<Full<Bytes>>,
 ) -> Exchange {
-    let upstream = Upstream::new(replies);
+    exchange_on(Upstream::new(replies), layer, request).await
+}
+
+/// [`exchange`] over this upstream (one that serves a path beyond the
+/// APIs', say: [`Upstream::serving`]).
+pub async fn exchange_on(
+    upstream: Upstream,
+    layer: RefusalGuardLayer,
+    request: Request<Full<Bytes>>,
+) -> Exchange {
     let sink = MemorySink::new();
     let mut guard = layer.telemetry(sink.clone()).layer(upstream.service());
     let (parts, body) = call(&mut guard, request).await;

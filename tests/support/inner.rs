@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::{BoxError, Service};
 
-pub use super::contract::{check_http, Violation, Violations};
+pub use super::contract::{Contract, Violation, Violations};
 pub use super::mock_upstream::{Drip, Step};
 
 /// A response body that yields the given chunks (or errors) one by one, at
@@ -101,36 +101,34 @@ impl Seen {
 pub struct Upstream {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
-    tripwire: Arc<Tripwire>,
-}
-
-/// Fails the test, when the last clone of its upstream goes, if the upstream
-/// received a request the real API rejects (each was answered with the
-/// provider's 400 already, and logged).
-#[derive(Default)]
-struct Tripwire(Violations);
-
-impl Drop for Tripwire {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            self.0.assert_none();
-        }
-    }
+    /// Fails the test, when the last clone of the upstream goes, if it
+    /// received a request the real API rejects (each was answered with the
+    /// provider's error already, and logged).
+    violations: Violations,
 }
 
 impl Upstream {
     pub fn new(replies: Vec<Reply>) -> Self {
         Upstream {
             replies: Arc::new(Mutex::new(replies.into())),
-            seen: Arc::default(),
-            tripwire: Arc::default(),
+            ..Upstream::default()
         }
     }
 
-    /// The requests this upstream answered with a contract 400, cleared
+    /// Also serves `POST`s to paths ending in `path`, under no rules (the
+    /// contract answers other paths no API serves with a 404): for a test
+    /// of what the guard passes through.
+    pub fn serving(self, path: &str) -> Self {
+        Upstream {
+            violations: Violations::keeping(Contract::new().serving(path)),
+            ..self
+        }
+    }
+
+    /// The requests this upstream answered with a contract error, cleared
     /// (for a test that sends a broken request on purpose).
     pub fn take_violations(&self) -> Vec<Violation> {
-        self.tripwire.0.take()
+        self.violations.take()
     }
 
     pub fn push(&self, reply: Reply) {
@@ -160,7 +158,9 @@ impl Upstream {
                     );
                 }
                 let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-                let verdict = check_http(parts.method.as_str(), path, &parts.headers, &body);
+                let verdict =
+                    this.violations
+                        .check(parts.method.as_str(), path, &parts.headers, &body);
                 this.seen.lock().unwrap().push(Seen {
                     method: parts.method,
                     uri: parts.uri,
@@ -168,9 +168,7 @@ impl Upstream {
                     body,
                 });
                 if let Err(violation) = verdict {
-                    let response = violation_response(&violation);
-                    this.tripwire.0.record(violation);
-                    return Ok(response);
+                    return Ok(violation_response(&violation));
                 }
                 let reply = this
                     .replies
@@ -245,23 +243,21 @@ pub fn sse_response(body: Chunked) -> Response<Chunked> {
 
 /// The provider's answer to a request that breaks its contract.
 pub fn violation_response(violation: &Violation) -> Response<Chunked> {
-    Response::builder()
-        .status(violation.status())
-        .header("content-type", "application/json")
-        .body(Chunked::chunks(vec![Bytes::from(violation.body())]))
-        .unwrap()
+    violation.response().map(|body| Chunked::chunks(vec![body]))
 }
 
 /// A mock inner service answering every request with `answer(request)`,
 /// except one that breaks the provider's contract: that is answered with
-/// the provider's 400 (and logged).
+/// the provider's error and recorded, and the test fails when the service's
+/// last clone goes (outside a panic).
 pub fn answering<F, Fut>(answer: F) -> impl MockInner
 where
     F: Fn(Request<Full<Bytes>>) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Response<Chunked>> + Send + 'static,
 {
+    let violations = Violations::default();
     tower::service_fn(move |request: Request<Full<Bytes>>| {
-        let answer = answer.clone();
+        let (answer, violations) = (answer.clone(), violations.clone());
         async move {
             let (parts, body) = request.into_parts();
             let body = match body.collect().await {
@@ -269,7 +265,9 @@ where
                 Err(e) => match e {},
             };
             let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            if let Err(violation) = check_http(parts.method.as_str(), path, &parts.headers, &body) {
+            if let Err(violation) =
+                violations.check(parts.method.as_str(), path, &parts.headers, &body)
+            {
                 return Ok(violation_response(&violation));
             }
             let request = Request::from_parts(parts, Full::new(body));

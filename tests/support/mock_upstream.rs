@@ -24,10 +24,14 @@
 //!
 //! Every request is first checked against the provider's documented rules
 //! ([`contract`]): one that breaks a rule is answered with the provider's
-//! 400, recorded, and makes dropping the mock panic (outside a panic).
+//! 400 (404 for a path no API serves), recorded, and makes dropping the
+//! mock panic (outside a panic).
 //!
 //! `GET /__mock/seen[?id=ID]` returns what was received as JSON (method,
-//! path, headers, body), so clients in other languages can check it too.
+//! path, headers, body), so clients in other languages can check it too;
+//! `GET /__mock/violations` returns the contract violations recorded since
+//! the last call (each as a line of text) and forgets them, so that a
+//! harness in another language can fail the test that caused them.
 
 // Loaded here and in the other standalone upstream: each must stand alone.
 use crate::contract;
@@ -234,6 +238,15 @@ async fn serve(
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".to_owned());
+    if parts.uri.path() == "/__mock/violations" {
+        let taken = state.lock().unwrap().violations.take();
+        let lines: Vec<String> = taken.iter().map(ToString::to_string).collect();
+        return reply(
+            StatusCode::OK,
+            "application/json",
+            full(Bytes::from(json!(lines).to_string())),
+        );
+    }
     if parts.uri.path() == "/__mock/seen" {
         let want = parts
             .uri
@@ -280,12 +293,10 @@ async fn serve(
             )
         })
         .collect();
-    let verdict = contract::check(parts.method.as_str(), &path, &headers, &body);
+    let violations = state.lock().unwrap().violations.clone();
+    let verdict = violations.check(parts.method.as_str(), &path, &parts.headers, &body);
     let nth = {
         let mut state = state.lock().unwrap();
-        if let Err(violation) = &verdict {
-            state.violations.record(violation.clone());
-        }
         let nth = state.seen.iter().filter(|s| s.id == id).count();
         state.seen.push(SeenRequest {
             id: id.clone(),
@@ -297,11 +308,7 @@ async fn serve(
         nth
     };
     if let Err(violation) = verdict {
-        return reply(
-            StatusCode::from_u16(violation.status()).unwrap(),
-            "application/json",
-            full(Bytes::from(violation.body())),
-        );
+        return violation.response().map(full);
     }
     let Some(entry) = script.split(',').map(str::trim).nth(nth) else {
         return error(

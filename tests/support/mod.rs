@@ -1,9 +1,12 @@
 //! The one test support crate (`support`): every integration test, bench
 //! and test tool uses it as a dev-dependency.
 //!
-//! - [`contract`]: the providers' documented request rules, executable:
-//!   every upstream here checks each request against them and answers a
-//!   broken one with the provider's 400;
+//! - [`contract`]: the providers' documented request rules, executable
+//!   (the crate's `refusal_guard::simulate::contract`), and the
+//!   [`Violations`](contract::Violations) recorder: every upstream here
+//!   checks each request against them, answers a broken one with the
+//!   provider's 400 (or 404), records it, and fails the test when it goes
+//!   if a violation is left the test did not take;
 //! - [`inner`]: a scripted mock inner service (`tower::service_fn`);
 //! - [`requests`]: the Anthropic Messages requests the tests send;
 //! - [`exchange`]: one request through a guard over the mock inner service,
@@ -35,7 +38,6 @@ pub mod anthropic;
 pub mod bedrock;
 pub mod chains;
 pub mod chunking;
-pub use refusal_guard::simulate::contract;
 pub mod exchange;
 pub mod fixtures;
 pub mod inner;
@@ -49,6 +51,14 @@ pub mod raw_upstream;
 pub mod redis_server;
 pub mod requests;
 pub mod socket;
+mod violations;
+
+/// The crate's request contract, and the test upstreams' recorder of its
+/// violations.
+pub mod contract {
+    pub use crate::violations::{header_map, Tripwire, Violations};
+    pub use refusal_guard::simulate::contract::*;
+}
 
 // What most tests use, at hand through `use support::*;` (not every test
 // uses all of it).

@@ -5,7 +5,7 @@
 //! close mid-stream, drip bytes.
 //!
 //! Every complete request is first checked against the provider's
-//! documented rules (`contract.rs`): one that breaks a rule is answered with
+//! documented rules ([`contract`]): one that breaks a rule is answered with
 //! the provider's 400 instead of the script, recorded, and makes dropping
 //! the upstream panic (outside a panic).
 //!
@@ -130,9 +130,21 @@ impl RawUpstream {
     where
         F: Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync + 'static,
     {
+        Self::start_keeping(contract::Contract::new(), script).await
+    }
+
+    /// [`start`](Self::start) for an upstream that keeps `contract` (one
+    /// that also serves a path no API has, say).
+    pub async fn start_keeping<F>(contract: contract::Contract, script: F) -> RawUpstream
+    where
+        F: Fn(usize, &RawRequest) -> Vec<Act> + Send + Sync + 'static,
+    {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("local addr");
-        let state = Arc::new(State::default());
+        let state = Arc::new(State {
+            violations: contract::Violations::keeping(contract),
+            ..State::default()
+        });
         let script: Arc<Script> = Arc::new(script);
         let shared = state.clone();
         let task = tokio::spawn(async move {
@@ -241,20 +253,13 @@ async fn serve_connection(mut socket: TcpStream, state: &State, script: &Script)
             .header("connection")
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         let method = request.line.split(' ').next().unwrap_or("");
-        let acts = match state.violations.check(
-            method,
-            request.path(),
-            &request.headers,
-            &request.body,
-        ) {
+        let headers = contract::header_map(&request.headers);
+        let verdict = state
+            .violations
+            .check(method, request.path(), &headers, &request.body);
+        let acts = match verdict {
             Ok(()) => script(index, &request),
-            Err(violation) => {
-                let body = violation.body();
-                vec![Act::Write(Bytes::from(format!(
-                    "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-                    body.len()
-                )))]
-            }
+            Err(violation) => vec![Act::Write(response_bytes(&violation))],
         };
         match play(&mut socket, acts).await {
             Played::Done if close => {
@@ -269,6 +274,24 @@ async fn serve_connection(mut socket: TcpStream, state: &State, script: &Script)
             Played::ScriptClosed => return,
         }
     }
+}
+
+/// The provider's error for a violation, as HTTP/1.1 bytes.
+fn response_bytes(violation: &contract::Violation) -> Bytes {
+    let response = violation.response();
+    let mut head = format!(
+        "HTTP/1.1 {}\r\ncontent-length: {}\r\n",
+        response.status(),
+        response.body().len()
+    );
+    for (name, value) in response.headers() {
+        head.push_str(&format!(
+            "{name}: {}\r\n",
+            String::from_utf8_lossy(value.as_bytes())
+        ));
+    }
+    head.push_str("\r\n");
+    [head.as_bytes(), response.body()].concat().into()
 }
 
 enum Played {

@@ -1,0 +1,112 @@
+//! The recorder of the crate's request contract
+//! ([`refusal_guard::simulate::contract`]) for the test upstreams: each
+//! upstream checks every request through one, answers a broken request
+//! with the provider's error, and the test fails when the upstream goes
+//! (its last clone dropped, outside a panic) if any violation is left that
+//! the test did not take on purpose ([`Violations::take`]).
+
+use std::sync::{Arc, Mutex};
+
+use refusal_guard::simulate::contract::{Contract, Violation};
+
+/// The violations one upstream answered, shared by its clones.
+#[derive(Clone, Default, Debug)]
+pub struct Violations(Arc<Recorded>);
+
+#[derive(Default, Debug)]
+struct Recorded {
+    contract: Contract,
+    list: Mutex<Vec<Violation>>,
+}
+
+impl Drop for Recorded {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            assert_none(&self.list.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+}
+
+fn assert_none(list: &[Violation]) {
+    assert!(
+        list.is_empty(),
+        "the upstream received requests the real API rejects:\n{}",
+        list.iter()
+            .map(|v| format!("  {v}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+impl Violations {
+    /// A recorder for an upstream keeping `contract` (the default: a
+    /// first-party upstream, [`Contract::new`]).
+    pub fn keeping(contract: Contract) -> Self {
+        Violations(Arc::new(Recorded {
+            contract,
+            list: Mutex::default(),
+        }))
+    }
+
+    /// Checks a request (`path` with its query) and records, and logs to
+    /// stderr, what it broke.
+    pub fn check(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Result<(), Violation> {
+        self.0
+            .contract
+            .check(method, path, headers, body)
+            .inspect_err(|violation| {
+                eprintln!("CONTRACT VIOLATION: {violation}");
+                self.0.list.lock().unwrap().push(violation.clone());
+            })
+    }
+
+    /// The violations so far, cleared (for a test that sends a broken
+    /// request on purpose).
+    pub fn take(&self) -> Vec<Violation> {
+        std::mem::take(&mut *self.0.list.lock().unwrap())
+    }
+
+    /// The violations so far.
+    pub fn list(&self) -> Vec<Violation> {
+        self.0.list.lock().unwrap().clone()
+    }
+
+    /// Panics listing them, if there are any.
+    pub fn assert_none(&self) {
+        assert_none(&self.list());
+    }
+}
+
+/// Asserts, when dropped outside a panic, that its recorder holds no
+/// violation: for an upstream whose recorder lives on in tasks that may
+/// outlast the test (a panic in a task the runtime drops fails nothing).
+#[derive(Debug)]
+pub struct Tripwire(pub Violations);
+
+impl Drop for Tripwire {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.0.assert_none();
+        }
+    }
+}
+
+/// Headers given as (name, value) pairs, as a `HeaderMap` (pairs that are
+/// not valid header names or values are left out).
+pub fn header_map(pairs: &[(String, String)]) -> http::HeaderMap {
+    pairs
+        .iter()
+        .filter_map(|(name, value)| {
+            Some((
+                http::HeaderName::from_bytes(name.as_bytes()).ok()?,
+                http::HeaderValue::from_str(value).ok()?,
+            ))
+        })
+        .collect()
+}
