@@ -147,11 +147,13 @@
 //!
 //! - `B1` InvokeModel (`/model/{id}/invoke`,
 //!   `/invoke-with-response-stream`): a JSON object with
-//!   `anthropic_version` `"bedrock-2023-05-31"` ("The value must be
-//!   bedrock-2023-05-31"; the official SDKs' Bedrock clients send it,
-//!   anthropic-sdk-python `lib/bedrock/_client.py` `DEFAULT_VERSION`, and
-//!   Anthropic's "Claude on Amazon Bedrock" warns that ARN-versioned models
-//!   answer a dated API version with a 400) and an integer `max_tokens`; no
+//!   `anthropic_version` Bedrock's `"bedrock-2023-05-31"` ("The value must
+//!   be bedrock-2023-05-31"), or the one API version the official SDK's
+//!   Bedrock client sends since it moved off Bedrock's, `"2026-10-21"`
+//!   (anthropic-sdk-python `lib/bedrock/_client.py` sets `anthropic_version`
+//!   to `_constants.ANTHROPIC_API_VERSION`; Anthropic's "Claude on Amazon
+//!   Bedrock" names it, warning that ARN-versioned models can answer it
+//!   with a 400), no other; an integer `max_tokens`; no
 //!   `model` or `stream` key (extraneous keys are not permitted: the model
 //!   is in the path, the action says whether it streams); `anthropic_beta`,
 //!   when present, an array of the betas Bedrock documents for Claude
@@ -666,8 +668,9 @@ const BEDROCK_BETAS: &[&str] = &[
 /// Bedrock's fallback-credit beta, in InvokeModel's `anthropic_beta`.
 const BEDROCK_CREDIT_BETA: &str = "fallback-credit-2026-06-09";
 
-/// The only `anthropic_version` InvokeModel takes.
-const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
+/// The `anthropic_version`s InvokeModel takes: Bedrock's own, and the API
+/// version the official SDK's Bedrock client sends.
+const BEDROCK_VERSIONS: &[&str] = &["bedrock-2023-05-31", "2026-10-21"];
 
 fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Broken> {
     let object = body
@@ -701,10 +704,11 @@ fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Bro
             return Err(("B1", format!("extraneous key [{key}] is not permitted")));
         }
     }
-    if object.get("anthropic_version").and_then(Value::as_str) != Some(BEDROCK_VERSION) {
+    let version = object.get("anthropic_version").and_then(Value::as_str);
+    if !version.is_some_and(|v| BEDROCK_VERSIONS.contains(&v)) {
         return Err((
             "B1",
-            format!("anthropic_version: the value must be {BEDROCK_VERSION}"),
+            format!("anthropic_version: the value must be one of {BEDROCK_VERSIONS:?}"),
         ));
     }
     if !object.get("max_tokens").is_some_and(Value::is_u64) {

@@ -72,10 +72,15 @@ fn invoke_model_takes_a_bedrock_body_only() {
         Some("B1")
     );
     assert_eq!(rule(INVOKE, &invoke(json!({"stream": true}))), Some("B1"));
-    // The SDKs' Bedrock clients send Bedrock's own version; ARN-versioned
-    // models answer a dated API version with a 400.
+    // Bedrock's own version, or the one the official SDK's Bedrock client
+    // sends; no other date.
     assert_eq!(
         rule(INVOKE, &invoke(json!({"anthropic_version": "2026-10-21"}))),
+        None,
+        "what anthropic-sdk-python's Bedrock client sends"
+    );
+    assert_eq!(
+        rule(INVOKE, &invoke(json!({"anthropic_version": "2023-06-01"}))),
         Some("B1")
     );
     assert_eq!(
