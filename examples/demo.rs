@@ -9,7 +9,9 @@
 //! (Anthropic `stop_reason: "refusal"`, category `cyber`). The guard sees the
 //! refusal before any output, sends one reframed rescue continuation, and
 //! the client receives the rescued answer. The demo prints what the client
-//! received, the typed `Refusal`, and the telemetry record.
+//! received, the typed `Refusal`, and the telemetry record. The simulator is
+//! strict: it holds the request and the rescue to the Messages API's rules,
+//! and the demo fails if either broke one.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -22,7 +24,7 @@ use tower::{Layer, ServiceExt};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let sink = MemorySink::new();
-    let simulator = Simulator::new();
+    let simulator = Simulator::new().strict();
     let guard = RefusalGuardLayer::new()
         .telemetry(sink.clone())
         .layer(simulator.clone());
@@ -67,6 +69,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         "upstream saw {} requests (the refused original, then the rescue)\n",
         simulator.requests()
     );
+    if simulator.violations() > 0 {
+        return Err(format!(
+            "the strict simulator answered {} request(s) with the provider's 400",
+            simulator.violations()
+        )
+        .into());
+    }
 
     match refusal {
         Some(refusal) => {

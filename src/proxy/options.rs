@@ -114,6 +114,9 @@ pub struct Options {
     /// No upstream: a built-in provider that refuses each conversation's first attempt
     #[arg(long, env = "REFUSAL_GUARD_SIMULATE", action = ArgAction::SetTrue, value_parser = switch)]
     pub simulate: bool,
+    /// With --simulate: hold every request to the providers' documented rules, answering a broken one with the provider's 400 and a warning line
+    #[arg(long, env = "REFUSAL_GUARD_STRICT", action = ArgAction::SetTrue, value_parser = switch)]
+    pub strict: bool,
     /// No per-request line on stderr (neither the access line nor the settled event)
     #[arg(long, env = "REFUSAL_GUARD_QUIET", action = ArgAction::SetTrue, value_parser = switch)]
     pub quiet: bool,
@@ -375,6 +378,12 @@ impl Options {
             ));
         }
         self.check_routes().map_err(invalid)?;
+        if self.strict && !self.simulate {
+            return Err(invalid(
+                "--strict holds the simulated provider to the providers' rules: it needs --simulate"
+                    .to_owned(),
+            ));
+        }
         Ok(self)
     }
 
@@ -758,6 +767,7 @@ mod tests {
             &["--detect-text", "perhaps"],
             &["--simulate=yes"],
             &["--otlp=maybe"],
+            &["--strict"],
             &["--max-connections", "0"],
             &["--log-format", "xml"],
             &["--log-level", "info,[=bad"],
@@ -805,6 +815,7 @@ mod tests {
         assert_eq!(o.log_level.as_deref(), Some("debug"));
         let o = parse(&[], none).unwrap();
         assert!(!o.detect_text && !o.live_thinking && !o.simulate && !o.quiet && !o.otlp);
+        assert!(!o.strict);
         assert!(parse(&["--otlp"], none).unwrap().otlp);
         assert_eq!(o.keepalive, None);
     }
@@ -892,6 +903,14 @@ mod tests {
             let error = parse(args, none).unwrap_err();
             assert_eq!(error.exit_code(), 2, "{args:?}: {error}");
         }
+    }
+
+    #[test]
+    fn strict_holds_the_simulator_only() {
+        let o = parse(&["--simulate", "--strict"], none).unwrap();
+        assert!(o.simulate && o.strict);
+        let error = parse(&["--strict"], none).unwrap_err();
+        assert!(error.to_string().contains("needs --simulate"), "{error}");
     }
 
     #[test]

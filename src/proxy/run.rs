@@ -429,7 +429,12 @@ async fn serve(
     }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
-        let proxy = Proxy::with_service(upstream, layer.layer(Simulator::new()));
+        let simulator = if options.strict {
+            Simulator::new().strict()
+        } else {
+            Simulator::new()
+        };
+        let proxy = Proxy::with_service(upstream, layer.layer(simulator));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await
@@ -489,7 +494,9 @@ fn announce(
         );
         say("WARN", &warning);
     }
-    let target = if options.simulate {
+    let target = if options.strict {
+        "the built-in simulated provider (no network), strict: requests are held to the providers' rules".to_owned()
+    } else if options.simulate {
         "the built-in simulated provider (no network)".to_owned()
     } else {
         options.routes().to_string()

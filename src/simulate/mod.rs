@@ -23,6 +23,14 @@
 //! body that is not a JSON object) come in the API's error shape with the
 //! [`header::ERROR`](crate::header::ERROR) header.
 //!
+//! [`Simulator::strict`] first checks every request against the providers'
+//! documented request rules ([`contract`]), as the real APIs would: a
+//! request that breaks one is answered with the provider's own 400 (404 for
+//! a path no API serves), in its shape and without the guard's error
+//! header, and logged as one `warn` line naming the rule (no header, no
+//! body). Whatever the guard sends on a client's behalf, its rescue notes
+//! and hops included, is then held to the rules the provider keeps.
+//!
 //! ```
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
@@ -68,6 +76,7 @@ use tower_service::Service;
 use crate::api_error::{api_error, api_error_for};
 use crate::refusal::WireApi;
 use crate::BoxError;
+use contract::Contract;
 
 /// The category the simulated refusals carry.
 pub const CATEGORY: &str = "cyber";
@@ -85,6 +94,8 @@ const MEMORY: usize = 10_000;
 #[derive(Debug, Clone, Default)]
 pub struct Simulator {
     seen: Arc<Mutex<Seen>>,
+    /// The rules every request is checked against first, when strict.
+    contract: Option<Arc<Contract>>,
 }
 
 #[derive(Debug, Default)]
@@ -92,7 +103,14 @@ struct Seen {
     set: HashSet<u64>,
     order: VecDeque<u64>,
     requests: u64,
+    violations: u64,
+    /// The latest violations not yet taken, at most [`KEPT_VIOLATIONS`].
+    broken: VecDeque<contract::Violation>,
 }
+
+/// Violations kept for [`Simulator::take_violations`]; older ones are
+/// counted only.
+const KEPT_VIOLATIONS: usize = 64;
 
 impl Simulator {
     /// A simulator that has seen no conversation yet.
@@ -100,9 +118,46 @@ impl Simulator {
         Self::default()
     }
 
+    /// A simulator that answers a request breaking the providers'
+    /// documented rules ([`contract`]) the way the provider does, with its
+    /// 400 in its shape, and logs it (`warn`, one line: the request's
+    /// method and path, the API, the rule and what is wrong).
+    ///
+    /// ```
+    /// use refusal_guard::simulate::Simulator;
+    ///
+    /// let simulator = Simulator::new().strict();
+    /// let request = http::Request::post("/v1/messages").body(()).unwrap();
+    /// let (parts, ()) = request.into_parts();
+    /// // No `max_tokens`: the Messages API rejects the request.
+    /// let body = br#"{"model":"claude-opus-4-7","messages":[{"role":"user","content":"hi"}]}"#;
+    /// let response = simulator.respond(&parts, body);
+    /// assert_eq!(response.status(), 400);
+    /// assert_eq!(simulator.violations(), 1);
+    /// ```
+    pub fn strict(self) -> Self {
+        Simulator {
+            contract: Some(Arc::new(Contract::new())),
+            ..self
+        }
+    }
+
     /// How many requests it has answered.
     pub fn requests(&self) -> u64 {
         self.lock().requests
+    }
+
+    /// How many requests it answered with a contract error (always 0 unless
+    /// [`strict`](Self::strict)).
+    pub fn violations(&self) -> u64 {
+        self.lock().violations
+    }
+
+    /// The violations answered since the last call, oldest first (the
+    /// latest 64 at most; [`violations`](Self::violations) counts them
+    /// all): for a harness that fails the test that caused them.
+    pub fn take_violations(&self) -> Vec<contract::Violation> {
+        self.lock().broken.drain(..).collect()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -129,6 +184,9 @@ impl Simulator {
 
     /// Answers one request whose body has been read.
     pub fn respond(&self, parts: &http::request::Parts, body: &[u8]) -> Response<SimulatedBody> {
+        if let Some(broken) = self.broken(parts, body) {
+            return from_error(broken);
+        }
         let path = parts.uri.path().trim_end_matches('/');
         let Some(wire) = Wire::recognise(&parts.uri) else {
             let served = "the simulated provider serves POST …/v1/messages, …/chat/completions, \
@@ -182,6 +240,31 @@ impl Simulator {
                 })
             }
         }
+    }
+}
+
+impl Simulator {
+    /// The provider's answer to a request that breaks the contract, when
+    /// strict; logged and counted.
+    fn broken(&self, parts: &http::request::Parts, body: &[u8]) -> Option<Response<Bytes>> {
+        let contract = self.contract.as_ref()?;
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        let violation = contract
+            .check(parts.method.as_str(), path, &parts.headers, body)
+            .err()?;
+        tracing::warn!(
+            rule = violation.rule,
+            "simulated provider: contract violation: {violation}"
+        );
+        let response = violation.response();
+        let mut seen = self.lock();
+        seen.requests += 1;
+        seen.violations += 1;
+        if seen.broken.len() == KEPT_VIOLATIONS {
+            seen.broken.pop_front();
+        }
+        seen.broken.push_back(violation);
+        Some(response)
     }
 }
 
@@ -649,6 +732,37 @@ mod tests {
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
         assert_eq!(json["error"]["status"], "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn strict_answers_a_broken_request_as_its_provider_and_remembers_nothing() {
+        let sim = Simulator::new().strict();
+        // A note before the tool results it follows: the API's 400.
+        let broken = br#"{"model":"m","max_tokens":8,"messages":[
+            {"role":"user","content":"x"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},
+            {"role":"user","content":[{"type":"text","text":"note"},
+                {"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#;
+        let response = sim.respond(&parts("/v1/messages"), broken);
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+        assert!(response.headers().get(crate::header::ERROR).is_none());
+        let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
+        assert_eq!(json["error"]["type"], "invalid_request_error");
+        assert!(json["error"]["message"].as_str().unwrap().contains("A4"));
+        assert_eq!((sim.requests(), sim.violations()), (1, 1));
+        assert_eq!(sim.take_violations()[0].rule, "A4");
+        assert!(sim.take_violations().is_empty(), "taken");
+        // The same conversation, kept to the rules: its first attempt yet.
+        let kept = br#"{"model":"m","max_tokens":8,"messages":[
+            {"role":"user","content":"x"},
+            {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"},
+                {"type":"text","text":"note"}]}]}"#;
+        let first = bytes(sim.respond(&parts("/v1/messages"), kept));
+        assert!(String::from_utf8_lossy(&first).contains("\"refusal\""));
+        assert_eq!(sim.violations(), 1);
+        let lenient = Simulator::new().respond(&parts("/v1/messages"), broken);
+        assert_eq!(lenient.status(), StatusCode::OK);
     }
 
     #[test]

@@ -192,7 +192,14 @@ fn without_a_subcommand_it_runs_the_proxy() {
     let log = dir.0.join("refusals.jsonl");
     let mut proxy = Running(
         Command::new(BIN)
-            .args(["--simulate", "--listen", "127.0.0.1:0", "--log", text(&log)])
+            .args([
+                "--simulate",
+                "--strict",
+                "--listen",
+                "127.0.0.1:0",
+                "--log",
+                text(&log),
+            ])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -239,4 +246,85 @@ fn without_a_subcommand_it_runs_the_proxy() {
     let record: serde_json::Value = serde_json::from_str(written.trim()).unwrap();
     assert_eq!(record["outcome"], "rescued");
     assert_eq!(record["category"], "cyber");
+}
+
+#[test]
+fn the_strict_simulator_logs_a_broken_request_in_one_line_without_credentials() {
+    let mut proxy = Running(
+        Command::new(BIN)
+            .args([
+                "--simulate",
+                "--strict",
+                "--listen",
+                "127.0.0.1:0",
+                "--log",
+                "off",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stderr = BufReader::new(proxy.0.stderr.take().unwrap());
+    let mut banner = String::new();
+    stderr.read_line(&mut banner).unwrap();
+    assert!(banner.contains("strict"), "{banner}");
+    let addr = banner
+        .split("listening on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .to_owned();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+
+    // A Gemini request with its key in the query and in a header, whose
+    // one content has no parts: Google's 400.
+    let body = r#"{"contents":[{"role":"user","parts":[]}]}"#;
+    let mut socket = TcpStream::connect(&addr).unwrap();
+    socket
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    write!(
+        socket,
+        "POST /v1beta/models/gemini-2.5-pro:generateContent?key=AIza-secret-in-query HTTP/1.1\r\n\
+         host: {addr}\r\ncontent-type: application/json\r\nx-goog-api-key: AIza-secret-in-header\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(response.contains("INVALID_ARGUMENT"), "{response}");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut logged = Vec::new();
+    while Instant::now() < deadline {
+        match seen.recv_timeout(Duration::from_millis(100)) {
+            Ok(line) => logged.push(line),
+            Err(_) if logged.iter().any(|l| l.contains("contract violation")) => break,
+            Err(_) => {}
+        }
+    }
+    let violations: Vec<&String> = logged
+        .iter()
+        .filter(|l| l.contains("contract violation"))
+        .collect();
+    assert_eq!(violations.len(), 1, "{logged:#?}");
+    assert!(violations[0].contains("G2"), "{}", violations[0]);
+    assert!(
+        violations[0].contains("POST /v1beta/models/gemini-2.5-pro:generateContent"),
+        "{}",
+        violations[0]
+    );
+    assert!(
+        logged.iter().all(|l| !l.contains("AIza-secret")),
+        "a key was logged: {logged:#?}"
+    );
 }

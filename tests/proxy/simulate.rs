@@ -1,7 +1,10 @@
 //! `--simulate` through the real proxy on loopback: each of the four wire
 //! APIs, streamed and not, is refused on a conversation's first attempt with
 //! that API's empty-refusal signal and rescued, with no key and no network;
-//! the simulator's own errors come in the API's shape.
+//! the simulator's own errors come in the API's shape. Under `--strict` (on
+//! in every test but the one of the permissive simulator's own errors), the
+//! client's requests and the guard's rescues are held to the providers'
+//! rules, and a broken request gets the provider's own answer.
 
 use refusal_guard::header;
 use refusal_guard::simulate::ANSWER;
@@ -46,7 +49,7 @@ fn assert_rescued(what: &str, (status, recovery, _): &(u16, Option<String>, Stri
 
 #[tokio::test]
 async fn every_api_is_refused_then_rescued_streamed_and_not() {
-    let base = run_proxy(&["--simulate"]).await;
+    let base = run_proxy(&["--simulate", "--strict"]).await;
     for stream in [false, true] {
         let user = format!("Audit my SSH config (stream {stream})");
 
@@ -123,7 +126,7 @@ async fn every_api_is_refused_then_rescued_streamed_and_not() {
 
 #[tokio::test]
 async fn a_later_request_of_a_conversation_is_answered_without_recovery() {
-    let base = run_proxy(&["--simulate"]).await;
+    let base = run_proxy(&["--simulate", "--strict"]).await;
     let body = json!({"model": "gpt-4o", "input": "One conversation, asked twice."});
     let first = post(&base, "/v1/responses", &body).await;
     assert!(first.1.as_deref().unwrap().starts_with("rescued"));
@@ -173,4 +176,40 @@ async fn the_simulators_own_errors_come_in_each_apis_shape() {
     assert_eq!(response.status(), 405);
     let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
     assert_eq!(json["type"], "error", "Anthropic's shape");
+}
+
+#[tokio::test]
+async fn the_strict_simulator_answers_a_broken_request_as_the_provider_does() {
+    let base = run_proxy(&["--simulate", "--strict"]).await;
+    // No `max_tokens`: the Messages API's 400, in its shape, as the
+    // provider's (no error header of the guard's), and nothing rescued.
+    let body = json!({"model": "claude-opus-4-7",
+        "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+    let (status, recovery, text) = post(&base, "/v1/messages", &body).await;
+    assert_eq!((status, recovery), (400, None), "{text}");
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(json["error"]["type"], "invalid_request_error");
+    assert!(json["error"]["message"].as_str().unwrap().contains("A2"));
+
+    // A tool result not answering a call of the turn before: OpenAI's 400.
+    let body = json!({"model": "gpt-4o", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "tool", "tool_call_id": "call_9", "content": "r"}]});
+    let (status, _, text) = post(&base, "/v1/chat/completions", &body).await;
+    assert_eq!(status, 400, "{text}");
+    let json: Value = serde_json::from_str(&text).unwrap();
+    assert!(json["error"]["message"].as_str().unwrap().contains("C3"));
+
+    // A path no API serves: the provider's 404, not the simulator's own.
+    let response = client()
+        .post(format!("{base}/v1/embeddings"))
+        .body("{}")
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert!(response.headers().get(header::ERROR).is_none());
+    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert!(json["error"]["message"].as_str().unwrap().contains("P1"));
 }

@@ -113,6 +113,15 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     std::env::remove_var("REFUSAL_GUARD_POLICY");
     std::env::remove_var("REFUSAL_GUARD_FALLBACK_CREDIT");
 
+    // The strict simulator: its variable too, and only with the simulator.
+    std::env::set_var("REFUSAL_GUARD_STRICT", "on");
+    let error = parse(&[]).unwrap_err().to_string();
+    assert!(error.contains("needs --simulate"), "{error}");
+    assert!(parse(&["--simulate"]).unwrap().strict);
+    std::env::set_var("REFUSAL_GUARD_STRICT", "off");
+    assert!(!parse(&["--simulate"]).unwrap().strict);
+    std::env::remove_var("REFUSAL_GUARD_STRICT");
+
     // Routes: each provider's variable turns routing on; a flag wins.
     use refusal_guard::proxy::Route;
     assert!(!parse(&[]).unwrap().routes().is_routed());
