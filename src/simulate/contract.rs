@@ -38,13 +38,21 @@
 //!   on Vertex AI"; the official SDKs' Vertex clients send exactly it,
 //!   anthropic-sdk-python `lib/vertex/_client.py` `DEFAULT_VERSION`),
 //!   `max_tokens` is in the body and `model` is not (it is in the path);
-//! - `A3` `messages` is a non-empty array of objects whose `role` is `user`
-//!   or `assistant`; every message has content (a non-empty string or
-//!   array) but a final assistant turn ("all messages must have non-empty
-//!   content except for the optional final assistant message"), and no
-//!   text block is empty ("text content blocks must be non-empty"). The
-//!   first party takes an assistant turn first; Bedrock does not ("first
-//!   message must use the "user" role", anthropic-sdk-typescript#622);
+//! - `A3` `messages` is a non-empty array of objects whose `role` is `user`,
+//!   `assistant` or, but on Bedrock's InvokeModel, `system`; every message has
+//!   content (a non-empty string or array) but a final assistant turn ("all
+//!   messages must have non-empty content except for the optional final
+//!   assistant message"), and no text block is empty ("text content blocks
+//!   must be non-empty"). The first party takes an assistant turn first;
+//!   Bedrock does not ("first message must use the "user" role",
+//!   anthropic-sdk-typescript#622). A mid-conversation `system` message (or
+//!   a run of them, one section) is never first, immediately follows a
+//!   `user` turn or an `assistant` turn ending in a server tool result, and
+//!   ends the array or precedes an `assistant` turn ("Mid-conversation
+//!   system messages", Limitations: "Placing it elsewhere returns a 400
+//!   error"; the API's words: "role 'system' must follow a 'user' message
+//!   or an 'assistant' message ending in a server tool result"). Which
+//!   models take them (and under which beta) is not checked;
 //! - `A4` in a user turn, `tool_result` blocks come before any other block;
 //! - `A5` consecutive turns of one role are combined into one turn (the
 //!   reference's `messages`: "Consecutive `user` or `assistant` turns in
@@ -567,7 +575,7 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         }
         model.map(str::to_owned)
     };
-    let turns = anthropic_messages(object.get("messages"), api.is_bedrock())?;
+    let turns = anthropic_messages(object.get("messages"), api)?;
     anthropic_tool_pairs(&turns)?;
     anthropic_sampling_and_tools(object)?;
     let fallbacks = object.get("fallbacks");
@@ -714,7 +722,7 @@ fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Bro
     if !object.get("max_tokens").is_some_and(Value::is_u64) {
         return Err(("B1", "required key [max_tokens] not found".into()));
     }
-    let turns = anthropic_messages(object.get("messages"), true)?;
+    let turns = anthropic_messages(object.get("messages"), api)?;
     anthropic_tool_pairs(&turns)?;
     anthropic_sampling_and_tools(object)
 }
@@ -855,11 +863,15 @@ fn text_of(block: &Value) -> Option<&str> {
         .or_else(|| block.get("text").and_then(Value::as_str))
 }
 
-/// The messages, combined into turns (their roles checked by `A3`).
+/// The user and assistant messages, combined into turns (their roles
+/// checked by `A3`; a system message is no turn of either).
 fn turns(messages: &[Value]) -> Vec<Turn<'_>> {
     let mut turns: Vec<Turn<'_>> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
         let role = role(message).unwrap_or("");
+        if role == "system" {
+            continue;
+        }
         let blocks: Vec<&Value> = match message.get("content") {
             Some(Value::Array(blocks)) => blocks.iter().collect(),
             Some(text @ Value::String(_)) => vec![text],
@@ -881,9 +893,11 @@ fn turns(messages: &[Value]) -> Vec<Turn<'_>> {
     turns
 }
 
-/// `A3`-`A5` (the first message `user` when `first_user`, as on Bedrock),
-/// and the turns the API reads.
-fn anthropic_messages(messages: Option<&Value>, first_user: bool) -> Result<Vec<Turn<'_>>, Broken> {
+/// `A3`-`A5` as `api` keeps them (the first message `user` on Bedrock, no
+/// system message on InvokeModel), and the turns the API reads.
+fn anthropic_messages(messages: Option<&Value>, api: Api) -> Result<Vec<Turn<'_>>, Broken> {
+    let first_user = api.is_bedrock();
+    let system = api != Api::BedrockInvoke;
     let messages = messages
         .and_then(Value::as_array)
         .ok_or(("A3", "messages: Field required".to_owned()))?;
@@ -891,7 +905,7 @@ fn anthropic_messages(messages: Option<&Value>, first_user: bool) -> Result<Vec<
         return Err(("A3", "messages: at least one message is required".into()));
     }
     for (i, message) in messages.iter().enumerate() {
-        anthropic_message(i, i + 1 == messages.len(), message)?;
+        anthropic_message(i, i + 1 == messages.len(), message, system)?;
     }
     if first_user && role(&messages[0]) != Some("user") {
         return Err((
@@ -899,6 +913,7 @@ fn anthropic_messages(messages: Option<&Value>, first_user: bool) -> Result<Vec<
             "messages: first message must use the \"user\" role".into(),
         ));
     }
+    system_placement(messages)?;
     let turns = turns(messages);
     for turn in turns.iter().filter(|turn| turn.role == "user") {
         let kinds: Vec<&str> = turn.blocks.iter().map(|b| kind(b)).collect();
@@ -915,16 +930,74 @@ fn anthropic_messages(messages: Option<&Value>, first_user: bool) -> Result<Vec<
         }
     }
     match turns.last() {
-        Some(last) if last.role == "assistant" => anthropic_prefill(last),
+        Some(last) if last.role == "assistant" && last.last + 1 == messages.len() => {
+            anthropic_prefill(last)
+        }
         _ => Ok(()),
     }
     .map(|()| turns)
 }
 
-/// `A3` for one message, the `last` of the request or not.
-fn anthropic_message(i: usize, last: bool, message: &Value) -> Result<(), Broken> {
+/// `A3`: where mid-conversation `system` messages may stand.
+fn system_placement(messages: &[Value]) -> Result<(), Broken> {
+    let is_system = |m: &Value| role(m) == Some("system");
+    let mut i = 0;
+    while i < messages.len() {
+        if !is_system(&messages[i]) {
+            i += 1;
+            continue;
+        }
+        let end = (i..messages.len())
+            .find(|&j| !is_system(&messages[j]))
+            .unwrap_or(messages.len());
+        let follows = i.checked_sub(1).map(|p| &messages[p]);
+        let after_user_or_server_result = follows.is_some_and(|previous| match role(previous) {
+            Some("user") => true,
+            Some("assistant") => ends_in_server_tool_result(previous),
+            _ => false,
+        });
+        if !after_user_or_server_result {
+            return Err((
+                "A3",
+                format!(
+                    "messages.{i}: role 'system' must follow a 'user' message or an 'assistant' \
+                     message ending in a server tool result"
+                ),
+            ));
+        }
+        if messages
+            .get(end)
+            .is_some_and(|next| role(next) != Some("assistant"))
+        {
+            return Err((
+                "A3",
+                format!(
+                    "messages.{i}: a system message must end the messages or precede an \
+                     'assistant' message"
+                ),
+            ));
+        }
+        i = end;
+    }
+    Ok(())
+}
+
+/// Whether an assistant message's last block is a server tool's result
+/// (`web_search_tool_result`, `code_execution_tool_result`, ...).
+fn ends_in_server_tool_result(message: &Value) -> bool {
+    let last = message
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|blocks| blocks.last());
+    last.is_some_and(|block| kind(block).ends_with("_tool_result") && kind(block) != "tool_result")
+}
+
+/// `A3` for one message, the `last` of the request or not (`system`, a
+/// mid-conversation system message, where the API takes one).
+fn anthropic_message(i: usize, last: bool, message: &Value, system: bool) -> Result<(), Broken> {
     let role = match role(message) {
         Some(role @ ("user" | "assistant")) => role,
+        Some(role @ "system") if system => role,
         other => {
             return Err((
                 "A3",

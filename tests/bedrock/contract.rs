@@ -106,6 +106,15 @@ fn invoke_model_takes_a_bedrock_body_only() {
     messages["model"] = json!("claude-opus-4-7");
     messages["max_tokens"] = json!(8);
     assert_eq!(rule(MESSAGES, &messages), Some("A3"));
+    // Mid-conversation system messages: on the Messages API on Bedrock,
+    // not on InvokeModel.
+    let system = json!({"messages": [{"role": "user", "content": "x"},
+        {"role": "system", "content": "be brief"}]});
+    assert_eq!(rule(INVOKE, &invoke(system.clone())), Some("A3"));
+    let mut messages = system;
+    messages["model"] = json!("claude-opus-4-7");
+    messages["max_tokens"] = json!(8);
+    assert_eq!(rule(MESSAGES, &messages), None);
 }
 
 #[test]

@@ -33,6 +33,9 @@ fn claude(extra: Value) -> Value {
 
 const FALLBACK_BETA: &str = "server-side-fallback-2026-07-01";
 
+/// A first-party path under a gateway's base path.
+const GATEWAY: &str = "/gateway/anthropic/v1/messages";
+
 #[test]
 fn the_api_is_told_from_the_path() {
     assert_eq!(Api::of("POST", MESSAGES), Some(Api::Anthropic));
@@ -112,6 +115,38 @@ fn consecutive_turns_of_one_role_are_one_turn() {
         rule(MESSAGES, "", &claude(json!({"messages": before}))),
         Some("A4")
     );
+}
+
+#[test]
+fn a_mid_conversation_system_message_follows_a_user_turn() {
+    let user = |content: &str| json!({"role": "user", "content": content});
+    let assistant = |content: &str| json!({"role": "assistant", "content": content});
+    let system = |content: &str| json!({"role": "system", "content": content});
+    let with = |messages: Value| claude(json!({ "messages": messages }));
+    let at_the_end = json!([user("x"), system("be brief")]);
+    assert_eq!(rule(MESSAGES, "", &with(at_the_end.clone())), None);
+    assert_eq!(rule(GATEWAY, "", &with(at_the_end.clone())), None);
+    let before_assistant = json!([user("x"), system("a"), system("b"), assistant("y")]);
+    assert_eq!(rule(MESSAGES, "", &with(before_assistant)), None);
+    for misplaced in [
+        json!([system("first"), user("x")]),
+        json!([user("x"), assistant("y"), system("after an answer")]),
+        // A rescue note appended after it: the system message no longer
+        // ends the messages nor precedes an assistant turn.
+        json!([user("x"), system("be brief"), user("[refusal-guard] note")]),
+    ] {
+        assert_eq!(
+            rule(MESSAGES, "", &with(misplaced.clone())),
+            Some("A3"),
+            "{misplaced}"
+        );
+    }
+    // After a server tool's result, it may follow an assistant turn.
+    let searched = json!({"role": "assistant", "content": [
+        {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
+        {"type": "web_search_tool_result", "tool_use_id": "s", "content": []}]});
+    let after_search = json!([user("x"), searched, system("cite sources")]);
+    assert_eq!(rule(MESSAGES, "", &with(after_search)), None);
 }
 
 #[test]
