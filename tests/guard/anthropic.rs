@@ -509,6 +509,41 @@ async fn a_base_path_prefix_is_still_guarded() {
 }
 
 #[tokio::test]
+async fn the_rescue_of_a_conversation_ending_in_a_system_message_keeps_it_last() {
+    // Claude Code ends a turn with a mid-conversation system message; the
+    // API takes one only after a user turn, as the last message or before
+    // an assistant turn. The rescue note joins the user turn before it (the
+    // upstream keeps the contract: a note after it would be a 400).
+    let mut request = messages_request("m", true, "Audit my SSH config");
+    request["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "system", "content": "Reminder: the user is on macOS."}));
+    let replies = Reply::fixtures(&[EMPTY_REFUSAL, TEXT]);
+    let done = exchange(
+        RefusalGuardLayer::new(),
+        replies,
+        post("/v1/messages", &request),
+    )
+    .await;
+    let seen = done.assert_served_on_the_second_call(&fixture(TEXT), "the rescue is answered");
+    let rescue = seen[1].json();
+    let messages = rescue["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(
+        messages[1], request["messages"][1],
+        "the system message, last"
+    );
+    let note = messages[0]["content"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(note["text"].as_str().unwrap().contains("[refusal-guard]"));
+}
+
+#[tokio::test]
 async fn a_request_over_the_body_limit_is_forwarded_unguarded() {
     let refusal = fixture(EMPTY_REFUSAL);
     let request = messages_request("m", true, &"long prompt ".repeat(20));

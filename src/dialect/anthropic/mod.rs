@@ -179,10 +179,20 @@ impl Dialect for AnthropicMessages {
             .and_then(Value::as_array_mut)
             .ok_or(RewriteError("request has no messages array"))?;
         let note_block = json!({"type": "text", "text": note});
-        match messages.last_mut() {
+        // Mid-conversation system messages may end the conversation, but
+        // only after a user turn (or a server tool's result): the note goes
+        // before them, into the turn they follow, or no one would take it.
+        let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+        let trailing_system = messages
+            .iter()
+            .rev()
+            .take_while(|m| role(m).as_deref() == Some("system"))
+            .count();
+        let at = messages.len() - trailing_system;
+        match at.checked_sub(1).map(|last| &mut messages[last]) {
             // The API merges consecutive user turns anyway; appending to the
             // last one keeps any `tool_result` blocks first, as it requires.
-            Some(last) if last.get("role").and_then(Value::as_str) == Some("user") => {
+            Some(last) if role(last).as_deref() == Some("user") => {
                 let content = last
                     .get_mut("content")
                     .ok_or(RewriteError("user message has no content"))?;
@@ -195,7 +205,7 @@ impl Dialect for AnthropicMessages {
                     _ => return Err(RewriteError("user content is neither text nor blocks")),
                 }
             }
-            _ => messages.push(json!({"role": "user", "content": [note_block]})),
+            _ => messages.insert(at, json!({"role": "user", "content": [note_block]})),
         }
         Ok(())
     }

@@ -322,6 +322,37 @@ fn the_rescue_note_joins_the_last_user_turn_after_its_tool_results() {
 }
 
 #[test]
+fn the_rescue_note_goes_before_a_trailing_system_message() {
+    // A mid-conversation system message must follow a user turn and end
+    // the messages or precede an assistant turn: the note joins the turn
+    // it follows rather than coming after it.
+    let mut body = json!({"messages": [
+        {"role": "user", "content": "Audit this"},
+        {"role": "system", "content": "Reminder: be brief."},
+    ]});
+    AnthropicMessages.append_note(&mut body, "NOTE").unwrap();
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["content"][1]["text"], "NOTE");
+    assert_eq!(messages[1]["role"], "system");
+    // After a server tool's result, a turn of its own, still before it.
+    let mut served = json!({"messages": [
+        {"role": "user", "content": "Search"},
+        {"role": "assistant", "content": [{"type": "web_search_tool_result",
+            "tool_use_id": "s1", "content": []}]},
+        {"role": "system", "content": "Cite sources."},
+    ]});
+    AnthropicMessages.append_note(&mut served, "NOTE").unwrap();
+    let roles: Vec<&str> = served["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user", "system"]);
+}
+
+#[test]
 fn the_rescue_note_turns_text_content_into_blocks_or_adds_a_turn() {
     let mut text = json!({"messages": [{"role": "user", "content": "Audit this"}]});
     AnthropicMessages.append_note(&mut text, "NOTE").unwrap();
