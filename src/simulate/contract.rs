@@ -651,13 +651,12 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
     prefill_accepted(object, requested.as_deref())
 }
 
-/// The betas Bedrock documents for Claude in InvokeModel's `anthropic_beta`
-/// (Amazon Bedrock user guide "Request and Response", `anthropic_beta`;
-/// "Fallback credit for refused requests" for Bedrock's own credit beta).
-/// Any other value is an "invalid beta flag": Bedrock gates its features
-/// itself, so first-party betas (`server-side-fallback-*`,
-/// `fallback-credit-2026-07-01`, `claude-code-*`, ...) are rejected there.
+/// The betas InvokeModel takes in `anthropic_beta`. Any other value is an
+/// "invalid beta flag": Bedrock gates its features itself, so first-party
+/// betas (`server-side-fallback-*`, `fallback-credit-2026-07-01`,
+/// `advanced-tool-use-*`, `prompt-caching-scope-*`, ...) are rejected there.
 const BEDROCK_BETAS: &[&str] = &[
+    // Amazon Bedrock user guide "Request and Response", `anthropic_beta`.
     "computer-use-2024-10-22",
     "computer-use-2025-01-24",
     "computer-use-2025-11-24",
@@ -670,7 +669,21 @@ const BEDROCK_BETAS: &[&str] = &[
     "effort-2025-11-24",
     "tool-search-tool-2025-10-19",
     "tool-examples-2025-10-29",
+    // "Fallback credit for refused requests": Bedrock's own credit beta.
     BEDROCK_CREDIT_BETA,
+    // Accepted by InvokeModel when tested against it (the "Beta Header
+    // Reference" of xiehust/anthropic_api_converter, which also lists what
+    // it rejects); not in the user guide's list.
+    "compact-2026-01-12",
+    "structured-outputs-2025-11-13",
+    "fine-grained-tool-streaming-2025-05-14",
+    "pdfs-2024-09-25",
+    "token-counting-2024-11-01",
+    "mcp-client-2025-11-20",
+    "web-search-2025-03-05",
+    // Sent to InvokeModel by Claude Code (2.1.332, Bedrock mode), which
+    // filters the betas it sends to Bedrock; in no list above.
+    "thinking-token-count-2026-05-13",
 ];
 
 /// Bedrock's fallback-credit beta, in InvokeModel's `anthropic_beta`.
