@@ -8,16 +8,20 @@
 #      --live-thinking); checks own bytes, no continuation for a client that
 #      left, file descriptors back to idle, peak RSS bounded per stream;
 #      prints fds and RSS (leaks: tests/proxy_memory.rs counts allocations);
-#   4. examples/agent (reqwest + the layer) through `refusal-guard --simulate`,
-#      and `refusal-guard report` on the refusal it logged;
-#   5. the Claude Code CLI headless through `refusal-guard --simulate`,
+#   4. examples/agent (reqwest + the layer) through `refusal-guard --simulate
+#      --strict`, and `refusal-guard report` on the refusal it logged;
+#   5. the Claude Code CLI headless through `refusal-guard --simulate --strict`,
 #      installed from npm (REFUSAL_GUARD_E2E_SKIP_CLAUDE=1 skips it on
 #      purpose, outside CI): its first turn is rescued, its second
 #      (`--continue`) is not refused again, and a third through a fresh
 #      simulator is logged under the first turn's conversation key;
+#      every simulator here is strict (--strict): it holds what it receives
+#      (the clients' requests, the guard's rescues) to the providers'
+#      documented rules, and a step fails if it logged a violation;
 #   6. Claude Code headless in Bedrock gateway mode (refusal-guard
 #      --bedrock-region signing for it) against a mock Bedrock that checks
-#      every signature with botocore;
+#      every signature with botocore and every request with the crate's
+#      request contract (tools' contract-check);
 #   7. pytest with the pinned official anthropic, openai and google-genai
 #      SDKs (tests/e2e/requirements.txt, installed into .venv), among them
 #      one routed proxy serving Claude Code, the openai SDK and google-genai
@@ -68,12 +72,12 @@ cannot_run() {
     SKIPPED+=("$*")
 }
 
-# Starts `refusal-guard --simulate [FLAGS]` on a free loopback port; sets SIM_URL
-# and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
+# Starts `refusal-guard --simulate --strict [FLAGS]` on a free loopback port;
+# sets SIM_URL and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
 start_simulated_proxy() {
     local err=$WORK/proxy-$1.err name=$1
     shift
-    "$BIN/refusal-guard" --simulate --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
+    "$BIN/refusal-guard" --simulate --strict --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
     SIM_PID=$!
     PIDS+=("$SIM_PID")
     for _ in $(seq 100); do
@@ -82,6 +86,18 @@ start_simulated_proxy() {
         sleep 0.1
     done
     echo "refusal-guard --simulate did not start:"; cat "$err"; return 1
+}
+
+# Fails the step if the strict simulator NAME answered a request with a
+# contract error: a client's request or the guard's rewrite broke a rule the
+# real provider keeps.
+no_violations() {
+    local err=$WORK/proxy-$1.err
+    if grep -q 'contract violation' "$err"; then
+        echo "the strict simulator ($1) received requests the real API rejects:"
+        grep 'contract violation' "$err"
+        exit 1
+    fi
 }
 
 step "build the binary, the examples and the tools"
@@ -136,6 +152,7 @@ ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SS
 grep -q 'Simulated answer' "$WORK/agent.out"
 grep -q 'rescued(cyber)' "$WORK/proxy-agent.err"
 grep -q 'guarded request settled' "$WORK/proxy-agent.err"
+no_violations agent
 
 step "--quiet: no line per request on stderr"
 start_simulated_proxy quiet --quiet
@@ -148,6 +165,7 @@ for _ in $(seq 50); do [ -s "$WORK/refusals-quiet.jsonl" ] && break; sleep 0.1; 
 if grep -E 'settled|POST /v1/messages' "$WORK/proxy-quiet.err"; then
     echo "--quiet still wrote per-request lines"; exit 1
 fi
+no_violations quiet
 
 step "refusal-guard report: the agent's rescued refusal"
 "$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" | tee "$WORK/report.out"
@@ -215,6 +233,7 @@ PY
         echo "the second turn was rescued again:"; cat "$WORK/proxy-claude.err"; exit 1; }
     [ "$(grep -c 'POST /v1/messages 200 ok' "$WORK/proxy-claude.err")" = 1 ]
     [ "$(wc -l <"$WORK/refusals-claude.jsonl")" = 1 ]
+    no_violations claude
     # The simulator names a conversation its own way; the guard's key is
     # seen in a refusal's record. A fresh simulator meets the session anew
     # and refuses its third turn once: the guard's key for it is the one it
@@ -232,6 +251,7 @@ assert len(first) == 1 and len(third) == 1, (first, third)
 assert first[0]["conversation"] == third[0]["conversation"], (first, third)
 print("one session, one conversation key over its turns:", first[0]["conversation"])
 PY
+    no_violations claude-3
     cat "$WORK/proxy-claude.err"
 }
 if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then

@@ -1,4 +1,9 @@
-"""Starts the Rust e2e harness (mock upstream + proxies on loopback) once per session."""
+"""Starts the Rust e2e harness (mock upstream + proxies on loopback) once per
+session, and fails each test whose requests broke the providers' request
+contract: the harness's mock and strict simulator report what they answered
+with a contract error (`GET /__mock/violations`), and every `refusal-guard
+--simulate --strict` process started here logs it; both are read after each
+test."""
 
 import contextlib
 import json
@@ -32,6 +37,9 @@ def refusal_guard_binary() -> Path:
 
 # The note the guard adds to a rescue request.
 NOTE = "[refusal-guard]"
+
+# What a strict simulator logs for a request that broke a rule.
+VIOLATION = "contract violation"
 
 
 def client_options(script: str, script_id: str) -> dict:
@@ -79,6 +87,10 @@ class Harness:
         return seen
 
 
+# Every proxy process started, for the check after each test.
+STARTED = []
+
+
 class ProxyProcess:
     """A `refusal-guard` process on a free loopback port, its stderr in a
     file; `env` replaces the environment it inherits where given."""
@@ -87,7 +99,10 @@ class ProxyProcess:
         binary = refusal_guard_binary()
         if not binary.exists():
             pytest.fail(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
+        self.name = name
+        self.reported = 0
         self.err = tmp / f"{name}.err"
+        STARTED.append(self)
         self.process = subprocess.Popen(
             [str(binary), "--listen", "127.0.0.1:0", *args],
             stdin=subprocess.DEVNULL,
@@ -110,6 +125,17 @@ class ProxyProcess:
     def stderr(self) -> str:
         return self.err.read_text()
 
+    def new_violations(self) -> list:
+        """The contract violations it logged (a strict simulator) since the
+        last call."""
+        try:
+            logged = self.stderr()
+        except FileNotFoundError:
+            return []
+        lines = [line for line in logged.splitlines() if VIOLATION in line]
+        new, self.reported = lines[self.reported:], len(lines)
+        return new
+
     def paths(self) -> list:
         """The paths of the requests it answered (its access lines)."""
         paths = []
@@ -125,6 +151,10 @@ class ProxyProcess:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+
+# The mocks of the harnesses running now, for the check after each test.
+MOCKS = []
 
 
 @contextlib.contextmanager
@@ -144,7 +174,12 @@ def running_harness(log: Path):
     if not line:
         process.kill()
         pytest.fail("the e2e harness exited before printing its addresses")
-    yield json.loads(line)
+    info = json.loads(line)
+    MOCKS.append(info["mock"])
+    try:
+        yield info
+    finally:
+        MOCKS.remove(info["mock"])
     process.stdin.close()  # the harness stops when stdin closes
     try:
         process.wait(timeout=15)
@@ -157,6 +192,23 @@ def running_harness(log: Path):
 def harness(tmp_path_factory):
     with running_harness(tmp_path_factory.mktemp("log") / "refusals.jsonl") as info:
         yield Harness(info)
+
+
+@pytest.fixture(autouse=True)
+def no_contract_violations():
+    """Fails the test (at its teardown) if a request it caused broke a
+    rule of the providers' request contract: the harness's mock and strict
+    simulator answered it with the provider's 400 (or 404), or a strict
+    `refusal-guard --simulate` logged it. A tolerated 400 never stays green."""
+    yield
+    found = []
+    for mock in MOCKS:
+        with urllib.request.urlopen(f"{mock}/__mock/violations", timeout=10) as r:
+            found += [f"harness: {line}" for line in json.load(r)]
+    for proxy in STARTED:
+        found += [f"{proxy.name}: {line}" for line in proxy.new_violations()]
+    if found:
+        pytest.fail("requests broke the providers' request contract:\n  " + "\n  ".join(found))
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """Bedrock clients through the proxy in gateway mode (--bedrock-region): the
 official SDK's AnthropicBedrock and boto3, against a mock Bedrock runtime on
-loopback that checks every SigV4 signature with botocore's own signer and
-frames its streams as AWS event streams (CRCs by zlib)."""
+loopback that checks every SigV4 signature with botocore's own signer,
+holds every request to Bedrock's request contract (the crate's own rules,
+through the `contract-check` tool) and frames its streams as AWS event
+streams (CRCs by zlib). A request the contract rejects gets Bedrock's error
+and fails the test."""
 
 import base64
 import json
 import os
-import re
 import queue
 import struct
 import subprocess
@@ -25,13 +27,54 @@ OPUS = "us.anthropic.claude-opus-4-7-v1:0"
 SONNET = "us.anthropic.claude-sonnet-4-5-v1:0"
 
 
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+
+
 def proxy_binary() -> Path:
     """The `refusal-guard` command, built with every feature (Bedrock too)."""
     explicit = os.environ.get("REFUSAL_GUARD_BIN")
     if explicit:
         return Path(explicit)
-    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-    return target / "debug" / "refusal-guard"
+    return TARGET / "debug" / "refusal-guard"
+
+
+class Contract:
+    """The crate's request contract for a Bedrock upstream, through the
+    `contract-check` tool (tools/src/bin/contract-check.rs): one process,
+    one JSON line per request each way, so this mock keeps exactly the
+    rules the Rust Bedrock runtime keeps."""
+
+    def __init__(self):
+        binary = Path(os.environ.get("REFUSAL_GUARD_E2E_CONTRACT") or TARGET / "debug" / "contract-check")
+        if not binary.exists():
+            raise RuntimeError(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
+        self.process = subprocess.Popen([str(binary)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lock = threading.Lock()
+
+    def check(self, method: str, path: str, headers: dict, body: bytes):
+        """None when the request keeps the rules, else the contract's
+        verdict: the rule, the violation, and Bedrock's answer (status,
+        headers, body)."""
+        line = json.dumps({"method": method, "path": path, "headers": [[k, v] for k, v in headers.items()],
+                           "body": body.decode("utf-8", "replace"), "bedrock": True})
+        with self.lock:
+            self.process.stdin.write(line + "\n")
+            self.process.stdin.flush()
+            answer = self.process.stdout.readline()
+        if not answer:
+            raise RuntimeError("contract-check exited")
+        verdict = json.loads(answer)
+        return None if verdict["ok"] else verdict
+
+
+CONTRACT = []
+
+
+def contract() -> Contract:
+    """The one contract checker of this process, started on first use."""
+    if not CONTRACT:
+        CONTRACT.append(Contract())
+    return CONTRACT[0]
 
 
 def frame(headers, payload: bytes) -> bytes:
@@ -101,40 +144,12 @@ def verify(method: str, path: str, headers: dict, body: bytes) -> bool:
     return expected == parts["Signature"] and parts["Credential"].startswith(KEY_ID + "/")
 
 
-def rejects(path: str, body: bytes):
-    """What Bedrock's validation answers 400 to (the same rules as
-    tests/support/contract.rs, B1-B3): the reason, or None."""
-    if not path.startswith("/model/") or not body:
-        return None
-    action = path.split("?")[0].rsplit("/", 1)[-1]
-    request = json.loads(body)
-    for key in ("fallbacks", "fallback_credit_token"):
-        if key in request:
-            return f"extraneous key [{key}] is not permitted"
-    if action in ("invoke", "invoke-with-response-stream"):
-        for key in ("model", "stream"):
-            if key in request:
-                return f"extraneous key [{key}] is not permitted"
-        version = request.get("anthropic_version")
-        # Bedrock's own value, or the dated API version the official SDK's
-        # Bedrock client sends.
-        if not isinstance(version, str) or not (
-                version == "bedrock-2023-05-31" or re.fullmatch(r"\d{4}-\d{2}-\d{2}", version)):
-            return "anthropic_version: expected bedrock-2023-05-31 or an API version date"
-        if not isinstance(request.get("max_tokens"), int):
-            return "required key [max_tokens] not found"
-    if action in ("converse", "converse-stream"):
-        roles = [m.get("role") for m in request.get("messages", [])]
-        if not roles or roles[0] != "user" or any(a == b for a, b in zip(roles, roles[1:])):
-            return "A conversation must alternate between user and assistant roles."
-    return None
-
-
-def validation_error(handler, reason: str):
-    handler.send_response(400)
-    handler.send_header("content-type", "application/json")
-    handler.send_header("x-amzn-errortype", "ValidationException")
-    payload = json.dumps({"message": reason}).encode()
+def reject(handler, verdict: dict):
+    """Answers a request the contract rejects as Bedrock does."""
+    payload = verdict["body"].encode()
+    handler.send_response(verdict["status"])
+    for name, value in verdict["headers"]:
+        handler.send_header(name, value)
     handler.send_header("content-length", str(len(payload)))
     handler.end_headers()
     handler.wfile.write(payload)
@@ -145,6 +160,7 @@ class MockBedrock(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.replies = queue.Queue()
         self.seen = []
+        self.violations = []
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -168,9 +184,10 @@ class Handler(BaseHTTPRequestHandler):
                                  "json": json.loads(body) if body else None, "headers": headers})
         if not ok:
             return self.send(403, "application/json", [json.dumps({"message": "signature mismatch"}).encode()])
-        if (reason := rejects(self.path, body)) is not None:
-            self.server.seen[-1]["rejected"] = reason
-            return validation_error(self, reason)
+        if (verdict := contract().check(self.command, self.path, headers, body)) is not None:
+            self.server.seen[-1]["rejected"] = verdict["violation"]
+            self.server.violations.append(verdict["violation"])
+            return reject(self, verdict)
         if self.path.startswith("/inference-profiles"):
             return self.send(200, "application/json", [b'{"inferenceProfileSummaries":[]}'])
         try:
@@ -223,6 +240,8 @@ def gateway(tmp_path):
         process.terminate()
         process.wait(timeout=10)
         mock.shutdown()
+    if mock.violations:
+        pytest.fail("the mock Bedrock rejected requests as Bedrock would:\n  " + "\n  ".join(mock.violations))
 
 
 def test_anthropic_bedrock_stream_refusal_falls_back_every_attempt_signed(gateway):
@@ -306,9 +325,9 @@ def serve_for_claude_code():
             print(f"{self.command} {self.path} verified={ok}", file=sys.stderr, flush=True)
             if not ok:
                 return self.send(403, "application/json", [b'{"message":"signature mismatch"}'])
-            if (reason := rejects(self.path, body)) is not None:
-                print(f"rejected: {reason}", file=sys.stderr, flush=True)
-                return validation_error(self, reason)
+            if (verdict := contract().check(self.command, self.path, headers, body)) is not None:
+                print(f"rejected: {verdict['violation']}", file=sys.stderr, flush=True)
+                return reject(self, verdict)
             if not self.path.startswith("/model/"):
                 return self.send(200, "application/json", [b'{"inferenceProfileSummaries":[]}'])
             refused = "opus" in self.path

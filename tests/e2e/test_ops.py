@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ROOT, Harness, refusal_guard_binary, running_harness
+from conftest import ROOT, VIOLATION, Harness, refusal_guard_binary, running_harness
 
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 TEXT_JSON = "e2e/message_text.json"
@@ -353,7 +353,8 @@ def test_proxy_admin_flag_serves_metrics_of_its_own_log(tmp_path):
     proxy = refusal_guard_binary()
     log = tmp_path / "refusals.jsonl"
     process = subprocess.Popen(
-        [str(proxy), "--simulate", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--log", str(log)],
+        [str(proxy), "--simulate", "--strict", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0",
+         "--log", str(log)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -389,3 +390,6 @@ def test_proxy_admin_flag_serves_metrics_of_its_own_log(tmp_path):
         except subprocess.TimeoutExpired:
             process.kill()
             raise
+    # The strict simulator held the request and its rescue to the rules.
+    logged = "".join(lines) + process.stderr.read()
+    assert VIOLATION not in logged, logged

@@ -3,11 +3,14 @@ Messages), the official openai SDK (Chat Completions) and google-genai
 (Gemini), each API routed to its own upstream, each refused once there and
 recovered by its own provider's fallback chain.
 
-The upstreams are three `refusal-guard --simulate --rescue off` processes:
-the built-in simulated provider, a real HTTP server for every API, refuses
-each conversation's first attempt and answers later ones; with rescue off
-and no chain, their refusals reach the routed proxy exactly as sent. A
-fourth one is the default upstream, so that nothing leaves loopback.
+The upstreams are three `refusal-guard --simulate --strict --rescue off`
+processes: the built-in simulated provider, a real HTTP server for every
+API, refuses each conversation's first attempt and answers later ones; with
+rescue off and no chain, their refusals reach the routed proxy exactly as
+sent. Strict, they hold what reaches them (Claude Code's, the openai SDK's
+and google-genai's requests, and the routed proxy's fallback hops) to the
+providers' rules, and a break fails the test (conftest reads their logs).
+A fourth one is the default upstream, so that nothing leaves loopback.
 
 Claude Code is the native CLI .ci/e2e.sh installs from npm, named by
 REFUSAL_GUARD_E2E_CLAUDE; without it the test is skipped outside CI and
@@ -43,7 +46,7 @@ def routed(tmp_path):
 
     try:
         upstream = {
-            name: start(name, ["--simulate", "--rescue", "off", "--log", "off"])
+            name: start(name, ["--simulate", "--strict", "--rescue", "off", "--log", "off"])
             for name in ("anthropic", "openai", "gemini", "default")
         }
         log = tmp_path / "refusals.jsonl"

@@ -30,8 +30,9 @@
 //! `GET /__mock/seen[?id=ID]` returns what was received as JSON (method,
 //! path, headers, body), so clients in other languages can check it too;
 //! `GET /__mock/violations` returns the contract violations recorded since
-//! the last call (each as a line of text) and forgets them, so that a
-//! harness in another language can fail the test that caused them.
+//! the last call (each as a line of text; also those of the upstreams given
+//! to [`MockUpstream::report_also`]) and forgets them, so that a harness in
+//! another language can fail the test that caused them.
 
 // Loaded here and in the other standalone upstream: each must stand alone.
 use crate::contract;
@@ -100,10 +101,15 @@ impl SeenRequest {
     }
 }
 
+/// More violations to report at `/__mock/violations`: those of another
+/// upstream of the same harness, each as a line of text, taken.
+type Reporter = Box<dyn Fn() -> Vec<String> + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     seen: Vec<SeenRequest>,
     violations: contract::Violations,
+    others: Vec<Reporter>,
 }
 
 /// The running mock. Dropping it stops accepting connections.
@@ -189,6 +195,12 @@ impl MockUpstream {
         self.state.lock().unwrap().violations.clone()
     }
 
+    /// Reports at `/__mock/violations` what `taken` returns too (another
+    /// upstream's violations since its last call, as lines of text).
+    pub fn report_also(&self, taken: impl Fn() -> Vec<String> + Send + Sync + 'static) {
+        self.state.lock().unwrap().others.push(Box::new(taken));
+    }
+
     pub fn seen_for(&self, id: &str) -> Vec<SeenRequest> {
         self.seen().into_iter().filter(|s| s.id == id).collect()
     }
@@ -239,8 +251,10 @@ async fn serve(
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".to_owned());
     if parts.uri.path() == "/__mock/violations" {
-        let taken = state.lock().unwrap().violations.take();
-        let lines: Vec<String> = taken.iter().map(ToString::to_string).collect();
+        let state = state.lock().unwrap();
+        let taken = state.violations.take();
+        let mut lines: Vec<String> = taken.iter().map(ToString::to_string).collect();
+        lines.extend(state.others.iter().flat_map(|taken| taken()));
         return reply(
             StatusCode::OK,
             "application/json",
