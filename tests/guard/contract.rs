@@ -122,7 +122,9 @@ fn a_mid_conversation_system_message_follows_a_user_turn() {
     let user = |content: &str| json!({"role": "user", "content": content});
     let assistant = |content: &str| json!({"role": "assistant", "content": content});
     let system = |content: &str| json!({"role": "system", "content": content});
-    let with = |messages: Value| claude(json!({ "messages": messages }));
+    // A model that takes prefill (A15), for the conversation ending in one.
+    let with =
+        |messages: Value| claude(json!({"model": "claude-sonnet-4-5", "messages": messages}));
     let at_the_end = json!([user("x"), system("be brief")]);
     assert_eq!(rule(MESSAGES, "", &with(at_the_end.clone())), None);
     assert_eq!(rule(GATEWAY, "", &with(at_the_end.clone())), None);
