@@ -222,6 +222,25 @@ def test_partial_refusal_with_a_prefill_claim_is_continued_in_one_message(harnes
     assert "fallback-credit-2026-07-01" in seen[1]["header"]["anthropic-beta"]
 
 
+def test_a_continuation_presenting_a_credit_token_drops_the_clients_fallbacks(harness, script_id):
+    """The API rejects `fallbacks` beside a `fallback_credit_token`: the
+    continuation that presents the refusal's token leaves the client's own
+    server-side list out (the mock keeps the contract, and the test fails
+    on a request it rejected), and the SDK still reads one message."""
+    c = client(harness.partial, f"{PARTIAL_CLAIM},{CONTINUATION}", script_id)
+    message = stream_final(
+        c,
+        extra_body={"fallbacks": [{"model": "claude-haiku-4-5"}]},
+        extra_headers={"anthropic-beta": "server-side-fallback-2026-07-01"},
+    )
+    assert "".join(block.text for block in message.content) == PARTIAL_TEXT + CONTINUED_TEXT
+    seen = harness.seen(script_id)
+    assert len(seen) == 2
+    assert seen[0]["json"]["fallbacks"] == [{"model": "claude-haiku-4-5"}]
+    assert "fallbacks" not in seen[1]["json"]
+    assert seen[1]["json"]["fallback_credit_token"]["token"] == "tok_e2e_partial"
+
+
 def test_partial_refusal_whose_prefill_is_rejected_is_the_original(harness, script_id):
     through = stream_final(client(harness.partial, f"{PARTIAL_CLAIM},status=400", script_id))
     direct = stream_final(client(harness.mock, PARTIAL_CLAIM, script_id + "-direct"))
