@@ -150,9 +150,9 @@ step "examples/agent through refusal-guard --simulate"
 start_simulated_proxy agent
 ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
 grep -q 'Simulated answer' "$WORK/agent.out"
+no_violations agent
 grep -q 'rescued(cyber)' "$WORK/proxy-agent.err"
 grep -q 'guarded request settled' "$WORK/proxy-agent.err"
-no_violations agent
 
 step "--quiet: no line per request on stderr"
 start_simulated_proxy quiet --quiet
@@ -219,7 +219,11 @@ assert out.get("is_error") is False, out
 assert out["result"].startswith("Simulated answer"), out["result"]
 print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
-    grep -q 'rescued(cyber)' "$WORK/proxy-claude.err"
+    # First: a rewrite the real API rejects may still end in an answer (the
+    # CLI asks again), so what the strict simulator logged decides.
+    no_violations claude
+    grep -q 'rescued(cyber)' "$WORK/proxy-claude.err" || {
+        echo "the first turn was not rescued:"; cat "$WORK/proxy-claude.err"; exit 1; }
     # The session's second turn (--continue replays it from its transcript
     # in the same HOME) is the same conversation: the simulator answers it,
     # and the guard has nothing to refuse or rescue again.
