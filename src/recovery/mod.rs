@@ -368,10 +368,9 @@ impl<'a> RecoveryState<'a> {
     }
 
     /// `chain` in the order the layer's routing source gave for this
-    /// refusal (see [`crate::routing`]): its entries the source ordered
-    /// first, in that order, then the others as they were. With the
-    /// default [`FixedRouting`](crate::routing::FixedRouting), `chain` as
-    /// it is. The order is fixed for the whole refusal, so a policy may
+    /// refusal (the `routing` module, which sits above this one): its
+    /// entries the source ordered first, in that order, then the others as
+    /// they were. With the default fixed routing, `chain` as it is. The order is fixed for the whole refusal, so a policy may
     /// index it by [`fallbacks_tried`](Self::fallbacks_tried).
     ///
     /// ```

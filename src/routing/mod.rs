@@ -10,7 +10,7 @@
 //! name that is not in it).
 //!
 //! A source learns from the guard's own records: every
-//! [`RefusalRecord`](crate::telemetry::RefusalRecord) is shown to it.
+//! [`RefusalRecord`] is shown to it.
 //!
 //! ```
 //! use refusal_guard::recovery::FallbackChains;

@@ -13,7 +13,7 @@
 //! tenant an earlier layer (an authenticating one, as the proxy's tenants
 //! file does) put in the request's extensions.
 //!
-//! The tenant's name is in every [`RefusalRecord`](crate::telemetry::RefusalRecord)
+//! The tenant's name is in every refusal record (`telemetry`, above this module)
 //! and metric of its requests, and scopes its conversations: two tenants
 //! never share a rescue count or a sticky route.
 //!
