@@ -18,11 +18,17 @@
 #      every simulator here is strict (--strict): it holds what it receives
 #      (the clients' requests, the guard's rescues) to the providers'
 #      documented rules, and a step fails if it logged a violation;
-#   6. Claude Code headless in Bedrock gateway mode (refusal-guard
+#   6. the Codex CLI (`codex exec`, installed from npm;
+#      REFUSAL_GUARD_E2E_SKIP_CODEX=1 skips it on purpose, outside CI)
+#      through the `refusal-guard` binary in front of the e2e harness's
+#      mock: its first request fails with a Responses `response.failed`
+#      `cyber_policy`, the proxy's fallback chain answers, and Codex ends
+#      with the fallback's answer; the refusal log has the record;
+#   7. Claude Code headless in Bedrock gateway mode (refusal-guard
 #      --bedrock-region signing for it) against a mock Bedrock that checks
 #      every signature with botocore and every request with the crate's
 #      request contract (tools' contract-check);
-#   7. pytest with the pinned official anthropic, openai and google-genai
+#   8. pytest with the pinned official anthropic, openai and google-genai
 #      SDKs (tests/e2e/requirements.txt, installed into .venv), among them
 #      one routed proxy serving Claude Code, the openai SDK and google-genai
 #      at once, each refused and recovered on its own upstream
@@ -49,6 +55,7 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 BIN=$TARGET/debug
 EXAMPLES=$TARGET/debug/examples
 CLAUDE_CODE_VERSION=2.1.332
+CODEX_VERSION=0.171.0
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -72,6 +79,18 @@ cannot_run() {
     SKIPPED+=("$*")
 }
 
+# Waits (10 s at most) for a proxy started with `--listen 127.0.0.1:0` to
+# say where it listens in its stderr file ERR; sets LISTEN_URL.
+wait_listening() {
+    local err=$1
+    for _ in $(seq 100); do
+        LISTEN_URL=$(grep -o 'listening on http://[0-9.:]*' "$err" | head -1 | sed 's/listening on //') || true
+        [ -n "$LISTEN_URL" ] && return 0
+        sleep 0.1
+    done
+    echo "refusal-guard did not start:"; cat "$err"; return 1
+}
+
 # Starts `refusal-guard --simulate --strict [FLAGS]` on a free loopback port;
 # sets SIM_URL and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
 start_simulated_proxy() {
@@ -80,12 +99,8 @@ start_simulated_proxy() {
     "$BIN/refusal-guard" --simulate --strict --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
     SIM_PID=$!
     PIDS+=("$SIM_PID")
-    for _ in $(seq 100); do
-        SIM_URL=$(grep -o 'listening on http://[0-9.:]*' "$err" | head -1 | sed 's/listening on //') || true
-        [ -n "$SIM_URL" ] && return 0
-        sleep 0.1
-    done
-    echo "refusal-guard --simulate did not start:"; cat "$err"; return 1
+    wait_listening "$err"
+    SIM_URL=$LISTEN_URL
 }
 
 # Fails the step if the strict simulator NAME answered a request with a
@@ -264,6 +279,113 @@ elif ! command -v npm >/dev/null; then
     cannot_run "the Claude Code CLI: npm is not installed (.ci/test installs it with apt-get)"
 else
     run_claude_code
+fi
+
+step "Codex CLI headless through refusal-guard: a cyber_policy failure served by the fallback"
+# The scripted upstream is the e2e harness's mock, which checks every
+# request against the providers' documented rules; the harness runs while
+# its stdin is open and exits non-zero if a request broke one.
+run_codex() {
+    if ! npm install --prefix "$WORK/codex" --no-audit --no-fund \
+            "@openai/codex@$CODEX_VERSION" >"$WORK/npm-codex.log" 2>&1; then
+        tail -20 "$WORK/npm-codex.log"
+        cannot_run "the Codex CLI: npm could not install @openai/codex@$CODEX_VERSION"
+        return 0
+    fi
+    # The launcher runs the native CLI, a per-platform optional dependency.
+    local codex=$WORK/codex/node_modules/.bin/codex
+    if ! "$codex" --version >"$WORK/codex-version.txt" 2>&1; then
+        cat "$WORK/codex-version.txt"
+        cannot_run "the Codex CLI: no native binary for this platform in the npm install"
+        return 0
+    fi
+    cat "$WORK/codex-version.txt"
+    mkfifo "$WORK/harness.in"
+    "$BIN/e2e-harness" --log "$WORK/harness.jsonl" <"$WORK/harness.in" \
+        >"$WORK/harness.out" 2>"$WORK/harness.err" &
+    local harness=$!
+    PIDS+=("$harness")
+    exec 9>"$WORK/harness.in"
+    for _ in $(seq 100); do [ -s "$WORK/harness.out" ] && break; sleep 0.1; done
+    [ -s "$WORK/harness.out" ] || { echo "the e2e harness did not start:"; cat "$WORK/harness.err"; exit 1; }
+    local mock
+    mock=$(python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["mock"])' \
+        "$WORK/harness.out")
+    # Started with fd 9 closed, as Codex is: the harness sees its stdin end
+    # only once no process holds the fifo open.
+    "$BIN/refusal-guard" --listen 127.0.0.1:0 --upstream "$mock" --chain gpt-5.5=gpt-5.4-mini \
+        --log "$WORK/refusals-codex.jsonl" 2>"$WORK/proxy-codex.err" 9>&- &
+    PIDS+=("$!")
+    wait_listening "$WORK/proxy-codex.err"
+    # Codex's home, config and working directory stay in $WORK; the mock
+    # plays the script named in the provider's headers: the cyber_policy
+    # failure, then the fallback's answer.
+    mkdir -p "$WORK/codex-home" "$WORK/codex-work"
+    cat >"$WORK/codex-home/config.toml" <<TOML
+model = "gpt-5.5"
+model_provider = "refusal-guard"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[model_providers.refusal-guard]
+name = "refusal-guard"
+base_url = "$LISTEN_URL/v1"
+wire_api = "responses"
+env_key = "REFUSAL_GUARD_E2E_OPENAI_KEY"
+http_headers = { "x-mock-script" = "openai/hand-written/responses_failed_cyber_policy.sse,e2e/responses_text.sse", "x-mock-id" = "codex" }
+TOML
+    # Nothing beyond loopback: whatever Codex would send elsewhere goes to
+    # a proxy on a port nothing listens on.
+    HOME="$WORK/codex-home" CODEX_HOME="$WORK/codex-home" REFUSAL_GUARD_E2E_OPENAI_KEY=sk-dummy \
+        HTTPS_PROXY=http://127.0.0.1:9 HTTP_PROXY=http://127.0.0.1:9 ALL_PROXY=http://127.0.0.1:9 \
+        NO_PROXY=127.0.0.1,localhost \
+        timeout 120 "$codex" exec --skip-git-repo-check --ephemeral --json -C "$WORK/codex-work" \
+        -o "$WORK/codex-last.txt" "Check my SSH config for weaknesses" \
+        </dev/null >"$WORK/codex.jsonl" 2>"$WORK/codex.err" 9>&- || {
+            echo "Codex failed:"; cat "$WORK/codex.err" "$WORK/codex.jsonl" "$WORK/proxy-codex.err"; exit 1; }
+    # The record is written once the served stream has ended.
+    for _ in $(seq 50); do [ -s "$WORK/refusals-codex.jsonl" ] && break; sleep 0.1; done
+    curl -s --max-time 10 "$mock/__mock/seen?id=codex" >"$WORK/codex-seen.json"
+    python3 - "$WORK/codex-last.txt" "$WORK/codex.jsonl" "$WORK/refusals-codex.jsonl" \
+        "$WORK/codex-seen.json" <<'PY'
+import json, sys
+last, events, log, seen = sys.argv[1:5]
+answer = open(last).read().strip()
+assert answer == "Fallback answer: disable password logins and root login in sshd_config.", answer
+kinds = [json.loads(line)["type"] for line in open(events) if line.strip()]
+assert "turn.completed" in kinds and "turn.failed" not in kinds and "error" not in kinds, kinds
+records = [json.loads(line) for line in open(log)]
+assert len(records) == 1, records
+record = records[0]
+assert record["outcome"] == "fallback", record
+assert record["signal"] == "policy_error" and record["category"] == "cyber", record
+assert record["wire_api"] == "open_ai_responses", record
+assert [a["model"] for a in record["attempts"]][1:] == ["gpt-5.4-mini"], record["attempts"]
+requests = [json.loads(r["body"]) for r in json.load(open(seen))]
+assert [r["model"] for r in requests] == ["gpt-5.5", "gpt-5.4-mini"], [r["model"] for r in requests]
+hop = dict(requests[1], model="gpt-5.5")
+assert hop == requests[0], "the hop is Codex's request on the fallback model"
+print("Codex received the fallback's answer:", answer)
+PY
+    grep -q 'POST /v1/responses 200 fallback(cyber)' "$WORK/proxy-codex.err"
+    "$BIN/refusal-guard" report --log "$WORK/refusals-codex.jsonl" --json >"$WORK/report-codex.json"
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["by_category"] == {"cyber": 1} and r["by_outcome"] == {"fallback": 1}, r' \
+        "$WORK/report-codex.json"
+    # The harness exits once its stdin closes: non-zero if a request broke
+    # the contract.
+    exec 9>&-
+    timeout 20 tail --pid="$harness" -f /dev/null || { echo "the harness did not stop"; exit 1; }
+    wait "$harness" || { echo "the mock saw a request the API rejects:"; cat "$WORK/harness.err"; exit 1; }
+    cat "$WORK/proxy-codex.err"
+}
+if [ "${REFUSAL_GUARD_E2E_SKIP_CODEX:-0}" = 1 ]; then
+    cannot_run "the Codex CLI: REFUSAL_GUARD_E2E_SKIP_CODEX=1"
+elif ! command -v npm >/dev/null; then
+    cannot_run "the Codex CLI: npm is not installed (.ci/test installs it with apt-get)"
+else
+    run_codex
 fi
 
 step "chromium for the dashboard test (tests/e2e/test_ops.py)"

@@ -165,6 +165,12 @@ pub enum RefusalSignal {
     /// output (Anthropic's HTTP 400, or a stream `error` event, "Output
     /// blocked by content filtering policy").
     BlockedOutput,
+    /// The provider answered with an error whose code names the safety
+    /// policy that blocked the turn (OpenAI `cyber_policy`, `bio_policy`,
+    /// `invalid_prompt`, `image_content_policy_violation`: an HTTP 400, a
+    /// Responses stream's `response.failed` or `error` event). The category
+    /// says which policy.
+    PolicyError,
 }
 
 /// Why a refusal could not be recovered.

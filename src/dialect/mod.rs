@@ -22,6 +22,7 @@ mod fields;
 pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai_chat;
+mod openai_policy;
 pub(crate) mod openai_responses;
 mod seed;
 pub(crate) mod skim;

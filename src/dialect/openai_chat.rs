@@ -24,6 +24,11 @@
 //!   (signal blocked prompt, category `content_filter`; the explanation is
 //!   `error.message`, prefixed with `innererror.code` when present, e.g.
 //!   `ResponsibleAIPolicyViolation: ...`).
+//! - OpenAI's policy errors: HTTP 400 with `error.code` `cyber_policy` or
+//!   `invalid_prompt` (signal policy error, category `cyber` or
+//!   `usage_policy`, explanation `error.message`; see `openai_policy`), or
+//!   the same error object as a stream's mid-stream error chunk
+//!   (`data: {"error": {..}}`), where Chat streams put their errors.
 //!
 //! A `content_filter_results` entry that reports the filter's own error
 //! (`{"error": {"code": .., "message": ..}}`: the filter did not run) names
@@ -34,6 +39,7 @@ use std::collections::BTreeMap;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
+use super::openai_policy::{policy_blocked, policy_error, OpenAiApi};
 use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
     type_of, without_cache_marks, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
@@ -350,6 +356,7 @@ impl Dialect for OpenAiChat {
 
     fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
         azure_blocked_prompt(status, body)
+            .or_else(|| policy_blocked(status, body, OpenAiApi::ChatCompletions))
     }
 
     fn refuses_with_errors(&self) -> bool {
@@ -448,7 +455,12 @@ impl StreamInspector for ChatStream {
             return seen;
         };
         seen.model = model_of(&chunk);
-        seen.error = chunk.get("error").is_some_and(|e| !e.is_null());
+        if let Some(error) = chunk.get("error").filter(|e| !e.is_null()) {
+            match policy_error(error, OpenAiApi::ChatCompletions) {
+                Some(refused) => seen.refusal = Some(refused),
+                None => seen.error = true,
+            }
+        }
         self.choices(&chunk, &mut seen);
         self.refused |= seen.refusal.is_some();
         if self.refused {
@@ -738,6 +750,31 @@ mod usage_tests {
         let other = json!({"error": {"code": "rate_limit", "message": "slow down"}});
         assert!(OpenAiChat
             .inspect_error(StatusCode::BAD_REQUEST, &other)
+            .is_none());
+    }
+
+    #[test]
+    fn openai_blocks_a_prompt_with_a_policy_error() {
+        let body = json!({"error": {"message": "Invalid prompt: your prompt was flagged as potentially violating our usage policy.",
+            "type": "invalid_request_error", "param": null, "code": "invalid_prompt"}});
+        let info = OpenAiChat
+            .inspect_error(StatusCode::BAD_REQUEST, &body)
+            .unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
+        assert_eq!(info.category.as_deref(), Some("usage_policy"));
+        assert!(info.explanation.unwrap().starts_with("Invalid prompt"));
+        let stream = observe(
+            &OpenAiChat,
+            &[data(
+                r#"{"error":{"message":"flagged","type":"invalid_request","code":"cyber_policy"}}"#,
+            )],
+        );
+        let info = stream[0].refusal.clone().unwrap();
+        assert_eq!(info.category.as_deref(), Some("cyber"));
+        assert!(!stream[0].error);
+        let bio = json!({"error": {"message": "m", "code": "bio_policy"}});
+        assert!(OpenAiChat
+            .inspect_error(StatusCode::BAD_REQUEST, &bio)
             .is_none());
     }
 

@@ -12,6 +12,13 @@
 //!   refusal text, truncated.
 //! - Azure's blocked prompt: HTTP 400 with `error.code: "content_filter"`,
 //!   as for Chat Completions.
+//! - OpenAI's policy errors: `error.code` `cyber_policy`, `bio_policy`,
+//!   `invalid_prompt` or `image_content_policy_violation` (signal policy
+//!   error, category `cyber`, `bio`, `usage_policy` or `image_content`,
+//!   explanation `error.message`; see `openai_policy`) in an HTTP 4xx body,
+//!   in a stream's `response.failed` (or a JSON body with `status:
+//!   "failed"`), or in a stream's `error` event. After output it is a
+//!   partial refusal, as any other.
 //!
 //! Real output: `response.output_text.delta` with non-whitespace text, and
 //! any tool-call output item (`function_call`, `custom_tool_call`, hosted
@@ -24,6 +31,7 @@ use serde_json::{json, Value};
 use super::openai_chat::{
     azure_blocked_prompt, forces_a_tool_call, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL,
 };
+use super::openai_policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
 use super::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
@@ -123,8 +131,9 @@ fn response_usage(usage: &Value) -> Option<Usage> {
 }
 
 /// Reads a whole response object (a JSON body, or the one a terminal event
-/// carries). Its usage is read once per response, here at its end.
-fn scan_response(response: &Value, seen: &mut Observation) {
+/// carries). Its usage is read once per response, here at its end. Returns
+/// whether it failed on a policy error (a refusal, not an error).
+fn scan_response(response: &Value, seen: &mut Observation) -> bool {
     if seen.model.is_none() {
         seen.model = str_field(response, "model").filter(|m| !m.is_empty());
     }
@@ -151,9 +160,19 @@ fn scan_response(response: &Value, seen: &mut Observation) {
             ..RefusalInfo::default()
         });
     }
-    seen.error |= response.get("status").and_then(Value::as_str) == Some("failed")
-        || response.get("error").is_some_and(|e| !e.is_null());
     seen.usage = response.get("usage").and_then(response_usage);
+    let error = response.get("error").filter(|e| !e.is_null());
+    match error.and_then(|e| policy_error(e, OpenAiApi::Responses)) {
+        Some(refused) => {
+            seen.refusal.get_or_insert(refused);
+            true
+        }
+        None => {
+            seen.error |=
+                response.get("status").and_then(Value::as_str) == Some("failed") || error.is_some();
+            false
+        }
+    }
 }
 
 impl Dialect for OpenAiResponses {
@@ -213,6 +232,7 @@ impl Dialect for OpenAiResponses {
 
     fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
         azure_blocked_prompt(status, body)
+            .or_else(|| policy_blocked(status, body, OpenAiApi::Responses))
     }
 
     fn refuses_with_errors(&self) -> bool {
@@ -346,12 +366,15 @@ impl StreamInspector for ResponsesStream {
                 if self.refusal.is_some() {
                     self.report(None, &mut seen);
                 }
-                if let Some(response) = event.get("response") {
-                    scan_response(response, &mut seen);
-                }
-                seen.error |= kind == "response.failed";
+                let blocked = event
+                    .get("response")
+                    .is_some_and(|response| scan_response(response, &mut seen));
+                seen.error |= kind == "response.failed" && !blocked;
             }
-            "error" => seen.error = true,
+            "error" => match policy_error_event(&event) {
+                Some(refused) => seen.refusal = Some(refused),
+                None => seen.error = true,
+            },
             _ => {}
         }
         seen
@@ -470,6 +493,55 @@ mod tests {
             )],
         );
         assert!(failed[0].error && failed[0].refusal.is_none());
+    }
+
+    #[test]
+    fn policy_errors_are_refusals_wherever_they_arrive() {
+        let error = json!({"code": "cyber_policy",
+            "message": "This content was flagged for possible cybersecurity risk."});
+        let seen = observe(
+            &OpenAiResponses,
+            &[
+                named(
+                    json!({"type": "response.created", "response": {"model": "gpt-5.5",
+                    "status": "in_progress", "output": []}}),
+                ),
+                named(
+                    json!({"type": "response.failed", "response": {"model": "gpt-5.5",
+                    "status": "failed", "output": [], "error": error}}),
+                ),
+            ],
+        );
+        let info = seen[1].refusal.clone().unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
+        assert_eq!(info.category.as_deref(), Some("cyber"));
+        assert_eq!(
+            info.explanation.as_deref(),
+            Some("This content was flagged for possible cybersecurity risk.")
+        );
+        assert!(!seen[1].error, "a refusal, not an error");
+
+        let event = observe(
+            &OpenAiResponses,
+            &[named(json!({"type": "error", "sequence_number": 2,
+                "error": {"type": "invalid_request", "code": "bio_policy", "message": "m",
+                    "param": null}}))],
+        );
+        let info = event[0].refusal.clone().unwrap();
+        assert_eq!(info.category.as_deref(), Some("bio"));
+        assert!(!event[0].error);
+
+        let body = json!({"model": "gpt-5.5", "status": "failed", "output": [],
+            "error": {"code": "invalid_prompt", "message": "m"}});
+        let info = OpenAiResponses.inspect_json(&body).refusal.unwrap();
+        assert_eq!(info.category.as_deref(), Some("usage_policy"));
+        let http = json!({"error": {"message": "m", "type": "invalid_request", "param": null,
+            "code": "image_content_policy_violation"}});
+        let info = OpenAiResponses
+            .inspect_error(StatusCode::BAD_REQUEST, &http)
+            .unwrap();
+        assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
+        assert_eq!(info.category.as_deref(), Some("image_content"));
     }
 
     #[test]

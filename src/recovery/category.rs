@@ -19,6 +19,11 @@
 //!   case are an error. `*` names every category without an entry of its
 //!   own, and refusals that name no category. Without `*`, those take the
 //!   default steps, `fallback,rescue` (what the guard does without a policy).
+//! - OpenAI's policy errors name no category; each is recorded under a
+//!   word for its code: `cyber` (`cyber_policy`), `bio` (`bio_policy`),
+//!   `usage_policy` (`invalid_prompt`), `image_content`
+//!   (`image_content_policy_violation`). So `cyber` and `bio` name the same
+//!   policy on Anthropic and OpenAI.
 //! - What a category is ([`CategoryKind`]) decides the steps of one
 //!   without an entry of its own. Most are safety declines and take `*`'s
 //!   steps (else the default). Two kinds are exceptions, each with its own

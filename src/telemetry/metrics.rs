@@ -847,7 +847,7 @@ fn finish_reason(refusal: &Refusal) -> &str {
     match (refusal.signal, refusal.provider) {
         (RefusalSignal::Text, _) => "stop",
         (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",
-        (RefusalSignal::BlockedOutput, _) => "content_filter",
+        (RefusalSignal::BlockedOutput | RefusalSignal::PolicyError, _) => "content_filter",
         (_, Provider::Anthropic) => "refusal",
         (RefusalSignal::ModelRefusal, Provider::OpenAi) => "refusal",
         (_, Provider::OpenAi) => "content_filter",

@@ -643,6 +643,7 @@ pub(crate) fn signal_str(signal: RefusalSignal) -> &'static str {
         RefusalSignal::ModelRefusal => "model_refusal",
         RefusalSignal::Text => "text",
         RefusalSignal::BlockedOutput => "blocked_output",
+        RefusalSignal::PolicyError => "policy_error",
     }
 }
 
@@ -676,6 +677,7 @@ mod tests {
             RefusalSignal::ModelRefusal,
             RefusalSignal::Text,
             RefusalSignal::BlockedOutput,
+            RefusalSignal::PolicyError,
         ] {
             let json = serde_json::to_value(signal).unwrap();
             assert_eq!(json.as_str(), Some(signal_str(signal)));

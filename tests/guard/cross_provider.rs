@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use refusal_guard::header;
 use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains};
-use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider};
+use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Provider, RefusalSignal};
 use refusal_guard::{Outcome, RefusalGuardLayer};
 use serde_json::{json, Value};
 use support::anthropic::events;
@@ -563,6 +563,49 @@ async fn a_responses_content_filter_is_served_by_claude_as_a_responses_stream() 
         refusal.served_model.as_deref(),
         Some("anthropic:claude-sonnet-4-5")
     );
+}
+
+#[tokio::test]
+async fn a_responses_policy_error_is_served_by_claude_as_a_responses_stream() {
+    for refused in [
+        Reply::Status(
+            400,
+            fixture("openai/hand-written/responses_cyber_policy_400.json"),
+        ),
+        Reply::sse(&fixture(
+            "openai/hand-written/responses_failed_cyber_policy.sse",
+        )),
+    ] {
+        let request = post(
+            RESPONSES_URL,
+            &responses_request(true),
+            ("authorization", "Bearer sk-client"),
+        );
+        let done = exchange(
+            claude_chain(),
+            vec![refused, claude_tool_call_stream()],
+            request,
+        )
+        .await;
+        assert_eq!(done.parts.status, 200);
+        assert_eq!(done.parts.headers["content-type"], "text/event-stream");
+        let seen = done.upstream.seen();
+        assert_eq!(seen[1].uri, "http://127.0.0.1:9/anthropic/v1/messages");
+        assert_eq!(seen[1].json()["model"], "claude-sonnet-4-5");
+        let events = responses_events(&done.body);
+        let last = events.last().unwrap();
+        assert_eq!(last["type"], "response.completed");
+        assert_eq!(last["response"]["model"], "claude-sonnet-4-5");
+        assert!(!std::str::from_utf8(&done.body)
+            .unwrap()
+            .contains("cyber_policy"));
+        let records = done.sink.records();
+        assert_eq!(records[0].outcome, Outcome::Fallback);
+        assert_eq!(records[0].signal, Some(RefusalSignal::PolicyError));
+        assert_eq!(records[0].category.as_deref(), Some("cyber"));
+        assert_eq!(records[0].attempts[1].provider, Some(Provider::Anthropic));
+        assert_eq!(records[0].attempts[1].result, AttemptResult::Served);
+    }
 }
 
 #[tokio::test]

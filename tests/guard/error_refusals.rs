@@ -1,7 +1,8 @@
 //! Refusals that arrive as errors (Anthropic's "Output blocked by content
-//! filtering policy", as an HTTP 400 or a stream `error` event), and side
-//! calls that demand structured output, which the rescue step leaves alone,
-//! through the public API.
+//! filtering policy", as an HTTP 400 or a stream `error` event; OpenAI's
+//! policy error codes, as a 400, a Responses `response.failed` or `error`
+//! event), and side calls that demand structured output, which the rescue
+//! step leaves alone, through the public API.
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -153,6 +154,279 @@ async fn an_output_blocked_event_after_text_is_a_partial_refusal_left_alone() {
     assert_eq!(record.outcome, Outcome::Partial);
     assert_eq!(record.kind, Some(RefusalKind::Partial));
     assert_eq!(record.signal, Some(RefusalSignal::BlockedOutput));
+}
+
+// ------------------------------------------------- OpenAI's policy errors
+
+const FAILED_CYBER: &str = "openai/hand-written/responses_failed_cyber_policy.sse";
+const FAILED_CYBER_PARTIAL: &str = "openai/hand-written/responses_failed_cyber_policy_partial.sse";
+const ERROR_EVENT_BIO: &str = "openai/hand-written/responses_error_event_bio_policy.sse";
+const CYBER_400: &str = "openai/hand-written/responses_cyber_policy_400.json";
+const INVALID_PROMPT_400: &str = "openai/hand-written/chat_invalid_prompt_400.json";
+const PLAIN_400: &str = "openai/hand-written/responses_invalid_request_400.json";
+const RESPONSES_ANSWER: &str = "e2e/responses_text.sse";
+const CHAT_ANSWER: &str =
+    "openai/openai-python/83b060bae42eb41c4f1edbb7c1542b954b37d9dfd1910b964ddebc9677e6ae85.bin";
+
+/// A Responses request as Codex CLI sends one: instructions, a list of
+/// input messages of parts, a stream.
+fn codex_request(stream: bool) -> Value {
+    json!({"model": "gpt-5.5", "stream": stream, "store": false,
+        "instructions": "You are a coding agent.",
+        "input": [{"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "Audit my SSH config."}]}]})
+}
+
+fn chat_request() -> Value {
+    json!({"model": "gpt-5.5", "stream": true,
+        "messages": [{"role": "user", "content": "Audit my SSH config."}]})
+}
+
+fn fallback_layer() -> RefusalGuardLayer {
+    RefusalGuardLayer::new()
+        .fallback_chains(chains())
+        .rescue(false)
+}
+
+/// The one record of `done`: an empty refusal of signal policy error and
+/// this category, with its first attempt refused with `status`.
+fn assert_policy_record(done: &Exchange, category: &str, status: u16) {
+    let records = done.sink.records();
+    assert_eq!(records.len(), 1);
+    let record = &records[0];
+    assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
+    assert_eq!(record.category.as_deref(), Some(category));
+    assert_eq!(record.kind, Some(RefusalKind::Empty));
+    assert_eq!(record.attempts[0].status, Some(status));
+    assert_eq!(record.attempts[0].result, AttemptResult::Refused);
+    let line: Value = serde_json::from_slice(&record.to_json_line()).unwrap();
+    assert_eq!(line["signal"], "policy_error");
+    assert_eq!(line["category"], category);
+}
+
+#[tokio::test]
+async fn a_cyber_policy_failure_in_a_responses_stream_is_served_by_the_fallback() {
+    let answer = fixture(RESPONSES_ANSWER);
+    let replies = vec![Reply::sse(&fixture(FAILED_CYBER)), Reply::sse(&answer)];
+    let request = post(RESPONSES_URL, &codex_request(true));
+    let done = exchange(fallback_layer(), replies, request).await;
+    let seen = done.assert_served_on_the_second_call(&answer, "the fallback's stream");
+    let hop = seen[1].json();
+    assert_eq!(hop["model"], "gpt-5.4-mini");
+    assert_eq!(
+        hop["input"],
+        codex_request(true)["input"],
+        "no note on a hop"
+    );
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.signal, RefusalSignal::PolicyError);
+    assert_eq!(refusal.code(), "cyber");
+    assert_eq!(
+        refusal.explanation.as_deref(),
+        Some("This content was flagged for possible cybersecurity risk. If this seems wrong, try rephrasing your request.")
+    );
+    assert_policy_record(&done, "cyber", 200);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.attempts[1].step, AttemptStep::Fallback);
+    assert_eq!(record.attempts[1].model.as_deref(), Some("gpt-5.4-mini"));
+    assert_eq!(record.attempts[1].result, AttemptResult::Served);
+}
+
+#[tokio::test]
+async fn a_bio_policy_error_event_is_rescued_with_a_note_naming_it() {
+    let answer = fixture(RESPONSES_ANSWER);
+    let replies = vec![Reply::sse(&fixture(ERROR_EVENT_BIO)), Reply::sse(&answer)];
+    let request = post(RESPONSES_URL, &codex_request(true));
+    let done = exchange(RefusalGuardLayer::new(), replies, request).await;
+    let seen = done.assert_served_on_the_second_call(&answer, "the rescue's stream");
+    let input = seen[1].json()["input"].clone();
+    let note = input.as_array().unwrap().last().unwrap().to_string();
+    assert!(note.contains("bio"), "{note}");
+    assert!(note.contains("possible biological risk"), "{note}");
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Rescued);
+    assert_policy_record(&done, "bio", 200);
+}
+
+#[tokio::test]
+async fn a_cyber_policy_400_is_recovered_and_the_client_gets_the_fallbacks_200() {
+    for stream in [true, false] {
+        let answer = if stream {
+            fixture(RESPONSES_ANSWER)
+        } else {
+            fixture("usage/responses-answer.json")
+        };
+        let served = if stream {
+            Reply::sse(&answer)
+        } else {
+            Reply::Json(answer.clone())
+        };
+        let replies = vec![Reply::Status(400, fixture(CYBER_400)), served];
+        let request = post(RESPONSES_URL, &codex_request(stream));
+        let done = exchange(fallback_layer(), replies, request).await;
+        assert_eq!(done.parts.status, 200, "stream: {stream}");
+        let seen = done.assert_served_on_the_second_call(&answer, "the fallback's answer");
+        assert_eq!(seen[1].json()["model"], "gpt-5.4-mini");
+        assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+        assert_policy_record(&done, "cyber", 400);
+    }
+}
+
+#[tokio::test]
+async fn a_policy_error_nothing_recovers_reaches_the_client_as_sent() {
+    // No chain for the model, no rescue: nothing to try.
+    let layer = || RefusalGuardLayer::new().rescue(false);
+    for (reply, sent, status) in [
+        (
+            Reply::Status(400, fixture(CYBER_400)),
+            fixture(CYBER_400),
+            400,
+        ),
+        (
+            Reply::sse(&fixture(FAILED_CYBER)),
+            fixture(FAILED_CYBER),
+            200,
+        ),
+        (
+            Reply::sse(&fixture(ERROR_EVENT_BIO)),
+            fixture(ERROR_EVENT_BIO),
+            200,
+        ),
+    ] {
+        let request = post(RESPONSES_URL, &codex_request(true));
+        let done = exchange(layer(), vec![reply], request).await;
+        assert_eq!(done.parts.status, status);
+        assert_eq!(done.parts.headers["request-id"], "req_test_123");
+        let kind = if status == 400 {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
+        assert_eq!(done.parts.headers["content-type"], kind);
+        assert_eq!(done.body, sent, "byte for byte");
+        assert_eq!(done.upstream.seen().len(), 1);
+        let record = &done.sink.records()[0];
+        assert_eq!(record.outcome, Outcome::Dead);
+        assert_eq!(record.reason, Some(DeadReason::RescueOff));
+        assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
+    }
+}
+
+#[tokio::test]
+async fn a_policy_error_on_every_hop_delivers_the_first_as_sent() {
+    let replies = vec![
+        Reply::Status(400, fixture(CYBER_400)),
+        Reply::sse(&fixture(FAILED_CYBER)),
+        Reply::Status(400, fixture(CYBER_400)),
+    ];
+    let request = post(RESPONSES_URL, &codex_request(true));
+    let done = exchange(fallback_layer(), replies, request).await;
+    assert_eq!(done.parts.status, 400);
+    assert_eq!(done.body, fixture(CYBER_400));
+    let seen = done.upstream.seen();
+    let models: Vec<Value> = seen.iter().map(|s| s.json()["model"].clone()).collect();
+    assert_eq!(
+        models,
+        [
+            json!("gpt-5.5"),
+            json!("gpt-5.4-mini"),
+            json!("gpt-5.4-nano")
+        ]
+    );
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::StillRefused));
+    let results: Vec<AttemptResult> = record.attempts.iter().map(|a| a.result).collect();
+    assert_eq!(results, [AttemptResult::Refused; 3]);
+}
+
+#[tokio::test]
+async fn a_cyber_policy_failure_after_text_is_a_partial_refusal_left_alone() {
+    let partial = fixture(FAILED_CYBER_PARTIAL);
+    let replies = vec![Reply::sse(&partial), Reply::sse(&fixture(RESPONSES_ANSWER))];
+    let request = post(RESPONSES_URL, &codex_request(true));
+    let done = exchange(fallback_layer(), replies, request).await;
+    assert_eq!(done.body, partial, "passed through byte for byte");
+    assert_eq!(done.upstream.seen().len(), 1, "no hop after text");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Partial);
+    assert_eq!(record.kind, Some(RefusalKind::Partial));
+    assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
+    assert_eq!(record.category.as_deref(), Some("cyber"));
+}
+
+#[tokio::test]
+async fn a_chat_invalid_prompt_400_is_served_by_the_fallback() {
+    let answer = fixture(CHAT_ANSWER);
+    let replies = vec![
+        Reply::Status(400, fixture(INVALID_PROMPT_400)),
+        Reply::sse(&answer),
+    ];
+    let done = exchange(fallback_layer(), replies, post(CHAT_URL, &chat_request())).await;
+    assert_eq!(done.parts.status, 200);
+    let seen = done.assert_served_on_the_second_call(&answer, "the fallback's stream");
+    assert_eq!(seen[1].json()["model"], "gpt-5.4-mini");
+    assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
+    assert_policy_record(&done, "usage_policy", 400);
+    let explanation = done.sink.records()[0].explanation.clone().unwrap();
+    assert!(
+        explanation.starts_with("Invalid prompt: your prompt was flagged"),
+        "{explanation}"
+    );
+}
+
+#[tokio::test]
+async fn other_openai_error_codes_stay_plain_errors() {
+    let bio_on_chat = Bytes::from(
+        json!({"error": {"message": "m", "type": "invalid_request_error", "param": null,
+            "code": "bio_policy"}})
+        .to_string(),
+    );
+    let failed = Bytes::from_static(
+        b"event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"status\":\"failed\",\"output\":[],\"error\":{\"code\":\"server_error\",\"message\":\"The server had an error.\"}}}\n\n",
+    );
+    let error_event = Bytes::from_static(
+        b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"invalid_request\",\"code\":\"rate_limit_exceeded\",\"message\":\"slow down\"}}\n\n",
+    );
+    let chat_error = Bytes::from_static(
+        b"data: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\",\"code\":\"server_error\"}}\n\n",
+    );
+    for (url, request, reply, sent) in [
+        (
+            RESPONSES_URL,
+            codex_request(false),
+            Reply::Status(400, fixture(PLAIN_400)),
+            fixture(PLAIN_400),
+        ),
+        (
+            CHAT_URL,
+            chat_request(),
+            Reply::Status(400, bio_on_chat.clone()),
+            bio_on_chat,
+        ),
+        (
+            RESPONSES_URL,
+            codex_request(true),
+            Reply::sse(&failed),
+            failed.clone(),
+        ),
+        (
+            RESPONSES_URL,
+            codex_request(true),
+            Reply::sse(&error_event),
+            error_event.clone(),
+        ),
+        (
+            CHAT_URL,
+            chat_request(),
+            Reply::sse(&chat_error),
+            chat_error.clone(),
+        ),
+    ] {
+        let replies = vec![reply, Reply::sse(&fixture(RESPONSES_ANSWER))];
+        let done = exchange(fallback_layer(), replies, post(url, &request)).await;
+        done.assert_untouched(&sent);
+    }
 }
 
 // ------------------------------------------------- structured side calls

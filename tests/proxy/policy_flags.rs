@@ -1,8 +1,9 @@
 //! Issue 14, items 1, 4 and 5 through the real proxy (`run` from flags, as
 //! `examples/proxy.rs`) over a scripted loopback upstream: a policy per
-//! refusal category, fallback credit off, the conversation header never
-//! upstream, the `refusal-guard-recovery` header on recovered responses
-//! only, and the trace a sticky route leaves when it ends.
+//! refusal category (OpenAI's policy errors among them), fallback credit
+//! off, the conversation header never upstream, the
+//! `refusal-guard-recovery` header on recovered responses only, and the
+//! trace a sticky route leaves when it ends.
 
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::events::*;
 use support::proxy::{client, run_proxy};
-use support::raw_upstream::{whole, Act, RawRequest, RawUpstream};
+use support::raw_upstream::{chunk, head_with, last_chunk, whole, Act, RawRequest, RawUpstream};
 use support::*;
 use tower::Layer;
 
@@ -346,6 +347,158 @@ fn an_invalid_policy_fails_at_start_naming_the_bad_part() {
     }
     let ok = Options::try_parse_from(["proxy", "--policy", "bio=stop;*=fallback,rescue"]).unwrap();
     assert_eq!(ok.policy.unwrap().to_string(), "bio=stop;*=fallback,rescue");
+}
+
+// ---- OpenAI's policy errors ---------------------------------------------------
+
+const GPT: &str = "gpt-5.5";
+const GPT_MINI: &str = "gpt-5.4-mini";
+
+/// The headers OpenAI's errors carry, which must reach the client as sent.
+const OPENAI_HEADERS: &[(&str, &str)] = &[
+    ("x-request-id", "req_policy_1"),
+    ("openai-processing-ms", "17"),
+];
+
+/// An OpenAI error body with this `code`.
+fn openai_error(code: &str) -> Bytes {
+    Bytes::from(
+        json!({"error": {"message": format!("flagged: {code}"), "type": "invalid_request",
+            "param": null, "code": code}})
+        .to_string(),
+    )
+}
+
+/// What the scripted upstream does with a Responses request whose input is
+/// `fail:CODE` (or `fail-all:CODE`): the client's model (every model, for
+/// `fail-all`) fails with that error code, as a 400 with OpenAI's headers to
+/// a JSON request and as a `response.failed` stream to a streamed one; any
+/// other request is answered.
+fn openai_reply(request: &RawRequest) -> Vec<Act> {
+    let json = request.json();
+    let input = json["input"].as_str().unwrap_or_default();
+    let (every_model, code) = match input.split_once(':') {
+        Some(("fail", code)) => (false, code),
+        Some(("fail-all", code)) => (true, code),
+        _ => (false, ""),
+    };
+    let stream = json["stream"] == json!(true);
+    let fails = !code.is_empty() && (every_model || json["model"] == GPT);
+    match (fails, stream) {
+        (true, false) => vec![
+            Act::Write(head_with(400, "application/json", OPENAI_HEADERS)),
+            Act::Write(chunk(&openai_error(code))),
+            Act::Write(last_chunk()),
+        ],
+        (true, true) => {
+            let failed = json!({"type": "response.failed", "sequence_number": 0,
+                "response": {"id": "resp_1", "object": "response", "status": "failed",
+                    "model": GPT, "output": [],
+                    "error": {"code": code, "message": format!("flagged: {code}")}}});
+            let stream = format!("event: response.failed\ndata: {failed}\n\n");
+            vec![Act::Write(whole(
+                200,
+                "text/event-stream",
+                stream.as_bytes(),
+            ))]
+        }
+        (false, false) => vec![Act::Write(whole(
+            200,
+            "application/json",
+            &fixture("usage/responses-answer.json"),
+        ))],
+        (false, true) => vec![Act::Write(whole(
+            200,
+            "text/event-stream",
+            &fixture("e2e/responses_text.sse"),
+        ))],
+    }
+}
+
+async fn post_responses(base: &str, input: &str, stream: bool) -> reqwest::Response {
+    client()
+        .post(format!("{base}/v1/responses"))
+        .header("content-type", "application/json")
+        .header("authorization", "Bearer sk-test-key")
+        .body(json!({"model": GPT, "stream": stream, "input": input}).to_string())
+        .send()
+        .await
+        .unwrap()
+}
+
+/// The response reached the client as the upstream sent it: status 400,
+/// OpenAI's headers, the error body of `code`.
+async fn assert_sent_as_is(response: reqwest::Response, code: &str) {
+    assert_eq!(response.status(), 400, "{code}");
+    assert!(response.headers().get(header::RECOVERY).is_none());
+    assert_eq!(response.headers()["content-type"], "application/json");
+    for (name, value) in OPENAI_HEADERS {
+        assert_eq!(response.headers()[*name], *value, "{code}: {name}");
+    }
+    assert_eq!(
+        response.bytes().await.unwrap(),
+        openai_error(code),
+        "{code}"
+    );
+}
+
+#[tokio::test]
+async fn openai_policy_errors_take_their_categorys_steps_and_the_rest_pass_as_sent() {
+    let upstream = RawUpstream::start(|_, request| openai_reply(request)).await;
+    let base = run_proxy(&[
+        "--upstream",
+        &upstream.url(),
+        "--chain",
+        &format!("{GPT}={GPT_MINI}"),
+        "--rescue",
+        "off",
+        "--policy",
+        "bio=stop;*=fallback",
+    ])
+    .await;
+
+    // cyber_policy takes `*`: the chain's model answers, streamed or not.
+    for stream in [true, false] {
+        let from = upstream.requests().len();
+        let response = post_responses(&base, "fail:cyber_policy", stream).await;
+        assert_eq!(response.status(), 200, "stream {stream}");
+        // The model that served, as its answer names it.
+        let (answer, served_by) = if stream {
+            (fixture("e2e/responses_text.sse"), GPT_MINI)
+        } else {
+            (fixture("usage/responses-answer.json"), "gpt-4o-2024-08-06")
+        };
+        assert_eq!(
+            response.headers()[header::RECOVERY],
+            format!("fallback; category=cyber; served-by={served_by}")
+        );
+        assert_eq!(response.bytes().await.unwrap(), answer);
+        let seen = since(&upstream, from);
+        let models: Vec<&Value> = seen.iter().map(|s| &s["model"]).collect();
+        assert_eq!(models, [GPT, GPT_MINI], "stream {stream}");
+    }
+
+    // bio_policy stops: the 400 as sent, one request.
+    let from = upstream.requests().len();
+    assert_sent_as_is(
+        post_responses(&base, "fail:bio_policy", false).await,
+        "bio_policy",
+    )
+    .await;
+    assert_eq!(since(&upstream, from).len(), 1);
+
+    // invalid_prompt on every model: the chain is climbed, then the first
+    // 400 is delivered as sent.
+    let from = upstream.requests().len();
+    let response = post_responses(&base, "fail-all:invalid_prompt", false).await;
+    assert_sent_as_is(response, "invalid_prompt").await;
+    assert_eq!(since(&upstream, from).len(), 2);
+
+    // A code that names no policy is a plain error: nothing is tried.
+    let from = upstream.requests().len();
+    let response = post_responses(&base, "fail:server_error", false).await;
+    assert_sent_as_is(response, "server_error").await;
+    assert_eq!(since(&upstream, from).len(), 1);
 }
 
 // ---- fallback credit off -----------------------------------------------------
