@@ -183,20 +183,32 @@ def test_metrics_count_what_the_log_holds(ops):
     assert all(v == 0 for _, v in found["refusal_guard_streams_in_flight"])
 
 
+# The families (as the parser names them: a counter without `_total`) that
+# may carry a `model` label.
+MODEL_LABELLED = {
+    "refusal_guard_refusals",
+    "refusal_guard_refused_tokens",
+    "refusal_guard_route_served",
+    "refusal_guard_route_refused",
+}
+
+
 def test_no_label_carries_prompt_text_or_keys(ops):
     status, text = get(f"{ops.admin}/metrics")
     assert status == 200
     assert "Check my SSH" not in text and "sk-ant" not in text
-    # Only the refused-token counter names models (the issue asks for tokens
-    # by model); its values are model names as sent, bounded, never text.
+    # Only the refusal counters name models (the alert rules watch the
+    # refusal rate per category and model, and refused tokens are counted by
+    # model) and the learned-routing gauges; the values are model names as
+    # sent, bounded, never text.
     models = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if family.name != "refusal_guard_refused_tokens":
+            if family.name not in MODEL_LABELLED:
                 assert "model" not in sample.labels, sample
             elif "model" in sample.labels:
                 models.add(sample.labels["model"])
-    assert models, "the refused attempts' tokens are counted by model"
+    assert models, "refusals and the refused attempts' tokens are counted by model"
     assert len(models) <= 33
     for model in models:
         assert re.fullmatch(r"[A-Za-z0-9_.:/@-]{1,128}", model), model
