@@ -38,11 +38,9 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 # "public src -> target".
 KNOWN = {
     "guard: call <-> replay <-> request",
-    "public recovery -> dialect",
     "public simulate/contract -> dialect",
     "public store/key -> chunks",
     "public store/key -> dialect",
-    "public telemetry/metrics -> dialect",
 }
 PUBLIC_ONLY = ["recovery", "store", "telemetry", "text", "sse", "refusal", "header", "env", "simulate"]
 

@@ -17,7 +17,8 @@ use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::{InnerBody, InnerService};
 use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, RefusalSignal,
+    WireApi,
 };
 use crate::routing::RouteKey;
 use crate::telemetry::metrics::AttemptSpan;
@@ -380,7 +381,9 @@ impl Climb {
         let state = RecoveryState {
             provider: call.dialect.provider(),
             wire_api: call.dialect.wire_api(),
-            refusal: &self.last,
+            category: self.last.category.as_deref(),
+            explanation: self.last.explanation.as_deref(),
+            signal: self.last.signal.unwrap_or(RefusalSignal::StopReason),
             model: call.model.as_deref(),
             attempts: &self.departure.attempts,
             elapsed: call.started.elapsed(),
@@ -1012,7 +1015,8 @@ mod tests {
         let model = Some(MODEL.to_owned());
         let call = Call {
             request: crate::telemetry::metrics::GuardedRequest::start(
-                dialect,
+                dialect.provider(),
+                dialect.wire_api(),
                 model.as_deref(),
                 false,
                 &handle,

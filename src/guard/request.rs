@@ -499,7 +499,8 @@ impl Outbound {
     ) -> (Call, Original) {
         let handle = RefusalHandle::default();
         let request = crate::telemetry::metrics::GuardedRequest::start(
-            dialect,
+            dialect.provider(),
+            dialect.wire_api(),
             self.model.as_deref(),
             self.streaming,
             &handle,

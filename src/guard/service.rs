@@ -367,7 +367,7 @@ where
     prepare_forwarded(&mut parts, &config, dialect, path_model.as_deref());
     let sent_parts = parts.clone();
     let sent = Instant::now();
-    let mut attempt = AttemptSpan::forwarded(dialect);
+    let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(&mut upstream, request, copy).await;
     let (response, head, bytes, members, share) = match (response, learned) {
@@ -388,7 +388,12 @@ where
             let handle = crate::refusal::RefusalHandle::default();
             let tenant = config.tenant.name();
             drop(crate::telemetry::metrics::GuardedRequest::start(
-                dialect, model, false, &handle, tenant,
+                dialect.provider(),
+                dialect.wire_api(),
+                model,
+                false,
+                &handle,
+                tenant,
             ));
             if let Some(model) = model {
                 attempt.model(model);

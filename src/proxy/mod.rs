@@ -79,9 +79,9 @@ use tower_http::decompression::{Decompression, DecompressionLayer};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::service::RefusalGuard;
 use crate::refusal::RefusalHandle;
 use crate::BoxError;
+use crate::RefusalGuard;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
