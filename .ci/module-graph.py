@@ -39,8 +39,6 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src"
 KNOWN = {
     "guard: call <-> replay <-> request",
     "public simulate/contract -> dialect",
-    "public store/key -> chunks",
-    "public store/key -> dialect",
 }
 PUBLIC_ONLY = ["recovery", "store", "telemetry", "text", "sse", "refusal", "header", "env", "simulate"]
 

@@ -18,6 +18,7 @@ use crate::chunks::Chunks;
 use crate::dialect::{ComposedFallbacks, Dialect, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::replay::ReplayBody;
+use crate::guard::request::conversation::Conversation;
 use crate::guard::reserve::Share;
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::InnerService;
@@ -25,7 +26,6 @@ use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind,
     RefusalSignal, StickyRoute,
 };
-use crate::store::key::Conversation;
 use crate::store::StoreFuture;
 use crate::telemetry::metrics::AttemptSpan;
 use crate::telemetry::RefusalRecord;

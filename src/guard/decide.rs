@@ -1026,7 +1026,7 @@ mod tests {
             config: config.clone(),
             dialect,
             model,
-            conversation: crate::store::key::Conversation::named(None),
+            conversation: crate::guard::request::conversation::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
         };

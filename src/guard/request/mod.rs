@@ -4,6 +4,8 @@
 //! one); naming the conversation; and the outbound rewrites (sticky route,
 //! server-side fallbacks, fallback credit, identity encoding).
 
+pub(crate) mod conversation;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,11 +25,11 @@ use crate::guard::config::Config;
 use crate::guard::replay::{ForwardedBody, ReplayBody};
 use crate::guard::reserve::Share;
 use crate::refusal::{RefusalHandle, StickyRoute};
-use crate::store::key::Conversation;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
 use crate::tenant::Tenant;
 use crate::BoxError;
+use conversation::Conversation;
 
 pub(crate) enum RequestBody<B> {
     Read(Bytes),
@@ -410,7 +412,7 @@ impl Outbound {
             .or(named)
         {
             Some(key) => {
-                let key = crate::store::key::scoped(scope, key.as_bytes());
+                let key = conversation::scoped(scope, key.as_bytes());
                 Conversation::named(Some(ConversationKey::from_bytes(&key)))
             }
             None => Conversation::derived(dialect, bytes, members).scoped(scope),
