@@ -148,9 +148,11 @@ pub mod header;
 pub mod proxy;
 pub mod recovery;
 pub mod refusal;
+pub mod replay;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+mod reserve;
 pub mod routing;
 pub mod simulate;
 pub mod sse;
@@ -159,7 +161,7 @@ pub mod telemetry;
 pub mod tenant;
 pub mod text;
 
-pub use guard::{body, layer, replay, service, timeout};
+pub use guard::{body, layer, service, timeout};
 
 /// The boxed error of the guard's bodies: an inner body's error, or the
 /// guard's own ([`timeout::UpstreamTimeout`], a cut stream).

@@ -15,9 +15,9 @@ use http_body::{Body, Frame, SizeHint};
 use crate::dialect::{
     FrameRewrite, Iterations, Observation, RefusalInfo, ServerFallback, StreamInspector,
 };
-use crate::guard::reserve::Share;
 use crate::guard::timeout::IdleTimeout;
 use crate::refusal::FallbackCredit;
+use crate::reserve::Share;
 use crate::sse::{FrameSink, SseFramer};
 
 use crate::BoxError;

@@ -15,7 +15,7 @@ use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::body::{Findings, StreamWatch};
 use crate::guard::config::Config;
-use crate::guard::reserve::Share;
+use crate::reserve::Share;
 use crate::sse::SseFramer;
 use crate::text::PrefixVerdict;
 use crate::BoxError;

@@ -1,7 +1,7 @@
 //! The guard: one guarded call from the request to the served response.
 //!
-//! The public types ([`layer`], [`service`], [`body`], [`replay`],
-//! [`timeout`]) are re-exported at the crate root; the rest is the private
+//! The public types ([`layer`], [`service`], [`body`], [`timeout`]) are
+//! re-exported at the crate root; the rest is the private
 //! per-request pipeline, in the order one request meets it:
 //!
 //! ```text
@@ -39,51 +39,8 @@ pub mod layer;
 pub(crate) mod live;
 pub(crate) mod partial;
 pub(crate) mod rejected;
-pub mod replay;
 pub(crate) mod request;
-pub(crate) mod reserve;
 pub(crate) mod respond;
 pub mod service;
 pub mod timeout;
-
-use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
-
-use crate::BoxError;
-
-/// The inner service as every step of a guarded call uses it: requests of
-/// body `B`, responses of body `R` (an alias, so that no signature spells
-/// the service bound out).
-pub(crate) trait InnerService<B, R>:
-    Service<Request<B>, Response = Response<R>> + Send
-{
-}
-
-impl<S, B, R> InnerService<B, R> for S where S: Service<Request<B>, Response = Response<R>> + Send {}
-
-/// The inner service as the steps that run on a task of their own (keep-alive,
-/// live thinking, partial continuation) need it.
-pub(crate) trait SpawnableInner<B, R>:
-    InnerService<B, R, Future: Send, Error: Send> + 'static
-{
-}
-
-impl<S, B, R> SpawnableInner<B, R> for S
-where
-    S: InnerService<B, R> + 'static,
-    S::Future: Send,
-    S::Error: Send,
-{
-}
-
-/// A response body of the inner service the guard can hold, judge and
-/// forward.
-pub(crate) trait InnerBody: Body<Error: Into<BoxError>> + Send + 'static {}
-
-impl<R> InnerBody for R
-where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-}
+pub(crate) mod upstream;

@@ -18,9 +18,8 @@ use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamWatc
 use crate::guard::call::{Call, Exchange};
 use crate::guard::decide::{Decision, HandoffMark};
 use crate::guard::hold::Held;
-use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::{InnerBody, InnerService};
+use crate::guard::upstream::{InnerBody, InnerService};
 use crate::refusal::{
     Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi,
 };
@@ -28,15 +27,10 @@ use crate::BoxError;
 
 /// Decides the original `response` of `exchange` and answers with what the
 /// decision comes to.
-pub(crate) async fn decide_and_respond<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
-) -> Response<GuardBody<R>>
-where
-    S: InnerService<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+pub(crate) async fn decide_and_respond<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
+) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     respond(exchange.decide(response).await, &call)
 }
