@@ -389,6 +389,17 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 pub(crate) trait AnthropicFeatures: Send + Sync {
     /// Asks the provider to mint fallback credit on a refusal.
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
+    /// Whether [`request_fallback_credit`](Self::request_fallback_credit)
+    /// asks for anything on this host of the wire.
+    fn asks_fallback_credit(&self) -> bool {
+        false
+    }
+    /// Whether the platform behind `uri` has server-side fallbacks, so that
+    /// [`retarget_fallbacks`](Self::retarget_fallbacks) may change a
+    /// request to it.
+    fn server_fallbacks_on(&self, _uri: &Uri) -> bool {
+        false
+    }
     /// Presents a fallback credit token on a hop.
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
     /// Whether the request already carries server-side fallbacks (a list or

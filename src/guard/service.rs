@@ -246,7 +246,7 @@ async fn guard<U: InnerService>(
     let share = config.held.share();
     let api = Shape::Api(dialect.wire_api());
     let limit = config.max_request_body;
-    let (body, mut share) = if read_first(&config, path_model.as_deref()) {
+    let (body, mut share) = if read_first(&config, dialect, &parts.uri, path_model.as_deref()) {
         (body, share)
     } else {
         match forward_request_body(&parts.headers, body, limit, share).await {

@@ -293,6 +293,14 @@ impl AnthropicFeatures for AnthropicMessages {
         merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
     }
 
+    fn asks_fallback_credit(&self) -> bool {
+        true
+    }
+
+    fn server_fallbacks_on(&self, uri: &Uri) -> bool {
+        first_party(uri)
+    }
+
     fn attach_credit_token(&self, headers: &mut HeaderMap, body: &mut Value, token: &str) {
         merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
         if let Some(object) = body.as_object_mut() {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::ACCEPT_ENCODING;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
@@ -98,16 +98,29 @@ where
 }
 
 /// Whether a request must be read whole before anything is sent: a rewrite
-/// of its first request (sticky route, server-side fallbacks, a fallback
-/// credit header that depends on a model only the body names) may depend
-/// on what it holds. Every other request is forwarded as it arrives.
-pub(crate) fn read_first(config: &Config, path_model: Option<&str>) -> bool {
+/// of its first request may depend on what it holds. That is a sticky
+/// route (any wire API), server-side fallbacks to retarget or inject (only
+/// Anthropic's, only where the platform behind `uri` has them), or the
+/// fallback credit beta when only the body names the model (the header
+/// goes out before a body whose `model` may come after everything else).
+/// Every other request, whatever the layer configures for other wire APIs,
+/// is forwarded as it arrives.
+pub(crate) fn read_first(
+    config: &Config,
+    dialect: &dyn Dialect,
+    uri: &Uri,
+    path_model: Option<&str>,
+) -> bool {
     let sticky = config.sticky_ttl.is_some() && config.store.may_hold_any();
+    let anthropic = dialect.anthropic();
+    let fallbacks =
+        !config.retarget.is_empty() && anthropic.is_some_and(|f| f.server_fallbacks_on(uri));
     let credit = path_model.is_none()
+        && anthropic.is_some_and(|f| f.asks_fallback_credit())
         && config.fallback_credit
         && config.policy.is_none()
         && !config.ladder.chains().is_empty();
-    !config.retarget.is_empty() || sticky || credit
+    sticky || fallbacks || credit
 }
 
 /// Whether the first request asks for fallback credit: when the default
