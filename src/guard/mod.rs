@@ -6,16 +6,26 @@
 //!
 //! ```text
 //! layer      RefusalGuardLayer: the builder; config holds what it built
-//! service    RefusalGuard::call: recognise the wire API, else pass through
-//! request    read the body within bounds, name the conversation, rewrite
-//! call       the per-call context; send the original (head timeout)
+//! service    RefusalGuard::call: recognise the wire API, else pass through;
+//!            guard(): read whole first or forward as it arrives (request)
+//! request/   the body within bounds (read whole, or forwarded with a copy
+//!            kept), the conversation named (conversation.rs), the rewrites
+//!            of the first request; the original as sent (original.rs)
+//! call       Call::start, the per-call context every step and record reads;
+//!            Exchange, the per-request carrier
 //! rejected   a 400 to the guard's own server-side fallbacks: sent again without
 //! live       keep-alive or live thinking, if configured
 //! partial    opt-in (Anthropic): continue a claimed partial refusal
-//! respond    the decision as a response, the record, the handle
+//! respond    decide_and_respond: the decision (decide), then its response,
+//!            the record, the handle
 //! decide     hold the original (hold), then keep it or run the policy
-//! body       held bytes, then the rest, still judged
+//! body       held bytes, then the rest, still judged; settled at the end
 //! ```
+//!
+//! Shared by the steps, calling none of them: `upstream` (the one alias of
+//! the inner service, [`upstream::InnerService`], and its timeouts) and
+//! `timeout`. The request body's copy is `crate::replay::copy`, the byte
+//! pool `crate::reserve`.
 //!
 //! One request's state is one [`call::Exchange`]: the inner service, the
 //! [`call::Call`] (what every step and record reads), the request as sent,
