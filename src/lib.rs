@@ -62,7 +62,9 @@
 //! # Modules
 //!
 //! - [`layer`]: the layer and all its configuration; [`service`] and [`body`]:
-//!   the service and the response body it returns.
+//!   the service and the response body it returns; [`replay`]: the request
+//!   bodies it can send again ([`ReplayBody`]), and the body that forwards
+//!   one as it arrives while keeping a bounded copy.
 //! - [`recovery`]: the [`RecoveryPolicy`](recovery::RecoveryPolicy) that
 //!   decides what to try after an empty refusal, its default
 //!   [`Ladder`](recovery::Ladder), the rescue note, the runtime switch and
@@ -88,19 +90,22 @@
 //!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
 //!   health, the refusals dashboard).
 //!
-//! Inside, one request flows through the private `guard` module, each step
-//! using only those after it: `service` (recognise the wire API, else pass
-//! through) → `request` (read and rewrite the request) → `call` (the
-//! per-call context, the request template, the inner service) → `live`
-//! (keep-alive, live thinking) → `partial` (a partial refusal continued on
-//! the next model, opt-in) → `respond` (the decision turned into the
-//! response, the record and the handle) → `decide` (the policy's steps,
-//! each sent and held, ending in a decision: a value, not a response) →
-//! `hold` (holding a response back and judging it) → `config` (the layer's
-//! settings). Below the guard sit the public extension points
-//! ([`recovery`], [`store`], [`telemetry`], [`text`]) and the wire
-//! (the private `dialect` module, [`sse`]); `.ci/module-graph.py` keeps the
-//! top-level order free of cycles.
+//! Inside, one request flows through the private `guard` module in this
+//! order: `service` (recognise the wire API, else pass
+//! through) → `request` (read or forward the request, name its
+//! conversation, rewrite it; the original as sent) → `call` (the per-call
+//! context and the per-request exchange) → `live` (keep-alive, live
+//! thinking) → `partial` (a partial refusal continued on the next model,
+//! opt-in) → `respond` (the decision turned into the response, the record
+//! and the handle) → `decide` (the policy's steps, each sent and held,
+//! ending in a decision: a value, not a response) → `hold` (holding a
+//! response back and judging it) → `config` (the layer's settings);
+//! `upstream` is the one alias of the inner service the steps share. Below
+//! the guard sit the public extension points ([`recovery`], [`store`],
+//! [`telemetry`], [`text`]), [`replay`] and the wire (the private `dialect`
+//! module, [`sse`]); `.ci/module-graph.py` keeps every folder's modules free
+//! of cycles (and prints their order, bottom to top) and the public modules
+//! on public types.
 //!
 //! # Vocabulary
 //!
