@@ -94,7 +94,7 @@
 //! order: `service` (recognise the wire API, else pass
 //! through) → `request` (read or forward the request, name its
 //! conversation, rewrite it; the original as sent) → `call` (the per-call
-//! context and the per-request exchange) → `live` (keep-alive, live
+//! context) → `exchange` (the per-request carrier) → `live` (keep-alive, live
 //! thinking) → `partial` (a partial refusal continued on the next model,
 //! opt-in) → `respond` (the decision turned into the response, the record
 //! and the handle) → `decide` (the policy's steps, each sent and held,

@@ -10,7 +10,8 @@ use http::{Request, Response};
 
 use crate::dialect::translate::{self, BodyTranslation};
 use crate::dialect::{AnthropicFeatures, Declined, Handoff, RefusalInfo};
-use crate::guard::call::{millis, Call, Exchange};
+use crate::guard::call::{millis, Call};
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Original, Template};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};

@@ -14,7 +14,8 @@ use http::Response;
 
 use crate::dialect::LiveSplice;
 use crate::guard::body::{GuardBody, Splice};
-use crate::guard::call::{Call, Exchange};
+use crate::guard::call::Call;
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
 use crate::guard::partial::{decide_and_continue, Plan};
 use crate::guard::respond::{

@@ -11,8 +11,8 @@
 //! request/   the body within bounds (read whole, or forwarded with a copy
 //!            kept), the conversation named (conversation.rs), the rewrites
 //!            of the first request; the original as sent (original.rs)
-//! call       Call::start, the per-call context every step and record reads;
-//!            Exchange, the per-request carrier
+//! call       Call::start, the per-call context every step and record reads
+//! exchange   Exchange::new, the per-request carrier the steps hand on
 //! rejected   a 400 to the guard's own server-side fallbacks: sent again without
 //! live       keep-alive or live thinking, if configured
 //! partial    opt-in (Anthropic): continue a claimed partial refusal
@@ -27,7 +27,7 @@
 //! `timeout`. The request body's copy is `crate::replay::copy`, the byte
 //! pool `crate::reserve`.
 //!
-//! One request's state is one [`call::Exchange`]: the inner service, the
+//! One request's state is one [`exchange::Exchange`]: the inner service, the
 //! [`call::Call`] (what every step and record reads), the request as sent,
 //! whether it streams and when it went. Each step takes the exchange by
 //! value and hands it on; the other types hold only what their step adds:
@@ -44,6 +44,7 @@ pub mod body;
 pub(crate) mod call;
 pub(crate) mod config;
 pub(crate) mod decide;
+pub(crate) mod exchange;
 pub(crate) mod hold;
 pub mod layer;
 pub(crate) mod live;

@@ -20,7 +20,8 @@ use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
-use crate::guard::call::{millis, Exchange};
+use crate::guard::call::millis;
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::respond::{
     self, judge_findings, mark_recovered, pump, serve_recovered, serve_settled, timed_out,

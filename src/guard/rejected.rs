@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use http::{Response, StatusCode};
 
-use crate::guard::call::Exchange;
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Verdict};
 use crate::guard::respond::{respond, timed_out, Shape};
 use crate::guard::timeout::IdleTimeout;
