@@ -117,7 +117,8 @@
 //! - **hold**: keeping a response back until it can be decided; then it is
 //!   **served**: let through byte for byte, what was held first.
 //! - **judge**: reading a response, event by event or as a whole JSON body,
-//!   for real output and refusals.
+//!   for real output and refusals; what one event showed is a **finding**,
+//!   what the response showed so far its **findings**.
 //! - **recovery**: what follows an empty refusal, step by step as the
 //!   **policy** says: a **fallback** (the request sent to another model) or
 //!   a **rescue** (the request sent again with a reframing note). Each

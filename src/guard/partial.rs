@@ -19,13 +19,13 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
+use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamJudge};
 use crate::guard::call::millis;
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::respond::{
-    self, judge_findings, mark_recovered, pump, serve_recovered, serve_settled, timed_out,
-    unless_gone, FrameSender, Recovery, Shape, Watched,
+    self, mark_recovered, pump, refusal_of, serve_recovered, serve_settled, timed_out, unless_gone,
+    FrameSender, Recovery, Shape, Watched,
 };
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};
@@ -119,7 +119,7 @@ async fn continue_json<U: InnerService>(
     let mut attempts = hop.exchange.opening(original);
     attempts.push(attempt);
     let Some(()) = merged else {
-        let refusal = judge_findings(&call, &findings, request_id, false);
+        let refusal = refusal_of(&call, &findings, request_id, false);
         return serve_settled(held, &call, refusal, attempts, None);
     };
     let bytes = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
@@ -189,7 +189,7 @@ impl Plan {
 fn serve_continuable<U: InnerService>(
     mut exchange: Exchange<U>,
     held: Held<IdleTimeout<U::Out>>,
-    mut watch: Box<StreamWatch>,
+    mut watch: Box<StreamJudge>,
     plan: Plan,
 ) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
@@ -344,7 +344,7 @@ impl<U: InnerService> Hop<U> {
 /// The original's watch and its settling: the record of a response that was
 /// not continued, made when it ends or when the client goes.
 struct Tail {
-    watch: Box<StreamWatch>,
+    watch: Box<StreamJudge>,
     /// Bytes the watch saw while the original was held: the body replays
     /// them first, and they are not fed twice.
     seen: usize,
