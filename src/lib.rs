@@ -62,7 +62,9 @@
 //! # Modules
 //!
 //! - [`layer`]: the layer and all its configuration; [`service`] and [`body`]:
-//!   the service and the response body it returns.
+//!   the service and the response body it returns; [`replay`]: the request
+//!   bodies it can send again ([`ReplayBody`]), and the body that forwards
+//!   one as it arrives while keeping a bounded copy.
 //! - [`recovery`]: the [`RecoveryPolicy`](recovery::RecoveryPolicy) that
 //!   decides what to try after an empty refusal, its default
 //!   [`Ladder`](recovery::Ladder), the rescue note, the runtime switch and
@@ -88,19 +90,22 @@
 //!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
 //!   health, the refusals dashboard).
 //!
-//! Inside, one request flows through the private `guard` module, each step
-//! using only those after it: `service` (recognise the wire API, else pass
-//! through) → `request` (read and rewrite the request) → `call` (the
-//! per-call context, the request template, the inner service) → `live`
-//! (keep-alive, live thinking) → `partial` (a partial refusal continued on
-//! the next model, opt-in) → `respond` (the decision turned into the
-//! response, the record and the handle) → `decide` (the policy's steps,
-//! each sent and held, ending in a decision: a value, not a response) →
-//! `hold` (holding a response back and judging it) → `config` (the layer's
-//! settings). Below the guard sit the public extension points
-//! ([`recovery`], [`store`], [`telemetry`], [`text`]) and the wire
-//! (the private `dialect` module, [`sse`]); `.ci/module-graph.py` keeps the
-//! top-level order free of cycles.
+//! Inside, one request flows through the private `guard` module in this
+//! order: `service` (recognise the wire API, else pass
+//! through) → `request` (read or forward the request, name its
+//! conversation, rewrite it; the original as sent) → `call` (the per-call
+//! context) → `exchange` (the per-request carrier) → `live` (keep-alive, live
+//! thinking) → `partial` (a partial refusal continued on the next model,
+//! opt-in) → `respond` (the decision turned into the response, the record
+//! and the handle) → `decide` (the policy's steps, each sent and held,
+//! ending in a decision: a value, not a response) → `hold` (holding a
+//! response back and judging it) → `config` (the layer's settings);
+//! `upstream` is the one alias of the inner service the steps share. Below
+//! the guard sit the public extension points ([`recovery`], [`store`],
+//! [`telemetry`], [`text`]), [`replay`] and the wire (the private `dialect`
+//! module, [`sse`]); `.ci/module-graph.py` keeps every folder's modules free
+//! of cycles (and prints their order, bottom to top) and the public modules
+//! on public types.
 //!
 //! # Vocabulary
 //!
@@ -112,7 +117,8 @@
 //! - **hold**: keeping a response back until it can be decided; then it is
 //!   **served**: let through byte for byte, what was held first.
 //! - **judge**: reading a response, event by event or as a whole JSON body,
-//!   for real output and refusals.
+//!   for real output and refusals; what one event showed is a **finding**,
+//!   what the response showed so far its **findings**.
 //! - **recovery**: what follows an empty refusal, step by step as the
 //!   **policy** says: a **fallback** (the request sent to another model) or
 //!   a **rescue** (the request sent again with a reframing note). Each
@@ -148,9 +154,11 @@ pub mod header;
 pub mod proxy;
 pub mod recovery;
 pub mod refusal;
+pub mod replay;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
+mod reserve;
 pub mod routing;
 pub mod simulate;
 pub mod sse;
@@ -159,7 +167,7 @@ pub mod telemetry;
 pub mod tenant;
 pub mod text;
 
-pub use guard::{body, layer, replay, service, timeout};
+pub use guard::{body, layer, service, timeout};
 
 /// The boxed error of the guard's bodies: an inner body's error, or the
 /// guard's own ([`timeout::UpstreamTimeout`], a cut stream).

@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tower_service::Service;
 
-use crate::guard::replay::{chain, ForwardedBody, ReplayBody};
+use crate::replay::{chain, ForwardedBody, ReplayBody};
 
 /// The streaming response body of [`ReqwestService`]: `reqwest`'s own body,
 /// an `http_body::Body` with `Data = Bytes` and `Error = reqwest::Error`.

@@ -46,8 +46,8 @@ use http::{Method, Uri};
 use serde_json::{json, Value};
 
 use super::{count, fresh_input, is_real_text, known, str_field, truncate_explanation};
-use super::{path_segments, StreamInspector};
-use super::{Dialect, Observation};
+use super::{path_segments, EventJudge};
+use super::{Dialect, Finding};
 use super::{RefusalInfo, RewriteError};
 use crate::refusal::{
     Provider, RefusalSignal, Usage, WireApi, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY,
@@ -294,11 +294,11 @@ fn cited_sources(metadata: Option<&Value>) -> Option<String> {
 
 /// What one `GenerateContentResponse` (a whole body or one stream chunk)
 /// shows. Output in a candidate comes before its finish reason.
-fn inspect_chunk(chunk: &Value) -> Observation {
-    let mut seen = Observation {
+fn inspect_chunk(chunk: &Value) -> Finding {
+    let mut seen = Finding {
         model: str_field(chunk, "modelVersion"),
         error: chunk.get("error").is_some_and(Value::is_object),
-        ..Observation::default()
+        ..Finding::default()
     };
     if let Some(block) = prompt_block(chunk) {
         seen.refusal = Some(block);
@@ -440,17 +440,17 @@ impl Dialect for GeminiGenerateContent {
         })
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+    fn event_judge(&self) -> Box<dyn EventJudge> {
         Box::<GeminiStream>::default()
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
+    fn judge_json(&self, body: &Value) -> Finding {
         let Some(chunks) = body.as_array() else {
             return inspect_chunk(body);
         };
         // A `streamGenerateContent` answer without `alt=sse`: the chunks in
         // order, up to the first refusal.
-        let mut seen = Observation::default();
+        let mut seen = Finding::default();
         for chunk in chunks {
             let one = inspect_chunk(chunk);
             seen.real_output |= one.real_output;
@@ -524,10 +524,10 @@ struct GeminiStream {
     refused: bool,
 }
 
-impl StreamInspector for GeminiStream {
+impl EventJudge for GeminiStream {
     // Any chunk may carry a finish reason or prompt feedback, so every one
     // is read, committed or not.
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
         let text = match frame.data() {
             Some(data) => data.to_owned(),
             // Not SSE: an error body sent as plain (often multi-line) JSON,
@@ -536,13 +536,13 @@ impl StreamInspector for GeminiStream {
         };
         let text = text.trim();
         if text.is_empty() {
-            return Observation::default();
+            return Finding::default();
         }
         let (mut seen, chunk) = match serde_json::from_str::<Value>(text) {
-            Ok(chunks @ Value::Array(_)) => (GeminiGenerateContent.inspect_json(&chunks), None),
+            Ok(chunks @ Value::Array(_)) => (GeminiGenerateContent.judge_json(&chunks), None),
             Ok(chunk) => (inspect_chunk(&chunk), Some(chunk)),
             // Broken JSON is passed through, not judged.
-            Err(_) => return Observation::default(),
+            Err(_) => return Finding::default(),
         };
         if self.refused && seen.refusal.is_none() {
             seen.usage = chunk.as_ref().and_then(usage);
@@ -569,7 +569,7 @@ mod tests {
         let usage = json!({"promptTokenCount": 40, "cachedContentTokenCount": 10,
             "candidatesTokenCount": 2, "thoughtsTokenCount": 25});
         let refusal = GeminiGenerateContent
-            .inspect_json(&blocked(usage))
+            .judge_json(&blocked(usage))
             .refusal
             .unwrap();
         let expected = Usage::new()
@@ -590,8 +590,8 @@ mod tests {
         );
         let mut framer = SseFramer::new();
         framer.push(Bytes::from(stream)).unwrap();
-        let mut inspector = GeminiGenerateContent.stream_inspector();
-        let seen: Vec<Observation> = std::iter::from_fn(|| framer.next_frame())
+        let mut inspector = GeminiGenerateContent.event_judge();
+        let seen: Vec<Finding> = std::iter::from_fn(|| framer.next_frame())
             .map(|frame| inspector.observe(&frame, false))
             .collect();
         assert_eq!(seen[0].usage, None);
@@ -696,7 +696,7 @@ mod usage_tests {
             chunk(json!({"finishReason": "RECITATION"})),
             chunk(json!({"finishReason": "SAFETY"})),
         ]);
-        let seen = GeminiGenerateContent.inspect_json(&body);
+        let seen = GeminiGenerateContent.judge_json(&body);
         assert!(seen.real_output);
         assert_eq!(
             seen.refusal.unwrap().category.as_deref(),
@@ -712,7 +712,7 @@ mod usage_tests {
         let seen = observe(&GeminiGenerateContent, &frames(raw));
         assert!(seen.iter().any(|o| o.error), "{seen:?}");
         let tolerated = observe(&GeminiGenerateContent, &frames("data: {broken\n\n: c\n\n"));
-        assert!(tolerated.iter().all(|o| *o == Observation::default()));
+        assert!(tolerated.iter().all(|o| *o == Finding::default()));
     }
 
     #[test]

@@ -93,7 +93,7 @@ impl ServerFallback {
 /// Within one observation, `real_output` is taken to come before `refusal`,
 /// which is how providers order them inside a single chunk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Observation {
+pub(crate) struct Finding {
     pub(crate) real_output: bool,
     /// Text this event added to the answer (for the opt-in text detector).
     pub(crate) text: String,
@@ -124,12 +124,12 @@ pub(crate) struct Observation {
 }
 
 /// Per-response state for reading a stream event by event.
-pub(crate) trait StreamInspector: Send {
+pub(crate) trait EventJudge: Send {
     /// Looks at one complete SSE frame. `committed` is true once the
     /// response is being let through: then only refusals (for a partial
     /// record) still matter, so an inspector may skip events that cannot
     /// carry one.
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation;
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding;
 
     /// Whether [`observe`](Self::observe) with `committed` set would find
     /// nothing in a frame, told from a glance at the raw bytes of its
@@ -329,17 +329,17 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// A fresh inspector for one streamed response. Its observations carry
     /// the answer's text and tool calls too, which the opt-in text detector
     /// reads.
-    fn stream_inspector(&self) -> Box<dyn StreamInspector>;
+    fn event_judge(&self) -> Box<dyn EventJudge>;
     /// Inspects a whole successful JSON body.
-    fn inspect_json(&self, body: &Value) -> Observation;
-    /// [`inspect_json`](Self::inspect_json) from the body's bytes, or `None`
+    fn judge_json(&self, body: &Value) -> Finding;
+    /// [`judge_json`](Self::judge_json) from the body's bytes, or `None`
     /// if they are not JSON. The observation carries the answer's text only
     /// if `keep_text` (only the text detector reads it). A dialect may
     /// override this to read just the fields it inspects, without building
     /// a whole [`Value`]; it must observe the same.
-    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
+    fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
         let json = serde_json::from_slice::<Value>(body).ok()?;
-        let mut seen = self.inspect_json(&json);
+        let mut seen = self.judge_json(&json);
         if !keep_text {
             seen.text = String::new();
         }
@@ -347,10 +347,10 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// Inspects a non-2xx JSON body: some providers block prompts with an
     /// HTTP error (Azure's 400 `content_filter`).
-    fn inspect_error(&self, _status: StatusCode, _body: &Value) -> Option<RefusalInfo> {
+    fn judge_error(&self, _status: StatusCode, _body: &Value) -> Option<RefusalInfo> {
         None
     }
-    /// Whether [`inspect_error`](Self::inspect_error) can find anything, so
+    /// Whether [`judge_error`](Self::judge_error) can find anything, so
     /// that error bodies are only read when it can.
     fn refuses_with_errors(&self) -> bool {
         false
@@ -389,6 +389,17 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
 pub(crate) trait AnthropicFeatures: Send + Sync {
     /// Asks the provider to mint fallback credit on a refusal.
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
+    /// Whether [`request_fallback_credit`](Self::request_fallback_credit)
+    /// asks for anything on this host of the wire.
+    fn asks_fallback_credit(&self) -> bool {
+        false
+    }
+    /// Whether the platform behind `uri` has server-side fallbacks, so that
+    /// [`retarget_fallbacks`](Self::retarget_fallbacks) may change a
+    /// request to it.
+    fn server_fallbacks_on(&self, _uri: &Uri) -> bool {
+        false
+    }
     /// Presents a fallback credit token on a hop.
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
     /// Whether the request already carries server-side fallbacks (a list or
@@ -625,8 +636,8 @@ pub(crate) mod tests {
     }
 
     /// What one fresh inspector of `dialect` observes in `frames`, in order.
-    pub(crate) fn observe(dialect: &dyn Dialect, frames: &[Frame]) -> Vec<Observation> {
-        let mut inspector = dialect.stream_inspector();
+    pub(crate) fn observe(dialect: &dyn Dialect, frames: &[Frame]) -> Vec<Finding> {
+        let mut inspector = dialect.event_judge();
         frames.iter().map(|f| inspector.observe(f, false)).collect()
     }
 

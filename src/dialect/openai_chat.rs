@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use super::openai_policy::{policy_blocked, policy_error, OpenAiApi};
 use super::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
-    type_of, without_cache_marks, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
+    type_of, without_cache_marks, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
     CACHE_CONTROL,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, RECITATION_CATEGORY};
@@ -312,15 +312,15 @@ impl Dialect for OpenAiChat {
         serde_json::to_vec(&(system, without_cache_marks(first_user, CACHE_CONTROL))).ok()
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+    fn event_judge(&self) -> Box<dyn EventJudge> {
         Box::new(ChatStream::default())
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
-        let mut seen = Observation {
+    fn judge_json(&self, body: &Value) -> Finding {
+        let mut seen = Finding {
             model: model_of(body),
             error: body.get("error").is_some_and(|e| !e.is_null()),
-            ..Observation::default()
+            ..Finding::default()
         };
         for choice in body
             .get("choices")
@@ -354,7 +354,7 @@ impl Dialect for OpenAiChat {
         seen
     }
 
-    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+    fn judge_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
         azure_blocked_prompt(status, body)
             .or_else(|| policy_blocked(status, body, OpenAiApi::ChatCompletions))
     }
@@ -435,9 +435,9 @@ impl ChatStream {
     }
 }
 
-impl StreamInspector for ChatStream {
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
-        let mut seen = Observation::default();
+impl EventJudge for ChatStream {
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
+        let mut seen = Finding::default();
         let Some(data) = frame.data() else {
             return seen;
         };
@@ -475,7 +475,7 @@ impl StreamInspector for ChatStream {
 impl ChatStream {
     /// Reads each choice of a chunk: output, tool calls, refusal text and
     /// finish reasons.
-    fn choices(&mut self, chunk: &Value, seen: &mut Observation) {
+    fn choices(&mut self, chunk: &Value, seen: &mut Finding) {
         for choice in chunk
             .get("choices")
             .and_then(Value::as_array)
@@ -532,10 +532,10 @@ mod tests {
         assert_eq!(seed(&first), seed(&later));
     }
 
-    fn observe_all(stream: &str) -> Vec<Observation> {
+    fn observe_all(stream: &str) -> Vec<Finding> {
         let mut framer = SseFramer::new();
         framer.push(Bytes::from(stream.to_owned())).unwrap();
-        let mut inspector = OpenAiChat.stream_inspector();
+        let mut inspector = OpenAiChat.event_judge();
         std::iter::from_fn(|| framer.next_frame())
             .map(|frame| inspector.observe(&frame, false))
             .collect()
@@ -556,7 +556,7 @@ mod tests {
             "usage": {"prompt_tokens": 1000, "completion_tokens": 0, "total_tokens": 1000,
                 "prompt_tokens_details": {"cached_tokens": 400}},
         });
-        let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
+        let refusal = OpenAiChat.judge_json(&body).refusal.unwrap();
         let expected = Usage::new()
             .input_tokens(600)
             .output_tokens(0)
@@ -706,27 +706,27 @@ mod usage_tests {
             )),
         );
         assert_eq!(seen.len(), 3);
-        assert!(seen.iter().all(|o| *o == Observation::default()));
+        assert!(seen.iter().all(|o| *o == Finding::default()));
         let error = observe(&OpenAiChat, &[data(r#"{"error":{"message":"boom"}}"#)]);
         assert!(error[0].error);
     }
 
     #[test]
     fn a_json_body_shows_filter_stops_and_model_refusals() {
-        let filtered = OpenAiChat.inspect_json(&json!({"model": "gpt-5", "choices": [
+        let filtered = OpenAiChat.judge_json(&json!({"model": "gpt-5", "choices": [
             {"index": 0, "message": {"role": "assistant", "content": null}, "finish_reason": "content_filter"}]}));
         assert_eq!(
             filtered.refusal.unwrap().signal,
             Some(RefusalSignal::StopReason)
         );
-        let refused = OpenAiChat.inspect_json(&json!({"choices": [
+        let refused = OpenAiChat.judge_json(&json!({"choices": [
             {"index": 0, "message": {"role": "assistant", "content": null, "refusal": "Sorry, no."},
              "finish_reason": "stop"}]}));
         assert!(!refused.real_output);
         let info = refused.refusal.unwrap();
         assert_eq!(info.signal, Some(RefusalSignal::ModelRefusal));
         assert_eq!(info.explanation.as_deref(), Some("Sorry, no."));
-        let answered = OpenAiChat.inspect_json(&json!({"choices": [
+        let answered = OpenAiChat.judge_json(&json!({"choices": [
             {"index": 0, "message": {"role": "assistant", "content": [{"type": "text", "text": "Hi"}]},
              "finish_reason": "stop"}]}));
         assert!(answered.real_output && answered.refusal.is_none());
@@ -737,7 +737,7 @@ mod usage_tests {
         let body = json!({"error": {"code": "content_filter", "message": "Filtered.",
             "innererror": {"code": "ResponsibleAIPolicyViolation"}}});
         let info = OpenAiChat
-            .inspect_error(StatusCode::BAD_REQUEST, &body)
+            .judge_error(StatusCode::BAD_REQUEST, &body)
             .unwrap();
         assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
         assert_eq!(
@@ -745,11 +745,11 @@ mod usage_tests {
             Some("ResponsibleAIPolicyViolation: Filtered.")
         );
         assert!(OpenAiChat
-            .inspect_error(StatusCode::INTERNAL_SERVER_ERROR, &body)
+            .judge_error(StatusCode::INTERNAL_SERVER_ERROR, &body)
             .is_none());
         let other = json!({"error": {"code": "rate_limit", "message": "slow down"}});
         assert!(OpenAiChat
-            .inspect_error(StatusCode::BAD_REQUEST, &other)
+            .judge_error(StatusCode::BAD_REQUEST, &other)
             .is_none());
     }
 
@@ -758,7 +758,7 @@ mod usage_tests {
         let body = json!({"error": {"message": "Invalid prompt: your prompt was flagged as potentially violating our usage policy.",
             "type": "invalid_request_error", "param": null, "code": "invalid_prompt"}});
         let info = OpenAiChat
-            .inspect_error(StatusCode::BAD_REQUEST, &body)
+            .judge_error(StatusCode::BAD_REQUEST, &body)
             .unwrap();
         assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
         assert_eq!(info.category.as_deref(), Some("usage_policy"));
@@ -774,7 +774,7 @@ mod usage_tests {
         assert!(!stream[0].error);
         let bio = json!({"error": {"message": "m", "code": "bio_policy"}});
         assert!(OpenAiChat
-            .inspect_error(StatusCode::BAD_REQUEST, &bio)
+            .judge_error(StatusCode::BAD_REQUEST, &bio)
             .is_none());
     }
 
@@ -850,12 +850,12 @@ mod usage_tests {
         let answered = json!({"model": "gpt-4o", "choices": [{"index": 0,
             "message": {"role": "assistant", "content": "Hello."},
             "finish_reason": "stop", "content_filter_results": results}]});
-        let seen = OpenAiChat.inspect_json(&answered);
+        let seen = OpenAiChat.judge_json(&answered);
         assert!(seen.real_output && seen.refusal.is_none());
         let empty = json!({"model": "gpt-4o", "choices": [{"index": 0,
             "message": {"role": "assistant", "content": ""},
             "finish_reason": "stop", "content_filter_results": results}]});
-        assert_eq!(OpenAiChat.inspect_json(&empty).refusal, None);
+        assert_eq!(OpenAiChat.judge_json(&empty).refusal, None);
         let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "stop",
             "content_filter_results": results}));
         let seen = observe(&OpenAiChat, &[data(&stream)]);
@@ -867,7 +867,7 @@ mod usage_tests {
         let filtered = json!({"model": "gpt-4o", "choices": [{"index": 0,
             "message": {"role": "assistant", "content": null},
             "finish_reason": "content_filter", "content_filter_results": mixed}]});
-        let refusal = OpenAiChat.inspect_json(&filtered).refusal.unwrap();
+        let refusal = OpenAiChat.judge_json(&filtered).refusal.unwrap();
         assert_eq!(refusal.explanation.as_deref(), Some("filtered: violence"));
     }
 
@@ -877,7 +877,7 @@ mod usage_tests {
             let body = json!({"model": "gpt-4o", "choices": [{"index": 0,
                 "message": {"role": "assistant", "content": null},
                 "finish_reason": "content_filter", "content_filter_results": results}]});
-            let whole = OpenAiChat.inspect_json(&body).refusal.unwrap();
+            let whole = OpenAiChat.judge_json(&body).refusal.unwrap();
             let streamed = chunk(
                 json!({"index": 0, "delta": {}, "finish_reason": "content_filter",
                 "content_filter_results": body["choices"][0]["content_filter_results"]}),
@@ -915,7 +915,7 @@ mod usage_tests {
         let body = json!({"model": "claude-opus-4-7", "choices": [{"index": 0,
             "message": {"role": "assistant", "content": null},
             "finish_reason": "refusal"}]});
-        let refusal = OpenAiChat.inspect_json(&body).refusal.unwrap();
+        let refusal = OpenAiChat.judge_json(&body).refusal.unwrap();
         assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
         assert_eq!(refusal.category, None);
         let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "refusal"}));

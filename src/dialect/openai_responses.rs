@@ -34,7 +34,7 @@ use super::openai_chat::{
 use super::openai_policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
 use super::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
-    truncate_explanation, Dialect, Observation, RefusalInfo, RewriteError, StreamInspector,
+    truncate_explanation, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
 use crate::sse::Frame;
@@ -86,7 +86,7 @@ fn part(part: &Value) -> Part<'_> {
 
 /// Reads one output item into `seen`: tool calls and message text are
 /// output, a message's refusal part is a refusal.
-fn scan_item(item: &Value, seen: &mut Observation) {
+fn scan_item(item: &Value, seen: &mut Finding) {
     match item.get("type").and_then(Value::as_str) {
         Some("message") => {
             for content in item
@@ -133,7 +133,7 @@ fn response_usage(usage: &Value) -> Option<Usage> {
 /// Reads a whole response object (a JSON body, or the one a terminal event
 /// carries). Its usage is read once per response, here at its end. Returns
 /// whether it failed on a policy error (a refusal, not an error).
-fn scan_response(response: &Value, seen: &mut Observation) -> bool {
+fn scan_response(response: &Value, seen: &mut Finding) -> bool {
     if seen.model.is_none() {
         seen.model = str_field(response, "model").filter(|m| !m.is_empty());
     }
@@ -220,17 +220,17 @@ impl Dialect for OpenAiResponses {
         })
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+    fn event_judge(&self) -> Box<dyn EventJudge> {
         Box::new(ResponsesStream::default())
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
-        let mut seen = Observation::default();
+    fn judge_json(&self, body: &Value) -> Finding {
+        let mut seen = Finding::default();
         scan_response(body, &mut seen);
         seen
     }
 
-    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+    fn judge_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
         azure_blocked_prompt(status, body)
             .or_else(|| policy_blocked(status, body, OpenAiApi::Responses))
     }
@@ -310,16 +310,16 @@ impl ResponsesStream {
     }
 
     /// Reports the refusal in progress, preferring the provider's full text.
-    fn report(&mut self, full: Option<&str>, seen: &mut Observation) {
+    fn report(&mut self, full: Option<&str>, seen: &mut Finding) {
         let gathered = self.refusal.take();
         let text = full.or(gathered.as_deref());
         seen.refusal.get_or_insert_with(|| model_refusal(text));
     }
 }
 
-impl StreamInspector for ResponsesStream {
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Observation {
-        let mut seen = Observation::default();
+impl EventJudge for ResponsesStream {
+    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
+        let mut seen = Finding::default();
         let Some(event) = json_event(frame) else {
             return seen;
         };
@@ -484,7 +484,7 @@ mod tests {
                 "data: {broken\n\n",
             )),
         );
-        assert!(seen.iter().all(|o| *o == Observation::default()));
+        assert!(seen.iter().all(|o| *o == Finding::default()));
         let failed = observe(
             &OpenAiResponses,
             &[named(
@@ -533,12 +533,12 @@ mod tests {
 
         let body = json!({"model": "gpt-5.5", "status": "failed", "output": [],
             "error": {"code": "invalid_prompt", "message": "m"}});
-        let info = OpenAiResponses.inspect_json(&body).refusal.unwrap();
+        let info = OpenAiResponses.judge_json(&body).refusal.unwrap();
         assert_eq!(info.category.as_deref(), Some("usage_policy"));
         let http = json!({"error": {"message": "m", "type": "invalid_request", "param": null,
             "code": "image_content_policy_violation"}});
         let info = OpenAiResponses
-            .inspect_error(StatusCode::BAD_REQUEST, &http)
+            .judge_error(StatusCode::BAD_REQUEST, &http)
             .unwrap();
         assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
         assert_eq!(info.category.as_deref(), Some("image_content"));
@@ -546,14 +546,14 @@ mod tests {
 
     #[test]
     fn a_json_body_shows_refusal_parts_and_output() {
-        let refused = OpenAiResponses.inspect_json(&json!({"model": "gpt-5", "status": "completed",
+        let refused = OpenAiResponses.judge_json(&json!({"model": "gpt-5", "status": "completed",
             "output": [{"type": "message", "content": [{"type": "refusal", "refusal": "Not this."}]}]}));
         assert!(!refused.real_output);
         assert_eq!(
             refused.refusal.unwrap().explanation.as_deref(),
             Some("Not this.")
         );
-        let answered = OpenAiResponses.inspect_json(&json!({"status": "completed",
+        let answered = OpenAiResponses.judge_json(&json!({"status": "completed",
             "output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi"}]}]}));
         assert!(answered.real_output && answered.refusal.is_none());
         assert_eq!(answered.text, "Hi");
@@ -648,17 +648,14 @@ mod usage_tests {
             )))
             .unwrap();
         let frame = framer.next_frame().unwrap();
-        let seen = OpenAiResponses.stream_inspector().observe(&frame, false);
+        let seen = OpenAiResponses.event_judge().observe(&frame, false);
         let expected = Usage::new()
             .input_tokens(300)
             .output_tokens(3)
             .cache_read_tokens(600);
         assert!(seen.refusal.is_some());
         assert_eq!(seen.usage, Some(expected));
-        assert_eq!(
-            OpenAiResponses.inspect_json(&response).usage,
-            Some(expected)
-        );
+        assert_eq!(OpenAiResponses.judge_json(&response).usage, Some(expected));
     }
 
     #[test]

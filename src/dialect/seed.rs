@@ -2,7 +2,7 @@
 //!
 //! A call keeps its request for as long as its response streams, because
 //! the conversation's key may be asked for at the very end (a partial
-//! refusal's record) and is computed only when asked (see `store::key`).
+//! refusal's record) and is computed only when asked (see `guard::request::conversation`).
 //! Once the call is decided, nothing else needs the body; for an agent's
 //! turn (hundreds of KB of history and tools) the key reads a few per cent
 //! of it. [`seed_part`] cuts that part out as a small document of its own,

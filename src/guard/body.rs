@@ -12,12 +12,10 @@ use std::task::{ready, Context, Poll};
 use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 
-use crate::dialect::{
-    FrameRewrite, Iterations, Observation, RefusalInfo, ServerFallback, StreamInspector,
-};
-use crate::guard::reserve::Share;
+use crate::dialect::{EventJudge, Finding, FrameRewrite, Iterations, RefusalInfo, ServerFallback};
 use crate::guard::timeout::IdleTimeout;
 use crate::refusal::FallbackCredit;
+use crate::reserve::Share;
 use crate::sse::{FrameSink, SseFramer};
 
 use crate::BoxError;
@@ -103,7 +101,7 @@ impl Findings {
     /// opening, so more would be memory for nothing.
     pub(crate) const TEXT_KEPT: usize = 64 << 10;
 
-    pub(crate) fn absorb(&mut self, seen: Observation) {
+    pub(crate) fn absorb(&mut self, seen: Finding) {
         if self.text.is_empty() && seen.text.len() <= self.text_limit {
             // A whole JSON answer comes in one observation: keep its text
             // rather than copy it.
@@ -167,7 +165,7 @@ enum Framer {
 }
 
 impl Framer {
-    fn for_inspector(inspector: &dyn StreamInspector, max_frame_bytes: usize) -> Self {
+    fn for_inspector(inspector: &dyn EventJudge, max_frame_bytes: usize) -> Self {
         #[cfg(feature = "bedrock")]
         if let Some(translate) = inspector.eventstream() {
             return Framer::EventStream(crate::eventstream::EventStreamFramer::new(
@@ -209,9 +207,9 @@ impl Framer {
 }
 
 /// Reads a stream frame by frame and keeps its [`Findings`].
-pub(crate) struct StreamWatch {
+pub(crate) struct StreamJudge {
     framer: Framer,
-    inspector: Box<dyn StreamInspector>,
+    inspector: Box<dyn EventJudge>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
     /// A frame outgrew the framer's limit and was not judged.
@@ -222,14 +220,14 @@ pub(crate) struct StreamWatch {
     pub(crate) committed: bool,
 }
 
-impl StreamWatch {
+impl StreamJudge {
     /// `keep_text`: the answer's opening is kept for the text detector.
     pub(crate) fn new(
-        inspector: Box<dyn StreamInspector>,
+        inspector: Box<dyn EventJudge>,
         max_frame_bytes: usize,
         keep_text: bool,
     ) -> Self {
-        StreamWatch {
+        StreamJudge {
             framer: Framer::for_inspector(&*inspector, max_frame_bytes),
             inspector,
             findings: Findings::keeping_text(keep_text),
@@ -269,8 +267,8 @@ impl StreamWatch {
     }
 
     /// The framer, and the judging of the frames it cuts, borrowed apart.
-    fn split(&mut self) -> (&mut Framer, Judge<'_>) {
-        let judge = Judge {
+    fn split(&mut self) -> (&mut Framer, FrameJudge<'_>) {
+        let judge = FrameJudge {
             inspector: &mut *self.inspector,
             findings: &mut self.findings,
             frames: &mut self.frames,
@@ -280,23 +278,23 @@ impl StreamWatch {
     }
 }
 
-/// A [`StreamWatch`]'s judging, borrowed apart from its framer so that the
+/// A [`StreamJudge`]'s judging, borrowed apart from its framer so that the
 /// framer can hand it frames as it cuts them.
-struct Judge<'a> {
-    inspector: &'a mut dyn StreamInspector,
+struct FrameJudge<'a> {
+    inspector: &'a mut dyn EventJudge,
     findings: &'a mut Findings,
     frames: &'a mut usize,
     committed: bool,
 }
 
-impl Judge<'_> {
+impl FrameJudge<'_> {
     /// Committed with real output seen: only a later refusal still matters.
     fn settled(&self) -> bool {
         self.committed && self.findings.output
     }
 }
 
-impl FrameSink for Judge<'_> {
+impl FrameSink for FrameJudge<'_> {
     fn skips(&mut self, event: Option<&[u8]>) -> bool {
         // A skipped frame has nothing to absorb: an empty observation
         // changes no finding.
@@ -381,12 +379,12 @@ pub(crate) enum Ending {
 /// Called once when a guarded body ends or is dropped, with what the
 /// stream showed after the guard let it through and how it ended.
 pub(crate) trait Settle: Send + 'static {
-    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool, ending: Ending);
+    fn settle(self: Box<Self>, watch: Option<&StreamJudge>, output_before: bool, ending: Ending);
 }
 
 /// The part of a guarded body that must run exactly once.
 struct Finish {
-    watch: Option<Box<StreamWatch>>,
+    watch: Option<Box<StreamJudge>>,
     output_before: bool,
     settle: Option<Box<dyn Settle>>,
 }
@@ -517,7 +515,7 @@ impl<R> GuardBody<R> {
         share: Option<Share>,
         rest: Option<Pin<Box<IdleTimeout<R>>>>,
         error: Option<BoxError>,
-        mut watch: Option<Box<StreamWatch>>,
+        mut watch: Option<Box<StreamJudge>>,
         settle: Option<Box<dyn Settle>>,
         mut splice: Option<Splice>,
     ) -> Self {
@@ -699,7 +697,7 @@ mod tests {
             crate::dialect::recognise(&http::Method::POST, &"/v1/messages".parse().unwrap())
                 .unwrap()
                 .dialect;
-        let mut watch = StreamWatch::new(dialect.stream_inspector(), 1 << 20, keep_text);
+        let mut watch = StreamJudge::new(dialect.event_judge(), 1 << 20, keep_text);
         watch.feed(&Bytes::from_static(STREAM));
         watch.finish();
         watch.findings

@@ -1,6 +1,7 @@
-//! One guarded call: what every step of it reads (the configuration, the
-//! dialect, the model, the conversation, the handle), the request as the
-//! guard will send it, and the inner service it is sent to.
+//! One guarded call: what every step of it and every record reads (the
+//! configuration, the dialect, the model, the conversation, the handle),
+//! and the clones of it that outlive the exchange (in a body's settling,
+//! in spawned tasks).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,26 +9,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderValue, Request, Response};
-use serde_json::Value;
-use tower::ServiceExt;
+use http::Response;
 
-use crate::chunks::Chunks;
-use crate::dialect::{ComposedFallbacks, Dialect, RefusalInfo};
+use crate::dialect::{Dialect, RefusalInfo};
 use crate::guard::config::Config;
-use crate::guard::replay::ReplayBody;
-use crate::guard::reserve::Share;
-use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
-use crate::guard::InnerService;
+use crate::guard::request::conversation::Conversation;
+use crate::guard::request::Named;
+use crate::guard::timeout::{TimeoutKind, UpstreamTimeout};
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind,
-    RefusalSignal, StickyRoute,
+    Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
-use crate::store::key::Conversation;
 use crate::store::StoreFuture;
-use crate::telemetry::metrics::AttemptSpan;
 use crate::telemetry::RefusalRecord;
 
 pin_project_lite::pin_project! {
@@ -67,6 +59,35 @@ pub(crate) struct Call {
 }
 
 impl Call {
+    /// The call of a guardable request, as the guard read it: counted and
+    /// traced from here on.
+    pub(crate) fn start(
+        read: Named,
+        config: Arc<Config>,
+        dialect: &'static dyn Dialect,
+        started: Instant,
+    ) -> Self {
+        let handle = RefusalHandle::default();
+        let request = crate::telemetry::metrics::GuardedRequest::start(
+            dialect.provider(),
+            dialect.wire_api(),
+            read.model.as_deref(),
+            read.streaming,
+            &handle,
+            config.tenant.name(),
+        );
+        Call {
+            request,
+            route: read.route,
+            config,
+            dialect,
+            model: read.model,
+            conversation: read.conversation,
+            started,
+            handle,
+        }
+    }
+
     /// The typed refusal for `info`: empty, of the client's model, with
     /// this outcome; callers set what else they know with struct update.
     pub(crate) fn refusal(&self, info: &RefusalInfo, outcome: Outcome) -> Refusal {
@@ -206,276 +227,4 @@ fn detach(mut work: StoreFuture<'static, ()>) {
 
 pub(crate) fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The bounds on waiting for the upstream.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timeouts {
-    pub(crate) head: Duration,
-    pub(crate) idle: Duration,
-}
-
-impl Timeouts {
-    pub(crate) fn of(config: &Config) -> Self {
-        Timeouts {
-            head: config.head_timeout,
-            idle: config.idle_timeout,
-        }
-    }
-}
-
-/// Why a request sent upstream got no response.
-pub(crate) enum SendError<E> {
-    /// The inner service failed.
-    Inner(E),
-    /// No response head within the head timeout.
-    Timeout(UpstreamTimeout),
-}
-
-/// The inner service, remembering whether it was already polled ready.
-pub(crate) struct Inner<S> {
-    inner: S,
-    primed: bool,
-    timeouts: Timeouts,
-}
-
-impl<S> Inner<S> {
-    /// The inner service, already polled ready.
-    pub(crate) fn primed(inner: S, timeouts: Timeouts) -> Self {
-        Inner {
-            inner,
-            primed: true,
-            timeouts,
-        }
-    }
-
-    /// Sends `request`: its head within the head timeout, its body then
-    /// bounded by the idle timeout.
-    pub(crate) async fn send<B, R>(
-        &mut self,
-        request: Request<B>,
-    ) -> Result<Response<IdleTimeout<R>>, SendError<S::Error>>
-    where
-        S: InnerService<B, R>,
-    {
-        let Timeouts { head, idle } = self.timeouts;
-        let primed = std::mem::take(&mut self.primed);
-        let inner = &mut self.inner;
-        let sent = async move {
-            if !primed {
-                inner.ready().await?;
-            }
-            inner.call(request).await
-        };
-        match tokio::time::timeout(head, sent).await {
-            Ok(Ok(response)) => Ok(response.map(|body| IdleTimeout::new(body, idle))),
-            Ok(Err(error)) => Err(SendError::Inner(error)),
-            Err(_elapsed) => Err(SendError::Timeout(UpstreamTimeout::new(
-                TimeoutKind::Head,
-                head,
-            ))),
-        }
-    }
-}
-
-/// A request body as the client sent it, parsed only once something
-/// rewrites it: most requests go out as they came.
-pub(crate) struct JsonBody {
-    original: Chunks,
-    parsed: Option<Value>,
-}
-
-impl JsonBody {
-    /// The body as read; the caller has seen that it is a JSON object.
-    pub(crate) fn new(original: Chunks) -> Self {
-        JsonBody {
-            original,
-            parsed: None,
-        }
-    }
-
-    /// The body as JSON to rewrite, parsed on the first call. `None` when it
-    /// is JSON too deep for the parser, which the head read does not see.
-    pub(crate) fn json_mut(&mut self) -> Option<&mut Value> {
-        if self.parsed.is_none() {
-            self.parsed = serde_json::from_slice(&self.original.join()).ok();
-        }
-        self.parsed.as_mut()
-    }
-
-    /// A copy of the body as JSON.
-    fn to_json(&self) -> Option<Value> {
-        match &self.parsed {
-            Some(json) => Some(json.clone()),
-            None => serde_json::from_slice(&self.original.join()).ok(),
-        }
-    }
-}
-
-/// The request as the guard sent it; recoveries start from a draft of it.
-pub(crate) struct Original {
-    pub(crate) parts: http::request::Parts,
-    pub(crate) body: JsonBody,
-    /// Whether an outbound rewrite changed the body.
-    pub(crate) rewritten: bool,
-    /// The server-side fallbacks the guard wrote into the request, to take
-    /// back.
-    pub(crate) composed: Option<ComposedFallbacks>,
-    /// The layer-wide pool's part for the buffered request body, given back
-    /// when the call is decided.
-    pub(crate) _share: Arc<Share>,
-}
-
-impl Original {
-    /// Takes back the server-side fallbacks the guard wrote, if it wrote
-    /// any, leaving the request as the client wrote it there.
-    pub(crate) fn withdraw_composed_fallbacks(&mut self, dialect: &dyn Dialect) {
-        let composed = self.composed.take();
-        if let (Some(composed), Some(features), Some(json)) =
-            (composed, dialect.anthropic(), self.body.json_mut())
-        {
-            features.restore_fallbacks(&mut self.parts.headers, json, &composed);
-        }
-    }
-
-    /// The request to send: the client's bytes, or the rewritten JSON.
-    pub(crate) fn request<B: ReplayBody>(&self) -> Request<B> {
-        match (&self.body.parsed, self.rewritten) {
-            (Some(json), true) => request_of(self.parts.clone(), json),
-            _ => with_body(self.parts.clone(), self.body.original.join(), false),
-        }
-    }
-
-    /// A copy for a recovery step to rewrite; `None` when the body cannot
-    /// be parsed whole.
-    pub(crate) fn draft(&self) -> Option<Template> {
-        Some(Template {
-            parts: self.parts.clone(),
-            json: self.body.to_json()?,
-            composed: self.composed.clone(),
-            _share: self._share.clone(),
-        })
-    }
-}
-
-/// A recovery step's request, before it is sent.
-#[derive(Clone)]
-pub(crate) struct Template {
-    pub(crate) parts: http::request::Parts,
-    pub(crate) json: Value,
-    /// The server-side fallbacks the guard wrote into the original.
-    pub(crate) composed: Option<ComposedFallbacks>,
-    /// The layer-wide pool's part for the buffered request body, given back
-    /// when the call is decided.
-    pub(crate) _share: Arc<Share>,
-}
-
-impl Template {
-    /// Aims the request at another model: the server-side fallbacks the
-    /// guard wrote for the requested model (within its allowlist, never
-    /// naming it) taken back first, the client's own kept for the dialect
-    /// to fit to the new model.
-    pub(crate) fn aim_at(
-        &mut self,
-        dialect: &dyn Dialect,
-        model: &str,
-    ) -> Result<(), crate::dialect::RewriteError> {
-        if let (Some(composed), Some(features)) = (self.composed.take(), dialect.anthropic()) {
-            features.restore_fallbacks(&mut self.parts.headers, &mut self.json, &composed);
-        }
-        dialect.swap_model(&mut self.parts.uri, &mut self.json, model)
-    }
-
-    pub(crate) fn request<B: ReplayBody>(&self, json: &Value) -> Request<B> {
-        request_of(self.parts.clone(), json)
-    }
-}
-
-fn request_of<B: ReplayBody>(parts: http::request::Parts, json: &Value) -> Request<B> {
-    let bytes = Bytes::from(serde_json::to_vec(json).unwrap_or_default());
-    with_body(parts, bytes, true)
-}
-
-/// Builds a request, making its length headers true of the new body.
-pub(crate) fn with_body<B: ReplayBody>(
-    mut parts: http::request::Parts,
-    bytes: Bytes,
-    rewritten: bool,
-) -> Request<B> {
-    if rewritten {
-        parts.headers.remove(TRANSFER_ENCODING);
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
-    }
-    Request::from_parts(parts, B::from_bytes(bytes))
-}
-
-/// A guarded call once its original is sent: what deciding its response
-/// needs, step after step.
-///
-/// The upstream service and the request as sent are boxed: an exchange
-/// moves through every future of the decision, and each future that holds
-/// one is part of every request in flight, so it is kept small.
-pub(crate) struct Exchange<S> {
-    pub(crate) upstream: Box<Inner<S>>,
-    pub(crate) call: Call,
-    /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Box<Original>,
-    /// Whether the request asked for a stream.
-    pub(crate) streaming: bool,
-    /// When the original was sent.
-    pub(crate) sent: Instant,
-    /// Requests sent before the one decided as the original: one whose
-    /// server-side fallbacks the provider rejected.
-    pub(crate) earlier: Vec<Attempt>,
-    /// What the original decided is: the request as first sent, or sent
-    /// again without the guard's fallbacks.
-    pub(crate) first: AttemptStep,
-    /// The original's attempt span, open until the original is judged.
-    pub(crate) attempt: AttemptSpan,
-}
-
-impl<S> Exchange<S> {
-    /// The exchange of a call whose original was sent at `sent`, in the
-    /// span `attempt`.
-    pub(crate) fn new(
-        upstream: Inner<S>,
-        call: Call,
-        template: Original,
-        (streaming, sent): (bool, Instant),
-        attempt: AttemptSpan,
-    ) -> Self {
-        Exchange {
-            upstream: Box::new(upstream),
-            call,
-            template: Box::new(template),
-            streaming,
-            sent,
-            earlier: Vec::new(),
-            first: AttemptStep::Original,
-            attempt,
-        }
-    }
-
-    /// The record of the original decided, answered with `status`.
-    pub(crate) fn original_attempt(&self, status: u16, result: AttemptResult) -> Attempt {
-        Attempt {
-            step: self.first,
-            model: self.call.model.clone(),
-            provider: None,
-            result,
-            status: Some(status),
-            latency_ms: millis(self.sent.elapsed()),
-            usage: None,
-            fallback_credit: None,
-        }
-    }
-
-    /// The attempts up to the original decided: any earlier ones, then it.
-    pub(crate) fn opening(&self, original: Attempt) -> Vec<Attempt> {
-        let mut attempts = self.earlier.clone();
-        attempts.push(original);
-        attempts
-    }
 }

@@ -10,9 +10,9 @@ use std::time::Duration;
 use http::header::HeaderName;
 use serde_json::Value;
 
-use crate::guard::reserve::BytePool;
 use crate::recovery::{AllowedFallbacks, Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
 use crate::refusal::Provider;
+use crate::reserve::BytePool;
 use crate::routing::RoutingSource;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;

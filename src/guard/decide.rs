@@ -10,14 +10,16 @@ use http::{Request, Response};
 
 use crate::dialect::translate::{self, BodyTranslation};
 use crate::dialect::{AnthropicFeatures, Declined, Handoff, RefusalInfo};
-use crate::guard::call::{millis, Call, Exchange, Inner, Original, Template};
+use crate::guard::call::{millis, Call};
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Held, Verdict};
-use crate::guard::replay::ReplayBody;
+use crate::guard::request::original::{Original, Template};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::{InnerBody, InnerService};
+use crate::guard::upstream::InnerService;
 use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, WireApi,
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Provider, Refusal, RefusalSignal,
+    WireApi,
 };
 use crate::routing::RouteKey;
 use crate::telemetry::metrics::AttemptSpan;
@@ -94,17 +96,12 @@ impl HandoffMark {
     }
 }
 
-impl<S> Exchange<S> {
+impl<U: InnerService> Exchange<U> {
     /// Holds the original response, then decides what it becomes.
-    pub(crate) async fn decide<B, R>(
+    pub(crate) async fn decide(
         mut self,
-        response: Response<IdleTimeout<R>>,
-    ) -> Decision<IdleTimeout<R>>
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+        response: Response<IdleTimeout<U::Out>>,
+    ) -> Decision<IdleTimeout<U::Out>> {
         let call = &self.call;
         let status = response.status().as_u16();
         let held = hold(response, call.dialect, &call.config, self.streaming, None);
@@ -122,15 +119,10 @@ impl<S> Exchange<S> {
 
     /// Decides a held original: as it is, or, on an empty refusal, what the
     /// ladder comes to.
-    pub(crate) async fn conclude<B, R>(
+    pub(crate) async fn conclude(
         mut self,
-        held: Held<IdleTimeout<R>>,
-    ) -> Decision<IdleTimeout<R>>
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+        held: Held<IdleTimeout<U::Out>>,
+    ) -> Decision<IdleTimeout<U::Out>> {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
         let original_attempt = self.original_attempt(held.status(), AttemptResult::Served);
@@ -203,18 +195,13 @@ impl<S> Exchange<S> {
         }
     }
 
-    async fn recover<B, R>(
+    async fn recover(
         self,
-        original: Held<IdleTimeout<R>>,
+        original: Held<IdleTimeout<U::Out>>,
         info: RefusalInfo,
         original_attempt: Attempt,
         original_request_id: Option<String>,
-    ) -> Decision<IdleTimeout<R>>
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+    ) -> Decision<IdleTimeout<U::Out>> {
         let primary_id = original.findings().and_then(|f| f.message_id.clone());
         let order = routing_order(&self.call, &info).await;
         let opening = self.opening(original_attempt);
@@ -242,7 +229,7 @@ impl<S> Exchange<S> {
                 Prep::Stop => break,
             };
             skips = 0;
-            let Some((held, record)) = climb.send(&mut upstream, &call, streaming, &step).await
+            let Some((held, record)) = climb.send(&mut *upstream, &call, streaming, &step).await
             else {
                 if climb.stopped {
                     break;
@@ -380,7 +367,9 @@ impl Climb {
         let state = RecoveryState {
             provider: call.dialect.provider(),
             wire_api: call.dialect.wire_api(),
-            refusal: &self.last,
+            category: self.last.category.as_deref(),
+            explanation: self.last.explanation.as_deref(),
+            signal: self.last.signal.unwrap_or(RefusalSignal::StopReason),
             model: call.model.as_deref(),
             attempts: &self.departure.attempts,
             elapsed: call.started.elapsed(),
@@ -680,19 +669,14 @@ impl Climb {
 
     /// Sends a step and holds its response, within the deadline. `None`
     /// when it failed (recorded, with the reason set).
-    async fn send<S, B, R>(
+    async fn send<U: InnerService>(
         &mut self,
-        upstream: &mut Inner<S>,
+        upstream: &mut U,
         call: &Call,
         streaming: bool,
         step: &Step,
-    ) -> Option<(Held<IdleTimeout<R>>, Attempt)>
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
-        let request: Request<B> = step.template.request(&step.template.json);
+    ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
+        let request: Request<U::Body> = step.template.request(&step.template.json);
         let to = step.hop.map(|hop| hop.target.provider());
         self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
         let sent = Instant::now();
@@ -971,7 +955,7 @@ mod tests {
     use http_body_util::Full;
 
     use super::*;
-    use crate::guard::call::Timeouts;
+    use crate::guard::upstream::{Inner, Timeouts};
     use crate::recovery::{NextStep, RecoveryState, Rescue};
     use crate::refusal::RefusalHandle;
     use crate::telemetry::MemorySink;
@@ -996,7 +980,7 @@ mod tests {
         sent: Arc<AtomicUsize>,
     }
 
-    fn setup(layer: RefusalGuardLayer) -> (Exchange<Upstream>, Witness) {
+    fn setup(layer: RefusalGuardLayer) -> (Exchange<Inner<Upstream, Full<Bytes>>>, Witness) {
         let config = layer.config();
         let sent = Arc::new(AtomicUsize::new(0));
         let counter = sent.clone();
@@ -1012,7 +996,8 @@ mod tests {
         let model = Some(MODEL.to_owned());
         let call = Call {
             request: crate::telemetry::metrics::GuardedRequest::start(
-                dialect,
+                dialect.provider(),
+                dialect.wire_api(),
                 model.as_deref(),
                 false,
                 &handle,
@@ -1022,7 +1007,7 @@ mod tests {
             config: config.clone(),
             dialect,
             model,
-            conversation: crate::store::key::Conversation::named(None),
+            conversation: crate::guard::request::conversation::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
         };
@@ -1031,7 +1016,9 @@ mod tests {
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
         let template = Original {
             parts,
-            body: crate::guard::call::JsonBody::new(Bytes::from(json.to_string()).into()),
+            body: crate::guard::request::original::JsonBody::new(
+                Bytes::from(json.to_string()).into(),
+            ),
             rewritten: false,
             composed: None,
             _share: Arc::new(config.held.share()),

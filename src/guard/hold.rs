@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::guard::body::{Findings, StreamWatch};
+use crate::guard::body::{Findings, StreamJudge};
 use crate::guard::config::Config;
-use crate::guard::reserve::Share;
+use crate::reserve::Share;
 use crate::sse::SseFramer;
 use crate::text::PrefixVerdict;
 use crate::BoxError;
@@ -49,7 +49,7 @@ pub(crate) struct Held<R> {
     /// For streams: the watch that goes on judging after commit.
     /// Boxed, as `judged` is: both are large and rarely both present, and
     /// the held response moves through every step of the decision.
-    pub(crate) watch: Option<Box<StreamWatch>>,
+    pub(crate) watch: Option<Box<StreamJudge>>,
     /// For whole JSON bodies: what the body showed.
     pub(crate) judged: Option<Box<Findings>>,
     pub(crate) verdict: Verdict,
@@ -208,7 +208,7 @@ pub(crate) async fn hold_stream<R>(
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let mut judge = StreamJudge::new(dialect, config);
+    let mut judge = HeldStream::new(dialect, config);
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -262,17 +262,17 @@ pub(crate) async fn hold_stream<R>(
 }
 
 /// What a held stream has shown so far, and whether that decides it.
-struct StreamJudge<'a> {
+struct HeldStream<'a> {
     dialect: &'static dyn Dialect,
     config: &'a Config,
-    watch: Box<StreamWatch>,
+    watch: Box<StreamJudge>,
     /// Bytes held so far.
     bytes: usize,
     /// Whether the text detector still has to rule on this answer.
     text_pending: bool,
 }
 
-impl<'a> StreamJudge<'a> {
+impl<'a> HeldStream<'a> {
     fn new(dialect: &'static dyn Dialect, config: &'a Config) -> Self {
         // One frame may be as large as the hold allows, and never less than
         // the framer's default, so that a small hold limit still lets a
@@ -280,11 +280,11 @@ impl<'a> StreamJudge<'a> {
         let frame_limit = config
             .max_hold_bytes
             .max(crate::sse::SseFramer::DEFAULT_MAX_FRAME_BYTES);
-        StreamJudge {
+        HeldStream {
             dialect,
             config,
-            watch: Box::new(StreamWatch::new(
-                dialect.stream_inspector(),
+            watch: Box::new(StreamJudge::new(
+                dialect.event_judge(),
                 frame_limit,
                 config.text_detection,
             )),
@@ -443,7 +443,7 @@ pub(crate) async fn hold_json<R>(
         // Not JSON after all: pass it on as it came.
         let info = serde_json::from_slice::<Value>(&whole)
             .ok()
-            .and_then(|json| dialect.inspect_error(held.parts.status, &json));
+            .and_then(|json| dialect.judge_error(held.parts.status, &json));
         held.verdict = match info {
             Some(info) => Verdict::Refused {
                 info,
@@ -453,7 +453,7 @@ pub(crate) async fn hold_json<R>(
         };
         return;
     }
-    let Some(seen) = dialect.inspect_json_bytes(&whole, config.text_detection) else {
+    let Some(seen) = dialect.judge_json_bytes(&whole, config.text_detection) else {
         // Not JSON after all: pass it on as it came.
         held.verdict = Verdict::Ended;
         return;

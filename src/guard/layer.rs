@@ -9,7 +9,6 @@ use serde_json::Value;
 use tower_layer::Layer;
 
 use crate::guard::config::Config;
-use crate::guard::reserve::BytePool;
 use crate::guard::service::RefusalGuard;
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::{
@@ -17,6 +16,7 @@ use crate::recovery::{
     RescueNote, RescueSwitch,
 };
 use crate::refusal::Provider;
+use crate::reserve::BytePool;
 use crate::routing::{FixedRouting, RoutingSource};
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;

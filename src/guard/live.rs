@@ -14,15 +14,15 @@ use http::Response;
 
 use crate::dialect::LiveSplice;
 use crate::guard::body::{GuardBody, Splice};
-use crate::guard::call::{Call, Exchange};
+use crate::guard::call::Call;
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
 use crate::guard::partial::{decide_and_continue, Plan};
-use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{
     decide_and_respond, pump, respond, timed_out, unless_gone, ServedRecovery, Shape,
 };
 use crate::guard::timeout::IdleTimeout;
-use crate::guard::{InnerBody, SpawnableInner};
+use crate::guard::upstream::{InnerBody, InnerService};
 
 /// How a guarded call answers, chosen once from the configuration and the
 /// original's head.
@@ -58,15 +58,10 @@ impl Mode {
 /// What the client gets for the original `response`: the decision, or,
 /// when configured, an answer that begins before it. The one place the
 /// mode is chosen.
-pub(crate) async fn answer<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
-) -> Response<GuardBody<R>>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+pub(crate) async fn answer<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
+) -> Response<GuardBody<U::Out>> {
     let (after, partial) = match Mode::of(&exchange, &response) {
         Mode::LiveThinking(splice) => return live_thinking(exchange, response, splice),
         Mode::Held {
@@ -101,16 +96,11 @@ where
 
 /// The decision as the client gets it once made: served so that a partial
 /// refusal can be continued, when the call allows it.
-async fn decide<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
+async fn decide<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
     partial: Option<Plan>,
-) -> Response<GuardBody<R>>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Response<GuardBody<U::Out>> {
     match partial {
         Some(plan) => decide_and_continue(exchange, response, plan).await,
         None => decide_and_respond(exchange, response).await,
@@ -147,16 +137,11 @@ where
 /// original's thinking as it comes, holding back only what a decision
 /// depends on (text, tool use, the stop). A recovered turn then continues
 /// the same message: its blocks follow the thinking the client has seen.
-fn live_thinking<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
+fn live_thinking<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
     splice: Box<dyn LiveSplice>,
-) -> Response<GuardBody<R>>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     let config = call.config.clone();
     let streaming = exchange.streaming;

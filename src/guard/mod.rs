@@ -1,23 +1,33 @@
 //! The guard: one guarded call from the request to the served response.
 //!
-//! The public types ([`layer`], [`service`], [`body`], [`replay`],
-//! [`timeout`]) are re-exported at the crate root; the rest is the private
+//! The public types ([`layer`], [`service`], [`body`], [`timeout`]) are
+//! re-exported at the crate root; the rest is the private
 //! per-request pipeline, in the order one request meets it:
 //!
 //! ```text
 //! layer      RefusalGuardLayer: the builder; config holds what it built
-//! service    RefusalGuard::call: recognise the wire API, else pass through
-//! request    read the body within bounds, name the conversation, rewrite
-//! call       the per-call context; send the original (head timeout)
+//! service    RefusalGuard::call: recognise the wire API, else pass through;
+//!            guard(): read whole first or forward as it arrives (request)
+//! request/   the body within bounds (read whole, or forwarded with a copy
+//!            kept), the conversation named (conversation.rs), the rewrites
+//!            of the first request; the original as sent (original.rs)
+//! call       Call::start, the per-call context every step and record reads
+//! exchange   Exchange::new, the per-request carrier the steps hand on
 //! rejected   a 400 to the guard's own server-side fallbacks: sent again without
 //! live       keep-alive or live thinking, if configured
 //! partial    opt-in (Anthropic): continue a claimed partial refusal
-//! respond    the decision as a response, the record, the handle
+//! respond    decide_and_respond: the decision (decide), then its response,
+//!            the record, the handle
 //! decide     hold the original (hold), then keep it or run the policy
-//! body       held bytes, then the rest, still judged
+//! body       held bytes, then the rest, still judged; settled at the end
 //! ```
 //!
-//! One request's state is one [`call::Exchange`]: the inner service, the
+//! Shared by the steps, calling none of them: `upstream` (the one alias of
+//! the inner service, [`upstream::InnerService`], and its timeouts) and
+//! `timeout`. The request body's copy is `crate::replay::copy`, the byte
+//! pool `crate::reserve`.
+//!
+//! One request's state is one [`exchange::Exchange`]: the inner service, the
 //! [`call::Call`] (what every step and record reads), the request as sent,
 //! whether it streams and when it went. Each step takes the exchange by
 //! value and hands it on; the other types hold only what their step adds:
@@ -34,56 +44,14 @@ pub mod body;
 pub(crate) mod call;
 pub(crate) mod config;
 pub(crate) mod decide;
+pub(crate) mod exchange;
 pub(crate) mod hold;
 pub mod layer;
 pub(crate) mod live;
 pub(crate) mod partial;
 pub(crate) mod rejected;
-pub mod replay;
 pub(crate) mod request;
-pub(crate) mod reserve;
 pub(crate) mod respond;
 pub mod service;
 pub mod timeout;
-
-use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
-
-use crate::BoxError;
-
-/// The inner service as every step of a guarded call uses it: requests of
-/// body `B`, responses of body `R` (an alias, so that no signature spells
-/// the service bound out).
-pub(crate) trait InnerService<B, R>:
-    Service<Request<B>, Response = Response<R>> + Send
-{
-}
-
-impl<S, B, R> InnerService<B, R> for S where S: Service<Request<B>, Response = Response<R>> + Send {}
-
-/// The inner service as the steps that run on a task of their own (keep-alive,
-/// live thinking, partial continuation) need it.
-pub(crate) trait SpawnableInner<B, R>:
-    InnerService<B, R, Future: Send, Error: Send> + 'static
-{
-}
-
-impl<S, B, R> SpawnableInner<B, R> for S
-where
-    S: InnerService<B, R> + 'static,
-    S::Future: Send,
-    S::Error: Send,
-{
-}
-
-/// A response body of the inner service the guard can hold, judge and
-/// forward.
-pub(crate) trait InnerBody: Body<Error: Into<BoxError>> + Send + 'static {}
-
-impl<R> InnerBody for R
-where
-    R: Body + Send + 'static,
-    R::Error: Into<BoxError>,
-{
-}
+pub(crate) mod upstream;

@@ -19,16 +19,16 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamWatch};
-use crate::guard::call::{millis, Exchange};
+use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamJudge};
+use crate::guard::call::millis;
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
-use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{
-    self, judge_findings, mark_recovered, pump, serve_recovered, serve_settled, timed_out,
-    unless_gone, FrameSender, Recovery, Shape, Watched,
+    self, mark_recovered, pump, refusal_of, serve_recovered, serve_settled, timed_out, unless_gone,
+    FrameSender, Recovery, Shape, Watched,
 };
 use crate::guard::timeout::IdleTimeout;
-use crate::guard::{InnerBody, InnerService, SpawnableInner};
+use crate::guard::upstream::{InnerBody, InnerService};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::sse::SseFramer;
 use crate::BoxError;
@@ -37,16 +37,11 @@ use crate::BoxError;
 /// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
 /// that a response with output is served so that a partial refusal in it
 /// can be continued as `plan` says.
-pub(crate) async fn decide_and_continue<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
+pub(crate) async fn decide_and_continue<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
     plan: Plan,
-) -> Response<GuardBody<R>>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     let held = hold(
         response,
@@ -92,16 +87,11 @@ fn whole_json<R>(held: &Held<R>) -> Option<Value> {
 /// A whole JSON message refused after text: continued with the same
 /// prefill, answered as one message (the content arrays merged), or as it
 /// is when the continuation does not answer with output.
-async fn continue_json<S, B, R>(
-    mut exchange: Exchange<S>,
-    mut held: Held<IdleTimeout<R>>,
+async fn continue_json<U: InnerService>(
+    mut exchange: Exchange<U>,
+    mut held: Held<IdleTimeout<U::Out>>,
     mut plan: Plan,
-) -> Response<GuardBody<R>>
-where
-    S: InnerService<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Response<GuardBody<U::Out>> {
     let findings = held.judged.clone().unwrap_or_default();
     let claimed = findings
         .partial_refusal
@@ -118,7 +108,7 @@ where
     exchange.attempt.end(&original);
     let request_id = call.dialect.request_id(&held.parts.headers);
     let mut hop = Hop { exchange, plan };
-    let (attempt, answer) = hop.attempt::<B, R>(&claim, call.deadline_from_now()).await;
+    let (attempt, answer) = hop.attempt(&claim, call.deadline_from_now()).await;
     let served_model = answer
         .as_ref()
         .and_then(|a| a.judged.as_ref()?.model.clone());
@@ -129,7 +119,7 @@ where
     let mut attempts = hop.exchange.opening(original);
     attempts.push(attempt);
     let Some(()) = merged else {
-        let refusal = judge_findings(&call, &findings, request_id, false);
+        let refusal = refusal_of(&call, &findings, request_id, false);
         return serve_settled(held, &call, refusal, attempts, None);
     };
     let bytes = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
@@ -196,17 +186,12 @@ impl Plan {
 
 /// Answers with the original head and streams the original through a task
 /// that may continue it.
-fn serve_continuable<S, B, R>(
-    mut exchange: Exchange<S>,
-    held: Held<IdleTimeout<R>>,
-    mut watch: Box<StreamWatch>,
+fn serve_continuable<U: InnerService>(
+    mut exchange: Exchange<U>,
+    held: Held<IdleTimeout<U::Out>>,
+    mut watch: Box<StreamJudge>,
     plan: Plan,
-) -> Response<GuardBody<R>>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     call.record_output();
     let original = exchange.original_attempt(held.status(), AttemptResult::Served);
@@ -254,25 +239,20 @@ where
 
 /// What sending the continuation takes: the call's exchange (whose
 /// template is the request as the original was sent) and the plan.
-struct Hop<S> {
-    exchange: Exchange<S>,
+struct Hop<U> {
+    exchange: Exchange<U>,
     plan: Plan,
 }
 
-impl<S> Hop<S> {
+impl<U: InnerService> Hop<U> {
     /// Sends the continuation and holds its answer, within the deadline, in
     /// the attempt's span. The attempt's record, and its held answer when
     /// it has output.
-    async fn attempt<B, R>(
+    async fn attempt(
         &mut self,
         claim: &PrefillClaim,
         deadline: tokio::time::Instant,
-    ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+    ) -> (Attempt, Option<Held<IdleTimeout<U::Out>>>) {
         let model = Some(self.plan.model.as_str());
         let request = &self.exchange.call.request;
         let mut span = request.attempt(AttemptStep::Fallback, model, None);
@@ -281,16 +261,11 @@ impl<S> Hop<S> {
         (record, held)
     }
 
-    async fn send<B, R>(
+    async fn send(
         &mut self,
         claim: &PrefillClaim,
         deadline: tokio::time::Instant,
-    ) -> (Attempt, Option<Held<IdleTimeout<R>>>)
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+    ) -> (Attempt, Option<Held<IdleTimeout<U::Out>>>) {
         let Exchange {
             upstream,
             call,
@@ -333,7 +308,7 @@ impl<S> Hop<S> {
             record.result = AttemptResult::Skipped;
             return (record, None);
         }
-        let request: Request<B> = next.request(&next.json);
+        let request: Request<U::Body> = next.request(&next.json);
         let sent = Instant::now();
         let (dialect, config, streaming) = (call.dialect, &call.config, *streaming);
         let answer = tokio::time::timeout_at(deadline, async move {
@@ -369,7 +344,7 @@ impl<S> Hop<S> {
 /// The original's watch and its settling: the record of a response that was
 /// not continued, made when it ends or when the client goes.
 struct Tail {
-    watch: Box<StreamWatch>,
+    watch: Box<StreamJudge>,
     /// Bytes the watch saw while the original was held: the body replays
     /// them first, and they are not fed twice.
     seen: usize,
@@ -422,8 +397,8 @@ struct Gone;
 
 /// The task that streams the original to the client and, on a refusal that
 /// may be continued, holds its closing frames and tries the continuation.
-struct Continuer<S> {
-    hop: Hop<S>,
+struct Continuer<U> {
+    hop: Hop<U>,
     sender: FrameSender,
     tail: Tail,
     framer: SseFramer,
@@ -434,8 +409,8 @@ struct Continuer<S> {
     closing: Option<Closing>,
 }
 
-impl<S> Continuer<S> {
-    fn new(hop: Hop<S>, sender: FrameSender, tail: Tail) -> Self {
+impl<U: InnerService> Continuer<U> {
+    fn new(hop: Hop<U>, sender: FrameSender, tail: Tail) -> Self {
         // Frames as large as the hold allows, never less than the framer's
         // default (as the hold itself reads them).
         let frame_limit = hop
@@ -455,12 +430,7 @@ impl<S> Continuer<S> {
         }
     }
 
-    async fn run<B, R>(mut self, mut original: GuardBody<R>)
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+    async fn run(mut self, mut original: GuardBody<U::Out>) {
         let ended = self.read_original(&mut original).await;
         drop(original);
         let closing = match (ended, self.closing.take()) {

@@ -11,40 +11,34 @@ use std::time::Instant;
 
 use http::{Response, StatusCode};
 
-use crate::guard::call::{Exchange, SendError};
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Verdict};
-use crate::guard::replay::ReplayBody;
 use crate::guard::respond::{respond, timed_out, Shape};
 use crate::guard::timeout::IdleTimeout;
-use crate::guard::{InnerBody, InnerService};
+use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep};
 use crate::GuardBody;
 
 /// What became of an original answered with a 400 its fallbacks may have
 /// caused.
-pub(crate) enum Resent<S, R, E> {
+pub(crate) enum Resent<U: InnerService> {
     /// The response to decide as the original, and its exchange: the
     /// first one (no 400, or no fallbacks of the guard's), or the answer to
     /// the request sent again without them.
-    Ready(Box<Exchange<S>>, Response<IdleTimeout<R>>),
+    Ready(Box<Exchange<U>>, Response<IdleTimeout<U::Out>>),
     /// Already decided: a refusal sent as a 400, or a timeout.
-    Answered(Response<GuardBody<R>>),
+    Answered(Response<GuardBody<U::Out>>),
     /// The inner service failed on the request sent again.
-    Failed(E),
+    Failed(U::Error),
 }
 
-impl<S> Exchange<S> {
+impl<U: InnerService> Exchange<U> {
     /// Sends the request again without the guard's server-side fallbacks
     /// when the provider answered it with a 400 that is no refusal.
-    pub(crate) async fn without_rejected_fallbacks<B, R>(
+    pub(crate) async fn without_rejected_fallbacks(
         mut self,
-        response: Response<IdleTimeout<R>>,
-    ) -> Resent<S, R, S::Error>
-    where
-        S: InnerService<B, R>,
-        B: ReplayBody,
-        R: InnerBody,
-    {
+        response: Response<IdleTimeout<U::Out>>,
+    ) -> Resent<U> {
         if response.status() != StatusCode::BAD_REQUEST || self.template.composed.is_none() {
             return Resent::Ready(Box::new(self), response);
         }

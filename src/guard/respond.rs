@@ -14,13 +14,13 @@ use serde_json::Value;
 
 use crate::api_error::{api_error, api_error_for};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamWatch};
-use crate::guard::call::{Call, Exchange};
+use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamJudge};
+use crate::guard::call::Call;
 use crate::guard::decide::{Decision, HandoffMark};
+use crate::guard::exchange::Exchange;
 use crate::guard::hold::Held;
-use crate::guard::replay::ReplayBody;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::{InnerBody, InnerService};
+use crate::guard::upstream::{InnerBody, InnerService};
 use crate::refusal::{
     Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi,
 };
@@ -28,15 +28,10 @@ use crate::BoxError;
 
 /// Decides the original `response` of `exchange` and answers with what the
 /// decision comes to.
-pub(crate) async fn decide_and_respond<S, B, R>(
-    exchange: Exchange<S>,
-    response: Response<IdleTimeout<R>>,
-) -> Response<GuardBody<R>>
-where
-    S: InnerService<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+pub(crate) async fn decide_and_respond<U: InnerService>(
+    exchange: Exchange<U>,
+    response: Response<IdleTimeout<U::Out>>,
+) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     respond(exchange.decide(response).await, &call)
 }
@@ -115,7 +110,7 @@ where
     R: InnerBody,
 {
     if let Some(findings) = held.judged.clone() {
-        let refusal = judge_findings(call, &findings, request_id, false);
+        let refusal = refusal_of(call, &findings, request_id, false);
         if let Some(original) = attempts.pop() {
             attempts.push(seen_in(original, &findings));
         }
@@ -375,7 +370,7 @@ pub(crate) enum Recovery {
 }
 
 impl Settle for Watched {
-    fn settle(self: Box<Self>, watch: Option<&StreamWatch>, output_before: bool, ending: Ending) {
+    fn settle(self: Box<Self>, watch: Option<&StreamJudge>, output_before: bool, ending: Ending) {
         let mut this = *self;
         let Some(watch) = watch else {
             match this.recovery {
@@ -413,7 +408,7 @@ impl Settle for Watched {
                     ..this.call.refusal(&original, Outcome::Dead)
                 }
             }),
-            Recovery::None => judge_findings(&this.call, findings, this.request_id.clone(), true),
+            Recovery::None => refusal_of(&this.call, findings, this.request_id.clone(), true),
         };
         match refusal {
             Some(refusal) => this.call.emit(&refusal, this.attempts),
@@ -423,7 +418,7 @@ impl Settle for Watched {
 }
 
 /// The refusal, if any, in a response that was let through as it was.
-pub(crate) fn judge_findings(
+pub(crate) fn refusal_of(
     call: &Call,
     findings: &Findings,
     request_id: Option<String>,

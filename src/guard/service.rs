@@ -20,20 +20,23 @@ use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
 use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
-use crate::guard::call::{with_body, Exchange, Inner, SendError, Timeouts};
+use crate::guard::call::Call;
 use crate::guard::config::Config;
+use crate::guard::exchange::Exchange;
 use crate::guard::live::answer;
 use crate::guard::rejected::Resent;
-use crate::guard::replay::ReplayBody;
+use crate::guard::request::original::with_body;
 use crate::guard::request::{
-    forward_request_body, prepare_forwarded, read_first, read_request_body, Copied, CopyOutcome,
-    Forwarding, Outbound, ReadRequest, RequestBody,
+    forward_request_body, prepare_forwarded, read_first, read_request_body, Forwarding, Outbound,
+    ReadRequest, RequestBody,
 };
-use crate::guard::reserve::Share;
 use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
-use crate::guard::{InnerBody, InnerService, SpawnableInner};
+use crate::guard::upstream::{Inner, InnerService, SendError, Timeouts};
 use crate::refusal::{AttemptResult, AttemptStep};
+use crate::replay::copy::{Copied, CopyOutcome};
+use crate::replay::ReplayBody;
+use crate::reserve::Share;
 use crate::telemetry::metrics::AttemptSpan;
 use crate::BoxError;
 
@@ -223,18 +226,13 @@ where
     }
 }
 
-async fn guard<S, B, R>(
-    mut upstream: Inner<S>,
+async fn guard<U: InnerService>(
+    mut upstream: U,
     config: Arc<Config>,
     dialect: &'static dyn Dialect,
     path_model: Option<String>,
-    request: Request<B>,
-) -> Result<Response<GuardBody<R>>, S::Error>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+    request: Request<U::Body>,
+) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     let started = Instant::now();
     let (mut parts, body) = request.into_parts();
     // From here on, the tenant's settings are the call's.
@@ -249,7 +247,7 @@ where
     let share = config.held.share();
     let api = Shape::Api(dialect.wire_api());
     let limit = config.max_request_body;
-    let (body, mut share) = if read_first(&config, path_model.as_deref()) {
+    let (body, mut share) = if read_first(&config, dialect, &parts.uri, path_model.as_deref()) {
         (body, share)
     } else {
         match forward_request_body(&parts.headers, body, limit, share).await {
@@ -302,7 +300,8 @@ where
     outbound.route_sticky(&config, dialect).await;
     outbound.rewrite(&config, dialect);
     let streaming = outbound.streaming;
-    let (call, template) = outbound.into_call(config, dialect, started, share);
+    let (named, template) = outbound.into_original(share);
+    let call = Call::start(named, config, dialect, started);
     let original = template.request();
 
     let sent = Instant::now();
@@ -344,17 +343,12 @@ struct Known {
 /// answering), then held and decided like any other. A request whose copy
 /// could not be kept (over the bounds, cut short) is served unguarded, as
 /// a request too large to read is.
-async fn forward<S, B, R>(
-    mut upstream: Inner<S>,
-    request: Request<B>,
+async fn forward<U: InnerService>(
+    mut upstream: U,
+    request: Request<U::Body>,
     copy: CopyOutcome,
     known: Known,
-) -> Result<Response<GuardBody<R>>, S::Error>
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     let Known {
         config,
         dialect,
@@ -367,7 +361,7 @@ where
     prepare_forwarded(&mut parts, &config, dialect, path_model.as_deref());
     let sent_parts = parts.clone();
     let sent = Instant::now();
-    let mut attempt = AttemptSpan::forwarded(dialect);
+    let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(&mut upstream, request, copy).await;
     let (response, head, bytes, members, share) = match (response, learned) {
@@ -388,7 +382,12 @@ where
             let handle = crate::refusal::RefusalHandle::default();
             let tenant = config.tenant.name();
             drop(crate::telemetry::metrics::GuardedRequest::start(
-                dialect, model, false, &handle, tenant,
+                dialect.provider(),
+                dialect.wire_api(),
+                model,
+                false,
+                &handle,
+                tenant,
             ));
             if let Some(model) = model {
                 attempt.model(model);
@@ -429,7 +428,8 @@ where
     };
     let outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
     let streaming = outbound.streaming;
-    let (call, template) = outbound.into_call(config, dialect, started, share);
+    let (named, template) = outbound.into_original(share);
+    let call = Call::start(named, config, dialect, started);
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
     if let Some(model) = &call.model {
         attempt.model(model);
@@ -482,19 +482,14 @@ impl Learned {
 /// answering, so the read adds nothing to the wait. A response that comes
 /// before the copy is whole leaves the call with nothing to guard it with
 /// (`Unguarded`).
-async fn send_learning<S, B, R>(
-    upstream: &mut Inner<S>,
-    request: Request<B>,
+async fn send_learning<U: InnerService>(
+    upstream: &mut U,
+    request: Request<U::Body>,
     copy: CopyOutcome,
 ) -> (
-    Result<Response<IdleTimeout<R>>, SendError<S::Error>>,
+    Result<Response<IdleTimeout<U::Out>>, SendError<U::Error>>,
     Learned,
-)
-where
-    S: SpawnableInner<B, R>,
-    B: ReplayBody,
-    R: InnerBody,
-{
+) {
     let mut sending = std::pin::pin!(upstream.send(request));
     // Unconstrained: tokio's cooperative budget would otherwise make a copy
     // already told look pending once a busy task has spent its budget, and
@@ -552,14 +547,11 @@ fn without_conversation_header<B>(config: &Config, mut request: Request<B>) -> R
 }
 
 /// Forwards a request the guard will not judge.
-async fn pass<S, B, R>(
-    mut upstream: Inner<S>,
+async fn pass<U: InnerService>(
+    mut upstream: U,
     api: Shape<'_>,
-    request: Request<B>,
-) -> Result<Response<GuardBody<R>>, S::Error>
-where
-    S: InnerService<B, R>,
-{
+    request: Request<U::Body>,
+) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     match upstream.send(request).await {
         Ok(response) => Ok(response.map(GuardBody::passthrough)),
         Err(SendError::Inner(error)) => Err(error),

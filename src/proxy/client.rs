@@ -27,7 +27,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::guard::replay::{chain, ForwardedBody, ReplayBody};
+use crate::replay::{chain, ForwardedBody, ReplayBody};
 use crate::BoxError;
 
 /// The body of the requests the proxy sends upstream: any body, boxed.

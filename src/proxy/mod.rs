@@ -79,9 +79,9 @@ use tower_http::decompression::{Decompression, DecompressionLayer};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::guard::service::RefusalGuard;
 use crate::refusal::RefusalHandle;
 use crate::BoxError;
+use crate::RefusalGuard;
 use crate::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
@@ -109,6 +109,45 @@ pub type GuardedClient = RefusalGuard<Decompression<UpstreamClient>>;
 /// SigV4 signing over the [`UpstreamClient`].
 #[cfg(feature = "bedrock")]
 pub type SignedClient = RefusalGuard<Decompression<crate::aws::SigV4<UpstreamClient>>>;
+
+/// What [`Proxy`] asks of the service it forwards to (usually a
+/// [`RefusalGuard`]), spelt once: it takes the proxy's [`UpstreamBody`]
+/// requests, can be cloned and shared across connections, and answers with
+/// a body of [`Bytes`]. Every service that does is one.
+///
+/// ```
+/// use refusal_guard::proxy::{GuardedClient, UpstreamService};
+///
+/// fn forwards_to<S: UpstreamService>(_service: &S) {}
+/// # fn check(client: &GuardedClient) {
+/// forwards_to(client);
+/// # }
+/// ```
+pub trait UpstreamService:
+    Service<
+        Request<UpstreamBody>,
+        Response = Response<<Self as UpstreamService>::ResponseBody>,
+        Future: Send + 'static,
+        Error: Into<BoxError>,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+    /// The body of its responses.
+    type ResponseBody: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> UpstreamService for S
+where
+    S: Service<Request<UpstreamBody>, Response = Response<B>> + Clone + Send + Sync + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    type ResponseBody = B;
+}
 
 /// The proxy: a guarded service, the routes it forwards by and the
 /// server's limits.
@@ -341,14 +380,7 @@ impl<S> Proxy<S> {
     }
 }
 
-impl<S, RB> Proxy<S>
-where
-    S: Service<Request<UpstreamBody>, Response = Response<RB>> + Clone + Send + Sync + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    RB: Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-{
+impl<S: UpstreamService> Proxy<S> {
     /// Handles one request: forwards it and returns what the client gets.
     pub async fn handle<B>(&self, request: Request<B>) -> Response<ProxyBody>
     where

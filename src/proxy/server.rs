@@ -26,7 +26,6 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
-use tower_service::Service;
 
 use super::access_log::LogLine;
 use super::{error_response, Proxy, ProxyBody};
@@ -172,18 +171,7 @@ impl InFlight {
     }
 }
 
-impl<S, RB> Proxy<S>
-where
-    S: Service<Request<super::UpstreamBody>, Response = Response<RB>>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    RB: Body<Data = Bytes> + Send + 'static,
-    RB::Error: Into<BoxError>,
-{
+impl<S: super::UpstreamService> Proxy<S> {
     /// Serves connections from `listener` until `shutdown` completes, then
     /// stops accepting, lets requests in flight (streams included) finish
     /// until the drain deadline, and cuts what is left.

@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::dialect::RefusalInfo;
 use crate::recovery::category::Step;
 use crate::refusal::{
     Attempt, AttemptStep, DeadReason, Provider, RefusalKind, RefusalSignal, WireApi,
@@ -286,7 +285,9 @@ impl Default for Budget {
 pub struct RecoveryState<'a> {
     pub(crate) provider: Provider,
     pub(crate) wire_api: WireApi,
-    pub(crate) refusal: &'a RefusalInfo,
+    pub(crate) category: Option<&'a str>,
+    pub(crate) explanation: Option<&'a str>,
+    pub(crate) signal: RefusalSignal,
     pub(crate) model: Option<&'a str>,
     pub(crate) attempts: &'a [Attempt],
     pub(crate) elapsed: Duration,
@@ -315,17 +316,17 @@ impl<'a> RecoveryState<'a> {
     /// The category of the latest refusal in the provider's words (`cyber`,
     /// `content_filter`, `SAFETY`, ...), when it gave one.
     pub fn category(&self) -> Option<&'a str> {
-        self.refusal.category.as_deref()
+        self.category
     }
 
     /// The provider's explanation of the latest refusal, when it gave one.
     pub fn explanation(&self) -> Option<&'a str> {
-        self.refusal.explanation.as_deref()
+        self.explanation
     }
 
     /// How the latest refusal was expressed.
     pub fn signal(&self) -> RefusalSignal {
-        self.refusal.signal.unwrap_or(RefusalSignal::StopReason)
+        self.signal
     }
 
     /// Empty or partial. Only empty refusals are recovered, so this is
@@ -768,11 +769,6 @@ mod tests {
         retarget_sent: bool,
         recommended: Option<&str>,
     ) -> String {
-        let refusal = RefusalInfo {
-            category: category.map(str::to_owned),
-            recommended_model: recommended.map(str::to_owned),
-            ..RefusalInfo::default()
-        };
         let attempt = |step: &str, model: &str| -> Attempt {
             let attempt = serde_json::json!({
                 "step": step, "model": model, "result": "refused", "latency_ms": 1
@@ -787,7 +783,9 @@ mod tests {
             let state = RecoveryState {
                 provider: Provider::Anthropic,
                 wire_api: WireApi::AnthropicMessages,
-                refusal: &refusal,
+                category,
+                explanation: None,
+                signal: RefusalSignal::StopReason,
                 model: Some(OPUS),
                 attempts: &attempts,
                 elapsed: Duration::ZERO,

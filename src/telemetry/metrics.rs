@@ -633,20 +633,20 @@ impl GuardedRequest {
     /// Starts watching a guarded request in the current span (the one
     /// [`request_span`] made).
     pub(crate) fn start(
-        dialect: &dyn crate::dialect::Dialect,
+        provider: Provider,
+        wire_api: WireApi,
         model: Option<&str>,
         streaming: bool,
         handle: &RefusalHandle,
         tenant: &str,
     ) -> std::sync::Arc<Self> {
         let span = tracing::Span::current();
-        let provider = gen_ai_system(dialect.provider(), dialect.wire_api());
+        let provider = gen_ai_system(provider, wire_api);
         span.record("gen_ai.system", provider);
         span.record("gen_ai.provider.name", provider);
         if let Some(model) = model {
             span.record("gen_ai.request.model", model);
         }
-        let wire_api = dialect.wire_api();
         if streaming {
             gauge!(STREAMS_IN_FLIGHT, "wire_api" => wire_api.as_str()).increment(1.0);
         }
@@ -762,8 +762,8 @@ impl AttemptSpan {
 
     /// The original's span of a request forwarded as it arrives, under the
     /// current span (the request's), before its model is known.
-    pub(crate) fn forwarded(dialect: &dyn crate::dialect::Dialect) -> Self {
-        let system = gen_ai_system(dialect.provider(), dialect.wire_api());
+    pub(crate) fn forwarded(provider: Provider, wire_api: WireApi) -> Self {
+        let system = gen_ai_system(provider, wire_api);
         let parent = tracing::Span::current();
         AttemptSpan::start(&parent, system, AttemptStep::Original, None)
     }

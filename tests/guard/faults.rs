@@ -16,6 +16,7 @@ use http::{Request, Response};
 use http_body::{Body, Frame};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
+use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::timeout::{TimeoutKind, UpstreamTimeout};
@@ -102,6 +103,8 @@ use std::future::Future;
 struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<(http::HeaderMap, Value)>>>,
+    /// Requests whose head arrived, their bodies whole or not yet.
+    called: Arc<AtomicUsize>,
     dropped: Arc<AtomicUsize>,
     violations: support::contract::Violations,
 }
@@ -122,6 +125,10 @@ impl Script {
         self.seen.lock().unwrap().len()
     }
 
+    fn called(&self) -> usize {
+        self.called.load(Ordering::SeqCst)
+    }
+
     fn dropped(&self) -> usize {
         self.dropped.load(Ordering::SeqCst)
     }
@@ -139,6 +146,7 @@ impl Service<Request<BoxBody<Bytes, BoxError>>> for Script {
     }
 
     fn call(&mut self, request: Request<BoxBody<Bytes, BoxError>>) -> ScriptFuture {
+        self.called.fetch_add(1, Ordering::SeqCst);
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
@@ -692,4 +700,125 @@ fn in_pieces() -> Request<BoxBody<Bytes, BoxError>> {
             .boxed(),
         )
         .unwrap()
+}
+
+/// A request body that arrives as a client on a slow link sends it: each
+/// piece when the test sends it, the end when the test drops the sender.
+struct Arriving(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for Arriving {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|piece| piece.map(|piece| Ok(Frame::data(piece))))
+    }
+}
+
+/// `body` posted to `url` as it arrives: the request, and the sender of its
+/// pieces.
+fn arriving(
+    url: &str,
+) -> (
+    Request<BoxBody<Bytes, BoxError>>,
+    tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let (pieces, arrived) = tokio::sync::mpsc::channel(4);
+    let request = Request::post(url)
+        .header("content-type", "application/json")
+        .body(Arriving(arrived).boxed())
+        .unwrap();
+    (request, pieces)
+}
+
+/// `body` in two pieces, cut in the middle.
+fn halves(body: &Value) -> (Bytes, Bytes) {
+    let bytes = Bytes::from(body.to_string());
+    let middle = bytes.len() / 2;
+    (bytes.slice(..middle), bytes.slice(middle..))
+}
+
+fn chat_answer() -> Bytes {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"gpt-x",
+            "choices":[{"index":0,"delta":delta,"finish_reason":finish}]})
+    };
+    let events = [
+        chunk(json!({"role":"assistant","content":"Hello"}), Value::Null),
+        chunk(json!({}), json!("stop")),
+    ];
+    let mut sse: String = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+    sse.push_str("data: [DONE]\n\n");
+    Bytes::from(sse)
+}
+
+/// Nothing the layer configures rewrites a Chat request: a retarget list
+/// changes only Anthropic's server-side fallbacks, and fallback credit is
+/// asked only of Anthropic. So the request goes upstream as it arrives,
+/// its copy filling alongside, and is guarded all the same.
+#[tokio::test]
+async fn a_chat_request_with_a_chain_and_a_retarget_list_reaches_the_upstream_before_its_body_is_whole(
+) {
+    let script = Script::new(vec![Reply::Sse(vec![Step::Data(chat_answer())])]);
+    let guard = RefusalGuardLayer::new()
+        .fallback_chains(FallbackChains::new().chain("gpt-x", ["gpt-y"]))
+        .retarget_fallbacks(["claude-y"])
+        .layer(script.clone());
+    let body = json!({"model":"gpt-x","stream":true,
+        "messages":[{"role":"user","content":"Audit my SSH config"}]});
+    let (first, rest) = halves(&body);
+    let (request, pieces) = arriving("https://api.openai.com/v1/chat/completions");
+    let answered = tokio::spawn(guard.oneshot(request));
+    pieces.send(first).await.unwrap();
+    eventually("the upstream gets the request", || script.called() == 1).await;
+    assert_eq!(script.requests(), 0, "its body is not whole yet");
+    pieces.send(rest).await.unwrap();
+    drop(pieces);
+
+    let response = answered.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.extensions().get::<RefusalHandle>().is_some(),
+        "guarded"
+    );
+    let (bytes, error) = read(response.into_body()).await;
+    assert!(error.is_none());
+    assert_eq!(bytes, chat_answer());
+    let (headers, sent) = &script.seen()[0];
+    assert_eq!(sent, &body, "the body as the client sent it");
+    assert_eq!(headers["accept-encoding"], "identity");
+}
+
+/// A retarget list may rewrite a first-party Anthropic request's
+/// server-side fallbacks, so its body is read whole before anything goes
+/// upstream.
+#[tokio::test]
+async fn an_anthropic_request_with_a_retarget_list_is_read_whole_before_it_is_sent() {
+    let script = Script::new(vec![Reply::Sse(vec![Step::Data(answer())])]);
+    let guard = RefusalGuardLayer::new()
+        .retarget_fallbacks(["claude-y"])
+        .layer(script.clone());
+    let body = json!({"model":"claude-x","max_tokens":64,"stream":true,
+        "messages":[{"role":"user","content":"Audit my SSH config"}]});
+    let (first, rest) = halves(&body);
+    let (request, pieces) = arriving("https://api.anthropic.com/v1/messages");
+    let answered = tokio::spawn(guard.oneshot(request));
+    pieces.send(first).await.unwrap();
+    // What a forwarded request's head takes to arrive, several times over.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(script.called(), 0, "nothing sent before the body is whole");
+    pieces.send(rest).await.unwrap();
+    drop(pieces);
+
+    let response = answered.await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    let (bytes, error) = read(response.into_body()).await;
+    assert!(error.is_none());
+    assert_eq!(bytes, answer());
+    assert_eq!(script.called(), 1);
+    assert_eq!(script.seen()[0].1, body);
 }

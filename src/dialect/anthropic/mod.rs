@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 use super::fields::typed;
 use super::{
     merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
-    AnthropicFeatures, ComposedFallbacks, Dialect, FrameRewrite, Handoff, LiveSplice, Observation,
-    PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, StreamInspector,
+    AnthropicFeatures, ComposedFallbacks, Dialect, EventJudge, Finding, FrameRewrite, Handoff,
+    LiveSplice, PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback,
     CACHE_CONTROL,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
@@ -101,19 +101,19 @@ impl Dialect for AnthropicMessages {
         })
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+    fn event_judge(&self) -> Box<dyn EventJudge> {
         Box::<AnthropicStream>::default()
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
+    fn judge_json(&self, body: &Value) -> Finding {
         let usage_of = body.get("usage");
-        let mut seen = Observation {
+        let mut seen = Finding {
             model: str_field(body, "model"),
             message_id: str_field(body, "id"),
             error: body.get("type").and_then(Value::as_str) == Some("error"),
             fallback_credit: usage_of.and_then(fallback_credit),
             iterations: usage_of.and_then(iterations),
-            ..Observation::default()
+            ..Finding::default()
         };
         for block in body
             .get("content")
@@ -137,12 +137,12 @@ impl Dialect for AnthropicMessages {
         seen
     }
 
-    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
+    fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
         if let Some(message) = typed::<MessageFields<'_>>(body) {
             return Some(message.observe(keep_text));
         }
         let json = serde_json::from_slice::<Value>(body).ok()?;
-        let mut seen = self.inspect_json(&json);
+        let mut seen = self.judge_json(&json);
         if !keep_text {
             seen.text = String::new();
         }
@@ -162,7 +162,7 @@ impl Dialect for AnthropicMessages {
         }
     }
 
-    fn inspect_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
+    fn judge_error(&self, status: StatusCode, body: &Value) -> Option<RefusalInfo> {
         status
             .is_client_error()
             .then(|| blocked_output(body))
@@ -291,6 +291,14 @@ impl AnthropicFeatures for AnthropicMessages {
 
     fn request_fallback_credit(&self, headers: &mut HeaderMap) {
         merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
+    }
+
+    fn asks_fallback_credit(&self) -> bool {
+        true
+    }
+
+    fn server_fallbacks_on(&self, uri: &Uri) -> bool {
+        first_party(uri)
     }
 
     fn attach_credit_token(&self, headers: &mut HeaderMap, body: &mut Value, token: &str) {

@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 use crate::dialect::fields::{Count, Flag, Obj, RawText, Str};
-use crate::dialect::{known, Iterations, Observation, RefusalInfo, ServerFallback};
+use crate::dialect::{known, Finding, Iterations, RefusalInfo, ServerFallback};
 
 use super::signals::*;
 use crate::refusal::Prefill as ClaimState;
@@ -125,16 +125,16 @@ pub(super) struct CreditStatusFields<'a> {
 }
 
 impl MessageFields<'_> {
-    /// What [`AnthropicMessages::inspect_json`] observes in the same body.
-    pub(super) fn observe(&self, keep_text: bool) -> Observation {
+    /// What [`AnthropicMessages::judge_json`] observes in the same body.
+    pub(super) fn observe(&self, keep_text: bool) -> Finding {
         let usage = self.usage.as_ref().map(|Obj(u)| u);
-        let mut seen = Observation {
+        let mut seen = Finding {
             model: self.model.owned(),
             message_id: self.id.owned(),
             error: self.kind.is("error"),
             fallback_credit: usage.and_then(UsageFields::fallback_credit),
             iterations: usage.and_then(UsageFields::iterations),
-            ..Observation::default()
+            ..Finding::default()
         };
         for Obj(block) in self.content.iter().flatten() {
             seen.real_output |= block.is_output();

@@ -3,9 +3,7 @@
 use serde_json::Value;
 
 use crate::dialect::fields::{typed, Obj, RawText};
-use crate::dialect::{
-    event_type, is_real_text, json_event, known, str_field, Observation, StreamInspector,
-};
+use crate::dialect::{event_type, is_real_text, json_event, known, str_field, EventJudge, Finding};
 
 use super::shapes::*;
 use super::signals::*;
@@ -24,8 +22,8 @@ pub(super) struct AnthropicStream {
 impl AnthropicStream {
     /// What an event says, read in typed fields when it fits them (the
     /// same as [`AnthropicStream::observe_value`] would say).
-    pub(super) fn observe_fields(&mut self, event: &EventFields<'_>, frame: &Frame) -> Observation {
-        let mut seen = Observation::default();
+    pub(super) fn observe_fields(&mut self, event: &EventFields<'_>, frame: &Frame) -> Finding {
+        let mut seen = Finding::default();
         match event.kind.as_deref().or(frame.event()).unwrap_or_default() {
             "message_start" => {
                 let message = event.message.as_ref().map(|Obj(m)| m);
@@ -76,8 +74,8 @@ impl AnthropicStream {
     }
 
     /// What an event says, read as a whole `Value`.
-    pub(super) fn observe_value(&mut self, frame: &Frame) -> Observation {
-        let mut seen = Observation::default();
+    pub(super) fn observe_value(&mut self, frame: &Frame) -> Finding {
+        let mut seen = Finding::default();
         let Some(event) = json_event(frame) else {
             return seen;
         };
@@ -128,13 +126,13 @@ impl AnthropicStream {
     }
 }
 
-impl StreamInspector for AnthropicStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
+impl EventJudge for AnthropicStream {
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
         if committed && self.skips_committed(frame.event_raw()) {
-            return Observation::default();
+            return Finding::default();
         }
         let Some(data) = frame.data() else {
-            return Observation::default();
+            return Finding::default();
         };
         // Typed first: most events fit, and are read without building a
         // tree of values.

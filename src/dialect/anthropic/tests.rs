@@ -92,11 +92,11 @@ fn typed_and_value_readings_of_stream_events_agree() {
     );
 }
 
-fn one(frame: Frame) -> Observation {
+fn one(frame: Frame) -> Finding {
     observe(&AnthropicMessages, &[frame]).remove(0)
 }
 
-fn stop(delta: Value) -> Observation {
+fn stop(delta: Value) -> Finding {
     one(event(
         "message_delta",
         &json!({"type": "message_delta", "delta": delta, "usage": {"output_tokens": 3}}),
@@ -169,7 +169,7 @@ fn unknown_events_and_broken_json_are_tolerated() {
         )),
     );
     assert_eq!(seen.len(), 3);
-    assert!(seen.iter().all(|o| *o == Observation::default()));
+    assert!(seen.iter().all(|o| *o == Finding::default()));
     let error = one(event(
         "error",
         &json!({"type": "error", "error": {"type": "overloaded_error"}}),
@@ -193,14 +193,14 @@ fn deltas_are_skipped_once_committed() {
         &json!({"type": "content_block_delta", "index": 0,
                 "delta": {"type": "text_delta", "text": "Sure"}}),
     );
-    let mut inspector = AnthropicMessages.stream_inspector();
-    assert_eq!(inspector.observe(&frame, true), Observation::default());
+    let mut inspector = AnthropicMessages.event_judge();
+    assert_eq!(inspector.observe(&frame, true), Finding::default());
     assert!(inspector.observe(&frame, false).real_output);
 }
 
 #[test]
 fn only_deltas_and_pings_are_skipped_by_name() {
-    let inspector = AnthropicMessages.stream_inspector();
+    let inspector = AnthropicMessages.event_judge();
     let skips = |name: &[u8]| inspector.skips_committed(Some(name));
     assert!(skips(b"content_block_delta") && skips(b"ping"));
     for name in [
@@ -235,18 +235,18 @@ fn a_server_side_fallback_block_is_read() {
 
 #[test]
 fn a_json_body_shows_an_empty_or_a_partial_refusal() {
-    let empty = AnthropicMessages.inspect_json(&json!({"type": "message",
+    let empty = AnthropicMessages.judge_json(&json!({"type": "message",
         "model": "claude-opus-4-7", "content": [], "stop_reason": "refusal",
         "stop_details": {"type": "refusal", "category": "cyber", "explanation": "No."}}));
     assert!(!empty.real_output);
     assert_eq!(empty.model.as_deref(), Some("claude-opus-4-7"));
     assert_eq!(empty.refusal.unwrap().explanation.as_deref(), Some("No."));
-    let partial = AnthropicMessages.inspect_json(&json!({"type": "message",
+    let partial = AnthropicMessages.judge_json(&json!({"type": "message",
         "content": [{"type": "thinking", "thinking": "x"}, {"type": "text", "text": "Part"}],
         "stop_reason": "refusal"}));
     assert!(partial.real_output && partial.refusal.is_some());
     assert_eq!(partial.text, "Part");
-    let error = AnthropicMessages.inspect_json(&json!({"type": "error", "error": {}}));
+    let error = AnthropicMessages.judge_json(&json!({"type": "error", "error": {}}));
     assert!(error.error && error.refusal.is_none());
 }
 
@@ -295,17 +295,17 @@ fn a_body_read_from_its_bytes_shows_what_its_value_shows() {
         let fits = typed::<MessageFields<'_>>(body.as_bytes()).is_some();
         assert_eq!(fits, at < 8, "{body}");
         let value: Value = serde_json::from_str(body).unwrap();
-        let from_value = AnthropicMessages.inspect_json(&value);
-        let read = AnthropicMessages.inspect_json_bytes(body.as_bytes(), true);
+        let from_value = AnthropicMessages.judge_json(&value);
+        let read = AnthropicMessages.judge_json_bytes(body.as_bytes(), true);
         assert_eq!(read.as_ref(), Some(&from_value), "{body}");
-        let without_text = AnthropicMessages.inspect_json_bytes(body.as_bytes(), false);
-        let expected = Observation {
+        let without_text = AnthropicMessages.judge_json_bytes(body.as_bytes(), false);
+        let expected = Finding {
             text: String::new(),
             ..from_value
         };
         assert_eq!(without_text, Some(expected), "{body}");
     }
-    assert_eq!(AnthropicMessages.inspect_json_bytes(b"{broken", true), None);
+    assert_eq!(AnthropicMessages.judge_json_bytes(b"{broken", true), None);
 }
 
 #[test]
@@ -706,7 +706,7 @@ fn the_filters_block_sent_as_an_error_is_a_refusal_and_other_errors_are_not() {
         "message": "Output blocked by content filtering policy"},
         "request_id": "req_1"});
     let bad = StatusCode::BAD_REQUEST;
-    let info = AnthropicMessages.inspect_error(bad, &blocked).unwrap();
+    let info = AnthropicMessages.judge_error(bad, &blocked).unwrap();
     assert_eq!(info.signal, Some(RefusalSignal::BlockedOutput));
     assert_eq!(info.category.as_deref(), Some("content_filter"));
     assert_eq!(
@@ -716,7 +716,7 @@ fn the_filters_block_sent_as_an_error_is_a_refusal_and_other_errors_are_not() {
     let named = json!({"type": "error", "error": {"type": "invalid_request_error",
         "message": "Output blocked by content filtering policy",
         "details": {"category": "cyber"}}});
-    let info = AnthropicMessages.inspect_error(bad, &named).unwrap();
+    let info = AnthropicMessages.judge_error(bad, &named).unwrap();
     assert_eq!(info.category.as_deref(), Some("cyber"));
     // Real invalid requests, and the same words on a server error.
     for message in [
@@ -727,13 +727,13 @@ fn the_filters_block_sent_as_an_error_is_a_refusal_and_other_errors_are_not() {
         let other = json!({"type": "error",
             "error": {"type": "invalid_request_error", "message": message}});
         assert_eq!(
-            AnthropicMessages.inspect_error(bad, &other),
+            AnthropicMessages.judge_error(bad, &other),
             None,
             "{message}"
         );
     }
     let server = StatusCode::INTERNAL_SERVER_ERROR;
-    assert_eq!(AnthropicMessages.inspect_error(server, &blocked), None);
+    assert_eq!(AnthropicMessages.judge_error(server, &blocked), None);
     assert!(AnthropicMessages.refuses_with_errors());
 }
 
@@ -789,11 +789,11 @@ fn structured_output_is_a_forced_tool_or_an_output_format() {
     assert!(!demands(json!({"output_format": null})));
 }
 
-fn json_seen(body: Value) -> Observation {
+fn json_seen(body: Value) -> Finding {
     let bytes = body.to_string();
-    let seen = AnthropicMessages.inspect_json(&body);
+    let seen = AnthropicMessages.judge_json(&body);
     assert_eq!(
-        AnthropicMessages.inspect_json_bytes(bytes.as_bytes(), true),
+        AnthropicMessages.judge_json_bytes(bytes.as_bytes(), true),
         Some(seen.clone())
     );
     seen
@@ -1008,7 +1008,7 @@ fn a_chain_is_marked_in_json_as_the_provider_marks_its_own() {
         ]
     );
     // What the provider would read back is a served chain.
-    let seen = AnthropicMessages.inspect_json(&body);
+    let seen = AnthropicMessages.judge_json(&body);
     assert_eq!(
         seen.server_fallback.unwrap().to.as_deref(),
         Some("claude-haiku-4-5")

@@ -18,7 +18,7 @@ use super::{
 };
 use crate::dialect::{
     event_type, is_real_text, json_event, str_field, without_cache_marks, CacheMark, Dialect,
-    Observation, RewriteError, StreamInspector,
+    EventJudge, Finding, RewriteError,
 };
 use crate::refusal::{Provider, WireApi};
 use crate::sse::Frame;
@@ -64,12 +64,12 @@ impl Dialect for BedrockConverse {
         crate::dialect::anthropic::AnthropicMessages.seed_reach()
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
+    fn event_judge(&self) -> Box<dyn EventJudge> {
         Box::new(ConverseStream)
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
-        let mut seen = Observation::default();
+    fn judge_json(&self, body: &Value) -> Finding {
+        let mut seen = Finding::default();
         let content = body
             .get("output")
             .and_then(|o| o.get("message"))
@@ -130,9 +130,9 @@ impl Dialect for BedrockConverse {
 /// Reads a ConverseStream event by event.
 struct ConverseStream;
 
-impl StreamInspector for ConverseStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
-        let mut seen = Observation::default();
+impl EventJudge for ConverseStream {
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
+        let mut seen = Finding::default();
         if committed && self.skips_committed(frame.event_raw()) {
             return seen;
         }
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_content_filtered_stop_is_a_refusal_and_its_metadata_the_cost() {
-        let mut inspector = BedrockConverse.stream_inspector();
+        let mut inspector = BedrockConverse.event_judge();
         let events = [
             event("messageStart", &json!({"role": "assistant"})),
             event(
@@ -239,7 +239,7 @@ mod tests {
                 &json!({"usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15}}),
             ),
         ];
-        let seen: Vec<Observation> = events.iter().map(|f| inspector.observe(f, false)).collect();
+        let seen: Vec<Finding> = events.iter().map(|f| inspector.observe(f, false)).collect();
         assert!(seen.iter().all(|s| !s.real_output));
         assert_eq!(
             seen[2].refusal.as_ref().unwrap().category.as_deref(),
@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn text_and_tool_calls_are_output_and_a_guardrail_is_a_refusal() {
-        let mut inspector = BedrockConverse.stream_inspector();
+        let mut inspector = BedrockConverse.event_judge();
         let text = event(
             "contentBlockDelta",
             &json!({"delta": {"text": "Hello"}, "contentBlockIndex": 0}),
@@ -288,12 +288,12 @@ mod tests {
     fn a_whole_response_is_judged_by_its_stop_reason_and_content() {
         let filtered = json!({"output": {"message": {"role": "assistant", "content": []}},
             "stopReason": "content_filtered", "usage": {"inputTokens": 5, "outputTokens": 0}});
-        let seen = BedrockConverse.inspect_json(&filtered);
+        let seen = BedrockConverse.judge_json(&filtered);
         assert!(!seen.real_output);
         assert_eq!(seen.refusal.unwrap().usage.unwrap().input_tokens, Some(5));
         let answer = json!({"output": {"message": {"role": "assistant", "content": [{"text": "Hi"}]}},
             "stopReason": "end_turn"});
-        let seen = BedrockConverse.inspect_json(&answer);
+        let seen = BedrockConverse.judge_json(&answer);
         assert!(seen.real_output && seen.refusal.is_none());
         assert_eq!(seen.text, "Hi");
     }

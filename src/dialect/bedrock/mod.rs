@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use super::anthropic::AnthropicMessages;
 use super::{
-    is_real_text, path_segments, AnthropicFeatures, Dialect, FrameRewrite, Handoff, LiveSplice,
-    Observation, RefusalInfo, RewriteError, StreamInspector,
+    is_real_text, path_segments, AnthropicFeatures, Dialect, EventJudge, Finding, FrameRewrite,
+    Handoff, LiveSplice, RefusalInfo, RewriteError,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
@@ -159,7 +159,7 @@ fn guardrail_intervened(value: &Value) -> bool {
 
 /// What a guardrail's intervention makes of an observation: its canned
 /// text is no answer, and the response a refusal.
-fn as_guardrail_refusal(seen: &mut Observation) {
+fn as_guardrail_refusal(seen: &mut Finding) {
     seen.real_output = false;
     seen.text.clear();
     seen.refusal = Some(guardrail_refusal());
@@ -197,20 +197,20 @@ impl Dialect for BedrockInvokeModel {
         AnthropicMessages.seed_reach()
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
-        Box::new(InvokeStream(AnthropicMessages.stream_inspector()))
+    fn event_judge(&self) -> Box<dyn EventJudge> {
+        Box::new(InvokeStream(AnthropicMessages.event_judge()))
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
-        let mut seen = AnthropicMessages.inspect_json(body);
+    fn judge_json(&self, body: &Value) -> Finding {
+        let mut seen = AnthropicMessages.judge_json(body);
         if guardrail_intervened(body) {
             as_guardrail_refusal(&mut seen);
         }
         seen
     }
 
-    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
-        let mut seen = AnthropicMessages.inspect_json_bytes(body, keep_text)?;
+    fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
+        let mut seen = AnthropicMessages.judge_json_bytes(body, keep_text)?;
         if memchr::memmem::find(body, GUARDRAIL_ACTION.as_bytes()).is_some() {
             let json = serde_json::from_slice::<Value>(body).ok()?;
             if guardrail_intervened(&json) {
@@ -283,10 +283,10 @@ fn bedrock_request_id(headers: &HeaderMap) -> Option<String> {
 
 /// The Anthropic inspector over an InvokeModel event stream's chunks, plus
 /// the guardrail's mark on a chunk.
-struct InvokeStream(Box<dyn StreamInspector>);
+struct InvokeStream(Box<dyn EventJudge>);
 
-impl StreamInspector for InvokeStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Observation {
+impl EventJudge for InvokeStream {
+    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
         let mut seen = self.0.observe(frame, committed);
         let marked = frame.data().is_some_and(|d| {
             memchr::memmem::find(d.as_bytes(), GUARDRAIL_ACTION.as_bytes()).is_some()
@@ -341,16 +341,16 @@ impl Dialect for BedrockMessages {
         AnthropicMessages.seed_reach()
     }
 
-    fn stream_inspector(&self) -> Box<dyn StreamInspector> {
-        AnthropicMessages.stream_inspector()
+    fn event_judge(&self) -> Box<dyn EventJudge> {
+        AnthropicMessages.event_judge()
     }
 
-    fn inspect_json(&self, body: &Value) -> Observation {
-        AnthropicMessages.inspect_json(body)
+    fn judge_json(&self, body: &Value) -> Finding {
+        AnthropicMessages.judge_json(body)
     }
 
-    fn inspect_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Observation> {
-        AnthropicMessages.inspect_json_bytes(body, keep_text)
+    fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
+        AnthropicMessages.judge_json_bytes(body, keep_text)
     }
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
@@ -556,17 +556,17 @@ mod tests {
     fn a_guardrails_canned_answer_is_a_refusal_not_output() {
         let body = json!({"type": "message", "content": [{"type": "text", "text": "Sorry, the model cannot answer this question."}],
             "stop_reason": "end_turn", GUARDRAIL_ACTION: "INTERVENED"});
-        let seen = BedrockInvokeModel.inspect_json(&body);
+        let seen = BedrockInvokeModel.judge_json(&body);
         assert!(!seen.real_output);
         assert_eq!(
             seen.refusal.unwrap().category.as_deref(),
             Some(GUARDRAIL_CATEGORY)
         );
         let bytes = serde_json::to_vec(&body).unwrap();
-        let read = BedrockInvokeModel.inspect_json_bytes(&bytes, true).unwrap();
+        let read = BedrockInvokeModel.judge_json_bytes(&bytes, true).unwrap();
         assert!(!read.real_output && read.refusal.is_some());
         let plain = json!({"content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn"});
-        assert!(BedrockInvokeModel.inspect_json(&plain).real_output);
+        assert!(BedrockInvokeModel.judge_json(&plain).real_output);
     }
 
     #[test]

@@ -460,7 +460,7 @@ fn chat_refusals_become_anthropic_refusals_the_guard_judges() {
         written["stop_details"],
         json!({"type": "refusal", "category": "content_filter", "explanation": null})
     );
-    let judged = dialect::anthropic::AnthropicMessages.inspect_json(&written);
+    let judged = dialect::anthropic::AnthropicMessages.judge_json(&written);
     let refusal = judged.refusal.expect("judged a refusal");
     assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
     assert_eq!(refusal.category.as_deref(), Some("content_filter"));
@@ -509,7 +509,7 @@ fn an_anthropic_refusal_becomes_a_chat_content_filter_the_guard_judges() {
     let written = reply(Anthropic, Chat, refused);
     assert_eq!(written["choices"][0]["finish_reason"], "content_filter");
     assert_eq!(written["choices"][0]["message"]["refusal"], "Declined.");
-    let judged = dialect::openai_chat::OpenAiChat.inspect_json(&written);
+    let judged = dialect::openai_chat::OpenAiChat.judge_json(&written);
     assert_eq!(
         judged.refusal.unwrap().signal,
         Some(RefusalSignal::StopReason)
@@ -548,14 +548,14 @@ fn gemini_answers_and_blocks_become_anthropic_and_chat_answers() {
         "usageMetadata": {"promptTokenCount": 9}});
     let claude = reply(Gemini, Anthropic, blocked.clone());
     assert_eq!(claude["stop_details"]["category"], "PROHIBITED_CONTENT");
-    let judged = dialect::anthropic::AnthropicMessages.inspect_json(&claude);
+    let judged = dialect::anthropic::AnthropicMessages.judge_json(&claude);
     assert_eq!(
         judged.refusal.unwrap().category.as_deref(),
         Some("PROHIBITED_CONTENT")
     );
     let chat = reply(Gemini, Chat, blocked);
     assert!(dialect::openai_chat::OpenAiChat
-        .inspect_json(&chat)
+        .judge_json(&chat)
         .refusal
         .is_some());
 
@@ -579,7 +579,7 @@ fn anthropic_and_chat_refusals_become_gemini_safety_stops_the_guard_judges() {
             "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 0, "totalTokenCount": 3},
             "modelVersion": "claude", "responseId": "msg_1"})
     );
-    let judged = dialect::gemini::GeminiGenerateContent.inspect_json(&written);
+    let judged = dialect::gemini::GeminiGenerateContent.judge_json(&written);
     assert_eq!(judged.refusal.unwrap().category.as_deref(), Some("SAFETY"));
     let filtered = chat_reply(
         json!({"role": "assistant", "content": null}),

@@ -303,7 +303,7 @@ fn an_anthropic_answer_becomes_a_response() {
                 "output_tokens": 4, "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": 12}})
     );
-    let judged = OpenAiResponses.inspect_json(&written);
+    let judged = OpenAiResponses.judge_json(&written);
     assert!(judged.real_output && judged.tool_call && judged.refusal.is_none());
 }
 
@@ -321,7 +321,7 @@ fn a_max_tokens_stop_is_an_incomplete_response() {
     );
     assert_eq!(written["output"][0]["status"], "incomplete");
     assert_eq!(written["output"][0]["content"][0]["text"], "Step one");
-    assert!(OpenAiResponses.inspect_json(&written).refusal.is_none());
+    assert!(OpenAiResponses.judge_json(&written).refusal.is_none());
 }
 
 #[test]
@@ -338,7 +338,7 @@ fn refusals_become_responses_refusals_the_guard_judges() {
         json!([{"id": "msg_msg_1_0", "type": "message", "status": "completed", "role": "assistant",
             "content": [{"type": "refusal", "refusal": "Declined."}]}])
     );
-    let judged = OpenAiResponses.inspect_json(&written);
+    let judged = OpenAiResponses.judge_json(&written);
     assert!(!judged.real_output);
     let refusal = judged.refusal.unwrap();
     assert_eq!(refusal.signal, Some(RefusalSignal::ModelRefusal));
@@ -355,14 +355,14 @@ fn refusals_become_responses_refusals_the_guard_judges() {
         json!({"reason": "content_filter"})
     );
     assert_eq!(written["output"], json!([]));
-    let refusal = OpenAiResponses.inspect_json(&written).refusal.unwrap();
+    let refusal = OpenAiResponses.judge_json(&written).refusal.unwrap();
     assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
     assert_eq!(refusal.category.as_deref(), Some("content_filter"));
 
     // A Gemini block: a refusal part naming the block reason.
     let blocked = json!({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}});
     let written = reply(Gemini, Responses, blocked);
-    let judged = OpenAiResponses.inspect_json(&written);
+    let judged = OpenAiResponses.judge_json(&written);
     assert!(judged.refusal.is_some() && !judged.real_output);
 }
 

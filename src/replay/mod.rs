@@ -8,8 +8,11 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 
-use crate::guard::request::RequestCopy;
 use crate::BoxError;
+
+pub(crate) mod copy;
+
+use copy::RequestCopy;
 
 /// A request body type the guard can rebuild after reading it (and read
 /// without pinning, hence `Unpin`).

@@ -4,30 +4,31 @@
 //! one); naming the conversation; and the outbound rewrites (sticky route,
 //! server-side fallbacks, fallback credit, identity encoding).
 
+pub(crate) mod conversation;
+pub(crate) mod original;
+
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH};
-use http::{HeaderMap, HeaderValue};
-use http_body::Body;
+use http::header::ACCEPT_ENCODING;
+use http::{HeaderMap, HeaderValue, Uri};
 use http_body_util::BodyExt;
 use serde_json::Value;
-use tokio::sync::oneshot;
 
 use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
 use crate::dialect::{ComposedFallbacks, Dialect};
-use crate::guard::call::{Call, JsonBody, Original};
 use crate::guard::config::Config;
-use crate::guard::replay::{ForwardedBody, ReplayBody};
-use crate::guard::reserve::Share;
-use crate::refusal::{RefusalHandle, StickyRoute};
-use crate::store::key::Conversation;
+use crate::refusal::StickyRoute;
+use crate::replay::copy::{declared_length, room_for, Copied, CopyOutcome, RequestCopy};
+use crate::replay::{ForwardedBody, ReplayBody};
+use crate::reserve::Share;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
 use crate::tenant::Tenant;
 use crate::BoxError;
+use conversation::Conversation;
+use original::{JsonBody, Original};
 
 pub(crate) enum RequestBody<B> {
     Read(Bytes),
@@ -37,13 +38,6 @@ pub(crate) enum RequestBody<B> {
     Failed(BoxError),
     /// The layer-wide bound on held bytes leaves no room to buffer it.
     NoRoom,
-}
-
-fn declared_length<B: Body>(headers: &HeaderMap, body: &B) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-        .or_else(|| body.size_hint().exact())
 }
 
 pub(crate) async fn read_request_body<B>(
@@ -103,27 +97,30 @@ where
     }
 }
 
-/// How many bytes a request's buffer or copy, holding `held`, needs to
-/// take `more`: all the declared length (already checked to be within the
-/// limit) once any byte came, and more only if the body runs past it.
-/// Reserved only when bytes arrive, so a client that declares a length and
-/// sends nothing holds nothing.
-fn room_for(held: usize, more: usize, declared: Option<u64>) -> usize {
-    let declared = declared.map_or(0, |len| len as usize);
-    (held + more).max(if more > 0 { declared } else { 0 })
-}
-
 /// Whether a request must be read whole before anything is sent: a rewrite
-/// of its first request (sticky route, server-side fallbacks, a fallback
-/// credit header that depends on a model only the body names) may depend
-/// on what it holds. Every other request is forwarded as it arrives.
-pub(crate) fn read_first(config: &Config, path_model: Option<&str>) -> bool {
+/// of its first request may depend on what it holds. That is a sticky
+/// route (any wire API), server-side fallbacks to retarget or inject (only
+/// Anthropic's, only where the platform behind `uri` has them), or the
+/// fallback credit beta when only the body names the model (the header
+/// goes out before a body whose `model` may come after everything else).
+/// Every other request, whatever the layer configures for other wire APIs,
+/// is forwarded as it arrives.
+pub(crate) fn read_first(
+    config: &Config,
+    dialect: &dyn Dialect,
+    uri: &Uri,
+    path_model: Option<&str>,
+) -> bool {
     let sticky = config.sticky_ttl.is_some() && config.store.may_hold_any();
+    let anthropic = dialect.anthropic();
+    let fallbacks =
+        !config.retarget.is_empty() && anthropic.is_some_and(|f| f.server_fallbacks_on(uri));
     let credit = path_model.is_none()
+        && anthropic.is_some_and(|f| f.asks_fallback_credit())
         && config.fallback_credit
         && config.policy.is_none()
         && !config.ladder.chains().is_empty();
-    !config.retarget.is_empty() || sticky || credit
+    sticky || fallbacks || credit
 }
 
 /// Whether the first request asks for fallback credit: when the default
@@ -134,135 +131,6 @@ fn asks_fallback_credit(config: &Config, model: Option<&str>) -> bool {
         _ => &[],
     };
     config.fallback_credit && !chain.is_empty()
-}
-
-/// What became of the copy of a forwarded request body, told once.
-pub(crate) enum Copied {
-    /// The whole body as sent, and the pool's part for it.
-    Whole(Chunks, Share),
-    /// Past `max_request_body`: the copy was dropped, the request goes on.
-    OverLimit,
-    /// The layer-wide bound on held bytes left no room: the copy was
-    /// dropped, the request goes on.
-    NoRoom,
-    /// The client's body failed: the error went upstream, aborting it.
-    Failed,
-}
-
-/// The copy a [`ForwardedBody`] keeps of the bytes it forwards: the chunks
-/// themselves, not their bytes copied, bounded by `max_request_body` and by
-/// the layer-wide pool, told when the body ends, fails or is dropped.
-pub(crate) struct RequestCopy {
-    /// Boxed: a `ForwardedBody`, which holds the copy, is handed back by
-    /// value when a body type cannot carry it.
-    chunks: Box<Chunks>,
-    declared: Option<u64>,
-    limit: usize,
-    /// Bytes of the copy already counted against the layer-wide bound.
-    counted: usize,
-    /// The pool's part while copying; gone once the copy was told.
-    share: Option<Share>,
-    told: Option<oneshot::Sender<Copied>>,
-}
-
-impl RequestCopy {
-    fn new(declared: Option<u64>, limit: usize, share: Share) -> (Self, oneshot::Receiver<Copied>) {
-        let (told, outcome) = oneshot::channel();
-        let copy = RequestCopy {
-            chunks: Box::default(),
-            declared,
-            limit,
-            counted: 0,
-            share: Some(share),
-            told: Some(told),
-        };
-        (copy, outcome)
-    }
-
-    /// Keeps one frame's chunk as it goes past.
-    pub(crate) fn take(&mut self, data: &Bytes) {
-        let Some(share) = self.share.as_mut() else {
-            return;
-        };
-        let held = self.chunks.len();
-        if held + data.len() > self.limit {
-            tracing::debug!(
-                limit = self.limit,
-                "request body over the limit: forwarded without a copy, nothing recovered"
-            );
-            return self.drop_copy(Copied::OverLimit);
-        }
-        let wanted = room_for(held, data.len(), self.declared);
-        if wanted > self.counted {
-            if !share.grow(wanted - self.counted) {
-                tracing::warn!(
-                    "the bound on bytes held across requests is reached: request forwarded without a copy, nothing recovered"
-                );
-                return self.drop_copy(Copied::NoRoom);
-            }
-            self.counted = wanted;
-        }
-        self.chunks.push(data.clone());
-    }
-
-    /// The body ended: the copy is whole.
-    pub(crate) fn end(&mut self) {
-        if let Some(share) = self.share.take() {
-            let chunks = std::mem::take(&mut *self.chunks).sealed();
-            self.tell(Copied::Whole(chunks, share));
-        }
-    }
-
-    /// The client's body failed.
-    pub(crate) fn fail(&mut self) {
-        self.drop_copy(Copied::Failed);
-    }
-
-    fn drop_copy(&mut self, why: Copied) {
-        *self.chunks = Chunks::default();
-        self.share = None;
-        self.tell(why);
-    }
-
-    fn tell(&mut self, copied: Copied) {
-        if let Some(told) = self.told.take() {
-            let _ = told.send(copied);
-        }
-    }
-
-    /// The pool's part, for a body type that cannot carry the copy.
-    fn into_share(mut self) -> Option<Share> {
-        self.told = None;
-        self.share.take()
-    }
-}
-
-impl Drop for RequestCopy {
-    fn drop(&mut self) {
-        // A body sent to its declared length is not polled for its end;
-        // anything shorter was cut, and the dropped sender says so.
-        if self.declared == Some(self.chunks.len() as u64) {
-            self.end();
-        }
-    }
-}
-
-/// Where a forwarded body's copy will be told: already (a body that ended,
-/// or failed, with its first frame), or later.
-pub(crate) struct CopyOutcome {
-    early: Option<Copied>,
-    later: oneshot::Receiver<Copied>,
-}
-
-impl CopyOutcome {
-    /// What became of the copy; `None` when the body was dropped before its
-    /// end (the upstream stopped reading it).
-    pub(crate) async fn wait(self) -> Option<Copied> {
-        match self.early {
-            Some(copied) => Some(copied),
-            None => self.later.await.ok(),
-        }
-    }
 }
 
 /// A guardable request body on its way to being forwarded.
@@ -325,7 +193,7 @@ where
             };
             Forwarding::Sending {
                 body: B::prefixed(prefix, body),
-                copy: CopyOutcome { early, later },
+                copy: CopyOutcome::new(early, later),
             }
         }
     }
@@ -410,7 +278,7 @@ impl Outbound {
             .or(named)
         {
             Some(key) => {
-                let key = crate::store::key::scoped(scope, key.as_bytes());
+                let key = conversation::scoped(scope, key.as_bytes());
                 Conversation::named(Some(ConversationKey::from_bytes(&key)))
             }
             None => Conversation::derived(dialect, bytes, members).scoped(scope),
@@ -488,42 +356,33 @@ impl Outbound {
         }
     }
 
-    /// The call, and the template recoveries start from (whose
-    /// [`request`](Original::request) is the original to send).
-    pub(crate) fn into_call(
-        self,
-        config: Arc<Config>,
-        dialect: &'static dyn Dialect,
-        started: Instant,
-        share: Share,
-    ) -> (Call, Original) {
-        let handle = RefusalHandle::default();
-        let request = crate::telemetry::metrics::GuardedRequest::start(
-            dialect,
-            self.model.as_deref(),
-            self.streaming,
-            &handle,
-            config.tenant.name(),
-        );
-        let call = Call {
-            request,
-            route: self.route,
-            config,
-            dialect,
+    /// What the call reads of the request, and the original as it will
+    /// be sent (recoveries start from a draft of it).
+    pub(crate) fn into_original(self, share: Share) -> (Named, Original) {
+        let named = Named {
             model: self.model,
+            streaming: self.streaming,
+            route: self.route,
             conversation: self.conversation,
-            started,
-            handle,
         };
-        let template = Original {
+        let original = Original {
             parts: self.parts,
             body: self.body,
             rewritten: self.rewritten,
             composed: self.composed,
             _share: Arc::new(share),
         };
-        (call, template)
+        (named, original)
     }
+}
+
+/// What the call reads of a guardable request: its model, whether it
+/// streams, the sticky route it took and its conversation.
+pub(crate) struct Named {
+    pub(crate) model: Option<String>,
+    pub(crate) streaming: bool,
+    pub(crate) route: Option<StickyRoute>,
+    pub(crate) conversation: Conversation,
 }
 
 /// A sticky route ended: this request goes to its own (primary) model
@@ -560,8 +419,10 @@ mod tests {
     use http_body::Frame;
     use http_body_util::combinators::BoxBody;
 
+    use http::header::CONTENT_LENGTH;
+
     use super::*;
-    use crate::guard::reserve::BytePool;
+    use crate::reserve::BytePool;
 
     /// A body of `chunks` that then ends or, if `open`, never does.
     struct SentChunks {
@@ -657,82 +518,6 @@ mod tests {
         let (read, _share) = read(&HeaderMap::new(), body(&["01", "2345"], false), &pool).await;
         assert!(matches!(read, RequestBody::Read(bytes) if bytes == "012345"));
         assert_eq!(pool.used(), 6);
-    }
-
-    /// A body of one chunk, then an error.
-    struct Failing(Option<Bytes>);
-
-    impl http_body::Body for Failing {
-        type Data = Bytes;
-        type Error = std::io::Error;
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            _cx: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-            Poll::Ready(Some(match self.0.take() {
-                Some(chunk) => Ok(Frame::data(chunk)),
-                None => Err(std::io::Error::other("the client left")),
-            }))
-        }
-    }
-
-    #[test]
-    fn a_copy_past_the_limit_is_dropped_and_gives_its_bytes_back() {
-        let pool = BytePool::new(1 << 20);
-        let (mut copy, mut told) = RequestCopy::new(None, 8, pool.share());
-        copy.take(&Bytes::from_static(b"0123"));
-        assert_eq!(pool.used(), 4);
-        assert!(told.try_recv().is_err(), "nothing told yet");
-        copy.take(&Bytes::from_static(b"45678"));
-        assert!(matches!(told.try_recv(), Ok(Copied::OverLimit)));
-        assert_eq!(pool.used(), 0, "the dropped copy holds nothing");
-        copy.take(&Bytes::from_static(b"9"));
-        copy.end();
-        assert_eq!(pool.used(), 0);
-    }
-
-    #[test]
-    fn a_copy_sent_to_its_declared_length_is_whole_though_never_polled_for_its_end() {
-        let pool = BytePool::new(1 << 20);
-        let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
-        copy.take(&Bytes::from_static(b"012"));
-        assert_eq!(pool.used(), 6, "the declared length, at the first bytes");
-        copy.take(&Bytes::from_static(b"345"));
-        drop(copy);
-        match told.try_recv() {
-            Ok(Copied::Whole(bytes, share)) => {
-                assert_eq!(bytes.join(), "012345");
-                assert_eq!(pool.used(), 6, "held until the call is decided");
-                drop(share);
-                assert_eq!(pool.used(), 0);
-            }
-            _ => panic!("the copy is whole"),
-        }
-    }
-
-    #[test]
-    fn a_copy_dropped_short_of_its_end_is_never_whole() {
-        let pool = BytePool::new(1 << 20);
-        let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
-        copy.take(&Bytes::from_static(b"012"));
-        drop(copy);
-        assert!(
-            matches!(told.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
-            "cut: nothing to guard with"
-        );
-        assert_eq!(pool.used(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_failing_body_passes_its_error_upstream_and_tells_the_copy() {
-        let pool = BytePool::new(1 << 20);
-        let (copy, mut told) = RequestCopy::new(None, 1 << 20, pool.share());
-        let mut body = ForwardedBody::new(Failing(Some(Bytes::from_static(b"{\"a\""))), copy);
-        let first = body.frame().await.unwrap().unwrap();
-        assert_eq!(first.into_data().unwrap(), "{\"a\"", "forwarded unchanged");
-        assert!(body.frame().await.unwrap().is_err(), "the error goes on");
-        assert!(matches!(told.try_recv(), Ok(Copied::Failed)));
-        assert_eq!(pool.used(), 0);
     }
 
     #[tokio::test]
