@@ -24,7 +24,7 @@ use crate::refusal::WireApi;
 /// assert_eq!(json["error"]["code"], "upstream_timeout");
 /// ```
 pub fn api_error(path: &str, status: StatusCode, code: &str, message: &str) -> Response<Bytes> {
-    respond(ErrorShape::for_path(path), status, code, message)
+    guard_error(ErrorShape::for_path(path), status, code, message)
 }
 
 /// The same for a request of a known wire API.
@@ -44,16 +44,67 @@ pub fn api_error_for(
     code: &str,
     message: &str,
 ) -> Response<Bytes> {
-    respond(ErrorShape::for_wire_api(api), status, code, message)
+    guard_error(ErrorShape::for_wire_api(api), status, code, message)
 }
 
-fn respond(shape: ErrorShape, status: StatusCode, code: &str, message: &str) -> Response<Bytes> {
-    let body = Bytes::from(shape.body(status, code, message).to_string());
-    let mut response = Response::new(body);
+/// What a provider itself answers a request it rejects with, in the error
+/// shape of the API at `path`: as [`api_error`], but with no code of the
+/// guard's (no `x-refusal-guard-error` header; OpenAI's `code` is null, as
+/// OpenAI sends it for an invalid parameter). Test upstreams and the strict
+/// simulator answer with it.
+///
+/// ```
+/// use http::StatusCode;
+/// use refusal_guard::api_error::provider_error;
+///
+/// let response = provider_error("/v1/chat/completions", StatusCode::BAD_REQUEST,
+///     "messages: must not be empty");
+/// assert!(response.headers().get("x-refusal-guard-error").is_none());
+/// let json: serde_json::Value = serde_json::from_slice(response.body()).unwrap();
+/// assert_eq!(json["error"]["type"], "invalid_request_error");
+/// assert!(json["error"]["code"].is_null());
+/// ```
+pub fn provider_error(path: &str, status: StatusCode, message: &str) -> Response<Bytes> {
+    let shape = ErrorShape::for_path(path);
+    respond(shape, status, None, shape.provider_body(status, message))
+}
+
+/// The same for a request of a known wire API (Bedrock's APIs answer in
+/// Bedrock's shape, with its `x-amzn-errortype` header).
+///
+/// ```
+/// use http::StatusCode;
+/// use refusal_guard::{api_error::provider_error_for, refusal::WireApi};
+///
+/// let response = provider_error_for(WireApi::BedrockInvokeModel,
+///     StatusCode::BAD_REQUEST, "Malformed input request");
+/// assert_eq!(response.headers()["x-amzn-errortype"], "ValidationException");
+/// ```
+pub fn provider_error_for(api: WireApi, status: StatusCode, message: &str) -> Response<Bytes> {
+    let shape = ErrorShape::for_wire_api(api);
+    respond(shape, status, None, shape.provider_body(status, message))
+}
+
+fn guard_error(
+    shape: ErrorShape,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) -> Response<Bytes> {
+    respond(shape, status, Some(code), shape.body(status, code, message))
+}
+
+fn respond(
+    shape: ErrorShape,
+    status: StatusCode,
+    code: Option<&str>,
+    body: serde_json::Value,
+) -> Response<Bytes> {
+    let mut response = Response::new(Bytes::from(body.to_string()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    if let Ok(value) = HeaderValue::from_str(code) {
+    if let Some(value) = code.and_then(|code| HeaderValue::from_str(code).ok()) {
         headers.insert(HeaderName::from_static(crate::header::ERROR), value);
     }
     if let Some((name, value)) = shape.type_header(status) {

@@ -198,7 +198,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::Value;
 
-use crate::dialect::errors::ErrorShape;
+use crate::api_error::{provider_error, provider_error_for};
+use crate::refusal::WireApi;
 
 /// The wire API a request is for, told from its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -294,13 +295,17 @@ impl Api {
         )
     }
 
-    /// The error shape its provider answers in.
-    fn shape(self) -> ErrorShape {
+    /// The wire API whose error shape its provider answers in: Bedrock
+    /// rejects a request in its own shape whatever API it is for.
+    fn answered_as(self) -> WireApi {
         match self {
-            Api::Anthropic | Api::AnthropicVertex => ErrorShape::Anthropic,
-            Api::OpenAiChat | Api::AzureChat | Api::Responses => ErrorShape::OpenAi,
-            Api::Gemini => ErrorShape::Google,
-            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse => ErrorShape::Bedrock,
+            Api::Anthropic | Api::AnthropicVertex => WireApi::AnthropicMessages,
+            Api::OpenAiChat | Api::AzureChat => WireApi::OpenAiChatCompletions,
+            Api::Responses => WireApi::OpenAiResponses,
+            Api::Gemini => WireApi::GeminiGenerateContent,
+            Api::BedrockInvoke | Api::BedrockMessages | Api::BedrockConverse => {
+                WireApi::BedrockInvokeModel
+            }
         }
     }
 
@@ -335,7 +340,9 @@ pub struct Violation {
     /// The request that broke it: `METHOD path`, without the query.
     pub request: String,
     status: StatusCode,
-    shape: ErrorShape,
+    /// The API whose error shape answers it; `None`: the one its path
+    /// suggests.
+    answered_as: Option<WireApi>,
 }
 
 impl Violation {
@@ -347,8 +354,7 @@ impl Violation {
 
     /// The provider's error body for it (JSON text).
     pub fn body(&self) -> String {
-        let message = format!("{} (contract rule {})", self.message, self.rule);
-        self.shape.provider_body(self.status, &message).to_string()
+        String::from_utf8_lossy(self.response().body()).into_owned()
     }
 
     /// The provider's whole answer: [`status`](Self::status), a JSON
@@ -364,20 +370,14 @@ impl Violation {
     /// assert_eq!(response.headers()["x-amzn-errortype"], "ValidationException");
     /// ```
     pub fn response(&self) -> Response<Bytes> {
-        let mut response = Response::new(Bytes::from(self.body()));
-        *response.status_mut() = self.status;
-        let headers = response.headers_mut();
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            http::HeaderValue::from_static("application/json"),
-        );
-        if let Some((name, value)) = self.shape.type_header(self.status) {
-            headers.insert(
-                http::HeaderName::from_static(name),
-                http::HeaderValue::from_static(value),
-            );
+        let message = format!("{} (contract rule {})", self.message, self.rule);
+        match self.answered_as {
+            Some(api) => provider_error_for(api, self.status, &message),
+            None => {
+                let path = self.request.split_once(' ').map_or("", |(_, path)| path);
+                provider_error(path, self.status, &message)
+            }
         }
-        response
     }
 }
 
@@ -459,7 +459,7 @@ impl Contract {
                 message: format!("Not Found: the provider serves no {request}"),
                 request,
                 status: StatusCode::NOT_FOUND,
-                shape: self.unknown_path_shape(path),
+                answered_as: self.bedrock.then_some(WireApi::BedrockInvokeModel),
             });
         };
         let fail = |(rule, message): Broken| Violation {
@@ -468,7 +468,7 @@ impl Contract {
             message,
             request: request.clone(),
             status: StatusCode::BAD_REQUEST,
-            shape: api.shape(),
+            answered_as: Some(api.answered_as()),
         };
         let Ok(body) = serde_json::from_slice::<Value>(body) else {
             return Err(fail((api.first_rule(), "the body is not JSON".into())));
@@ -498,14 +498,6 @@ impl Contract {
         bare(path)
             .ends_with("/anthropic/v1/messages")
             .then_some(Api::BedrockMessages)
-    }
-
-    fn unknown_path_shape(&self, path: &str) -> ErrorShape {
-        if self.bedrock {
-            ErrorShape::Bedrock
-        } else {
-            ErrorShape::for_path(path)
-        }
     }
 }
 
