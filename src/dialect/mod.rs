@@ -17,13 +17,12 @@ pub(crate) use seed::{seed_part, SeedReach};
 pub(crate) mod anthropic;
 #[cfg(feature = "bedrock")]
 pub(crate) mod bedrock;
+pub(crate) mod cross;
 pub(crate) mod errors;
 mod fields;
 pub(crate) mod gemini;
 mod head;
-pub(crate) mod openai_chat;
-mod openai_policy;
-pub(crate) mod openai_responses;
+pub(crate) mod openai;
 mod seed;
 pub(crate) mod skim;
 pub(crate) mod translate;
@@ -473,8 +472,8 @@ static DIALECTS: &[&dyn Dialect] = &[
     &bedrock::BedrockConverse,
     &anthropic::AnthropicMessages,
     &gemini::GeminiGenerateContent,
-    &openai_chat::OpenAiChat,
-    &openai_responses::OpenAiResponses,
+    &openai::chat::OpenAiChat,
+    &openai::responses::OpenAiResponses,
 ];
 
 /// Finds the dialect that guards this request, if any.

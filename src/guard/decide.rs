@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::{Request, Response};
 
-use crate::dialect::translate::{self, BodyTranslation};
+use crate::dialect::cross::{self, BodyTranslation};
 use crate::dialect::{AnthropicFeatures, Declined, Handoff, RefusalInfo};
 use crate::guard::call::{millis, Call};
 use crate::guard::exchange::Exchange;
@@ -511,8 +511,8 @@ impl Climb {
             return self.skip(call, entry, Some(target.provider()), DeadReason::NoEndpoint);
         };
         let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
-        let written = translate::read_request(client, &next.json, streaming)
-            .and_then(|conversation| translate::write_request(target, &conversation, model));
+        let written = cross::read_request(client, &next.json, streaming)
+            .and_then(|conversation| cross::write_request(target, &conversation, model));
         let (path, body) = match written {
             Ok(written) => written,
             Err(why) => {
@@ -527,7 +527,7 @@ impl Climb {
         };
         let (Some(uri), Some(headers)) = (
             endpoint.uri(&path),
-            translate::hop_headers(target, endpoint.key().expose()),
+            cross::hop_headers(target, endpoint.key().expose()),
         ) else {
             return self.skip(
                 call,

@@ -18,7 +18,7 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::dialect::translate::BodyTranslation;
+use crate::dialect::cross::BodyTranslation;
 use crate::BoxError;
 
 /// Which bounded wait on the upstream ran out.

@@ -21,6 +21,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 mod trailing;
+pub(crate) mod translate;
 
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};

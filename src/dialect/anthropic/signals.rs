@@ -4,7 +4,7 @@
 use http::Uri;
 use serde_json::Value;
 
-use crate::dialect::openai_chat::CONTENT_FILTER;
+use crate::dialect::openai::chat::CONTENT_FILTER;
 use crate::dialect::{
     count, is_real_text, known, path_segments, str_field, truncate_explanation, Iterations,
     RefusalInfo, ServerFallback,

@@ -10,7 +10,7 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
-use super::{
+use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Conversation, Event,
     ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice,
     Untranslatable, WriteStream,

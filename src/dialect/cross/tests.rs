@@ -6,6 +6,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use super::*;
+use crate::dialect::translate::*;
 use crate::dialect::{self, Dialect};
 use crate::refusal::RefusalSignal;
 use crate::refusal::WireApi::{
@@ -509,7 +510,7 @@ fn an_anthropic_refusal_becomes_a_chat_content_filter_the_guard_judges() {
     let written = reply(Anthropic, Chat, refused);
     assert_eq!(written["choices"][0]["finish_reason"], "content_filter");
     assert_eq!(written["choices"][0]["message"]["refusal"], "Declined.");
-    let judged = dialect::openai_chat::OpenAiChat.judge_json(&written);
+    let judged = dialect::openai::chat::OpenAiChat.judge_json(&written);
     assert_eq!(
         judged.refusal.unwrap().signal,
         Some(RefusalSignal::StopReason)
@@ -554,7 +555,7 @@ fn gemini_answers_and_blocks_become_anthropic_and_chat_answers() {
         Some("PROHIBITED_CONTENT")
     );
     let chat = reply(Gemini, Chat, blocked);
-    assert!(dialect::openai_chat::OpenAiChat
+    assert!(dialect::openai::chat::OpenAiChat
         .judge_json(&chat)
         .refusal
         .is_some());
@@ -839,7 +840,7 @@ fn an_anthropic_stream_becomes_a_chat_stream_at_every_split() {
             (None, json!("[DONE]")),
         ]
     );
-    let (output, refusal) = judge_stream(&dialect::openai_chat::OpenAiChat, &translated);
+    let (output, refusal) = judge_stream(&dialect::openai::chat::OpenAiChat, &translated);
     assert!(output && refusal.is_none());
 }
 
@@ -853,7 +854,7 @@ fn an_anthropic_refusal_stream_becomes_a_chat_content_filter() {
         json!({"role": "assistant", "refusal": "Declined."})
     );
     assert_eq!(events[1].1["choices"][0]["finish_reason"], "content_filter");
-    let (output, refusal) = judge_stream(&dialect::openai_chat::OpenAiChat, &translated);
+    let (output, refusal) = judge_stream(&dialect::openai::chat::OpenAiChat, &translated);
     assert!(!output);
     let refusal = refusal.unwrap();
     assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));

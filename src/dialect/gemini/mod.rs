@@ -54,6 +54,8 @@ use crate::refusal::{
 };
 use crate::sse::Frame;
 
+pub(crate) mod translate;
+
 #[derive(Debug)]
 pub(crate) struct GeminiGenerateContent;
 

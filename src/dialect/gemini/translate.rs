@@ -14,12 +14,12 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
-use super::{
+use super::{finish, Finish};
+use crate::dialect::translate::{
     merge_usage, only_known_fields, result_text, sse, strings, Conversation, Event, ImageSource,
     Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
     WriteStream, MAX_HELD_BYTES,
 };
-use crate::dialect::gemini::{finish, Finish};
 use crate::refusal::{Usage, RECITATION_CATEGORY};
 use crate::sse::Frame;
 
@@ -418,7 +418,7 @@ fn write_part(part: &Part) -> Result<Value, Untranslatable> {
             arguments,
         } => json!({
             "functionCall": {"id": id, "name": name,
-                "args": super::anthropic::arguments_object(arguments)?},
+                "args": crate::dialect::anthropic::translate::arguments_object(arguments)?},
             "thoughtSignature": FOREIGN_SIGNATURE}),
         Part::ToolResult {
             id,
@@ -577,7 +577,8 @@ fn write_usage(usage: &Usage) -> Value {
 }
 
 fn write_call(id: &str, name: &str, arguments: &str) -> Value {
-    let args = super::anthropic::arguments_object(arguments).unwrap_or_else(|_| json!({}));
+    let args = crate::dialect::anthropic::translate::arguments_object(arguments)
+        .unwrap_or_else(|_| json!({}));
     json!({"functionCall": {"id": id, "name": name, "args": args}})
 }
 

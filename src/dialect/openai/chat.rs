@@ -39,8 +39,8 @@ use std::collections::BTreeMap;
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
-use super::openai_policy::{policy_blocked, policy_error, OpenAiApi};
-use super::{
+use super::policy::{policy_blocked, policy_error, OpenAiApi};
+use crate::dialect::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
     type_of, without_cache_marks, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
     CACHE_CONTROL,
@@ -424,7 +424,7 @@ impl ChatStream {
         let text = self.refusals.entry(index).or_default();
         // Only the explanation needs the text: stop gathering once it is long
         // enough to be truncated anyway.
-        if text.len() <= super::MAX_EXPLANATION_BYTES {
+        if text.len() <= crate::dialect::MAX_EXPLANATION_BYTES {
             text.push_str(piece);
         }
     }

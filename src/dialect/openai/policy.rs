@@ -11,7 +11,7 @@
 use http::StatusCode;
 use serde_json::Value;
 
-use super::{str_field, truncate_explanation, RefusalInfo};
+use crate::dialect::{str_field, truncate_explanation, RefusalInfo};
 use crate::refusal::RefusalSignal;
 
 /// Which OpenAI API an error came from: the two use different sets of codes.

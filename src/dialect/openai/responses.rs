@@ -28,11 +28,11 @@
 use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
-use super::openai_chat::{
+use super::chat::{
     azure_blocked_prompt, forces_a_tool_call, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL,
 };
-use super::openai_policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
-use super::{
+use super::policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
+use crate::dialect::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
 };
@@ -304,7 +304,7 @@ struct ResponsesStream {
 impl ResponsesStream {
     fn gather(&mut self, piece: &str) {
         let text = self.refusal.get_or_insert_with(String::new);
-        if text.len() <= super::MAX_EXPLANATION_BYTES {
+        if text.len() <= crate::dialect::MAX_EXPLANATION_BYTES {
             text.push_str(piece);
         }
     }

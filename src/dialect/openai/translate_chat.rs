@@ -12,7 +12,7 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
-use super::{
+use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, result_text, sse,
     strings, Conversation, Event, ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop,
     Tool, ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
@@ -27,8 +27,8 @@ const MAX_STOP_SEQUENCES: usize = 4;
 
 /// The category of a refusal the model wrote in its `refusal` field, as
 /// the Chat dialect names it.
-const MODEL_REFUSAL: &str = crate::dialect::openai_chat::MODEL_REFUSAL;
-const CONTENT_FILTER: &str = crate::dialect::openai_chat::CONTENT_FILTER;
+const MODEL_REFUSAL: &str = super::chat::MODEL_REFUSAL;
+const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
 
 // ---- requests ---------------------------------------------------------
 

@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn an_unmarked_conversation_keeps_its_key() {
         use crate::dialect::anthropic::AnthropicMessages;
-        use crate::dialect::openai_chat::OpenAiChat;
+        use crate::dialect::openai::chat::OpenAiChat;
 
         let anthropic = json!({"model": "m", "system": [{"type": "text", "text": "You are an agent."}],
             "messages": [{"role": "user", "content": [

@@ -4,7 +4,7 @@
 //! Responses dialect judging what was written.
 
 use super::*;
-use crate::dialect::openai_responses::OpenAiResponses;
+use crate::dialect::openai::responses::OpenAiResponses;
 use crate::refusal::WireApi::OpenAiResponses as Responses;
 
 // ---- requests ---------------------------------------------------------

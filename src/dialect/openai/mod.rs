@@ -1,0 +1,9 @@
+//! OpenAI's wire APIs: Chat Completions (also on Azure) and Responses, the
+//! policy errors both answer with, and their translation readers and
+//! writers for hops across providers.
+
+pub(crate) mod chat;
+mod policy;
+pub(crate) mod responses;
+pub(crate) mod translate_chat;
+pub(crate) mod translate_responses;
