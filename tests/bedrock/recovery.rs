@@ -183,17 +183,7 @@ async fn a_rescue_appends_the_note_in_the_bedrock_body_and_is_signed() {
     assert_all_signed(&done.seen);
     assert_eq!(done.seen[1].path, path, "boto3's %3A is kept on the rescue");
     let rescue = done.seen[1].json();
-    let last = rescue["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["role"], "user");
-    assert!(last["content"].as_array().unwrap().last().unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .contains("cyber"));
+    assert!(support::last_user_text(&rescue).contains("cyber"));
     assert_eq!(
         rescue["anthropic_beta"],
         json!(["interleaved-thinking-2025-05-14"])
