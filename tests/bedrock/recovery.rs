@@ -90,6 +90,31 @@ async fn send(
     }
 }
 
+/// [`send`]s a POST signed with [`keys`].
+async fn post(
+    upstream: &BedrockUpstream,
+    layer: RefusalGuardLayer,
+    path: &str,
+    body: Value,
+) -> Done {
+    send(upstream, layer, keys(), "POST", path, body).await
+}
+
+/// A scripted runtime that takes the session token (as [`keys`] signs)
+/// and plays these replies in order.
+async fn runtime(replies: Vec<br::Reply>) -> BedrockUpstream {
+    BedrockUpstream::start(replies, Some(br::SESSION_TOKEN), None).await
+}
+
+/// An empty refusal of Opus on invoke-with-response-stream (after
+/// thinking, when `think_first`), then `answer`.
+fn refusal_then(think_first: bool, answer: &[Bytes]) -> Vec<br::Reply> {
+    vec![
+        br::Reply::stream(br::invoke_stream(&br::refusal_events(OPUS, think_first))),
+        br::Reply::stream(answer.to_vec()),
+    ]
+}
+
 fn invoke_body() -> Value {
     json!({"anthropic_version": "bedrock-2023-05-31", "max_tokens": 256,
         "anthropic_beta": ["interleaved-thinking-2025-05-14"],
@@ -120,17 +145,9 @@ fn assert_all_signed(seen: &[br::Seen]) {
 async fn an_empty_refusal_on_invoke_stream_falls_back_to_the_arn_signed_for_each_attempt() {
     for think_first in [false, true] {
         let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
-        let upstream = BedrockUpstream::start(
-            vec![
-                br::Reply::stream(br::invoke_stream(&br::refusal_events(OPUS, think_first))),
-                br::Reply::stream(answer.clone()),
-            ],
-            Some(br::SESSION_TOKEN),
-            None,
-        )
-        .await;
+        let upstream = runtime(refusal_then(think_first, &answer)).await;
         let path = format!("/model/{OPUS}/invoke-with-response-stream");
-        let done = send(&upstream, chained(), keys(), "POST", &path, invoke_body()).await;
+        let done = post(&upstream, chained(), &path, invoke_body()).await;
         assert_eq!(done.status, 200);
         assert_eq!(
             done.body,
@@ -160,40 +177,14 @@ async fn an_empty_refusal_on_invoke_stream_falls_back_to_the_arn_signed_for_each
 #[tokio::test]
 async fn a_rescue_appends_the_note_in_the_bedrock_body_and_is_signed() {
     let answer = br::invoke_stream(&br::answer_events(OPUS, "Here is the audit."));
-    let upstream = BedrockUpstream::start(
-        vec![
-            br::Reply::stream(br::invoke_stream(&br::refusal_events(OPUS, false))),
-            br::Reply::stream(answer.clone()),
-        ],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
-    .await;
+    let upstream = runtime(refusal_then(false, &answer)).await;
     let path = format!("/model/{OPUS_BOTO}/invoke-with-response-stream");
-    let done = send(
-        &upstream,
-        RefusalGuardLayer::new(),
-        keys(),
-        "POST",
-        &path,
-        invoke_body(),
-    )
-    .await;
+    let done = post(&upstream, RefusalGuardLayer::new(), &path, invoke_body()).await;
     assert_eq!(done.body, joined(&answer));
     assert_all_signed(&done.seen);
     assert_eq!(done.seen[1].path, path, "boto3's %3A is kept on the rescue");
     let rescue = done.seen[1].json();
-    let last = rescue["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["role"], "user");
-    assert!(last["content"].as_array().unwrap().last().unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .contains("cyber"));
+    assert!(support::last_user_text(&rescue).contains("cyber"));
     assert_eq!(
         rescue["anthropic_beta"],
         json!(["interleaved-thinking-2025-05-14"])
@@ -213,14 +204,9 @@ async fn a_partial_refusal_and_an_exception_frame_pass_through_byte_exact() {
         "The model stream failed.",
     )));
     for (chunks, kind) in [(partial, Some(RefusalKind::Partial)), (failed, None)] {
-        let upstream = BedrockUpstream::start(
-            vec![br::Reply::stream(chunks.clone())],
-            Some(br::SESSION_TOKEN),
-            None,
-        )
-        .await;
+        let upstream = runtime(vec![br::Reply::stream(chunks.clone())]).await;
         let path = format!("/model/{OPUS}/invoke-with-response-stream");
-        let done = send(&upstream, chained(), keys(), "POST", &path, invoke_body()).await;
+        let done = post(&upstream, chained(), &path, invoke_body()).await;
         assert_eq!(done.body, joined(&chunks));
         assert_eq!(done.seen.len(), 1, "nothing is retried");
         assert_all_signed(&done.seen);
@@ -255,27 +241,15 @@ async fn converse_stream_content_filtered_is_rescued_in_converse_shape() {
     ]
     .map(Bytes::from)
     .to_vec();
-    let upstream = BedrockUpstream::start(
-        vec![
-            br::Reply::stream(filtered),
-            br::Reply::stream(answer.clone()),
-        ],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
+    let upstream = runtime(vec![
+        br::Reply::stream(filtered),
+        br::Reply::stream(answer.clone()),
+    ])
     .await;
     let path = format!("/model/{OPUS_BOTO}/converse-stream");
     let body = json!({"messages": [{"role": "user", "content": [{"text": "Explain the exploit."}]}],
         "inferenceConfig": {"maxTokens": 256}});
-    let done = send(
-        &upstream,
-        RefusalGuardLayer::new(),
-        keys(),
-        "POST",
-        &path,
-        body,
-    )
-    .await;
+    let done = post(&upstream, RefusalGuardLayer::new(), &path, body).await;
     assert_eq!(done.body, joined(&answer));
     assert_all_signed(&done.seen);
     let rescue = done.seen[1].json();
@@ -300,17 +274,10 @@ async fn a_json_invoke_refusal_falls_back_and_listings_pass_signed_and_untouched
     let answer = json!({"id": "msg_a", "type": "message", "role": "assistant", "model": SONNET_ARN,
         "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
         "usage": {"input_tokens": 5, "output_tokens": 2}});
-    let upstream = BedrockUpstream::start(
-        vec![br::Reply::json(&refused), br::Reply::json(&answer)],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
-    .await;
-    let done = send(
+    let upstream = runtime(vec![br::Reply::json(&refused), br::Reply::json(&answer)]).await;
+    let done = post(
         &upstream,
         chained(),
-        keys(),
-        "POST",
         &format!("/model/{OPUS}/invoke"),
         invoke_body(),
     )
@@ -385,28 +352,20 @@ fn the_signature_check_agrees_with_the_published_aws_test_vector() {
         service: "service",
     };
     assert_eq!(
-        br::verify_sigv4_with(&keys, "GET", "/", &headers, b"", None),
+        br::verify_sigv4(&keys, "GET", "/", &headers, b"", None),
         Ok(())
     );
-    assert!(br::verify_sigv4_with(&keys, "POST", "/", &headers, b"", None).is_err());
+    assert!(br::verify_sigv4(&keys, "POST", "/", &headers, b"", None).is_err());
 }
 
 #[tokio::test]
 async fn keep_alive_comments_are_never_written_into_an_event_stream() {
     let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
-    let upstream = BedrockUpstream::start(
-        vec![
-            br::Reply::stream(br::invoke_stream(&br::refusal_events(OPUS, true))),
-            br::Reply::stream(answer.clone()),
-        ],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
-    .await;
+    let upstream = runtime(refusal_then(true, &answer)).await;
     // The refusal's frames come 2 ms apart: a 1 ms keep-alive would fire.
     let layer = chained().keepalive_after(std::time::Duration::from_millis(1));
     let path = format!("/model/{OPUS}/invoke-with-response-stream");
-    let done = send(&upstream, layer, keys(), "POST", &path, invoke_body()).await;
+    let done = post(&upstream, layer, &path, invoke_body()).await;
     assert_eq!(done.body, joined(&answer));
     assert_eq!(done.records[0].outcome, Outcome::Fallback);
 }
@@ -422,14 +381,9 @@ fn guardrail_answer() -> Value {
 #[tokio::test]
 async fn an_operators_guardrail_is_recorded_and_passed_through_not_worked_around() {
     let canned = guardrail_answer();
-    let upstream = BedrockUpstream::start(
-        vec![br::Reply::json(&canned)],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
-    .await;
+    let upstream = runtime(vec![br::Reply::json(&canned)]).await;
     let path = format!("/model/{OPUS}/invoke");
-    let done = send(&upstream, chained(), keys(), "POST", &path, invoke_body()).await;
+    let done = post(&upstream, chained(), &path, invoke_body()).await;
     assert_eq!(done.status, 200);
     assert_eq!(
         serde_json::from_slice::<Value>(&done.body).unwrap(),
@@ -451,18 +405,14 @@ async fn a_guardrail_is_recovered_only_when_the_policy_names_it() {
     let answer = json!({"id": "msg_a", "type": "message", "role": "assistant", "model": SONNET_ARN,
         "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
         "usage": {"input_tokens": 5, "output_tokens": 2}});
-    let upstream = BedrockUpstream::start(
-        vec![
-            br::Reply::json(&guardrail_answer()),
-            br::Reply::json(&answer),
-        ],
-        Some(br::SESSION_TOKEN),
-        None,
-    )
+    let upstream = runtime(vec![
+        br::Reply::json(&guardrail_answer()),
+        br::Reply::json(&answer),
+    ])
     .await;
     let opted_in = chained().category_policy("guardrail_intervened=fallback".parse().unwrap());
     let path = format!("/model/{OPUS}/invoke");
-    let done = send(&upstream, opted_in, keys(), "POST", &path, invoke_body()).await;
+    let done = post(&upstream, opted_in, &path, invoke_body()).await;
     assert_eq!(serde_json::from_slice::<Value>(&done.body).unwrap(), answer);
     assert_eq!(done.seen.len(), 2);
     assert_all_signed(&done.seen);
@@ -490,21 +440,17 @@ async fn a_hop_presents_bedrocks_credit_token_only_when_the_client_opted_in() {
     const CREDIT_BETA: &str = "fallback-credit-2026-06-09";
     for opted_in in [true, false] {
         let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
-        let upstream = BedrockUpstream::start(
-            vec![
-                br::Reply::stream(credited_refusal("credit-tok-1")),
-                br::Reply::stream(answer.clone()),
-            ],
-            Some(br::SESSION_TOKEN),
-            None,
-        )
+        let upstream = runtime(vec![
+            br::Reply::stream(credited_refusal("credit-tok-1")),
+            br::Reply::stream(answer.clone()),
+        ])
         .await;
         let mut body = invoke_body();
         if opted_in {
             body["anthropic_beta"] = json!(["interleaved-thinking-2025-05-14", CREDIT_BETA]);
         }
         let path = format!("/model/{OPUS}/invoke-with-response-stream");
-        let done = send(&upstream, chained(), keys(), "POST", &path, body.clone()).await;
+        let done = post(&upstream, chained(), &path, body.clone()).await;
         assert_eq!(done.body, joined(&answer), "opted in: {opted_in}");
         assert_eq!(done.seen.len(), 2, "the contract took the hop");
         let hop = done.seen[1].json();

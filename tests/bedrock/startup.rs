@@ -50,6 +50,11 @@ fn exited(mut child: Child) -> (Option<i32>, String) {
         }
         std::thread::sleep(Duration::from_millis(20));
     };
+    (status.code(), stderr_of(&mut child))
+}
+
+/// What an exited child wrote to stderr.
+fn stderr_of(child: &mut Child) -> String {
     let mut stderr = String::new();
     child
         .stderr
@@ -57,7 +62,7 @@ fn exited(mut child: Child) -> (Option<i32>, String) {
         .unwrap()
         .read_to_string(&mut stderr)
         .unwrap();
-    (status.code(), stderr)
+    stderr
 }
 
 /// Runs the binary with `--bedrock-region` and `args` (the region first)
@@ -191,14 +196,7 @@ fn with_credentials_on_loopback_it_listens() {
     let addr = format!("127.0.0.1:{port}").parse().unwrap();
     while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
         if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut stderr)
-                .unwrap();
-            panic!("exited {status}: {stderr}");
+            panic!("exited {status}: {}", stderr_of(&mut child));
         }
         assert!(Instant::now() < deadline, "did not listen within 10 s");
         std::thread::sleep(Duration::from_millis(20));

@@ -153,6 +153,18 @@ class ProxyProcess:
             self.process.kill()
 
 
+@contextlib.contextmanager
+def logging_proxy(name: str, args: list, tmp: Path, env: dict | None = None):
+    """A ProxyProcess that logs its refusal records to `refusals.jsonl` in
+    `tmp`, with that log; stopped when the block ends."""
+    log = tmp / "refusals.jsonl"
+    proxy = ProxyProcess(name, [*args, "--log", str(log)], tmp, env=env)
+    try:
+        yield proxy, log
+    finally:
+        proxy.stop()
+
+
 # The mocks of the harnesses running now, for the check after each test.
 MOCKS = []
 

@@ -18,24 +18,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from conftest import TARGET, refusal_guard_binary
 
-ROOT = Path(__file__).resolve().parents[2]
 KEY_ID = "AKIDPROXYEXAMPLE"
 SECRET = "proxy/secret/EXAMPLEKEY"
 REGION = "us-east-1"
 OPUS = "us.anthropic.claude-opus-4-7-v1:0"
 SONNET = "us.anthropic.claude-sonnet-4-5-v1:0"
-
-
-TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-
-
-def proxy_binary() -> Path:
-    """The `refusal-guard` command, built with every feature (Bedrock too)."""
-    explicit = os.environ.get("REFUSAL_GUARD_BIN")
-    if explicit:
-        return Path(explicit)
-    return TARGET / "debug" / "refusal-guard"
 
 
 class Contract:
@@ -210,7 +199,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def gateway(tmp_path):
-    binary = proxy_binary()
+    binary = refusal_guard_binary()
     if not binary.exists():
         pytest.fail(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
     mock = MockBedrock()

@@ -13,7 +13,7 @@ import os
 import subprocess
 
 import pytest
-from conftest import ProxyProcess, refusal_guard_binary
+from conftest import logging_proxy, refusal_guard_binary
 
 CHAINS = ";".join(
     [
@@ -38,20 +38,11 @@ RECOVERY_HEADER = "refusal-guard-recovery"
 
 @pytest.fixture(scope="module")
 def cross(harness, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("cross")
-    log = tmp / "refusals.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update(OPERATOR)
-    proxy = ProxyProcess(
-        "cross",
-        ["--upstream", harness.mock, "--chain", CHAINS, "--rescue", "off", "--log", str(log)],
-        tmp,
-        env=env,
-    )
-    try:
-        yield proxy, log
-    finally:
-        proxy.stop()
+    args = ["--upstream", harness.mock, "--chain", CHAINS, "--rescue", "off"]
+    with logging_proxy("cross", args, tmp_path_factory.mktemp("cross"), env=env) as running:
+        yield running
 
 
 def scripted(text: str, script: str, script_id: str) -> str:
@@ -149,6 +140,14 @@ def assert_claude_hop(harness, script_id: str, client_key: str) -> dict:
     return hop
 
 
+def assert_streamed_claude_hop(harness, script_id: str):
+    """The hop of an openai SDK stream whose instructions were "You audit
+    networks.": streamed, with them as the Claude request's system."""
+    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
+    assert hop["json"]["stream"] is True
+    assert hop["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
+
+
 def test_an_openai_content_filter_streams_a_claude_answer_to_the_openai_sdk(harness, cross, script_id):
     proxy, _ = cross
     script = "openai/hand-written/chat_content_filter_empty.sse,e2e/continuation_text.sse"
@@ -173,9 +172,7 @@ def test_an_openai_content_filter_streams_a_claude_answer_to_the_openai_sdk(harn
     assert finish == ["stop"]
     assert len(usage) == 1 and usage[0].completion_tokens > 0, usage
 
-    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
-    assert hop["json"]["stream"] is True
-    assert hop["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
+    assert_streamed_claude_hop(harness, script_id)
 
 
 def test_an_openai_content_filter_creates_a_claude_answer_for_the_openai_sdk(harness, cross, script_id):
@@ -218,9 +215,7 @@ def test_a_responses_content_filter_streams_a_claude_answer_to_responses_stream(
     assert final.output_text == CLAUDE_TEXT
     assert final.usage.output_tokens > 0
 
-    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
-    assert hop["json"]["stream"] is True
-    assert hop["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
+    assert_streamed_claude_hop(harness, script_id)
 
 
 def test_a_responses_refusal_creates_a_claude_answer_for_the_openai_sdk(harness, cross, script_id):

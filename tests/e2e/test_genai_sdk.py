@@ -6,7 +6,7 @@ falls back for it without the rescue note, and records it as `recitation`."""
 import json
 
 import pytest
-from conftest import NOTE, ProxyProcess
+from conftest import NOTE, logging_proxy
 
 MODEL = "gemini-recite"
 HOP = "gemini-recite-hop"
@@ -16,17 +16,9 @@ ANSWER = "usage/gemini-answer.sse"
 
 @pytest.fixture(scope="module")
 def gemini(harness, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("genai")
-    log = tmp / "refusals.jsonl"
-    proxy = ProxyProcess(
-        "genai",
-        ["--upstream", harness.mock, "--chain", f"{MODEL}={HOP}", "--log", str(log)],
-        tmp,
-    )
-    try:
-        yield proxy, log
-    finally:
-        proxy.stop()
+    args = ["--upstream", harness.mock, "--chain", f"{MODEL}={HOP}"]
+    with logging_proxy("genai", args, tmp_path_factory.mktemp("genai")) as running:
+        yield running
 
 
 def stream_text(base_url: str, model: str, script: str, script_id: str):

@@ -11,7 +11,7 @@ import json
 import os
 
 import pytest
-from conftest import ProxyProcess
+from conftest import logging_proxy
 
 RED_KEY = "red-team-e2e-client-key-0001"
 BLUE_KEY = "blue-team-e2e-client-key-0002"
@@ -50,18 +50,14 @@ def tenants(harness, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tenants")
     path = tmp / "tenants.toml"
     path.write_text(TENANTS)
-    log = tmp / "refusals.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env["OPENAI_API_KEY"] = OPENAI_OPERATOR_KEY
     args = [
-        "--upstream", harness.mock, "--tenants", str(path), "--log", str(log),
+        "--upstream", harness.mock, "--tenants", str(path),
         "--chain", "claude-cross-source=openai:gpt-5",
     ]
-    proxy = ProxyProcess("tenants", args, tmp, env=env)
-    try:
-        yield proxy, log
-    finally:
-        proxy.stop()
+    with logging_proxy("tenants", args, tmp, env=env) as running:
+        yield running
 
 
 def anthropic_sdk(base_url: str, tenant_key: str, script: str, script_id: str):

@@ -43,18 +43,7 @@ async fn empty_refusal_is_rescued_with_one_continuation() {
         &fixture(TEXT),
         "the client receives only the continuation",
     );
-    let continuation = seen[1].json();
-    let last = continuation["messages"]
-        .as_array()
-        .unwrap()
-        .last()
-        .unwrap()
-        .clone();
-    assert_eq!(last["role"], "user");
-    let note = last["content"].as_array().unwrap().last().unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let note = last_user_text(&seen[1].json());
     assert!(note.contains("cyber"), "{note}");
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Rescued);
@@ -90,13 +79,7 @@ fn guard_with(
 }
 
 fn note_of(seen: &Seen) -> String {
-    let body = seen.json();
-    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["role"], "user");
-    last["content"].as_array().unwrap().last().unwrap()["text"]
-        .as_str()
-        .unwrap()
-        .to_owned()
+    last_user_text(&seen.json())
 }
 
 #[tokio::test]

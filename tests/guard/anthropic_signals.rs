@@ -38,15 +38,6 @@ fn answer(model: &str) -> Bytes {
     anthropic_stream(&events)
 }
 
-fn events_of(body: &Bytes) -> Vec<Value> {
-    String::from_utf8(body.to_vec())
-        .unwrap()
-        .split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
-}
-
 fn one_chain() -> refusal_guard::recovery::FallbackChains {
     refusal_guard::recovery::FallbackChains::new().chain(OPUS, [SONNET])
 }
@@ -267,7 +258,7 @@ async fn the_handoff_marker_names_every_hop_keeps_the_primarys_id_and_lists_iter
         .fallback_chains(chains())
         .handoff_marker(true);
     let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
-    let events = events_of(&done.body);
+    let events = stream_events(&done.body);
     assert_eq!(events[0]["type"], "message_start");
     assert_eq!(events[0]["message"]["id"], "msg_primary");
     let blocks: Vec<&Value> = events

@@ -98,16 +98,6 @@ fn openai_chain() -> RefusalGuardLayer {
         .rescue(false)
 }
 
-/// The Anthropic events of a body, as JSON.
-fn anthropic_events(body: &Bytes) -> Vec<Value> {
-    std::str::from_utf8(body)
-        .unwrap()
-        .split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_stream() {
     let request = post(
@@ -141,7 +131,7 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
                 "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}}}}]})
     );
 
-    let events = anthropic_events(&done.body);
+    let events = stream_events(&done.body);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,

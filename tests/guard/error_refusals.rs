@@ -37,6 +37,33 @@ fn messages_request(stream: bool) -> Value {
         "messages": [{"role": "user", "content": "Write the GitHub issue template config."}]})
 }
 
+/// The Messages request of these tests, as a POST.
+fn messages_post(stream: bool) -> http::Request<Full<Bytes>> {
+    post(MESSAGES_URL, &messages_request(stream))
+}
+
+/// `done` delivered `sent` byte for byte after its one upstream call, and
+/// recorded a refusal of this `signal` nothing recovered (the rescue off).
+fn assert_delivered_as_sent(done: &Exchange, sent: &[u8], signal: RefusalSignal) {
+    assert_eq!(done.body, sent, "byte for byte");
+    assert_eq!(done.upstream.seen().len(), 1);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Dead);
+    assert_eq!(record.reason, Some(DeadReason::RescueOff));
+    assert_eq!(record.signal, Some(signal));
+}
+
+/// `done` passed `partial` through byte for byte after its one upstream
+/// call, and recorded a partial refusal of this `signal`.
+fn assert_left_alone(done: &Exchange, partial: &Bytes, signal: RefusalSignal) {
+    assert_eq!(done.body, partial, "passed through byte for byte");
+    assert_eq!(done.upstream.seen().len(), 1, "no hop after text");
+    let record = &done.sink.records()[0];
+    assert_eq!(record.outcome, Outcome::Partial);
+    assert_eq!(record.kind, Some(RefusalKind::Partial));
+    assert_eq!(record.signal, Some(signal));
+}
+
 fn answer() -> Bytes {
     anthropic_stream(&events::text_answer(
         "claude-opus-4-7",
@@ -57,12 +84,7 @@ async fn an_output_blocked_400_is_a_refusal_the_rescue_recovers() {
         Reply::Status(400, Bytes::from(BLOCKED_400)),
         Reply::Sse(vec![answer()]),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post(MESSAGES_URL, &messages_request(true)),
-    )
-    .await;
+    let done = exchange(RefusalGuardLayer::new(), replies, messages_post(true)).await;
     assert_eq!(done.parts.status, 200);
     let seen = done.assert_served_on_the_second_call(&answer(), "the rescue is served");
     let note = seen[1].last_message().to_string();
@@ -82,15 +104,10 @@ async fn an_output_blocked_400_is_a_refusal_the_rescue_recovers() {
 async fn an_output_blocked_400_nothing_recovers_reaches_the_client_as_sent() {
     let replies = vec![Reply::Status(400, Bytes::from(BLOCKED_400))];
     let layer = RefusalGuardLayer::new().rescue(false);
-    let done = exchange(layer, replies, post(MESSAGES_URL, &messages_request(false))).await;
+    let done = exchange(layer, replies, messages_post(false)).await;
     assert_eq!(done.parts.status, 400);
     assert_eq!(done.parts.headers["content-type"], "application/json");
-    assert_eq!(done.body, BLOCKED_400.as_bytes());
-    assert_eq!(done.upstream.seen().len(), 1);
-    let record = &done.sink.records()[0];
-    assert_eq!(record.outcome, Outcome::Dead);
-    assert_eq!(record.reason, Some(DeadReason::RescueOff));
-    assert_eq!(record.signal, Some(RefusalSignal::BlockedOutput));
+    assert_delivered_as_sent(&done, BLOCKED_400.as_bytes(), RefusalSignal::BlockedOutput);
 }
 
 #[tokio::test]
@@ -103,12 +120,7 @@ async fn a_real_invalid_request_400_is_no_refusal() {
             "error": {"type": "invalid_request_error", "message": message}});
         let sent = Bytes::from(body.to_string());
         let replies = vec![Reply::Status(400, sent.clone()), Reply::Sse(vec![answer()])];
-        let done = exchange(
-            RefusalGuardLayer::new(),
-            replies,
-            post(MESSAGES_URL, &messages_request(true)),
-        )
-        .await;
+        let done = exchange(RefusalGuardLayer::new(), replies, messages_post(true)).await;
         assert_eq!(done.parts.status, 400, "{message}");
         done.assert_untouched(&sent);
     }
@@ -118,12 +130,7 @@ async fn a_real_invalid_request_400_is_no_refusal() {
 async fn an_output_blocked_event_before_any_output_is_rescued() {
     let refused = anthropic_stream(&[events::message_start("claude-opus-4-7"), blocked_event()]);
     let replies = vec![Reply::Sse(vec![refused]), Reply::Sse(vec![answer()])];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post(MESSAGES_URL, &messages_request(true)),
-    )
-    .await;
+    let done = exchange(RefusalGuardLayer::new(), replies, messages_post(true)).await;
     done.assert_served_on_the_second_call(&answer(), "the rescue is served");
     let refusal = done.refusal().unwrap();
     assert_eq!(refusal.signal, RefusalSignal::BlockedOutput);
@@ -142,18 +149,8 @@ async fn an_output_blocked_event_after_text_is_a_partial_refusal_left_alone() {
         Reply::Sse(vec![partial.clone()]),
         Reply::Sse(vec![answer()]),
     ];
-    let done = exchange(
-        RefusalGuardLayer::new(),
-        replies,
-        post(MESSAGES_URL, &messages_request(true)),
-    )
-    .await;
-    assert_eq!(done.body, partial, "passed through byte for byte");
-    assert_eq!(done.upstream.seen().len(), 1);
-    let record = &done.sink.records()[0];
-    assert_eq!(record.outcome, Outcome::Partial);
-    assert_eq!(record.kind, Some(RefusalKind::Partial));
-    assert_eq!(record.signal, Some(RefusalSignal::BlockedOutput));
+    let done = exchange(RefusalGuardLayer::new(), replies, messages_post(true)).await;
+    assert_left_alone(&done, &partial, RefusalSignal::BlockedOutput);
 }
 
 // ------------------------------------------------- OpenAI's policy errors
@@ -303,12 +300,7 @@ async fn a_policy_error_nothing_recovers_reaches_the_client_as_sent() {
             "text/event-stream"
         };
         assert_eq!(done.parts.headers["content-type"], kind);
-        assert_eq!(done.body, sent, "byte for byte");
-        assert_eq!(done.upstream.seen().len(), 1);
-        let record = &done.sink.records()[0];
-        assert_eq!(record.outcome, Outcome::Dead);
-        assert_eq!(record.reason, Some(DeadReason::RescueOff));
-        assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
+        assert_delivered_as_sent(&done, &sent, RefusalSignal::PolicyError);
     }
 }
 
@@ -346,13 +338,8 @@ async fn a_cyber_policy_failure_after_text_is_a_partial_refusal_left_alone() {
     let replies = vec![Reply::sse(&partial), Reply::sse(&fixture(RESPONSES_ANSWER))];
     let request = post(RESPONSES_URL, &codex_request(true));
     let done = exchange(fallback_layer(), replies, request).await;
-    assert_eq!(done.body, partial, "passed through byte for byte");
-    assert_eq!(done.upstream.seen().len(), 1, "no hop after text");
-    let record = &done.sink.records()[0];
-    assert_eq!(record.outcome, Outcome::Partial);
-    assert_eq!(record.kind, Some(RefusalKind::Partial));
-    assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
-    assert_eq!(record.category.as_deref(), Some("cyber"));
+    assert_left_alone(&done, &partial, RefusalSignal::PolicyError);
+    assert_eq!(done.sink.records()[0].category.as_deref(), Some("cyber"));
 }
 
 #[tokio::test]

@@ -357,15 +357,6 @@ async fn sticky_routing_applies_within_its_ttl_and_stops_after() {
 
 // ---- handoff marker -------------------------------------------------------
 
-fn events_of(body: &Bytes) -> Vec<Value> {
-    String::from_utf8(body.to_vec())
-        .unwrap()
-        .split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
-}
-
 #[tokio::test]
 async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
     let served = fixture("anthropic/anthropic-sdk-python/tool_use_response.txt");
@@ -377,7 +368,7 @@ async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
         Reply::Sse(split_at(&served, &[7, 100, 101, 555, 900])),
     ];
     let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
-    let events = events_of(&done.body);
+    let events = stream_events(&done.body);
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds.iter().filter(|k| **k == "message_start").count(), 1);
     assert_eq!(kinds.iter().filter(|k| **k == "message_delta").count(), 1);
@@ -393,7 +384,7 @@ async fn the_handoff_marker_keeps_the_stream_one_valid_message() {
         .filter(|e| e["type"] == "content_block_start")
         .map(|e| e["index"].as_u64().unwrap())
         .collect();
-    let original_blocks = events_of(&served)
+    let original_blocks = stream_events(&served)
         .iter()
         .filter(|e| e["type"] == "content_block_start")
         .count();

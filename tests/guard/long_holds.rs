@@ -147,15 +147,6 @@ async fn a_quick_decision_sends_no_comment() {
 
 // ---- live thinking ----------------------------------------------------
 
-fn event_list(body: &Bytes) -> Vec<serde_json::Value> {
-    std::str::from_utf8(body)
-        .unwrap()
-        .split("\n\n")
-        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
-        .map(|data| serde_json::from_str(data).unwrap())
-        .collect()
-}
-
 fn live_layer(sink: &refusal_guard::telemetry::MemorySink) -> RefusalGuardLayer {
     RefusalGuardLayer::new()
         .live_thinking(true)
@@ -179,7 +170,7 @@ async fn live_thinking_continues_the_message_with_the_rescued_turn() {
         let (parts, body) = call(&mut guard, messages("m", true, "x")).await;
         let handle = parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.settled().await.unwrap().outcome, Outcome::Rescued);
-        let events = event_list(&body);
+        let events = stream_events(&body);
         let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
         assert_eq!(
             kinds.iter().filter(|k| **k == "message_start").count(),

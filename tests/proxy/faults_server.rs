@@ -353,14 +353,7 @@ async fn a_gzip_encoded_refusal_is_seen_and_rescued() {
         !response.to_ascii_lowercase().contains("content-encoding"),
         "{response}"
     );
-    assert!(response.contains("message_stop"), "{response}");
-    assert!(
-        !response.contains("\"stop_reason\":\"refusal\""),
-        "the refusal was rescued: {response}"
-    );
-    let seen = upstream.requests();
-    assert_eq!(seen.len(), 2, "the original and the rescue: {seen:?}");
-    assert!(seen.iter().all(|r| r.complete));
+    assert_rescued(&response, &upstream);
     proxy.line_with(&["POST /v1/messages 200 rescued("]).await;
 }
 
@@ -500,21 +493,28 @@ async fn shutdown_cuts_a_hanging_upstream_at_the_drain_deadline() {
     proxy.line_with(&["GET /v1/events 200"]).await;
 }
 
-#[tokio::test]
-async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
-    let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
-    let proxy = Running::plain(&upstream).await;
+/// Sends a streamed Messages request through `proxy` and leaves once
+/// `upstream` has it; the access line says the client went (499).
+async fn leave_once_upstream_has_it(proxy: &Running, upstream: &RawUpstream) {
     let mut socket = proxy.connect().await;
     socket.write_all(&messages_request(true, "")).await.unwrap();
     assert!(
         upstream
             .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
-            .await
+            .await,
+        "the original never reached the upstream"
     );
     drop(socket);
     proxy
         .line_with(&["POST /v1/messages 499 client_gone"])
         .await;
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_before_the_head_still_gets_an_access_log_line() {
+    let upstream = RawUpstream::start(|_, _| vec![Act::Hang]).await;
+    let proxy = Running::plain(&upstream).await;
+    leave_once_upstream_has_it(&proxy, &upstream).await;
     assert!(
         upstream.wait_all_closed(GENEROUS).await,
         "the upstream request was not cancelled"
@@ -541,20 +541,9 @@ async fn a_client_that_leaves_mid_hold_gets_no_rescue_sent_upstream() {
     })
     .await;
     let proxy = Running::plain(&upstream).await;
-    let mut socket = proxy.connect().await;
-    socket.write_all(&messages_request(true, "")).await.unwrap();
     // The original is out and held (its refusal half sent) when the client
     // leaves: without the client the refusal's end would call for a rescue.
-    assert!(
-        upstream
-            .wait_until(Duration::from_secs(5), |u| u.requests().len() == 1)
-            .await,
-        "the original never reached the upstream"
-    );
-    drop(socket);
-    proxy
-        .line_with(&["POST /v1/messages 499 client_gone"])
-        .await;
+    leave_once_upstream_has_it(&proxy, &upstream).await;
     assert!(
         upstream.wait_all_closed(GENEROUS).await,
         "the held upstream request was not cancelled"
@@ -704,21 +693,37 @@ async fn a_live_thinking_hold_past_the_deadline_settles_its_handle() {
     assert!(line.contains(" ok"), "{line}");
 }
 
+/// `served` is a whole Messages stream with no refusal in it, after
+/// `upstream` got the original and the rescue, each whole; what it got.
+fn assert_rescued(served: &str, upstream: &RawUpstream) -> Vec<support::raw_upstream::RawRequest> {
+    assert!(served.contains("message_stop"), "{served}");
+    assert!(
+        !served.contains("\"stop_reason\":\"refusal\""),
+        "the refusal was rescued: {served}"
+    );
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), 2, "the original and the rescue: {seen:?}");
+    assert!(seen.iter().all(|r| r.complete));
+    seen
+}
+
+/// What `proxy` answers a Messages request whose head carries a header of
+/// `bytes` bytes of padding.
+async fn padded(proxy: &Running, bytes: usize) -> String {
+    let padding = format!("x-padding: {}\r\n", "a".repeat(bytes));
+    proxy.exchange(&messages_request(false, &padding)).await
+}
+
 #[tokio::test]
 async fn a_request_head_past_the_bound_gets_a_431_and_one_within_it_is_served() {
     let upstream = answering_ok("application/json", b"{}").await;
-    let padding = |bytes: usize| format!("x-padding: {}\r\n", "a".repeat(bytes));
 
     // The default bound is 8 KiB.
     let defaults = Running::plain(&upstream).await;
-    let served = defaults
-        .exchange(&messages_request(false, &padding(6 * 1024)))
-        .await;
+    let served = padded(&defaults, 6 * 1024).await;
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
     assert_eq!(upstream.requests().len(), 1);
-    let refused = defaults
-        .exchange(&messages_request(false, &padding(10 * 1024)))
-        .await;
+    let refused = padded(&defaults, 10 * 1024).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(
         upstream.requests().len(),
@@ -727,20 +732,14 @@ async fn a_request_head_past_the_bound_gets_a_431_and_one_within_it_is_served() 
     );
 
     let raised = Running::over(&upstream, |p| p.max_head_bytes(32 * 1024)).await;
-    let served = raised
-        .exchange(&messages_request(false, &padding(24 * 1024)))
-        .await;
+    let served = padded(&raised, 24 * 1024).await;
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
-    let refused = raised
-        .exchange(&messages_request(false, &padding(40 * 1024)))
-        .await;
+    let refused = padded(&raised, 40 * 1024).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(upstream.requests().len(), 2);
 
     // Past the read buffer (128 KiB) hyper itself refuses the head.
-    let refused = raised
-        .exchange(&messages_request(false, &padding(200 * 1024)))
-        .await;
+    let refused = padded(&raised, 200 * 1024).await;
     assert!(refused.starts_with("HTTP/1.1 431"), "{refused}");
     assert_eq!(upstream.requests().len(), 2);
 }
@@ -885,14 +884,7 @@ async fn a_large_request_reaches_the_upstream_as_it_arrives_and_its_copy_serves_
     let text_response = String::from_utf8_lossy(&response);
     assert!(text_response.starts_with("HTTP/1.1 200"), "{text_response}");
     let served = String::from_utf8_lossy(&dechunked(&response)).into_owned();
-    assert!(served.contains("message_stop"), "{served}");
-    assert!(
-        !served.contains("\"stop_reason\":\"refusal\""),
-        "the refusal was rescued: {served}"
-    );
-    let seen = upstream.requests();
-    assert_eq!(seen.len(), 2, "the original and the rescue");
-    assert!(seen.iter().all(|r| r.complete));
+    let seen = assert_rescued(&served, &upstream);
     assert_eq!(seen[0].body, body, "the original, byte for byte");
     // The rescue is built from the copy: the whole conversation again.
     let original = &seen[0].json()["messages"][0]["content"];

@@ -29,6 +29,20 @@ async fn post(base: &str, path: &str, body: &Value) -> (u16, Option<String>, Str
     (status, recovery, response.text().await.unwrap())
 }
 
+/// What the simulator answered a request it serves no API for: the status,
+/// whether the guard's error header is on it, and the body as JSON.
+async fn unserved(request: reqwest::RequestBuilder) -> (u16, bool, Value) {
+    let response = request
+        .timeout(std::time::Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let flagged = response.headers().get(header::ERROR).is_some();
+    let json = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    (status, flagged, json)
+}
+
 /// The `data:` payloads of an SSE body, as JSON.
 fn events(body: &str) -> Vec<Value> {
     body.lines()
@@ -138,43 +152,24 @@ async fn a_later_request_of_a_conversation_is_answered_without_recovery() {
 #[tokio::test]
 async fn the_simulators_own_errors_come_in_each_apis_shape() {
     let base = run_proxy(&["--simulate"]).await;
-    let response = client()
-        .get(format!(
-            "{base}/v1beta/models/gemini-2.5-pro:generateContent"
-        ))
-        .timeout(std::time::Duration::from_secs(20))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 405);
-    assert!(response.headers().get(header::ERROR).is_some());
-    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let gemini = format!("{base}/v1beta/models/gemini-2.5-pro:generateContent");
+    let (status, flagged, json) = unserved(client().get(gemini)).await;
+    assert_eq!(status, 405);
+    assert!(flagged);
     assert_eq!(json["error"]["code"], 405);
     assert!(json["error"]["status"].is_string());
 
-    let response = client()
-        .post(format!("{base}/v1/embeddings"))
-        .body("{}")
-        .timeout(std::time::Duration::from_secs(20))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    assert!(response.headers().get(header::ERROR).is_some());
-    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let embeddings = client().post(format!("{base}/v1/embeddings")).body("{}");
+    let (status, flagged, json) = unserved(embeddings).await;
+    assert_eq!(status, 404);
+    assert!(flagged);
     assert_eq!(
         json["error"]["type"], "invalid_request_error",
         "OpenAI's shape"
     );
 
-    let response = client()
-        .get(format!("{base}/v1/messages"))
-        .timeout(std::time::Duration::from_secs(20))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 405);
-    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let (status, _, json) = unserved(client().get(format!("{base}/v1/messages"))).await;
+    assert_eq!(status, 405);
     assert_eq!(json["type"], "error", "Anthropic's shape");
 }
 
@@ -201,15 +196,9 @@ async fn the_strict_simulator_answers_a_broken_request_as_the_provider_does() {
     assert!(json["error"]["message"].as_str().unwrap().contains("C3"));
 
     // A path no API serves: the provider's 404, not the simulator's own.
-    let response = client()
-        .post(format!("{base}/v1/embeddings"))
-        .body("{}")
-        .timeout(std::time::Duration::from_secs(20))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 404);
-    assert!(response.headers().get(header::ERROR).is_none());
-    let json: Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    let embeddings = client().post(format!("{base}/v1/embeddings")).body("{}");
+    let (status, flagged, json) = unserved(embeddings).await;
+    assert_eq!(status, 404);
+    assert!(!flagged);
     assert!(json["error"]["message"].as_str().unwrap().contains("P1"));
 }

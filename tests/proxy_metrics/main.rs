@@ -232,12 +232,7 @@ async fn tenants_and_learned_routing_are_counted(
         .route_by(LearnedRouting::new().random(|| 0.99))
         .telemetry(MetricsSink::new())
         .tenants(FromExtensions);
-    let (proxy, listener, url) = bind_proxy(&mock.url(), &layer).await;
-    tokio::spawn(
-        proxy
-            .tenants(tenants)
-            .serve(listener, std::future::pending()),
-    );
+    let url = support::proxy::serve_tenants_proxy(&mock.url(), &layer, tenants).await;
     let body = json!({
         "model": "claude-metrics-opus", "max_tokens": 64, "stream": true,
         "messages": [{"role": "user", "content": "audit my host"}],

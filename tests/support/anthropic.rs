@@ -13,6 +13,17 @@ pub fn anthropic_stream(events: &[Value]) -> Bytes {
     Bytes::from(out)
 }
 
+/// The JSON payload of each frame's `data:` line of an SSE body: the
+/// events a stream carried, back in the shape [`anthropic_stream`] takes.
+pub fn stream_events(body: &[u8]) -> Vec<Value> {
+    std::str::from_utf8(body)
+        .unwrap()
+        .split("\n\n")
+        .filter_map(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).unwrap())
+        .collect()
+}
+
 pub mod events {
     use serde_json::{json, Value};
 

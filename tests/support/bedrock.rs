@@ -292,6 +292,7 @@ async fn answer(
             .then_some(())
             .ok_or_else(|| "wrong bearer key".to_owned()),
         _ => verify_sigv4(
+            &BEDROCK_KEYS,
             parts.method.as_str(),
             &path,
             &parts.headers,
@@ -470,26 +471,7 @@ fn percent_decode(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// Recomputes a SigV4 signature (service `bedrock`, the test region and
-/// keys) from a request as received, as AWS does: the path encoded once
-/// more (non-S3 services), the query sorted, the signed headers trimmed.
-pub fn verify_sigv4(
-    method: &str,
-    path_and_query: &str,
-    headers: &HeaderMap,
-    body: &[u8],
-    token: Option<&str>,
-) -> Result<(), String> {
-    let keys = Keys {
-        id: ACCESS_KEY_ID,
-        secret: SECRET_ACCESS_KEY,
-        region: REGION,
-        service: "bedrock",
-    };
-    verify_sigv4_with(&keys, method, path_and_query, headers, body, token)
-}
-
-/// Whose signature [`verify_sigv4_with`] expects.
+/// Whose signature [`verify_sigv4`] expects.
 pub struct Keys<'a> {
     pub id: &'a str,
     pub secret: &'a str,
@@ -497,8 +479,19 @@ pub struct Keys<'a> {
     pub service: &'a str,
 }
 
-/// [`verify_sigv4`] for any keys, region and service.
-pub fn verify_sigv4_with(
+/// What the scripted runtime expects: service `bedrock`, the test region
+/// and keys.
+pub const BEDROCK_KEYS: Keys<'static> = Keys {
+    id: ACCESS_KEY_ID,
+    secret: SECRET_ACCESS_KEY,
+    region: REGION,
+    service: "bedrock",
+};
+
+/// Recomputes a SigV4 signature of these keys from a request as received,
+/// as AWS does: the path encoded once more (non-S3 services), the query
+/// sorted, the signed headers trimmed.
+pub fn verify_sigv4(
     keys: &Keys<'_>,
     method: &str,
     path_and_query: &str,

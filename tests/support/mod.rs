@@ -62,7 +62,7 @@ pub mod contract {
 
 // What most tests use, at hand through `use support::*;` (not every test
 // uses all of it).
-pub use anthropic::{anthropic_stream, events};
+pub use anthropic::{anthropic_stream, events, stream_events};
 pub use chains::chains;
 pub use chunking::{split_at, Rng};
 pub use exchange::*;

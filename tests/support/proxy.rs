@@ -1,7 +1,9 @@
 //! The proxy on a loopback port, and a client posting Anthropic Messages
 //! requests through it to the scripted mock upstream.
 
-use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
+use std::sync::Arc;
+
+use refusal_guard::proxy::{GuardedClient, Proxy, Tenants, Upstream};
 use refusal_guard::RefusalGuardLayer;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -18,6 +20,22 @@ pub async fn bind_proxy(
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     (proxy, listener, url)
+}
+
+/// A proxy as [`bind_proxy`] makes it that admits the keys of `tenants`,
+/// serving on a task of its own for the rest of the test; its URL.
+pub async fn serve_tenants_proxy(
+    upstream: &str,
+    layer: &RefusalGuardLayer,
+    tenants: Arc<Tenants>,
+) -> String {
+    let (proxy, listener, url) = bind_proxy(upstream, layer).await;
+    tokio::spawn(
+        proxy
+            .tenants(tenants)
+            .serve(listener, std::future::pending()),
+    );
+    url
 }
 
 /// An HTTP client that ignores any proxy set in the environment.

@@ -16,6 +16,17 @@ pub fn messages_request(model: &str, stream: bool, user: &str) -> Value {
     })
 }
 
+/// The text of the last content part of a Messages request body's last
+/// message, asserted to be the user's: where a rescue puts its note.
+pub fn last_user_text(body: &Value) -> String {
+    let last = body["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "user");
+    last["content"].as_array().unwrap().last().unwrap()["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 /// A POST of this JSON body to this path of the Anthropic API.
 pub fn post(path: &str, body: &Value) -> Request<Full<Bytes>> {
     let bytes = serde_json::to_vec(body).unwrap();

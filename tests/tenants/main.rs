@@ -18,7 +18,7 @@ use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
 use support::mock_upstream::MockUpstream;
-use support::proxy::{bind_proxy, client, post_messages};
+use support::proxy::{client, post_messages, serve_tenants_proxy};
 use support::requests::messages_request;
 
 const OPUS: &str = "claude-opus-4-7";
@@ -107,13 +107,7 @@ async fn proxy(mock: &MockUpstream, tenants: Arc<Tenants>, sink: &MemorySink) ->
         .fallback_chains(FallbackChains::new().chain(OPUS, [SONNET]))
         .telemetry(sink.clone())
         .tenants(FromExtensions);
-    let (proxy, listener, url) = bind_proxy(&mock.url(), &layer).await;
-    tokio::spawn(
-        proxy
-            .tenants(tenants)
-            .serve(listener, std::future::pending()),
-    );
-    url
+    serve_tenants_proxy(&mock.url(), &layer, tenants).await
 }
 
 /// The models of the requests the mock received for `id`, in order.
@@ -307,13 +301,8 @@ async fn two_tenants_never_share_a_conversations_rescue() {
     let layer = RefusalGuardLayer::new()
         .telemetry(sink.clone())
         .tenants(FromExtensions);
-    let (proxy, listener, url) = bind_proxy(&mock.url(), &layer).await;
     let tenants = Tenants::load(&file.path).unwrap();
-    tokio::spawn(
-        proxy
-            .tenants(tenants)
-            .serve(listener, std::future::pending()),
-    );
+    let url = serve_tenants_proxy(&mock.url(), &layer, tenants).await;
     // Tenant one's rescue refuses too: its conversation has used its one
     // rescue. Tenant two's same conversation still has its own.
     let text = "the same conversation";

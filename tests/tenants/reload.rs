@@ -62,6 +62,28 @@ async fn until_status(url: &str, key: &str, status: u16) {
     }
 }
 
+/// The proxy guarding `mock` for the tenants of `file`, looked at every
+/// `poll` seconds, with these `more` flags; its URL.
+async fn tenants_proxy(
+    mock: &MockUpstream,
+    file: &TenantsFile,
+    poll: &str,
+    more: &[&str],
+) -> String {
+    let upstream = mock.url();
+    let path = file.path.to_string_lossy().into_owned();
+    let mut flags = vec![
+        "--upstream",
+        &upstream,
+        "--tenants",
+        &path,
+        "--tenants-poll",
+        poll,
+    ];
+    flags.extend_from_slice(more);
+    run_proxy(&flags).await
+}
+
 fn free_port() -> u16 {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     probe.local_addr().unwrap().port()
@@ -72,18 +94,7 @@ async fn a_reload_under_load_loses_no_request_and_a_broken_file_changes_nothing(
     let mock = MockUpstream::start().await.unwrap();
     let file = TenantsFile::new(&version(false, false));
     let admin = format!("127.0.0.1:{}", free_port());
-    let path = file.path.to_string_lossy().into_owned();
-    let flags = [
-        "--upstream",
-        &mock.url(),
-        "--tenants",
-        &path,
-        "--tenants-poll",
-        "0.05",
-        "--admin",
-        &admin,
-    ];
-    let url = run_proxy(&flags).await;
+    let url = tenants_proxy(&mock, &file, "0.05", &["--admin", &admin]).await;
     let admin = format!("http://{admin}");
     assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 401);
 
@@ -148,17 +159,8 @@ async fn a_reload_under_load_loses_no_request_and_a_broken_file_changes_nothing(
 async fn sighup_reloads_the_file_at_once() {
     let mock = MockUpstream::start().await.unwrap();
     let file = TenantsFile::new(&version(false, false));
-    let path = file.path.to_string_lossy().into_owned();
     // Looked at only every ten minutes: only the signal reloads it here.
-    let flags = [
-        "--upstream",
-        &mock.url(),
-        "--tenants",
-        &path,
-        "--tenants-poll",
-        "600",
-    ];
-    let url = run_proxy(&flags).await;
+    let url = tenants_proxy(&mock, &file, "600", &[]).await;
     assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 401);
     file.write(&version(true, false));
     tokio::time::sleep(Duration::from_millis(100)).await;
