@@ -139,14 +139,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
-#[cfg(feature = "bedrock")]
-#[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
-pub mod aws;
 mod chunks;
 mod dialect;
 pub mod env;
-#[cfg(feature = "bedrock")]
-mod eventstream;
 mod guard;
 pub mod header;
 #[cfg(feature = "proxy")]
@@ -167,6 +162,9 @@ pub mod telemetry;
 pub mod tenant;
 pub mod text;
 
+#[cfg(feature = "bedrock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
+pub use dialect::bedrock::aws;
 pub use guard::{body, layer, service, timeout};
 
 /// The boxed error of the guard's bodies: an inner body's error, or the

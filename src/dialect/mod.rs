@@ -143,7 +143,7 @@ pub(crate) trait EventJudge: Send {
     /// For a stream framed as an AWS event stream rather than SSE: how the
     /// dialect reads each binary frame.
     #[cfg(feature = "bedrock")]
-    fn eventstream(&self) -> Option<crate::eventstream::Translate> {
+    fn eventstream(&self) -> Option<bedrock::eventstream::Translate> {
         None
     }
 }

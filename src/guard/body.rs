@@ -161,17 +161,19 @@ impl Findings {
 enum Framer {
     Sse(SseFramer),
     #[cfg(feature = "bedrock")]
-    EventStream(crate::eventstream::EventStreamFramer),
+    EventStream(crate::dialect::bedrock::eventstream::EventStreamFramer),
 }
 
 impl Framer {
     fn for_inspector(inspector: &dyn EventJudge, max_frame_bytes: usize) -> Self {
         #[cfg(feature = "bedrock")]
         if let Some(translate) = inspector.eventstream() {
-            return Framer::EventStream(crate::eventstream::EventStreamFramer::new(
-                translate,
-                max_frame_bytes,
-            ));
+            return Framer::EventStream(
+                crate::dialect::bedrock::eventstream::EventStreamFramer::new(
+                    translate,
+                    max_frame_bytes,
+                ),
+            );
         }
         let _ = inspector;
         Framer::Sse(SseFramer::with_max_frame_bytes(max_frame_bytes))

@@ -170,7 +170,7 @@ impl EventJudge for ConverseStream {
         event == Some(b"contentBlockDelta".as_slice())
     }
 
-    fn eventstream(&self) -> Option<crate::eventstream::Translate> {
+    fn eventstream(&self) -> Option<super::eventstream::Translate> {
         Some(super::frames::converse_frame)
     }
 }

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::eventstream::Cut;
+use super::eventstream::Cut;
 use crate::sse::Frame;
 
 /// A string header of a frame.

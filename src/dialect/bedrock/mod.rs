@@ -35,7 +35,12 @@ use super::{
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
 
+#[cfg(feature = "bedrock")]
+#[cfg_attr(docsrs, doc(cfg(feature = "bedrock")))]
+pub mod aws;
 mod converse;
+#[cfg(feature = "bedrock")]
+pub(crate) mod eventstream;
 pub(crate) mod frames;
 
 pub(crate) use converse::BedrockConverse;
@@ -301,7 +306,7 @@ impl EventJudge for InvokeStream {
         self.0.skips_committed(event)
     }
 
-    fn eventstream(&self) -> Option<crate::eventstream::Translate> {
+    fn eventstream(&self) -> Option<eventstream::Translate> {
         Some(frames::invoke_frame)
     }
 }
