@@ -15,12 +15,11 @@ use http::Response;
 use crate::dialect::LiveSplice;
 use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
+use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, LiveForward};
 use crate::guard::partial::{decide_and_continue, Plan};
-use crate::guard::respond::{
-    decide_and_respond, pump, respond, timed_out, unless_gone, ServedRecovery, Shape,
-};
+use crate::guard::respond::{decide_and_respond, pump, respond, unless_gone, ServedRecovery};
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};
 

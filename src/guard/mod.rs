@@ -23,7 +23,8 @@
 //! ```
 //!
 //! Shared by the steps, calling none of them: `upstream` (the one alias of
-//! the inner service, [`upstream::InnerService`], and its timeouts) and
+//! the inner service, [`upstream::InnerService`], and its timeouts),
+//! `errors` (every error the guard answers itself, in the API's shape) and
 //! `timeout`. The request body's copy is `crate::replay::copy`, the byte
 //! pool `crate::reserve`.
 //!
@@ -44,6 +45,7 @@ pub mod body;
 pub(crate) mod call;
 pub(crate) mod config;
 pub(crate) mod decide;
+pub(crate) mod errors;
 pub(crate) mod exchange;
 pub(crate) mod hold;
 pub mod layer;

@@ -21,11 +21,12 @@ use serde_json::Value;
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamJudge};
 use crate::guard::call::millis;
+use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::respond::{
-    self, mark_recovered, pump, refusal_of, serve_recovered, serve_settled, timed_out, unless_gone,
-    FrameSender, Recovery, Shape, Watched,
+    self, mark_recovered, pump, refusal_of, serve_recovered, serve_settled, unless_gone,
+    FrameSender, Recovery, Watched,
 };
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};

@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use http::{Response, StatusCode};
 
+use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Verdict};
-use crate::guard::respond::{respond, timed_out, Shape};
+use crate::guard::respond::respond;
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep};

@@ -8,21 +8,21 @@ use std::task::Poll;
 
 use bytes::{Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderValue, Response};
 use http_body::{Body, Frame};
 use serde_json::Value;
 
-use crate::api_error::{api_error, api_error_for};
 use crate::dialect::{Dialect, Handoff, RefusalInfo};
 use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamJudge};
 use crate::guard::call::Call;
 use crate::guard::decide::{Decision, HandoffMark};
+use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::Held;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::{InnerBody, InnerService};
 use crate::refusal::{
-    Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal, WireApi,
+    Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal,
 };
 use crate::BoxError;
 
@@ -203,40 +203,6 @@ fn mark_json<R>(
             .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
         held.frames = VecDeque::from([Frame::data(bytes)]);
     }
-}
-
-/// Whose error shape an answer the guard makes itself takes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Shape<'a> {
-    /// A request the guard recognised.
-    Api(WireApi),
-    /// Any other request, by its path.
-    Path(&'a str),
-}
-
-/// An error the guard answers itself, in the API's own shape.
-pub(crate) fn error_response<R>(
-    shape: Shape<'_>,
-    status: StatusCode,
-    code: &str,
-    message: &str,
-) -> Response<GuardBody<R>> {
-    let response = match shape {
-        Shape::Api(api) => api_error_for(api, status, code, message),
-        Shape::Path(path) => api_error(path, status, code, message),
-    };
-    response.map(GuardBody::full)
-}
-
-/// A `504` for an upstream that went quiet before anything was sent to the
-/// client. It carries the timeout in its extensions, so that an answer
-/// already begun (keep-alive, live thinking) is cut with it instead.
-pub(crate) fn timed_out<R>(shape: Shape<'_>, timeout: UpstreamTimeout) -> Response<GuardBody<R>> {
-    tracing::warn!(%timeout, "upstream timeout");
-    let status = StatusCode::GATEWAY_TIMEOUT;
-    let mut response = error_response(shape, status, timeout.code(), &timeout.to_string());
-    response.extensions_mut().insert(timeout);
-    response
 }
 
 /// Marks a response that is a recovery attempt rather than the original, so

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
@@ -22,6 +22,7 @@ use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
 use crate::guard::call::Call;
 use crate::guard::config::Config;
+use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::live::answer;
 use crate::guard::rejected::Resent;
@@ -30,7 +31,6 @@ use crate::guard::request::{
     forward_request_body, prepare_forwarded, read_first, read_request_body, Forwarding, Outbound,
     ReadRequest, RequestBody,
 };
-use crate::guard::respond::{error_response, timed_out, Shape};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::upstream::{Inner, InnerService, SendError, Timeouts};
 use crate::refusal::{AttemptResult, AttemptStep};
@@ -516,24 +516,6 @@ async fn send_learning<U: InnerService>(
         "the upstream answered before the request was whole",
     ));
     (response, learned)
-}
-
-/// The client's body failed before the request was whole: a `400` of its
-/// API, never the request forwarded as if it were complete.
-fn unreadable<R>(api: Shape<'_>, error: &BoxError) -> Response<GuardBody<R>> {
-    let message = format!("the request body could not be read: {error}");
-    error_response(api, StatusCode::BAD_REQUEST, "request_body_error", &message)
-}
-
-/// The layer-wide bound on held bytes leaves no room for the request.
-fn overloaded<R>(api: Shape<'_>) -> Response<GuardBody<R>> {
-    let message = "the guard holds as many bytes as it may; retry shortly";
-    error_response(
-        api,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "guard_overloaded",
-        message,
-    )
 }
 
 /// A request the guard does not judge (a token count, a listing, a GET),
