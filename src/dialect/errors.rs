@@ -5,6 +5,8 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
+use super::{anthropic, gemini, openai};
+
 use crate::refusal::WireApi;
 
 /// Which API's error JSON to answer in.
@@ -64,26 +66,10 @@ impl ErrorShape {
     /// (`upstream_timeout`, `path_escapes_prefix`, ...).
     pub(crate) fn body(self, status: StatusCode, code: &str, message: &str) -> Value {
         match self {
-            ErrorShape::Anthropic => json!({
-                "type": "error",
-                "error": {"type": anthropic_type(status), "message": message},
-            }),
-            ErrorShape::OpenAi => json!({
-                "error": {
-                    "message": message,
-                    "type": openai_type(status),
-                    "param": null,
-                    "code": code,
-                },
-            }),
+            ErrorShape::Anthropic => anthropic::errors::body(status, message),
+            ErrorShape::OpenAi => openai::errors::body(status, code, message),
             ErrorShape::Bedrock => json!({"message": message}),
-            ErrorShape::Google => json!({
-                "error": {
-                    "code": status.as_u16(),
-                    "message": message,
-                    "status": google_status(status),
-                },
-            }),
+            ErrorShape::Google => gemini::errors::body(status, message),
         }
     }
 }
@@ -121,14 +107,17 @@ impl ErrorShape {
     /// one (Bedrock's `x-amzn-ErrorType`), with its value for `status`.
     pub(crate) fn type_header(self, status: StatusCode) -> Option<(&'static str, &'static str)> {
         match self {
-            ErrorShape::Bedrock => Some(("x-amzn-errortype", bedrock_type(status))),
+            ErrorShape::Bedrock => Some(("x-amzn-errortype", bedrock_exception(status))),
             _ => None,
         }
     }
 }
 
+// Bedrock's shape stays here rather than in `bedrock/`: that folder comes
+// with the `bedrock` feature, and a Bedrock path gets Bedrock's errors
+// without it too.
 /// Bedrock's exception names by status.
-fn bedrock_type(status: StatusCode) -> &'static str {
+fn bedrock_exception(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "UnrecognizedClientException",
         403 => "AccessDeniedException",
@@ -138,46 +127,6 @@ fn bedrock_type(status: StatusCode) -> &'static str {
         503 => "ServiceUnavailableException",
         400..=499 => "ValidationException",
         _ => "InternalServerException",
-    }
-}
-
-/// Anthropic's documented error types by status.
-fn anthropic_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "authentication_error",
-        403 => "permission_error",
-        404 => "not_found_error",
-        413 => "request_too_large",
-        429 => "rate_limit_error",
-        503 | 529 => "overloaded_error",
-        504 => "timeout_error",
-        400..=499 => "invalid_request_error",
-        _ => "api_error",
-    }
-}
-
-fn openai_type(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        401 => "authentication_error",
-        429 => "rate_limit_error",
-        400..=499 => "invalid_request_error",
-        _ => "server_error",
-    }
-}
-
-/// Google's canonical status names by HTTP status.
-fn google_status(status: StatusCode) -> &'static str {
-    match status.as_u16() {
-        400 | 411 | 413 => "INVALID_ARGUMENT",
-        401 => "UNAUTHENTICATED",
-        403 => "PERMISSION_DENIED",
-        404 => "NOT_FOUND",
-        405 | 501 => "UNIMPLEMENTED",
-        429 => "RESOURCE_EXHAUSTED",
-        503 => "UNAVAILABLE",
-        502 => "UNAVAILABLE",
-        504 => "DEADLINE_EXCEEDED",
-        _ => "INTERNAL",
     }
 }
 

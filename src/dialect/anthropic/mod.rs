@@ -9,6 +9,7 @@
 //! Such an event after real output is a partial refusal; any other error is
 //! an error.
 
+pub(crate) mod errors;
 mod fallbacks;
 mod handoff;
 mod live;

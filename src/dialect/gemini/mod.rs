@@ -54,6 +54,7 @@ use crate::refusal::{
 };
 use crate::sse::Frame;
 
+pub(crate) mod errors;
 pub(crate) mod translate;
 
 #[derive(Debug)]

@@ -3,6 +3,7 @@
 //! writers for hops across providers.
 
 pub(crate) mod chat;
+pub(crate) mod errors;
 mod policy;
 pub(crate) mod responses;
 pub(crate) mod translate_chat;
