@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
+use http::Request;
 
 use crate::dialect::cross::{self, BodyTranslation};
 use crate::dialect::{AnthropicFeatures, Declined, Handoff, RefusalInfo};
@@ -97,29 +97,9 @@ impl HandoffMark {
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// Holds the original response, then decides what it becomes.
+    /// The decide step: a held original as it is, or, on an empty refusal,
+    /// what the ladder comes to.
     pub(crate) async fn decide(
-        mut self,
-        response: Response<IdleTimeout<U::Out>>,
-    ) -> Decision<IdleTimeout<U::Out>> {
-        let call = &self.call;
-        let status = response.status().as_u16();
-        let held = hold(response, call.dialect, &call.config, self.streaming, None);
-        // The recovery deadline bounds the original's hold too.
-        let held = match call.within_deadline(held).await {
-            Ok(held) => held,
-            Err(timeout) => {
-                self.attempt
-                    .end_with(AttemptResult::TransportError, Some(status));
-                return Decision::TimedOut(timeout);
-            }
-        };
-        self.conclude(held).await
-    }
-
-    /// Decides a held original: as it is, or, on an empty refusal, what the
-    /// ladder comes to.
-    pub(crate) async fn conclude(
         mut self,
         held: Held<IdleTimeout<U::Out>>,
     ) -> Decision<IdleTimeout<U::Out>> {
@@ -954,6 +934,8 @@ mod tests {
     use http::Method;
     use http_body_util::Full;
 
+    use http::Response;
+
     use super::*;
     use crate::guard::upstream::{Inner, Timeouts};
     use crate::recovery::{NextStep, RecoveryState, Rescue};
@@ -1079,8 +1061,9 @@ mod tests {
         let sink = MemorySink::new();
         let stop = |_: &RecoveryState<'_>| NextStep::Stop(DeadReason::PolicyStop);
         let layer = RefusalGuardLayer::new().policy(stop);
-        let (exchange, witness) = setup(layer.telemetry(sink.clone()));
-        let decision = exchange.decide(original()).await;
+        let (mut exchange, witness) = setup(layer.telemetry(sink.clone()));
+        let held = exchange.judge(original(), None).await.ok().unwrap();
+        let decision = exchange.decide(held).await;
         assert!(sink.is_empty(), "deciding records nothing");
         assert_dead(decision, &witness, DeadReason::PolicyStop);
     }
@@ -1088,8 +1071,9 @@ mod tests {
     #[tokio::test]
     async fn a_rescue_switched_off_decides_dead_before_sending() {
         let rescue = |_: &RecoveryState<'_>| NextStep::Rescue(Rescue::new("Say what you can do."));
-        let (exchange, witness) = setup(RefusalGuardLayer::new().policy(rescue).rescue(false));
-        let decision = exchange.decide(original()).await;
+        let (mut exchange, witness) = setup(RefusalGuardLayer::new().policy(rescue).rescue(false));
+        let held = exchange.judge(original(), None).await.ok().unwrap();
+        let decision = exchange.decide(held).await;
         assert_dead(decision, &witness, DeadReason::RescueOff);
     }
 }

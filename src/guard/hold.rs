@@ -15,6 +15,10 @@ use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::body::{Findings, StreamJudge};
 use crate::guard::config::Config;
+use crate::guard::exchange::Exchange;
+use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
+use crate::guard::upstream::InnerService;
+use crate::refusal::AttemptResult;
 use crate::reserve::Share;
 use crate::sse::SseFramer;
 use crate::text::PrefixVerdict;
@@ -159,6 +163,32 @@ impl LiveForward {
     }
 }
 
+impl<U: InnerService> Exchange<U> {
+    /// The judge step: holds the original `response` back (its thinking
+    /// forwarded through `live` meanwhile, when live thinking is on) until
+    /// there is something to decide, within the call's recovery deadline.
+    /// Past the deadline, the original's attempt ends as a transport error
+    /// and the timeout is what is left to answer.
+    pub(crate) async fn judge(
+        &mut self,
+        response: Response<IdleTimeout<U::Out>>,
+        live: Option<&mut LiveForward>,
+    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
+        let call = &self.call;
+        let status = response.status().as_u16();
+        let held = hold(response, call.dialect, &call.config, self.streaming, live);
+        let timeout = match call.within_deadline(held).await {
+            Ok(held) => return Ok(held),
+            Err(timeout) => timeout,
+        };
+        self.attempt
+            .end_with(AttemptResult::TransportError, Some(status));
+        Err(timeout)
+    }
+}
+
+/// Holds `response` back: a stream until it shows output, a refusal, its
+/// end or a bound; a JSON body whole; anything else not at all.
 pub(crate) async fn hold<R>(
     response: Response<R>,
     dialect: &'static dyn Dialect,

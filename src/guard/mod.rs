@@ -41,6 +41,7 @@
 //! partial::Tail      a continued stream's watch and its Watched, settled once
 //! ```
 
+pub(crate) mod answer;
 pub mod body;
 pub(crate) mod call;
 pub(crate) mod config;
@@ -49,7 +50,6 @@ pub(crate) mod errors;
 pub(crate) mod exchange;
 pub(crate) mod hold;
 pub mod layer;
-pub(crate) mod live;
 pub(crate) mod partial;
 pub(crate) mod rejected;
 pub(crate) mod request;

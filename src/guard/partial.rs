@@ -21,12 +21,11 @@ use serde_json::Value;
 use crate::dialect::{PartialContinuation, PrefillClaim};
 use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamJudge};
 use crate::guard::call::millis;
-use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::respond::{
-    self, mark_recovered, pump, refusal_of, serve_recovered, serve_settled, unless_gone,
-    FrameSender, Recovery, Watched,
+    mark_recovered, pump, refusal_of, serve_recovered, serve_settled, unless_gone, FrameSender,
+    Recovery, Watched,
 };
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};
@@ -34,43 +33,35 @@ use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, Refu
 use crate::sse::SseFramer;
 use crate::BoxError;
 
-/// Decides the original `response` and answers: as
-/// [`respond::decide_and_respond`](crate::guard::respond::decide_and_respond) does, except
-/// that a response with output is served so that a partial refusal in it
-/// can be continued as `plan` says.
-pub(crate) async fn decide_and_continue<U: InnerService>(
-    exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
-    plan: Plan,
-) -> Response<GuardBody<U::Out>> {
-    let call = exchange.call.clone();
-    let held = hold(
-        response,
-        call.dialect,
-        &call.config,
-        exchange.streaming,
-        None,
-    );
-    // The recovery deadline bounds the original's hold, as without the option.
-    let held = match call.within_deadline(held).await {
-        Ok(held) => held,
-        Err(timeout) => {
-            call.handle.settle(None);
-            return timed_out(Shape::Api(call.dialect.wire_api()), timeout);
+/// What the partial step made of a judged original.
+pub(crate) enum Continued<U: InnerService> {
+    /// Answered: continued, or served so that it may be.
+    Served(Response<GuardBody<U::Out>>),
+    /// Nothing to continue (no output, or no claim in it): left to decide.
+    Not(Box<Exchange<U>>, Box<Held<IdleTimeout<U::Out>>>),
+}
+
+impl<U: InnerService> Exchange<U> {
+    /// The partial step: a judged original with output is served so that a
+    /// partial refusal in it can be continued as `plan` says; anything else
+    /// goes on to be decided as without the option.
+    pub(crate) async fn continue_partial(
+        self,
+        mut held: Held<IdleTimeout<U::Out>>,
+        plan: Plan,
+    ) -> Continued<U> {
+        if !matches!(held.verdict, Verdict::Output) {
+            return Continued::Not(Box::new(self), Box::new(held));
         }
-    };
-    if !matches!(held.verdict, Verdict::Output) {
-        return respond::respond(exchange.conclude(held).await, &call);
+        if held.judged.is_some() {
+            // Boxed, like the ladder: only a continued answer needs its state.
+            return Box::pin(continue_json(self, held, plan)).await;
+        }
+        match held.watch.take() {
+            Some(watch) => Continued::Served(serve_continuable(self, held, watch, plan)),
+            None => Continued::Not(Box::new(self), Box::new(held)),
+        }
     }
-    if held.judged.is_some() {
-        // Boxed, like the ladder: only a continued answer needs its state.
-        return Box::pin(continue_json(exchange, held, plan)).await;
-    }
-    let mut held = held;
-    let Some(watch) = held.watch.take() else {
-        return respond::respond(exchange.conclude(held).await, &call);
-    };
-    serve_continuable(exchange, held, watch, plan)
 }
 
 /// A whole JSON body held back, parsed.
@@ -92,7 +83,7 @@ async fn continue_json<U: InnerService>(
     mut exchange: Exchange<U>,
     mut held: Held<IdleTimeout<U::Out>>,
     mut plan: Plan,
-) -> Response<GuardBody<U::Out>> {
+) -> Continued<U> {
     let findings = held.judged.clone().unwrap_or_default();
     let claimed = findings
         .partial_refusal
@@ -100,8 +91,7 @@ async fn continue_json<U: InnerService>(
         .and_then(|_| whole_json(&held))
         .and_then(|message| Some((plan.track.observe_json(&message)?, message)));
     let Some((claim, mut message)) = claimed else {
-        let call = exchange.call.clone();
-        return respond::respond(exchange.conclude(held).await, &call);
+        return Continued::Not(Box::new(exchange), Box::new(held));
     };
     let call = exchange.call.clone();
     call.record_output();
@@ -121,7 +111,7 @@ async fn continue_json<U: InnerService>(
     attempts.push(attempt);
     let Some(()) = merged else {
         let refusal = refusal_of(&call, &findings, request_id, false);
-        return serve_settled(held, &call, refusal, attempts, None);
+        return Continued::Served(serve_settled(held, &call, refusal, attempts, None));
     };
     let bytes = Bytes::from(serde_json::to_vec(&message).unwrap_or_default());
     held.parts
@@ -140,7 +130,7 @@ async fn continue_json<U: InnerService>(
     let mut response = serve_settled(held, &call, Some(refusal), attempts, None);
     let (category, served_by) = (category.as_deref(), served_by.as_deref());
     mark_recovered(&mut response, Outcome::Fallback, category, served_by);
-    response
+    Continued::Served(response)
 }
 
 /// What continuing this call would take: the model to continue on and the

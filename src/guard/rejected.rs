@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use http::{Response, StatusCode};
 
+use crate::guard::decide::Decision;
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
-use crate::guard::hold::{hold, Verdict};
+use crate::guard::hold::{Held, Verdict};
 use crate::guard::respond::respond;
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerService, SendError};
@@ -27,7 +28,9 @@ pub(crate) enum Resent<U: InnerService> {
     /// first one (no 400, or no fallbacks of the guard's), or the answer to
     /// the request sent again without them.
     Ready(Box<Exchange<U>>, Response<IdleTimeout<U::Out>>),
-    /// Already decided: a refusal sent as a 400, or a timeout.
+    /// The original, judged already: a refusal the provider sent as a 400.
+    Judged(Box<Exchange<U>>, Held<IdleTimeout<U::Out>>),
+    /// Already answered: a timeout.
     Answered(Response<GuardBody<U::Out>>),
     /// The inner service failed on the request sent again.
     Failed(U::Error),
@@ -45,18 +48,14 @@ impl<U: InnerService> Exchange<U> {
         }
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
-        let held = hold(response, call.dialect, &call.config, self.streaming, None);
-        let held = match call.within_deadline(held).await {
+        let held = match self.judge(response, None).await {
             Ok(held) => held,
-            Err(timeout) => {
-                call.handle.settle(None);
-                return Resent::Answered(timed_out(api, timeout));
-            }
+            Err(timeout) => return Resent::Answered(respond(Decision::TimedOut(timeout), &call)),
         };
         if !matches!(held.verdict, Verdict::Pass) {
             // A refusal the provider sent as a 400 ("Output blocked by
             // content filtering policy"): decided as any original is.
-            return Resent::Answered(respond(self.conclude(held).await, &call));
+            return Resent::Judged(Box::new(self), held);
         }
         let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
         self.attempt.end(&rejected);

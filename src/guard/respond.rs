@@ -17,24 +17,13 @@ use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamJudg
 use crate::guard::call::Call;
 use crate::guard::decide::{Decision, HandoffMark};
 use crate::guard::errors::{timed_out, Shape};
-use crate::guard::exchange::Exchange;
 use crate::guard::hold::Held;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::{InnerBody, InnerService};
+use crate::guard::upstream::InnerBody;
 use crate::refusal::{
     Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal,
 };
 use crate::BoxError;
-
-/// Decides the original `response` of `exchange` and answers with what the
-/// decision comes to.
-pub(crate) async fn decide_and_respond<U: InnerService>(
-    exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
-) -> Response<GuardBody<U::Out>> {
-    let call = exchange.call.clone();
-    respond(exchange.decide(response).await, &call)
-}
 
 /// Turns a decision into the response the client gets, recording the
 /// refusal it carries and settling the handle (or leaving both to the end

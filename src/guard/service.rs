@@ -19,13 +19,12 @@ use tower_service::Service;
 use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
 use crate::dialect::{self, Dialect};
+use crate::guard::answer::answer;
 use crate::guard::body::GuardBody;
 use crate::guard::call::Call;
 use crate::guard::config::Config;
 use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
 use crate::guard::exchange::Exchange;
-use crate::guard::live::answer;
-use crate::guard::rejected::Resent;
 use crate::guard::request::original::with_body;
 use crate::guard::request::{
     forward_request_body, prepare_forwarded, read_first, read_request_body, Forwarding, Outbound,
@@ -320,11 +319,7 @@ async fn guard<U: InnerService>(
     };
     let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
     let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
-    match exchange.without_rejected_fallbacks(response).await {
-        Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
-        Resent::Answered(response) => Ok(response),
-        Resent::Failed(error) => Err(error),
-    }
+    answer(exchange.without_rejected_fallbacks(response).await).await
 }
 
 /// What a call forwarded as it arrives knows of itself besides the request.
@@ -435,11 +430,7 @@ async fn forward<U: InnerService>(
         attempt.model(model);
     }
     let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
-    match exchange.without_rejected_fallbacks(response).await {
-        Resent::Ready(exchange, response) => Ok(answer(*exchange, response).await),
-        Resent::Answered(response) => Ok(response),
-        Resent::Failed(error) => Err(error),
-    }
+    answer(exchange.without_rejected_fallbacks(response).await).await
 }
 
 /// What a forwarded request's copy told of it.

@@ -1,8 +1,11 @@
-//! Answering before the decision: keep-alive comments through a long hold,
-//! and live thinking (the original's thinking streamed as it comes, a
-//! recovered turn spliced into the same message). Work for a client that
-//! went away stops at once: the decision is dropped with its upstream
-//! requests and bodies.
+//! The answer step: how the client is answered, chosen once, and the one
+//! chain every answer runs: judge the original (`hold`), continue a partial
+//! refusal (`partial`, opt-in), decide (`decide`), respond (`respond`).
+//! Keep-alive comments through a long hold and live thinking (the
+//! original's thinking streamed as it comes, a recovered turn spliced into
+//! the same message) answer before that chain ends. Work for a client that
+//! went away stops at once: the chain is dropped with its upstream requests
+//! and bodies.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,11 +18,12 @@ use http::Response;
 use crate::dialect::LiveSplice;
 use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
-use crate::guard::errors::{timed_out, Shape};
+use crate::guard::decide::Decision;
 use crate::guard::exchange::Exchange;
-use crate::guard::hold::{hold, is_event_stream, LiveForward};
-use crate::guard::partial::{decide_and_continue, Plan};
-use crate::guard::respond::{decide_and_respond, pump, respond, unless_gone, ServedRecovery};
+use crate::guard::hold::{is_event_stream, Held, LiveForward};
+use crate::guard::partial::{Continued, Plan};
+use crate::guard::rejected::Resent;
+use crate::guard::respond::{pump, respond, unless_gone, ServedRecovery};
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};
 
@@ -54,22 +58,28 @@ impl Mode {
     }
 }
 
-/// What the client gets for the original `response`: the decision, or,
-/// when configured, an answer that begins before it. The one place the
-/// mode is chosen.
+/// What the client gets for the original, once it is known which response
+/// is the original (`rejected`): the chain's answer, or, when configured,
+/// an answer that begins before it. The one place the mode is chosen.
 pub(crate) async fn answer<U: InnerService>(
-    exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
-) -> Response<GuardBody<U::Out>> {
+    resent: Resent<U>,
+) -> Result<Response<GuardBody<U::Out>>, U::Error> {
+    let (exchange, response) = match resent {
+        Resent::Ready(exchange, response) => (*exchange, response),
+        // A refusal the provider answered with a 400: judged already.
+        Resent::Judged(exchange, held) => return Ok(exchange.conclude(held, None).await),
+        Resent::Answered(response) => return Ok(response),
+        Resent::Failed(error) => return Err(error),
+    };
     let (after, partial) = match Mode::of(&exchange, &response) {
-        Mode::LiveThinking(splice) => return live_thinking(exchange, response, splice),
+        Mode::LiveThinking(splice) => return Ok(live_thinking(exchange, response, splice)),
         Mode::Held {
             keepalive_after,
             partial,
         } => (keepalive_after, partial),
     };
     let Some(after) = after else {
-        return decide(exchange, response, partial).await;
+        return Ok(exchange.run(response, None, partial).await);
     };
     let call = exchange.call.clone();
     let interval = call.config.keepalive_interval;
@@ -78,7 +88,8 @@ pub(crate) async fn answer<U: InnerService>(
     // A long hold (minutes of extended thinking) must not starve the client:
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
-    let mut decision = Box::pin(decide(exchange, Response::from_parts(parts, body), partial));
+    let response = Response::from_parts(parts, body);
+    let mut decision = Box::pin(exchange.run(response, None, partial));
     let mut timer = Box::pin(tokio::time::sleep(after));
     let early = std::future::poll_fn(|cx| {
         if let Poll::Ready(served) = decision.as_mut().poll(cx) {
@@ -87,22 +98,44 @@ pub(crate) async fn answer<U: InnerService>(
         timer.as_mut().poll(cx).map(|()| None)
     })
     .await;
-    match early {
+    Ok(match early {
         Some(served) => served,
         None => keep_alive(early_head, decision, &call, interval),
-    }
+    })
 }
 
-/// The decision as the client gets it once made: served so that a partial
-/// refusal can be continued, when the call allows it.
-async fn decide<U: InnerService>(
-    exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
-    partial: Option<Plan>,
-) -> Response<GuardBody<U::Out>> {
-    match partial {
-        Some(plan) => decide_and_continue(exchange, response, plan).await,
-        None => decide_and_respond(exchange, response).await,
+impl<U: InnerService> Exchange<U> {
+    /// The chain, from the original response to the client's: judge it
+    /// (its thinking forwarded through `live` meanwhile), then the rest.
+    async fn run(
+        mut self,
+        response: Response<IdleTimeout<U::Out>>,
+        live: Option<&mut LiveForward>,
+        partial: Option<Plan>,
+    ) -> Response<GuardBody<U::Out>> {
+        match self.judge(response, live).await {
+            Ok(held) => self.conclude(held, partial).await,
+            Err(timeout) => respond(Decision::TimedOut(timeout), &self.call),
+        }
+    }
+
+    /// The chain from a judged original: a partial refusal continued when
+    /// `partial` allows and the original claims one, else decided and
+    /// answered.
+    async fn conclude(
+        self,
+        held: Held<IdleTimeout<U::Out>>,
+        partial: Option<Plan>,
+    ) -> Response<GuardBody<U::Out>> {
+        let (exchange, held) = match partial {
+            Some(plan) => match self.continue_partial(held, plan).await {
+                Continued::Served(response) => return response,
+                Continued::Not(exchange, held) => (*exchange, *held),
+            },
+            None => (self, held),
+        };
+        let call = exchange.call.clone();
+        respond(exchange.decide(held).await, &call)
     }
 }
 
@@ -143,7 +176,6 @@ fn live_thinking<U: InnerService>(
 ) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
     let config = call.config.clone();
-    let streaming = exchange.streaming;
     let max_frame = config.max_hold_bytes.max(1);
     let (sender, receiver) = tokio::sync::mpsc::channel(64);
     let mut head = response.headers().clone();
@@ -151,22 +183,12 @@ fn live_thinking<U: InnerService>(
     let (parts, body) = response.into_parts();
     let mut client = Response::from_parts(parts.clone(), ());
     *client.headers_mut() = head;
-    let marks = call.clone();
     let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
     tokio::spawn(async move {
         let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
-        let dialect = call.dialect;
         let original = Response::from_parts(parts, body);
         let work = async {
-            let held = hold(original, dialect, &config, streaming, Some(&mut forward));
-            let held = match call.within_deadline(held).await {
-                Ok(held) => held,
-                Err(timeout) => {
-                    call.handle.settle(None);
-                    return (timed_out(Shape::Api(dialect.wire_api()), timeout), None);
-                }
-            };
-            let served = respond(exchange.conclude(held).await, &call);
+            let served = exchange.run(original, Some(&mut forward), None).await;
             let continuation = served
                 .extensions()
                 .get::<ServedRecovery>()
@@ -179,6 +201,6 @@ fn live_thinking<U: InnerService>(
     });
     let (parts, ()) = client.into_parts();
     let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));
-    marks.mark(&mut response);
+    call.mark(&mut response);
     response
 }
