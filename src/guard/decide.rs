@@ -14,6 +14,7 @@ use crate::guard::call::{millis, Call};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Original, Template};
+use crate::guard::settle::{About, Settlement};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::InnerService;
 use crate::recovery::{hop_api, parse_entry, NextStep, RecoveryPolicy, RecoveryState, Rescue};
@@ -268,7 +269,7 @@ struct Climb {
     /// The original refusal.
     info: RefusalInfo,
     /// The attempts so far; records the client leaving if dropped undecided.
-    departure: Departure,
+    settlement: Settlement,
     /// An Anthropic fallback credit token and when it was minted.
     credit: Option<(String, Instant)>,
     /// Request fields a response named as keeping its credit token from
@@ -319,12 +320,12 @@ impl Climb {
             primary_id,
             recommended: info.recommended_model.clone(),
             last: info.clone(),
-            departure: Departure {
-                call: call.clone(),
-                info: info.clone(),
-                attempts: opening,
-                decided: false,
-            },
+            settlement: Settlement::new(
+                call.clone(),
+                None,
+                opening,
+                About::Recovering(info.clone()),
+            ),
             info,
             reason: None,
             fallbacks: 0,
@@ -339,8 +340,7 @@ impl Climb {
 
     /// The attempts, now that the call is decided.
     fn finish(&mut self) -> Vec<Attempt> {
-        self.departure.decided = true;
-        std::mem::take(&mut self.departure.attempts)
+        self.settlement.take_attempts()
     }
 
     fn ask(&self, call: &Call) -> NextStep {
@@ -351,7 +351,7 @@ impl Climb {
             explanation: self.last.explanation.as_deref(),
             signal: self.last.signal.unwrap_or(RefusalSignal::StopReason),
             model: call.model.as_deref(),
-            attempts: &self.departure.attempts,
+            attempts: &self.settlement.attempts,
             elapsed: call.started.elapsed(),
             fallbacks: self.fallbacks,
             rescues: self.rescues,
@@ -371,7 +371,7 @@ impl Climb {
             return Prep::Stop;
         }
         let budget = call.config.budget;
-        if self.departure.attempts.len() as u32 >= budget.max_attempts
+        if self.settlement.attempts.len() as u32 >= budget.max_attempts
             || Instant::now() >= self.deadline
         {
             self.reason = Some(DeadReason::BudgetExhausted);
@@ -721,7 +721,7 @@ impl Climb {
 
     fn fail(&mut self, record: Attempt, reason: DeadReason) {
         self.attempt.end(&record);
-        self.departure.attempts.push(record);
+        self.settlement.attempts.push(record);
         self.reason = Some(reason);
     }
 
@@ -764,7 +764,7 @@ impl Climb {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
                 self.attempt.end(&record);
-                self.departure.attempts.push(record);
+                self.settlement.attempts.push(record);
                 let refusal = Refusal {
                     served_model,
                     request_id,
@@ -777,7 +777,7 @@ impl Climb {
                 // let the end of its stream decide the outcome.
                 record.result = AttemptResult::Served;
                 self.attempt.end(&record);
-                self.departure.attempts.push(record);
+                self.settlement.attempts.push(record);
                 return Some(Decision::Committed {
                     attempt: held,
                     request_id,
@@ -898,30 +898,6 @@ fn next_step(policy: &dyn RecoveryPolicy, state: &RecoveryState<'_>) -> NextStep
         tracing::warn!("recovery policy panicked; recovering no further");
         NextStep::Stop(DeadReason::Unrecoverable)
     })
-}
-
-/// A refusal on the ladder: if the ladder is dropped before it decides (the
-/// client went away), the record says so.
-struct Departure {
-    call: Call,
-    info: RefusalInfo,
-    attempts: Vec<Attempt>,
-    decided: bool,
-}
-
-impl Drop for Departure {
-    fn drop(&mut self) {
-        if self.decided {
-            return;
-        }
-        let call = &self.call;
-        let refusal = Refusal {
-            reason: Some(DeadReason::ClientGone),
-            served_model: call.model.clone(),
-            ..call.refusal(&self.info, Outcome::Dead)
-        };
-        call.emit(&refusal, std::mem::take(&mut self.attempts));
-    }
 }
 
 #[cfg(test)]

@@ -13,9 +13,9 @@ use serde_json::Value;
 
 use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
-use crate::guard::body::{Findings, StreamJudge};
 use crate::guard::config::Config;
 use crate::guard::exchange::Exchange;
+use crate::guard::findings::{Findings, StreamJudge};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::InnerService;
 use crate::refusal::AttemptResult;

@@ -19,14 +19,15 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 
 use crate::dialect::{PartialContinuation, PrefillClaim};
-use crate::guard::body::{Ending, GuardBody, Settle, Splice, StreamJudge};
+use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::millis;
 use crate::guard::exchange::Exchange;
+use crate::guard::findings::StreamJudge;
 use crate::guard::hold::{hold, is_event_stream, is_json, Held, Verdict};
 use crate::guard::respond::{
-    mark_recovered, pump, refusal_of, serve_recovered, serve_settled, unless_gone, FrameSender,
-    Recovery, Watched,
+    mark_recovered, pump, serve_recovered, serve_settled, unless_gone, FrameSender,
 };
+use crate::guard::settle::{refusal_of, About, Ending, Settlement};
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerBody, InnerService};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
@@ -206,15 +207,11 @@ fn serve_continuable<U: InnerService>(
         .sum();
     let original_body = GuardBody::guarded(frames, Some(share), rest, error, None, None, None);
     let (sender, receiver) = tokio::sync::mpsc::channel(64);
+    let attempts = exchange.opening(original);
+    let settlement = Settlement::new(call.clone(), request_id, attempts, About::Original);
     let tail = Tail {
-        watch,
+        settlement: settlement.judged_by(Some(watch), true),
         seen,
-        settle: Some(Watched {
-            call: call.clone(),
-            request_id,
-            attempts: exchange.opening(original),
-            recovery: Recovery::None,
-        }),
         broken: false,
     };
     let hop = Hop { exchange, plan };
@@ -332,14 +329,14 @@ impl<U: InnerService> Hop<U> {
     }
 }
 
-/// The original's watch and its settling: the record of a response that was
-/// not continued, made when it ends or when the client goes.
+/// The original's record as it streams: settled when it ends or when the
+/// client goes, unless a continuation is recorded instead.
 struct Tail {
-    watch: Box<StreamJudge>,
-    /// Bytes the watch saw while the original was held: the body replays
+    /// Judges the rest of the original as it streams.
+    settlement: Settlement,
+    /// Bytes the judge saw while the original was held: the body replays
     /// them first, and they are not fed twice.
     seen: usize,
-    settle: Option<Watched>,
     /// The original's connection broke.
     broken: bool,
 }
@@ -348,29 +345,21 @@ impl Tail {
     fn feed(&mut self, data: &Bytes) {
         let skip = self.seen.min(data.len());
         self.seen -= skip;
-        if skip < data.len() {
-            self.watch.feed(&data.slice(skip..));
+        let judge = self.settlement.judge.as_mut();
+        if let (true, Some(judge)) = (skip < data.len(), judge) {
+            judge.feed(&data.slice(skip..));
         }
     }
 
     /// Settles the record; the client saw the original to its end unless
     /// `gone`.
     fn settle(&mut self, gone: bool) {
-        if let Some(settle) = self.settle.take() {
-            self.watch.finish();
-            let ending = match (gone, self.broken) {
-                (true, _) => Ending::Dropped,
-                (false, true) => Ending::Broken,
-                (false, false) => Ending::Complete,
-            };
-            Box::new(settle).settle(Some(&self.watch), true, ending);
-        }
-    }
-}
-
-impl Drop for Tail {
-    fn drop(&mut self) {
-        self.settle(true);
+        let ending = match (gone, self.broken) {
+            (true, _) => Ending::Dropped,
+            (false, true) => Ending::Broken,
+            (false, false) => Ending::Complete,
+        };
+        self.settlement.settle(ending);
     }
 }
 
@@ -435,10 +424,9 @@ impl<U: InnerService> Continuer<U> {
         match served {
             Some(held) => self.splice(held, attempt).await,
             None => {
-                if let Some(settle) = self.tail.settle.as_mut() {
-                    settle.attempts[0].result = AttemptResult::Refused;
-                    settle.attempts.push(attempt);
-                }
+                let attempts = &mut self.tail.settlement.attempts;
+                attempts[0].result = AttemptResult::Refused;
+                attempts.push(attempt);
                 self.pending = closing.frames;
                 let gone = self.flush().await.is_err();
                 self.tail.settle(gone);
@@ -589,31 +577,28 @@ impl<U: InnerService> Continuer<U> {
         R: InnerBody,
     {
         let call = self.hop.exchange.call.clone();
-        let Some(mut settle) = self.tail.settle.take() else {
+        let settlement = &mut self.tail.settlement;
+        if settlement.is_settled() {
             return;
-        };
-        self.tail.watch.finish();
-        let info = self
-            .tail
-            .watch
-            .findings
-            .partial_refusal
-            .clone()
-            .unwrap_or_default();
+        }
+        let info = settlement
+            .finished_findings()
+            .and_then(|f| f.partial_refusal.clone());
         let served_model = held
             .watch
             .as_ref()
             .and_then(|w| w.findings.model.clone())
             .or_else(|| attempt.model.clone());
-        settle.attempts[0].result = AttemptResult::Refused;
-        settle.attempts.push(attempt);
         let refusal = Refusal {
             kind: RefusalKind::Partial,
             served_model,
-            request_id: settle.request_id.take(),
-            ..call.refusal(&info, Outcome::Fallback)
+            request_id: settlement.request_id.take(),
+            ..call.refusal(&info.unwrap_or_default(), Outcome::Fallback)
         };
-        let attempts = std::mem::take(&mut settle.attempts);
+        // Recorded by the continuation's settlement instead.
+        let mut attempts = settlement.take_attempts();
+        attempts[0].result = AttemptResult::Refused;
+        attempts.push(attempt);
         let splice = Splice::new(self.hop.plan.track.continuation(), self.frame_limit);
         // Recorded as the continuation's stream ends (or is cut short).
         pump(

@@ -12,17 +12,16 @@ use http::{HeaderValue, Response};
 use http_body::{Body, Frame};
 use serde_json::Value;
 
-use crate::dialect::{Dialect, Handoff, RefusalInfo};
-use crate::guard::body::{Ending, Findings, GuardBody, Settle, Splice, StreamJudge};
+use crate::dialect::{Dialect, Handoff};
+use crate::guard::body::{GuardBody, Splice};
 use crate::guard::call::Call;
 use crate::guard::decide::{Decision, HandoffMark};
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::hold::Held;
+use crate::guard::settle::{refusal_of, seen_in, About, Settlement};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::InnerBody;
-use crate::refusal::{
-    Attempt, AttemptResult, DeadReason, Outcome, Refusal, RefusalKind, RefusalSignal,
-};
+use crate::refusal::{Attempt, Outcome, Refusal};
 use crate::BoxError;
 
 /// Turns a decision into the response the client gets, recording the
@@ -71,12 +70,8 @@ where
             attempts,
             recovery,
         } => {
-            let settle = Watched {
-                call: call.clone(),
-                request_id,
-                attempts,
-                recovery: Recovery::Committed(recovery),
-            };
+            let about = About::Committed(recovery);
+            let settle = Settlement::new(call.clone(), request_id, attempts, about);
             let mut response = serve(attempt, call, Some(settle), None, None);
             // Not yet known to be a recovery: no recovery header, which
             // must never announce one that may still refuse.
@@ -107,12 +102,7 @@ where
     }
     // Decided: what streams from now on needs at most the key.
     call.conversation.compact();
-    let settle = Watched {
-        call: call.clone(),
-        request_id,
-        attempts,
-        recovery: Recovery::None,
-    };
+    let settle = Settlement::new(call.clone(), request_id, attempts, About::Original);
     serve(held, call, Some(settle), None, None)
 }
 
@@ -134,12 +124,9 @@ where
         return serve_settled(held, call, Some(refusal), attempts, splice);
     }
     call.conversation.compact();
-    let settle = Watched {
-        call: call.clone(),
-        request_id: refusal.request_id.clone(),
-        attempts,
-        recovery: Recovery::Decided(refusal.clone()),
-    };
+    let request_id = refusal.request_id.clone();
+    let about = About::Decided(refusal.clone());
+    let settle = Settlement::new(call.clone(), request_id, attempts, about);
     serve(held, call, Some(settle), Some(&refusal), splice)
 }
 
@@ -299,191 +286,11 @@ pub(crate) async fn pump<R>(
     }
 }
 
-/// Settles a response the guard let through: what it showed decides whether
-/// there is a refusal to record (partial, a server-side fallback, or an
-/// empty refusal that came after the hold bound).
-pub(crate) struct Watched {
-    pub(crate) call: Call,
-    pub(crate) request_id: Option<String>,
-    pub(crate) attempts: Vec<Attempt>,
-    /// Whether the response served is a recovery attempt, and how far its
-    /// outcome is known.
-    pub(crate) recovery: Recovery,
-}
-
-/// What a watched response is, as far as recovery goes.
-pub(crate) enum Recovery {
-    /// The original, let through as it was.
-    None,
-    /// A recovery attempt committed before its outcome was known: the
-    /// original refusal, the outcome should the attempt produce output, and
-    /// the model it was sent to.
-    Committed((RefusalInfo, Outcome, Option<String>)),
-    /// A recovery attempt that produced output: the refusal is decided, and
-    /// only what the rest of the stream says of the attempt is to come.
-    Decided(Refusal),
-}
-
-impl Settle for Watched {
-    fn settle(self: Box<Self>, watch: Option<&StreamJudge>, output_before: bool, ending: Ending) {
-        let mut this = *self;
-        let Some(watch) = watch else {
-            match this.recovery {
-                Recovery::Decided(refusal) => this.call.emit(&refusal, this.attempts),
-                _ => this.call.handle.settle(None),
-            }
-            return;
-        };
-        let findings = &watch.findings;
-        if findings.output && !output_before {
-            this.call.record_output();
-        }
-        if let Some(last) = this.attempts.pop() {
-            this.attempts.push(ended(seen_in(last, findings), ending));
-        }
-        let refusal = match this.recovery {
-            Recovery::Decided(refusal) => Some(refusal),
-            Recovery::Committed((original, success, served)) => Some(if findings.output {
-                Refusal {
-                    served_model: served,
-                    request_id: this.request_id.clone(),
-                    ..this.call.refusal(&original, success)
-                }
-            } else {
-                let reason = match ending {
-                    _ if findings.empty_refusal.is_some() => DeadReason::StillRefused,
-                    Ending::Complete => DeadReason::NoOutput,
-                    Ending::Broken => DeadReason::UpstreamError,
-                    Ending::Dropped => DeadReason::ClientGone,
-                };
-                Refusal {
-                    reason: Some(reason),
-                    served_model: served,
-                    request_id: this.request_id.clone(),
-                    ..this.call.refusal(&original, Outcome::Dead)
-                }
-            }),
-            Recovery::None => refusal_of(&this.call, findings, this.request_id.clone(), true),
-        };
-        match refusal {
-            Some(refusal) => this.call.emit(&refusal, this.attempts),
-            None => this.call.handle.settle(None),
-        }
-    }
-}
-
-/// The refusal, if any, in a response that was let through as it was.
-pub(crate) fn refusal_of(
-    call: &Call,
-    findings: &Findings,
-    request_id: Option<String>,
-    held_back: bool,
-) -> Option<Refusal> {
-    let served_model = findings.model.clone().or_else(|| call.model.clone());
-    if let Some(info) = &findings.partial_refusal {
-        return Some(Refusal {
-            kind: RefusalKind::Partial,
-            served_model,
-            request_id,
-            ..call.refusal(info, Outcome::Partial)
-        });
-    }
-    if let Some(info) = &findings.empty_refusal {
-        // Only reachable when the hold bound forced the guard to let the
-        // response through before the refusal arrived.
-        return Some(Refusal {
-            reason: Some(if held_back {
-                DeadReason::HoldLimit
-            } else {
-                DeadReason::Unrecoverable
-            }),
-            served_model,
-            request_id,
-            ..call.refusal(info, Outcome::Dead)
-        });
-    }
-    // The provider's own fallback: a `fallback` block, or a chain whose
-    // iterations show a declined attempt. A fallback that served without
-    // any model declining this turn (a sticky-routed turn lists only the
-    // serving attempt) is no refusal.
-    let chain = findings.iterations.as_ref();
-    let declined = chain.and_then(|c| c.first_declined.clone());
-    if findings.server_fallback.is_none() && declined.is_none() {
-        return unknown_stop(call, findings, request_id, served_model);
-    }
-    let fallback = findings.server_fallback.clone().unwrap_or_default();
-    let info = RefusalInfo {
-        signal: Some(RefusalSignal::StopReason),
-        category: fallback.category,
-        ..RefusalInfo::default()
-    };
-    Some(Refusal {
-        model: fallback.from.or(declined).or_else(|| call.model.clone()),
-        served_model: chain
-            .and_then(|c| c.served_by.clone())
-            .or(fallback.to)
-            .or(served_model),
-        request_id,
-        ..call.refusal(&info, Outcome::Fallback)
-    })
-}
-
-/// A response that ended without output on a stop reason the dialect does
-/// not know: recorded as it came, never recovered (it may be no policy
-/// stop), so that it is seen.
-fn unknown_stop(
-    call: &Call,
-    findings: &Findings,
-    request_id: Option<String>,
-    served_model: Option<String>,
-) -> Option<Refusal> {
-    if findings.output || findings.error {
-        return None;
-    }
-    let info = RefusalInfo {
-        signal: Some(RefusalSignal::StopReason),
-        category: Some(findings.unknown_stop.clone()?),
-        ..RefusalInfo::default()
-    };
-    Some(Refusal {
-        reason: Some(DeadReason::UnknownStop),
-        served_model,
-        request_id,
-        ..call.refusal(&info, Outcome::Dead)
-    })
-}
-
-/// An attempt with what its response said of it: the fate of a credit
-/// token it presented, and, for a provider's own chain, what the attempts
-/// that declined inside it cost (the top-level usage covers only the one
-/// that served).
-fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
-    if attempt.fallback_credit.is_none() {
-        attempt.fallback_credit = findings.fallback_credit.clone();
-    }
-    if attempt.usage.is_none() {
-        attempt.usage = findings.iterations.as_ref().and_then(|c| c.declined_usage);
-    }
-    attempt
-}
-
-/// A served attempt whose upstream broke off is marked cut: it was not
-/// served whole, and its end's figures are unknown. A client that goes
-/// away does not mark it: SDKs close as soon as they read the stream's
-/// last event, often before the upstream's end of body arrives, so a drop
-/// cannot tell a finished stream from an abandoned one.
-fn ended(mut attempt: Attempt, ending: Ending) -> Attempt {
-    if ending == Ending::Broken && attempt.result == AttemptResult::Served {
-        attempt.result = AttemptResult::Cut;
-    }
-    attempt
-}
-
 /// Turns a held response into the response the client gets.
 pub(crate) fn serve<R>(
     held: Held<IdleTimeout<R>>,
     call: &Call,
-    settle: Option<Watched>,
+    settle: Option<Settlement>,
     decided: Option<&Refusal>,
     splice: Option<Splice>,
 ) -> Response<GuardBody<R>>
@@ -499,7 +306,6 @@ where
         watch,
         ..
     } = held;
-    let settle = settle.map(|s| Box::new(s) as Box<dyn Settle>);
     let mut response = Response::from_parts(
         parts,
         GuardBody::guarded(frames, Some(share), rest, error, watch, settle, splice),
