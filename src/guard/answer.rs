@@ -24,7 +24,7 @@ use crate::guard::hold::{is_event_stream, Held, LiveForward};
 use crate::guard::partial::{Continued, Plan};
 use crate::guard::rejected::Resent;
 use crate::guard::respond::{pump, respond, unless_gone, ServedRecovery};
-use crate::guard::timeout::IdleTimeout;
+use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::{InnerBody, InnerService};
 
 /// How a guarded call answers, chosen once from the configuration and the
@@ -67,7 +67,7 @@ pub(crate) async fn answer<U: InnerService>(
     let (exchange, response) = match resent {
         Resent::Ready(exchange, response) => (*exchange, response),
         // A refusal the provider answered with a 400: judged already.
-        Resent::Judged(exchange, held) => return Ok(exchange.conclude(held, None).await),
+        Resent::Judged(exchange, judged) => return Ok(exchange.conclude(judged, None).await),
         Resent::Answered(response) => return Ok(response),
         Resent::Failed(error) => return Err(error),
     };
@@ -113,29 +113,28 @@ impl<U: InnerService> Exchange<U> {
         live: Option<&mut LiveForward>,
         partial: Option<Plan>,
     ) -> Response<GuardBody<U::Out>> {
-        match self.judge(response, live).await {
-            Ok(held) => self.conclude(held, partial).await,
-            Err(timeout) => respond(Decision::TimedOut(timeout), &self.call),
-        }
+        let judged = self.judge(response, live).await;
+        self.conclude(judged, partial).await
     }
 
     /// The chain from a judged original: a partial refusal continued when
-    /// `partial` allows and the original claims one, else decided and
-    /// answered.
+    /// `partial` allows and the original claims one, else decided; then
+    /// the response the decision comes to.
     async fn conclude(
         self,
-        held: Held<IdleTimeout<U::Out>>,
+        judged: Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout>,
         partial: Option<Plan>,
     ) -> Response<GuardBody<U::Out>> {
-        let (exchange, held) = match partial {
-            Some(plan) => match self.continue_partial(held, plan).await {
+        let call = self.call.clone();
+        let decision = match (judged, partial) {
+            (Err(timeout), _) => Decision::TimedOut(timeout),
+            (Ok(held), None) => self.decide(held).await,
+            (Ok(held), Some(plan)) => match self.continue_partial(held, plan).await {
                 Continued::Served(response) => return response,
-                Continued::Not(exchange, held) => (*exchange, *held),
+                Continued::Not(exchange, held) => exchange.decide(*held).await,
             },
-            None => (self, held),
         };
-        let call = exchange.call.clone();
-        respond(exchange.decide(held).await, &call)
+        respond(decision, &call)
     }
 }
 

@@ -217,7 +217,7 @@ impl<U: InnerService> Exchange<U> {
                 }
                 continue;
             };
-            if let Some(decided) = climb.judge(&call, held, record, step).await {
+            if let Some(decided) = climb.weigh(&call, held, record, step).await {
                 return decided;
             }
         }
@@ -727,7 +727,7 @@ impl Climb {
 
     /// What a held attempt decides: the decision, or `None` to go on
     /// climbing.
-    async fn judge<R>(
+    async fn weigh<R>(
         &mut self,
         call: &Call,
         held: Held<IdleTimeout<R>>,

@@ -11,12 +11,10 @@ use std::time::Instant;
 
 use http::{Response, StatusCode};
 
-use crate::guard::decide::Decision;
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{Held, Verdict};
-use crate::guard::respond::respond;
-use crate::guard::timeout::IdleTimeout;
+use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep};
 use crate::GuardBody;
@@ -28,9 +26,13 @@ pub(crate) enum Resent<U: InnerService> {
     /// first one (no 400, or no fallbacks of the guard's), or the answer to
     /// the request sent again without them.
     Ready(Box<Exchange<U>>, Response<IdleTimeout<U::Out>>),
-    /// The original, judged already: a refusal the provider sent as a 400.
-    Judged(Box<Exchange<U>>, Held<IdleTimeout<U::Out>>),
-    /// Already answered: a timeout.
+    /// The original, judged already: a refusal the provider sent as a 400,
+    /// or the hold's timeout.
+    Judged(
+        Box<Exchange<U>>,
+        Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout>,
+    ),
+    /// Already answered: the request sent again timed out.
     Answered(Response<GuardBody<U::Out>>),
     /// The inner service failed on the request sent again.
     Failed(U::Error),
@@ -49,14 +51,12 @@ impl<U: InnerService> Exchange<U> {
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
         let held = match self.judge(response, None).await {
-            Ok(held) => held,
-            Err(timeout) => return Resent::Answered(respond(Decision::TimedOut(timeout), &call)),
-        };
-        if !matches!(held.verdict, Verdict::Pass) {
+            Ok(held) if matches!(held.verdict, Verdict::Pass) => held,
             // A refusal the provider sent as a 400 ("Output blocked by
-            // content filtering policy"): decided as any original is.
-            return Resent::Judged(Box::new(self), held);
-        }
+            // content filtering policy"), or a timeout: decided as any
+            // original is.
+            judged => return Resent::Judged(Box::new(self), judged),
+        };
         let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
         self.attempt.end(&rejected);
         drop(held);
