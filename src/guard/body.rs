@@ -2,7 +2,7 @@
 //!
 //! A guarded body first replays what the guard held back (byte-exact, in the
 //! order it arrived), then streams the rest of the served attempt as it
-//! arrives, still watching it, so that a refusal after real output is
+//! arrives, still judging it, so that a refusal after real output is
 //! recorded as partial.
 
 use std::collections::VecDeque;
@@ -188,15 +188,15 @@ impl<R> GuardBody<R> {
         share: Option<Share>,
         rest: Option<Pin<Box<IdleTimeout<R>>>>,
         error: Option<BoxError>,
-        mut watch: Option<Box<StreamJudge>>,
+        mut judge: Option<Box<StreamJudge>>,
         settlement: Option<Settlement>,
         mut splice: Option<Splice>,
     ) -> Self {
-        let output_before = watch.as_ref().is_some_and(|w| w.findings.output);
-        if let Some(watch) = watch.as_mut() {
-            watch.committed = true;
+        let output_before = judge.as_ref().is_some_and(|w| w.findings.output);
+        if let Some(judge) = judge.as_mut() {
+            judge.committed = true;
         }
-        let settlement = settlement.map(|s| Box::new(s.judged_by(watch, output_before)));
+        let settlement = settlement.map(|s| Box::new(s.judged_by(judge, output_before)));
         let held = match splice.as_mut() {
             None => held,
             Some(splice) => held

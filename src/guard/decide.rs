@@ -154,7 +154,7 @@ impl<U: InnerService> Exchange<U> {
                     attempts,
                 }
             }
-            Verdict::Pass => {
+            Verdict::Unjudged => {
                 let result = match held.parts.status.is_success() {
                     true => AttemptResult::Served,
                     false => AttemptResult::HttpError,
@@ -740,7 +740,7 @@ impl Climb {
         };
         let translated = step.hop.is_some();
         let served_model = held
-            .watch
+            .judge
             .as_ref()
             .and_then(|w| w.findings.model.clone())
             .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
@@ -803,7 +803,7 @@ impl Climb {
                 (AttemptResult::Refused, DeadReason::StillRefused)
             }
             Verdict::Ended => (AttemptResult::NoOutput, DeadReason::NoOutput),
-            Verdict::Errored | Verdict::Pass => {
+            Verdict::Errored | Verdict::Unjudged => {
                 (AttemptResult::HttpError, DeadReason::UpstreamError)
             }
         };

@@ -146,7 +146,7 @@ impl Findings {
     }
 }
 
-/// The framing of a watched stream: SSE, or (Bedrock) an AWS event stream.
+/// The framing of a judged stream: SSE, or (Bedrock) an AWS event stream.
 enum Framer {
     Sse(SseFramer),
     #[cfg(feature = "bedrock")]
@@ -154,9 +154,9 @@ enum Framer {
 }
 
 impl Framer {
-    fn for_inspector(inspector: &dyn EventJudge, max_frame_bytes: usize) -> Self {
+    fn for_event_judge(event_judge: &dyn EventJudge, max_frame_bytes: usize) -> Self {
         #[cfg(feature = "bedrock")]
-        if let Some(translate) = inspector.eventstream() {
+        if let Some(translate) = event_judge.eventstream() {
             return Framer::EventStream(
                 crate::dialect::bedrock::eventstream::EventStreamFramer::new(
                     translate,
@@ -164,7 +164,7 @@ impl Framer {
                 ),
             );
         }
-        let _ = inspector;
+        let _ = event_judge;
         Framer::Sse(SseFramer::with_max_frame_bytes(max_frame_bytes))
     }
 
@@ -200,7 +200,7 @@ impl Framer {
 /// Reads a stream frame by frame and keeps its [`Findings`].
 pub(crate) struct StreamJudge {
     framer: Framer,
-    inspector: Box<dyn EventJudge>,
+    event_judge: Box<dyn EventJudge>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
     /// A frame outgrew the framer's limit and was not judged.
@@ -214,13 +214,13 @@ pub(crate) struct StreamJudge {
 impl StreamJudge {
     /// `keep_text`: the answer's opening is kept for the text detector.
     pub(crate) fn new(
-        inspector: Box<dyn EventJudge>,
+        event_judge: Box<dyn EventJudge>,
         max_frame_bytes: usize,
         keep_text: bool,
     ) -> Self {
         StreamJudge {
-            framer: Framer::for_inspector(&*inspector, max_frame_bytes),
-            inspector,
+            framer: Framer::for_event_judge(&*event_judge, max_frame_bytes),
+            event_judge,
             findings: Findings::keeping_text(keep_text),
             frames: 0,
             overflowed: false,
@@ -239,7 +239,7 @@ impl StreamJudge {
                 // An unfinished frame too large to keep: drop it (the client
                 // still gets its bytes) and pick the stream up again at the
                 // next blank line; its tail parses as fields nobody reads.
-                self.framer = Framer::for_inspector(&*self.inspector, self.max_frame_bytes);
+                self.framer = Framer::for_event_judge(&*self.event_judge, self.max_frame_bytes);
             }
         }
     }
@@ -260,7 +260,7 @@ impl StreamJudge {
     /// The framer, and the judging of the frames it cuts, borrowed apart.
     fn split(&mut self) -> (&mut Framer, FrameJudge<'_>) {
         let judge = FrameJudge {
-            inspector: &mut *self.inspector,
+            event_judge: &mut *self.event_judge,
             findings: &mut self.findings,
             frames: &mut self.frames,
             committed: self.committed,
@@ -272,7 +272,7 @@ impl StreamJudge {
 /// A [`StreamJudge`]'s judging, borrowed apart from its framer so that the
 /// framer can hand it frames as it cuts them.
 struct FrameJudge<'a> {
-    inspector: &'a mut dyn EventJudge,
+    event_judge: &'a mut dyn EventJudge,
     findings: &'a mut Findings,
     frames: &'a mut usize,
     committed: bool,
@@ -289,7 +289,7 @@ impl FrameSink for FrameJudge<'_> {
     fn skips(&mut self, event: Option<&[u8]>) -> bool {
         // A skipped frame has nothing to absorb: an empty observation
         // changes no finding.
-        let skip = self.settled() && self.inspector.skips_committed(event);
+        let skip = self.settled() && self.event_judge.skips_committed(event);
         *self.frames += usize::from(skip);
         skip
     }
@@ -300,7 +300,7 @@ impl FrameSink for FrameJudge<'_> {
 
     fn take(&mut self, frame: crate::sse::Frame) {
         *self.frames += 1;
-        let seen = self.inspector.observe(&frame, self.settled());
+        let seen = self.event_judge.observe(&frame, self.settled());
         self.findings.absorb(seen);
     }
 }
@@ -313,23 +313,23 @@ mod tests {
     const STREAM: &[u8] =
         include_bytes!("../../tests/fixtures/anthropic/anthropic-sdk-python/basic_response.txt");
 
-    fn watched(keep_text: bool) -> Findings {
+    fn findings_of(keep_text: bool) -> Findings {
         let dialect =
             crate::dialect::recognise(&http::Method::POST, &"/v1/messages".parse().unwrap())
                 .unwrap()
                 .dialect;
-        let mut watch = StreamJudge::new(dialect.event_judge(), 1 << 20, keep_text);
-        watch.feed(&Bytes::from_static(STREAM));
-        watch.finish();
-        watch.findings
+        let mut judge = StreamJudge::new(dialect.event_judge(), 1 << 20, keep_text);
+        judge.feed(&Bytes::from_static(STREAM));
+        judge.finish();
+        judge.findings
     }
 
     #[test]
     fn the_answer_text_is_kept_only_for_the_text_detector() {
-        let detecting = watched(true);
+        let detecting = findings_of(true);
         assert_eq!(detecting.text, "Hello there!");
         assert!(detecting.output);
-        let not_detecting = watched(false);
+        let not_detecting = findings_of(false);
         assert_eq!(not_detecting.text, "");
         assert!(
             not_detecting.output,

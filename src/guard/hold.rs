@@ -28,7 +28,7 @@ use crate::BoxError;
 pub(crate) enum Verdict {
     /// Not something the guard judges (an error status, another content
     /// type): passed through as it is.
-    Pass,
+    Unjudged,
     /// Real output: commit.
     Output,
     /// A refusal before any real output. `complete` when the whole response
@@ -50,10 +50,10 @@ pub(crate) struct Held<R> {
     pub(crate) share: Share,
     pub(crate) rest: Option<Pin<Box<R>>>,
     pub(crate) error: Option<BoxError>,
-    /// For streams: the watch that goes on judging after commit.
+    /// For streams: the judge that goes on judging after commit.
     /// Boxed, as `judged` is: both are large and rarely both present, and
     /// the held response moves through every step of the decision.
-    pub(crate) watch: Option<Box<StreamJudge>>,
+    pub(crate) judge: Option<Box<StreamJudge>>,
     /// For whole JSON bodies: what the body showed.
     pub(crate) judged: Option<Box<Findings>>,
     pub(crate) verdict: Verdict,
@@ -69,7 +69,7 @@ impl<R> Held<R> {
     pub(crate) fn findings(&self) -> Option<&Findings> {
         self.judged
             .as_deref()
-            .or_else(|| self.watch.as_deref().map(|w| &w.findings))
+            .or_else(|| self.judge.as_deref().map(|w| &w.findings))
     }
 }
 
@@ -210,9 +210,9 @@ where
         share: config.held.share(),
         rest: Some(Box::pin(body)),
         error: None,
-        watch: None,
+        judge: None,
         judged: None,
-        verdict: Verdict::Pass,
+        verdict: Verdict::Unjudged,
     };
     let success = held.parts.status.is_success();
     // A stream sent without a content type is still judged as the stream the
@@ -238,7 +238,7 @@ pub(crate) async fn hold_stream<R>(
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let mut judge = HeldStream::new(dialect, config);
+    let mut stream = HeldStream::new(dialect, config);
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -252,27 +252,27 @@ pub(crate) async fn hold_stream<R>(
         let frame = match next {
             None => {
                 held.rest = None;
-                break judge.at_end();
+                break stream.at_end();
             }
             Some(Err(error)) => {
                 // Reading stops here; the client will see this error after
                 // what was read, as the provider's connection delivered it.
                 held.rest = None;
                 held.error = Some(error);
-                break judge.at_error();
+                break stream.at_error();
             }
             Some(Ok(frame)) => frame,
         };
         let mut pool_full = false;
         if let Some(data) = frame.data_ref() {
             pool_full = !held.share.grow(data.len());
-            judge.feed(data);
+            stream.feed(data);
         }
         match (forward.as_deref_mut(), frame.into_data()) {
             (Some(forward), Ok(data)) => {
                 forward.take(data, &mut held.frames).await;
                 if forward.gone {
-                    break Verdict::Pass;
+                    break Verdict::Unjudged;
                 }
             }
             // Held until the decision: a short chunk is copied rather than
@@ -280,7 +280,7 @@ pub(crate) async fn hold_stream<R>(
             (_, Ok(data)) => held.frames.push_back(Frame::data(unpinned(data))),
             (_, Err(frame)) => held.frames.push_back(frame),
         }
-        if let Some(verdict) = judge.after_chunk(pool_full) {
+        if let Some(verdict) = stream.after_chunk(pool_full) {
             break verdict;
         }
     };
@@ -288,14 +288,14 @@ pub(crate) async fn hold_stream<R>(
         forward.close(&mut held.frames);
     }
     held.verdict = verdict;
-    held.watch = Some(judge.watch);
+    held.judge = Some(stream.judge);
 }
 
 /// What a held stream has shown so far, and whether that decides it.
 struct HeldStream<'a> {
     dialect: &'static dyn Dialect,
     config: &'a Config,
-    watch: Box<StreamJudge>,
+    judge: Box<StreamJudge>,
     /// Bytes held so far.
     bytes: usize,
     /// Whether the text detector still has to rule on this answer.
@@ -313,7 +313,7 @@ impl<'a> HeldStream<'a> {
         HeldStream {
             dialect,
             config,
-            watch: Box::new(StreamJudge::new(
+            judge: Box::new(StreamJudge::new(
                 dialect.event_judge(),
                 frame_limit,
                 config.text_detection,
@@ -325,22 +325,22 @@ impl<'a> HeldStream<'a> {
 
     fn feed(&mut self, data: &Bytes) {
         self.bytes += data.len();
-        self.watch.feed(data);
+        self.judge.feed(data);
     }
 
     /// The stream ended.
     fn at_end(&mut self) -> Verdict {
-        self.watch.finish();
+        self.judge.finish();
         if self.text_pending {
-            self.watch.findings.judge_text();
+            self.judge.findings.judge_text();
         }
-        match &self.watch.findings.empty_refusal {
+        match &self.judge.findings.empty_refusal {
             Some(info) => Verdict::Refused {
                 info: info.clone(),
                 complete: true,
             },
-            None if self.watch.findings.output => Verdict::Output,
-            None if self.watch.findings.error => Verdict::Errored,
+            None if self.judge.findings.output => Verdict::Output,
+            None if self.judge.findings.error => Verdict::Errored,
             None => Verdict::Ended,
         }
     }
@@ -349,15 +349,15 @@ impl<'a> HeldStream<'a> {
     /// clean end (a frame may be complete but not yet dispatched, its blank
     /// line a lone CR, or missing).
     fn at_error(&mut self) -> Verdict {
-        self.watch.finish();
-        match &self.watch.findings.empty_refusal {
+        self.judge.finish();
+        match &self.judge.findings.empty_refusal {
             Some(info) => Verdict::Refused {
                 info: info.clone(),
                 complete: true,
             },
             // Output held for the text detector: the client gets it, then
             // the error.
-            None if self.watch.findings.output => Verdict::Output,
+            None if self.judge.findings.output => Verdict::Output,
             None => Verdict::Errored,
         }
     }
@@ -366,7 +366,7 @@ impl<'a> HeldStream<'a> {
     /// layer-wide bound on held bytes is reached.
     fn after_chunk(&mut self, pool_full: bool) -> Option<Verdict> {
         self.rule_on_text();
-        let findings = &self.watch.findings;
+        let findings = &self.judge.findings;
         if findings.empty_refusal.is_none() {
             if findings.output && !self.text_pending {
                 return Some(Verdict::Output);
@@ -376,10 +376,10 @@ impl<'a> HeldStream<'a> {
             }
         }
         let config = self.config;
-        if !(self.watch.overflowed
+        if !(self.judge.overflowed
             || pool_full
             || self.bytes > config.max_hold_bytes
-            || self.watch.frames > config.max_hold_frames)
+            || self.judge.frames > config.max_hold_frames)
         {
             return None;
         }
@@ -388,8 +388,8 @@ impl<'a> HeldStream<'a> {
         tracing::warn!(
             wire_api = %self.dialect.wire_api(),
             held_bytes = self.bytes,
-            held_frames = self.watch.frames,
-            oversized_frame = self.watch.overflowed,
+            held_frames = self.judge.frames,
+            oversized_frame = self.judge.overflowed,
             total_held_limit = pool_full,
             "hold limit reached before a decision; letting the response through"
         );
@@ -408,7 +408,7 @@ impl<'a> HeldStream<'a> {
         if !self.text_pending {
             return;
         }
-        let findings = &mut self.watch.findings;
+        let findings = &mut self.judge.findings;
         if findings.tool_call || findings.empty_refusal.is_some() {
             self.text_pending = false;
         } else if findings.output {
@@ -479,7 +479,7 @@ pub(crate) async fn hold_json<R>(
                 info,
                 complete: true,
             },
-            None => Verdict::Pass,
+            None => Verdict::Unjudged,
         };
         return;
     }

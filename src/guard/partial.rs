@@ -58,8 +58,8 @@ impl<U: InnerService> Exchange<U> {
             // Boxed, like the ladder: only a continued answer needs its state.
             return Box::pin(continue_json(self, held, plan)).await;
         }
-        match held.watch.take() {
-            Some(watch) => Continued::Served(serve_continuable(self, held, watch, plan)),
+        match held.judge.take() {
+            Some(judge) => Continued::Served(serve_continuable(self, held, judge, plan)),
             None => Continued::Not(Box::new(self), Box::new(held)),
         }
     }
@@ -181,7 +181,7 @@ impl Plan {
 fn serve_continuable<U: InnerService>(
     mut exchange: Exchange<U>,
     held: Held<IdleTimeout<U::Out>>,
-    mut watch: Box<StreamJudge>,
+    mut judge: Box<StreamJudge>,
     plan: Plan,
 ) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();
@@ -197,7 +197,7 @@ fn serve_continuable<U: InnerService>(
         error,
         ..
     } = held;
-    watch.committed = true;
+    judge.committed = true;
     // The body that follows may not be the one this length was for.
     parts.headers.remove(CONTENT_LENGTH);
     let seen = frames
@@ -210,7 +210,7 @@ fn serve_continuable<U: InnerService>(
     let attempts = exchange.opening(original);
     let settlement = Settlement::new(call.clone(), request_id, attempts, About::Original);
     let tail = Tail {
-        settlement: settlement.judged_by(Some(watch), true),
+        settlement: settlement.judged_by(Some(judge), true),
         seen,
         broken: false,
     };
@@ -585,7 +585,7 @@ impl<U: InnerService> Continuer<U> {
             .finished_findings()
             .and_then(|f| f.partial_refusal.clone());
         let served_model = held
-            .watch
+            .judge
             .as_ref()
             .and_then(|w| w.findings.model.clone())
             .or_else(|| attempt.model.clone());

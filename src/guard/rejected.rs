@@ -51,7 +51,7 @@ impl<U: InnerService> Exchange<U> {
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
         let held = match self.judge(response, None).await {
-            Ok(held) if matches!(held.verdict, Verdict::Pass) => held,
+            Ok(held) if matches!(held.verdict, Verdict::Unjudged) => held,
             // A refusal the provider sent as a 400 ("Output blocked by
             // content filtering policy"), or a timeout: decided as any
             // original is.

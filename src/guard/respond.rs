@@ -120,7 +120,7 @@ pub(crate) fn serve_recovered<R>(
 where
     R: InnerBody,
 {
-    if held.watch.is_none() || held.rest.is_none() {
+    if held.judge.is_none() || held.rest.is_none() {
         return serve_settled(held, call, Some(refusal), attempts, splice);
     }
     call.conversation.compact();
@@ -138,7 +138,7 @@ fn mark_handoff<R>(
     mark: &HandoffMark,
 ) -> Option<Splice> {
     let handoff = mark.handoff();
-    if held.watch.is_none() {
+    if held.judge.is_none() {
         mark_json(held, call.dialect, &handoff);
         return None;
     }
@@ -303,12 +303,12 @@ where
         share,
         rest,
         error,
-        watch,
+        judge,
         ..
     } = held;
     let mut response = Response::from_parts(
         parts,
-        GuardBody::guarded(frames, Some(share), rest, error, watch, settle, splice),
+        GuardBody::guarded(frames, Some(share), rest, error, judge, settle, splice),
     );
     call.mark(&mut response);
     if let Some(refusal) = decided {
@@ -334,7 +334,7 @@ where
         None => call.handle.settle(None),
     }
     let mut held = held;
-    // The decision is made; nothing more to watch.
-    held.watch = None;
+    // The decision is made; nothing more to judge.
+    held.judge = None;
     serve(held, call, None, refusal.as_ref(), splice)
 }
