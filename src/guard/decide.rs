@@ -178,26 +178,26 @@ impl<U: InnerService> Exchange<U> {
 
     async fn recover(
         self,
-        original: Held<IdleTimeout<U::Out>>,
+        refused: Held<IdleTimeout<U::Out>>,
         info: RefusalInfo,
         original_attempt: Attempt,
         original_request_id: Option<String>,
     ) -> Decision<IdleTimeout<U::Out>> {
-        let primary_id = original.findings().and_then(|f| f.message_id.clone());
+        let primary_id = refused.findings().and_then(|f| f.message_id.clone());
         let order = routing_order(&self.call, &info).await;
         let opening = self.opening(original_attempt);
         let mut climb = Climb::new(&self.call, info, opening, primary_id);
         climb.order = order;
         let Exchange {
-            mut upstream,
+            mut inner,
             call,
-            template,
+            original: request,
             streaming,
             ..
         } = self;
         let mut skips = 0;
         loop {
-            let step = match climb.prepare(&call, &template).await {
+            let step = match climb.prepare(&call, &request).await {
                 Prep::Send(step) => *step,
                 Prep::Skip if skips < MAX_SKIPS => {
                     skips += 1;
@@ -210,7 +210,7 @@ impl<U: InnerService> Exchange<U> {
                 Prep::Stop => break,
             };
             skips = 0;
-            let Some((held, record)) = climb.send(&mut *upstream, &call, streaming, &step).await
+            let Some((held, record)) = climb.send(&mut *inner, &call, streaming, &step).await
             else {
                 if climb.stopped {
                     break;
@@ -229,7 +229,7 @@ impl<U: InnerService> Exchange<U> {
             ..call.refusal(&climb.info, Outcome::Dead)
         };
         Decision::Dead {
-            original,
+            original: refused,
             refusal,
             attempts: climb.finish(),
         }
@@ -238,7 +238,7 @@ impl<U: InnerService> Exchange<U> {
 
 /// A step's request, built.
 struct Step {
-    template: Template,
+    draft: Template,
     kind: AttemptStep,
     model: Option<String>,
     /// Set for a hop to another provider's API: its answer is translated.
@@ -364,7 +364,7 @@ impl Climb {
     }
 
     /// Builds the request for the policy's next step, within the budget.
-    async fn prepare(&mut self, call: &Call, template: &Original) -> Prep {
+    async fn prepare(&mut self, call: &Call, original: &Original) -> Prep {
         let step = self.ask(call);
         if let NextStep::Stop(why) = step {
             self.reason = Some(why);
@@ -377,7 +377,7 @@ impl Climb {
             self.reason = Some(DeadReason::BudgetExhausted);
             return Prep::Stop;
         }
-        let Some(next) = template.draft() else {
+        let Some(next) = original.draft() else {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Stop;
         };
@@ -422,7 +422,7 @@ impl Climb {
             features.fit_prefill(&mut next.json, &model);
         }
         Prep::Send(Box::new(Step {
-            template: next,
+            draft: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
             hop: None,
@@ -479,7 +479,7 @@ impl Climb {
                 features.fit_prefill(&mut next.json, model);
             }
             return Prep::Send(Box::new(Step {
-                template: next,
+                draft: next,
                 kind: AttemptStep::Fallback,
                 model: Some(model.to_owned()),
                 hop: None,
@@ -522,7 +522,7 @@ impl Climb {
         next.parts.headers = headers;
         next.json = body;
         Prep::Send(Box::new(Step {
-            template: next,
+            draft: next,
             kind: AttemptStep::Fallback,
             model: Some(entry.to_owned()),
             hop: Some(CrossHop {
@@ -589,7 +589,7 @@ impl Climb {
             features.withdraw_fallback_credit(headers, json);
         }
         Prep::Send(Box::new(Step {
-            template: next,
+            draft: next,
             kind: AttemptStep::Retarget,
             model: call.model.clone(),
             hop: None,
@@ -639,7 +639,7 @@ impl Climb {
             return Prep::Stop;
         }
         Prep::Send(Box::new(Step {
-            template: next,
+            draft: next,
             kind: AttemptStep::Rescue,
             model,
             hop: None,
@@ -656,7 +656,7 @@ impl Climb {
         streaming: bool,
         step: &Step,
     ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
-        let request: Request<U::Body> = step.template.request(&step.template.json);
+        let request: Request<U::Body> = step.draft.request(&step.draft.json);
         let to = step.hop.map(|hop| hop.target.provider());
         self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
         let sent = Instant::now();

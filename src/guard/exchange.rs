@@ -11,14 +11,15 @@ use crate::telemetry::metrics::AttemptSpan;
 /// A guarded call once its original is sent: what deciding its response
 /// needs, step after step.
 ///
-/// The upstream service and the request as sent are boxed: an exchange
+/// The inner service and the request as sent are boxed: an exchange
 /// moves through every future of the decision, and each future that holds
 /// one is part of every request in flight, so it is kept small.
 pub(crate) struct Exchange<U> {
-    pub(crate) upstream: Box<U>,
+    /// The wrapped client the attempts are sent through.
+    pub(crate) inner: Box<U>,
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
-    pub(crate) template: Box<Original>,
+    pub(crate) original: Box<Original>,
     /// Whether the request asked for a stream.
     pub(crate) streaming: bool,
     /// When the original was sent.
@@ -37,16 +38,16 @@ impl<U> Exchange<U> {
     /// The exchange of a call whose original was sent at `sent`, in the
     /// span `attempt`.
     pub(crate) fn new(
-        upstream: U,
+        inner: U,
         call: Call,
-        template: Original,
+        original: Original,
         (streaming, sent): (bool, Instant),
         attempt: AttemptSpan,
     ) -> Self {
         Exchange {
-            upstream: Box::new(upstream),
+            inner: Box::new(inner),
             call,
-            template: Box::new(template),
+            original: Box::new(original),
             streaming,
             sent,
             earlier: Vec::new(),

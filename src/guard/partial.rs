@@ -226,7 +226,7 @@ fn serve_continuable<U: InnerService>(
 }
 
 /// What sending the continuation takes: the call's exchange (whose
-/// template is the request as the original was sent) and the plan.
+/// original is the request as first sent) and the plan.
 struct Hop<U> {
     exchange: Exchange<U>,
     plan: Plan,
@@ -255,9 +255,9 @@ impl<U: InnerService> Hop<U> {
         deadline: tokio::time::Instant,
     ) -> (Attempt, Option<Held<IdleTimeout<U::Out>>>) {
         let Exchange {
-            upstream,
+            inner: upstream,
             call,
-            template,
+            original,
             streaming,
             ..
         } = &mut self.exchange;
@@ -271,7 +271,7 @@ impl<U: InnerService> Hop<U> {
             usage: None,
             fallback_credit: None,
         };
-        let Some(mut next) = template.draft() else {
+        let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
             return (record, None);
         };

@@ -45,7 +45,7 @@ impl<U: InnerService> Exchange<U> {
         mut self,
         response: Response<IdleTimeout<U::Out>>,
     ) -> Resent<U> {
-        if response.status() != StatusCode::BAD_REQUEST || self.template.composed.is_none() {
+        if response.status() != StatusCode::BAD_REQUEST || self.original.composed.is_none() {
             return Resent::Ready(Box::new(self), response);
         }
         let call = self.call.clone();
@@ -60,7 +60,7 @@ impl<U: InnerService> Exchange<U> {
         let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
         self.attempt.end(&rejected);
         drop(held);
-        self.template.withdraw_composed_fallbacks(call.dialect);
+        self.original.withdraw_composed_fallbacks(call.dialect);
         tracing::warn!(
             model = ?call.model,
             "the provider rejected the server-side fallbacks the guard wrote (HTTP 400); \
@@ -71,7 +71,7 @@ impl<U: InnerService> Exchange<U> {
         self.sent = Instant::now();
         let model = call.model.as_deref();
         self.attempt = call.request.attempt(self.first, model, None);
-        match self.upstream.send(self.template.request()).await {
+        match self.inner.send(self.original.request()).await {
             Ok(response) => Resent::Ready(Box::new(self), response),
             Err(failed) => {
                 self.attempt.end_with(AttemptResult::TransportError, None);
