@@ -1,44 +1,62 @@
 //! The guard: one guarded call from the request to the served response.
 //!
 //! The public types ([`layer`], [`service`], [`body`], [`timeout`]) are
-//! re-exported at the crate root; the rest is the private
-//! per-request pipeline, in the order one request meets it:
+//! re-exported at the crate root; the rest is the private per-request
+//! pipeline. Its steps, in the order one request meets them, each calling
+//! only the next (and the shared parts below):
 //!
 //! ```text
 //! layer      RefusalGuardLayer: the builder; config holds what it built
 //! service    RefusalGuard::call: recognise the wire API, else pass through;
-//!            guard(): read whole first or forward as it arrives (request)
-//! request/   the body within bounds (read whole, or forwarded with a copy
-//!            kept), the conversation named (conversation.rs), the rewrites
-//!            of the first request; the original as sent (original.rs)
-//! call       Call::start, the per-call context every step and record reads
+//!            guard(): the request taken in (request/), the call started
+//! request/   the body taken in once: read whole first, or forwarded as it
+//!            arrives with a bounded copy kept; the conversation named; the
+//!            rewrites of the first request; the original as sent
 //! exchange   Exchange::new, the per-request carrier the steps hand on
-//! rejected   a 400 to the guard's own server-side fallbacks: sent again without
-//! live       keep-alive or live thinking, if configured
+//! rejected   a 400 to the guard's own server-side fallbacks: sent again
+//!            without them; which response is the original is now known
+//! answer     how the client is answered (held, keep-alive, live thinking),
+//!            chosen once, and the one chain: judge, partial, decide, respond
+//! hold       judge: the original held back until it shows output, a
+//!            refusal, its end or a bound
 //! partial    opt-in (Anthropic): continue a claimed partial refusal
-//! respond    decide_and_respond: the decision (decide), then its response,
-//!            the record, the handle
-//! decide     hold the original (hold), then keep it or run the policy
-//! body       held bytes, then the rest, still judged; settled at the end
+//! decide     the original as it is, or the ladder on an empty refusal
+//!            (decide/climb.rs, decide/steps.rs): a Decision, a value
+//! respond    the decision as the client's response, marked, recorded now
+//!            or left to a settlement
+//! body       held bytes first, then the rest of the stream, still judged
+//! settle     the record, made once: at the stream's end, or when the
+//!            client goes
 //! ```
 //!
-//! Shared by the steps, calling none of them: `upstream` (the one alias of
-//! the inner service, [`upstream::InnerService`], and its timeouts),
-//! `errors` (every error the guard answers itself, in the API's shape) and
-//! `timeout`. The request body's copy is `crate::replay::copy`, the byte
+//! One streamed request with no refusal, traced (default configuration):
+//! `RefusalGuardLayer::layer` -> `RefusalGuard::call` -> `guard` (service)
+//! -> the body forwarded with its copy kept, the head learnt from the copy
+//! (request/) -> `Call::start`, `Exchange::new` -> `without_rejected_fallbacks`
+//! (not a 400: `Resent::Ready`) -> `answer` -> `run` -> `Exchange::judge`
+//! (hold: output seen) -> `Exchange::decide` (`Decision::AsSent`) ->
+//! `respond` (served with a `Settlement`) -> `GuardBody::poll_frame` (body)
+//! -> `Settlement::settle` at the end of the stream (settle). Each file
+//! once, in the order above; `partial` only when opted in.
+//!
+//! Shared by the steps, calling none of them: `call` (the per-call context
+//! every step and record reads, [`call::Call`]), `findings` (what judging
+//! found, and the stream judge), `upstream` (the one alias of the inner
+//! service, [`upstream::InnerService`], and its timeouts), `errors` (every
+//! error the guard answers itself, in the API's shape), `timeout` and
+//! `config`. The request body's copy is `crate::replay::copy`, the byte
 //! pool `crate::reserve`.
 //!
 //! One request's state is one [`exchange::Exchange`]: the inner service, the
-//! [`call::Call`] (what every step and record reads), the request as sent,
-//! whether it streams and when it went. Each step takes the exchange by
-//! value and hands it on; the other types hold only what their step adds:
+//! call, the request as sent, whether it streams and when it went. Each
+//! step takes the exchange and hands it on; the other types hold only what
+//! their step adds:
 //!
 //! ```text
-//! hold::Held         one response held back: head, bytes read, the rest
-//! decide::Climb      the ladder's progress on one empty refusal
-//! partial::Hop       the exchange and the plan that continues a partial refusal
-//! respond::Watched   the record of a response let through, settled at its end
-//! partial::Tail      a continued stream's watch and its Watched, settled once
+//! hold::Held            one response held back: head, bytes read, the rest
+//! decide::Decision      what a held original becomes
+//! decide::climb::Climb  the ladder's progress on one empty refusal
+//! settle::Settlement    the record of a response let through, made once
 //! ```
 
 pub(crate) mod answer;
