@@ -89,7 +89,7 @@ impl ServerFallback {
 
 /// What one event, or one whole JSON body, showed.
 ///
-/// Within one observation, `real_output` is taken to come before `refusal`,
+/// Within one finding, `real_output` is taken to come before `refusal`,
 /// which is how providers order them inside a single chunk.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Finding {
@@ -126,14 +126,14 @@ pub(crate) struct Finding {
 pub(crate) trait EventJudge: Send {
     /// Looks at one complete SSE frame. `committed` is true once the
     /// response is being let through: then only refusals (for a partial
-    /// record) still matter, so an inspector may skip events that cannot
+    /// record) still matter, so an event judge may skip events that cannot
     /// carry one.
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding;
+    fn judge(&mut self, frame: &Frame, committed: bool) -> Finding;
 
-    /// Whether [`observe`](Self::observe) with `committed` set would find
+    /// Whether [`judge`](Self::judge) with `committed` set would find
     /// nothing in a frame, told from a glance at the raw bytes of its
     /// `event:` value ([`Frame::event_raw`]) rather than a parse: the watch
-    /// of a settled stream then skips the call and the empty observation,
+    /// of a settled stream then skips the call and the empty finding,
     /// and the framer does not even build the frame, which is most of the
     /// cost of a long stream.
     fn skips_committed(&self, _event: Option<&[u8]>) -> bool {
@@ -179,7 +179,7 @@ pub(crate) trait PartialContinuation: Send {
     /// Looks at one frame before it goes to the client. `Some` when the
     /// frame is a refusal after real text that may be continued; it and
     /// every frame after it are then held back.
-    fn observe(&mut self, frame: &Frame) -> Option<PrefillClaim>;
+    fn claim(&mut self, frame: &Frame) -> Option<PrefillClaim>;
     /// Turns the original request into the continuation's: the text the
     /// client has seen as an appended assistant turn, and the credit token.
     fn prefill(
@@ -190,8 +190,8 @@ pub(crate) trait PartialContinuation: Send {
     ) -> Result<(), RewriteError>;
     /// The rewrite that continues the message the client has begun.
     fn continuation(&self) -> Box<dyn FrameRewrite>;
-    /// [`observe`](Self::observe) for a whole JSON message.
-    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim>;
+    /// [`claim`](Self::claim) for a whole JSON message.
+    fn claim_json(&mut self, message: &Value) -> Option<PrefillClaim>;
     /// The original whole message continued by the continuation's: one
     /// content array, the continuation's stop and usage.
     fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError>;
@@ -325,17 +325,17 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn seed_reach(&self) -> Option<SeedReach> {
         None
     }
-    /// A fresh inspector for one streamed response. Its observations carry
+    /// A fresh event judge for one streamed response. Its findings carry
     /// the answer's text and tool calls too, which the opt-in text detector
     /// reads.
     fn event_judge(&self) -> Box<dyn EventJudge>;
     /// Inspects a whole successful JSON body.
     fn judge_json(&self, body: &Value) -> Finding;
     /// [`judge_json`](Self::judge_json) from the body's bytes, or `None`
-    /// if they are not JSON. The observation carries the answer's text only
+    /// if they are not JSON. The finding carries the answer's text only
     /// if `keep_text` (only the text detector reads it). A dialect may
     /// override this to read just the fields it inspects, without building
-    /// a whole [`Value`]; it must observe the same.
+    /// a whole [`Value`]; it must find the same.
     fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
         let json = serde_json::from_slice::<Value>(body).ok()?;
         let mut seen = self.judge_json(&json);
@@ -634,10 +634,10 @@ pub(crate) mod tests {
         framed.remove(0)
     }
 
-    /// What one fresh inspector of `dialect` observes in `frames`, in order.
-    pub(crate) fn observe(dialect: &dyn Dialect, frames: &[Frame]) -> Vec<Finding> {
-        let mut inspector = dialect.event_judge();
-        frames.iter().map(|f| inspector.observe(f, false)).collect()
+    /// What one fresh event judge of `dialect` finds in `frames`, in order.
+    pub(crate) fn judge_frames(dialect: &dyn Dialect, frames: &[Frame]) -> Vec<Finding> {
+        let mut judge = dialect.event_judge();
+        frames.iter().map(|f| judge.judge(f, false)).collect()
     }
 
     fn api_of(method: Method, uri: &str) -> Option<(WireApi, Option<String>)> {

@@ -92,7 +92,7 @@ impl Findings {
 
     pub(crate) fn absorb(&mut self, seen: Finding) {
         if self.text.is_empty() && seen.text.len() <= self.text_limit {
-            // A whole JSON answer comes in one observation: keep its text
+            // A whole JSON answer comes in one finding: keep its text
             // rather than copy it.
             self.text = seen.text;
         } else if self.text.len() < self.text_limit {
@@ -287,7 +287,7 @@ impl FrameJudge<'_> {
 
 impl FrameSink for FrameJudge<'_> {
     fn skips(&mut self, event: Option<&[u8]>) -> bool {
-        // A skipped frame has nothing to absorb: an empty observation
+        // A skipped frame has nothing to absorb: an empty finding
         // changes no finding.
         let skip = self.settled() && self.event_judge.skips_committed(event);
         *self.frames += usize::from(skip);
@@ -300,7 +300,7 @@ impl FrameSink for FrameJudge<'_> {
 
     fn take(&mut self, frame: crate::sse::Frame) {
         *self.frames += 1;
-        let seen = self.event_judge.observe(&frame, self.settled());
+        let seen = self.event_judge.judge(&frame, self.settled());
         self.findings.absorb(seen);
     }
 }

@@ -286,7 +286,7 @@ impl RefusalGuardLayer {
         self.with(|c| c.max_request_body = bytes)
     }
 
-    /// Largest non-streaming response body the guard buffers to inspect
+    /// Largest non-streaming response body the guard buffers to judge
     /// (default 16 MiB). A larger one is passed through unjudged.
     pub fn max_response_body(self, bytes: usize) -> Self {
         self.with(|c| c.max_response_body = bytes)

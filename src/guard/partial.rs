@@ -90,7 +90,7 @@ async fn continue_json<U: InnerService>(
         .partial_refusal
         .as_ref()
         .and_then(|_| whole_json(&held))
-        .and_then(|message| Some((plan.track.observe_json(&message)?, message)));
+        .and_then(|message| Some((plan.track.claim_json(&message)?, message)));
     let Some((claim, mut message)) = claimed else {
         return Continued::Not(Box::new(exchange), Box::new(held));
     };
@@ -514,7 +514,7 @@ impl<U: InnerService> Continuer<U> {
             };
             let Some(frame) = frame else { break };
             if self.closing.is_none() {
-                if let Some(claim) = self.hop.plan.track.observe(&frame) {
+                if let Some(claim) = self.hop.plan.track.claim(&frame) {
                     let deadline = self.hop.exchange.call.deadline_from_now();
                     self.closing = Some(Closing {
                         claim,

@@ -141,7 +141,7 @@ impl Dialect for AnthropicMessages {
 
     fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
         if let Some(message) = typed::<MessageFields<'_>>(body) {
-            return Some(message.observe(keep_text));
+            return Some(message.judge(keep_text));
         }
         let json = serde_json::from_slice::<Value>(body).ok()?;
         let mut seen = self.judge_json(&json);

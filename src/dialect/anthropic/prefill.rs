@@ -85,7 +85,7 @@ impl Prefill {
         }
     }
 
-    pub(super) fn claim(&self, delta: &Value) -> Option<PrefillClaim> {
+    pub(super) fn claim_in(&self, delta: &Value) -> Option<PrefillClaim> {
         let refused = refusal(delta)?;
         // Only a stated claim allows the appended turn. Where the field is
         // absent (some platforms leave it out) the redeeming shape is
@@ -101,7 +101,7 @@ impl Prefill {
 }
 
 impl PartialContinuation for Prefill {
-    fn observe(&mut self, frame: &Frame) -> Option<PrefillClaim> {
+    fn claim(&mut self, frame: &Frame) -> Option<PrefillClaim> {
         let event = json_event(frame)?;
         let index = event.get("index").and_then(Value::as_u64);
         match (event_type(&event, frame), index) {
@@ -114,7 +114,7 @@ impl PartialContinuation for Prefill {
                     self.keep(index, delta.get("text").and_then(Value::as_str)?);
                 }
             }
-            ("message_delta", _) => return self.claim(event.get("delta")?),
+            ("message_delta", _) => return self.claim_in(event.get("delta")?),
             ("content_block_start" | "content_block_delta", None) => self.ruled_out = true,
             _ => {}
         }
@@ -170,12 +170,12 @@ impl PartialContinuation for Prefill {
         })
     }
 
-    fn observe_json(&mut self, message: &Value) -> Option<PrefillClaim> {
+    fn claim_json(&mut self, message: &Value) -> Option<PrefillClaim> {
         let content = message.get("content")?.as_array()?;
         for (index, block) in (0u64..).zip(content) {
             self.block_started(index, block);
         }
-        self.claim(message)
+        self.claim_in(message)
     }
 
     fn merge_json(&self, original: &mut Value, continuation: &Value) -> Result<(), RewriteError> {

@@ -125,8 +125,8 @@ pub(super) struct CreditStatusFields<'a> {
 }
 
 impl MessageFields<'_> {
-    /// What [`AnthropicMessages::judge_json`] observes in the same body.
-    pub(super) fn observe(&self, keep_text: bool) -> Finding {
+    /// What [`AnthropicMessages::judge_json`] finds in the same body.
+    pub(super) fn judge(&self, keep_text: bool) -> Finding {
         let usage = self.usage.as_ref().map(|Obj(u)| u);
         let mut seen = Finding {
             model: self.model.owned(),
@@ -182,7 +182,7 @@ impl BlockFields<'_> {
     }
 }
 
-/// The fields of a stream event that [`AnthropicStream`] observes, read
+/// The fields of a stream event that [`AnthropicStream`] judges, read
 /// like [`MessageFields`]: an event these types do not fit is read as a
 /// whole `Value` instead.
 #[derive(Deserialize)]

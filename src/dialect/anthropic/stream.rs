@@ -1,4 +1,4 @@
-//! The stream inspector: what each Anthropic event says.
+//! The stream judge: what each Anthropic event says.
 
 use serde_json::Value;
 
@@ -10,7 +10,7 @@ use super::signals::*;
 use crate::refusal::Usage;
 use crate::sse::Frame;
 
-/// Anthropic streams are all but stateless to inspect: every event names
+/// Anthropic streams are all but stateless to judge: every event names
 /// its type and carries what it means. Only the usage `message_start`
 /// reported is kept, for a refusal's cost: `message_delta` repeats the
 /// counts that changed.
@@ -21,8 +21,8 @@ pub(super) struct AnthropicStream {
 
 impl AnthropicStream {
     /// What an event says, read in typed fields when it fits them (the
-    /// same as [`AnthropicStream::observe_value`] would say).
-    pub(super) fn observe_fields(&mut self, event: &EventFields<'_>, frame: &Frame) -> Finding {
+    /// same as [`AnthropicStream::judge_value`] would say).
+    pub(super) fn judge_fields(&mut self, event: &EventFields<'_>, frame: &Frame) -> Finding {
         let mut seen = Finding::default();
         match event.kind.as_deref().or(frame.event()).unwrap_or_default() {
             "message_start" => {
@@ -67,14 +67,14 @@ impl AnthropicStream {
                 }
             }
             // Rare, and read whole: it may be a refusal sent as an error.
-            "error" => return self.observe_value(frame),
+            "error" => return self.judge_value(frame),
             _ => {}
         }
         seen
     }
 
     /// What an event says, read as a whole `Value`.
-    pub(super) fn observe_value(&mut self, frame: &Frame) -> Finding {
+    pub(super) fn judge_value(&mut self, frame: &Frame) -> Finding {
         let mut seen = Finding::default();
         let Some(event) = json_event(frame) else {
             return seen;
@@ -127,7 +127,7 @@ impl AnthropicStream {
 }
 
 impl EventJudge for AnthropicStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
+    fn judge(&mut self, frame: &Frame, committed: bool) -> Finding {
         if committed && self.skips_committed(frame.event_raw()) {
             return Finding::default();
         }
@@ -137,8 +137,8 @@ impl EventJudge for AnthropicStream {
         // Typed first: most events fit, and are read without building a
         // tree of values.
         match typed::<EventFields<'_>>(data.as_bytes()) {
-            Some(event) => self.observe_fields(&event, frame),
-            None => self.observe_value(frame),
+            Some(event) => self.judge_fields(&event, frame),
+            None => self.judge_value(frame),
         }
     }
 

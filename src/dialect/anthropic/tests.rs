@@ -1,13 +1,13 @@
 use http::HeaderValue;
 
 use super::*;
-use crate::dialect::tests::{data, event, frames, observe};
+use crate::dialect::tests::{data, event, frames, judge_frames};
 use crate::dialect::{json_event, Declined, PrefillClaim};
 use crate::refusal::{FallbackCredit, Prefill as ClaimState, RefusalSignal, Usage};
 use crate::sse::Frame;
 
 /// Every event of the recorded Anthropic streams (and some shaped to
-/// test the edges), observed in typed fields and as a `Value`, in
+/// test the edges), judged in typed fields and as a `Value`, in
 /// order: the two readings agree, and the typed one is what was used
 /// for most.
 #[test]
@@ -67,19 +67,15 @@ fn typed_and_value_readings_of_stream_events_agree() {
         let (mut typed_side, mut value_side) =
             (AnthropicStream::default(), AnthropicStream::default());
         for frame in stream {
-            let value = value_side.observe_value(frame);
+            let value = value_side.judge_value(frame);
             let Some(fields) = frame
                 .data()
                 .and_then(|d| typed::<EventFields<'_>>(d.as_bytes()))
             else {
-                typed_side.observe_value(frame);
+                typed_side.judge_value(frame);
                 continue;
             };
-            assert_eq!(
-                typed_side.observe_fields(&fields, frame),
-                value,
-                "{frame:?}"
-            );
+            assert_eq!(typed_side.judge_fields(&fields, frame), value, "{frame:?}");
             assert_eq!(typed_side.start_usage, value_side.start_usage, "{frame:?}");
             fitted += 1;
         }
@@ -93,7 +89,7 @@ fn typed_and_value_readings_of_stream_events_agree() {
 }
 
 fn one(frame: Frame) -> Finding {
-    observe(&AnthropicMessages, &[frame]).remove(0)
+    judge_frames(&AnthropicMessages, &[frame]).remove(0)
 }
 
 fn stop(delta: Value) -> Finding {
@@ -160,7 +156,7 @@ fn thinking_and_blank_text_are_not_output() {
 
 #[test]
 fn unknown_events_and_broken_json_are_tolerated() {
-    let seen = observe(
+    let seen = judge_frames(
         &AnthropicMessages,
         &frames(concat!(
             "event: future_event\ndata: {\"type\":\"future_event\",\"stop_reason\":\"refusal\"}\n\n",
@@ -193,15 +189,15 @@ fn deltas_are_skipped_once_committed() {
         &json!({"type": "content_block_delta", "index": 0,
                 "delta": {"type": "text_delta", "text": "Sure"}}),
     );
-    let mut inspector = AnthropicMessages.event_judge();
-    assert_eq!(inspector.observe(&frame, true), Finding::default());
-    assert!(inspector.observe(&frame, false).real_output);
+    let mut judge = AnthropicMessages.event_judge();
+    assert_eq!(judge.judge(&frame, true), Finding::default());
+    assert!(judge.judge(&frame, false).real_output);
 }
 
 #[test]
 fn only_deltas_and_pings_are_skipped_by_name() {
-    let inspector = AnthropicMessages.event_judge();
-    let skips = |name: &[u8]| inspector.skips_committed(Some(name));
+    let judge = AnthropicMessages.event_judge();
+    let skips = |name: &[u8]| judge.skips_committed(Some(name));
     assert!(skips(b"content_block_delta") && skips(b"ping"));
     for name in [
         &b"content_block_deltas"[..],
@@ -215,7 +211,7 @@ fn only_deltas_and_pings_are_skipped_by_name() {
     ] {
         assert!(!skips(name), "{name:?}");
     }
-    assert!(!inspector.skips_committed(None));
+    assert!(!judge.skips_committed(None));
 }
 
 #[test]
@@ -615,7 +611,7 @@ fn prefill_after(events: &[Value]) -> (Box<dyn PartialContinuation>, Option<Pref
     let mut claim = None;
     for payload in events {
         let kind = payload["type"].as_str().unwrap();
-        claim = claim.or(track.observe(&event(kind, payload)));
+        claim = claim.or(track.claim(&event(kind, payload)));
     }
     (track, claim)
 }
@@ -764,7 +760,7 @@ fn a_blocked_output_error_event_is_a_refusal_and_an_overload_an_error() {
         ),
         event("error", &blocked),
     ];
-    let seen = observe(&AnthropicMessages, &text);
+    let seen = judge_frames(&AnthropicMessages, &text);
     assert!(seen[1].real_output);
     assert!(seen[2].refusal.is_some());
 }
@@ -941,7 +937,7 @@ fn an_absent_or_false_prefill_claim_is_never_continued() {
     let mut track = AnthropicMessages.partial_continuation(1 << 20).unwrap();
     let message = json!({"content": [{"type": "text", "text": "Some text"}], "stop_reason": "refusal",
         "stop_details": {"type": "refusal", "fallback_credit_token": "tok"}});
-    assert!(track.observe_json(&message).is_none());
+    assert!(track.claim_json(&message).is_none());
 }
 
 fn chain_handoff() -> (Vec<Declined>, &'static str) {

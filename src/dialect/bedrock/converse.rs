@@ -131,7 +131,7 @@ impl Dialect for BedrockConverse {
 struct ConverseStream;
 
 impl EventJudge for ConverseStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
+    fn judge(&mut self, frame: &Frame, committed: bool) -> Finding {
         let mut seen = Finding::default();
         if committed && self.skips_committed(frame.event_raw()) {
             return seen;
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_content_filtered_stop_is_a_refusal_and_its_metadata_the_cost() {
-        let mut inspector = BedrockConverse.event_judge();
+        let mut judge = BedrockConverse.event_judge();
         let events = [
             event("messageStart", &json!({"role": "assistant"})),
             event(
@@ -239,7 +239,7 @@ mod tests {
                 &json!({"usage": {"inputTokens": 12, "outputTokens": 3, "totalTokens": 15}}),
             ),
         ];
-        let seen: Vec<Finding> = events.iter().map(|f| inspector.observe(f, false)).collect();
+        let seen: Vec<Finding> = events.iter().map(|f| judge.judge(f, false)).collect();
         assert!(seen.iter().all(|s| !s.real_output));
         assert_eq!(
             seen[2].refusal.as_ref().unwrap().category.as_deref(),
@@ -250,38 +250,38 @@ mod tests {
 
     #[test]
     fn text_and_tool_calls_are_output_and_a_guardrail_is_a_refusal() {
-        let mut inspector = BedrockConverse.event_judge();
+        let mut judge = BedrockConverse.event_judge();
         let text = event(
             "contentBlockDelta",
             &json!({"delta": {"text": "Hello"}, "contentBlockIndex": 0}),
         );
-        assert!(inspector.observe(&text, false).real_output);
+        assert!(judge.judge(&text, false).real_output);
         let blank = event(
             "contentBlockDelta",
             &json!({"delta": {"text": " \n"}, "contentBlockIndex": 0}),
         );
-        assert!(!inspector.observe(&blank, false).real_output);
+        assert!(!judge.judge(&blank, false).real_output);
         let tool = event(
             "contentBlockStart",
             &json!({"start": {"toolUse": {"toolUseId": "t", "name": "f"}}, "contentBlockIndex": 1}),
         );
-        assert!(inspector.observe(&tool, false).tool_call);
+        assert!(judge.judge(&tool, false).tool_call);
         let stop = event(
             "messageStop",
             &json!({"stopReason": "guardrail_intervened"}),
         );
-        let refused = inspector.observe(&stop, true).refusal.unwrap();
+        let refused = judge.judge(&stop, true).refusal.unwrap();
         assert_eq!(
             refused.category.as_deref(),
             Some(crate::refusal::GUARDRAIL_CATEGORY)
         );
         let ended = event("messageStop", &json!({"stopReason": "end_turn"}));
-        assert!(inspector.observe(&ended, false).refusal.is_none());
+        assert!(judge.judge(&ended, false).refusal.is_none());
         let error = event(
             "error",
             &json!({"type": "error", "error": {"type": "modelStreamErrorException"}}),
         );
-        assert!(inspector.observe(&error, false).error);
+        assert!(judge.judge(&error, false).error);
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub(crate) enum Cut<'a> {
     Opaque,
 }
 
-/// Turns a cut frame into the [`Frame`] the inspectors read: the dialect's
+/// Turns a cut frame into the [`Frame`] the event judges read: the dialect's
 /// reading of the frame (which header names the event, what the payload
 /// holds), kept out of this module, which knows no provider's JSON.
 pub(crate) type Translate = fn(raw: Bytes, cut: Cut<'_>) -> Frame;

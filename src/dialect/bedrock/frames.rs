@@ -1,4 +1,4 @@
-//! Reading Bedrock's event-stream frames as the frames the inspectors know.
+//! Reading Bedrock's event-stream frames as the frames the event judges know.
 //!
 //! Every frame carries `:message-type`: `event` frames name their event in
 //! `:event-type` and hold its JSON; `exception` frames name the exception in
@@ -11,7 +11,7 @@
 //!
 //! Whatever signals a failure (an exception or error frame, a frame that
 //! fails its CRC) becomes an `error` event in Anthropic's shape, which both
-//! Bedrock inspectors read as a provider error: never framed as success.
+//! Bedrock event judges read as a provider error: never framed as success.
 
 use aws_smithy_types::event_stream::{HeaderValue, Message};
 use base64::Engine as _;
@@ -79,7 +79,7 @@ struct Typed<'a> {
 }
 
 /// InvokeModelWithResponseStream: each `chunk` as the Anthropic event it
-/// carries, named by its `type` (so the Anthropic inspector's name-based
+/// carries, named by its `type` (so the Anthropic event judge's name-based
 /// shortcuts apply).
 pub(crate) fn invoke_frame(raw: Bytes, cut: Cut<'_>) -> Frame {
     let message = match cut {

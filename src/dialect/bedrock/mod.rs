@@ -162,7 +162,7 @@ fn guardrail_intervened(value: &Value) -> bool {
     value.get(GUARDRAIL_ACTION).and_then(Value::as_str) == Some("INTERVENED")
 }
 
-/// What a guardrail's intervention makes of an observation: its canned
+/// What a guardrail's intervention makes of an finding: its canned
 /// text is no answer, and the response a refusal.
 fn as_guardrail_refusal(seen: &mut Finding) {
     seen.real_output = false;
@@ -286,13 +286,13 @@ fn bedrock_request_id(headers: &HeaderMap) -> Option<String> {
         .find_map(|name| headers.get(*name)?.to_str().ok().map(str::to_owned))
 }
 
-/// The Anthropic inspector over an InvokeModel event stream's chunks, plus
+/// The Anthropic event judge over an InvokeModel event stream's chunks, plus
 /// the guardrail's mark on a chunk.
 struct InvokeStream(Box<dyn EventJudge>);
 
 impl EventJudge for InvokeStream {
-    fn observe(&mut self, frame: &Frame, committed: bool) -> Finding {
-        let mut seen = self.0.observe(frame, committed);
+    fn judge(&mut self, frame: &Frame, committed: bool) -> Finding {
+        let mut seen = self.0.judge(frame, committed);
         let marked = frame.data().is_some_and(|d| {
             memchr::memmem::find(d.as_bytes(), GUARDRAIL_ACTION.as_bytes()).is_some()
         });

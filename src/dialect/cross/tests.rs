@@ -128,7 +128,7 @@ fn normalise(stream: &Bytes) -> Vec<(Option<String>, Value)> {
 /// refusal it finds, and whether it saw real output first.
 fn judge_stream(api: &dyn Dialect, stream: &Bytes) -> (bool, Option<dialect::RefusalInfo>) {
     let frames = dialect::tests::frames(std::str::from_utf8(stream).unwrap());
-    let seen = dialect::tests::observe(api, &frames);
+    let seen = dialect::tests::judge_frames(api, &frames);
     let output = seen.iter().any(|s| s.real_output);
     (output, seen.into_iter().find_map(|s| s.refusal))
 }

@@ -11,7 +11,7 @@
 //! - `streamGenerateContent?alt=sse` is an SSE stream of
 //!   `GenerateContentResponse` chunks (`data:` lines only, often with `\r\n`
 //!   separators, no terminator). An error after the stream started may come
-//!   as a multi-line JSON object outside SSE framing; the inspector reads it
+//!   as a multi-line JSON object outside SSE framing; the event judge reads it
 //!   from the frame's raw bytes.
 //! - `streamGenerateContent` without `alt=sse` answers with one JSON array of
 //!   chunks (`application/json`). It is judged as a whole JSON body, element
@@ -297,7 +297,7 @@ fn cited_sources(metadata: Option<&Value>) -> Option<String> {
 
 /// What one `GenerateContentResponse` (a whole body or one stream chunk)
 /// shows. Output in a candidate comes before its finish reason.
-fn inspect_chunk(chunk: &Value) -> Finding {
+fn judge_chunk(chunk: &Value) -> Finding {
     let mut seen = Finding {
         model: str_field(chunk, "modelVersion"),
         error: chunk.get("error").is_some_and(Value::is_object),
@@ -449,13 +449,13 @@ impl Dialect for GeminiGenerateContent {
 
     fn judge_json(&self, body: &Value) -> Finding {
         let Some(chunks) = body.as_array() else {
-            return inspect_chunk(body);
+            return judge_chunk(body);
         };
         // A `streamGenerateContent` answer without `alt=sse`: the chunks in
         // order, up to the first refusal.
         let mut seen = Finding::default();
         for chunk in chunks {
-            let one = inspect_chunk(chunk);
+            let one = judge_chunk(chunk);
             seen.real_output |= one.real_output;
             seen.tool_call |= one.tool_call;
             seen.text.push_str(&one.text);
@@ -530,7 +530,7 @@ struct GeminiStream {
 impl EventJudge for GeminiStream {
     // Any chunk may carry a finish reason or prompt feedback, so every one
     // is read, committed or not.
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
+    fn judge(&mut self, frame: &Frame, _committed: bool) -> Finding {
         let text = match frame.data() {
             Some(data) => data.to_owned(),
             // Not SSE: an error body sent as plain (often multi-line) JSON,
@@ -543,7 +543,7 @@ impl EventJudge for GeminiStream {
         }
         let (mut seen, chunk) = match serde_json::from_str::<Value>(text) {
             Ok(chunks @ Value::Array(_)) => (GeminiGenerateContent.judge_json(&chunks), None),
-            Ok(chunk) => (inspect_chunk(&chunk), Some(chunk)),
+            Ok(chunk) => (judge_chunk(&chunk), Some(chunk)),
             // Broken JSON is passed through, not judged.
             Err(_) => return Finding::default(),
         };
@@ -593,9 +593,9 @@ mod tests {
         );
         let mut framer = SseFramer::new();
         framer.push(Bytes::from(stream)).unwrap();
-        let mut inspector = GeminiGenerateContent.event_judge();
+        let mut judge = GeminiGenerateContent.event_judge();
         let seen: Vec<Finding> = std::iter::from_fn(|| framer.next_frame())
-            .map(|frame| inspector.observe(&frame, false))
+            .map(|frame| judge.judge(&frame, false))
             .collect();
         assert_eq!(seen[0].usage, None);
         assert_eq!(
@@ -612,7 +612,7 @@ mod tests {
 #[cfg(test)]
 mod usage_tests {
     use super::*;
-    use crate::dialect::tests::{data, frames, observe};
+    use crate::dialect::tests::{data, frames, judge_frames};
 
     const STREAM: &str =
         "https://h/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse&key=k";
@@ -627,7 +627,7 @@ mod usage_tests {
             "safetyRatings": [
                 {"category": "HARM_CATEGORY_HARASSMENT", "probability": "NEGLIGIBLE"},
                 {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": true}]});
-        let seen = observe(
+        let seen = judge_frames(
             &GeminiGenerateContent,
             &[data(&chunk(candidate).to_string())],
         );
@@ -643,7 +643,7 @@ mod usage_tests {
 
     #[test]
     fn a_finish_message_is_the_explanation_and_unknown_reasons_are_not_refusals() {
-        let with_message = inspect_chunk(&chunk(
+        let with_message = judge_chunk(&chunk(
             json!({"finishReason": "PROHIBITED_CONTENT", "finishMessage": "Blocked."}),
         ));
         assert_eq!(
@@ -651,7 +651,7 @@ mod usage_tests {
             Some("Blocked.")
         );
         for reason in ["STOP", "MAX_TOKENS", "SOMETHING_NEW"] {
-            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
+            let seen = judge_chunk(&chunk(json!({"finishReason": reason})));
             assert!(seen.refusal.is_none(), "{reason}");
             let unknown = (reason == "SOMETHING_NEW").then_some(reason);
             assert_eq!(seen.unknown_stop.as_deref(), unknown, "kept as it came");
@@ -660,17 +660,17 @@ mod usage_tests {
 
     #[test]
     fn a_blocked_prompt_is_read_from_prompt_feedback() {
-        let blocked = inspect_chunk(&json!({"promptFeedback": {"blockReason": "OTHER"}}));
+        let blocked = judge_chunk(&json!({"promptFeedback": {"blockReason": "OTHER"}}));
         let info = blocked.refusal.unwrap();
         assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
         assert_eq!(info.category.as_deref(), Some("OTHER"));
         // A reason this file does not know, or only a message, still blocks.
         let message_only =
-            inspect_chunk(&json!({"promptFeedback": {"blockReasonMessage": "Not allowed."}}));
+            judge_chunk(&json!({"promptFeedback": {"blockReasonMessage": "Not allowed."}}));
         let info = message_only.refusal.unwrap();
         assert_eq!(info.category, None);
         assert_eq!(info.explanation.as_deref(), Some("Not allowed."));
-        let ratings_only = inspect_chunk(
+        let ratings_only = judge_chunk(
             &json!({"promptFeedback": {"safetyRatings": [{"category": "X", "probability": "HIGH"}]}}),
         );
         assert!(ratings_only.refusal.is_none());
@@ -678,7 +678,7 @@ mod usage_tests {
 
     #[test]
     fn thoughts_are_not_output_and_calls_and_code_are() {
-        let parts = |parts: Value| inspect_chunk(&chunk(json!({"content": {"parts": parts}})));
+        let parts = |parts: Value| judge_chunk(&chunk(json!({"content": {"parts": parts}})));
         let thought = parts(json!([{"text": "pondering", "thought": true}]));
         assert!(!thought.real_output);
         assert_eq!(thought.text, "");
@@ -712,9 +712,9 @@ mod usage_tests {
     fn an_error_outside_sse_framing_is_read_from_raw_bytes() {
         let raw =
             "{\n  \"error\": {\n    \"code\": 500,\n    \"message\": \"Internal\"\n  }\n}\n\n";
-        let seen = observe(&GeminiGenerateContent, &frames(raw));
+        let seen = judge_frames(&GeminiGenerateContent, &frames(raw));
         assert!(seen.iter().any(|o| o.error), "{seen:?}");
-        let tolerated = observe(&GeminiGenerateContent, &frames("data: {broken\n\n: c\n\n"));
+        let tolerated = judge_frames(&GeminiGenerateContent, &frames("data: {broken\n\n: c\n\n"));
         assert!(tolerated.iter().all(|o| *o == Finding::default()));
     }
 
@@ -827,7 +827,7 @@ mod usage_tests {
             "JAILBREAK",
             "A_REASON_NOT_YET_PUBLISHED",
         ] {
-            let seen = inspect_chunk(&json!({"promptFeedback": {"blockReason": reason}}));
+            let seen = judge_chunk(&json!({"promptFeedback": {"blockReason": reason}}));
             let info = seen.refusal.expect(reason);
             assert_eq!(info.signal, Some(RefusalSignal::BlockedPrompt));
             assert_eq!(info.category.as_deref(), Some(reason), "kept as it came");
@@ -865,14 +865,14 @@ mod usage_tests {
         ];
         assert_eq!(FINISH_REASONS.len(), refusals.len() + none.len());
         for (reason, category) in refusals {
-            let seen = inspect_chunk(&chunk(json!({"finishReason": reason})));
+            let seen = judge_chunk(&chunk(json!({"finishReason": reason})));
             let info = seen.refusal.expect(reason);
             assert_eq!(info.signal, Some(RefusalSignal::StopReason));
             assert_eq!(info.category.as_deref(), Some(category), "{reason}");
             assert_eq!(seen.unknown_stop, None);
         }
         for reason in none {
-            let seen = inspect_chunk(&chunk(json!({"content": {"role": "model", "parts": []},
+            let seen = judge_chunk(&chunk(json!({"content": {"role": "model", "parts": []},
                 "finishReason": reason})));
             assert_eq!(seen.refusal, None, "{reason}");
             assert_eq!(
@@ -880,7 +880,7 @@ mod usage_tests {
                 "{reason}: a known reason, not recorded"
             );
         }
-        let unknown = inspect_chunk(&chunk(
+        let unknown = judge_chunk(&chunk(
             json!({"finishReason": "A_REASON_NOT_YET_PUBLISHED"}),
         ));
         assert_eq!(unknown.refusal, None);
@@ -897,7 +897,7 @@ mod usage_tests {
             {"startIndex": 10, "endIndex": 20, "uri": "https://example.com/a"},
             {"uri": "https://example.com/b", "license": "mit"}]},
             "safetyRatings": [{"category": "HARM_CATEGORY_HARASSMENT", "probability": "HIGH"}]});
-        let info = inspect_chunk(&chunk(gemini)).refusal.unwrap();
+        let info = judge_chunk(&chunk(gemini)).refusal.unwrap();
         assert_eq!(info.category.as_deref(), Some("recitation"));
         assert_eq!(
             info.explanation.as_deref(),
@@ -905,16 +905,16 @@ mod usage_tests {
         );
         let vertex = json!({"finishReason": "IMAGE_RECITATION", "citationMetadata": {"citations": [
             {"title": "A Book"}, {"uri": "https://example.com/c"}]}});
-        let info = inspect_chunk(&chunk(vertex)).refusal.unwrap();
+        let info = judge_chunk(&chunk(vertex)).refusal.unwrap();
         assert_eq!(
             info.explanation.as_deref(),
             Some("cites: A Book, https://example.com/c")
         );
         let told = json!({"finishReason": "RECITATION", "finishMessage": "Recited.",
             "citationMetadata": {"citations": [{"uri": "https://example.com/c"}]}});
-        let info = inspect_chunk(&chunk(told)).refusal.unwrap();
+        let info = judge_chunk(&chunk(told)).refusal.unwrap();
         assert_eq!(info.explanation.as_deref(), Some("Recited."));
-        let bare = inspect_chunk(&chunk(json!({"finishReason": "RECITATION"})));
+        let bare = judge_chunk(&chunk(json!({"finishReason": "RECITATION"})));
         assert_eq!(bare.refusal.unwrap().explanation, None);
     }
 

@@ -436,7 +436,7 @@ impl ChatStream {
 }
 
 impl EventJudge for ChatStream {
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
+    fn judge(&mut self, frame: &Frame, _committed: bool) -> Finding {
         let mut seen = Finding::default();
         let Some(data) = frame.data() else {
             return seen;
@@ -532,12 +532,12 @@ mod tests {
         assert_eq!(seed(&first), seed(&later));
     }
 
-    fn observe_all(stream: &str) -> Vec<Finding> {
+    fn judge_all(stream: &str) -> Vec<Finding> {
         let mut framer = SseFramer::new();
         framer.push(Bytes::from(stream.to_owned())).unwrap();
-        let mut inspector = OpenAiChat.event_judge();
+        let mut judge = OpenAiChat.event_judge();
         std::iter::from_fn(|| framer.next_frame())
-            .map(|frame| inspector.observe(&frame, false))
+            .map(|frame| judge.judge(&frame, false))
             .collect()
     }
 
@@ -572,7 +572,7 @@ mod tests {
             Value::Null,
         ) + &chunk(json!([]), usage.clone())
             + "data: [DONE]\n\n";
-        let seen = observe_all(&refused);
+        let seen = judge_all(&refused);
         assert!(seen[0].refusal.is_some());
         let expected = Usage::new().input_tokens(50).output_tokens(0);
         assert_eq!(seen[1].usage, Some(expected));
@@ -582,9 +582,7 @@ mod tests {
             Value::Null,
         ) + &chunk(json!([]), usage)
             + "data: [DONE]\n\n";
-        assert!(observe_all(&answered)
-            .iter()
-            .all(|seen| seen.usage.is_none()));
+        assert!(judge_all(&answered).iter().all(|seen| seen.usage.is_none()));
     }
 }
 
@@ -593,7 +591,7 @@ mod usage_tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::dialect::tests::{data, frames, observe};
+    use crate::dialect::tests::{data, frames, judge_frames};
 
     fn chunk(choice: Value) -> String {
         json!({"id": "c1", "object": "chat.completion.chunk", "model": "gpt-5", "choices": [choice]})
@@ -602,7 +600,7 @@ mod usage_tests {
 
     #[test]
     fn a_content_filter_stop_in_a_stream_is_a_refusal() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiChat,
             &[data(&chunk(
                 json!({"index": 0, "delta": {}, "finish_reason": "content_filter"}),
@@ -620,14 +618,14 @@ mod usage_tests {
         let choice = json!({"index": 0, "delta": {}, "finish_reason": "content_filter",
             "content_filter_results": {"hate": {"filtered": false, "severity": "safe"},
                                        "violence": {"filtered": true, "severity": "medium"}}});
-        let seen = observe(&OpenAiChat, &[data(&chunk(choice))]);
+        let seen = judge_frames(&OpenAiChat, &[data(&chunk(choice))]);
         let explanation = seen[0].refusal.clone().unwrap().explanation;
         assert_eq!(explanation.as_deref(), Some("filtered: violence"));
     }
 
     #[test]
     fn refusal_text_is_gathered_until_the_choice_finishes() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiChat,
             &[
                 data(&chunk(
@@ -655,7 +653,7 @@ mod usage_tests {
 
     #[test]
     fn refusal_text_without_a_finish_is_reported_at_done() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiChat,
             &[
                 data(&chunk(json!({"index": 0, "delta": {"refusal": "No."}}))),
@@ -665,7 +663,7 @@ mod usage_tests {
         let info = seen[1].refusal.clone().unwrap();
         assert_eq!(info.explanation.as_deref(), Some("No."));
         // Blank refusal text is no refusal.
-        let blank = observe(
+        let blank = judge_frames(
             &OpenAiChat,
             &[
                 data(&chunk(json!({"index": 0, "delta": {"refusal": "  "}}))),
@@ -677,7 +675,7 @@ mod usage_tests {
 
     #[test]
     fn content_and_tool_calls_are_output() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiChat,
             &[
                 data(&chunk(
@@ -699,7 +697,7 @@ mod usage_tests {
     fn azure_prompt_filter_frames_and_broken_json_are_tolerated() {
         let prompt_filter = json!({"id": "", "model": "", "choices": [],
             "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]});
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiChat,
             &frames(&format!(
                 "data: {prompt_filter}\n\ndata: {{broken\n\n: ping\n\n"
@@ -707,7 +705,7 @@ mod usage_tests {
         );
         assert_eq!(seen.len(), 3);
         assert!(seen.iter().all(|o| *o == Finding::default()));
-        let error = observe(&OpenAiChat, &[data(r#"{"error":{"message":"boom"}}"#)]);
+        let error = judge_frames(&OpenAiChat, &[data(r#"{"error":{"message":"boom"}}"#)]);
         assert!(error[0].error);
     }
 
@@ -763,7 +761,7 @@ mod usage_tests {
         assert_eq!(info.signal, Some(RefusalSignal::PolicyError));
         assert_eq!(info.category.as_deref(), Some("usage_policy"));
         assert!(info.explanation.unwrap().starts_with("Invalid prompt"));
-        let stream = observe(
+        let stream = judge_frames(
             &OpenAiChat,
             &[data(
                 r#"{"error":{"message":"flagged","type":"invalid_request","code":"cyber_policy"}}"#,
@@ -858,7 +856,7 @@ mod usage_tests {
         assert_eq!(OpenAiChat.judge_json(&empty).refusal, None);
         let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "stop",
             "content_filter_results": results}));
-        let seen = observe(&OpenAiChat, &[data(&stream)]);
+        let seen = judge_frames(&OpenAiChat, &[data(&stream)]);
         assert!(seen.iter().all(|o| o.refusal.is_none()));
         // Beside a category it did filter, the error entry is not named.
         let mixed = json!({"error": {"code": "content_filter_error", "message": "x"},
@@ -882,7 +880,7 @@ mod usage_tests {
                 json!({"index": 0, "delta": {}, "finish_reason": "content_filter",
                 "content_filter_results": body["choices"][0]["content_filter_results"]}),
             );
-            let seen = observe(&OpenAiChat, &[data(&streamed)]);
+            let seen = judge_frames(&OpenAiChat, &[data(&streamed)]);
             assert_eq!(
                 seen[0].refusal.as_ref(),
                 Some(&whole),
@@ -919,7 +917,7 @@ mod usage_tests {
         assert_eq!(refusal.signal, Some(RefusalSignal::StopReason));
         assert_eq!(refusal.category, None);
         let stream = chunk(json!({"index": 0, "delta": {}, "finish_reason": "refusal"}));
-        let seen = observe(&OpenAiChat, &[data(&stream)]);
+        let seen = judge_frames(&OpenAiChat, &[data(&stream)]);
         assert_eq!(seen[0].refusal.as_ref().unwrap().category, None);
     }
 

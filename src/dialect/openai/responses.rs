@@ -318,7 +318,7 @@ impl ResponsesStream {
 }
 
 impl EventJudge for ResponsesStream {
-    fn observe(&mut self, frame: &Frame, _committed: bool) -> Finding {
+    fn judge(&mut self, frame: &Frame, _committed: bool) -> Finding {
         let mut seen = Finding::default();
         let Some(event) = json_event(frame) else {
             return seen;
@@ -384,7 +384,7 @@ impl EventJudge for ResponsesStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dialect::tests::{event, frames, observe};
+    use crate::dialect::tests::{event, frames, judge_frames};
 
     /// One Responses event, framed with its name as the provider does.
     fn named(body: Value) -> Frame {
@@ -394,7 +394,7 @@ mod tests {
 
     #[test]
     fn an_incomplete_response_for_content_filter_is_a_refusal() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &[named(json!({"type": "response.incomplete", "response": {
                 "model": "gpt-5", "status": "incomplete", "output": [],
@@ -404,7 +404,7 @@ mod tests {
         assert_eq!(info.signal, Some(RefusalSignal::StopReason));
         assert_eq!(info.category.as_deref(), Some(CONTENT_FILTER));
         assert_eq!(seen[0].model.as_deref(), Some("gpt-5"));
-        let long = observe(
+        let long = judge_frames(
             &OpenAiResponses,
             &[named(json!({"type": "response.incomplete", "response": {
                 "status": "incomplete", "incomplete_details": {"reason": "max_output_tokens"}}}))],
@@ -414,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_refusal_part_is_reported_with_its_whole_text() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &[
                 named(
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn gathered_refusal_text_is_reported_at_the_terminal_event() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &[
                 named(json!({"type": "response.refusal.delta", "delta": "No."})),
@@ -450,7 +450,7 @@ mod tests {
 
     #[test]
     fn text_and_tool_calls_are_output_and_reasoning_is_not() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &[
                 named(
@@ -477,7 +477,7 @@ mod tests {
 
     #[test]
     fn unknown_events_and_broken_json_are_tolerated() {
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &frames(concat!(
                 "event: response.future\ndata: {\"type\":\"response.future\",\"refusal\":\"x\"}\n\n",
@@ -485,7 +485,7 @@ mod tests {
             )),
         );
         assert!(seen.iter().all(|o| *o == Finding::default()));
-        let failed = observe(
+        let failed = judge_frames(
             &OpenAiResponses,
             &[named(
                 json!({"type": "response.failed", "response": {"status": "failed",
@@ -499,7 +499,7 @@ mod tests {
     fn policy_errors_are_refusals_wherever_they_arrive() {
         let error = json!({"code": "cyber_policy",
             "message": "This content was flagged for possible cybersecurity risk."});
-        let seen = observe(
+        let seen = judge_frames(
             &OpenAiResponses,
             &[
                 named(
@@ -521,7 +521,7 @@ mod tests {
         );
         assert!(!seen[1].error, "a refusal, not an error");
 
-        let event = observe(
+        let event = judge_frames(
             &OpenAiResponses,
             &[named(json!({"type": "error", "sequence_number": 2,
                 "error": {"type": "invalid_request", "code": "bio_policy", "message": "m",
@@ -648,7 +648,7 @@ mod usage_tests {
             )))
             .unwrap();
         let frame = framer.next_frame().unwrap();
-        let seen = OpenAiResponses.event_judge().observe(&frame, false);
+        let seen = OpenAiResponses.event_judge().judge(&frame, false);
         let expected = Usage::new()
             .input_tokens(300)
             .output_tokens(3)
