@@ -11,9 +11,9 @@ use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
 use crate::dialect::translate::{
-    integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Conversation, Event,
-    ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice,
-    Untranslatable, WriteStream,
+    integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Event, ImageSource,
+    Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
+    WriteStream,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
@@ -29,7 +29,7 @@ const OUTPUT_BLOCKED: &str = "output blocked by content filtering policy";
 
 // ---- requests ---------------------------------------------------------
 
-pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable> {
+pub(crate) fn read_request(body: &Value) -> Result<Prompt, Untranslatable> {
     only_known_fields(
         API,
         body,
@@ -59,7 +59,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
             "anthropic_version",
         ],
     )?;
-    let mut conversation = Conversation {
+    let mut prompt = Prompt {
         system: read_system(body.get("system"))?,
         max_tokens: integer(body, "max_tokens")?,
         stop: strings(body.get("stop_sequences"))?,
@@ -67,9 +67,9 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         top_p: number(body, "top_p")?,
         top_k: integer(body, "top_k")?,
         tools: read_tools(body.get("tools"), read_tool)?,
-        ..Conversation::default()
+        ..Prompt::default()
     };
-    read_tool_choice(body.get("tool_choice"), &mut conversation)?;
+    read_tool_choice(body.get("tool_choice"), &mut prompt)?;
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
@@ -80,11 +80,11 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
             Some("assistant") => Role::Assistant,
             _ => return Err(Untranslatable::new("a message has an unknown role")),
         };
-        for part in read_content(message.get("content"), &conversation)? {
-            conversation.push(role, part);
+        for part in read_content(message.get("content"), &prompt)? {
+            prompt.push(role, part);
         }
     }
-    Ok(conversation)
+    Ok(prompt)
 }
 
 fn read_system(system: Option<&Value>) -> Result<Option<String>, Untranslatable> {
@@ -119,14 +119,11 @@ fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
     Tool::read(tool, "input_schema", || json!({"type": "object"}))
 }
 
-fn read_tool_choice(
-    choice: Option<&Value>,
-    conversation: &mut Conversation,
-) -> Result<(), Untranslatable> {
+fn read_tool_choice(choice: Option<&Value>, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     let Some(choice) = choice.filter(|c| !c.is_null()) else {
         return Ok(());
     };
-    conversation.tool_choice = Some(match choice.get("type").and_then(Value::as_str) {
+    prompt.tool_choice = Some(match choice.get("type").and_then(Value::as_str) {
         Some("auto") => ToolChoice::Auto,
         Some("any") => ToolChoice::Any,
         Some("none") => ToolChoice::None,
@@ -144,21 +141,18 @@ fn read_tool_choice(
         .and_then(Value::as_bool)
         == Some(true)
     {
-        conversation.parallel_tool_calls = Some(false);
+        prompt.parallel_tool_calls = Some(false);
     }
     Ok(())
 }
 
-fn read_content(
-    content: Option<&Value>,
-    conversation: &Conversation,
-) -> Result<Vec<Part>, Untranslatable> {
+fn read_content(content: Option<&Value>, prompt: &Prompt) -> Result<Vec<Part>, Untranslatable> {
     match content {
         Some(Value::String(text)) => Ok(text_part(text).into_iter().collect()),
         Some(Value::Array(blocks)) => {
             let mut parts = Vec::new();
             for block in blocks {
-                if let Some(part) = read_block(block, conversation)? {
+                if let Some(part) = read_block(block, prompt)? {
                     parts.push(part);
                 }
             }
@@ -174,7 +168,7 @@ fn text_part(text: &str) -> Option<Part> {
     (!text.is_empty()).then(|| Part::Text(text.to_owned()))
 }
 
-fn read_block(block: &Value, conversation: &Conversation) -> Result<Option<Part>, Untranslatable> {
+fn read_block(block: &Value, prompt: &Prompt) -> Result<Option<Part>, Untranslatable> {
     let kind = block
         .get("type")
         .and_then(Value::as_str)
@@ -197,10 +191,10 @@ fn read_block(block: &Value, conversation: &Conversation) -> Result<Option<Part>
             let id = required_str(block, "tool_use_id")?;
             let content = match block.get("content") {
                 None | Some(Value::Null) => Vec::new(),
-                other => read_content(other, conversation)?,
+                other => read_content(other, prompt)?,
             };
             Ok(Some(Part::ToolResult {
-                name: conversation.call_name(&id).unwrap_or_default(),
+                name: prompt.call_name(&id).unwrap_or_default(),
                 id,
                 content,
                 is_error: block.get("is_error").and_then(Value::as_bool) == Some(true),
@@ -237,11 +231,8 @@ fn required_str(value: &Value, key: &str) -> Result<String, Untranslatable> {
         .ok_or_else(|| Untranslatable::new(format!("`{key}` is missing")))
 }
 
-pub(crate) fn write_request(
-    conversation: &Conversation,
-    model: &str,
-) -> Result<Value, Untranslatable> {
-    if conversation.turns.last().map(|t| t.role) == Some(Role::Assistant) {
+pub(crate) fn write_request(prompt: &Prompt, model: &str) -> Result<Value, Untranslatable> {
+    if prompt.turns.last().map(|t| t.role) == Some(Role::Assistant) {
         // Claude would continue that turn (a prefill), not answer it.
         return Err(Untranslatable::new(
             "the conversation ends with an assistant turn",
@@ -251,33 +242,30 @@ pub(crate) fn write_request(
     body.insert("model".into(), json!(model));
     body.insert(
         "max_tokens".into(),
-        json!(conversation.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
+        json!(prompt.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS)),
     );
-    if let Some(system) = &conversation.system {
+    if let Some(system) = &prompt.system {
         body.insert("system".into(), json!(system));
     }
-    let messages: Result<Vec<Value>, _> = conversation
+    let messages: Result<Vec<Value>, _> = prompt
         .turns
         .iter()
         .map(|turn| write_turn(turn.role, &turn.parts))
         .collect();
     body.insert("messages".into(), Value::Array(messages?));
-    write_sampling(conversation, &mut body)?;
-    write_tools(conversation, &mut body);
-    if conversation.stream {
+    write_sampling(prompt, &mut body)?;
+    write_tools(prompt, &mut body);
+    if prompt.stream {
         body.insert("stream".into(), json!(true));
     }
     Ok(Value::Object(body))
 }
 
-fn write_sampling(
-    conversation: &Conversation,
-    body: &mut Map<String, Value>,
-) -> Result<(), Untranslatable> {
-    if !conversation.stop.is_empty() {
-        body.insert("stop_sequences".into(), json!(conversation.stop));
+fn write_sampling(prompt: &Prompt, body: &mut Map<String, Value>) -> Result<(), Untranslatable> {
+    if !prompt.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(prompt.stop));
     }
-    if let Some(temperature) = conversation.temperature {
+    if let Some(temperature) = prompt.temperature {
         if !(0.0..=1.0).contains(&temperature) {
             return Err(Untranslatable::new(
                 "Claude takes a temperature from 0 to 1",
@@ -285,23 +273,23 @@ fn write_sampling(
         }
         body.insert("temperature".into(), json!(temperature));
     }
-    if let Some(top_p) = conversation.top_p {
-        if conversation.temperature.is_some() {
+    if let Some(top_p) = prompt.top_p {
+        if prompt.temperature.is_some() {
             return Err(Untranslatable::new(
                 "current Claude models take temperature or top_p, not both",
             ));
         }
         body.insert("top_p".into(), json!(top_p));
     }
-    if let Some(top_k) = conversation.top_k {
+    if let Some(top_k) = prompt.top_k {
         body.insert("top_k".into(), json!(top_k));
     }
     Ok(())
 }
 
-fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
-    if !conversation.tools.is_empty() {
-        let tools: Vec<Value> = conversation
+fn write_tools(prompt: &Prompt, body: &mut Map<String, Value>) {
+    if !prompt.tools.is_empty() {
+        let tools: Vec<Value> = prompt
             .tools
             .iter()
             .map(|tool| {
@@ -314,8 +302,8 @@ fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    let serial = conversation.parallel_tool_calls == Some(false);
-    let mut choice = match &conversation.tool_choice {
+    let serial = prompt.parallel_tool_calls == Some(false);
+    let mut choice = match &prompt.tool_choice {
         None if serial => json!({"type": "auto"}),
         None => return,
         Some(ToolChoice::Auto) => json!({"type": "auto"}),

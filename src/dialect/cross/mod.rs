@@ -11,7 +11,7 @@ use super::anthropic::translate as anthropic;
 use super::gemini::translate as gemini;
 use super::openai::{translate_chat as openai_chat, translate_responses as openai_responses};
 use super::translate::{
-    Conversation, Event, Part, ReadStream, Reply, ToolChoice, Untranslatable, WriteStream,
+    Event, Part, Prompt, ReadStream, Reply, ToolChoice, Untranslatable, WriteStream,
 };
 use crate::refusal::WireApi;
 use crate::sse::{Frame, SseFramer};
@@ -71,38 +71,38 @@ pub(crate) fn read_request(
     api: WireApi,
     body: &Value,
     stream: bool,
-) -> Result<Conversation, Untranslatable> {
-    let mut conversation = match ClientApi::of(api)? {
+) -> Result<Prompt, Untranslatable> {
+    let mut prompt = match ClientApi::of(api)? {
         ClientApi::Anthropic => anthropic::read_request(body)?,
         ClientApi::Chat => openai_chat::read_request(body)?,
         ClientApi::Gemini => gemini::read_request(body)?,
         ClientApi::Responses => openai_responses::read_request(body)?,
     };
-    conversation.stream = stream;
-    conversation.check_turns()?;
-    Ok(conversation)
+    prompt.stream = stream;
+    prompt.check_turns()?;
+    Ok(prompt)
 }
 
 /// Writes a request of `api` for `model`: its path (and query) and body.
 pub(crate) fn write_request(
     api: WireApi,
-    conversation: &Conversation,
+    prompt: &Prompt,
     model: &str,
 ) -> Result<(String, Value), Untranslatable> {
     let target = TargetApi::of(api)?;
-    tool_names_fit(api, conversation)?;
+    tool_names_fit(api, prompt)?;
     match target {
         TargetApi::Anthropic => Ok((
             "/v1/messages".to_owned(),
-            anthropic::write_request(conversation, model)?,
+            anthropic::write_request(prompt, model)?,
         )),
         TargetApi::Chat => Ok((
             "/v1/chat/completions".to_owned(),
-            openai_chat::write_request(conversation, model)?,
+            openai_chat::write_request(prompt, model)?,
         )),
         TargetApi::Gemini => Ok((
-            gemini::path(model, conversation.stream),
-            gemini::write_request(conversation)?,
+            gemini::path(model, prompt.stream),
+            gemini::write_request(prompt)?,
         )),
     }
 }
@@ -126,9 +126,9 @@ fn tool_name_fits(api: WireApi, name: &str) -> bool {
 
 /// Every tool the conversation names (defined, called, answered, chosen)
 /// has a name `api` takes: a renamed tool would not be the client's.
-fn tool_names_fit(api: WireApi, conversation: &Conversation) -> Result<(), Untranslatable> {
-    let defined = conversation.tools.iter().map(|t| t.name.as_str());
-    let used = conversation
+fn tool_names_fit(api: WireApi, prompt: &Prompt) -> Result<(), Untranslatable> {
+    let defined = prompt.tools.iter().map(|t| t.name.as_str());
+    let used = prompt
         .turns
         .iter()
         .flat_map(|t| &t.parts)
@@ -136,7 +136,7 @@ fn tool_names_fit(api: WireApi, conversation: &Conversation) -> Result<(), Untra
             Part::ToolCall { name, .. } | Part::ToolResult { name, .. } => Some(name.as_str()),
             _ => None,
         });
-    let chosen = match &conversation.tool_choice {
+    let chosen = match &prompt.tool_choice {
         Some(ToolChoice::Named(name)) => Some(name.as_str()),
         _ => None,
     };

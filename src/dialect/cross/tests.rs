@@ -23,8 +23,8 @@ fn request(
     body: Value,
     stream: bool,
 ) -> Result<(String, Value), Untranslatable> {
-    let conversation = read_request(from, &body, stream)?;
-    write_request(to, &conversation, "target-model")
+    let prompt = read_request(from, &body, stream)?;
+    write_request(to, &prompt, "target-model")
 }
 
 fn reply(from: WireApi, to: WireApi, body: Value) -> Value {

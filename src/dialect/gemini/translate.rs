@@ -16,9 +16,9 @@ use serde_json::{json, Map, Value};
 
 use super::{finish, Finish};
 use crate::dialect::translate::{
-    merge_usage, only_known_fields, result_text, sse, strings, Conversation, Event, ImageSource,
-    Part, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
-    WriteStream, MAX_HELD_BYTES,
+    merge_usage, only_known_fields, result_text, sse, strings, Event, ImageSource, Part, Prompt,
+    ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
+    MAX_HELD_BYTES,
 };
 use crate::refusal::{Usage, RECITATION_CATEGORY};
 use crate::sse::Frame;
@@ -80,7 +80,7 @@ impl Calls {
     }
 }
 
-pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable> {
+pub(crate) fn read_request(body: &Value) -> Result<Prompt, Untranslatable> {
     only_known_fields(
         API,
         body,
@@ -98,14 +98,14 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         // Gemini's own filter thresholds, and billing labels.
         &["safetySettings", "safety_settings", "labels"],
     )?;
-    let mut conversation = Conversation {
+    let mut prompt = Prompt {
         system: read_system(field(body, "systemInstruction", "system_instruction"))?,
         tools: read_tools(body.get("tools"))?,
         tool_choice: read_tool_choice(field(body, "toolConfig", "tool_config"))?,
-        ..Conversation::default()
+        ..Prompt::default()
     };
     if let Some(config) = field(body, "generationConfig", "generation_config") {
-        read_config(config, &mut conversation)?;
+        read_config(config, &mut prompt)?;
     }
     let contents = body
         .get("contents")
@@ -125,11 +125,11 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
             .flatten()
         {
             if let Some(read) = read_part(part, &mut calls)? {
-                conversation.push(role, read);
+                prompt.push(role, read);
             }
         }
     }
-    Ok(conversation)
+    Ok(prompt)
 }
 
 fn read_system(system: Option<&Value>) -> Result<Option<String>, Untranslatable> {
@@ -155,14 +155,14 @@ fn read_system(system: Option<&Value>) -> Result<Option<String>, Untranslatable>
     Ok(Some(texts.join("\n\n")).filter(|t| !t.is_empty()))
 }
 
-fn read_config(config: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_config(config: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     for (key, value) in config.as_object().into_iter().flatten() {
         match key.as_str() {
-            "maxOutputTokens" | "max_output_tokens" => conversation.max_tokens = value.as_u64(),
-            "stopSequences" | "stop_sequences" => conversation.stop = strings(Some(value))?,
-            "temperature" => conversation.temperature = value.as_f64(),
-            "topP" | "top_p" => conversation.top_p = value.as_f64(),
-            "topK" | "top_k" => conversation.top_k = value.as_f64().map(|k| k as u64),
+            "maxOutputTokens" | "max_output_tokens" => prompt.max_tokens = value.as_u64(),
+            "stopSequences" | "stop_sequences" => prompt.stop = strings(Some(value))?,
+            "temperature" => prompt.temperature = value.as_f64(),
+            "topP" | "top_p" => prompt.top_p = value.as_f64(),
+            "topK" | "top_k" => prompt.top_k = value.as_f64().map(|k| k as u64),
             "candidateCount" | "candidate_count" if value.as_u64() == Some(1) => {}
             // Thinking is the serving model's own.
             "thinkingConfig" | "thinking_config" => {}
@@ -324,9 +324,9 @@ fn response_text(response: &Value) -> (String, bool) {
     }
 }
 
-pub(crate) fn write_request(conversation: &Conversation) -> Result<Value, Untranslatable> {
+pub(crate) fn write_request(prompt: &Prompt) -> Result<Value, Untranslatable> {
     let mut body = Map::new();
-    let contents: Result<Vec<Value>, _> = conversation
+    let contents: Result<Vec<Value>, _> = prompt
         .turns
         .iter()
         .map(|turn| {
@@ -339,30 +339,30 @@ pub(crate) fn write_request(conversation: &Conversation) -> Result<Value, Untran
         })
         .collect();
     body.insert("contents".into(), Value::Array(contents?));
-    if let Some(system) = &conversation.system {
+    if let Some(system) = &prompt.system {
         body.insert(
             "systemInstruction".into(),
             json!({"parts": [{"text": system}]}),
         );
     }
-    write_tools(conversation, &mut body);
+    write_tools(prompt, &mut body);
     let mut config = Map::new();
-    if let Some(max) = conversation.max_tokens {
+    if let Some(max) = prompt.max_tokens {
         config.insert("maxOutputTokens".into(), json!(max));
     }
-    if conversation.stop.len() > MAX_STOP_SEQUENCES {
+    if prompt.stop.len() > MAX_STOP_SEQUENCES {
         return Err(Untranslatable::new("more than 5 stop sequences"));
     }
-    if !conversation.stop.is_empty() {
-        config.insert("stopSequences".into(), json!(conversation.stop));
+    if !prompt.stop.is_empty() {
+        config.insert("stopSequences".into(), json!(prompt.stop));
     }
-    if let Some(temperature) = conversation.temperature {
+    if let Some(temperature) = prompt.temperature {
         config.insert("temperature".into(), json!(temperature));
     }
-    if let Some(top_p) = conversation.top_p {
+    if let Some(top_p) = prompt.top_p {
         config.insert("topP".into(), json!(top_p));
     }
-    if let Some(top_k) = conversation.top_k {
+    if let Some(top_k) = prompt.top_k {
         config.insert("topK".into(), json!(top_k));
     }
     if !config.is_empty() {
@@ -371,9 +371,9 @@ pub(crate) fn write_request(conversation: &Conversation) -> Result<Value, Untran
     Ok(Value::Object(body))
 }
 
-fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
-    if !conversation.tools.is_empty() {
-        let declarations: Vec<Value> = conversation
+fn write_tools(prompt: &Prompt, body: &mut Map<String, Value>) {
+    if !prompt.tools.is_empty() {
+        let declarations: Vec<Value> = prompt
             .tools
             .iter()
             .map(|tool| {
@@ -390,7 +390,7 @@ fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
             json!([{"functionDeclarations": declarations}]),
         );
     }
-    let config = match &conversation.tool_choice {
+    let config = match &prompt.tool_choice {
         None => return,
         Some(ToolChoice::Auto) => json!({"mode": "AUTO"}),
         Some(ToolChoice::Any) => json!({"mode": "ANY"}),

@@ -14,8 +14,8 @@ use serde_json::{json, Map, Value};
 
 use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, result_text, sse,
-    strings, Conversation, Event, ImageSource, Part, ReadStream, RefusalStop, Reply, Role, Stop,
-    Tool, ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
+    strings, Event, ImageSource, Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool,
+    ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
@@ -32,7 +32,7 @@ const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
 
 // ---- requests ---------------------------------------------------------
 
-pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable> {
+pub(crate) fn read_request(body: &Value) -> Result<Prompt, Untranslatable> {
     only_known_fields(
         API,
         body,
@@ -67,7 +67,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
     if integer(body, "n")?.is_some_and(|n| n != 1) {
         return Err(Untranslatable::new("`n` above 1 (several choices)"));
     }
-    let mut conversation = Conversation {
+    let mut prompt = Prompt {
         max_tokens: integer(body, "max_completion_tokens")?.or(integer(body, "max_tokens")?),
         stop: strings(body.get("stop"))?,
         temperature: number(body, "temperature")?,
@@ -75,16 +75,16 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         tools: read_tools(body.get("tools"), read_tool)?,
         tool_choice: read_tool_choice(body.get("tool_choice"))?,
         parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
-        ..Conversation::default()
+        ..Prompt::default()
     };
     let messages = body
         .get("messages")
         .and_then(Value::as_array)
         .ok_or_else(|| Untranslatable::new("`messages` is not a list"))?;
     for message in messages {
-        read_message(message, &mut conversation)?;
+        read_message(message, &mut prompt)?;
     }
-    Ok(conversation)
+    Ok(prompt)
 }
 
 fn read_tool(tool: &Value) -> Result<Tool, Untranslatable> {
@@ -125,16 +125,16 @@ pub(crate) fn read_openai_tool_choice(
     })
 }
 
-fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_message(message: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     match message.get("role").and_then(Value::as_str) {
         Some("system") | Some("developer") => {
-            if !conversation.turns.is_empty() {
+            if !prompt.turns.is_empty() {
                 return Err(Untranslatable::new(
                     "a system message after the conversation began",
                 ));
             }
             let text = content_text(message.get("content"))?;
-            let system = conversation.system.get_or_insert_with(String::new);
+            let system = prompt.system.get_or_insert_with(String::new);
             if !system.is_empty() {
                 system.push_str("\n\n");
             }
@@ -142,10 +142,10 @@ fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), 
         }
         Some("user") => {
             for part in read_user_content(message.get("content"))? {
-                conversation.push(Role::User, part);
+                prompt.push(Role::User, part);
             }
         }
-        Some("assistant") => read_assistant(message, conversation)?,
+        Some("assistant") => read_assistant(message, prompt)?,
         Some("tool") => {
             let id = message
                 .get("tool_call_id")
@@ -154,7 +154,7 @@ fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), 
                 .to_owned();
             let text = content_text(message.get("content"))?;
             let part = Part::ToolResult {
-                name: conversation.call_name(&id).unwrap_or_default(),
+                name: prompt.call_name(&id).unwrap_or_default(),
                 id,
                 content: if text.is_empty() {
                     Vec::new()
@@ -163,14 +163,14 @@ fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), 
                 },
                 is_error: false,
             };
-            conversation.push(Role::User, part);
+            prompt.push(Role::User, part);
         }
         _ => return Err(Untranslatable::new("a message's role has no translation")),
     }
     Ok(())
 }
 
-fn read_assistant(message: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_assistant(message: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     if message.get("function_call").is_some_and(|f| !f.is_null())
         || message.get("audio").is_some_and(|a| !a.is_null())
     {
@@ -186,7 +186,7 @@ fn read_assistant(message: &Value, conversation: &mut Conversation) -> Result<()
         text.push_str(refusal);
     }
     if !text.is_empty() {
-        conversation.push(Role::Assistant, Part::Text(text));
+        prompt.push(Role::Assistant, Part::Text(text));
     }
     for call in message
         .get("tool_calls")
@@ -212,7 +212,7 @@ fn read_assistant(message: &Value, conversation: &mut Conversation) -> Result<()
                 .unwrap_or("{}")
                 .to_owned(),
         };
-        conversation.push(Role::Assistant, part);
+        prompt.push(Role::Assistant, part);
     }
     Ok(())
 }
@@ -275,52 +275,49 @@ fn read_user_content(content: Option<&Value>) -> Result<Vec<Part>, Untranslatabl
     Ok(read)
 }
 
-pub(crate) fn write_request(
-    conversation: &Conversation,
-    model: &str,
-) -> Result<Value, Untranslatable> {
+pub(crate) fn write_request(prompt: &Prompt, model: &str) -> Result<Value, Untranslatable> {
     let mut body = Map::new();
     body.insert("model".into(), json!(model));
     let mut messages = Vec::new();
-    if let Some(system) = &conversation.system {
+    if let Some(system) = &prompt.system {
         messages.push(json!({"role": "system", "content": system}));
     }
-    for turn in &conversation.turns {
+    for turn in &prompt.turns {
         match turn.role {
             Role::User => write_user(&turn.parts, &mut messages)?,
             Role::Assistant => messages.push(write_assistant(&turn.parts)),
         }
     }
     body.insert("messages".into(), Value::Array(messages));
-    if let Some(max) = conversation.max_tokens {
+    if let Some(max) = prompt.max_tokens {
         body.insert("max_completion_tokens".into(), json!(max));
     }
-    if conversation.stop.len() > MAX_STOP_SEQUENCES {
+    if prompt.stop.len() > MAX_STOP_SEQUENCES {
         return Err(Untranslatable::new("more than 4 stop sequences"));
     }
-    if !conversation.stop.is_empty() {
-        body.insert("stop".into(), json!(conversation.stop));
+    if !prompt.stop.is_empty() {
+        body.insert("stop".into(), json!(prompt.stop));
     }
-    if let Some(temperature) = conversation.temperature {
+    if let Some(temperature) = prompt.temperature {
         body.insert("temperature".into(), json!(temperature));
     }
-    if let Some(top_p) = conversation.top_p {
+    if let Some(top_p) = prompt.top_p {
         body.insert("top_p".into(), json!(top_p));
     }
-    if conversation.top_k.is_some() {
+    if prompt.top_k.is_some() {
         return Err(Untranslatable::new("Chat Completions has no `top_k`"));
     }
-    write_tools(conversation, &mut body);
-    if conversation.stream {
+    write_tools(prompt, &mut body);
+    if prompt.stream {
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
     }
     Ok(Value::Object(body))
 }
 
-fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
-    if !conversation.tools.is_empty() {
-        let tools: Vec<Value> = conversation
+fn write_tools(prompt: &Prompt, body: &mut Map<String, Value>) {
+    if !prompt.tools.is_empty() {
+        let tools: Vec<Value> = prompt
             .tools
             .iter()
             .map(|tool| {
@@ -332,11 +329,11 @@ fn write_tools(conversation: &Conversation, body: &mut Map<String, Value>) {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
-        if let Some(parallel) = conversation.parallel_tool_calls {
+        if let Some(parallel) = prompt.parallel_tool_calls {
             body.insert("parallel_tool_calls".into(), json!(parallel));
         }
     }
-    if let Some(choice) = &conversation.tool_choice {
+    if let Some(choice) = &prompt.tool_choice {
         let written = match choice {
             ToolChoice::Auto => json!("auto"),
             ToolChoice::Any => json!("required"),

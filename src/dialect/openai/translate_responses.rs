@@ -27,8 +27,8 @@ use serde_json::{json, Value};
 
 use super::translate_chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
 use crate::dialect::translate::{
-    integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Conversation,
-    Event, ImageSource, Part, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
+    integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Event,
+    ImageSource, Part, Prompt, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
 };
 use crate::refusal::Usage;
 
@@ -44,7 +44,7 @@ const MAX_HELD_OUTPUT: usize = 4 << 20;
 
 // ---- requests ---------------------------------------------------------
 
-pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable> {
+pub(crate) fn read_request(body: &Value) -> Result<Prompt, Untranslatable> {
     only_known_fields(
         API,
         body,
@@ -93,7 +93,7 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
     }
     check_text(body.get("text"))?;
     check_include(body.get("include"))?;
-    let mut conversation = Conversation {
+    let mut prompt = Prompt {
         system: instructions(body.get("instructions"))?,
         max_tokens: integer(body, "max_output_tokens")?,
         temperature: number(body, "temperature")?,
@@ -101,18 +101,18 @@ pub(crate) fn read_request(body: &Value) -> Result<Conversation, Untranslatable>
         tools: read_tools(body.get("tools"), read_tool)?,
         tool_choice: read_tool_choice(body.get("tool_choice"))?,
         parallel_tool_calls: body.get("parallel_tool_calls").and_then(Value::as_bool),
-        ..Conversation::default()
+        ..Prompt::default()
     };
     match body.get("input") {
-        Some(Value::String(text)) => push_text(&mut conversation, Role::User, text),
+        Some(Value::String(text)) => push_text(&mut prompt, Role::User, text),
         Some(Value::Array(items)) => {
             for item in items {
-                read_item(item, &mut conversation)?;
+                read_item(item, &mut prompt)?;
             }
         }
         _ => return Err(Untranslatable::new("`input` is neither text nor a list")),
     }
-    Ok(conversation)
+    Ok(prompt)
 }
 
 /// Plain text output only: a JSON format is structured output the shared
@@ -154,9 +154,9 @@ fn instructions(value: Option<&Value>) -> Result<Option<String>, Untranslatable>
     }
 }
 
-fn push_text(conversation: &mut Conversation, role: Role, text: &str) {
+fn push_text(prompt: &mut Prompt, role: Role, text: &str) {
     if !text.is_empty() {
-        conversation.push(role, Part::Text(text.to_owned()));
+        prompt.push(role, Part::Text(text.to_owned()));
     }
 }
 
@@ -179,10 +179,10 @@ fn read_tool_choice(choice: Option<&Value>) -> Result<Option<ToolChoice>, Untran
     read_openai_tool_choice(choice, |named| named["name"].as_str())
 }
 
-fn read_item(item: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_item(item: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     match item.get("type").and_then(Value::as_str) {
         // A message may leave out its type.
-        None | Some("message") => read_message(item, conversation),
+        None | Some("message") => read_message(item, prompt),
         Some("function_call") => {
             let part = Part::ToolCall {
                 id: required(item, "call_id")?,
@@ -193,10 +193,10 @@ fn read_item(item: &Value, conversation: &mut Conversation) -> Result<(), Untran
                     .unwrap_or("{}")
                     .to_owned(),
             };
-            conversation.push(Role::Assistant, part);
+            prompt.push(Role::Assistant, part);
             Ok(())
         }
-        Some("function_call_output") => read_call_output(item, conversation),
+        Some("function_call_output") => read_call_output(item, prompt),
         // An earlier answer's reasoning, dropped as thinking is.
         Some("reasoning") => Ok(()),
         Some(other) => Err(Untranslatable::new(format!(
@@ -212,17 +212,17 @@ fn required(item: &Value, key: &str) -> Result<String, Untranslatable> {
         .ok_or_else(|| Untranslatable::new(format!("an input item has no `{key}`")))
 }
 
-fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_message(message: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     let content = message.get("content");
     match message.get("role").and_then(Value::as_str) {
         Some("system") | Some("developer") => {
-            if !conversation.turns.is_empty() {
+            if !prompt.turns.is_empty() {
                 return Err(Untranslatable::new(
                     "a system message after the conversation began",
                 ));
             }
             let text = content_text(content)?;
-            let system = conversation.system.get_or_insert_with(String::new);
+            let system = prompt.system.get_or_insert_with(String::new);
             if !system.is_empty() {
                 system.push_str("\n\n");
             }
@@ -230,12 +230,12 @@ fn read_message(message: &Value, conversation: &mut Conversation) -> Result<(), 
         }
         Some("user") => {
             for part in content_parts(content)? {
-                conversation.push(Role::User, part);
+                prompt.push(Role::User, part);
             }
         }
         Some("assistant") => {
             let text = content_text(content)?;
-            push_text(conversation, Role::Assistant, &text);
+            push_text(prompt, Role::Assistant, &text);
         }
         _ => return Err(Untranslatable::new("a message's role has no translation")),
     }
@@ -304,15 +304,15 @@ fn read_image(part: &Value) -> Result<Part, Untranslatable> {
     }))
 }
 
-fn read_call_output(item: &Value, conversation: &mut Conversation) -> Result<(), Untranslatable> {
+fn read_call_output(item: &Value, prompt: &mut Prompt) -> Result<(), Untranslatable> {
     let id = required(item, "call_id")?;
     let part = Part::ToolResult {
-        name: conversation.call_name(&id).unwrap_or_default(),
+        name: prompt.call_name(&id).unwrap_or_default(),
         content: content_parts(item.get("output"))?,
         id,
         is_error: false,
     };
-    conversation.push(Role::User, part);
+    prompt.push(Role::User, part);
     Ok(())
 }
 

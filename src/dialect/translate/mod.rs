@@ -3,7 +3,7 @@
 //! folders; `cross` picks them for a pair of APIs).
 //!
 //! Every API has one reader and one writer per direction, all through a
-//! small shared form: a request becomes a [`Conversation`], a whole answer a
+//! small shared form: a request becomes a [`Prompt`], a whole answer a
 //! [`Reply`], a streamed answer a sequence of [`Event`]s. A hop from API A to
 //! API B reads the client's request with A's reader and writes it with B's
 //! writer, then reads B's answer with B's reader and writes it with A's
@@ -159,7 +159,7 @@ pub(crate) enum ToolChoice {
 
 /// A request in the shared form.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct Conversation {
+pub(crate) struct Prompt {
     pub(crate) system: Option<String>,
     pub(crate) turns: Vec<Turn>,
     pub(crate) tools: Vec<Tool>,
@@ -174,7 +174,7 @@ pub(crate) struct Conversation {
     pub(crate) stream: bool,
 }
 
-impl Conversation {
+impl Prompt {
     /// Adds a part to the conversation, joining it to the last turn when
     /// the role is the same (Anthropic and Gemini take one turn per role
     /// change; Chat's tool messages become parts of one user turn).

@@ -31,7 +31,7 @@ pub(super) const CREDIT_TOKEN_LIFETIME: Duration = Duration::from_secs(5 * 60);
 pub(super) const MAX_SKIPS: usize = 8;
 
 /// A step's request, built.
-pub(super) struct Step {
+pub(super) struct Prepared {
     pub(super) draft: Template,
     pub(super) kind: AttemptStep,
     pub(super) model: Option<String>,
@@ -51,7 +51,7 @@ pub(super) struct CrossHop {
 
 /// What preparing a step came to.
 pub(super) enum Prep {
-    Send(Box<Step>),
+    Send(Box<Prepared>),
     /// This step could not be built; ask the policy again.
     Skip,
     Stop,
@@ -204,7 +204,7 @@ impl Climb {
         upstream: &mut U,
         call: &Call,
         streaming: bool,
-        step: &Step,
+        step: &Prepared,
     ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
         let request: Request<U::Body> = step.draft.request(&step.draft.json);
         let to = step.hop.map(|hop| hop.target.provider());
@@ -262,7 +262,7 @@ impl Climb {
     /// request without those fields within its lifetime ("a corrected
     /// re-send inside the token's five-minute window can still redeem",
     /// anthropic-sdk-python `beta_fallback_credit_not_applied.py`).
-    pub(super) fn carried(&self, record: &Attempt, step: &Step) -> Option<(String, Instant)> {
+    pub(super) fn carried(&self, record: &Attempt, step: &Prepared) -> Option<(String, Instant)> {
         let credit = record.fallback_credit.as_ref()?;
         (!credit.remove_to_redeem().is_empty())
             .then(|| step.presented.clone())
@@ -282,7 +282,7 @@ impl Climb {
         call: &Call,
         held: Held<IdleTimeout<R>>,
         mut record: Attempt,
-        step: Step,
+        step: Prepared,
     ) -> Option<Decision<IdleTimeout<R>>> {
         let outcome = match step.kind {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
@@ -369,7 +369,7 @@ impl Climb {
         call: &Call,
         held: Held<IdleTimeout<R>>,
         refusal: Refusal,
-        step: Step,
+        step: Prepared,
     ) -> Decision<IdleTimeout<R>> {
         call.record_output();
         let config = &call.config;

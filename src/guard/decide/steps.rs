@@ -11,7 +11,7 @@ use crate::guard::request::original::Template;
 use crate::recovery::{hop_api, parse_entry, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider, WireApi};
 
-use super::climb::{Climb, CrossHop, Prep, Step, CREDIT_TOKEN_LIFETIME};
+use super::climb::{Climb, CrossHop, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
 
 impl Climb {
     pub(super) fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
@@ -32,7 +32,7 @@ impl Climb {
             presented = self.present_credit(call, features, &mut next);
             features.fit_prefill(&mut next.json, &model);
         }
-        Prep::Send(Box::new(Step {
+        Prep::Send(Box::new(Prepared {
             draft: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
@@ -89,7 +89,7 @@ impl Climb {
             if let Some(features) = call.dialect.anthropic() {
                 features.fit_prefill(&mut next.json, model);
             }
-            return Prep::Send(Box::new(Step {
+            return Prep::Send(Box::new(Prepared {
                 draft: next,
                 kind: AttemptStep::Fallback,
                 model: Some(model.to_owned()),
@@ -132,7 +132,7 @@ impl Climb {
         next.parts.uri = uri;
         next.parts.headers = headers;
         next.json = body;
-        Prep::Send(Box::new(Step {
+        Prep::Send(Box::new(Prepared {
             draft: next,
             kind: AttemptStep::Fallback,
             model: Some(entry.to_owned()),
@@ -205,7 +205,7 @@ impl Climb {
         if !config.fallback_credit {
             features.withdraw_fallback_credit(headers, json);
         }
-        Prep::Send(Box::new(Step {
+        Prep::Send(Box::new(Prepared {
             draft: next,
             kind: AttemptStep::Retarget,
             model: call.model.clone(),
@@ -255,7 +255,7 @@ impl Climb {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Stop;
         }
-        Prep::Send(Box::new(Step {
+        Prep::Send(Box::new(Prepared {
             draft: next,
             kind: AttemptStep::Rescue,
             model,

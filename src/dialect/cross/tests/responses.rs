@@ -43,8 +43,8 @@ fn responses_request() -> Value {
 
 #[test]
 fn every_input_item_kind_is_read() {
-    let conversation = read_request(Responses, &responses_request(), true).unwrap();
-    let expected = Conversation {
+    let prompt = read_request(Responses, &responses_request(), true).unwrap();
+    let expected = Prompt {
         system: Some("You are terse.\n\nAnswer in English.".to_owned()),
         turns: vec![
             Turn {
@@ -96,7 +96,7 @@ fn every_input_item_kind_is_read() {
         top_k: None,
         stream: true,
     };
-    assert_eq!(conversation, expected);
+    assert_eq!(prompt, expected);
 }
 
 #[test]
@@ -122,9 +122,9 @@ fn tool_outputs_given_as_parts_and_function_results_reach_gemini() {
         {"type": "function_call", "call_id": "call_9", "name": "ls", "arguments": "{\"dir\":\"/\"}"},
         {"type": "function_call_output", "call_id": "call_9",
             "output": [{"type": "input_text", "text": "bin etc"}]}]});
-    let conversation = read_request(Responses, &body, false).unwrap();
+    let prompt = read_request(Responses, &body, false).unwrap();
     assert_eq!(
-        conversation.turns[2].parts,
+        prompt.turns[2].parts,
         [Part::ToolResult {
             id: "call_9".to_owned(),
             name: "ls".to_owned(),
@@ -254,8 +254,8 @@ fn bookkeeping_and_reasoning_settings_are_dropped() {
 #[test]
 fn responses_is_a_client_api_and_never_a_target() {
     let body = json!({"model": "gpt-5", "input": "hi"});
-    let conversation = read_request(Responses, &body, false).unwrap();
-    let why = write_request(Responses, &conversation, "gpt-5").unwrap_err();
+    let prompt = read_request(Responses, &body, false).unwrap();
+    let why = write_request(Responses, &prompt, "gpt-5").unwrap_err();
     assert!(why.0.contains("client's API only"), "{why}");
     assert!(read_reply(Responses, &json!({"output": []})).is_err());
     assert!(StreamTranslator::new(Responses, Anthropic, false).is_err());
@@ -265,7 +265,7 @@ fn responses_is_a_client_api_and_never_a_target() {
     // Bedrock is neither.
     let why = read_request(WireApi::BedrockConverse, &body, false).unwrap_err();
     assert_eq!(why.0, "bedrock_converse has no translation");
-    assert!(write_request(WireApi::BedrockConverse, &conversation, "m").is_err());
+    assert!(write_request(WireApi::BedrockConverse, &prompt, "m").is_err());
 }
 
 // ---- whole answers ----------------------------------------------------
