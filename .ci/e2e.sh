@@ -365,8 +365,8 @@ assert record["wire_api"] == "open_ai_responses", record
 assert [a["model"] for a in record["attempts"]][1:] == ["gpt-5.4-mini"], record["attempts"]
 requests = [json.loads(r["body"]) for r in json.load(open(seen))]
 assert [r["model"] for r in requests] == ["gpt-5.5", "gpt-5.4-mini"], [r["model"] for r in requests]
-hop = dict(requests[1], model="gpt-5.5")
-assert hop == requests[0], "the hop is Codex's request on the fallback model"
+fallback = dict(requests[1], model="gpt-5.5")
+assert fallback == requests[0], "the fallback is Codex's request on the fallback model"
 print("Codex received the fallback's answer:", answer)
 PY
     grep -q 'POST /v1/responses 200 fallback(cyber)' "$WORK/proxy-codex.err"

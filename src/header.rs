@@ -5,7 +5,7 @@
 //! stay as they are (`refusal-guard-recovery` included, though it lacks the
 //! `x-` the others have).
 
-/// The response header on a response the guard recovered (a fallback hop,
+/// The response header on a response the guard recovered (a fallback,
 /// a retarget or a rescue answered instead of a refusal), for harnesses to
 /// show as a notice. For example `rescued; category=cyber;
 /// served-by=claude-opus-4-7` or `fallback; category=bio;

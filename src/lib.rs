@@ -119,16 +119,23 @@
 //! - **judge**: reading a response, event by event or as a whole JSON body,
 //!   for real output and refusals; what one event showed is a **finding**,
 //!   what the response showed so far its **findings**.
+//! - **verdict**: what holding a response showed (output, a refusal, an
+//!   end, an error, a bound); **decision**: what the call's response then
+//!   becomes (as sent, recovered, dead).
 //! - **recovery**: what follows an empty refusal, step by step as the
-//!   **policy** says: a **fallback** (the request sent to another model) or
-//!   a **rescue** (the request sent again with a reframing note). Each
-//!   request sent upstream for a call, the original included, is an
-//!   **attempt**.
+//!   **policy** says: a **fallback** (the request sent to another model, on
+//!   the client's API or another provider's; never "hop", a word kept for
+//!   HTTP's hop-by-hop headers) or a **rescue** (the request sent again with
+//!   a reframing note). Each request sent upstream for a call, the original
+//!   included, is an **attempt**; a tenant's cap counts its recovery
+//!   attempts per hour.
 //! - **outcome**: what became of a refusal (fallback, rescued, partial,
 //!   dead); a dead one has a **dead reason**.
 //! - **conversation**: the turns one refusal rule spans, named by a
 //!   [`ConversationKey`](store::ConversationKey) and kept in a **store**.
-//! - **record**: the telemetry value for one refusal, sent to a **sink**.
+//! - **record**: the telemetry value for one refusal, sent to a **sink**;
+//!   **settle**: make a call's record once, when what it waits for (a
+//!   stream's end, the client) is known.
 //! - **inner service**: the client the layer wraps; **upstream**: the
 //!   provider it reaches.
 //! - **timeout**: a bounded wait on the upstream (head, idle) or on the

@@ -54,7 +54,7 @@ struct ReportArgs {
     /// Refusals per tenant: how many, how many recovered, why the others stayed dead
     #[arg(long, value_name = "tenant", value_parser = ["tenant"], conflicts_with_all = ["html", "clear"])]
     by: Option<String>,
-    /// The fallback order learned routing draws from the log's hops: per category and requested model, each candidate's decayed counts, best first
+    /// The fallback order learned routing draws from the log's fallbacks: per category and requested model, each candidate's decayed counts, best first
     #[arg(long, conflicts_with_all = ["html", "clear", "by"])]
     routing: bool,
     /// With --routing: the time in which a count halves, as --route-half-life
@@ -192,7 +192,7 @@ fn tenants_command(command: TenantsCommand) -> ExitCode {
     }
 }
 
-/// `report --routing`: what learned routing makes of the log's hops.
+/// `report --routing`: what learned routing makes of the log's fallbacks.
 fn print_routing(path: &Path, json: bool, half_life: f64) -> ExitCode {
     let half_life = std::time::Duration::try_from_secs_f64(half_life)
         .unwrap_or(LearnedRouting::DEFAULT_HALF_LIFE);

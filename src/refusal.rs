@@ -222,11 +222,11 @@ pub enum DeadReason {
     /// used a feature that API cannot express (the log says which), so
     /// nothing was sent there.
     Untranslatable,
-    /// A recovery hop went to a model or provider outside the tenant's
-    /// allowlist (see `tenant::HopAllowlist`), so nothing was sent there.
+    /// A fallback went to a model or provider outside the tenant's
+    /// allowlist (see `tenant::FallbackAllowlist`), so nothing was sent there.
     NotAllowed,
-    /// The tenant had used its recovery hops for the hour (see
-    /// `tenant::Tenant::hops_per_hour`): the refusal was served as it came.
+    /// The tenant had used its recovery attempts for the hour (see
+    /// `tenant::Tenant::recovery_attempts_per_hour`): the refusal was served as it came.
     Capped,
 }
 
@@ -322,7 +322,7 @@ pub enum ErrorCategory {
 pub enum AttemptStep {
     /// The request as the client sent it (after any outbound rewrite).
     Original,
-    /// A hop of the client-side fallback chain.
+    /// A fallback of the client-side fallback chain.
     Fallback,
     /// The reframed continuation.
     Rescue,
@@ -354,7 +354,7 @@ pub enum AttemptResult {
     /// away, or the connection broke): the client got part of it, and what
     /// its end would have said (final usage, a credit's fate) is unknown.
     Cut,
-    /// It was never sent: a cross-provider hop with no endpoint configured,
+    /// It was never sent: a cross-provider fallback with no endpoint configured,
     /// or a request that provider's API cannot express.
     Skipped,
 }
@@ -605,9 +605,9 @@ pub struct Attempt {
     /// What the attempt was.
     pub step: AttemptStep,
     /// The model it asked for, when known, as the fallback chain names it
-    /// (`openai:gpt-5` for a hop to another provider).
+    /// (`openai:gpt-5` for a fallback to another provider).
     pub model: Option<String>,
-    /// The provider a hop to another provider's API went to (or would have
+    /// The provider a fallback to another provider's API went to (or would have
     /// gone to, when it was skipped); `None` for an attempt on the refusing
     /// provider's own API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -695,7 +695,7 @@ impl Attempt {
         self
     }
 
-    /// A hop to `provider`'s API (another provider's than the refusing one).
+    /// A fallback to `provider`'s API (another provider's than the refusing one).
     ///
     /// ```
     /// use refusal_guard::refusal::*;
@@ -765,7 +765,7 @@ impl Attempt {
 /// billed as if the conversation had been on its model all along), or not
 /// applied, with the provider's reason (`expired`, `body_mismatch`, ...)
 /// and, for `variant_fields_present`, the request fields to remove so that
-/// a corrected request redeems it (`remove_to_redeem`; the guard's next hop
+/// a corrected request redeems it (`remove_to_redeem`; the guard's next fallback
 /// leaves them out).
 ///
 /// Serialises as `{"status":"redeemed"}`,

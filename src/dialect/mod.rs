@@ -75,8 +75,8 @@ pub(crate) struct ServerFallback {
 }
 
 impl ServerFallback {
-    /// Keeps the first hop's models and category, and takes the `to` of
-    /// every later one: with several hops, the last names the model that
+    /// Keeps the first fallback's models and category, and takes the `to` of
+    /// every later one: with several fallbacks, the last names the model that
     /// served.
     pub(crate) fn merge(kept: &mut Option<ServerFallback>, later: Option<ServerFallback>) {
         match (kept.as_mut(), later) {
@@ -359,7 +359,7 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// calls like these (a conversation title, a model router's JSON
     /// choice) through the same endpoint; a rescue note appended in prose
     /// would answer them with text that is neither, so the rescue step is
-    /// skipped for them (fallback hops still apply).
+    /// skipped for them (fallbacks still apply).
     fn structured_output(&self, _body: &Value) -> Option<&'static str> {
         None
     }
@@ -399,14 +399,14 @@ pub(crate) trait AnthropicFeatures: Send + Sync {
     fn server_fallbacks_on(&self, _uri: &Uri) -> bool {
         false
     }
-    /// Presents a fallback credit token on a hop.
+    /// Presents a fallback credit token on a fallback.
     fn attach_credit_token(&self, _headers: &mut HeaderMap, _body: &mut Value, _token: &str) {}
     /// Whether the request already carries server-side fallbacks (a list or
     /// `"default"`): the provider climbed them before it refused.
     fn carries_server_fallbacks(&self, _body: &Value) -> bool {
         false
     }
-    /// Takes every trace of fallback credit off a hop (its beta, a token in
+    /// Takes every trace of fallback credit off a fallback (its beta, a token in
     /// its body), for when credit is off.
     fn withdraw_fallback_credit(&self, _headers: &mut HeaderMap, _body: &mut Value) {}
     /// Replaces an existing server-side `fallbacks` list, or adds one (and
@@ -439,7 +439,7 @@ pub(crate) trait AnthropicFeatures: Send + Sync {
         false
     }
     /// Drops the request fields a credit token's response named as keeping
-    /// it from being redeemed (`remove_to_redeem`), before a hop presents a
+    /// it from being redeemed (`remove_to_redeem`), before a fallback presents a
     /// token.
     fn drop_unredeemable_fields(&self, _body: &mut Value, _fields: &[String]) {}
     /// A rewrite that marks a client-side fallback inside the served stream,

@@ -56,7 +56,7 @@ pub(crate) struct Config {
     pub(crate) head_timeout: Duration,
     pub(crate) idle_timeout: Duration,
     pub(crate) held: Arc<BytePool>,
-    /// The operator's endpoint for each provider cross-provider hops may go to.
+    /// The operator's endpoint for each provider cross-provider fallbacks may go to.
     pub(crate) cross_provider: HashMap<Provider, Endpoint>,
     /// Orders each refusal's fallback candidates.
     pub(crate) routing: Arc<dyn RoutingSource>,

@@ -18,8 +18,8 @@ pub(crate) struct Findings {
     pub(crate) empty_refusal: Option<RefusalInfo>,
     /// A refusal after real output.
     pub(crate) partial_refusal: Option<RefusalInfo>,
-    /// The provider's own fallback: the first hop's models and category,
-    /// and the `to` of the last hop (the model that served).
+    /// The provider's own fallback: the first fallback's models and category,
+    /// and the `to` of the last fallback (the model that served).
     pub(crate) server_fallback: Option<ServerFallback>,
     /// A server-side chain's attempts, as the response listed them.
     pub(crate) iterations: Option<Iterations>,

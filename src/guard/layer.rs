@@ -312,7 +312,7 @@ impl RefusalGuardLayer {
     /// A request with `fallbacks: "default"` keeps it: the client chose the
     /// provider's own fallbacks. Server-side fallback exists on Anthropic's
     /// own API only, so requests to Claude on Vertex AI (or Foundry) never
-    /// get, or keep, a retargeted list. A hop that presents a fallback credit
+    /// get, or keep, a retargeted list. A fallback that presents a fallback credit
     /// token carries no `fallbacks` at all (the API rejects the two
     /// together).
     pub fn retarget_fallbacks<I, M>(self, models: I) -> Self
@@ -425,7 +425,7 @@ impl RefusalGuardLayer {
     }
 
     /// Asks Anthropic for fallback credit tokens on requests that have a
-    /// chain, and presents them on the next hop (on by default).
+    /// chain, and presents them on the next fallback (on by default).
     pub fn fallback_credit(self, on: bool) -> Self {
         self.with(|c| c.fallback_credit = on)
     }
@@ -593,7 +593,7 @@ impl RefusalGuardLayer {
     /// its requests; see [`crate::tenant`].
     ///
     /// ```
-    /// use refusal_guard::tenant::{FromExtensions, HopAllowlist, Tenant};
+    /// use refusal_guard::tenant::{FromExtensions, FallbackAllowlist, Tenant};
     /// use refusal_guard::RefusalGuardLayer;
     ///
     /// // An authenticating layer in front inserts each request's `Tenant`.

@@ -99,16 +99,16 @@ async fn continue_json<U: InnerService>(
     let original = exchange.original_attempt(held.status(), AttemptResult::Refused);
     exchange.attempt.end(&original);
     let request_id = call.dialect.request_id(&held.parts.headers);
-    let mut hop = Hop { exchange, plan };
-    let (attempt, answer) = hop.attempt(&claim, call.deadline_from_now()).await;
+    let mut continuation = Continuation { exchange, plan };
+    let (attempt, answer) = continuation.attempt(&claim, call.deadline_from_now()).await;
     let served_model = answer
         .as_ref()
         .and_then(|a| a.judged.as_ref()?.model.clone());
     let merged = answer
         .as_ref()
         .and_then(whole_json)
-        .and_then(|more| hop.plan.track.merge_json(&mut message, &more).ok());
-    let mut attempts = hop.exchange.opening(original);
+        .and_then(|more| continuation.plan.track.merge_json(&mut message, &more).ok());
+    let mut attempts = continuation.exchange.opening(original);
     attempts.push(attempt);
     let Some(()) = merged else {
         let refusal = refusal_of(&call, &findings, request_id, false);
@@ -164,7 +164,7 @@ impl Plan {
             .chains()
             .for_model(call.model.as_deref()?)
             .first()
-            // A hop on the client's own API, to a model the tenant allows.
+            // A fallback on the client's own API, to a model the tenant allows.
             .filter(|model| {
                 let allow = config.tenant.allowlist();
                 allow.allows(call.dialect.provider(), model)
@@ -214,8 +214,8 @@ fn serve_continuable<U: InnerService>(
         seen,
         broken: false,
     };
-    let hop = Hop { exchange, plan };
-    let continuer = Continuer::new(hop, sender.clone(), tail);
+    let continuation = Continuation { exchange, plan };
+    let continuer = Continuer::new(continuation, sender.clone(), tail);
     tokio::spawn(async move {
         // Everything, the continuation included, stops when the client goes.
         unless_gone(&sender, continuer.run(original_body)).await;
@@ -227,12 +227,12 @@ fn serve_continuable<U: InnerService>(
 
 /// What sending the continuation takes: the call's exchange (whose
 /// original is the request as first sent) and the plan.
-struct Hop<U> {
+struct Continuation<U> {
     exchange: Exchange<U>,
     plan: Plan,
 }
 
-impl<U: InnerService> Hop<U> {
+impl<U: InnerService> Continuation<U> {
     /// Sends the continuation and holds its answer, within the deadline, in
     /// the attempt's span. The attempt's record, and its held answer when
     /// it has output.
@@ -287,12 +287,12 @@ impl<U: InnerService> Hop<U> {
             return (record, None);
         }
         let tenant = &call.config.tenant;
-        if !tenant.take_hop() {
+        if !tenant.take_attempt() {
             tracing::info!(
                 tenant = tenant.name(),
-                "the tenant's recovery hops for the hour are used: not continued"
+                "the tenant's recovery attempts for the hour are used: not continued"
             );
-            crate::telemetry::metrics::hops_capped(tenant.name());
+            crate::telemetry::metrics::recovery_capped(tenant.name());
             record.result = AttemptResult::Skipped;
             return (record, None);
         }
@@ -378,7 +378,7 @@ struct Gone;
 /// The task that streams the original to the client and, on a refusal that
 /// may be continued, holds its closing frames and tries the continuation.
 struct Continuer<U> {
-    hop: Hop<U>,
+    continuation: Continuation<U>,
     sender: FrameSender,
     tail: Tail,
     framer: SseFramer,
@@ -390,17 +390,17 @@ struct Continuer<U> {
 }
 
 impl<U: InnerService> Continuer<U> {
-    fn new(hop: Hop<U>, sender: FrameSender, tail: Tail) -> Self {
+    fn new(continuation: Continuation<U>, sender: FrameSender, tail: Tail) -> Self {
         // Frames as large as the hold allows, never less than the framer's
         // default (as the hold itself reads them).
-        let frame_limit = hop
+        let frame_limit = continuation
             .exchange
             .call
             .config
             .max_hold_bytes
             .max(SseFramer::DEFAULT_MAX_FRAME_BYTES);
         Continuer {
-            hop,
+            continuation,
             sender,
             tail,
             framer: SseFramer::with_max_frame_bytes(frame_limit),
@@ -420,7 +420,10 @@ impl<U: InnerService> Continuer<U> {
                 return;
             }
         };
-        let (attempt, served) = self.hop.attempt(&closing.claim, closing.deadline).await;
+        let (attempt, served) = self
+            .continuation
+            .attempt(&closing.claim, closing.deadline)
+            .await;
         match served {
             Some(held) => self.splice(held, attempt).await,
             None => {
@@ -491,7 +494,7 @@ impl<U: InnerService> Continuer<U> {
             let overflow = self.framer.push(data).is_err();
             self.take_frames(overflow);
             let held = self.closing.as_ref().map_or(0, |c| c.bytes);
-            if overflow || held > self.hop.exchange.call.config.max_hold_bytes {
+            if overflow || held > self.continuation.exchange.call.config.max_hold_bytes {
                 tracing::warn!(
                     held_bytes = held,
                     oversized_frame = overflow,
@@ -514,8 +517,8 @@ impl<U: InnerService> Continuer<U> {
             };
             let Some(frame) = frame else { break };
             if self.closing.is_none() {
-                if let Some(claim) = self.hop.plan.track.claim(&frame) {
-                    let deadline = self.hop.exchange.call.deadline_from_now();
+                if let Some(claim) = self.continuation.plan.track.claim(&frame) {
+                    let deadline = self.continuation.exchange.call.deadline_from_now();
                     self.closing = Some(Closing {
                         claim,
                         frames: VecDeque::new(),
@@ -576,7 +579,7 @@ impl<U: InnerService> Continuer<U> {
     where
         R: InnerBody,
     {
-        let call = self.hop.exchange.call.clone();
+        let call = self.continuation.exchange.call.clone();
         let settlement = &mut self.tail.settlement;
         if settlement.is_settled() {
             return;
@@ -599,7 +602,10 @@ impl<U: InnerService> Continuer<U> {
         let mut attempts = settlement.take_attempts();
         attempts[0].result = AttemptResult::Refused;
         attempts.push(attempt);
-        let splice = Splice::new(self.hop.plan.track.continuation(), self.frame_limit);
+        let splice = Splice::new(
+            self.continuation.plan.track.continuation(),
+            self.frame_limit,
+        );
         // Recorded as the continuation's stream ends (or is cut short).
         pump(
             serve_recovered(held, &call, refusal, attempts, None),

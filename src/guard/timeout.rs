@@ -117,7 +117,7 @@ pin_project_lite::pin_project! {
         // wake that task when it fires, and polling it again (a waker
         // registration per chunk) can be skipped.
         armed_for: Option<Waker>,
-        // A cross-provider hop's answer, rewritten into the client's API as
+        // A cross-provider fallback's answer, rewritten into the client's API as
         // it arrives (here, so that every step after the send reads the
         // client's API without another body type).
         translation: Option<Box<BodyTranslation>>,

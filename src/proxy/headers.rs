@@ -52,9 +52,9 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(
             "connection",
-            HeaderValue::from_static("keep-alive, x-secret-hop"),
+            HeaderValue::from_static("keep-alive, x-secret-fallback"),
         );
-        headers.insert("x-secret-hop", HeaderValue::from_static("1"));
+        headers.insert("x-secret-fallback", HeaderValue::from_static("1"));
         headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
         headers.insert("proxy-authorization", HeaderValue::from_static("Basic x"));
         headers.insert("proxy-foo", HeaderValue::from_static("1"));

@@ -93,7 +93,7 @@ pub struct Options {
     /// Steps per refusal category, in order: retarget, fallback, rescue, stop; `*` for the rest [default: fallback,rescue; recitation (not safety) fallback only; guardrail_intervened and MODEL_ARMOR (the operator's policy) stop]
     #[arg(long, env = "REFUSAL_GUARD_POLICY", value_name = "CATEGORY=STEP,..;..", value_parser = policy)]
     pub policy: Option<CategoryPolicy>,
-    /// Ask Anthropic for fallback credit and present its tokens on the next hop
+    /// Ask Anthropic for fallback credit and present its tokens on the next fallback
     #[arg(long, env = "REFUSAL_GUARD_FALLBACK_CREDIT", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "on")]
     pub fallback_credit: bool,
     /// Treat prose refusals (I can't help with that) as refusals
@@ -179,7 +179,7 @@ pub struct Options {
         hide_env_values = true
     )]
     pub client_key: Option<super::ClientKey>,
-    /// Tenants file (TOML): the client keys admitted, as SHA-256 hashes, each with its tenant's own policy, chains, allowlists and hop cap; reloaded on SIGHUP and when it changes
+    /// Tenants file (TOML): the client keys admitted, as SHA-256 hashes, each with its tenant's own policy, chains, allowlists and recovery cap; reloaded on SIGHUP and when it changes
     #[arg(
         long,
         env = "REFUSAL_GUARD_TENANTS",

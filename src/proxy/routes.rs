@@ -283,7 +283,7 @@ impl Routes {
     }
 
     /// The base URL a route's requests go to: the provider's when routing is
-    /// on, else the default upstream. A cross-provider hop to another
+    /// on, else the default upstream. A cross-provider fallback to another
     /// provider's API takes its base from here, so that it goes where that
     /// provider's own clients' requests go.
     pub fn base_for(&self, route: Route) -> &Upstream {

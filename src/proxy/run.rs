@@ -15,7 +15,7 @@ use super::options::LevelFilter;
 use super::tenants::TenantsProbe;
 use super::{LogFormat, Options, Proxy, RouteBy, ServerLimits, State, Tenants, Upstream};
 use crate::env::LogSetting;
-use crate::recovery::{chain_prefix, hop_api, parse_entry, Endpoint, PROVIDERS};
+use crate::recovery::{chain_prefix, fallback_api, parse_entry, Endpoint, PROVIDERS};
 use crate::refusal::Provider;
 use crate::routing::LearnedRouting;
 use crate::simulate::Simulator;
@@ -322,14 +322,14 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
                 "WARN",
                 &format!(
                     "proxy: a chain names `{prefix}:` models but no {provider} key was given \
-                     (--{prefix}-api-key); those hops will be skipped"
+                     (--{prefix}-api-key); those fallbacks will be skipped"
                 ),
             );
             continue;
         };
         // The provider's route when the proxy routes by API (its flag, else
         // the provider's public endpoint), else the one upstream.
-        let route = super::Route::serving(hop_api(provider));
+        let route = super::Route::serving(fallback_api(provider));
         let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
             format!("the {provider} upstream URL cannot be a cross-provider endpoint")
         })?;
@@ -766,7 +766,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cross_provider_hop_goes_to_its_providers_route() {
+    fn a_cross_provider_fallback_goes_to_its_providers_route() {
         let endpoint_of = |extra: &[&str]| {
             let args = ["proxy", "--log", "off", "--chain", "a=openai:gpt-5"];
             let all: Vec<&str> = args.iter().chain(extra).copied().collect();

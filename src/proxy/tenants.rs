@@ -11,10 +11,10 @@
 //! chains = { "claude-opus-4-7" = ["claude-sonnet-4-5", "openai:gpt-5"] }
 //! allow_models = ["claude-sonnet-*", "gpt-5"]
 //! allow_providers = ["anthropic", "openai"]
-//! operator_keys = ["openai"]              # the operator's keys its hops may spend
+//! operator_keys = ["openai"]              # the operator's keys its fallbacks may spend
 //! rescue = true
 //! detect_text = false
-//! hops_per_hour = 200
+//! recovery_attempts_per_hour = 200
 //! ```
 //!
 //! Only `name` and `key_sha256` are required; whatever a tenant leaves out
@@ -42,7 +42,7 @@ use super::client_key::presented;
 use crate::recovery::category::CategoryPolicy;
 use crate::recovery::FallbackChains;
 use crate::refusal::Provider;
-use crate::tenant::{HopAllowlist, Tenant};
+use crate::tenant::{FallbackAllowlist, Tenant};
 
 /// Largest tenants file read.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -73,7 +73,9 @@ struct Entry {
     operator_keys: Option<Vec<String>>,
     rescue: Option<bool>,
     detect_text: Option<bool>,
-    hops_per_hour: Option<u32>,
+    // `hops_per_hour` is the key's earlier name: files written for it load.
+    #[serde(alias = "hops_per_hour")]
+    recovery_attempts_per_hour: Option<u32>,
 }
 
 /// The tenants of one reading of the file, and the hashes of their keys.
@@ -104,7 +106,7 @@ pub struct TenantTable {
 
 impl TenantTable {
     /// Reads a tenants file's text. Tenants named as in `earlier` (the
-    /// table before a reload) keep counting their hops where they were.
+    /// table before a reload) keep counting their recovery attempts where they were.
     pub fn parse(text: &str, earlier: Option<&TenantTable>) -> Result<Self, String> {
         if text.len() as u64 > MAX_FILE_BYTES {
             return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
@@ -122,7 +124,7 @@ impl TenantTable {
                 return Err(format!("tenant `{name}` given twice"));
             }
             let tenant = match earlier.and_then(|e| e.named(&name)) {
-                Some(before) => tenant.counting_hops_with(before),
+                Some(before) => tenant.counting_attempts_with(before),
                 None => tenant,
             };
             let index = table.tenants.len() as u32;
@@ -197,7 +199,7 @@ fn read_entry(entry: Entry) -> Result<(Tenant, Vec<[u8; 32]>), String> {
     if let Some(chains) = entry.chains {
         tenant = tenant.fallback_chains(read_chains(chains)?);
     }
-    let mut allow = HopAllowlist::new();
+    let mut allow = FallbackAllowlist::new();
     if let Some(models) = entry.allow_models {
         bounded("allow_models", &models)?;
         allow = allow.models(models);
@@ -216,8 +218,8 @@ fn read_entry(entry: Entry) -> Result<(Tenant, Vec<[u8; 32]>), String> {
     if let Some(on) = entry.detect_text {
         tenant = tenant.detect_text_refusals(on);
     }
-    if let Some(hops) = entry.hops_per_hour {
-        tenant = tenant.hops_per_hour(hops);
+    if let Some(attempts) = entry.recovery_attempts_per_hour {
+        tenant = tenant.recovery_attempts_per_hour(attempts);
     }
     Ok((tenant, hashes))
 }
@@ -526,7 +528,10 @@ mod tests {
             ("policy = \"bio=explode\"", "tenant `a`: `policy`"),
             ("allow_providers = [\"azure\"]", "unknown provider `azure`"),
             ("chains = { m = [] }", "lists 1 to 8 models"),
-            ("hops_per_hour = -1", "hops_per_hour"),
+            (
+                "recovery_attempts_per_hour = -1",
+                "recovery_attempts_per_hour",
+            ),
         ] {
             let error = one(extra).unwrap_err();
             assert!(error.contains(says), "{extra}: {error}");
@@ -545,6 +550,21 @@ mod tests {
         assert!(TenantTable::parse(&big, None)
             .unwrap_err()
             .contains("larger than"));
+    }
+
+    #[test]
+    fn the_fallback_cap_loads_under_its_earlier_name_too() {
+        for key in ["recovery_attempts_per_hour", "hops_per_hour"] {
+            let table = one(&format!("{key} = 7")).unwrap();
+            let tenant = table.named("a").unwrap();
+            assert_eq!(
+                tenant.recovery_attempts_per_hour_setting(),
+                Some(7),
+                "{key}"
+            );
+        }
+        let both = one("recovery_attempts_per_hour = 7\nhops_per_hour = 8").unwrap_err();
+        assert!(both.contains("duplicate"), "{both}");
     }
 
     #[test]

@@ -164,7 +164,7 @@ impl Upstream {
             .map_err(|_| TargetError::NotOriginForm)
     }
 
-    /// The base URL, for endpoints of cross-provider hops that share it.
+    /// The base URL, for endpoints of cross-provider fallbacks that share it.
     pub(crate) fn base_uri(&self) -> Option<Uri> {
         format!("{}://{}{}", self.scheme, self.authority, self.prefix)
             .parse()

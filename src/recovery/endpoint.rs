@@ -1,4 +1,4 @@
-//! Fallback hops to another provider: which providers a chain entry may name
+//! Fallbacks to another provider: which providers a chain entry may name
 //! (`provider:model`), and the endpoint and key the operator gives for each.
 //!
 //! A chain entry such as `openai:gpt-5` sends the refused request, translated
@@ -21,7 +21,7 @@ pub(crate) const PROVIDERS: [Provider; 3] =
     [Provider::Anthropic, Provider::OpenAi, Provider::Google];
 
 /// The provider and model of a fallback chain entry `provider:model`, or
-/// `None` for a plain model name (a hop on the client's own API). Google is
+/// `None` for a plain model name (a fallback on the client's own API). Google is
 /// named `gemini:` (its API's name, and its key's), or `google:`.
 ///
 /// ```
@@ -50,8 +50,8 @@ pub(crate) fn chain_prefix(provider: Provider) -> &'static str {
     }
 }
 
-/// The wire API a hop to `provider` speaks.
-pub(crate) fn hop_api(provider: Provider) -> WireApi {
+/// The wire API a fallback to `provider` speaks.
+pub(crate) fn fallback_api(provider: Provider) -> WireApi {
     match provider {
         Provider::Anthropic => WireApi::AnthropicMessages,
         Provider::OpenAi => WireApi::OpenAiChatCompletions,
@@ -88,7 +88,7 @@ impl fmt::Debug for ApiKey {
     }
 }
 
-/// Where a cross-provider hop goes: the provider's base URI (its API paths are
+/// Where a cross-provider fallback goes: the provider's base URI (its API paths are
 /// appended) and the operator's key.
 ///
 /// ```

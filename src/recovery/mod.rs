@@ -1,12 +1,12 @@
 //! Recovery configuration: the [`RecoveryPolicy`] that decides what to try
-//! after an empty refusal ([`Ladder`] by default: fallback chain hops, then
+//! after an empty refusal ([`Ladder`] by default: fallback chain fallbacks, then
 //! one reframed rescue), the rescue note, the runtime rescue switch and the
 //! fallback chains. Nothing here sends a request or builds a response.
 
 pub mod category;
 mod endpoint;
 
-pub(crate) use endpoint::hop_api;
+pub(crate) use endpoint::fallback_api;
 #[cfg(feature = "proxy")]
 pub(crate) use endpoint::{chain_prefix, PROVIDERS};
 pub use endpoint::{parse_entry, ApiKey, Endpoint};
@@ -547,11 +547,11 @@ impl<P: RecoveryPolicy + ?Sized> RecoveryPolicy for Arc<P> {
 /// steps a [`CategoryPolicy`] gives it, in its order. A category that is no
 /// safety decline (a copyright stop, `recitation`) climbs the chain without
 /// the rescue, whose note speaks of a safety classifier, and is dead with
-/// [`DeadReason::NotSafety`] when no hop serves; the operator's own policy
+/// [`DeadReason::NotSafety`] when no fallback serves; the operator's own policy
 /// (a Bedrock guardrail, Model Armor) stops (see
 /// [`CategoryKind`](category::CategoryKind)).
 ///
-/// The category of the latest refusal decides: when a fallback hop refuses
+/// The category of the latest refusal decides: when a fallback refuses
 /// with another category, that category's steps apply from then on (a step
 /// already taken is not taken again). A step list that ends without a
 /// recovery stops with the last step's failure, or
@@ -695,14 +695,14 @@ impl Ladder {
     fn rescue_step(&self, state: &RecoveryState<'_>) -> NextStep {
         let note = self.note.render(state.category(), state.explanation());
         let rescue = Rescue::new(note);
-        let last_hop = state
+        let last_fallback = state
             .attempts()
             .iter()
             .rev()
             .find(|a| a.step == AttemptStep::Fallback)
             .and_then(|a| a.model.clone());
-        NextStep::Rescue(match (self.rescue_model, last_hop) {
-            (RescueModel::LastFallback, Some(hop)) => rescue.on_model(hop),
+        NextStep::Rescue(match (self.rescue_model, last_fallback) {
+            (RescueModel::LastFallback, Some(fallback)) => rescue.on_model(fallback),
             _ => rescue,
         })
     }
@@ -910,11 +910,11 @@ mod tests {
         );
         let treated = Ladder::new().treat("cyber", category::CategoryKind::NotSafety);
         assert_eq!(climb(&treated, Some("cyber"), true), "stop:not_safety");
-        let last_hop = Ladder::new()
+        let last_fallback = Ladder::new()
             .fallback_chains(chains)
             .rescue_model(RescueModel::LastFallback);
         assert_eq!(
-            climb(&last_hop, None, true),
+            climb(&last_fallback, None, true),
             "fallback:sonnet rescue:sonnet stop:still_refused"
         );
     }

@@ -133,7 +133,7 @@ pub trait RouteStats: Send + Sync + 'static {
         half_life: Duration,
     ) -> RoutingFuture<'a, Result<Vec<CandidateCounts>, BoxError>>;
 
-    /// Counts one hop to `candidate` that served (or refused) at `now`;
+    /// Counts one fallback to `candidate` that served (or refused) at `now`;
     /// returns its counts after.
     fn add<'a>(
         &'a self,
@@ -349,8 +349,8 @@ impl RouteTable {
             };
             let at = UNIX_EPOCH + Duration::from_millis(u64::try_from(at).unwrap_or(0));
             last = last.max(at);
-            if let Some((key, hops)) = RouteKey::of_record(&record) {
-                for (candidate, served) in hops {
+            if let Some((key, fallbacks)) = RouteKey::of_record(&record) {
+                for (candidate, served) in fallbacks {
                     stats.count(&key, &candidate, served, at, half_life);
                 }
             }
@@ -362,7 +362,7 @@ impl RouteTable {
 impl fmt::Display for RouteTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.rows.is_empty() {
-            return writeln!(f, "No fallback hops recorded yet.");
+            return writeln!(f, "No fallbacks recorded yet.");
         }
         writeln!(f, "Fallback order learned per category and requested model (best first; served / refused, decayed):")?;
         for row in &self.rows {
@@ -547,12 +547,12 @@ impl RoutingSource for LearnedRouting {
     }
 
     fn observe(&self, record: &RefusalRecord) {
-        let Some((key, hops)) = RouteKey::of_record(record) else {
+        let Some((key, fallbacks)) = RouteKey::of_record(record) else {
             return;
         };
         let (stats, half_life, now) = (self.stats.clone(), self.half_life, self.clock.now());
         let work = async move {
-            for (candidate, served) in hops {
+            for (candidate, served) in fallbacks {
                 match stats.add(&key, &candidate, served, now, half_life).await {
                     Ok(counts) => show(&key, &counts),
                     Err(error) => tracing::warn!(%error, "routing counts not updated"),

@@ -77,8 +77,8 @@ impl RouteKey {
         &self.model
     }
 
-    /// The key of a record, and the fallback hops it shows that served
-    /// (`true`) or refused (`false`): what a source learns from it. Hops
+    /// The key of a record, and the fallbacks it shows that served
+    /// (`true`) or refused (`false`): what a source learns from it. Fallbacks
     /// that failed otherwise (an upstream error, skipped) say nothing of
     /// what the model accepts; partial refusals are left out.
     ///
@@ -91,16 +91,16 @@ impl RouteKey {
     ///         {"step":"fallback","model":"b","result":"refused","latency_ms":3},
     ///         {"step":"fallback","model":"c","result":"served","latency_ms":9}]}"#,
     /// ).unwrap();
-    /// let (key, hops) = RouteKey::of_record(&record).unwrap();
+    /// let (key, fallbacks) = RouteKey::of_record(&record).unwrap();
     /// assert_eq!((key.category(), key.model()), ("cyber", "a"));
-    /// assert_eq!(hops, [("b".to_owned(), false), ("c".to_owned(), true)]);
+    /// assert_eq!(fallbacks, [("b".to_owned(), false), ("c".to_owned(), true)]);
     /// ```
     pub fn of_record(record: &RefusalRecord) -> Option<(RouteKey, Vec<(String, bool)>)> {
         if record.kind == Some(RefusalKind::Partial) {
             return None;
         }
         let model = record.model.as_deref()?;
-        let hops: Vec<(String, bool)> = record
+        let fallbacks: Vec<(String, bool)> = record
             .attempts
             .iter()
             .filter(|a| a.step == AttemptStep::Fallback)
@@ -113,10 +113,10 @@ impl RouteKey {
                 Some((a.model.clone()?, served))
             })
             .collect();
-        if hops.is_empty() {
+        if fallbacks.is_empty() {
             return None;
         }
-        Some((RouteKey::new(record.category.as_deref(), model), hops))
+        Some((RouteKey::new(record.category.as_deref(), model), fallbacks))
     }
 }
 

@@ -21,13 +21,13 @@ use super::{CandidateCounts, RouteKey, RouteStats, RoutingFuture};
 use crate::store::ConversationKey;
 use crate::BoxError;
 
-/// Decays a candidate's counts to now and adds one hop, atomically; a new
+/// Decays a candidate's counts to now and adds one fallback, atomically; a new
 /// candidate is not counted once the hash holds the most it may.
 ///
 /// KEYS[1]: the hash. ARGV: candidate, served (1/0), now (s), half-life (s),
 /// most candidates, expiry (ms). Returns `{served, refused}` as strings
 /// (empty when not counted).
-const COUNT_HOP: &str = r"
+const COUNT_FALLBACK: &str = r"
 local c = ARGV[1]
 local now = tonumber(ARGV[3])
 local t = tonumber(redis.call('HGET', KEYS[1], c .. '|t'))
@@ -97,7 +97,7 @@ impl RedisRouteStats {
         let connection = ConnectionManager::new_lazy_with_config(client, config)?;
         Ok(RedisRouteStats {
             connection,
-            count: Script::new(COUNT_HOP),
+            count: Script::new(COUNT_FALLBACK),
             prefix: crate::store::redis::RedisStore::DEFAULT_KEY_PREFIX.to_owned(),
             timeout: Duration::from_millis(100),
         })

@@ -72,7 +72,7 @@
 //! - `A8` server-side fallback is first party only: no `fallbacks` on
 //!   Vertex (nor Bedrock or Foundry);
 //! - `A9` `fallbacks` and `fallback_credit_token` never in one request, in
-//!   either token mode (a hop that presents a credit token drops
+//!   either token mode (a fallback that presents a credit token drops
 //!   `fallbacks`);
 //! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
 //!   `-07-01`; a string, or the object form `{token, mode}` with `mode`

@@ -29,7 +29,7 @@
 //! a path no API serves), in its shape and without the guard's error
 //! header, and logged as one `warn` line naming the rule (no header, no
 //! body). Whatever the guard sends on a client's behalf, its rescue notes
-//! and hops included, is then held to the rules the provider keeps.
+//! and fallbacks included, is then held to the rules the provider keeps.
 //!
 //! ```
 //! use bytes::Bytes;

@@ -115,7 +115,7 @@ struct TenantRow {
     total: usize,
     recovered: usize,
     dead: usize,
-    /// Dead because the tenant had used its hops for the hour.
+    /// Dead because the tenant had used its recovery attempts for the hour.
     capped: usize,
 }
 

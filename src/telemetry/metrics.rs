@@ -26,7 +26,7 @@
 //! | [`MAX_TOTAL_HELD_BYTES`] | gauge (bytes) | |
 //! | [`OTLP_EXPORTED_SPANS`] | counter | |
 //! | [`OTLP_DROPPED_SPANS`] | counter | `reason` |
-//! | [`HOPS_CAPPED`] | counter | `tenant` |
+//! | [`RECOVERY_CAPPED`] | counter | `tenant` |
 //! | [`ROUTE_SERVED`] | gauge | `category`, `model`, `candidate` |
 //! | [`ROUTE_REFUSED`] | gauge | `category`, `model`, `candidate` |
 //! | [`ROUTE_EXPLORED`] | counter | |
@@ -144,14 +144,14 @@ pub const BYTES_BUCKETS: [f64; 10] = [
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
 
-/// Refusals served as they came because their tenant had used its hops
-/// for the hour (dead reason `capped`).
-pub const HOPS_CAPPED: &str = "refusal_guard_hops_capped_total";
-/// Learned routing: a candidate's decayed count of hops that served
+/// Refusals served as they came because their tenant had used its recovery
+/// attempts for the hour (dead reason `capped`).
+pub const RECOVERY_CAPPED: &str = "refusal_guard_recovery_capped_total";
+/// Learned routing: a candidate's decayed count of fallbacks that served
 /// instead of refusing the category on the requested model, as last read
 /// or written by this process (with shared counts, every replica's).
 pub const ROUTE_SERVED: &str = "refusal_guard_route_served";
-/// Learned routing: a candidate's decayed count of hops that refused too.
+/// Learned routing: a candidate's decayed count of fallbacks that refused too.
 pub const ROUTE_REFUSED: &str = "refusal_guard_route_refused";
 /// Learned routing: refusals whose first fallback was drawn for
 /// exploration instead of the best candidate.
@@ -241,19 +241,19 @@ pub fn describe() {
         "Requests the proxy forwarded with routing on, by route"
     );
     describe_counter!(
-        HOPS_CAPPED,
+        RECOVERY_CAPPED,
         Unit::Count,
-        "Refusals served as they came: their tenant used its hops for the hour"
+        "Refusals served as they came: their tenant used its recovery attempts for the hour"
     );
     describe_gauge!(
         ROUTE_SERVED,
         Unit::Count,
-        "Decayed count of fallback hops that served, per category, requested model and candidate"
+        "Decayed count of fallbacks that served, per category, requested model and candidate"
     );
     describe_gauge!(
         ROUTE_REFUSED,
         Unit::Count,
-        "Decayed count of fallback hops that refused, per category, requested model and candidate"
+        "Decayed count of fallbacks that refused, per category, requested model and candidate"
     );
     describe_counter!(
         ROUTE_EXPLORED,
@@ -387,9 +387,9 @@ fn bounded_label(
     }
 }
 
-/// Counts a refusal served as it came because `tenant` used its hops.
-pub(crate) fn hops_capped(tenant: &str) {
-    counter!(HOPS_CAPPED, "tenant" => tenant_label(tenant)).increment(1);
+/// Counts a refusal served as it came because `tenant` used its fallbacks.
+pub(crate) fn recovery_capped(tenant: &str) {
+    counter!(RECOVERY_CAPPED, "tenant" => tenant_label(tenant)).increment(1);
 }
 
 /// Sets the routing gauges of `candidate` for refusals of `category` on
@@ -663,7 +663,7 @@ impl GuardedRequest {
 
     /// The span of one attempt of this request, a child of its span, open
     /// until [`AttemptSpan::end`]: `model` as the step asks for it, `to` the
-    /// provider of a hop to another provider's API.
+    /// provider of a fallback to another provider's API.
     pub(crate) fn attempt(
         &self,
         step: AttemptStep,
@@ -820,7 +820,7 @@ impl AttemptSpan {
     }
 }
 
-/// The wire API a hop to `provider` speaks (for its `gen_ai` system).
+/// The wire API a fallback to `provider` speaks (for its `gen_ai` system).
 fn provider_api(provider: Provider) -> WireApi {
     match provider {
         Provider::Anthropic => WireApi::AnthropicMessages,

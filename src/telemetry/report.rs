@@ -46,17 +46,17 @@ const RECENT: usize = 5;
 /// assert_eq!(report.refused_tokens_by_category["bio"].total_tokens(), 1205);
 /// assert!(report.to_string().contains("Tokens spent on refused attempts: 1205 (input 1200, output 5)"));
 ///
-/// // What became of fallback credit tokens presented on hops.
+/// // What became of fallback credit tokens presented on fallbacks.
 /// let line = r#"{"ts":"2026-11-29T19:00:01.000Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"fallback","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40},{"step":"fallback","model":"claude-y","result":"served","latency_ms":50,"fallback_credit":{"status":"not_applied","reason":"expired"}}]}"#;
 /// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
 /// assert_eq!(report.fallback_credit["not_applied:expired"], 1);
 /// assert!(report.to_string().contains("Fallback credit"));
 ///
-/// // Where refused prompts went: every hop to another provider's API.
+/// // Where refused prompts went: every fallback to another provider's API.
 /// let line = r#"{"ts":"2026-11-29T19:00:02.000Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"fallback","provider":"anthropic","attempts":[{"step":"original","model":"claude-x","result":"refused","latency_ms":40},{"step":"fallback","model":"openai:gpt-5","provider":"openai","result":"served","latency_ms":50}]}"#;
 /// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
 /// assert_eq!(report.cross_provider["anthropic -> openai [cyber] served"], 1);
-/// assert!(report.to_string().contains("Hops to another provider"));
+/// assert!(report.to_string().contains("Fallbacks to another provider"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -95,7 +95,7 @@ pub struct Report {
     /// response said became of them: `redeemed`, or `not_applied` with its
     /// reason (`not_applied:expired`; `not_applied` alone when none given).
     pub fallback_credit: BTreeMap<String, usize>,
-    /// Hops to another provider's API (attempts with a
+    /// Fallbacks to another provider's API (attempts with a
     /// [`provider`](crate::refusal::Attempt::provider)), by
     /// `from -> to [category] result`: `anthropic -> openai [cyber] served`.
     /// The refused prompt went to `to` for every one of them except those
@@ -365,7 +365,7 @@ impl fmt::Display for Report {
             table(f, "Fallback credit", &self.fallback_credit)?;
         }
         if !self.cross_provider.is_empty() {
-            table(f, "Hops to another provider", &self.cross_provider)?;
+            table(f, "Fallbacks to another provider", &self.cross_provider)?;
         }
         if self.restored > 0 {
             writeln!(f)?;

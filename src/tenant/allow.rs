@@ -1,37 +1,37 @@
-//! Where a tenant's recovery hops may go.
+//! Where a tenant's recovery fallbacks may go.
 
 use crate::refusal::Provider;
 
-/// The models and providers a tenant's recovery hops may go to. Unset
-/// (the default), each allows all; set, a hop must match both. A model
+/// The models and providers a tenant's recovery fallbacks may go to. Unset
+/// (the default), each allows all; set, a fallback must match both. A model
 /// pattern is a name, or a prefix ending in `*` (`claude-sonnet-*`); a
 /// chain entry `provider:model` matches by its model and its provider.
 ///
 /// ```
 /// use refusal_guard::refusal::Provider;
-/// use refusal_guard::tenant::HopAllowlist;
+/// use refusal_guard::tenant::FallbackAllowlist;
 ///
-/// let allow = HopAllowlist::new()
+/// let allow = FallbackAllowlist::new()
 ///     .models(["claude-sonnet-*", "gpt-5"])
 ///     .providers([Provider::Anthropic]);
 /// assert!(allow.allows(Provider::Anthropic, "claude-sonnet-4-5"));
 /// assert!(!allow.allows(Provider::OpenAi, "gpt-5"));
 /// assert!(!allow.allows(Provider::Anthropic, "claude-opus-4-7"));
-/// assert!(HopAllowlist::new().allows(Provider::Google, "anything"));
+/// assert!(FallbackAllowlist::new().allows(Provider::Google, "anything"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HopAllowlist {
+pub struct FallbackAllowlist {
     models: Option<Vec<String>>,
     providers: Option<Vec<Provider>>,
 }
 
-impl HopAllowlist {
-    /// Allows every hop.
+impl FallbackAllowlist {
+    /// Allows every fallback.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Only hops to these models (names, or prefixes ending in `*`).
+    /// Only fallbacks to these models (names, or prefixes ending in `*`).
     pub fn models<I, M>(mut self, models: I) -> Self
     where
         I: IntoIterator<Item = M>,
@@ -41,13 +41,13 @@ impl HopAllowlist {
         self
     }
 
-    /// Only hops to these providers.
+    /// Only fallbacks to these providers.
     pub fn providers<I: IntoIterator<Item = Provider>>(mut self, providers: I) -> Self {
         self.providers = Some(providers.into_iter().collect());
         self
     }
 
-    /// Whether a hop to `model` on `provider` may be sent.
+    /// Whether a fallback to `model` on `provider` may be sent.
     pub fn allows(&self, provider: Provider, model: &str) -> bool {
         let provider_ok = self
             .providers
@@ -64,7 +64,7 @@ impl HopAllowlist {
         provider_ok && model_ok
     }
 
-    /// Whether it allows every hop.
+    /// Whether it allows every fallback.
     pub fn is_open(&self) -> bool {
         self.models.is_none() && self.providers.is_none()
     }

@@ -2,10 +2,10 @@
 //!
 //! A [`Tenant`] is a name and the settings that replace the layer's for its
 //! requests: the steps per refusal category, the fallback chains, which
-//! models and providers a recovery hop may go to ([`HopAllowlist`]),
-//! whether the rescue and the text detector are on, how many recovery hops
+//! models and providers a recovery fallback may go to ([`FallbackAllowlist`]),
+//! whether the rescue and the text detector are on, how many recovery attempts
 //! it may cause per hour, and which of the operator's cross-provider keys
-//! its hops may spend. What a tenant leaves unset is the layer's.
+//! its fallbacks may spend. What a tenant leaves unset is the layer's.
 //!
 //! A [`TenantResolver`] names the tenant of each guarded request from its
 //! head, in the spirit of tower's `retry::Policy`: [`OneTenant`] (the
@@ -20,23 +20,23 @@
 //! ```
 //! use refusal_guard::recovery::FallbackChains;
 //! use refusal_guard::refusal::Provider;
-//! use refusal_guard::tenant::{HopAllowlist, Tenant};
+//! use refusal_guard::tenant::{FallbackAllowlist, Tenant};
 //! use refusal_guard::RefusalGuardLayer;
 //!
 //! let red_team = Tenant::named("red-team")
 //!     .category_policy("cyber=fallback,rescue;*=stop".parse()?)
 //!     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-sonnet-4-5"]))
-//!     .allow(HopAllowlist::new().models(["claude-sonnet-4-5"]).providers([Provider::Anthropic]))
-//!     .hops_per_hour(100);
+//!     .allow(FallbackAllowlist::new().models(["claude-sonnet-4-5"]).providers([Provider::Anthropic]))
+//!     .recovery_attempts_per_hour(100);
 //! let layer = RefusalGuardLayer::new().tenants(move |_head: &http::request::Parts| red_team.clone());
 //! # let _ = layer;
 //! # Ok::<(), refusal_guard::recovery::category::PolicyError>(())
 //! ```
 
 mod allow;
-mod hops;
+mod attempts;
 
-pub use allow::HopAllowlist;
+pub use allow::FallbackAllowlist;
 
 use std::fmt;
 use std::sync::Arc;
@@ -45,7 +45,7 @@ use crate::recovery::category::CategoryPolicy;
 use crate::recovery::FallbackChains;
 use crate::refusal::Provider;
 
-use hops::HopWindow;
+use attempts::AttemptWindow;
 
 /// One tenant: a name and the settings that replace the layer's for its
 /// requests. Cheap to clone (shared).
@@ -72,13 +72,13 @@ struct Settings {
     name: String,
     policy: Option<CategoryPolicy>,
     chains: Option<FallbackChains>,
-    allow: HopAllowlist,
+    allow: FallbackAllowlist,
     rescue: Option<bool>,
     text_detection: Option<bool>,
-    hops_per_hour: Option<u32>,
+    recovery_attempts_per_hour: Option<u32>,
     /// `None`: every operator key.
     operator_keys: Option<Vec<Provider>>,
-    hops: Arc<HopWindow>,
+    attempts: Arc<AttemptWindow>,
 }
 
 impl Default for Tenant {
@@ -92,12 +92,12 @@ impl Default for Tenant {
                     name: Tenant::DEFAULT_NAME.to_owned(),
                     policy: None,
                     chains: None,
-                    allow: HopAllowlist::new(),
+                    allow: FallbackAllowlist::new(),
                     rescue: None,
                     text_detection: None,
-                    hops_per_hour: None,
+                    recovery_attempts_per_hour: None,
                     operator_keys: None,
-                    hops: Arc::default(),
+                    attempts: Arc::default(),
                 }))
             })
             .clone()
@@ -114,7 +114,7 @@ impl fmt::Debug for Tenant {
             .field("allow", &s.allow)
             .field("rescue", &s.rescue)
             .field("text_detection", &s.text_detection)
-            .field("hops_per_hour", &s.hops_per_hour)
+            .field("recovery_attempts_per_hour", &s.recovery_attempts_per_hour)
             .field("operator_keys", &s.operator_keys)
             .finish()
     }
@@ -131,11 +131,11 @@ impl Tenant {
     }
 
     fn with(mut self, change: impl FnOnce(&mut Settings)) -> Self {
-        // A tenant made from the default one counts its own hops.
+        // A tenant made from the default one counts its own recovery attempts.
         let fresh = self.same(&Tenant::default());
         let settings = Arc::make_mut(&mut self.0);
         if fresh {
-            settings.hops = Arc::default();
+            settings.attempts = Arc::default();
         }
         change(settings);
         self
@@ -156,10 +156,10 @@ impl Tenant {
         self.with(|s| s.chains = Some(chains))
     }
 
-    /// Where its recovery hops may go (default: anywhere the chains say).
-    /// A hop outside it is never sent: it is recorded skipped, dead reason
+    /// Where its recovery fallbacks may go (default: anywhere the chains say).
+    /// A fallback outside it is never sent: it is recorded skipped, dead reason
     /// `not_allowed`.
-    pub fn allow(self, allow: HopAllowlist) -> Self {
+    pub fn allow(self, allow: FallbackAllowlist) -> Self {
         self.with(|s| s.allow = allow)
     }
 
@@ -174,28 +174,28 @@ impl Tenant {
         self.with(|s| s.text_detection = Some(on))
     }
 
-    /// Most recovery hops (fallbacks, rescues, retargets, continuations)
+    /// Most recovery attempts (fallbacks, rescues, retargets, continuations)
     /// its requests may cause in the last hour, counted by the minute in
     /// this process; past it a refusal is served as it came, dead reason
     /// `capped`.
-    pub fn hops_per_hour(self, hops: u32) -> Self {
-        self.with(|s| s.hops_per_hour = Some(hops))
+    pub fn recovery_attempts_per_hour(self, attempts: u32) -> Self {
+        self.with(|s| s.recovery_attempts_per_hour = Some(attempts))
     }
 
     /// The providers whose operator key (set with
     /// [`cross_provider`](crate::RefusalGuardLayer::cross_provider)) its
-    /// cross-provider hops may spend; the others are skipped as without an
+    /// cross-provider fallbacks may spend; the others are skipped as without an
     /// endpoint (`no_endpoint`).
     pub fn operator_keys<I: IntoIterator<Item = Provider>>(self, providers: I) -> Self {
         let providers = providers.into_iter().collect();
         self.with(|s| s.operator_keys = Some(providers))
     }
 
-    /// Keeps counting hops where `earlier` (a tenant of the same name, say
+    /// Keeps counting recovery attempts where `earlier` (a tenant of the same name, say
     /// from the tenants file before a reload) had got to.
-    pub fn counting_hops_with(self, earlier: &Tenant) -> Self {
-        let hops = earlier.0.hops.clone();
-        self.with(|s| s.hops = hops)
+    pub fn counting_attempts_with(self, earlier: &Tenant) -> Self {
+        let attempts = earlier.0.attempts.clone();
+        self.with(|s| s.attempts = attempts)
     }
 
     /// Its category policy, when it has its own.
@@ -208,8 +208,8 @@ impl Tenant {
         self.0.chains.as_ref()
     }
 
-    /// Where its hops may go.
-    pub fn allowlist(&self) -> &HopAllowlist {
+    /// Where its fallbacks may go.
+    pub fn allowlist(&self) -> &FallbackAllowlist {
         &self.0.allow
     }
 
@@ -223,12 +223,12 @@ impl Tenant {
         self.0.text_detection
     }
 
-    /// Its cap on hops per hour, if any.
-    pub fn hops_per_hour_setting(&self) -> Option<u32> {
-        self.0.hops_per_hour
+    /// Its cap on recovery attempts per hour, if any.
+    pub fn recovery_attempts_per_hour_setting(&self) -> Option<u32> {
+        self.0.recovery_attempts_per_hour
     }
 
-    /// Whether its hops may spend the operator's key for `provider`.
+    /// Whether its fallbacks may spend the operator's key for `provider`.
     ///
     /// ```
     /// use refusal_guard::refusal::Provider;
@@ -245,18 +245,18 @@ impl Tenant {
             .map_or(true, |keys| keys.contains(&provider))
     }
 
-    /// Takes one hop from its hourly cap; `false` when none is left.
-    pub(crate) fn take_hop(&self) -> bool {
-        match self.0.hops_per_hour {
-            Some(cap) => self.0.hops.take(cap),
+    /// Takes one recovery attempt from its hourly cap; `false` when none is left.
+    pub(crate) fn take_attempt(&self) -> bool {
+        match self.0.recovery_attempts_per_hour {
+            Some(cap) => self.0.attempts.take(cap),
             None => true,
         }
     }
 
-    /// Gives back a hop taken for a step that was never sent.
-    pub(crate) fn give_back_hop(&self) {
-        if self.0.hops_per_hour.is_some() {
-            self.0.hops.give_back();
+    /// Gives back an attempt taken for a step that was never sent.
+    pub(crate) fn give_back_attempt(&self) {
+        if self.0.recovery_attempts_per_hour.is_some() {
+            self.0.attempts.give_back();
         }
     }
 

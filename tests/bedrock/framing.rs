@@ -52,7 +52,7 @@ async fn an_answer_reaches_the_client_byte_exact_at_every_split() {
 }
 
 #[tokio::test]
-async fn a_refusal_is_recovered_at_every_split_and_the_hop_served_as_sent() {
+async fn a_refusal_is_recovered_at_every_split_and_the_fallback_served_as_sent() {
     let refusal = stream(&br::invoke_stream(&br::refusal_events(OPUS, true)));
     let answer = stream(&br::invoke_stream(&br::answer_events(SONNET, "Recovered.")));
     for chunks in every_chunking(&refusal) {
@@ -61,7 +61,7 @@ async fn a_refusal_is_recovered_at_every_split_and_the_hop_served_as_sent() {
             Reply::raw(200, EVENTSTREAM, vec![answer.clone()]),
         ];
         let done = exchange(chained(), replies, invoke()).await;
-        let seen = done.assert_served_on_the_second_call(&answer, "the hop's frames");
+        let seen = done.assert_served_on_the_second_call(&answer, "the fallback's frames");
         assert!(seen[1].uri.to_string().contains(SONNET), "{}", seen[1].uri);
         assert_eq!(done.sink.records()[0].outcome, Outcome::Fallback);
     }

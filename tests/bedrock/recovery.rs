@@ -152,7 +152,7 @@ async fn an_empty_refusal_on_invoke_stream_falls_back_to_the_arn_signed_for_each
         assert_eq!(
             done.body,
             joined(&answer),
-            "the client gets the hop's frames as sent"
+            "the client gets the fallback's frames as sent"
         );
         assert_eq!(done.seen.len(), 2);
         assert_all_signed(&done.seen);
@@ -162,9 +162,9 @@ async fn an_empty_refusal_on_invoke_stream_falls_back_to_the_arn_signed_for_each
             "/model/arn:aws:bedrock:us-east-1:123456789012:inference-profile%2Fus.anthropic.claude-sonnet-4-5-v1:0/invoke-with-response-stream"
         );
         // The body stays a Bedrock body: no model, no stream flag.
-        let hop = done.seen[1].json();
-        assert!(hop.get("model").is_none() && hop.get("stream").is_none());
-        assert_eq!(hop["anthropic_version"], "bedrock-2023-05-31");
+        let fallback = done.seen[1].json();
+        assert!(fallback.get("model").is_none() && fallback.get("stream").is_none());
+        assert_eq!(fallback["anthropic_version"], "bedrock-2023-05-31");
         assert_eq!(done.records.len(), 1);
         let record = &done.records[0];
         assert_eq!(record.outcome, Outcome::Fallback);
@@ -436,7 +436,7 @@ fn credited_refusal(token: &str) -> Vec<Bytes> {
 }
 
 #[tokio::test]
-async fn a_hop_presents_bedrocks_credit_token_only_when_the_client_opted_in() {
+async fn a_fallback_presents_bedrocks_credit_token_only_when_the_client_opted_in() {
     const CREDIT_BETA: &str = "fallback-credit-2026-06-09";
     for opted_in in [true, false] {
         let answer = br::invoke_stream(&br::answer_events(SONNET_ARN, "Here is the audit."));
@@ -452,15 +452,15 @@ async fn a_hop_presents_bedrocks_credit_token_only_when_the_client_opted_in() {
         let path = format!("/model/{OPUS}/invoke-with-response-stream");
         let done = post(&upstream, chained(), &path, body.clone()).await;
         assert_eq!(done.body, joined(&answer), "opted in: {opted_in}");
-        assert_eq!(done.seen.len(), 2, "the contract took the hop");
-        let hop = done.seen[1].json();
+        assert_eq!(done.seen.len(), 2, "the contract took the fallback");
+        let fallback = done.seen[1].json();
         assert_eq!(
-            hop["anthropic_beta"], body["anthropic_beta"],
+            fallback["anthropic_beta"], body["anthropic_beta"],
             "the client's betas, unchanged"
         );
         let expected = opted_in.then(|| json!("credit-tok-1"));
-        assert_eq!(hop.get("fallback_credit_token").cloned(), expected);
-        assert!(hop.get("fallbacks").is_none());
+        assert_eq!(fallback.get("fallback_credit_token").cloned(), expected);
+        assert!(fallback.get("fallbacks").is_none());
         assert_eq!(done.records[0].outcome, Outcome::Fallback);
     }
 }

@@ -123,11 +123,11 @@ def test_retarget_and_chain_models_are_as_configured(harness, script_id):
     assert message.content[0].text == "Hello there!"
     seen = harness.seen(script_id)
     assert len(seen) == 2
-    first, hop = seen[0]["json"], seen[1]["json"]
+    first, fallback = seen[0]["json"], seen[1]["json"]
     assert [f["model"] for f in first["fallbacks"]] == ["claude-retarget-a", "claude-retarget-b"]
     assert first["model"] == "claude-chain-source"
-    assert hop["model"] == "claude-chain-target", "the chain's next model answers"
-    assert NOTE not in json.dumps(hop), "a fallback hop is the same request on another model"
+    assert fallback["model"] == "claude-chain-target", "the chain's next model answers"
+    assert NOTE not in json.dumps(fallback), "a fallback is the same request on another model"
 
 
 def test_refusals_are_logged(harness, script_id):

@@ -4,7 +4,7 @@
 its environment, in front of the scripted mock, which checks every request
 against the provider contract of the API it arrives on.
 
-A hop the guard translates carries none of the client's headers, so these
+A fallback the guard translates carries none of the client's headers, so these
 scripts are named in the conversation's text (`[mock-script=...]`), which
 the translation keeps."""
 
@@ -49,17 +49,17 @@ def scripted(text: str, script: str, script_id: str) -> str:
     return f"{text} [mock-script={script};mock-id={script_id}]"
 
 
-def hop_of(harness, script_id: str) -> dict:
-    """The second request the mock saw for this script: the hop."""
+def fallback_of(harness, script_id: str) -> dict:
+    """The second request the mock saw for this script: the fallback."""
     seen = harness.seen(script_id)
     assert len(seen) == 2, [(s["path"], s["header"]) for s in seen]
     return seen[1]
 
 
-def assert_operator_credentials_only(hop: dict, key_header: str, key: str, client_key: str):
-    assert key_header in hop["header"], hop["header"]
-    assert key in hop["header"][key_header], hop["header"]
-    for name, value in hop["header"].items():
+def assert_operator_credentials_only(fallback: dict, key_header: str, key: str, client_key: str):
+    assert key_header in fallback["header"], fallback["header"]
+    assert key in fallback["header"][key_header], fallback["header"]
+    for name, value in fallback["header"].items():
         assert client_key not in value, f"the client's key went to another provider in {name}"
 
 
@@ -90,11 +90,11 @@ def test_an_anthropic_refusal_streams_an_openai_tool_call_to_the_anthropic_sdk(h
     assert tool.input == {"city": "New York City"}
     assert message.usage.output_tokens == 16
 
-    hop = hop_of(harness, script_id)
-    assert hop["path"] == "/v1/chat/completions"
-    assert_operator_credentials_only(hop, "authorization", OPERATOR["OPENAI_API_KEY"], "sk-ant-client-e2e")
-    assert "x-api-key" not in hop["header"] and "anthropic-version" not in hop["header"]
-    body = hop["json"]
+    fallback = fallback_of(harness, script_id)
+    assert fallback["path"] == "/v1/chat/completions"
+    assert_operator_credentials_only(fallback, "authorization", OPERATOR["OPENAI_API_KEY"], "sk-ant-client-e2e")
+    assert "x-api-key" not in fallback["header"] and "anthropic-version" not in fallback["header"]
+    body = fallback["json"]
     assert body["model"] == "gpt-5" and body["stream"] is True
     assert body["messages"][0] == {"role": "system", "content": "You answer weather questions."}
     assert body["messages"][1]["role"] == "user"
@@ -117,10 +117,10 @@ def test_an_anthropic_refusal_creates_an_openai_answer_for_the_anthropic_sdk(har
     assert message.stop_reason == "end_turn"
     assert (message.usage.input_tokens, message.usage.output_tokens) == (9, 6)
 
-    hop = hop_of(harness, script_id)
-    assert hop["path"] == "/v1/chat/completions"
-    assert hop["json"]["model"] == "gpt-5" and not hop["json"].get("stream")
-    assert_operator_credentials_only(hop, "authorization", OPERATOR["OPENAI_API_KEY"], "sk-ant-client-e2e")
+    fallback = fallback_of(harness, script_id)
+    assert fallback["path"] == "/v1/chat/completions"
+    assert fallback["json"]["model"] == "gpt-5" and not fallback["json"].get("stream")
+    assert_operator_credentials_only(fallback, "authorization", OPERATOR["OPENAI_API_KEY"], "sk-ant-client-e2e")
 
 
 def openai_sdk(base_url: str):
@@ -129,23 +129,23 @@ def openai_sdk(base_url: str):
     return openai.OpenAI(base_url=base_url + "/v1", api_key="sk-openai-client-e2e", max_retries=0, timeout=30)
 
 
-def assert_claude_hop(harness, script_id: str, client_key: str) -> dict:
-    hop = hop_of(harness, script_id)
-    assert hop["path"] == "/v1/messages"
-    assert_operator_credentials_only(hop, "x-api-key", OPERATOR["ANTHROPIC_API_KEY"], client_key)
-    assert "authorization" not in hop["header"] and "x-goog-api-key" not in hop["header"]
-    assert hop["header"]["anthropic-version"] == "2023-06-01"
-    assert hop["json"]["model"] == "claude-sonnet-4-5"
-    assert hop["json"]["max_tokens"] > 0
-    return hop
+def assert_claude_fallback(harness, script_id: str, client_key: str) -> dict:
+    fallback = fallback_of(harness, script_id)
+    assert fallback["path"] == "/v1/messages"
+    assert_operator_credentials_only(fallback, "x-api-key", OPERATOR["ANTHROPIC_API_KEY"], client_key)
+    assert "authorization" not in fallback["header"] and "x-goog-api-key" not in fallback["header"]
+    assert fallback["header"]["anthropic-version"] == "2023-06-01"
+    assert fallback["json"]["model"] == "claude-sonnet-4-5"
+    assert fallback["json"]["max_tokens"] > 0
+    return fallback
 
 
-def assert_streamed_claude_hop(harness, script_id: str):
-    """The hop of an openai SDK stream whose instructions were "You audit
+def assert_streamed_claude_fallback(harness, script_id: str):
+    """The fallback of an openai SDK stream whose instructions were "You audit
     networks.": streamed, with them as the Claude request's system."""
-    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
-    assert hop["json"]["stream"] is True
-    assert hop["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
+    fallback = assert_claude_fallback(harness, script_id, "sk-openai-client-e2e")
+    assert fallback["json"]["stream"] is True
+    assert fallback["json"]["system"] in ("You audit networks.", [{"type": "text", "text": "You audit networks."}])
 
 
 def test_an_openai_content_filter_streams_a_claude_answer_to_the_openai_sdk(harness, cross, script_id):
@@ -172,7 +172,7 @@ def test_an_openai_content_filter_streams_a_claude_answer_to_the_openai_sdk(harn
     assert finish == ["stop"]
     assert len(usage) == 1 and usage[0].completion_tokens > 0, usage
 
-    assert_streamed_claude_hop(harness, script_id)
+    assert_streamed_claude_fallback(harness, script_id)
 
 
 def test_an_openai_content_filter_creates_a_claude_answer_for_the_openai_sdk(harness, cross, script_id):
@@ -187,7 +187,7 @@ def test_an_openai_content_filter_creates_a_claude_answer_for_the_openai_sdk(har
     )
     assert completion.choices[0].finish_reason == "stop"
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (20, 14)
-    assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
+    assert_claude_fallback(harness, script_id, "sk-openai-client-e2e")
 
 
 def test_a_responses_content_filter_streams_a_claude_answer_to_responses_stream(harness, cross, script_id):
@@ -215,7 +215,7 @@ def test_a_responses_content_filter_streams_a_claude_answer_to_responses_stream(
     assert final.output_text == CLAUDE_TEXT
     assert final.usage.output_tokens > 0
 
-    assert_streamed_claude_hop(harness, script_id)
+    assert_streamed_claude_fallback(harness, script_id)
 
 
 def test_a_responses_refusal_creates_a_claude_answer_for_the_openai_sdk(harness, cross, script_id):
@@ -230,8 +230,8 @@ def test_a_responses_refusal_creates_a_claude_answer_for_the_openai_sdk(harness,
     assert response.status == "completed"
     assert response.output_text == "Hardening checklist: disable password logins, keep packages patched."
     assert (response.usage.input_tokens, response.usage.output_tokens) == (20, 14)
-    hop = assert_claude_hop(harness, script_id, "sk-openai-client-e2e")
-    assert not hop["json"].get("stream")
+    fallback = assert_claude_fallback(harness, script_id, "sk-openai-client-e2e")
+    assert not fallback["json"].get("stream")
 
 
 def test_a_gemini_block_streams_a_claude_answer_to_google_genai(harness, cross, script_id):
@@ -253,22 +253,22 @@ def test_a_gemini_block_streams_a_claude_answer_to_google_genai(harness, cross, 
     assert "".join(chunk.text or "" for chunk in chunks) == CLAUDE_TEXT
     reasons = [c.candidates[0].finish_reason for c in chunks if c.candidates and c.candidates[0].finish_reason]
     assert [str(r) for r in reasons] == [str(types.FinishReason.STOP)]
-    hop = assert_claude_hop(harness, script_id, "gemini-client-e2e")
-    assert hop["json"]["stream"] is True
+    fallback = assert_claude_fallback(harness, script_id, "gemini-client-e2e")
+    assert fallback["json"]["stream"] is True
 
 
-def test_every_cross_provider_hop_is_in_the_record_and_the_report(cross):
-    """Runs after the hops above (pytest keeps file order): the log names
-    each hop's provider, and the report counts them from -> to."""
+def test_every_cross_provider_fallback_is_in_the_record_and_the_report(cross):
+    """Runs after the fallbacks above (pytest keeps file order): the log names
+    each fallback's provider, and the report counts them from -> to."""
     proxy, log = cross
     records = [json.loads(line) for line in log.read_text().splitlines()]
-    hops = {
+    fallbacks = {
         (record["provider"], attempt["provider"], attempt["result"])
         for record in records
         for attempt in record["attempts"]
         if "provider" in attempt
     }
-    assert hops == {
+    assert fallbacks == {
         ("anthropic", "openai", "served"),
         ("openai", "anthropic", "served"),
         ("google", "anthropic", "served"),
@@ -280,7 +280,7 @@ def test_every_cross_provider_hop_is_in_the_record_and_the_report(cross):
         timeout=30,
     )
     assert report.returncode == 0, report.stderr
-    assert "Hops to another provider:" in report.stdout, report.stdout
+    assert "Fallbacks to another provider:" in report.stdout, report.stdout
     assert "anthropic -> openai [cyber] served" in report.stdout, report.stdout
     assert "openai -> anthropic [content_filter] served" in report.stdout, report.stdout
     assert "google -> anthropic [" in report.stdout, report.stdout

@@ -9,14 +9,14 @@ import pytest
 from conftest import NOTE, logging_proxy
 
 MODEL = "gemini-recite"
-HOP = "gemini-recite-hop"
+FALLBACK = "gemini-recite-fallback"
 RECITATION = "e2e/gemini_recitation.sse"
 ANSWER = "usage/gemini-answer.sse"
 
 
 @pytest.fixture(scope="module")
 def gemini(harness, tmp_path_factory):
-    args = ["--upstream", harness.mock, "--chain", f"{MODEL}={HOP}"]
+    args = ["--upstream", harness.mock, "--chain", f"{MODEL}={FALLBACK}"]
     with logging_proxy("genai", args, tmp_path_factory.mktemp("genai")) as running:
         yield running
 
@@ -44,8 +44,8 @@ def test_a_recitation_is_served_by_the_chain_without_the_rescue_note(harness, ge
     assert "".join(chunk.text or "" for chunk in chunks) == "Here is a careful answer."
     seen = harness.seen(script_id)
     assert len(seen) == 2, [s["path"] for s in seen]
-    assert f"/models/{HOP}:streamGenerateContent" in seen[1]["path"], seen[1]["path"]
-    assert seen[1]["json"] == seen[0]["json"], "the hop sends the client's request as it was"
+    assert f"/models/{FALLBACK}:streamGenerateContent" in seen[1]["path"], seen[1]["path"]
+    assert seen[1]["json"] == seen[0]["json"], "the fallback sends the client's request as it was"
     assert NOTE not in seen[1]["body"]
     record = [r for r in records(log) if r["model"] == MODEL][-1]
     assert (record["category"], record["outcome"]) == ("recitation", "fallback"), record

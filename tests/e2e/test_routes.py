@@ -8,7 +8,7 @@ processes: the built-in simulated provider, a real HTTP server for every
 API, refuses each conversation's first attempt and answers later ones; with
 rescue off and no chain, their refusals reach the routed proxy exactly as
 sent. Strict, they hold what reaches them (Claude Code's, the openai SDK's
-and google-genai's requests, and the routed proxy's fallback hops) to the
+and google-genai's requests, and the routed proxy's fallbacks) to the
 providers' rules, and a break fails the test (conftest reads their logs).
 A fourth one is the default upstream, so that nothing leaves loopback.
 

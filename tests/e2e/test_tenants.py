@@ -1,7 +1,7 @@
 """Two tenants behind one `refusal-guard` binary (`--tenants`), read by the
 official SDKs, in front of the scripted mock (which checks every request
 against the provider's contract): the same refusal is recovered for one
-tenant and reaches the other as the refusal it is; a hop outside a
+tenant and reaches the other as the refusal it is; a fallback outside a
 tenant's allowlist is never sent; the operator's keys are spent only for
 a tenant allowed them; a key the file does not list is an SDK
 authentication error, with nothing sent upstream."""
@@ -121,16 +121,16 @@ def test_the_operator_key_is_spent_only_for_the_tenant_allowed_it(harness, tenan
     }
     red = anthropic_sdk(proxy.url, RED_KEY, script, script_id + "-red").messages.create(**body)
     assert red.stop_reason == "end_turn"
-    [original, hop] = harness.seen(script_id + "-red")
-    assert hop["path"] == "/v1/chat/completions"
-    assert hop["header"]["authorization"] == f"Bearer {OPENAI_OPERATOR_KEY}"
+    [original, fallback] = harness.seen(script_id + "-red")
+    assert fallback["path"] == "/v1/chat/completions"
+    assert fallback["header"]["authorization"] == f"Bearer {OPENAI_OPERATOR_KEY}"
 
     # Green team takes the proxy's chain, to OpenAI, but holds no operator
-    # key: the hop is skipped, never sent, and the refusal reaches it.
+    # key: the fallback is skipped, never sent, and the refusal reaches it.
     body["messages"][0]["content"] = f"Audit my SSH config [mock-script={script};mock-id={script_id}-green]"
     green = anthropic_sdk(proxy.url, GREEN_KEY, script, script_id + "-green").messages.create(**body)
     assert green.stop_reason == "refusal"
-    assert len(harness.seen(script_id + "-green")) == 1, "no hop spent the operator's key"
+    assert len(harness.seen(script_id + "-green")) == 1, "no fallback spent the operator's key"
     [record] = [r for r in records(log) if r.get("tenant") == "green-team"]
     assert (record["reason"], record["attempts"][1]["result"]) == ("no_endpoint", "skipped")
 

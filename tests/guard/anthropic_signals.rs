@@ -110,7 +110,7 @@ fn served_by_chain_json() -> Value {
 }
 
 #[tokio::test]
-async fn a_server_side_chain_is_recorded_with_the_last_hops_model_and_the_declined_tokens() {
+async fn a_server_side_chain_is_recorded_with_the_last_fallbacks_model_and_the_declined_tokens() {
     let body = Bytes::from(served_by_chain_json().to_string());
     let done = exchange(
         RefusalGuardLayer::new(),
@@ -123,7 +123,7 @@ async fn a_server_side_chain_is_recorded_with_the_last_hops_model_and_the_declin
     assert_eq!(record.outcome, Outcome::Fallback);
     assert_eq!(record.model.as_deref(), Some(OPUS));
     assert_eq!(record.served_model.as_deref(), Some(HAIKU));
-    let usage = record.usage.expect("the declined hops' tokens");
+    let usage = record.usage.expect("the declined fallbacks' tokens");
     assert_eq!(
         (usage.input_tokens, usage.output_tokens),
         (Some(80), Some(3))
@@ -178,7 +178,7 @@ async fn a_sticky_routed_turn_with_only_the_serving_iteration_is_no_refusal() {
 // ---- fallback credit --------------------------------------------------------
 
 #[tokio::test]
-async fn what_became_of_a_credit_token_is_recorded_on_its_hop_and_counted() {
+async fn what_became_of_a_credit_token_is_recorded_on_its_fallback_and_counted() {
     let refusal = json!({"id": "msg_a", "type": "message", "role": "assistant", "model": OPUS,
         "content": [], "stop_reason": "refusal", "stop_sequence": null,
         "stop_details": {"type": "refusal", "category": "cyber", "explanation": null,
@@ -213,7 +213,7 @@ async fn what_became_of_a_credit_token_is_recorded_on_its_hop_and_counted() {
     let report = Report::from_records(done.sink.records());
     assert_eq!(report.fallback_credit["not_applied:expired"], 1);
 
-    // A hop that refuses says what became of the token too.
+    // A fallback that refuses says what became of the token too.
     let replies = vec![
         Reply::sse(&refusal_with(
             OPUS,
@@ -248,7 +248,7 @@ async fn what_became_of_a_credit_token_is_recorded_on_its_hop_and_counted() {
 // ---- a client-side chain marked as a server-side one --------------------------
 
 #[tokio::test]
-async fn the_handoff_marker_names_every_hop_keeps_the_primarys_id_and_lists_iterations() {
+async fn the_handoff_marker_names_every_fallback_keeps_the_primarys_id_and_lists_iterations() {
     let replies = vec![
         Reply::sse(&refusal_with(OPUS, "msg_primary", json!({}))),
         Reply::sse(&refusal_with(SONNET, "msg_second", json!({}))),
@@ -298,13 +298,13 @@ async fn the_handoff_marker_names_every_hop_keeps_the_primarys_id_and_lists_iter
     assert_eq!(delta["usage"]["iterations"][0]["output_tokens"], 2);
 }
 
-// ---- a fallback hop served as a stream ----------------------------------------
+// ---- a fallback served as a stream ----------------------------------------
 
-/// A fallback hop's streamed answer in two chunks: the first has the output
+/// A fallback's streamed answer in two chunks: the first has the output
 /// the hold decides on, the second the end, whose `message_delta` says what
-/// became of the credit token the hop presented.
-fn hop_answer_in_two_chunks() -> Vec<Bytes> {
-    let events = text_answer(SONNET, "answer from the hop");
+/// became of the credit token the fallback presented.
+fn fallback_answer_in_two_chunks() -> Vec<Bytes> {
+    let events = text_answer(SONNET, "answer from the fallback");
     let mut end = events[4].clone();
     end["usage"] = json!({"output_tokens": 6, "fallback_credit": {"status": {"type": "redeemed"}}});
     vec![
@@ -322,14 +322,17 @@ fn credit_refusal() -> Reply {
 }
 
 #[tokio::test]
-async fn a_streamed_hop_is_recorded_when_its_stream_ends_with_what_its_end_said() {
-    let replies = vec![credit_refusal(), Reply::Sse(hop_answer_in_two_chunks())];
+async fn a_streamed_fallback_is_recorded_when_its_stream_ends_with_what_its_end_said() {
+    let replies = vec![
+        credit_refusal(),
+        Reply::Sse(fallback_answer_in_two_chunks()),
+    ];
     let layer = RefusalGuardLayer::new().fallback_chains(one_chain());
     let done = exchange(layer, replies, messages(OPUS, true, "x")).await;
     assert_eq!(
         done.body,
-        hop_answer_in_two_chunks().concat(),
-        "the hop as it came"
+        fallback_answer_in_two_chunks().concat(),
+        "the fallback as it came"
     );
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
@@ -358,13 +361,13 @@ async fn a_streamed_hop_is_recorded_when_its_stream_ends_with_what_its_end_said(
 }
 
 #[tokio::test]
-async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record() {
+async fn a_client_that_leaves_a_served_fallback_mid_stream_still_gets_one_record() {
     use http_body_util::BodyExt;
     use tower::{Layer, ServiceExt};
 
     let upstream = Upstream::new(vec![
         credit_refusal(),
-        Reply::Sse(hop_answer_in_two_chunks()),
+        Reply::Sse(fallback_answer_in_two_chunks()),
     ]);
     let sink = refusal_guard::telemetry::MemorySink::new();
     let guard = RefusalGuardLayer::new()
@@ -379,7 +382,10 @@ async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record() {
         .unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap();
-    assert_eq!(first.data_ref().unwrap(), &hop_answer_in_two_chunks()[0]);
+    assert_eq!(
+        first.data_ref().unwrap(),
+        &fallback_answer_in_two_chunks()[0]
+    );
     assert!(sink.is_empty(), "not recorded before the stream ends");
     assert!(!handle.is_settled());
     drop(body);
@@ -389,7 +395,7 @@ async fn a_client_that_leaves_a_served_hop_mid_stream_still_gets_one_record() {
     assert_eq!(
         record.outcome,
         Outcome::Fallback,
-        "the hop did serve output"
+        "the fallback did serve output"
     );
     // A drop cannot tell an abandoned stream from a finished one (SDKs
     // close on the last event), so the attempt stays served; its end's

@@ -1,4 +1,4 @@
-//! Fallback hops to another provider's API: the request translated, sent to
+//! Fallbacks to another provider's API: the request translated, sent to
 //! the operator's endpoint with the operator's key (the strict contract of
 //! the target API checks it), and the answer translated back so that the
 //! client reads one response of its own API.
@@ -114,15 +114,18 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
 
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
-    let hop = &seen[1];
-    assert_eq!(hop.uri, "http://127.0.0.1:9/openai/v1/chat/completions");
-    assert_eq!(hop.headers["authorization"], "Bearer sk-operator");
+    let fallback = &seen[1];
+    assert_eq!(
+        fallback.uri,
+        "http://127.0.0.1:9/openai/v1/chat/completions"
+    );
+    assert_eq!(fallback.headers["authorization"], "Bearer sk-operator");
     assert!(
-        hop.headers.get("x-api-key").is_none(),
+        fallback.headers.get("x-api-key").is_none(),
         "the client's key stays with its provider"
     );
     assert_eq!(
-        hop.json(),
+        fallback.json(),
         json!({"model": "gpt-5", "max_completion_tokens": 512, "stream": true,
             "stream_options": {"include_usage": true},
             "messages": [{"role": "system", "content": "You audit systems."},
@@ -167,11 +170,11 @@ async fn an_anthropic_refusal_is_served_by_an_openai_model_as_an_anthropic_strea
     );
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
-    let hop = &records[0].attempts[1];
-    assert_eq!(hop.step, AttemptStep::Fallback);
-    assert_eq!(hop.model.as_deref(), Some("openai:gpt-5"));
-    assert_eq!(hop.provider, Some(Provider::OpenAi));
-    assert_eq!(hop.result, AttemptResult::Served);
+    let fallback = &records[0].attempts[1];
+    assert_eq!(fallback.step, AttemptStep::Fallback);
+    assert_eq!(fallback.model.as_deref(), Some("openai:gpt-5"));
+    assert_eq!(fallback.provider, Some(Provider::OpenAi));
+    assert_eq!(fallback.result, AttemptResult::Served);
     assert_eq!(
         records[0].attempts[0].provider, None,
         "the original is Anthropic's own"
@@ -242,15 +245,15 @@ async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
         post(CHAT_URL, &request, ("authorization", "Bearer sk-client")),
     )
     .await;
-    let hop = &done.upstream.seen()[1];
-    assert_eq!(hop.uri, "http://127.0.0.1:9/anthropic/v1/messages");
-    assert_eq!(hop.headers["x-api-key"], "sk-ant-operator");
-    assert_eq!(hop.headers["anthropic-version"], "2023-06-01");
+    let fallback = &done.upstream.seen()[1];
+    assert_eq!(fallback.uri, "http://127.0.0.1:9/anthropic/v1/messages");
+    assert_eq!(fallback.headers["x-api-key"], "sk-ant-operator");
+    assert_eq!(fallback.headers["anthropic-version"], "2023-06-01");
     assert!(
-        hop.headers.get("authorization").is_none(),
+        fallback.headers.get("authorization").is_none(),
         "the client's key stays with its provider"
     );
-    assert_eq!(hop.json()["model"], "claude-sonnet-4-5");
+    assert_eq!(fallback.json()["model"], "claude-sonnet-4-5");
 
     let text = std::str::from_utf8(&done.body).unwrap();
     assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
@@ -275,7 +278,7 @@ async fn an_openai_content_filter_is_served_by_claude_as_a_chat_stream() {
 
 /// A Chat conversation ending in an assistant message (which Chat answers
 /// after) never reaches Claude as it is: there the turn would be a prefill
-/// to continue, which the Claude 4.6 generation rejects outright. The hop
+/// to continue, which the Claude 4.6 generation rejects outright. The fallback
 /// is skipped as one Claude's API cannot express, and recorded.
 #[tokio::test]
 async fn a_chat_conversation_ending_in_an_assistant_turn_is_not_sent_to_claude() {
@@ -331,10 +334,10 @@ async fn a_gemini_block_is_served_by_claude_as_a_gemini_stream() {
         post(GEMINI_STREAM_URL, &request, ("x-goog-api-key", "g-client")),
     )
     .await;
-    let hop = &done.upstream.seen()[1];
-    assert!(hop.headers.get("x-goog-api-key").is_none());
+    let fallback = &done.upstream.seen()[1];
+    assert!(fallback.headers.get("x-goog-api-key").is_none());
     assert_eq!(
-        hop.json(),
+        fallback.json(),
         json!({"model": "claude-sonnet-4-5", "max_tokens": 8192, "stream": true,
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Write a port scanner"}]}]})
     );
@@ -371,14 +374,14 @@ async fn a_provider_without_an_endpoint_is_skipped_and_recorded() {
     let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Dead);
     assert_eq!(records[0].reason, Some(DeadReason::NoEndpoint));
-    let hop = &records[0].attempts[1];
-    assert_eq!(hop.model.as_deref(), Some("gemini:gemini-2.5-pro"));
+    let fallback = &records[0].attempts[1];
+    assert_eq!(fallback.model.as_deref(), Some("gemini:gemini-2.5-pro"));
     assert_eq!(
-        hop.provider,
+        fallback.provider,
         Some(Provider::Google),
         "where it would have gone"
     );
-    assert_eq!(hop.result, AttemptResult::Skipped);
+    assert_eq!(fallback.result, AttemptResult::Skipped);
     // The client gets its refusal as sent.
     assert_eq!(
         done.body,
@@ -480,15 +483,15 @@ async fn a_responses_content_filter_is_served_by_claude_as_a_responses_stream() 
 
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
-    let hop = &seen[1];
-    assert_eq!(hop.uri, "http://127.0.0.1:9/anthropic/v1/messages");
-    assert_eq!(hop.headers["x-api-key"], "sk-ant-operator");
+    let fallback = &seen[1];
+    assert_eq!(fallback.uri, "http://127.0.0.1:9/anthropic/v1/messages");
+    assert_eq!(fallback.headers["x-api-key"], "sk-ant-operator");
     assert!(
-        hop.headers.get("authorization").is_none(),
+        fallback.headers.get("authorization").is_none(),
         "the client's key stays with its provider"
     );
     assert_eq!(
-        hop.json(),
+        fallback.json(),
         json!({"model": "claude-sonnet-4-5", "max_tokens": 400, "stream": true,
             "system": "You audit systems.",
             "messages": [{"role": "user", "content": [{"type": "text", "text": "Audit my SSH config"}]}],
@@ -543,10 +546,13 @@ async fn a_responses_content_filter_is_served_by_claude_as_a_responses_stream() 
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, Outcome::Fallback);
-    let hop = &records[0].attempts[1];
-    assert_eq!(hop.model.as_deref(), Some("anthropic:claude-sonnet-4-5"));
-    assert_eq!(hop.provider, Some(Provider::Anthropic));
-    assert_eq!(hop.result, AttemptResult::Served);
+    let fallback = &records[0].attempts[1];
+    assert_eq!(
+        fallback.model.as_deref(),
+        Some("anthropic:claude-sonnet-4-5")
+    );
+    assert_eq!(fallback.provider, Some(Provider::Anthropic));
+    assert_eq!(fallback.result, AttemptResult::Served);
     let refusal = done.refusal().unwrap();
     assert_eq!(refusal.category.as_deref(), Some("content_filter"));
     assert_eq!(
@@ -655,10 +661,13 @@ async fn a_responses_request_claude_cannot_express_is_skipped_and_its_refusal_se
     let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Dead);
     assert_eq!(records[0].reason, Some(DeadReason::Untranslatable));
-    let hop = &records[0].attempts[1];
-    assert_eq!(hop.model.as_deref(), Some("anthropic:claude-sonnet-4-5"));
-    assert_eq!(hop.provider, Some(Provider::Anthropic));
-    assert_eq!(hop.result, AttemptResult::Skipped);
+    let fallback = &records[0].attempts[1];
+    assert_eq!(
+        fallback.model.as_deref(),
+        Some("anthropic:claude-sonnet-4-5")
+    );
+    assert_eq!(fallback.provider, Some(Provider::Anthropic));
+    assert_eq!(fallback.result, AttemptResult::Skipped);
 }
 
 #[tokio::test]
@@ -676,12 +685,12 @@ async fn a_responses_clients_openai_entry_stays_on_responses_with_its_own_key() 
     ];
     let request = post(RESPONSES_URL, &body, ("authorization", "Bearer sk-client"));
     let done = exchange(layer, replies, request).await;
-    let hop = &done.upstream.seen()[1];
-    assert_eq!(hop.uri, RESPONSES_URL);
-    assert_eq!(hop.headers["authorization"], "Bearer sk-client");
+    let fallback = &done.upstream.seen()[1];
+    assert_eq!(fallback.uri, RESPONSES_URL);
+    assert_eq!(fallback.headers["authorization"], "Bearer sk-client");
     let mut expected = body.clone();
     expected["model"] = json!("gpt-5-mini");
-    assert_eq!(hop.json(), expected);
+    assert_eq!(fallback.json(), expected);
     assert_eq!(done.body, answer);
     let records = done.sink.records();
     assert_eq!(records[0].outcome, Outcome::Fallback);

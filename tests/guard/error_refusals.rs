@@ -57,7 +57,7 @@ fn assert_delivered_as_sent(done: &Exchange, sent: &[u8], signal: RefusalSignal)
 /// call, and recorded a partial refusal of this `signal`.
 fn assert_left_alone(done: &Exchange, partial: &Bytes, signal: RefusalSignal) {
     assert_eq!(done.body, partial, "passed through byte for byte");
-    assert_eq!(done.upstream.seen().len(), 1, "no hop after text");
+    assert_eq!(done.upstream.seen().len(), 1, "no fallback after text");
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Partial);
     assert_eq!(record.kind, Some(RefusalKind::Partial));
@@ -208,12 +208,12 @@ async fn a_cyber_policy_failure_in_a_responses_stream_is_served_by_the_fallback(
     let request = post(RESPONSES_URL, &codex_request(true));
     let done = exchange(fallback_layer(), replies, request).await;
     let seen = done.assert_served_on_the_second_call(&answer, "the fallback's stream");
-    let hop = seen[1].json();
-    assert_eq!(hop["model"], "gpt-5.4-mini");
+    let fallback = seen[1].json();
+    assert_eq!(fallback["model"], "gpt-5.4-mini");
     assert_eq!(
-        hop["input"],
+        fallback["input"],
         codex_request(true)["input"],
-        "no note on a hop"
+        "no note on a fallback"
     );
     let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Fallback);
@@ -305,7 +305,7 @@ async fn a_policy_error_nothing_recovers_reaches_the_client_as_sent() {
 }
 
 #[tokio::test]
-async fn a_policy_error_on_every_hop_delivers_the_first_as_sent() {
+async fn a_policy_error_on_every_fallback_delivers_the_first_as_sent() {
     let replies = vec![
         Reply::Status(400, fixture(CYBER_400)),
         Reply::sse(&fixture(FAILED_CYBER)),

@@ -116,7 +116,7 @@ async fn inject_mode_adds_the_list_and_merges_the_beta_header() {
 
 // ---- client-side chains ---------------------------------------------------
 
-/// Opus refuses, the chain's first hop (Sonnet) answers, and that answer is
+/// Opus refuses, the chain's first fallback (Sonnet) answers, and that answer is
 /// what the client gets.
 async fn sonnet_answers_after_a_refusal() -> Exchange {
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
@@ -127,7 +127,7 @@ async fn sonnet_answers_after_a_refusal() -> Exchange {
 }
 
 #[tokio::test]
-async fn the_first_hop_that_answers_is_served() {
+async fn the_first_fallback_that_answers_is_served() {
     let done = sonnet_answers_after_a_refusal().await;
     let seen = done.upstream.seen();
     assert_eq!(seen[1].json()["model"], SONNET);
@@ -147,7 +147,7 @@ async fn the_first_hop_that_answers_is_served() {
 }
 
 #[tokio::test]
-async fn every_hop_refusing_leads_to_the_rescue_then_dead_with_every_attempt_listed() {
+async fn every_fallback_refusing_leads_to_the_rescue_then_dead_with_every_attempt_listed() {
     let original = refusal_stream();
     let upstream = Upstream::new(vec![
         Reply::sse(&original),
@@ -215,7 +215,7 @@ async fn the_rescue_can_ask_the_last_fallback() {
 }
 
 #[tokio::test]
-async fn a_failing_hop_moves_on_to_the_next_step() {
+async fn a_failing_fallback_moves_on_to_the_next_step() {
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![
         Reply::sse(&refusal_stream()),
@@ -416,14 +416,14 @@ async fn the_handoff_marker_in_json_goes_first_in_content() {
 }
 
 #[tokio::test]
-async fn without_the_marker_the_hop_is_served_as_sent() {
+async fn without_the_marker_the_fallback_is_served_as_sent() {
     sonnet_answers_after_a_refusal().await;
 }
 
 // ---- fallback credit ------------------------------------------------------
 
 #[tokio::test]
-async fn a_chain_asks_for_credit_and_the_token_goes_to_the_next_hop_once() {
+async fn a_chain_asks_for_credit_and_the_token_goes_to_the_next_fallback_once() {
     let upstream = Upstream::new(vec![
         Reply::sse(&refusal_with_token("tok-1")),
         Reply::sse(&refusal_stream()), // mints no token
@@ -521,12 +521,12 @@ fn json_answer(model: &str) -> Bytes {
 }
 
 /// The real API rejects `fallbacks` next to `fallback_credit_token` (in
-/// either mode), so a hop that presents a token drops the request's
+/// either mode), so a fallback that presents a token drops the request's
 /// `fallbacks`: the client's list, its `"default"`, or the list the guard
-/// injected. Streams and JSON alike. (Failed before the fix: the hop kept
+/// injected. Streams and JSON alike. (Failed before the fix: the fallback kept
 /// `fallbacks` and the upstream answered it with the provider's 400.)
 #[tokio::test]
-async fn a_hop_presenting_a_credit_token_drops_every_kind_of_fallbacks() {
+async fn a_fallback_presenting_a_credit_token_drops_every_kind_of_fallbacks() {
     for stream in [true, false] {
         let cases = [
             (
@@ -569,11 +569,14 @@ async fn a_hop_presenting_a_credit_token_drops_every_kind_of_fallbacks() {
                 seen[0].json().get("fallbacks").is_some(),
                 "{what}: the original keeps them"
             );
-            let hop = seen[1].json();
-            assert_eq!(hop["fallback_credit_token"]["token"], "tok-1", "{what}");
+            let fallback = seen[1].json();
+            assert_eq!(
+                fallback["fallback_credit_token"]["token"], "tok-1",
+                "{what}"
+            );
             assert!(
-                hop.get("fallbacks").is_none(),
-                "{what}, stream {stream}: {hop}"
+                fallback.get("fallbacks").is_none(),
+                "{what}, stream {stream}: {fallback}"
             );
             assert!(upstream.take_violations().is_empty(), "{what}");
         }
@@ -621,7 +624,11 @@ async fn server_side_fallbacks_are_never_added_on_vertex() {
         post(VERTEX_OPUS, &body),
     )
     .await;
-    assert_eq!(done.upstream.seen().len(), 1, "no retarget hop on Vertex");
+    assert_eq!(
+        done.upstream.seen().len(),
+        1,
+        "no retarget fallback on Vertex"
+    );
     assert_eq!(done.body, refusal_stream(), "the refusal as sent");
 }
 
@@ -939,8 +946,8 @@ async fn a_400_to_the_guards_own_fallbacks_is_sent_again_without_them() {
 }
 
 /// The attempt rejected is in the record: when the request sent again is
-/// refused and a chain hop serves it, the record lists the 400, the request
-/// without fallbacks, then the hop, and the hop carries none of the
+/// refused and a chain fallback serves it, the record lists the 400, the request
+/// without fallbacks, then the fallback, and the fallback carries none of the
 /// guard's fallbacks either.
 #[tokio::test]
 async fn the_rejected_fallbacks_are_recorded_with_the_attempts_that_followed() {
@@ -1008,12 +1015,12 @@ async fn a_400_to_the_clients_own_fallbacks_reaches_the_client() {
 
 /// A credit token not redeemed because the request carried fields of a
 /// variant (`usage.fallback_credit.status.remove_to_redeem`, with the reason
-/// `variant_fields_present`) is redeemed by the next hop without them: the
+/// `variant_fields_present`) is redeemed by the next fallback without them: the
 /// same token when the refusal minted none (a corrected request within its
 /// lifetime still redeems it), or the fresh one. The attempt records what
 /// the response said.
 #[tokio::test]
-async fn the_next_hop_leaves_out_the_fields_a_credit_token_was_not_redeemed_for() {
+async fn the_next_fallback_leaves_out_the_fields_a_credit_token_was_not_redeemed_for() {
     let not_applied = json!({"type": "not_applied", "reason": "variant_fields_present",
         "remove_to_redeem": ["speed", "output_config.effort"]});
     for (fresh, expected) in [(None, "tok-1"), (Some("tok-2"), "tok-2")] {
@@ -1034,13 +1041,13 @@ async fn the_next_hop_leaves_out_the_fields_a_credit_token_was_not_redeemed_for(
         let done = exchange(layer, replies, post("/v1/messages", &body)).await;
         assert_eq!(done.body, answer(HAIKU));
         let seen = done.upstream.seen();
-        let (first_hop, next_hop) = (seen[1].json(), seen[2].json());
-        assert_eq!(first_hop["speed"], "fast");
-        assert_eq!(first_hop["fallback_credit_token"]["token"], "tok-1");
-        assert_eq!(next_hop["fallback_credit_token"]["token"], expected);
-        assert!(next_hop.get("speed").is_none(), "{next_hop}");
-        assert_eq!(next_hop["output_config"], json!({}), "{next_hop}");
-        assert_eq!(next_hop["messages"], body["messages"]);
+        let (first_fallback, next_fallback) = (seen[1].json(), seen[2].json());
+        assert_eq!(first_fallback["speed"], "fast");
+        assert_eq!(first_fallback["fallback_credit_token"]["token"], "tok-1");
+        assert_eq!(next_fallback["fallback_credit_token"]["token"], expected);
+        assert!(next_fallback.get("speed").is_none(), "{next_fallback}");
+        assert_eq!(next_fallback["output_config"], json!({}), "{next_fallback}");
+        assert_eq!(next_fallback["messages"], body["messages"]);
         let attempts = &done.sink.records()[0].attempts;
         let credit = attempts[1].fallback_credit.as_ref().unwrap();
         assert_eq!(credit.reason(), Some("variant_fields_present"));
@@ -1049,7 +1056,7 @@ async fn the_next_hop_leaves_out_the_fields_a_credit_token_was_not_redeemed_for(
     }
 }
 
-// ---- hops to models that reject prefill ------------------------------------
+// ---- fallbacks to models that reject prefill ------------------------------------
 
 fn prefilled(model: &str) -> Value {
     let mut body = messages_request(model, true, "Rate the config");
@@ -1060,12 +1067,13 @@ fn prefilled(model: &str) -> Value {
     body
 }
 
-/// A client prefill its model takes goes, on a hop to a model that rejects
-/// prefill, as an instruction in the last user turn: the hop ends in a user
+/// A client prefill its model takes goes, on a fallback to a model that rejects
+/// prefill, as an instruction in the last user turn: the fallback ends in a user
 /// turn (the upstream's contract, A15, rejects it otherwise). With a credit
 /// token, which authorises that one prefill, the turn stays as sent.
 #[tokio::test]
-async fn a_hop_to_a_model_that_rejects_prefill_ends_in_a_user_turn_unless_it_presents_a_token() {
+async fn a_fallback_to_a_model_that_rejects_prefill_ends_in_a_user_turn_unless_it_presents_a_token()
+{
     let chain = FallbackChains::new().chain(SONNET, [OPUS_4_8]);
     for (refused, token) in [
         (refusal_stream(), false),
@@ -1076,29 +1084,29 @@ async fn a_hop_to_a_model_that_rejects_prefill_ends_in_a_user_turn_unless_it_pre
         let replies = vec![Reply::sse(&refused), Reply::sse(&answer(OPUS_4_8))];
         let done = exchange(layer, replies, post("/v1/messages", &body)).await;
         assert_eq!(done.body, answer(OPUS_4_8), "token {token}");
-        let hop = &done.upstream.seen()[1];
-        let last = hop.last_message();
+        let fallback = &done.upstream.seen()[1];
+        let last = fallback.last_message();
         if token {
             assert_eq!(
-                hop.json()["messages"],
+                fallback.json()["messages"],
                 body["messages"],
                 "kept beside the token"
             );
-            assert_eq!(hop.json()["fallback_credit_token"]["token"], "tok-1");
+            assert_eq!(fallback.json()["fallback_credit_token"]["token"], "tok-1");
             continue;
         }
-        assert_eq!(last["role"], "user", "{}", hop.json());
-        assert_eq!(hop.json()["messages"].as_array().unwrap().len(), 1);
+        assert_eq!(last["role"], "user", "{}", fallback.json());
+        assert_eq!(fallback.json()["messages"].as_array().unwrap().len(), 1);
         let note = last["content"][1]["text"].as_str().unwrap();
         assert!(note.starts_with("[refusal-guard]"), "{note}");
         assert!(note.ends_with("{\"rating\":"), "{note}");
     }
 }
 
-/// A hop to a model that takes prefill keeps it; so does a rescue, which
+/// A fallback to a model that takes prefill keeps it; so does a rescue, which
 /// ends in its own user turn whatever the model.
 #[tokio::test]
-async fn a_prefill_stays_on_a_hop_to_a_model_that_takes_it() {
+async fn a_prefill_stays_on_a_fallback_to_a_model_that_takes_it() {
     let layer = RefusalGuardLayer::new()
         .fallback_chains(FallbackChains::new().chain(SONNET, [HAIKU]))
         .rescue_model(RescueModel::LastFallback);

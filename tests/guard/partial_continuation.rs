@@ -153,10 +153,13 @@ async fn a_continuation_to_a_model_that_rejects_prefill_keeps_its_turn_beside_th
     let request = messages("claude-opus-4-7", true, "Harden my server");
     let done = exchange(layer, replies, request).await;
     assert_eq!(done.body, spliced(&original, 1));
-    let hop = &done.upstream.seen()[1];
-    assert_eq!(hop.json()["model"], "claude-opus-4-8");
-    assert_eq!(hop.last_message()["role"], "assistant");
-    assert_eq!(hop.json()["fallback_credit_token"]["token"], "tok-partial");
+    let fallback = &done.upstream.seen()[1];
+    assert_eq!(fallback.json()["model"], "claude-opus-4-8");
+    assert_eq!(fallback.last_message()["role"], "assistant");
+    assert_eq!(
+        fallback.json()["fallback_credit_token"]["token"],
+        "tok-partial"
+    );
 }
 
 #[tokio::test]
@@ -288,7 +291,7 @@ async fn without_the_claim_a_token_the_option_or_a_chain_nothing_is_continued() 
 
 #[tokio::test]
 async fn thinking_alone_before_the_refusal_is_an_empty_refusal_not_a_continuation() {
-    // No text came first: the ordinary ladder recovers it (a fallback hop
+    // No text came first: the ordinary ladder recovers it (a fallback
     // without any prefill).
     let original = anthropic_stream(&think_then_refuse("claude-opus-4-7", "cyber"));
     let replies = vec![Reply::sse(&original), Reply::sse(&continuation())];

@@ -186,7 +186,7 @@ async fn partial_refusals_are_left_alone() {
 }
 
 #[tokio::test]
-async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
+async fn fallback_swaps_the_model_in_the_gemini_api_path() {
     let original = body("Audit my firewall rules.");
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![Reply::sse(EMPTY_SAFETY_STREAM), Reply::sse(&ok_stream())];
@@ -201,7 +201,7 @@ async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
             "{GEMINI_API}/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=abc"
         )
     );
-    assert_eq!(seen[1].json(), original, "a hop sends the same body");
+    assert_eq!(seen[1].json(), original, "a fallback sends the same body");
     assert_eq!(seen[1].headers.get("x-goog-api-key").unwrap(), "test-key");
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
@@ -214,7 +214,7 @@ async fn fallback_hop_swaps_the_model_in_the_gemini_api_path() {
 }
 
 #[tokio::test]
-async fn fallback_hop_swaps_the_model_in_the_vertex_path() {
+async fn fallback_swaps_the_model_in_the_vertex_path() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
@@ -297,7 +297,7 @@ async fn an_unknown_finish_reason_without_output_is_recorded_not_recovered() {
     let layer = || RefusalGuardLayer::new().fallback_chains(chains());
     let done = exchange(layer(), vec![Reply::sse(&empty)], stream_request("x")).await;
     assert_eq!(done.body, empty, "passed through as sent");
-    assert_eq!(done.upstream.seen().len(), 1, "no hop, no rescue");
+    assert_eq!(done.upstream.seen().len(), 1, "no fallback, no rescue");
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, Outcome::Dead);
@@ -330,7 +330,7 @@ data: {{\"candidates\": [{{\"finishReason\": \"{reason}\",\"index\": 0,\"citatio
 /// A copyright stop is no safety decline: the default ladder climbs the
 /// fallback chain with the request as the client sent it and never sends
 /// the rescue note (which would tell the model a safety classifier stopped
-/// it). Served by a hop, it is recorded `fallback`, category `recitation`.
+/// it). Served by a fallback, it is recorded `fallback`, category `recitation`.
 #[tokio::test]
 async fn a_recitation_climbs_the_chain_without_the_rescue_note() {
     for reason in ["RECITATION", "IMAGE_RECITATION"] {
@@ -352,7 +352,7 @@ async fn a_recitation_climbs_the_chain_without_the_rescue_note() {
         assert_eq!(
             seen[1].json(),
             original,
-            "{reason}: the hop carries no note"
+            "{reason}: the fallback carries no note"
         );
         let refusal = done.refusal().expect("typed refusal");
         assert_eq!(refusal.outcome, Outcome::Fallback);
@@ -369,7 +369,7 @@ async fn a_recitation_climbs_the_chain_without_the_rescue_note() {
     }
 }
 
-/// When no hop serves a copyright stop, the client gets the original byte
+/// When no fallback serves a copyright stop, the client gets the original byte
 /// for byte, nothing carried a note, and the record says why no rescue was
 /// tried: dead with reason `not_safety`. With no chain at all nothing is
 /// sent again.
@@ -381,7 +381,7 @@ async fn a_recitation_nothing_serves_is_dead_for_not_safety_without_a_note() {
     let done = exchange(layer, replies, stream_request("Quote the book.")).await;
     assert_eq!(done.body, refused, "the original, as the provider sent it");
     let seen = done.upstream.seen();
-    assert_eq!(seen.len(), 2, "one hop, no rescue");
+    assert_eq!(seen.len(), 2, "one fallback, no rescue");
     for request in &seen {
         let text = String::from_utf8_lossy(&request.body).into_owned();
         assert!(!text.contains("[refusal-guard]"), "{text}");
@@ -412,7 +412,7 @@ async fn a_recitation_nothing_serves_is_dead_for_not_safety_without_a_note() {
 
 /// Model Armor is the screening the operator configured on Vertex AI, as a
 /// Bedrock guardrail is: its block (of the prompt or of the answer) is
-/// recorded and served as sent, and no hop or rescue works around it,
+/// recorded and served as sent, and no fallback or rescue works around it,
 /// unless the policy names it.
 #[tokio::test]
 async fn model_armor_is_the_operators_policy_and_stops_unless_named() {
@@ -768,12 +768,12 @@ async fn recognised_under_any_version_and_base_path() {
     let refused = fixture(&format!(
         "{V}unary-failure-finish-reason-safety-no-content.json"
     ));
-    for (url, hop) in cases {
+    for (url, fallback) in cases {
         let layer = RefusalGuardLayer::new().fallback_chains(chains());
         let replies = vec![Reply::Json(refused.clone()), Reply::Json(ok_json())];
         let done = exchange(layer, replies, gemini_post(url, &body("x"))).await;
         assert_eq!(done.body, ok_json(), "{url}");
-        assert_eq!(done.upstream.seen()[1].uri.to_string(), hop);
+        assert_eq!(done.upstream.seen()[1].uri.to_string(), fallback);
         let refusal = done.refusal().expect("typed refusal");
         assert_eq!(refusal.outcome, Outcome::Fallback, "{url}");
     }

@@ -271,8 +271,8 @@ async fn partial_refusals_are_left_alone() {
 // ---------------------------------------------------------------- fallback
 
 /// Sends `request` to `url` with the test chains: the upstream refuses with
-/// `refused`, the first hop answers `answer`, and the client gets `answer`.
-async fn fallback_hop(url: &str, request: &Value, refused: Bytes, answer: Bytes) -> Exchange {
+/// `refused`, the first fallback answers `answer`, and the client gets `answer`.
+async fn fallback(url: &str, request: &Value, refused: Bytes, answer: Bytes) -> Exchange {
     let layer = RefusalGuardLayer::new().fallback_chains(chains());
     let replies = vec![Reply::sse(&refused), Reply::sse(&answer)];
     let done = exchange(layer, replies, post_to(url, request)).await;
@@ -281,18 +281,21 @@ async fn fallback_hop(url: &str, request: &Value, refused: Bytes, answer: Bytes)
 }
 
 #[tokio::test]
-async fn chat_fallback_hop_swaps_the_body_model() {
+async fn chat_fallback_swaps_the_body_model() {
     let request = chat_request(true);
-    let done = fallback_hop(
+    let done = fallback(
         CHAT_URL,
         &request,
         fixture(CHAT_FILTERED),
         fixture(CHAT_TEXT),
     )
     .await;
-    let hop = done.upstream.seen()[1].json();
-    assert_eq!(hop["model"], "gpt-4o-mini");
-    assert_eq!(hop["messages"], request["messages"], "no note on a hop");
+    let fallback = done.upstream.seen()[1].json();
+    assert_eq!(fallback["model"], "gpt-4o-mini");
+    assert_eq!(
+        fallback["messages"], request["messages"],
+        "no note on a fallback"
+    );
     let refusal = done.refusal().unwrap();
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(
@@ -306,26 +309,26 @@ async fn chat_fallback_hop_swaps_the_body_model() {
 }
 
 #[tokio::test]
-async fn responses_fallback_hop_swaps_the_body_model() {
+async fn responses_fallback_swaps_the_body_model() {
     let request = responses_request(json!("hi"));
-    let done = fallback_hop(
+    let done = fallback(
         RESPONSES_URL,
         &request,
         fixture(RESPONSES_FILTERED),
         responses_text(),
     )
     .await;
-    let hop = done.upstream.seen()[1].json();
-    assert_eq!(hop["model"], "gpt-4o-mini");
-    assert_eq!(hop["input"], "hi");
+    let fallback = done.upstream.seen()[1].json();
+    assert_eq!(fallback["model"], "gpt-4o-mini");
+    assert_eq!(fallback["input"], "hi");
     assert_eq!(done.refusal().unwrap().outcome, Outcome::Fallback);
 }
 
 #[tokio::test]
-async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
+async fn azure_fallback_swaps_the_deployment_in_the_path() {
     let mut request = chat_request(true);
     request.as_object_mut().unwrap().remove("model");
-    let done = fallback_hop(
+    let done = fallback(
         AZURE_URL,
         &request,
         fixture(AZURE_FILTERED),
@@ -351,7 +354,7 @@ async fn azure_fallback_hop_swaps_the_deployment_in_the_path() {
 
 /// Azure's protected material filter cutting the output is a copyright
 /// stop: recorded `recitation`, it climbs the chain with no note, and with
-/// no hop to serve it is dead for `not_safety`, never rescued.
+/// no fallback to serve it is dead for `not_safety`, never rescued.
 #[tokio::test]
 async fn azures_protected_material_stop_falls_back_without_the_rescue_note() {
     // The hand-written filter stream, its filter the protected material
@@ -364,9 +367,12 @@ async fn azures_protected_material_stop_falls_back_without_the_rescue_note() {
     let mut request = chat_request(true);
     request.as_object_mut().unwrap().remove("model");
 
-    let done = fallback_hop(AZURE_URL, &request, refused.clone(), fixture(CHAT_TEXT)).await;
-    let hop = done.upstream.seen()[1].json();
-    assert_eq!(hop["messages"], request["messages"], "no note on the hop");
+    let done = fallback(AZURE_URL, &request, refused.clone(), fixture(CHAT_TEXT)).await;
+    let fallback = done.upstream.seen()[1].json();
+    assert_eq!(
+        fallback["messages"], request["messages"],
+        "no note on the fallback"
+    );
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Fallback);
     assert_eq!(record.category.as_deref(), Some("recitation"));
@@ -474,7 +480,7 @@ async fn azure_blocked_again_is_still_refused_and_the_first_400_is_delivered() {
     assert_eq!(done.parts.status, 400);
     assert_eq!(done.body, fixture(AZURE_400));
     let seen = done.upstream.seen();
-    assert_eq!(seen.len(), 3, "original, fallback hop, rescue");
+    assert_eq!(seen.len(), 3, "original, fallback, rescue");
     assert!(seen[1].uri.path().contains("/deployments/gpt-4o-mini/"));
     let record = &done.sink.records()[0];
     assert_eq!(record.reason, Some(DeadReason::StillRefused));

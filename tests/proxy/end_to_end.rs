@@ -96,7 +96,7 @@ async fn normal_stream_is_byte_identical_and_host_rewritten() {
     assert_eq!(status, 200);
     assert_eq!(body, fixture(TEXT));
     // Hop-by-hop response headers stay behind.
-    assert!(headers.get("x-mock-hop").is_none());
+    assert!(headers.get("x-mock-fallback").is_none());
     assert!(headers.get("keep-alive").is_none());
     let seen = mock.seen_for("normal");
     assert_eq!(seen.len(), 1);
@@ -245,9 +245,9 @@ async fn hop_by_hop_request_headers_are_dropped() {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
         "POST /v1/messages?beta=true HTTP/1.1\r\nHost: {addr}\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nconnection: close, x-hop-custom\r\nx-hop-custom: 1\r\n\
+         content-length: {}\r\nconnection: close, x-fallback-custom\r\nx-fallback-custom: 1\r\n\
          keep-alive: timeout=5\r\nproxy-authorization: Basic c2VjcmV0\r\nte: trailers\r\n\
-         x-mock-script: {TEXT}\r\nx-mock-id: hop\r\nx-api-key: sk-hop\r\n\r\n{body}",
+         x-mock-script: {TEXT}\r\nx-mock-id: fallback\r\nx-api-key: sk-fallback\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -255,9 +255,14 @@ async fn hop_by_hop_request_headers_are_dropped() {
     stream.read_to_end(&mut response).await.unwrap();
     let response = String::from_utf8_lossy(&response);
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    let seen = mock.seen_for("hop");
+    let seen = mock.seen_for("fallback");
     assert_eq!(seen.len(), 1);
-    for gone in ["x-hop-custom", "keep-alive", "proxy-authorization", "te"] {
+    for gone in [
+        "x-fallback-custom",
+        "keep-alive",
+        "proxy-authorization",
+        "te",
+    ] {
         assert!(
             seen[0].header(gone).is_none(),
             "{gone} reached the upstream"
@@ -267,12 +272,12 @@ async fn hop_by_hop_request_headers_are_dropped() {
     // client's value must not arrive.
     assert!(seen[0]
         .header("connection")
-        .map_or(true, |v| !v.contains("x-hop-custom")));
+        .map_or(true, |v| !v.contains("x-fallback-custom")));
     assert_eq!(
         seen[0].header("host"),
         Some(mock.addr().to_string().as_str())
     );
-    assert_eq!(seen[0].header("x-api-key"), Some("sk-hop"));
+    assert_eq!(seen[0].header("x-api-key"), Some("sk-fallback"));
     assert_eq!(seen[0].path, "/v1/messages?beta=true");
     proxy.shutdown().await;
 }

@@ -126,7 +126,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
     assert_eq!(body, json_refusal("bio", None));
     assert_eq!(upstream.requests().len(), 1);
 
-    // cyber: the chain only, first hop answers. No note anywhere.
+    // cyber: the chain only, first fallback answers. No note anywhere.
     let from = upstream.requests().len();
     let response = post(&base, &refusing("cyber", true)).await;
     assert_eq!(
@@ -142,7 +142,7 @@ async fn the_policy_sends_each_category_down_its_own_path() {
     assert!(seen[1].get("fallbacks").is_none());
 
     // frontier_llm: retarget. The same model again, with the retarget list
-    // as server-side fallbacks; no chain hop, no rescue.
+    // as server-side fallbacks; no chain fallback, no rescue.
     let from = upstream.requests().len();
     let response = post(&base, &refusing("frontier_llm", false)).await;
     assert!(response.headers()[header::RECOVERY]
@@ -186,7 +186,7 @@ const GEMINI_PRO: &str = "gemini-2.5-pro";
 const GEMINI_FLASH: &str = "gemini-2.5-flash";
 
 /// What a scripted Gemini upstream does: the original (on the client's
-/// model, no note) ends in an empty copyright stop; a hop or a rescue is
+/// model, no note) ends in an empty copyright stop; a fallback or a rescue is
 /// answered, by the model in its path.
 fn gemini_reply(request: &RawRequest) -> Vec<Act> {
     let path = request.path().to_owned();
@@ -220,7 +220,7 @@ async fn gemini_post(base: &str) -> reqwest::Response {
 
 /// A Gemini copyright stop through the proxy: by default it climbs the
 /// chain with the client's request as sent and never the rescue note; with
-/// no hop to serve it, the client gets it as sent; and `--policy` still
+/// no fallback to serve it, the client gets it as sent; and `--policy` still
 /// gives the category other steps (here the rescue it would not take).
 #[tokio::test]
 async fn a_recitation_falls_back_without_the_note_unless_the_policy_says_otherwise() {
@@ -244,7 +244,10 @@ async fn a_recitation_falls_back_without_the_note_unless_the_policy_says_otherwi
     );
     let seen = since(&upstream, 0);
     assert_eq!(seen.len(), 2, "{seen:?}");
-    assert_eq!(seen[1], seen[0], "the hop sends the client's body, no note");
+    assert_eq!(
+        seen[1], seen[0],
+        "the fallback sends the client's body, no note"
+    );
 
     let unchained = run_proxy(&["--upstream", &upstream.url()]).await;
     let from = upstream.requests().len();

@@ -1,6 +1,6 @@
 //! Learned routing shared by three proxy replicas through one real
 //! `redis-server`: a history recorded on one replica orders the fallback
-//! hops on another, and the counts stay small and expire.
+//! fallbacks on another, and the counts stay small and expire.
 
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ fn models(mock: &MockUpstream, id: &str) -> Vec<String> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_history_recorded_on_one_replica_orders_the_hops_on_another() {
+async fn a_history_recorded_on_one_replica_orders_the_fallbacks_on_another() {
     let redis = RedisServer::start();
     let mock = MockUpstream::start().await.unwrap();
     let a = replica(&mock.url(), &redis.url()).await;

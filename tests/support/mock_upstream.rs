@@ -19,7 +19,7 @@
 //!
 //! A request without the header may name its script in its body instead,
 //! as `[mock-script=a,b,c;mock-id=ID]` anywhere in it (in a user turn's
-//! text): a fallback hop the guard translates into another provider's API
+//! text): a fallback the guard translates into another provider's API
 //! carries the conversation's text but none of the client's headers.
 //!
 //! Every request is first checked against the provider's documented rules
@@ -215,8 +215,8 @@ fn reply(status: StatusCode, content_type: &str, body: MockBody) -> Response<Moc
         .header("content-type", content_type)
         // Hop-by-hop headers the proxy must not pass on.
         .header("keep-alive", "timeout=30")
-        .header("x-mock-hop", "1")
-        .header("connection", "x-mock-hop")
+        .header("x-mock-fallback", "1")
+        .header("connection", "x-mock-fallback")
         .body(body)
         .unwrap()
 }

@@ -1,7 +1,7 @@
 //! Tenants and learned routing through the proxy on loopback, in front of
 //! the scripted mock upstream (which checks every request against the
 //! provider's contract): two tenants with their own policies and
-//! allowlists behind one proxy, keys from the tenants file, the hourly hop
+//! allowlists behind one proxy, keys from the tenants file, the hourly fallback
 //! cap, the file reloaded under load, and fallbacks ordered by what served.
 
 mod reload;
@@ -184,7 +184,7 @@ async fn the_same_refusal_is_recovered_for_one_tenant_and_passed_through_for_the
 }
 
 #[tokio::test]
-async fn a_hop_only_outside_the_allowlist_is_skipped_and_the_refusal_served() {
+async fn a_fallback_only_outside_the_allowlist_is_skipped_and_the_refusal_served() {
     let mock = MockUpstream::start().await.unwrap();
     let only_haiku = format!(
         "[[tenant]]\nname = \"narrow\"\nkey_sha256 = [\"{}\"]\nallow_models = [\"{HAIKU}\"]\nrescue = false\n",
@@ -202,17 +202,21 @@ async fn a_hop_only_outside_the_allowlist_is_skipped_and_the_refusal_served() {
 }
 
 #[tokio::test]
-async fn past_its_hops_for_the_hour_a_tenant_gets_the_refusal_recorded_capped() {
+async fn past_its_recovery_attempts_for_the_hour_a_tenant_gets_the_refusal_recorded_capped() {
     let mock = MockUpstream::start().await.unwrap();
-    let file = TenantsFile::new(&two_tenants("hops_per_hour = 1"));
+    let file = TenantsFile::new(&two_tenants("recovery_attempts_per_hour = 1"));
     let sink = MemorySink::new();
     let url = proxy(&mock, Tenants::load(&file.path).unwrap(), &sink).await;
     let first = refused_request(&url, RED_KEY, "cap-1", "audit host one").await;
     assert!(first.text().await.unwrap().contains("end_turn"));
     let second = refused_request(&url, RED_KEY, "cap-2", "audit host two").await;
     assert_eq!(second.bytes().await.unwrap(), support::fixture(REFUSAL));
-    assert_eq!(models_seen(&mock, "cap-2"), [OPUS], "no hop past the cap");
-    // Another tenant's hops are its own.
+    assert_eq!(
+        models_seen(&mock, "cap-2"),
+        [OPUS],
+        "no fallback past the cap"
+    );
+    // Another tenant's fallbacks are its own.
     let blue = refused_request(&url, BLUE_KEY, "cap-3", "fix host three").await;
     assert_eq!(blue.bytes().await.unwrap(), support::fixture(REFUSAL));
     assert_eq!(

@@ -66,7 +66,7 @@ async fn a_cyber_refusal_tries_first_the_model_that_accepted_cyber() {
     };
     assert_eq!((count(HAIKU), count(SONNET)), ((0.0, 1.0), (1.0, 0.0)));
 
-    // Now Sonnet first: one hop, not two.
+    // Now Sonnet first: one fallback, not two.
     let script = format!("{REFUSAL},{TEXT}");
     assert!(refused(&url, &script, "learned").await.contains("end_turn"));
     assert_eq!(models_seen(&mock, "learned"), [OPUS, SONNET]);

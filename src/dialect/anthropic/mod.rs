@@ -233,7 +233,7 @@ impl Dialect for AnthropicMessages {
             .as_object_mut()
             .ok_or(RewriteError("request body is not an object"))?;
         object.insert("model".into(), Value::String(model.to_owned()));
-        // A fallback may not name the requested model: the hop's model
+        // A fallback may not name the requested model: the fallback's model
         // leaves the list, and an emptied list goes (the API rejects both).
         if let Some(Value::Array(list)) = object.get_mut("fallbacks") {
             list.retain(|entry| str_field(entry, "model").as_deref() != Some(model));
@@ -307,13 +307,13 @@ impl AnthropicFeatures for AnthropicMessages {
         merge_list_header(headers, BETA_HEADER, FALLBACK_CREDIT_BETA);
         if let Some(object) = body.as_object_mut() {
             // The API rejects `fallbacks` next to a credit token in either
-            // mode: a credit hop is the client's own fallback, so the
-            // server-side list goes (the SDK middleware's hop body carries
+            // mode: a credit fallback is the client's own fallback, so the
+            // server-side list goes (the SDK middleware's fallback body carries
             // none either). The betas stay as they were: the token is
             // redeemed under the refused request's betas.
             object.remove("fallbacks");
             // The object form with `best_effort`: a bare string turns any
-            // token-layer failure into a 400 for the whole hop.
+            // token-layer failure into a 400 for the whole fallback.
             object.insert(
                 "fallback_credit_token".into(),
                 json!({"token": token, "mode": "best_effort"}),

@@ -1,9 +1,9 @@
 //! A credit token the provider did not redeem because of fields the
-//! request carried: the next hop leaves them out.
+//! request carried: the next fallback leaves them out.
 
 use serde_json::Value;
 
-/// What a hop keeps whatever a response names: what the request is (its
+/// What a fallback keeps whatever a response names: what the request is (its
 /// model, conversation, system prompt, tools, output bound and whether it
 /// streams, which a redeeming request must match anyway) and the token.
 const KEPT: [&str; 7] = [

@@ -547,7 +547,7 @@ fn default_fallbacks_and_other_platforms_are_never_retargeted() {
 }
 
 #[test]
-fn a_hop_drops_fallbacks_that_name_its_model_or_that_a_token_replaces() {
+fn a_fallback_drops_fallbacks_that_name_its_model_or_that_a_token_replaces() {
     let mut uri: Uri = "https://api.anthropic.com/v1/messages".parse().unwrap();
     let mut body = json!({"model": "a", "fallbacks": [{"model": "b"}, {"model": "c"}]});
     AnthropicMessages

@@ -17,7 +17,7 @@
 //!
 //! No surface has server-side fallbacks. InvokeModel has fallback credit
 //! under Bedrock's own beta (`fallback-credit-2026-06-09` in the body's
-//! `anthropic_beta`): a hop presents the refusal's token when the client's
+//! `anthropic_beta`): a fallback presents the refusal's token when the client's
 //! request opted in.
 //!
 //! A model swap rewrites the path's model segment, percent-encoding the new

@@ -1,4 +1,4 @@
-//! Which reader and writer translate a fallback hop between two wire APIs:
+//! Which reader and writer translate a fallback between two wire APIs:
 //! the client's request read with its API's reader and written with the
 //! target's writer, the target's answer read back and written in the
 //! client's API, whole or as a stream. The shared form is `translate`; each
@@ -19,8 +19,8 @@ use crate::sse::{Frame, SseFramer};
 #[cfg(test)]
 mod tests;
 
-/// An API a translated hop can serve a client in: its request is read,
-/// and the hop's answer written in it.
+/// An API a translated fallback can serve a client in: its request is read,
+/// and the fallback's answer written in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ClientApi {
     Anthropic,
@@ -41,8 +41,8 @@ impl ClientApi {
     }
 }
 
-/// An API a translated hop can be sent in: its request is written, and its
-/// answer read. A hop to OpenAI speaks Chat Completions (see `hop_api`), so
+/// An API a translated fallback can be sent in: its request is written, and its
+/// answer read. A fallback to OpenAI speaks Chat Completions (see `fallback_api`), so
 /// Responses is a client's API only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TargetApi {
@@ -58,7 +58,7 @@ impl TargetApi {
             WireApi::OpenAiChatCompletions => Ok(TargetApi::Chat),
             WireApi::GeminiGenerateContent => Ok(TargetApi::Gemini),
             WireApi::OpenAiResponses => Err(Untranslatable::new(
-                "openai_responses is a client's API only: a hop to OpenAI is sent in Chat Completions",
+                "openai_responses is a client's API only: a fallback to OpenAI is sent in Chat Completions",
             )),
             other => Err(Untranslatable::new(format!("{other} has no translation"))),
         }
@@ -298,7 +298,7 @@ pub(crate) enum BodyTranslation {
 }
 
 impl BodyTranslation {
-    /// The translation of a hop's answer from `from` to `to`; `limit`
+    /// The translation of a fallback's answer from `from` to `to`; `limit`
     /// bounds a whole body held for translation.
     pub(crate) fn new(
         from: WireApi,
@@ -346,10 +346,10 @@ impl BodyTranslation {
     }
 }
 
-/// The headers of a hop to another provider's API: the content type and the
+/// The headers of a fallback to another provider's API: the content type and the
 /// operator's key as that API takes it (marked sensitive, so that no log
 /// of headers shows it). Nothing of the client's request goes along.
-pub(crate) fn hop_headers(api: WireApi, key: &str) -> Option<http::HeaderMap> {
+pub(crate) fn fallback_headers(api: WireApi, key: &str) -> Option<http::HeaderMap> {
     use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
     let mut headers = http::HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

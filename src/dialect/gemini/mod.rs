@@ -3,7 +3,7 @@
 //! path) and on Vertex AI
 //! (`.../projects/*/locations/*/publishers/google/models/{model}:...`).
 //!
-//! The model is in the URL path, so a fallback hop rewrites the path and
+//! The model is in the URL path, so a fallback rewrites the path and
 //! keeps the query string (`alt=sse`, `key=...`) as it was.
 //!
 //! What is guarded, and what is not:

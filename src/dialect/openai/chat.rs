@@ -4,7 +4,7 @@
 //! (`/openai/deployments/{deployment}/chat/completions?api-version=...`).
 //!
 //! On an Azure deployment URL the deployment in the path is the model: the
-//! guard reads it from there, keys fallback chains by it, and a fallback hop
+//! guard reads it from there, keys fallback chains by it, and a fallback
 //! swaps that path segment (and the body's `model`, if the client sent one).
 //!
 //! Refusals:

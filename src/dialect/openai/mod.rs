@@ -1,6 +1,6 @@
 //! OpenAI's wire APIs: Chat Completions (also on Azure) and Responses, the
 //! policy errors both answer with, and their translation readers and
-//! writers for hops across providers.
+//! writers for fallbacks across providers.
 
 pub(crate) mod chat;
 pub(crate) mod errors;

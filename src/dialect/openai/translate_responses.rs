@@ -1,4 +1,4 @@
-//! OpenAI Responses through the shared form, as a client's API only: a hop
+//! OpenAI Responses through the shared form, as a client's API only: a fallback
 //! to OpenAI is sent in Chat Completions, so this file reads requests and
 //! writes answers, and never the other way round.
 //!

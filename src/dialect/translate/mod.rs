@@ -1,15 +1,15 @@
-//! The shared form of a translated request and answer, for a fallback hop
+//! The shared form of a translated request and answer, for a fallback
 //! that crosses providers (the providers' readers and writers live in their
 //! folders; `cross` picks them for a pair of APIs).
 //!
 //! Every API has one reader and one writer per direction, all through a
 //! small shared form: a request becomes a [`Prompt`], a whole answer a
-//! [`Reply`], a streamed answer a sequence of [`Event`]s. A hop from API A to
+//! [`Reply`], a streamed answer a sequence of [`Event`]s. A fallback from API A to
 //! API B reads the client's request with A's reader and writes it with B's
 //! writer, then reads B's answer with B's reader and writes it with A's
 //! writer: each API's JSON stays in its own file, and adding an API adds one
 //! file rather than one per pair. OpenAI Responses is a client's API only
-//! (a hop to OpenAI is sent in Chat Completions): it has a request reader
+//! (a fallback to OpenAI is sent in Chat Completions): it has a request reader
 //! and answer writers, and no request writer or answer readers.
 //!
 //! What the shared form carries: the system prompt, user and assistant turns
@@ -17,7 +17,7 @@
 //! tool choice, `max_tokens`, stop sequences, temperature and top-p.
 //! Thinking is dropped (it is the serving model's own). A request field the
 //! form does not carry, or a value the target cannot take, is an
-//! [`Untranslatable`] naming it: the hop is not sent.
+//! [`Untranslatable`] naming it: the fallback is not sent.
 //!
 //! A refusal translates too: the target's refusal (Anthropic `stop_reason:
 //! "refusal"`, OpenAI `finish_reason: "content_filter"` or a `refusal`

@@ -35,15 +35,15 @@ pub(super) struct Prepared {
     pub(super) draft: Template,
     pub(super) kind: AttemptStep,
     pub(super) model: Option<String>,
-    /// Set for a hop to another provider's API: its answer is translated.
-    pub(super) hop: Option<CrossHop>,
+    /// Set for a fallback to another provider's API: its answer is translated.
+    pub(super) fallback: Option<CrossProvider>,
     /// The fallback credit token the step presents, and when it was minted.
     pub(super) presented: Option<(String, Instant)>,
 }
 
-/// A hop to another provider's API.
+/// A fallback to another provider's API.
 #[derive(Clone, Copy)]
-pub(super) struct CrossHop {
+pub(super) struct CrossProvider {
     pub(super) target: WireApi,
     /// The client asked for usage in its stream (Chat `stream_options`).
     pub(super) include_usage: bool,
@@ -67,10 +67,10 @@ pub(super) struct Climb {
     /// An Anthropic fallback credit token and when it was minted.
     pub(super) credit: Option<(String, Instant)>,
     /// Request fields a response named as keeping its credit token from
-    /// being redeemed (`remove_to_redeem`): later hops that present a
+    /// being redeemed (`remove_to_redeem`): later fallbacks that present a
     /// token leave them out.
     pub(super) unredeemable: Vec<String>,
-    /// The client's model and each fallback hop that declined, in order:
+    /// The client's model and each fallback that declined, in order:
     /// what a handoff marker names.
     pub(super) declined: Vec<Declined>,
     /// The original's message id, kept on a marked handoff.
@@ -176,12 +176,12 @@ impl Climb {
             return Prep::Stop;
         };
         let tenant = &call.config.tenant;
-        if !tenant.take_hop() {
+        if !tenant.take_attempt() {
             tracing::info!(
                 tenant = tenant.name(),
-                "the tenant's recovery hops for the hour are used: the refusal is served as it came"
+                "the tenant's recovery attempts for the hour are used: the refusal is served as it came"
             );
-            crate::telemetry::metrics::hops_capped(tenant.name());
+            crate::telemetry::metrics::recovery_capped(tenant.name());
             self.reason = Some(DeadReason::Capped);
             return Prep::Stop;
         }
@@ -192,7 +192,7 @@ impl Climb {
             NextStep::Stop(_) => Prep::Stop,
         };
         if !matches!(prep, Prep::Send(_)) {
-            tenant.give_back_hop();
+            tenant.give_back_attempt();
         }
         prep
     }
@@ -207,7 +207,7 @@ impl Climb {
         step: &Prepared,
     ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
         let request: Request<U::Body> = step.draft.request(&step.draft.json);
-        let to = step.hop.map(|hop| hop.target.provider());
+        let to = step.fallback.map(|fallback| fallback.target.provider());
         self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
         let sent = Instant::now();
         let remaining = self.deadline.saturating_duration_since(sent);
@@ -215,8 +215,14 @@ impl Climb {
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
                 Ok(mut response) => {
-                    if let Some(hop) = step.hop {
-                        translate_answer(&mut response, hop, dialect.wire_api(), streaming, config);
+                    if let Some(fallback) = step.fallback {
+                        translate_answer(
+                            &mut response,
+                            fallback,
+                            dialect.wire_api(),
+                            streaming,
+                            config,
+                        );
                     }
                     Ok(hold(response, dialect, config, streaming, None).await)
                 }
@@ -227,7 +233,7 @@ impl Climb {
         let mut record = Attempt {
             step: step.kind,
             model: step.model.clone(),
-            provider: step.hop.map(|hop| hop.target.provider()),
+            provider: step.fallback.map(|fallback| fallback.target.provider()),
             result: AttemptResult::TransportError,
             status: None,
             latency_ms: millis(sent.elapsed()),
@@ -257,7 +263,7 @@ impl Climb {
         Some((held, record))
     }
 
-    /// The token a refused hop presented, when its response said what to
+    /// The token a refused fallback presented, when its response said what to
     /// leave out for it to redeem: not redeemed, it may still be, by a
     /// request without those fields within its lifetime ("a corrected
     /// re-send inside the token's five-minute window can still redeem",
@@ -288,14 +294,14 @@ impl Climb {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
-        let translated = step.hop.is_some();
+        let translated = step.fallback.is_some();
         let served_model = held
             .judge
             .as_ref()
             .and_then(|w| w.findings.model.clone())
             .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
             .or(step.model.clone());
-        // A hop to another provider is named by its chain entry, provider and all.
+        // A fallback to another provider is named by its chain entry, provider and all.
         let served_model = if translated {
             step.model.clone()
         } else {
@@ -374,12 +380,12 @@ impl Climb {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
-        // A sticky route swaps the model on the client's own API: a hop to
+        // A sticky route swaps the model on the client's own API: a fallback to
         // another provider cannot be one.
         if let (Some(ttl), Some(key), true, Some(model)) = (
             config.sticky_ttl,
             call.conversation.key(),
-            fallback && step.hop.is_none(),
+            fallback && step.fallback.is_none(),
             &step.model,
         ) {
             let route = config.store.set_sticky_route(key, model, ttl);
@@ -402,12 +408,12 @@ impl Climb {
     }
 }
 
-/// Rewrites a cross-provider hop's successful answer into the client's API
-/// as it arrives. An error status stays as it came: the hop fails on it,
+/// Rewrites a cross-provider fallback's successful answer into the client's API
+/// as it arrives. An error status stays as it came: the fallback fails on it,
 /// and its body is never served.
 pub(super) fn translate_answer<R>(
     response: &mut http::Response<IdleTimeout<R>>,
-    hop: CrossHop,
+    fallback: CrossProvider,
     client: WireApi,
     streaming: bool,
     config: &crate::guard::config::Config,
@@ -416,12 +422,18 @@ pub(super) fn translate_answer<R>(
         return;
     }
     let limit = config.max_response_body;
-    match BodyTranslation::new(hop.target, client, streaming, hop.include_usage, limit) {
+    match BodyTranslation::new(
+        fallback.target,
+        client,
+        streaming,
+        fallback.include_usage,
+        limit,
+    ) {
         Ok(translation) => {
             response.headers_mut().remove(http::header::CONTENT_LENGTH);
             response.body_mut().translate(translation);
         }
-        Err(why) => tracing::warn!(reason = %why, "the hop's answer has no translation"),
+        Err(why) => tracing::warn!(reason = %why, "the fallback's answer has no translation"),
     }
 }
 

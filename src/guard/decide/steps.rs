@@ -8,10 +8,10 @@ use crate::dialect::cross;
 use crate::dialect::AnthropicFeatures;
 use crate::guard::call::Call;
 use crate::guard::request::original::Template;
-use crate::recovery::{hop_api, parse_entry, Rescue};
+use crate::recovery::{fallback_api, parse_entry, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider, WireApi};
 
-use super::climb::{Climb, CrossHop, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
+use super::climb::{Climb, CrossProvider, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
 
 impl Climb {
     pub(super) fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
@@ -20,8 +20,8 @@ impl Climb {
         if let Some(refused) = self.outside_allowlist(call, &model) {
             return refused;
         }
-        if let Some(hop) = parse_entry(&model) {
-            return self.cross(call, next, hop, &model);
+        if let Some(fallback) = parse_entry(&model) {
+            return self.cross(call, next, fallback, &model);
         }
         if next.aim_at(dialect, &model).is_err() {
             self.reason = Some(DeadReason::Unrecoverable);
@@ -36,12 +36,12 @@ impl Climb {
             draft: next,
             kind: AttemptStep::Fallback,
             model: Some(model),
-            hop: None,
+            fallback: None,
             presented,
         }))
     }
 
-    /// A hop's fallback credit: the token, redeemable once within its
+    /// A fallback's fallback credit: the token, redeemable once within its
     /// lifetime, with the fields a response named as keeping it from being
     /// redeemed left out; with fallback credit off, no token (even one the
     /// refusal offers anyway) and no credit beta. The token presented.
@@ -65,7 +65,7 @@ impl Climb {
         Some((token, minted))
     }
 
-    /// A hop to the provider a chain entry names: the request translated into
+    /// A fallback to the provider a chain entry names: the request translated into
     /// its API, to the operator's endpoint with the operator's key, or the
     /// entry skipped and recorded when there is no endpoint or the request
     /// cannot be expressed there.
@@ -77,12 +77,12 @@ impl Climb {
         entry: &str,
     ) -> Prep {
         let client = call.dialect.wire_api();
-        let target = hop_api(provider);
+        let target = fallback_api(provider);
         // A Responses client's `openai:` entry names its own provider too:
         // translating it into Chat would lose what Responses alone carries.
         let own = client == WireApi::OpenAiResponses && provider == Provider::OpenAi;
         if target == client || own {
-            // The client's own API: an ordinary hop, on its own credentials.
+            // The client's own API: an ordinary fallback, on its own credentials.
             if next.aim_at(call.dialect, model).is_err() {
                 return self.skip(call, entry, None, DeadReason::Unrecoverable);
             }
@@ -93,12 +93,12 @@ impl Climb {
                 draft: next,
                 kind: AttemptStep::Fallback,
                 model: Some(model.to_owned()),
-                hop: None,
+                fallback: None,
                 presented: None,
             }));
         }
         let Some(endpoint) = call.config.cross_provider.get(&provider) else {
-            tracing::info!(provider = %provider, model, "no endpoint for this provider; the hop is skipped");
+            tracing::info!(provider = %provider, model, "no endpoint for this provider; the fallback is skipped");
             return self.skip(call, entry, Some(target.provider()), DeadReason::NoEndpoint);
         };
         let streaming = call.dialect.is_streaming(&next.parts.uri, &next.json);
@@ -107,7 +107,7 @@ impl Climb {
         let (path, body) = match written {
             Ok(written) => written,
             Err(why) => {
-                tracing::info!(provider = %provider, model, reason = %why, "the request has no translation; the hop is skipped");
+                tracing::info!(provider = %provider, model, reason = %why, "the request has no translation; the fallback is skipped");
                 return self.skip(
                     call,
                     entry,
@@ -118,7 +118,7 @@ impl Climb {
         };
         let (Some(uri), Some(headers)) = (
             endpoint.uri(&path),
-            cross::hop_headers(target, endpoint.key().expose()),
+            cross::fallback_headers(target, endpoint.key().expose()),
         ) else {
             return self.skip(
                 call,
@@ -136,7 +136,7 @@ impl Climb {
             draft: next,
             kind: AttemptStep::Fallback,
             model: Some(entry.to_owned()),
-            hop: Some(CrossHop {
+            fallback: Some(CrossProvider {
                 target,
                 include_usage,
             }),
@@ -144,8 +144,8 @@ impl Climb {
         }))
     }
 
-    /// A hop outside the tenant's allowlist, recorded and never sent;
-    /// `None` for a hop it allows.
+    /// A fallback outside the tenant's allowlist, recorded and never sent;
+    /// `None` for a fallback it allows.
     pub(super) fn outside_allowlist(&mut self, call: &Call, entry: &str) -> Option<Prep> {
         let own = call.dialect.provider();
         let (provider, model) = parse_entry(entry).unwrap_or((own, entry));
@@ -153,12 +153,12 @@ impl Climb {
         if tenant.allowlist().allows(provider, model) {
             return None;
         }
-        tracing::info!(tenant = tenant.name(), provider = %provider, model, "outside the tenant's allowlist; the hop is skipped");
+        tracing::info!(tenant = tenant.name(), provider = %provider, model, "outside the tenant's allowlist; the fallback is skipped");
         let to = Some(provider).filter(|p| *p != own);
         Some(self.skip(call, entry, to, DeadReason::NotAllowed))
     }
 
-    /// Records a hop that was never sent, and why.
+    /// Records a fallback that was never sent, and why.
     pub(super) fn skip(
         &mut self,
         call: &Call,
@@ -209,7 +209,7 @@ impl Climb {
             draft: next,
             kind: AttemptStep::Retarget,
             model: call.model.clone(),
-            hop: None,
+            fallback: None,
             presented: None,
         }))
     }
@@ -259,7 +259,7 @@ impl Climb {
             draft: next,
             kind: AttemptStep::Rescue,
             model,
-            hop: None,
+            fallback: None,
             presented: None,
         }))
     }

@@ -4,7 +4,7 @@
 //! A SigV4 signature covers the method, the path, the host and a hash of
 //! the body, so any recovery (another model in the path, the rescue note in
 //! the body) breaks the client's own signature. Placed under the guard, the
-//! layer signs each attempt as it is sent: the original, every hop, the
+//! layer signs each attempt as it is sent: the original, every fallback, the
 //! rescue. It takes off whatever authentication the request came with
 //! (`Authorization`, `X-Amz-Date`, `X-Amz-Security-Token`,
 //! `X-Amz-Content-Sha256`) and signs the request as it stands, every header

@@ -1,5 +1,5 @@
-//! A tenant's recovery hops over the last hour, counted by the minute: 60
-//! counters, whatever the cap, instead of one timestamp per hop.
+//! A tenant's recovery attempts over the last hour, counted by the minute: 60
+//! counters, whatever the cap, instead of one timestamp per attempt.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -9,8 +9,8 @@ use tokio::time::Instant;
 const MINUTE: Duration = Duration::from_secs(60);
 const MINUTES: usize = 60;
 
-/// Hops per minute for the last 60 minutes.
-pub(crate) struct HopWindow {
+/// Recovery attempts per minute for the last 60 minutes.
+pub(crate) struct AttemptWindow {
     state: Mutex<Window>,
 }
 
@@ -22,9 +22,9 @@ struct Window {
     counts: [u32; MINUTES],
 }
 
-impl Default for HopWindow {
+impl Default for AttemptWindow {
     fn default() -> Self {
-        HopWindow {
+        AttemptWindow {
             state: Mutex::new(Window {
                 origin: Instant::now(),
                 latest: 0,
@@ -50,8 +50,8 @@ impl Window {
     }
 }
 
-impl HopWindow {
-    /// Counts one hop if fewer than `cap` were counted in the last hour.
+impl AttemptWindow {
+    /// Counts one attempt if fewer than `cap` were counted in the last hour.
     pub(crate) fn take(&self, cap: u32) -> bool {
         let mut window = self.state.lock().unwrap_or_else(|p| p.into_inner());
         window.advance();
@@ -63,7 +63,7 @@ impl HopWindow {
         true
     }
 
-    /// Uncounts a hop this minute took and did not send.
+    /// Uncounts an attempt this minute took and did not send.
     pub(crate) fn give_back(&self) {
         let mut window = self.state.lock().unwrap_or_else(|p| p.into_inner());
         window.advance();
@@ -78,15 +78,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_cap_holds_for_an_hour_and_frees_minute_by_minute() {
-        let window = HopWindow::default();
+        let window = AttemptWindow::default();
         assert!(window.take(2));
         tokio::time::advance(Duration::from_secs(30 * 60)).await;
         assert!(window.take(2));
         assert!(!window.take(2), "two in the last hour");
         window.give_back();
-        assert!(window.take(2), "a hop given back is free again");
+        assert!(window.take(2), "an attempt given back is free again");
         assert!(!window.take(2));
-        // The first hop leaves the window an hour after its minute.
+        // The first attempt leaves the window an hour after its minute.
         tokio::time::advance(Duration::from_secs(30 * 60 + 1)).await;
         assert!(window.take(2));
         assert!(!window.take(2));
