@@ -14,7 +14,8 @@ use http::Response;
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::request::conversation::Conversation;
-use crate::guard::request::Named;
+use crate::guard::request::original::Original;
+use crate::guard::request::Incoming;
 use crate::guard::timeout::{TimeoutKind, UpstreamTimeout};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
@@ -59,30 +60,31 @@ pub(crate) struct Call {
 }
 
 impl Call {
-    /// The call of a guardable request, as the guard read it: counted and
-    /// traced from here on.
-    pub(crate) fn start(
-        read: Named,
-        config: Arc<Config>,
-        dialect: &'static dyn Dialect,
-        started: Instant,
-    ) -> Self {
+    /// The call of the guardable request `incoming` whose original is
+    /// `original`: counted and traced from here on.
+    pub(crate) fn start(incoming: Incoming, original: &Original) -> Self {
+        let Incoming {
+            config,
+            dialect,
+            started,
+            ..
+        } = incoming;
         let handle = RefusalHandle::default();
         let request = crate::telemetry::metrics::GuardedRequest::start(
             dialect.provider(),
             dialect.wire_api(),
-            read.model.as_deref(),
-            read.streaming,
+            original.model.as_deref(),
+            original.streaming,
             &handle,
             config.tenant.name(),
         );
         Call {
             request,
-            route: read.route,
+            route: original.route.clone(),
             config,
             dialect,
-            model: read.model,
-            conversation: read.conversation,
+            model: original.model.clone(),
+            conversation: original.conversation.clone(),
             started,
             handle,
         }

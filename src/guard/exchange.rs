@@ -20,8 +20,6 @@ pub(crate) struct Exchange<U> {
     pub(crate) call: Call,
     /// The request as sent, before any recovery rewrite.
     pub(crate) original: Box<Original>,
-    /// Whether the request asked for a stream.
-    pub(crate) streaming: bool,
     /// When the original was sent.
     pub(crate) sent: Instant,
     /// Requests sent before the one decided as the original: one whose
@@ -41,14 +39,13 @@ impl<U> Exchange<U> {
         inner: U,
         call: Call,
         original: Original,
-        (streaming, sent): (bool, Instant),
+        sent: Instant,
         attempt: AttemptSpan,
     ) -> Self {
         Exchange {
             inner: Box::new(inner),
             call,
             original: Box::new(original),
-            streaming,
             sent,
             earlier: Vec::new(),
             first: AttemptStep::Original,

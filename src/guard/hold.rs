@@ -176,7 +176,13 @@ impl<U: InnerService> Exchange<U> {
     ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
         let call = &self.call;
         let status = response.status().as_u16();
-        let held = hold(response, call.dialect, &call.config, self.streaming, live);
+        let held = hold(
+            response,
+            call.dialect,
+            &call.config,
+            self.original.streaming,
+            live,
+        );
         let timeout = match call.within_deadline(held).await {
             Ok(held) => return Ok(held),
             Err(timeout) => timeout,

@@ -6,38 +6,49 @@
 //! only the next (and the shared parts below):
 //!
 //! ```text
-//! layer      RefusalGuardLayer: the builder; config holds what it built
-//! service    RefusalGuard::call: recognise the wire API, else pass through;
-//!            guard(): the request taken in (request/), the call started
-//! request/   the body taken in once: read whole first, or forwarded as it
-//!            arrives with a bounded copy kept; the conversation named; the
-//!            rewrites of the first request; the original as sent
-//! exchange   Exchange::new, the per-request carrier the steps hand on
-//! rejected   a 400 to the guard's own server-side fallbacks: sent again
-//!            without them; which response is the original is now known
-//! answer     how the client is answered (held, keep-alive, live thinking),
-//!            chosen once, and the one chain: judge, partial, decide, respond
-//! hold       judge: the original held back until it shows output, a
-//!            refusal, its end or a bound
-//! partial    opt-in (Anthropic): continue a claimed partial refusal
-//! decide     the original as it is, or the ladder on an empty refusal
-//!            (decide/climb.rs, decide/steps.rs): a Decision, a value
-//! respond    the decision as the client's response, marked, recorded now
-//!            or left to a settlement
-//! body       held bytes first, then the rest of the stream, still judged
-//! settle     the record, made once: at the stream's end, or when the
-//!            client goes
+//! layer             RefusalGuardLayer: the builder; config holds what it built
+//! service           RefusalGuard::call: recognise the wire API, else pass
+//!                   through; guard(): the one path of a guarded request
+//! request/mod       Incoming: what the call knows before the body (tenant,
+//!                   dialect, path model, the conversation header taken off)
+//! request/intake    take_in: the body taken in, decided once (Intake): read
+//!                   whole first, or forwarded as it arrives, a bounded copy kept
+//! send              the original sent: read whole then rewritten, or sent
+//!                   at once with its head learnt from the copy; the call starts
+//! request/original  Original::read: the request as sent (model, stream,
+//!                   conversation), its first rewrites, the draft of each attempt
+//! exchange          Exchange::new, the per-request carrier the steps hand on
+//! rejected          a 400 to the guard's own server-side fallbacks: sent again
+//!                   without them; which response is the original is now known
+//! answer            how the client is answered (held, keep-alive, live
+//!                   thinking), chosen once, and the one chain: judge,
+//!                   partial, decide, respond
+//! hold              judge: the original held back until it shows output, a
+//!                   refusal, its end or a bound
+//! partial           opt-in (Anthropic): continue a claimed partial refusal
+//! decide/           the original as it is, or the ladder on an empty refusal
+//!                   (decide/climb.rs, decide/steps.rs): a Decision, a value
+//! respond           the decision as the client's response, marked, recorded
+//!                   now or left to a settlement
+//! body              held bytes first, then the rest of the stream, still judged
+//! settle            the record, made once: at the stream's end, or when the
+//!                   client goes
 //! ```
 //!
 //! One streamed request with no refusal, traced (default configuration):
 //! `RefusalGuardLayer::layer` -> `RefusalGuard::call` -> `guard` (service)
-//! -> the body forwarded with its copy kept, the head learnt from the copy
-//! (request/) -> `Call::start`, `Exchange::new` -> `without_rejected_fallbacks`
-//! (not a 400: `Resent::Ready`) -> `answer` -> `run` -> `Exchange::judge`
-//! (hold: output seen) -> `Exchange::decide` (`Decision::AsSent`) ->
-//! `respond` (served with a `Settlement`) -> `GuardBody::poll_frame` (body)
-//! -> `Settlement::settle` at the end of the stream (settle). Each file
-//! once, in the order above; `partial` only when opted in.
+//! -> `Incoming::new` (request/mod) -> `take_in` (request/intake:
+//! `Intake::Forwarded`) -> `send`, `as_it_arrives` (send: sent at once,
+//! the head learnt from the copy) -> `Original::read` (request/original)
+//! -> `Call::start`, `SentOriginal::into_exchange` -> `Exchange::new`
+//! (exchange) -> `without_rejected_fallbacks` (not a 400: `Resent::Ready`)
+//! -> `answer` -> `run` -> `Exchange::judge` (hold: output seen) ->
+//! `Exchange::decide` (`Decision::AsSent`) -> `respond` (served with a
+//! `Settlement`) -> `GuardBody::poll_frame` (body) -> `Settlement::settle`
+//! at the end of the stream (settle). Each file once, in the order above;
+//! `partial` only when opted in. A request read whole first differs in one
+//! stop: `Intake::Read`, then `rewritten` in send reads, routes and
+//! rewrites the original before sending it.
 //!
 //! Shared by the steps, calling none of them: `call` (the per-call context
 //! every step and record reads, [`call::Call`]), `findings` (what judging
@@ -48,11 +59,14 @@
 //! pool `crate::reserve`.
 //!
 //! One request's state is one [`exchange::Exchange`]: the inner service, the
-//! call, the request as sent, whether it streams and when it went. Each
+//! call, the request as sent (which says whether it streams) and when it
+//! went. Each
 //! step takes the exchange and hands it on; the other types hold only what
 //! their step adds:
 //!
 //! ```text
+//! request::original::Original  the request as sent; Draft, an attempt's copy
+//! send::SentOriginal    the original sent and answered, before the exchange
 //! hold::Held            one response held back: head, bytes read, the rest
 //! decide::Decision      what a held original becomes
 //! decide::climb::Climb  the ladder's progress on one empty refusal
@@ -73,6 +87,7 @@ pub(crate) mod partial;
 pub(crate) mod rejected;
 pub(crate) mod request;
 pub(crate) mod respond;
+pub(crate) mod send;
 pub mod service;
 pub(crate) mod settle;
 pub mod timeout;

@@ -152,7 +152,7 @@ impl Plan {
             return None;
         }
         let headers = response.headers();
-        let shape = match exchange.streaming {
+        let shape = match exchange.original.streaming {
             true => is_event_stream(headers),
             false => is_json(headers),
         };
@@ -258,9 +258,9 @@ impl<U: InnerService> Continuation<U> {
             inner: upstream,
             call,
             original,
-            streaming,
             ..
         } = &mut self.exchange;
+        let streaming = &original.streaming;
         let mut record = Attempt {
             step: AttemptStep::Fallback,
             model: Some(self.plan.model.clone()),

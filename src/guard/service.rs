@@ -1,42 +1,30 @@
 //! [`RefusalGuard`]: the tower service.
 //!
-//! A guarded call reads the request body (bounded), applies the outbound
-//! rewrites and sends the request; holding the response back (`hold.rs`) and
-//! climbing the ladder (`recovery.rs`) decide what the client gets, and
-//! `respond.rs` turns that into the response and the record. Everything the
-//! guard does not recognise passes straight through.
+//! A request of a wire API the guard recognises is guarded: its body taken
+//! in (`request/`), its original sent (`send`), its response answered
+//! (`answer` and the steps after it). Everything else passes straight
+//! through, bounded by the head and idle timeouts.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Instant;
 
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::chunks::Chunks;
-use crate::dialect::skim::Located;
 use crate::dialect::{self, Dialect};
 use crate::guard::answer::answer;
 use crate::guard::body::GuardBody;
-use crate::guard::call::Call;
 use crate::guard::config::Config;
-use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
-use crate::guard::exchange::Exchange;
-use crate::guard::request::original::with_body;
-use crate::guard::request::{
-    forward_request_body, prepare_forwarded, read_first, read_request_body, Forwarding, Outbound,
-    ReadRequest, RequestBody,
-};
+use crate::guard::errors::{timed_out, Shape};
+use crate::guard::request::intake::take_in;
+use crate::guard::request::Incoming;
+use crate::guard::send::{send, Sent};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
-use crate::guard::upstream::{Inner, InnerService, SendError, Timeouts};
-use crate::refusal::{AttemptResult, AttemptStep};
-use crate::replay::copy::{Copied, CopyOutcome};
+use crate::guard::upstream::{Inner, InnerService, Timeouts};
 use crate::replay::ReplayBody;
-use crate::reserve::Share;
-use crate::telemetry::metrics::AttemptSpan;
 use crate::BoxError;
 
 /// The middleware service. Built by [`RefusalGuardLayer`](crate::RefusalGuardLayer).
@@ -225,6 +213,8 @@ where
     }
 }
 
+/// One guarded call: its body taken in, its original sent, and what comes
+/// back answered.
 async fn guard<U: InnerService>(
     mut upstream: U,
     config: Arc<Config>,
@@ -232,281 +222,17 @@ async fn guard<U: InnerService>(
     path_model: Option<String>,
     request: Request<U::Body>,
 ) -> Result<Response<GuardBody<U::Out>>, U::Error> {
-    let started = Instant::now();
     let (mut parts, body) = request.into_parts();
-    // From here on, the tenant's settings are the call's.
-    let config = config.for_request(&parts);
-    // The conversation header is the guard's own: it never goes upstream,
-    // whether or not the request turns out to be guardable.
-    let named = config
-        .conversation_header
-        .as_ref()
-        .and_then(|name| parts.headers.remove(name))
-        .and_then(|v| v.to_str().ok().map(str::to_owned));
-    let share = config.held.share();
-    let api = Shape::Api(dialect.wire_api());
-    let limit = config.max_request_body;
-    let (body, mut share) = if read_first(&config, dialect, &parts.uri, path_model.as_deref()) {
-        (body, share)
-    } else {
-        match forward_request_body(&parts.headers, body, limit, share).await {
-            Forwarding::ReadFirst(body, share) => (body, share),
-            Forwarding::Unguarded(body) => {
-                return pass(upstream, api, Request::from_parts(parts, body)).await
-            }
-            Forwarding::Failed(error) => return Ok(unreadable(api, &error)),
-            Forwarding::NoRoom => return Ok(overloaded(api)),
-            Forwarding::Sending { body, copy } => {
-                let request = Request::from_parts(parts, body);
-                let known = Known {
-                    config,
-                    dialect,
-                    path_model,
-                    named,
-                    started,
-                };
-                return forward(upstream, request, copy, known).await;
-            }
-        }
-    };
-    let bytes = match read_request_body(&parts.headers, body, limit, &mut share).await {
-        RequestBody::Read(bytes) => bytes,
-        RequestBody::Unguarded(body) => {
-            return pass(upstream, api, Request::from_parts(parts, body)).await
-        }
-        RequestBody::Failed(error) => return Ok(unreadable(api, &error)),
-        RequestBody::NoRoom => return Ok(overloaded(api)),
-    };
-    let Some(head) = dialect::request_head(&bytes) else {
-        // Not a JSON object: nothing to guard, forward the bytes as they were.
-        return pass(upstream, api, with_body(parts, bytes, false)).await;
-    };
-    if let Some(reason) = dialect.unguardable(&head) {
-        tracing::debug!(
-            wire_api = %dialect.wire_api(),
-            reason,
-            "request cannot be guarded: forwarded unguarded"
-        );
-        return pass(upstream, api, with_body(parts, bytes, false)).await;
-    }
-    let request = ReadRequest {
-        parts,
-        head,
-        body: Chunks::from(bytes),
-        members: None,
-    };
-    let mut outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
-    outbound.route_sticky(&config, dialect).await;
-    outbound.rewrite(&config, dialect);
-    let streaming = outbound.streaming;
-    let (named, template) = outbound.into_original(share);
-    let call = Call::start(named, config, dialect, started);
-    let original = template.request();
-
-    let sent = Instant::now();
-    let mut attempt = call
-        .request
-        .attempt(AttemptStep::Original, call.model.as_deref(), None);
-    let response = match upstream.send(original).await {
-        Ok(response) => response,
-        Err(failed) => {
-            attempt.end_with(AttemptResult::TransportError, None);
-            return match failed {
-                SendError::Inner(error) => Err(error),
-                SendError::Timeout(timeout) => Ok(timed_out(api, timeout)),
-            };
-        }
-    };
-    let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
-    answer(exchange.without_rejected_fallbacks(response).await).await
-}
-
-/// What a call forwarded as it arrives knows of itself besides the request.
-struct Known {
-    config: Arc<Config>,
-    dialect: &'static dyn Dialect,
-    /// The model its path names.
-    path_model: Option<String>,
-    /// The conversation its header names.
-    named: Option<String>,
-    started: Instant,
-}
-
-/// A guarded request forwarded as it arrives: sent at once, its head read
-/// from the copy once the copy is whole (while the upstream is still
-/// answering), then held and decided like any other. A request whose copy
-/// could not be kept (over the bounds, cut short) is served unguarded, as
-/// a request too large to read is.
-async fn forward<U: InnerService>(
-    mut upstream: U,
-    request: Request<U::Body>,
-    copy: CopyOutcome,
-    known: Known,
-) -> Result<Response<GuardBody<U::Out>>, U::Error> {
-    let Known {
-        config,
-        dialect,
-        path_model,
-        named,
-        started,
-    } = known;
-    let api = Shape::Api(dialect.wire_api());
-    let (mut parts, body) = request.into_parts();
-    prepare_forwarded(&mut parts, &config, dialect, path_model.as_deref());
-    let sent_parts = parts.clone();
-    let sent = Instant::now();
-    let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());
-    let request = Request::from_parts(parts, body);
-    let (response, learned) = send_learning(&mut upstream, request, copy).await;
-    let (response, head, bytes, members, share) = match (response, learned) {
-        // The client's body failed after forwarding began: the upstream
-        // request was aborted with its error, whatever it answered.
-        (_, Learned::Failed) => {
-            let error: BoxError = "the client's body failed while it was forwarded".into();
-            return Ok(unreadable(api, &error));
-        }
-        (Err(failed), learned) => {
-            // Counted and logged as a guarded request that never settled,
-            // as one read whole first is.
-            let model = match &learned {
-                Learned::Head { head, .. } => head.get("model").and_then(|m| m.as_str()),
-                _ => None,
-            };
-            let model = model.or(path_model.as_deref());
-            let handle = crate::refusal::RefusalHandle::default();
-            let tenant = config.tenant.name();
-            drop(crate::telemetry::metrics::GuardedRequest::start(
-                dialect.provider(),
-                dialect.wire_api(),
-                model,
-                false,
-                &handle,
-                tenant,
-            ));
-            if let Some(model) = model {
-                attempt.model(model);
-            }
-            attempt.end_with(AttemptResult::TransportError, None);
-            return match failed {
-                SendError::Inner(error) => Err(error),
-                SendError::Timeout(timeout) => Ok(timed_out(api, timeout)),
-            };
-        }
-        (Ok(response), Learned::Unguarded(reason)) => {
-            tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
-            return Ok(response.map(GuardBody::passthrough));
-        }
-        (
-            Ok(response),
-            Learned::Head {
-                head,
-                bytes,
-                members,
-                share,
-            },
-        ) => (response, head, bytes, members, share),
-    };
-    if let Some(reason) = dialect.unguardable(&head) {
-        tracing::debug!(
-            wire_api = %dialect.wire_api(),
-            reason,
-            "request cannot be guarded: forwarded unguarded"
-        );
-        return Ok(response.map(GuardBody::passthrough));
-    }
-    let request = ReadRequest {
-        parts: sent_parts,
-        head,
-        body: bytes,
-        members,
-    };
-    let outbound = Outbound::new(&config, dialect, path_model.as_deref(), request, named);
-    let streaming = outbound.streaming;
-    let (named, template) = outbound.into_original(share);
-    let call = Call::start(named, config, dialect, started);
-    let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-    if let Some(model) = &call.model {
-        attempt.model(model);
-    }
-    let exchange = Exchange::new(upstream, call, template, (streaming, sent), attempt);
-    answer(exchange.without_rejected_fallbacks(response).await).await
-}
-
-/// What a forwarded request's copy told of it.
-enum Learned {
-    /// The whole body, its head, and the pool's part for the copy.
-    Head {
-        head: serde_json::Value,
-        bytes: Chunks,
-        members: Option<Vec<Located>>,
-        share: Share,
-    },
-    /// Nothing to guard it with, and why.
-    Unguarded(&'static str),
-    /// The client's body failed.
-    Failed,
-}
-
-impl Learned {
-    fn of(copied: Option<Copied>) -> Self {
-        match copied {
-            Some(Copied::Whole(bytes, share)) => match dialect::forwarded_head(bytes.as_slice()) {
-                Some((head, members)) => Learned::Head {
-                    head,
-                    bytes,
-                    members,
-                    share,
-                },
-                None => Learned::Unguarded("not a JSON object"),
-            },
-            Some(Copied::OverLimit) => Learned::Unguarded("over max_request_body: no copy kept"),
-            Some(Copied::NoRoom) => Learned::Unguarded("no room left for a copy"),
-            Some(Copied::Failed) => Learned::Failed,
-            None => Learned::Unguarded("the upstream answered before the request was whole"),
+    let incoming = Incoming::new(&config, dialect, path_model, &mut parts);
+    let intake = take_in(&incoming, &parts, body).await;
+    match send(&mut upstream, incoming, parts, intake).await {
+        Sent::Answered(answered) => answered,
+        Sent::Original(sent) => {
+            let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
+            let (exchange, response) = sent.into_exchange(upstream);
+            answer(exchange.without_rejected_fallbacks(response).await).await
         }
     }
-}
-
-/// Sends `request` and, meanwhile, reads the head of its body from the
-/// copy as soon as the copy is whole: usually while the upstream is still
-/// answering, so the read adds nothing to the wait. A response that comes
-/// before the copy is whole leaves the call with nothing to guard it with
-/// (`Unguarded`).
-async fn send_learning<U: InnerService>(
-    upstream: &mut U,
-    request: Request<U::Body>,
-    copy: CopyOutcome,
-) -> (
-    Result<Response<IdleTimeout<U::Out>>, SendError<U::Error>>,
-    Learned,
-) {
-    let mut sending = std::pin::pin!(upstream.send(request));
-    // Unconstrained: tokio's cooperative budget would otherwise make a copy
-    // already told look pending once a busy task has spent its budget, and
-    // a request whose copy is whole would go unguarded.
-    let learning = tokio::task::unconstrained(async move { Learned::of(copy.wait().await) });
-    let mut learning = std::pin::pin!(learning);
-    let mut learned = None;
-    let response = std::future::poll_fn(|cx| {
-        let mut learn = |cx: &mut Context<'_>| {
-            if learned.is_none() {
-                if let Poll::Ready(known) = learning.as_mut().poll(cx) {
-                    learned = Some(known);
-                }
-            }
-        };
-        learn(cx);
-        let response = ready!(sending.as_mut().poll(cx));
-        // Sending may have ended the body within this poll.
-        learn(cx);
-        Poll::Ready(response)
-    })
-    .await;
-    let learned = learned.unwrap_or(Learned::Unguarded(
-        "the upstream answered before the request was whole",
-    ));
-    (response, learned)
 }
 
 /// A request the guard does not judge (a token count, a listing, a GET),
@@ -517,17 +243,4 @@ fn without_conversation_header<B>(config: &Config, mut request: Request<B>) -> R
         request.headers_mut().remove(name);
     }
     request
-}
-
-/// Forwards a request the guard will not judge.
-async fn pass<U: InnerService>(
-    mut upstream: U,
-    api: Shape<'_>,
-    request: Request<U::Body>,
-) -> Result<Response<GuardBody<U::Out>>, U::Error> {
-    match upstream.send(request).await {
-        Ok(response) => Ok(response.map(GuardBody::passthrough)),
-        Err(SendError::Inner(error)) => Err(error),
-        Err(SendError::Timeout(timeout)) => Ok(timed_out(api, timeout)),
-    }
 }

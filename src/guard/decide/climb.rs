@@ -10,7 +10,7 @@ use crate::dialect::cross::BodyTranslation;
 use crate::dialect::{Declined, RefusalInfo};
 use crate::guard::call::{millis, Call};
 use crate::guard::hold::{hold, Held, Verdict};
-use crate::guard::request::original::{Original, Template};
+use crate::guard::request::original::{Draft, Original};
 use crate::guard::settle::{About, Settlement};
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::InnerService;
@@ -32,7 +32,7 @@ pub(super) const MAX_SKIPS: usize = 8;
 
 /// A step's request, built.
 pub(super) struct Prepared {
-    pub(super) draft: Template,
+    pub(super) draft: Draft,
     pub(super) kind: AttemptStep,
     pub(super) model: Option<String>,
     /// Set for a fallback to another provider's API: its answer is translated.

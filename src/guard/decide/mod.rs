@@ -177,9 +177,9 @@ impl<U: InnerService> Exchange<U> {
             mut inner,
             call,
             original: request,
-            streaming,
             ..
         } = self;
+        let streaming = request.streaming;
         let mut skips = 0;
         loop {
             let step = match climb.prepare(&call, &request).await {
@@ -298,18 +298,22 @@ mod tests {
         let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
         let json = serde_json::json!({"model": MODEL, "max_tokens": 64,
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
-        let template = Original {
+        let original = Original {
             parts,
             body: crate::guard::request::original::JsonBody::new(
                 Bytes::from(json.to_string()).into(),
             ),
             rewritten: false,
             composed: None,
+            model: call.model.clone(),
+            streaming: false,
+            route: None,
+            conversation: call.conversation.clone(),
             _share: Arc::new(config.held.share()),
         };
         let upstream = Inner::primed(Upstream::new(inner), Timeouts::of(&config));
         let attempt = AttemptSpan::default();
-        let exchange = Exchange::new(upstream, call, template, (false, Instant::now()), attempt);
+        let exchange = Exchange::new(upstream, call, original, Instant::now(), attempt);
         (exchange, Witness { handle, sent })
     }
 

@@ -7,14 +7,14 @@ use std::time::Instant;
 use crate::dialect::cross;
 use crate::dialect::AnthropicFeatures;
 use crate::guard::call::Call;
-use crate::guard::request::original::Template;
+use crate::guard::request::original::Draft;
 use crate::recovery::{fallback_api, parse_entry, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider, WireApi};
 
 use super::climb::{Climb, CrossProvider, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
 
 impl Climb {
-    pub(super) fn fallback(&mut self, call: &Call, mut next: Template, model: String) -> Prep {
+    pub(super) fn fallback(&mut self, call: &Call, mut next: Draft, model: String) -> Prep {
         self.fallbacks += 1;
         let dialect = call.dialect;
         if let Some(refused) = self.outside_allowlist(call, &model) {
@@ -49,7 +49,7 @@ impl Climb {
         &mut self,
         call: &Call,
         features: &dyn AnthropicFeatures,
-        next: &mut Template,
+        next: &mut Draft,
     ) -> Option<(String, Instant)> {
         let (headers, json) = (&mut next.parts.headers, &mut next.json);
         if !call.config.fallback_credit {
@@ -72,7 +72,7 @@ impl Climb {
     pub(super) fn cross(
         &mut self,
         call: &Call,
-        mut next: Template,
+        mut next: Draft,
         (provider, model): (Provider, &str),
         entry: &str,
     ) -> Prep {
@@ -185,7 +185,7 @@ impl Climb {
     /// fallbacks: skipped without a list, for a request that carried
     /// fallbacks already (a list or `"default"`), and where the dialect or
     /// the platform has none.
-    pub(super) fn retarget(&mut self, call: &Call, mut next: Template) -> Prep {
+    pub(super) fn retarget(&mut self, call: &Call, mut next: Draft) -> Prep {
         self.retargets += 1;
         let config = &call.config;
         let Some(features) = call.dialect.anthropic() else {
@@ -214,7 +214,7 @@ impl Climb {
         }))
     }
 
-    pub(super) async fn rescue(&mut self, call: &Call, mut next: Template, rescue: Rescue) -> Prep {
+    pub(super) async fn rescue(&mut self, call: &Call, mut next: Draft, rescue: Rescue) -> Prep {
         self.rescues += 1;
         let config = &call.config;
         if !config.rescue.is_on() {

@@ -1,18 +1,28 @@
-//! The request as the guard read it and sends it: the client's body,
-//! parsed only once something rewrites it; the original as sent; and the
-//! draft a recovery step rewrites.
+//! The request as the guard sends it: read from what the client sent
+//! (its model, whether it streams, its conversation), rewritten for the
+//! first send (sticky route, server-side fallbacks, fallback credit,
+//! identity encoding), and the draft each recovery attempt starts from.
+//! The client's body is parsed only once something rewrites it.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderValue, Request};
 use serde_json::Value;
 
 use crate::chunks::Chunks;
+use crate::dialect::skim::Located;
 use crate::dialect::{ComposedFallbacks, Dialect};
+use crate::guard::config::Config;
+use crate::guard::request::conversation::{self, Conversation};
+use crate::guard::request::Incoming;
+use crate::refusal::StickyRoute;
 use crate::replay::ReplayBody;
 use crate::reserve::Share;
+use crate::store::{ConversationKey, StickyLookup};
+use crate::telemetry::RouteRestored;
+use crate::tenant::Tenant;
 
 /// A request body as the client sent it, parsed only once something
 /// rewrites it: most requests go out as they came.
@@ -48,21 +58,148 @@ impl JsonBody {
     }
 }
 
-/// The request as the guard sent it; recoveries start from a draft of it.
+/// The request as the guard sends it, and what the guard read of it;
+/// recoveries start from a [`draft`](Original::draft) of it.
 pub(crate) struct Original {
     pub(crate) parts: http::request::Parts,
+    /// The body as the client sent it, sent as is unless rewritten.
     pub(crate) body: JsonBody,
     /// Whether an outbound rewrite changed the body.
     pub(crate) rewritten: bool,
     /// The server-side fallbacks the guard wrote into the request, to take
     /// back.
     pub(crate) composed: Option<ComposedFallbacks>,
+    /// The model it asks for (after a sticky route, the route's).
+    pub(crate) model: Option<String>,
+    /// Whether it asks for a stream.
+    pub(crate) streaming: bool,
+    /// The sticky route it took.
+    pub(crate) route: Option<StickyRoute>,
+    pub(crate) conversation: Conversation,
     /// The layer-wide pool's part for the buffered request body, given back
     /// when the call is decided.
     pub(crate) _share: Arc<Share>,
 }
 
 impl Original {
+    /// The request `parts` heads with `body`, whose head is `head` and
+    /// whose top-level members are at `members` when known; `share` holds
+    /// the body's room in the pool.
+    pub(crate) fn read(
+        incoming: &Incoming,
+        mut parts: http::request::Parts,
+        head: &Value,
+        body: Chunks,
+        members: Option<Vec<Located>>,
+        share: Share,
+    ) -> Self {
+        let Incoming {
+            config, dialect, ..
+        } = incoming;
+        // Kept for every recovery until the response has streamed.
+        crate::chunks::unpin_headers(&mut parts.headers);
+        // The guard must read what comes back: a compressed stream would
+        // pass unjudged.
+        parts
+            .headers
+            .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        let mut json = JsonBody::new(body.clone());
+        // Which conversation: the user's closure, then the header, then a
+        // hash of what stays the same across the conversation, computed
+        // only if asked for; each tenant's apart from the others'.
+        let scope = Some(config.tenant.name()).filter(|name| *name != Tenant::DEFAULT_NAME);
+        let conversation = match config
+            .conversation_fn
+            .as_ref()
+            .and_then(|key| key(&parts, json.json_mut()?))
+            .or_else(|| incoming.named.clone())
+        {
+            Some(key) => {
+                let key = conversation::scoped(scope, key.as_bytes());
+                Conversation::named(Some(ConversationKey::from_bytes(&key)))
+            }
+            None => Conversation::derived(*dialect, body, members).scoped(scope),
+        };
+        Original {
+            model: dialect.request_model(incoming.path_model(), head),
+            streaming: dialect.is_streaming(&parts.uri, head),
+            parts,
+            body: json,
+            rewritten: false,
+            composed: None,
+            route: None,
+            conversation,
+            _share: Arc::new(share),
+        }
+    }
+
+    /// Sticky fallback: a conversation a fallback served goes there
+    /// directly.
+    pub(crate) async fn route_sticky(&mut self, incoming: &Incoming) {
+        let Incoming {
+            config, dialect, ..
+        } = incoming;
+        // An empty store routes nothing: the key is not worth computing.
+        if config.sticky_ttl.is_none() || !config.store.may_hold_any() {
+            return;
+        }
+        let Some(key) = self.conversation.key() else {
+            return;
+        };
+        let asked = config.store.sticky_lookup(key);
+        let bound = config.budget.deadline;
+        let sticky = match tokio::time::timeout(bound, asked).await {
+            Ok(StickyLookup::Routed(model)) => model,
+            Ok(StickyLookup::Ended(routed_to)) => {
+                let key = Some(key.as_str().to_owned());
+                return restored(incoming, key, self.model.clone(), routed_to);
+            }
+            _ => return,
+        };
+        if self.model.as_deref() == Some(sticky.as_str()) {
+            return;
+        }
+        let Some(json) = self.body.json_mut() else {
+            return;
+        };
+        if dialect
+            .swap_model(&mut self.parts.uri, json, &sticky)
+            .is_err()
+        {
+            return;
+        }
+        if let Some(features) = dialect.anthropic() {
+            features.fit_prefill(json, &sticky);
+        }
+        tracing::info!(from = ?self.model, to = %sticky, "sticky fallback route");
+        self.route = Some(StickyRoute {
+            requested: self.model.clone(),
+            routed_to: sticky.clone(),
+        });
+        self.model = Some(sticky);
+        self.rewritten = true;
+    }
+
+    /// Server-side fallbacks and fallback credit.
+    pub(crate) fn rewrite(&mut self, incoming: &Incoming) {
+        let Incoming {
+            config, dialect, ..
+        } = incoming;
+        let Some(features) = dialect.anthropic() else {
+            return;
+        };
+        let retarget = !config.retarget.is_empty();
+        if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
+            let retarget = config.retarget(self.model.as_deref(), config.inject_fallbacks);
+            let (uri, headers) = (&self.parts.uri, &mut self.parts.headers);
+            self.composed = features.retarget_fallbacks(uri, headers, json, retarget);
+            self.rewritten |= self.composed.is_some();
+        }
+        if asks_fallback_credit(config, self.model.as_deref()) {
+            features.request_fallback_credit(&mut self.parts.headers);
+        }
+    }
+
     /// Takes back the server-side fallbacks the guard wrote, if it wrote
     /// any, leaving the request as the client wrote it there.
     pub(crate) fn withdraw_composed_fallbacks(&mut self, dialect: &dyn Dialect) {
@@ -84,8 +221,8 @@ impl Original {
 
     /// A copy for a recovery step to rewrite; `None` when the body cannot
     /// be parsed whole.
-    pub(crate) fn draft(&self) -> Option<Template> {
-        Some(Template {
+    pub(crate) fn draft(&self) -> Option<Draft> {
+        Some(Draft {
             parts: self.parts.clone(),
             json: self.body.to_json()?,
             composed: self.composed.clone(),
@@ -94,9 +231,9 @@ impl Original {
     }
 }
 
-/// A recovery step's request, before it is sent.
+/// A recovery attempt's request, before it is sent.
 #[derive(Clone)]
-pub(crate) struct Template {
+pub(crate) struct Draft {
     pub(crate) parts: http::request::Parts,
     pub(crate) json: Value,
     /// The server-side fallbacks the guard wrote into the original.
@@ -106,7 +243,7 @@ pub(crate) struct Template {
     pub(crate) _share: Arc<Share>,
 }
 
-impl Template {
+impl Draft {
     /// Aims the request at another model: the server-side fallbacks the
     /// guard wrote for the requested model (within its allowlist, never
     /// naming it) taken back first, the client's own kept for the dialect
@@ -145,4 +282,51 @@ pub(crate) fn with_body<B: ReplayBody>(
             .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
     Request::from_parts(parts, B::from_bytes(bytes))
+}
+
+/// The head of a request forwarded as it arrives: the guard's identity
+/// encoding and, when the path names the model, the fallback credit the
+/// first request asks for (the body, still arriving, is sent as it is).
+pub(crate) fn prepare_forwarded(parts: &mut http::request::Parts, incoming: &Incoming) {
+    parts
+        .headers
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    if let Some(features) = incoming.dialect.anthropic() {
+        if asks_fallback_credit(&incoming.config, incoming.path_model()) {
+            features.request_fallback_credit(&mut parts.headers);
+        }
+    }
+}
+
+/// Whether the first request asks for fallback credit: when the default
+/// ladder has a chain for `model` to redeem it on.
+fn asks_fallback_credit(config: &Config, model: Option<&str>) -> bool {
+    let chain = match (&config.policy, model) {
+        (None, Some(model)) => config.ladder.chains().for_model(model),
+        _ => &[],
+    };
+    config.fallback_credit && !chain.is_empty()
+}
+
+/// A sticky route ended: this request goes to its own (primary) model
+/// again. Leaves a trace in the log, the metrics and the telemetry sink.
+fn restored(
+    incoming: &Incoming,
+    conversation: Option<String>,
+    model: Option<String>,
+    routed_to: String,
+) {
+    tracing::info!(
+        model = ?model,
+        routed_to = %routed_to,
+        "sticky route ended: primary model restored"
+    );
+    crate::telemetry::metrics::route_restored(incoming.dialect.wire_api());
+    let event = RouteRestored::new(conversation, model, routed_to);
+    let sink = &incoming.config.telemetry;
+    let told =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.route_restored(&event)));
+    if told.is_err() {
+        tracing::warn!("telemetry sink panicked on route_restored");
+    }
 }
