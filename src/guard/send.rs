@@ -11,21 +11,20 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{Request, Response};
 
-use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
 use crate::dialect::{self, Dialect};
 use crate::guard::body::GuardBody;
 use crate::guard::call::Call;
 use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
-use crate::guard::exchange::Exchange;
 use crate::guard::request::intake::Intake;
-use crate::guard::request::original::{prepare_forwarded, with_body, Original};
+use crate::guard::request::original::{with_body, Original};
 use crate::guard::request::Incoming;
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep, RefusalHandle};
+use crate::replay::chunks::Chunks;
 use crate::replay::copy::{Copied, CopyOutcome};
-use crate::reserve::Share;
+use crate::replay::reserve::Share;
 use crate::telemetry::metrics::{AttemptSpan, GuardedRequest};
 use crate::BoxError;
 
@@ -39,28 +38,12 @@ pub(crate) enum Sent<U: InnerService> {
 
 /// A guarded call whose original was sent and answered.
 pub(crate) struct SentOriginal<U: InnerService> {
-    call: Call,
-    original: Original,
-    response: Response<IdleTimeout<U::Out>>,
-    attempt: AttemptSpan,
+    pub(crate) call: Call,
+    pub(crate) original: Original,
+    pub(crate) response: Response<IdleTimeout<U::Out>>,
+    pub(crate) attempt: AttemptSpan,
     /// When the original went.
-    sent: Instant,
-}
-
-impl<U: InnerService> SentOriginal<U> {
-    /// The exchange of this call over `inner`, and the original's response
-    /// to decide.
-    pub(crate) fn into_exchange(self, inner: U) -> (Exchange<U>, Response<IdleTimeout<U::Out>>) {
-        let SentOriginal {
-            call,
-            original,
-            response,
-            attempt,
-            sent,
-        } = self;
-        let exchange = Exchange::new(inner, call, original, sent, attempt);
-        (exchange, response)
-    }
+    pub(crate) sent: Instant,
 }
 
 /// Sends the request `parts` heads, its body taken in as `intake`.
@@ -139,7 +122,7 @@ async fn as_it_arrives<U: InnerService>(
     let dialect = incoming.dialect;
     let api = Shape::Api(dialect.wire_api());
     let (mut parts, body) = request.into_parts();
-    prepare_forwarded(&mut parts, &incoming);
+    incoming.first_headers(&mut parts.headers, incoming.path_model());
     let sent_parts = parts.clone();
     let sent = Instant::now();
     let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());

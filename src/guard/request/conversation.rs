@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::chunks::Chunks;
 use crate::dialect::skim::{locate, Located};
 use crate::dialect::{seed_part, Dialect};
+use crate::replay::chunks::Chunks;
 use crate::store::ConversationKey;
 
 /// A call's conversation: known at once (the user's closure or the

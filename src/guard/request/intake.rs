@@ -8,8 +8,8 @@ use http_body_util::BodyExt;
 
 use crate::guard::request::Incoming;
 use crate::replay::copy::{declared_length, room_for, Copied, CopyOutcome, RequestCopy};
+use crate::replay::reserve::Share;
 use crate::replay::{ForwardedBody, ReplayBody};
-use crate::reserve::Share;
 use crate::BoxError;
 
 /// A guardable request's body, taken in.
@@ -182,7 +182,7 @@ mod tests {
     use http_body_util::combinators::BoxBody;
 
     use super::*;
-    use crate::reserve::BytePool;
+    use crate::replay::reserve::BytePool;
 
     type Sent = BoxBody<Bytes, Infallible>;
 

@@ -13,6 +13,9 @@ pub(crate) mod original;
 use std::sync::Arc;
 use std::time::Instant;
 
+use http::header::ACCEPT_ENCODING;
+use http::{HeaderMap, HeaderValue};
+
 use crate::dialect::Dialect;
 use crate::guard::config::Config;
 
@@ -60,5 +63,26 @@ impl Incoming {
     /// The model its path names, if any.
     pub(crate) fn path_model(&self) -> Option<&str> {
         self.path_model.as_deref()
+    }
+
+    /// The headers of the first request as the guard sends it, whether its
+    /// body was read first or is forwarded as it arrives: the identity
+    /// encoding, and the fallback credit when the default ladder has a
+    /// chain for `model` to redeem it on. The one place they are written.
+    pub(crate) fn first_headers(&self, headers: &mut HeaderMap, model: Option<&str>) {
+        // The guard must read what comes back: a compressed stream would
+        // pass unjudged.
+        headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        let Some(features) = self.dialect.anthropic() else {
+            return;
+        };
+        let config = &self.config;
+        let chain = match (&config.policy, model) {
+            (None, Some(model)) => config.ladder.chains().for_model(model),
+            _ => &[],
+        };
+        if config.fallback_credit && !chain.is_empty() {
+            features.request_fallback_credit(headers);
+        }
     }
 }

@@ -7,19 +7,18 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{ACCEPT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::{HeaderValue, Request};
 use serde_json::Value;
 
-use crate::chunks::Chunks;
 use crate::dialect::skim::Located;
 use crate::dialect::{ComposedFallbacks, Dialect};
-use crate::guard::config::Config;
 use crate::guard::request::conversation::{self, Conversation};
 use crate::guard::request::Incoming;
 use crate::refusal::StickyRoute;
+use crate::replay::chunks::Chunks;
+use crate::replay::reserve::Share;
 use crate::replay::ReplayBody;
-use crate::reserve::Share;
 use crate::store::{ConversationKey, StickyLookup};
 use crate::telemetry::RouteRestored;
 use crate::tenant::Tenant;
@@ -97,12 +96,7 @@ impl Original {
             config, dialect, ..
         } = incoming;
         // Kept for every recovery until the response has streamed.
-        crate::chunks::unpin_headers(&mut parts.headers);
-        // The guard must read what comes back: a compressed stream would
-        // pass unjudged.
-        parts
-            .headers
-            .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+        crate::replay::chunks::unpin_headers(&mut parts.headers);
         let mut json = JsonBody::new(body.clone());
         // Which conversation: the user's closure, then the header, then a
         // hash of what stays the same across the conversation, computed
@@ -180,23 +174,24 @@ impl Original {
         self.rewritten = true;
     }
 
-    /// Server-side fallbacks and fallback credit.
+    /// The first request's rewrites: its headers, then the server-side
+    /// fallbacks a retarget list writes.
     pub(crate) fn rewrite(&mut self, incoming: &Incoming) {
         let Incoming {
             config, dialect, ..
         } = incoming;
+        incoming.first_headers(&mut self.parts.headers, self.model.as_deref());
         let Some(features) = dialect.anthropic() else {
             return;
         };
-        let retarget = !config.retarget.is_empty();
-        if let Some(json) = retarget.then(|| self.body.json_mut()).flatten() {
+        if config.retarget.is_empty() {
+            return;
+        }
+        if let Some(json) = self.body.json_mut() {
             let retarget = config.retarget(self.model.as_deref(), config.inject_fallbacks);
             let (uri, headers) = (&self.parts.uri, &mut self.parts.headers);
             self.composed = features.retarget_fallbacks(uri, headers, json, retarget);
             self.rewritten |= self.composed.is_some();
-        }
-        if asks_fallback_credit(config, self.model.as_deref()) {
-            features.request_fallback_credit(&mut self.parts.headers);
         }
     }
 
@@ -282,30 +277,6 @@ pub(crate) fn with_body<B: ReplayBody>(
             .insert(CONTENT_LENGTH, HeaderValue::from(bytes.len()));
     }
     Request::from_parts(parts, B::from_bytes(bytes))
-}
-
-/// The head of a request forwarded as it arrives: the guard's identity
-/// encoding and, when the path names the model, the fallback credit the
-/// first request asks for (the body, still arriving, is sent as it is).
-pub(crate) fn prepare_forwarded(parts: &mut http::request::Parts, incoming: &Incoming) {
-    parts
-        .headers
-        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-    if let Some(features) = incoming.dialect.anthropic() {
-        if asks_fallback_credit(&incoming.config, incoming.path_model()) {
-            features.request_fallback_credit(&mut parts.headers);
-        }
-    }
-}
-
-/// Whether the first request asks for fallback credit: when the default
-/// ladder has a chain for `model` to redeem it on.
-fn asks_fallback_credit(config: &Config, model: Option<&str>) -> bool {
-    let chain = match (&config.policy, model) {
-        (None, Some(model)) => config.ladder.chains().for_model(model),
-        _ => &[],
-    };
-    config.fallback_credit && !chain.is_empty()
 }
 
 /// A sticky route ended: this request goes to its own (primary) model
