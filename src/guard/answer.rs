@@ -52,7 +52,11 @@ impl Mode {
             Some(splice) => Mode::LiveThinking(splice),
             None => Mode::Held {
                 keepalive_after: config.keepalive_after.filter(|_| stream),
-                partial: Plan::for_call(exchange, response),
+                // Only a call opted in to continuations is planned for.
+                partial: config
+                    .continue_partial
+                    .then(|| Plan::for_call(exchange, response))
+                    .flatten(),
             },
         }
     }
@@ -66,8 +70,12 @@ pub(crate) async fn answer<U: InnerService>(
 ) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     let (exchange, response) = match resent {
         Resent::Ready(exchange, response) => (*exchange, response),
-        // A refusal the provider answered with a 400: judged already.
-        Resent::Judged(exchange, judged) => return Ok(exchange.conclude(judged, None).await),
+        // A refusal the provider answered with a 400: held already.
+        Resent::Judged(exchange, judged) => {
+            return Ok(exchange
+                .run(Opening::Held(Box::new(judged)), None, None)
+                .await)
+        }
         Resent::Answered(response) => return Ok(response),
         Resent::Failed(error) => return Err(error),
     };
@@ -79,7 +87,9 @@ pub(crate) async fn answer<U: InnerService>(
         } => (keepalive_after, partial),
     };
     let Some(after) = after else {
-        return Ok(exchange.run(response, None, partial).await);
+        return Ok(exchange
+            .run(Opening::Response(response), None, partial)
+            .await);
     };
     let call = exchange.call.clone();
     let interval = call.config.keepalive_interval;
@@ -89,7 +99,8 @@ pub(crate) async fn answer<U: InnerService>(
     // past `after`, answer with the original head and keep the connection
     // busy with SSE comments until the decision is made.
     let response = Response::from_parts(parts, body);
-    let mut decision = Box::pin(exchange.run(response, None, partial));
+    let opening = Opening::Response(response);
+    let mut decision = Box::pin(exchange.run(opening, None, partial));
     let mut timer = Box::pin(tokio::time::sleep(after));
     let early = std::future::poll_fn(|cx| {
         if let Poll::Ready(served) = decision.as_mut().poll(cx) {
@@ -104,27 +115,29 @@ pub(crate) async fn answer<U: InnerService>(
     })
 }
 
+/// The original response as the chain receives it.
+enum Opening<R> {
+    /// As the upstream sent it: judged first.
+    Response(Response<R>),
+    /// Held and judged already (a 400 `rejected` read), or its timeout.
+    Held(Box<Result<Held<R>, UpstreamTimeout>>),
+}
+
 impl<U: InnerService> Exchange<U> {
     /// The chain, from the original response to the client's: judge it
-    /// (its thinking forwarded through `live` meanwhile), then the rest.
+    /// (its thinking forwarded through `live` meanwhile); a partial refusal
+    /// continued when `partial` allows and the original claims one, else
+    /// decided; then the response the decision comes to.
     async fn run(
         mut self,
-        response: Response<IdleTimeout<U::Out>>,
+        opening: Opening<IdleTimeout<U::Out>>,
         live: Option<&mut LiveForward>,
         partial: Option<Plan>,
     ) -> Response<GuardBody<U::Out>> {
-        let judged = self.judge(response, live).await;
-        self.conclude(judged, partial).await
-    }
-
-    /// The chain from a judged original: a partial refusal continued when
-    /// `partial` allows and the original claims one, else decided; then
-    /// the response the decision comes to.
-    async fn conclude(
-        self,
-        judged: Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout>,
-        partial: Option<Plan>,
-    ) -> Response<GuardBody<U::Out>> {
+        let judged = match opening {
+            Opening::Response(response) => self.judge(response, live).await,
+            Opening::Held(judged) => *judged,
+        };
         let call = self.call.clone();
         let decision = match (judged, partial) {
             (Err(timeout), _) => Decision::TimedOut(timeout),
@@ -187,7 +200,8 @@ fn live_thinking<U: InnerService>(
         let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
         let original = Response::from_parts(parts, body);
         let work = async {
-            let served = exchange.run(original, Some(&mut forward), None).await;
+            let opening = Opening::Response(original);
+            let served = exchange.run(opening, Some(&mut forward), None).await;
             let continuation = served
                 .extensions()
                 .get::<ServedRecovery>()
