@@ -3,8 +3,13 @@
 
 use std::time::Instant;
 
+use http::Response;
+
 use crate::guard::call::{millis, Call};
 use crate::guard::request::original::Original;
+use crate::guard::send::SentOriginal;
+use crate::guard::timeout::IdleTimeout;
+use crate::guard::upstream::InnerService;
 use crate::refusal::{Attempt, AttemptResult, AttemptStep};
 use crate::telemetry::metrics::AttemptSpan;
 
@@ -32,17 +37,18 @@ pub(crate) struct Exchange<U> {
     pub(crate) attempt: AttemptSpan,
 }
 
-impl<U> Exchange<U> {
-    /// The exchange of a call whose original was sent at `sent`, in the
-    /// span `attempt`.
-    pub(crate) fn new(
-        inner: U,
-        call: Call,
-        original: Original,
-        sent: Instant,
-        attempt: AttemptSpan,
-    ) -> Self {
-        Exchange {
+impl<U: InnerService> Exchange<U> {
+    /// The exchange of a call whose original was sent and answered, over
+    /// `inner`, and the original's response to decide.
+    pub(crate) fn new(sent: SentOriginal<U>, inner: U) -> (Self, Response<IdleTimeout<U::Out>>) {
+        let SentOriginal {
+            call,
+            original,
+            response,
+            attempt,
+            sent,
+        } = sent;
+        let exchange = Exchange {
             inner: Box::new(inner),
             call,
             original: Box::new(original),
@@ -50,9 +56,12 @@ impl<U> Exchange<U> {
             earlier: Vec::new(),
             first: AttemptStep::Original,
             attempt,
-        }
+        };
+        (exchange, response)
     }
+}
 
+impl<U> Exchange<U> {
     /// The record of the original decided, answered with `status`.
     pub(crate) fn original_attempt(&self, status: u16, result: AttemptResult) -> Attempt {
         Attempt {

@@ -19,6 +19,7 @@ use crate::guard::answer::answer;
 use crate::guard::body::GuardBody;
 use crate::guard::config::Config;
 use crate::guard::errors::{timed_out, Shape};
+use crate::guard::exchange::Exchange;
 use crate::guard::request::intake::take_in;
 use crate::guard::request::Incoming;
 use crate::guard::send::{send, Sent};
@@ -229,7 +230,7 @@ async fn guard<U: InnerService>(
         Sent::Answered(answered) => answered,
         Sent::Original(sent) => {
             let _added = crate::telemetry::metrics::AddedDelay::start(dialect.wire_api());
-            let (exchange, response) = sent.into_exchange(upstream);
+            let (exchange, response) = Exchange::new(*sent, upstream);
             answer(exchange.without_rejected_fallbacks(response).await).await
         }
     }

@@ -298,6 +298,7 @@ mod tests {
         let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
         let json = serde_json::json!({"model": MODEL, "max_tokens": 64,
             "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+        let response = original();
         let original = Original {
             parts,
             body: crate::guard::request::original::JsonBody::new(
@@ -313,7 +314,14 @@ mod tests {
         };
         let upstream = Inner::primed(Upstream::new(inner), Timeouts::of(&config));
         let attempt = AttemptSpan::default();
-        let exchange = Exchange::new(upstream, call, original, Instant::now(), attempt);
+        let answered = crate::guard::send::SentOriginal {
+            call,
+            original,
+            response,
+            attempt,
+            sent: Instant::now(),
+        };
+        let (exchange, _) = Exchange::new(answered, upstream);
         (exchange, Witness { handle, sent })
     }
 
