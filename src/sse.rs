@@ -202,7 +202,7 @@ impl Frame {
     }
 
     /// A frame of another framing (an AWS event stream's binary frame) as
-    /// the inspectors read one: its raw bytes, and the event name and data
+    /// the judges read one: its raw bytes, and the event name and data
     /// its dialect read from them.
     #[cfg(feature = "bedrock")]
     pub(crate) fn synthetic(raw: Bytes, event: Option<String>, data: Option<String>) -> Frame {
@@ -248,7 +248,7 @@ impl Frame {
 ///
 /// The bytes are kept, so nothing is lost: the caller can keep pushing (the
 /// frames still come out, and the error repeats while the oversized frame is
-/// incomplete) or give up inspecting and pass the stream through.
+/// incomplete) or give up judging and pass the stream through.
 ///
 /// ```
 /// use bytes::Bytes;
@@ -425,7 +425,7 @@ impl SseFramer {
     }
 
     /// [`SseFramer::push`], with each frame handed to `sink` as it is cut
-    /// instead of queued: the guard's watch judges frames and keeps none,
+    /// instead of queued: the guard's event judge reads frames and keeps none,
     /// so a queue would only move them in and out again.
     pub(crate) fn push_to(
         &mut self,
@@ -639,7 +639,7 @@ impl SseFramer {
             chunk.slice(start..end)
         } else {
             // Most frames that span chunks are skipped whole by a settled
-            // watch: ask before joining their pieces, when the event name
+            // judge: ask before joining their pieces, when the event name
             // lies in one of them (`None`: it straddles two, ask after).
             let skipped = match self.fields.event.clone() {
                 None => Some(sink.skips(None)),
@@ -713,7 +713,7 @@ pub(crate) trait FrameSink {
     }
 
     /// Whether [`FrameSink::skips`] may say yes now. When it cannot (the
-    /// public queue never skips; a watch skips only once settled), the
+    /// public queue never skips; a judge skips only once settled), the
     /// framer does not look for a frame it could pass over whole, which
     /// would read a wanted frame twice.
     fn may_skip(&self) -> bool {
@@ -1318,7 +1318,7 @@ mod tests {
     }
 
     /// Every kind of line end, split CRLFs, a BOM, comments, several data
-    /// lines, an invalid name, and the names a watch skips.
+    /// lines, an invalid name, and the names a judge skips.
     const MIXED: &[u8] = b"\xEF\xBB\xBFevent: ping\r\ndata: {}\r\n\r\n: c\n\nevent: content_block_delta\rdata: a\rdata: b\r\revent: \xFF\ndata: x\n\nid: 1\nevent: message_delta\ndata: {\"a\":1}\n\r\nevent: ping\n\nevent: pin\ndata: y\r\n\r\ndata: tail";
 
     #[test]

@@ -105,7 +105,7 @@ pub(crate) struct Finding {
     /// A provider error event inside an otherwise successful stream.
     pub(crate) error: bool,
     /// Usage reported after the refusal it belongs to (the last chunk of an
-    /// OpenAI stream, a Responses terminal event). Inspectors read usage only
+    /// OpenAI stream, a Responses terminal event). Event judges read usage only
     /// once they have seen a refusal (or once per response), never on every
     /// event of an answer.
     pub(crate) usage: Option<Usage>,
@@ -132,7 +132,7 @@ pub(crate) trait EventJudge: Send {
 
     /// Whether [`judge`](Self::judge) with `committed` set would find
     /// nothing in a frame, told from a glance at the raw bytes of its
-    /// `event:` value ([`Frame::event_raw`]) rather than a parse: the watch
+    /// `event:` value ([`Frame::event_raw`]) rather than a parse: the judge
     /// of a settled stream then skips the call and the empty finding,
     /// and the framer does not even build the frame, which is most of the
     /// cost of a long stream.
@@ -329,12 +329,12 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     /// the answer's text and tool calls too, which the opt-in text detector
     /// reads.
     fn event_judge(&self) -> Box<dyn EventJudge>;
-    /// Inspects a whole successful JSON body.
+    /// Judges a whole successful JSON body.
     fn judge_json(&self, body: &Value) -> Finding;
     /// [`judge_json`](Self::judge_json) from the body's bytes, or `None`
     /// if they are not JSON. The finding carries the answer's text only
     /// if `keep_text` (only the text detector reads it). A dialect may
-    /// override this to read just the fields it inspects, without building
+    /// override this to read just the fields it judges, without building
     /// a whole [`Value`]; it must find the same.
     fn judge_json_bytes(&self, body: &[u8], keep_text: bool) -> Option<Finding> {
         let json = serde_json::from_slice::<Value>(body).ok()?;
@@ -344,7 +344,7 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
         }
         Some(seen)
     }
-    /// Inspects a non-2xx JSON body: some providers block prompts with an
+    /// Judges a non-2xx JSON body: some providers block prompts with an
     /// HTTP error (Azure's 400 `content_filter`).
     fn judge_error(&self, _status: StatusCode, _body: &Value) -> Option<RefusalInfo> {
         None

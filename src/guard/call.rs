@@ -137,7 +137,7 @@ impl Call {
         }
         let routing = &self.config.routing;
         let observed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            routing.observe(&record);
+            routing.learn(&record);
         }));
         if observed.is_err() {
             tracing::warn!("routing source panicked on a record");

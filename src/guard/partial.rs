@@ -209,7 +209,7 @@ fn serve_continuable<U: InnerService>(
     let (sender, receiver) = tokio::sync::mpsc::channel(64);
     let attempts = exchange.opening(original);
     let settlement = Settlement::new(call.clone(), request_id, attempts, About::Original);
-    let tail = Tail {
+    let tail = OriginalRest {
         settlement: settlement.judged_by(Some(judge), true),
         seen,
         broken: false,
@@ -331,7 +331,7 @@ impl<U: InnerService> Continuation<U> {
 
 /// The original's record as it streams: settled when it ends or when the
 /// client goes, unless a continuation is recorded instead.
-struct Tail {
+struct OriginalRest {
     /// Judges the rest of the original as it streams.
     settlement: Settlement,
     /// Bytes the judge saw while the original was held: the body replays
@@ -341,7 +341,7 @@ struct Tail {
     broken: bool,
 }
 
-impl Tail {
+impl OriginalRest {
     fn feed(&mut self, data: &Bytes) {
         let skip = self.seen.min(data.len());
         self.seen -= skip;
@@ -380,7 +380,7 @@ struct Gone;
 struct Continuer<U> {
     continuation: Continuation<U>,
     sender: FrameSender,
-    tail: Tail,
+    tail: OriginalRest,
     framer: SseFramer,
     /// The largest frame read whole.
     frame_limit: usize,
@@ -390,7 +390,7 @@ struct Continuer<U> {
 }
 
 impl<U: InnerService> Continuer<U> {
-    fn new(continuation: Continuation<U>, sender: FrameSender, tail: Tail) -> Self {
+    fn new(continuation: Continuation<U>, sender: FrameSender, tail: OriginalRest) -> Self {
         // Frames as large as the hold allows, never less than the framer's
         // default (as the hold itself reads them).
         let frame_limit = continuation

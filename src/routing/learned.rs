@@ -546,7 +546,7 @@ impl RoutingSource for LearnedRouting {
         })
     }
 
-    fn observe(&self, record: &RefusalRecord) {
+    fn learn(&self, record: &RefusalRecord) {
         let Some((key, fallbacks)) = RouteKey::of_record(record) else {
             return;
         };

@@ -153,7 +153,7 @@ pub trait RoutingSource: Send + Sync + 'static {
     /// Told every record the guard makes (default: nothing learned). It
     /// must not block: a source that writes elsewhere does so on a task of
     /// its own.
-    fn observe(&self, record: &RefusalRecord) {
+    fn learn(&self, record: &RefusalRecord) {
         let _ = record;
     }
 }
@@ -167,8 +167,8 @@ impl<R: RoutingSource + ?Sized> RoutingSource for Arc<R> {
         (**self).order(key, candidates)
     }
 
-    fn observe(&self, record: &RefusalRecord) {
-        (**self).observe(record)
+    fn learn(&self, record: &RefusalRecord) {
+        (**self).learn(record)
     }
 }
 

@@ -11,7 +11,7 @@ use super::signals::*;
 use crate::refusal::Prefill as ClaimState;
 use crate::refusal::{FallbackCredit, RefusalSignal, Usage};
 
-/// The fields of a whole message that [`AnthropicMessages`] inspects, read
+/// The fields of a whole message that [`AnthropicMessages`] judges, read
 /// straight from the body's bytes (strings borrowed where they hold no
 /// escape). A body these types do not fit (a key twice, an object or a list
 /// where none belongs) is read as a whole `Value` instead.
