@@ -146,7 +146,6 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
-mod chunks;
 mod dialect;
 pub mod env;
 mod guard;
@@ -160,7 +159,6 @@ pub mod replay;
 #[cfg(feature = "reqwest")]
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
-mod reserve;
 pub mod routing;
 pub mod simulate;
 pub mod sse;

@@ -16,7 +16,7 @@ use crate::dialect::FrameRewrite;
 use crate::guard::findings::StreamJudge;
 use crate::guard::settle::{Ending, Settlement};
 use crate::guard::timeout::IdleTimeout;
-use crate::reserve::Share;
+use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
 
 use crate::BoxError;

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::recovery::{AllowedFallbacks, Budget, Endpoint, Ladder, RecoveryPolicy, RescueSwitch};
 use crate::refusal::Provider;
-use crate::reserve::BytePool;
+use crate::replay::reserve::BytePool;
 use crate::routing::RoutingSource;
 use crate::store::ConversationStore;
 use crate::telemetry::TelemetrySink;

@@ -11,7 +11,6 @@ use http_body::{Body, Frame};
 use http_body_util::BodyExt;
 use serde_json::Value;
 
-use crate::chunks::unpinned;
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::exchange::Exchange;
@@ -19,7 +18,8 @@ use crate::guard::findings::{Findings, StreamJudge};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::InnerService;
 use crate::refusal::AttemptResult;
-use crate::reserve::Share;
+use crate::replay::chunks::unpinned;
+use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
 use crate::text::PrefixVerdict;
 use crate::BoxError;
@@ -209,7 +209,7 @@ where
     let started = std::time::Instant::now();
     let (mut parts, body) = response.into_parts();
     // Kept until the decision, while the upstream connection reads on.
-    crate::chunks::unpin_headers(&mut parts.headers);
+    crate::replay::chunks::unpin_headers(&mut parts.headers);
     let mut held = Held {
         parts,
         frames: VecDeque::new(),

@@ -16,7 +16,7 @@ use crate::recovery::{
     RescueNote, RescueSwitch,
 };
 use crate::refusal::Provider;
-use crate::reserve::BytePool;
+use crate::replay::reserve::BytePool;
 use crate::routing::{FixedRouting, RoutingSource};
 use crate::store::{ConversationStore, MemoryStore};
 use crate::telemetry::TelemetrySink;

@@ -8,8 +8,8 @@ use http::HeaderMap;
 use http_body::Body;
 use tokio::sync::oneshot;
 
-use crate::chunks::Chunks;
-use crate::reserve::Share;
+use crate::replay::chunks::Chunks;
+use crate::replay::reserve::Share;
 
 /// The length a request declares: its `content-length`, else its body's
 /// exact size hint.
@@ -178,8 +178,8 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
+    use crate::replay::reserve::BytePool;
     use crate::replay::ForwardedBody;
-    use crate::reserve::BytePool;
 
     /// A body of one chunk, then an error.
     struct Failing(Option<Bytes>);

@@ -10,7 +10,9 @@ use http_body_util::{BodyExt, Full};
 
 use crate::BoxError;
 
+pub(crate) mod chunks;
 pub(crate) mod copy;
+pub(crate) mod reserve;
 
 use copy::RequestCopy;
 

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{format_ts, RefusalRecord, RouteRestored};
+use super::{format_ts, parse_ts, RefusalRecord, RouteRestored};
 use crate::refusal::Outcome;
 use crate::telemetry::metrics::RequestTally;
 
@@ -506,44 +506,6 @@ fn latency(entries: &[Entry]) -> Vec<Latency> {
 fn percentile(values: &[u64], p: usize) -> u64 {
     let rank = (p * values.len()).div_ceil(100).max(1);
     values[rank - 1]
-}
-
-/// Milliseconds since the epoch of a `2026-11-29T17:44:06.123Z` time (the
-/// shape [`format_ts`] writes; fractions of other lengths and no fraction
-/// are read too).
-pub(crate) fn parse_ts(ts: &str) -> Option<i64> {
-    let ts = ts.strip_suffix('Z')?;
-    let (date, time) = ts.split_once('T')?;
-    let mut date = date.splitn(3, '-');
-    let year: i64 = date.next()?.parse().ok()?;
-    let month: u32 = date.next()?.parse().ok()?;
-    let day: u32 = date.next()?.parse().ok()?;
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, "0"));
-    let mut clock = clock.splitn(3, ':');
-    let hour: i64 = clock.next()?.parse().ok()?;
-    let minute: i64 = clock.next()?.parse().ok()?;
-    let second: i64 = clock.next()?.parse().ok()?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    if second > 60 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
-    let days = days_from_civil(year, month, day);
-    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
-}
-
-/// Days from 1970-01-01 to a proleptic Gregorian date (the inverse of the
-/// date part of [`format_ts`]).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year.rem_euclid(400);
-    let march_month = (i64::from(month) + 9) % 12;
-    let day_of_year = (153 * march_month + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
 }
 
 fn ts_of_ms(ms: i64) -> String {

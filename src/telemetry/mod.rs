@@ -56,7 +56,6 @@ mod report;
 mod restored;
 mod trace;
 
-pub(crate) use dashboard::parse_ts;
 pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
@@ -429,6 +428,44 @@ pub fn format_ts(time: SystemTime) -> String {
     let (hour, minute) = (of_day / 3_600_000, of_day / 60_000 % 60);
     let (second, milli) = (of_day / 1000 % 60, of_day % 1000);
     format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{milli:03}Z")
+}
+
+/// Milliseconds since the epoch of a `2026-11-29T17:44:06.123Z` time (the
+/// shape [`format_ts`] writes; fractions of other lengths and no fraction
+/// are read too).
+pub(crate) fn parse_ts(ts: &str) -> Option<i64> {
+    let ts = ts.strip_suffix('Z')?;
+    let (date, time) = ts.split_once('T')?;
+    let mut date = date.splitn(3, '-');
+    let year: i64 = date.next()?.parse().ok()?;
+    let month: u32 = date.next()?.parse().ok()?;
+    let day: u32 = date.next()?.parse().ok()?;
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut clock = clock.splitn(3, ':');
+    let hour: i64 = clock.next()?.parse().ok()?;
+    let minute: i64 = clock.next()?.parse().ok()?;
+    let second: i64 = clock.next()?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    if second > 60 || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    let days = days_from_civil(year, month, day);
+    Some(((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis)
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (the inverse of the
+/// date part of [`format_ts`]).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year.rem_euclid(400);
+    let march_month = (i64::from(month) + 9) % 12;
+    let day_of_year = (153 * march_month + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
 }
 
 fn ceil_millis(d: Duration) -> u128 {
