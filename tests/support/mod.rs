@@ -21,6 +21,7 @@
 //! - [`judge`]: one harness that serves a body under every chunking and
 //!   checks the verdict;
 //! - [`anthropic`]: Anthropic stream event builders;
+//! - [`openai`]: OpenAI Chat Completions stream and error builders;
 //! - [`chains`]: the fallback chains of the recovery tests;
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, that
 //!   can be stopped and restarted (also behind `benches/store.rs`);
@@ -44,6 +45,7 @@ pub mod inner;
 pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
+pub mod openai;
 pub mod otlp;
 pub mod prometheus;
 pub mod proxy;
