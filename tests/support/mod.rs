@@ -5,8 +5,9 @@
 //!   (the crate's `refusal_guard::simulate::contract`), and the
 //!   [`Violations`](contract::Violations) recorder: every upstream here
 //!   checks each request against them, answers a broken one with the
-//!   provider's 400 (or 404), records it, and fails the test when it goes
-//!   if a violation is left the test did not take;
+//!   provider's 400 (404 for a path no provider serves, 501 for an
+//!   endpoint the contract does not check), records it, and fails the
+//!   test when it goes if a violation is left the test did not take;
 //! - [`inner`]: a scripted mock inner service (`tower::service_fn`);
 //! - [`requests`]: the Anthropic Messages requests the tests send;
 //! - [`exchange`]: one request through a guard over the mock inner service,
