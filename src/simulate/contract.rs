@@ -76,7 +76,7 @@
 //! - `A7` `fallbacks` needs an `anthropic-beta` with
 //!   `server-side-fallback-2026-06-01` or `-07-01`; `"default"` needs
 //!   `-07-01` ("Refusals and fallback": "The beta header must carry exactly
-//!   the date `2026-07-01`, which supports both `\"default\"` and the
+//!   the date `2026-07-01`, which supports both `"default"` and the
 //!   explicit-list form, or `2026-06-01`, which accepts only the
 //!   explicit-list form");
 //! - `A8` server-side fallback is first party only: no `fallbacks` on
