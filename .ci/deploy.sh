@@ -10,7 +10,7 @@
 #      dashboard's expressions as PromQL (tests/deploy checks their metric
 #      names against a real scrape);
 #   3. the image (.ci/image.sh): the Dockerfile built with podman, and
-#      `refusal-guard --simulate` in it answering a request.
+#      `refusal-guard --simulate --strict` in it answering a request.
 # Under CI=true a check that cannot run fails the run; elsewhere it is
 # skipped and named.
 set -euo pipefail
@@ -52,5 +52,5 @@ else
     cannot_run "the dashboard's expressions: promtool is missing"
 fi
 
-step "the image: podman build, refusal-guard --simulate in it"
+step "the image: podman build, refusal-guard --simulate --strict in it"
 timed bash .ci/image.sh

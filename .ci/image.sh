@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the repository's Dockerfile as a user would, with podman, and runs
-# `refusal-guard --simulate` in the image, answering a request.
+# `refusal-guard --simulate --strict` in the image, answering a request.
 #
 # No container registry is reachable here, so the Dockerfile's two base
 # images are replaced (through its build arguments) by one made locally
@@ -95,13 +95,13 @@ podman run --rm "${RUN[@]}" --network none "$IMAGE" --help >"$WORK/help.txt"
 grep -q -- '--otlp' "$WORK/help.txt"
 grep -q -- '--bedrock-region' "$WORK/help.txt"
 
-echo "== refusal-guard --simulate in the image answers a request"
+echo "== refusal-guard --simulate --strict in the image answers a request"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 ADMIN=$(free_port)
 podman run --rm "${RUN[@]}" --network host --name refusal-guard-ci-$$ \
     -e REFUSAL_GUARD_LISTEN="127.0.0.1:$PORT" -e REFUSAL_GUARD_ADMIN="127.0.0.1:$ADMIN" \
-    "$IMAGE" --simulate >"$WORK/run.out" 2>"$WORK/run.err" &
+    "$IMAGE" --simulate --strict >"$WORK/run.out" 2>"$WORK/run.err" &
 PID=$!
 for _ in $(seq 100); do
     grep -q 'listening on' "$WORK/run.err" 2>/dev/null && break

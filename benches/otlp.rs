@@ -1,5 +1,5 @@
 //! What the OTLP export costs a request, and whether a dead collector costs
-//! more: a refused-then-rescued request (`--simulate`, a new conversation
+//! more: a refused-then-rescued request (`--simulate --strict`, a new conversation
 //! each time, so every request makes three spans) through the real
 //! `refusal-guard` binary on loopback, with the export off, on with a
 //! collector that takes everything (tests/support's OTLP receiver), and on
@@ -25,6 +25,7 @@ async fn start(args: &[&str], env: &[(&str, String)]) -> (tokio::process::Child,
     let mut child = tokio::process::Command::new(BIN)
         .args([
             "--simulate",
+            "--strict",
             "--log",
             "off",
             "--quiet",

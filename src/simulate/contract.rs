@@ -1,8 +1,8 @@
 //! The providers' request contract, executable: every request is checked
 //! against the documented rules of its wire API (told from its path), and
 //! a request that breaks one is answered the way the provider answers it,
-//! in the API's own error shape: HTTP 400, or 404 for a path the provider
-//! does not serve. A rewrite of the guard's that a real API would reject
+//! in the API's own error shape: HTTP 400, 404 for a path no provider
+//! serves, or 501 for a real endpoint the contract has no rules for. A rewrite of the guard's that a real API would reject
 //! thus fails where it would fail in production.
 //!
 //! The strict [`Simulator`](super::Simulator) applies it to every request
@@ -32,7 +32,9 @@
 //! `src/anthropic/lib/middleware/_fallbacks.py`, anthropic-sdk-typescript
 //! `src/lib/middleware.ts`, anthropic-sdk-go `lib/betafallback`.
 //!
-//! - `A1` the body is a JSON object;
+//! - `A1` the body is a JSON object (the request is an object of named
+//!   parameters: anthropic-sdk-python `types/message_create_params.py`,
+//!   `MessageCreateParamsBase`);
 //! - `A2` first party: `model` (a string) and `max_tokens` (an integer) are
 //!   present; Vertex: `anthropic_version` is `vertex-2023-10-16` ("Claude
 //!   on Vertex AI"; the official SDKs' Vertex clients send exactly it,
@@ -53,7 +55,10 @@
 //!   error"; the API's words: "role 'system' must follow a 'user' message
 //!   or an 'assistant' message ending in a server tool result"). Which
 //!   models take them (and under which beta) is not checked;
-//! - `A4` in a user turn, `tool_result` blocks come before any other block;
+//! - `A4` in a user turn, `tool_result` blocks come before any other block
+//!   ("Handle tool calls": "In the user message containing tool results,
+//!   the tool_result blocks must come FIRST in the content array. Any text
+//!   must come AFTER all tool results.");
 //! - `A5` consecutive turns of one role are combined into one turn (the
 //!   reference's `messages`: "Consecutive `user` or `assistant` turns in
 //!   your request will be combined into a single turn"), so several
@@ -64,19 +69,32 @@
 //!   `thinking`");
 //! - `A6` `fallbacks` is `"default"` or a list of 1 to 3 objects, each with a
 //!   `model`, the models distinct and none the requested model ("Refusals
-//!   and fallback", Naming your own fallback models; the count as the page
-//!   gives it, and as vtcode's `AnthropicFallbacks::MAX_MODELS` caps it);
+//!   and fallback", Naming your own fallback models: "you can set
+//!   `fallbacks` to a list of up to three models", "Each must be distinct
+//!   from the other entries and from the requested model"; anthropic-sdk-python
+//!   `types/beta/beta_fallbacks_param.py`: a list of entries or `"default"`);
 //! - `A7` `fallbacks` needs an `anthropic-beta` with
 //!   `server-side-fallback-2026-06-01` or `-07-01`; `"default"` needs
-//!   `-07-01`;
+//!   `-07-01` ("Refusals and fallback": "The beta header must carry exactly
+//!   the date `2026-07-01`, which supports both `"default"` and the
+//!   explicit-list form, or `2026-06-01`, which accepts only the
+//!   explicit-list form");
 //! - `A8` server-side fallback is first party only: no `fallbacks` on
 //!   Vertex (nor Bedrock or Foundry);
 //! - `A9` `fallbacks` and `fallback_credit_token` never in one request, in
 //!   either token mode (a fallback that presents a credit token drops
-//!   `fallbacks`);
+//!   `fallbacks`; anthropic-sdk-python
+//!   `types/beta/beta_fallback_credit_token_param.py`: "Two failures stay
+//!   hard in both modes: a malformed token, and combining
+//!   `fallback_credit_token` with `fallbacks`");
 //! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
-//!   `-07-01`; a string, or the object form `{token, mode}` with `mode`
-//!   `strict` or `best_effort`, which needs `-07-01`;
+//!   `-07-01` ("Fallback credit": "Send the retry with the same
+//!   fallback-credit-2026-06-01 beta header. The retry needs the header to
+//!   redeem the token"); a string, or the object form `{token, mode}` with
+//!   `mode`, when given, `strict` or `best_effort`, which needs `-07-01`
+//!   (`beta_fallback_credit_token_param.py`: "Requires `anthropic-beta:
+//!   fallback-credit-2026-07-01`; without that header the field accepts the
+//!   bare string only", and a mode-less object is `strict`);
 //! - `A11` every `tool_use` of an assistant turn is answered by a
 //!   `tool_result` in the next turn, and every `tool_result` answers a
 //!   `tool_use` of the turn before it (the API's own 400s: "`tool_use` ids
@@ -85,7 +103,12 @@
 //! - `A12` `temperature` from 0 to 1, `stop_sequences` an array of strings,
 //!   each custom tool's `name` matching `^[a-zA-Z0-9_-]{1,64}$` with an
 //!   object `input_schema`, `tool_choice.type` one of `auto`, `any`,
-//!   `tool` (with a `name`) or `none`;
+//!   `tool` (with a `name`) or `none` (anthropic-sdk-python
+//!   `types/message_create_params.py`: `temperature` "Ranges from `0.0` to
+//!   `1.0`", `stop_sequences: SequenceNotStr[str]`; `types/tool_param.py`:
+//!   `name`, `input_schema` required; `types/tool_choice_param.py`: the four
+//!   choices; the name pattern is the API's own 400, "String should match
+//!   pattern '^[a-zA-Z0-9_-]{1,64}$'", as "Define tools" gives it);
 //! - `A13` each `fallbacks` entry carries only `model`, `max_tokens`,
 //!   `thinking`, `output_config` and `speed` (anthropic-sdk-python
 //!   `types/beta/beta_fallback_param.py`: any other key is rejected at parse
@@ -98,45 +121,75 @@
 //!   Mythos 5) rejects a request ending in an assistant turn ("This model
 //!   does not support assistant message prefill") unless it presents a
 //!   `fallback_credit_token`; a request ending in one names no such model
-//!   in `fallbacks` (it must be valid sent to every model named).
+//!   in `fallbacks` (it must be valid sent to every model named);
+//! - `A16` token counting (`POST .../v1/messages/count_tokens`, and Vertex
+//!   AI's `.../publishers/anthropic/models/count-tokens:rawPredict`) takes
+//!   the Messages body without `max_tokens` and `stream`: `model` is
+//!   present, neither of those is, and `A3`-`A5`, `A11`, `A12` apply to the
+//!   rest (API reference "Count tokens in a Message"; anthropic-sdk-python
+//!   `types/message_count_tokens_params.py`, which has no `max_tokens` or
+//!   `stream`, and `lib/vertex/_client.py`, which sends the body, `model`
+//!   included, to `count-tokens:rawPredict`; the API's 400 to a forwarded
+//!   Messages body: "max_tokens: Extra inputs are not permitted").
 //!
 //! OpenAI Chat Completions (`POST .../chat/completions`), also Azure OpenAI
 //! (`/openai/deployments/{deployment}/chat/completions`, model in the path).
 //! Sources: OpenAI API reference "Create chat completion"; Azure OpenAI
 //! "REST API reference", chat completions.
 //!
-//! - `C1` the body is a JSON object; OpenAI: `model` is a string;
+//! - `C1` the body is a JSON object; OpenAI: `model` is a string
+//!   (openai-python `types/chat/completion_create_params.py`: `model:
+//!   Required[...]`; Azure names the deployment in the path instead);
 //! - `C2` `messages` is a non-empty array; each `role` is `system`,
-//!   `developer`, `user`, `assistant`, `tool` or `function`;
+//!   `developer`, `user`, `assistant`, `tool` or `function` (openai-python
+//!   `types/chat/chat_completion_message_param.py`, the union of the six
+//!   message params);
 //! - `C3` a `tool` message answers, by `tool_call_id`, a call of the
 //!   assistant message with `tool_calls` it follows (only tool messages in
 //!   between), and every such call is answered before the next other
-//!   message;
-//! - `C4` `n`, when present, is an integer from 1 to 128;
+//!   message (the API's own 400s: "messages with role 'tool' must be a
+//!   response to a preceding message with 'tool_calls'", "An assistant
+//!   message with 'tool_calls' must be followed by tool messages responding
+//!   to each 'tool_call_id'");
+//! - `C4` `n`, when present, is an integer from 1 to 128 (source: only the
+//!   section's; the upper bound was not found in the docs searched);
 //! - `C5` `stop` a string or up to 4 strings, `temperature` from 0 to 2,
 //!   each tool `{"type": "function", "function": {"name", ...}}` (or
 //!   `custom`) with a name matching `^[a-zA-Z0-9_-]{1,64}$`, `tool_choice`
-//!   `none`, `auto`, `required` or a named function.
+//!   `none`, `auto`, `required` or a named function (openai-python
+//!   `completion_create_params.py`: `stop` "Up to 4 sequences",
+//!   `temperature` "between 0 and 2", `tool_choice`;
+//!   `shared_params/function_definition.py`: the name "Must be a-z, A-Z,
+//!   0-9, or contain underscores and dashes, with a maximum length of 64").
 //!
 //! OpenAI Responses (`POST .../responses`). Source: OpenAI API reference
 //! "Create a model response" (input items).
 //!
 //! - `R1` the body is a JSON object; `model` is a string (not on Azure
-//!   deployment paths);
+//!   deployment paths) (openai-python
+//!   `types/responses/response_create_params.py`: `model`);
 //! - `R2` `input`, when present, is a string or an array of items: a message
 //!   (`role` `user`, `assistant`, `system` or `developer`, `content` a string
-//!   or an array of parts) or a typed item (`type` a string).
+//!   or an array of parts) or a typed item (`type` a string) (openai-python
+//!   `response_create_params.py`: `input: Union[str, ResponseInputParam]`;
+//!   `types/responses/easy_input_message_param.py`: the four roles and the
+//!   two forms of `content`).
 //!
 //! Gemini (`...:generateContent`, `...:streamGenerateContent`), Google AI and
 //! Vertex AI. Sources: Gemini API reference "models.generateContent"
 //! (`Content`, `Part`, `GenerationConfig`); Vertex AI "GenerateContentRequest".
 //!
-//! - `G1` the body is a JSON object with a non-empty `contents` array;
+//! - `G1` the body is a JSON object with a non-empty `contents` array
+//!   ("models.generateContent": `contents[]` Required; the API's 400
+//!   "contents is not specified");
 //! - `G2` each content's `role`, when present, is `user` or `model`, and its
 //!   `parts` is a non-empty array of objects each carrying data (`text` a
-//!   string, or another data field);
+//!   string, or another data field) (`Content`: "Must be either 'user' or
+//!   'model'"; `Part`, whose `data` is a union: the API's 400 "required
+//!   oneof field 'data' must have one initialized field");
 //! - `G3` `generationConfig.candidateCount`, when present, is an integer
-//!   from 1 to 8;
+//!   from 1 to 8 (source: only the section's; `GenerationConfig` documents
+//!   the field, the upper bound was not found in the docs searched);
 //! - `G4` `generationConfig.stopSequences` at most 5 strings,
 //!   `generationConfig.temperature` from 0 to 2, and each
 //!   `functionDeclarations` entry named (letters, digits, `_`, `.`, `:`,
@@ -155,13 +208,14 @@
 //!
 //! - `B1` InvokeModel (`/model/{id}/invoke`,
 //!   `/invoke-with-response-stream`): a JSON object with
-//!   `anthropic_version` Bedrock's `"bedrock-2023-05-31"` ("The value must
-//!   be bedrock-2023-05-31"), or the one API version the official SDK's
-//!   Bedrock client sends since it moved off Bedrock's, `"2026-10-21"`
-//!   (anthropic-sdk-python `lib/bedrock/_client.py` sets `anthropic_version`
-//!   to `_constants.ANTHROPIC_API_VERSION`; Anthropic's "Claude on Amazon
-//!   Bedrock" names it, warning that ARN-versioned models can answer it
-//!   with a 400), no other; an integer `max_tokens`; no
+//!   `anthropic_version` `"bedrock-2023-05-31"` and no other ("The value
+//!   must be bedrock-2023-05-31"; anthropic-sdk-python
+//!   `lib/bedrock/_client.py` has set `DEFAULT_VERSION =
+//!   "bedrock-2023-05-31"` in every version of the file; Anthropic's "Claude
+//!   on Amazon Bedrock (Opus 4.6 and earlier)" warns that the ARN-versioned
+//!   models InvokeModel serves do not support the `2026-10-21` a later SDK
+//!   sends by default, and can answer it with a 400); an integer
+//!   `max_tokens`; no
 //!   `model` or `stream` key (extraneous keys are not permitted: the model
 //!   is in the path, the action says whether it streams); `anthropic_beta`,
 //!   when present, an array of the betas Bedrock documents for Claude
@@ -178,7 +232,13 @@
 //!   `assistant` alternating; each `content` a non-empty array of content
 //!   blocks, each an object with exactly one member (a union: `text`,
 //!   `image`, `toolUse`, `toolResult`, ...; no `type` key);
-//!   `inferenceConfig.maxTokens`, when present, an integer of at least 1;
+//!   `inferenceConfig.maxTokens`, when present, an integer of at least 1
+//!   (API reference "Message": `role` user or assistant, `content`
+//!   required; "ContentBlock": "This data type is a UNION, so only one of
+//!   the following members can be specified"; "InferenceConfiguration":
+//!   `maxTokens` "Minimum value of 1"; the API's ValidationExceptions "A
+//!   conversation must start with a user message." and "A conversation must
+//!   alternate between user and assistant roles.");
 //! - `B4` Converse: every `toolUse` of an assistant message is answered by
 //!   a `toolResult` with its `toolUseId` in the next message ("Expected
 //!   toolResult blocks at messages.N.content for the following Ids"), and a
@@ -187,12 +247,34 @@
 //!   messages.N.content exceeds the number of toolUse blocks of previous
 //!   turn").
 //!
+//! - `B5` the Messages API on Bedrock: every beta of the `anthropic-beta`
+//!   header is one InvokeModel takes in `anthropic_beta` (the list of `B1`),
+//!   else Bedrock's "invalid beta flag" (coder/aibridge#221: Claude Code's
+//!   header forwarded to Bedrock's Messages API answered 400 "invalid beta
+//!   flag"; which betas that API takes is not documented, the list is
+//!   InvokeModel's). InvokeModel itself takes no such header (its request
+//!   syntax in the API reference has none; the official SDK moves the
+//!   header's betas into the body, `lib/bedrock/_client.py`), so it is not
+//!   checked there.
+//!
 //! Every API:
 //!
-//! - `P1` a `POST` to a path the provider does not serve (none of the
-//!   above) is answered 404 in the shape its path suggests (Bedrock's on a
+//! - `P1` a `POST` to a path no provider serves (none of the above, nor of
+//!   `P2`'s) is answered 404 in the shape its path suggests (Bedrock's on a
 //!   Bedrock upstream), unless the upstream serves it too
-//!   ([`Contract::serving`]).
+//!   ([`Contract::serving`]) (Anthropic API reference "Errors": 404
+//!   `not_found_error`; OpenAI answers "Invalid URL (POST /v1/...)", as
+//!   openai/openai-node#132 and openai/openai-python#250 quote it);
+//! - `P2` a `POST` to an endpoint a provider really serves but the contract
+//!   has no rules for (Anthropic's Message Batches, Files, Skills and legacy
+//!   Text Completions; OpenAI's embeddings, legacy completions,
+//!   moderations, images, audio, files, uploads, batches and the Responses
+//!   sub-endpoints; Gemini's `countTokens`, `embedContent`, batch and
+//!   `predict` methods; on Bedrock, CountTokens, StartAsyncInvoke and
+//!   ApplyGuardrail, from each provider's API reference) is not checked:
+//!   an upstream that does not serve it ([`Contract::serving`]) answers 501
+//!   Not Implemented, saying so, in the shape its path suggests. Saying 404
+//!   there would tell the client the provider has no such endpoint.
 
 use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
@@ -207,6 +289,9 @@ use crate::refusal::WireApi;
 pub enum Api {
     /// Anthropic Messages, first party.
     Anthropic,
+    /// Anthropic's token counting: first party (`.../v1/messages/count_tokens`)
+    /// or on Vertex AI (`.../publishers/anthropic/models/count-tokens:rawPredict`).
+    AnthropicCountTokens,
     /// Claude on Vertex AI.
     AnthropicVertex,
     /// OpenAI Chat Completions.
@@ -246,6 +331,11 @@ impl Api {
         // A client may percent-encode the method's colon (Google decodes it).
         let path = bare(path).replace("%3A", ":").replace("%3a", ":");
         let path = path.as_str();
+        if path.ends_with("/v1/messages/count_tokens")
+            || path.ends_with("/publishers/anthropic/models/count-tokens:rawPredict")
+        {
+            return Some(Api::AnthropicCountTokens);
+        }
         if path.contains("/publishers/anthropic/models/")
             && (path.ends_with(":rawPredict") || path.ends_with(":streamRawPredict"))
         {
@@ -299,7 +389,9 @@ impl Api {
     /// rejects a request in its own shape whatever API it is for.
     fn answered_as(self) -> WireApi {
         match self {
-            Api::Anthropic | Api::AnthropicVertex => WireApi::AnthropicMessages,
+            Api::Anthropic | Api::AnthropicVertex | Api::AnthropicCountTokens => {
+                WireApi::AnthropicMessages
+            }
             Api::OpenAiChat | Api::AzureChat => WireApi::OpenAiChatCompletions,
             Api::Responses => WireApi::OpenAiResponses,
             Api::Gemini => WireApi::GeminiGenerateContent,
@@ -312,7 +404,10 @@ impl Api {
     /// The rule a body that is not a JSON object breaks.
     fn first_rule(self) -> &'static str {
         match self {
-            Api::Anthropic | Api::AnthropicVertex | Api::BedrockMessages => "A1",
+            Api::Anthropic
+            | Api::AnthropicVertex
+            | Api::AnthropicCountTokens
+            | Api::BedrockMessages => "A1",
             Api::OpenAiChat | Api::AzureChat => "C1",
             Api::Responses => "R1",
             Api::Gemini => "G1",
@@ -327,11 +422,86 @@ fn bare(path: &str) -> &str {
     path.split('?').next().unwrap_or("").trim_end_matches('/')
 }
 
+/// The real endpoint a `POST` to `path` (bare) is, if it is one the
+/// contract has no rules for (`P2`): named for the message. On a Bedrock
+/// upstream only Bedrock's own count.
+fn unchecked_endpoint(path: &str, bedrock: bool) -> Option<&'static str> {
+    let segments: Vec<&str> = path.split('/').collect();
+    let last = segments.last().copied().unwrap_or("");
+    if bedrock {
+        // Amazon Bedrock API reference, Runtime: CountTokens
+        // (`POST /model/{modelId}/count-tokens`), StartAsyncInvoke
+        // (`POST /async-invoke`), ApplyGuardrail
+        // (`POST /guardrail/{id}/version/{version}/apply`).
+        let n = segments.len();
+        return match last {
+            "count-tokens" if n >= 3 && segments[n - 3] == "model" => Some("Bedrock's CountTokens"),
+            "async-invoke" => Some("Bedrock's StartAsyncInvoke"),
+            "apply" if path.contains("/guardrail/") => Some("Bedrock's ApplyGuardrail"),
+            _ => None,
+        };
+    }
+    // Gemini API reference, `models` methods, and Vertex AI's
+    // `endpoints`/`publishers.models` methods besides generateContent.
+    if let Some((_, method)) = last.split_once(':') {
+        return match method {
+            "countTokens" | "computeTokens" => Some("Gemini's token counting"),
+            "embedContent" | "batchEmbedContents" => Some("Gemini's embeddings"),
+            "batchGenerateContent" => Some("Gemini's batch mode"),
+            "predict" | "predictLongRunning" => Some("a Gemini/Vertex AI predict method"),
+            _ => None,
+        };
+    }
+    // Anthropic API reference: Message Batches (create, and
+    // `.../{id}/cancel`), legacy Text Completions, Files, Skills.
+    if path.ends_with("/v1/messages/batches") || path.contains("/v1/messages/batches/") {
+        return Some("Anthropic's Message Batches");
+    }
+    if path.ends_with("/v1/complete") {
+        return Some("Anthropic's legacy Text Completions");
+    }
+    if path.contains("/v1/skills") {
+        return Some("Anthropic's Skills");
+    }
+    // OpenAI API reference (and Azure OpenAI's deployment paths): the
+    // endpoints besides Chat Completions and Responses that clients call.
+    const OPENAI: &[(&str, &str)] = &[
+        ("/embeddings", "OpenAI's embeddings"),
+        ("/completions", "OpenAI's legacy completions"),
+        ("/moderations", "OpenAI's moderations"),
+        ("/images/generations", "OpenAI's images"),
+        ("/images/edits", "OpenAI's images"),
+        ("/images/variations", "OpenAI's images"),
+        ("/audio/speech", "OpenAI's audio"),
+        ("/audio/transcriptions", "OpenAI's audio"),
+        ("/audio/translations", "OpenAI's audio"),
+        ("/batches", "OpenAI's Batch API"),
+        ("/uploads", "OpenAI's Uploads"),
+        (
+            "/responses/input_tokens",
+            "OpenAI's Responses input token count",
+        ),
+        ("/responses/compact", "OpenAI's Responses compaction"),
+    ];
+    if let Some((_, name)) = OPENAI.iter().find(|(suffix, _)| path.ends_with(suffix)) {
+        return Some(name);
+    }
+    if path.ends_with("/cancel") && path.contains("/responses/") {
+        return Some("OpenAI's Responses cancel");
+    }
+    // Both Anthropic's and OpenAI's Files APIs upload with `POST .../v1/files`.
+    if path.ends_with("/v1/files") {
+        return Some("a Files API upload");
+    }
+    None
+}
+
 /// A broken rule, and the provider's answer to it.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Violation {
-    /// The API whose rule it broke; `None` for a path no API serves (`P1`).
+    /// The API whose rule it broke; `None` for a path the contract has no
+    /// API for (`P1`, `P2`).
     pub api: Option<Api>,
     /// The rule's name in the module's list (`A9`, `C3`, `P1`, ...).
     pub rule: &'static str,
@@ -346,8 +516,9 @@ pub struct Violation {
 }
 
 impl Violation {
-    /// The status the provider answers with: 404 for a path it does not
-    /// serve, else 400.
+    /// The status the provider answers with: 404 for a path no provider
+    /// serves, 501 for a real endpoint the contract has no rules for (and
+    /// the upstream does not serve), else 400.
     pub fn status(&self) -> StatusCode {
         self.status
     }
@@ -407,9 +578,9 @@ impl std::fmt::Display for Violation {
 ///     .check("POST", "/model/m/invoke", &http::HeaderMap::new(), body)
 ///     .unwrap_err();
 /// assert_eq!((broken.api, broken.rule), (Some(Api::BedrockInvoke), "A3"));
-/// let listing = Contract::new().serving("/v1/messages/count_tokens");
-/// assert!(listing
-///     .check("POST", "/v1/messages/count_tokens", &http::HeaderMap::new(), b"{}")
+/// let embeddings = Contract::new().serving("/v1/embeddings");
+/// assert!(embeddings
+///     .check("POST", "/v1/embeddings", &http::HeaderMap::new(), b"{}")
 ///     .is_ok());
 /// ```
 #[derive(Debug, Clone, Default)]
@@ -432,8 +603,9 @@ impl Contract {
         self
     }
 
-    /// The upstream also serves `POST`s to paths ending in `path`, with no
-    /// rules of their own (a listing, a test-only endpoint).
+    /// The upstream also serves `POST`s to paths ending in `path` that no
+    /// checked API has (a listing, a test-only endpoint, or a real endpoint
+    /// the contract has no rules for, `P2`): they are not checked.
     pub fn serving(mut self, path: impl Into<String>) -> Self {
         self.served.push(path.into());
         self
@@ -453,13 +625,27 @@ impl Contract {
             if !is_post || self.served.iter().any(|p| bare(path).ends_with(p.as_str())) {
                 return Ok(());
             }
+            let answered_as = self.bedrock.then_some(WireApi::BedrockInvokeModel);
+            if let Some(endpoint) = unchecked_endpoint(bare(path), self.bedrock) {
+                return Err(Violation {
+                    api: None,
+                    rule: "P2",
+                    message: format!(
+                        "{request} is {endpoint}, which the contract has no rules for: \
+                         not checked, and not served by this upstream"
+                    ),
+                    request,
+                    status: StatusCode::NOT_IMPLEMENTED,
+                    answered_as,
+                });
+            }
             return Err(Violation {
                 api: None,
                 rule: "P1",
-                message: format!("Not Found: the provider serves no {request}"),
+                message: format!("Not Found: no provider serves {request}"),
                 request,
                 status: StatusCode::NOT_FOUND,
-                answered_as: self.bedrock.then_some(WireApi::BedrockInvokeModel),
+                answered_as,
             });
         };
         let fail = |(rule, message): Broken| Violation {
@@ -476,10 +662,14 @@ impl Contract {
         let betas = betas(headers);
         match api {
             Api::Anthropic | Api::AnthropicVertex => anthropic(api, path, &betas, &body),
+            Api::AnthropicCountTokens => count_tokens(&body),
             Api::OpenAiChat | Api::AzureChat => chat(api, &body),
             Api::Responses => responses(path, &body),
             Api::Gemini => gemini(&body),
-            Api::BedrockInvoke | Api::BedrockMessages => bedrock_anthropic(api, &betas, &body),
+            Api::BedrockInvoke => bedrock_anthropic(api, &betas, &body),
+            Api::BedrockMessages => {
+                bedrock_header_betas(&betas).and_then(|()| bedrock_anthropic(api, &betas, &body))
+            }
             Api::BedrockConverse => converse(&body),
         }
         .map_err(fail)
@@ -530,6 +720,31 @@ fn betas(headers: &HeaderMap) -> Vec<String> {
 
 fn role(message: &Value) -> Option<&str> {
     message.get("role").and_then(Value::as_str)
+}
+
+/// `A16`: token counting takes a Messages body without the generation's
+/// own fields. Anthropic's API reference "Count tokens in a Message" and
+/// anthropic-sdk-python `types/message_count_tokens_params.py` (and its
+/// beta twin) list `model` and `messages` as required and have no
+/// `max_tokens` or `stream`; the API answers one with "max_tokens: Extra
+/// inputs are not permitted" (the 400 clients that forwarded a Messages body
+/// unchanged report). The messages are read as a Messages request's (`A3`
+/// to `A5`, `A11`, `A12`); the fallback rules are not checked here.
+fn count_tokens(body: &Value) -> Result<(), Broken> {
+    let object = body
+        .as_object()
+        .ok_or(("A1", "the body is not an object".to_owned()))?;
+    if !object.get("model").is_some_and(Value::is_string) {
+        return Err(("A16", "model: Field required".into()));
+    }
+    for key in ["max_tokens", "stream"] {
+        if object.contains_key(key) {
+            return Err(("A16", format!("{key}: Extra inputs are not permitted")));
+        }
+    }
+    let turns = anthropic_messages(object.get("messages"), Api::AnthropicCountTokens)?;
+    anthropic_tool_pairs(&turns)?;
+    anthropic_sampling_and_tools(object)
 }
 
 /// The API version Claude on Vertex AI takes in the body.
@@ -615,9 +830,10 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         match token {
             Value::String(_) => {}
             Value::Object(form) => {
-                let mode = form.get("mode").and_then(Value::as_str);
+                // A mode-less object is `strict`, as the bare string is.
+                let mode = form.get("mode").map(Value::as_str);
                 if !form.get("token").is_some_and(Value::is_string)
-                    || !matches!(mode, Some("strict" | "best_effort"))
+                    || !matches!(mode, None | Some(Some("strict" | "best_effort")))
                 {
                     return Err((
                         "A10",
@@ -641,6 +857,23 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
         }
     }
     prefill_accepted(object, requested.as_deref())
+}
+
+/// `B5`: the Messages API on Bedrock takes betas in the `anthropic-beta`
+/// header, and Bedrock gates them itself: a value it does not know is a
+/// 400 "invalid beta flag" (coder/aibridge#221, a client forwarding Claude
+/// Code's header to Bedrock; LiteLLM keeps a per-provider allowlist of beta
+/// headers for the same reason). Which betas it takes there is documented
+/// nowhere the contract found: it holds the header to InvokeModel's list,
+/// [`BEDROCK_BETAS`].
+fn bedrock_header_betas(betas: &[String]) -> Result<(), Broken> {
+    match betas
+        .iter()
+        .find(|beta| !BEDROCK_BETAS.contains(&beta.as_str()))
+    {
+        Some(unknown) => Err(("B5", format!("invalid beta flag: {unknown}"))),
+        None => Ok(()),
+    }
 }
 
 /// The betas InvokeModel takes in `anthropic_beta`. Any other value is an
@@ -681,9 +914,15 @@ const BEDROCK_BETAS: &[&str] = &[
 /// Bedrock's fallback-credit beta, in InvokeModel's `anthropic_beta`.
 const BEDROCK_CREDIT_BETA: &str = "fallback-credit-2026-06-09";
 
-/// The `anthropic_version`s InvokeModel takes: Bedrock's own, and the API
-/// version the official SDK's Bedrock client sends.
-const BEDROCK_VERSIONS: &[&str] = &["bedrock-2023-05-31", "2026-10-21"];
+/// The `anthropic_version` InvokeModel takes: Bedrock's own ("The value
+/// must be bedrock-2023-05-31", Amazon Bedrock user guide "Request and
+/// Response"; anthropic-sdk-python `lib/bedrock/_client.py`
+/// `DEFAULT_VERSION`, the only value that file has ever set). Anthropic's
+/// "Claude on Amazon Bedrock (Opus 4.6 and earlier)" warns that a later
+/// SDK's default API version `2026-10-21` is not supported on Bedrock by the
+/// ARN-versioned models InvokeModel serves and can be answered with a 400:
+/// the contract rejects it with every other value.
+const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
 
 fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Broken> {
     let object = body
@@ -717,11 +956,10 @@ fn bedrock_anthropic(api: Api, betas: &[String], body: &Value) -> Result<(), Bro
             return Err(("B1", format!("extraneous key [{key}] is not permitted")));
         }
     }
-    let version = object.get("anthropic_version").and_then(Value::as_str);
-    if !version.is_some_and(|v| BEDROCK_VERSIONS.contains(&v)) {
+    if object.get("anthropic_version").and_then(Value::as_str) != Some(BEDROCK_VERSION) {
         return Err((
             "B1",
-            format!("anthropic_version: the value must be one of {BEDROCK_VERSIONS:?}"),
+            format!("anthropic_version: The value must be {BEDROCK_VERSION}"),
         ));
     }
     if !object.get("max_tokens").is_some_and(Value::is_u64) {

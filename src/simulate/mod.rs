@@ -16,6 +16,11 @@
 //!   `:streamGenerateContent`, with `alt=sse` a stream, without it one JSON
 //!   array): `finishReason: "SAFETY"` and no parts.
 //!
+//! Anthropic's token counting (`POST …/v1/messages/count_tokens`), which
+//! Claude Code calls beside Messages, gets `{"input_tokens": N}`: a rough
+//! count (a token for every four bytes of the request's `system`,
+//! `messages` and `tools` as JSON), not the real tokenizer's.
+//!
 //! Later attempts get a short text answer. A conversation is named by its
 //! system prompt and first message, so the guard's rescue continuation (the
 //! same conversation with a note appended) is answered, and so is any later
@@ -189,8 +194,9 @@ impl Simulator {
         }
         let path = parts.uri.path().trim_end_matches('/');
         let Some(wire) = Wire::recognise(&parts.uri) else {
-            let served = "the simulated provider serves POST …/v1/messages, …/chat/completions, \
-                 …/responses and …/models/{model}:generateContent (or :streamGenerateContent)";
+            let served = "the simulated provider serves POST …/v1/messages (and \
+                 …/v1/messages/count_tokens), …/chat/completions, …/responses and \
+                 …/models/{model}:generateContent (or :streamGenerateContent)";
             let error = api_error(path, StatusCode::NOT_FOUND, "simulated_not_found", served);
             return from_error(error);
         };
@@ -220,8 +226,13 @@ impl Simulator {
                 .to_owned(),
         };
         let stream = request["stream"].as_bool().unwrap_or(false);
-        let refuse = self.first_attempt(conversation_key(wire.api(), &request));
+        // Counting tokens is no attempt of a conversation: nothing to remember.
+        let counting = matches!(wire, Wire::AnthropicCountTokens);
+        let refuse = !counting && self.first_attempt(conversation_key(wire.api(), &request));
         match (wire, stream, refuse) {
+            (Wire::AnthropicCountTokens, ..) => {
+                json_body(json!({"input_tokens": rough_token_count(&request)}))
+            }
             (Wire::Anthropic, true, true) => sse(anthropic_refusal_stream(&model)),
             (Wire::Anthropic, true, false) => sse(anthropic_text_stream(&model)),
             (Wire::Anthropic, false, true) => json_body(anthropic_message(&model, None)),
@@ -272,6 +283,8 @@ impl Simulator {
 #[derive(Debug, Clone)]
 enum Wire {
     Anthropic,
+    /// Anthropic's token counting, answered without a conversation.
+    AnthropicCountTokens,
     OpenAiChat,
     OpenAiResponses,
     /// The model is in the path. `sse` for `streamGenerateContent?alt=sse`,
@@ -295,6 +308,9 @@ impl Wire {
         if path.ends_with("/messages") {
             return Some(Wire::Anthropic);
         }
+        if path.ends_with("/messages/count_tokens") {
+            return Some(Wire::AnthropicCountTokens);
+        }
         let last = path.rsplit('/').next()?;
         let (model, method) = last.split_once(':')?;
         let streaming = match method {
@@ -315,12 +331,24 @@ impl Wire {
 
     fn api(&self) -> WireApi {
         match self {
-            Wire::Anthropic => WireApi::AnthropicMessages,
+            Wire::Anthropic | Wire::AnthropicCountTokens => WireApi::AnthropicMessages,
             Wire::OpenAiChat => WireApi::OpenAiChatCompletions,
             Wire::OpenAiResponses => WireApi::OpenAiResponses,
             Wire::Gemini { .. } => WireApi::GeminiGenerateContent,
         }
     }
+}
+
+/// A plausible `input_tokens` for a token-counting request: a token for
+/// every four bytes of its `system`, `messages` and `tools` as JSON, at
+/// least one.
+fn rough_token_count(request: &Value) -> u64 {
+    let bytes: usize = ["system", "messages", "tools"]
+        .iter()
+        .filter_map(|key| request.get(*key))
+        .map(|value| value.to_string().len())
+        .sum();
+    (bytes as u64).div_ceil(4).max(1)
 }
 
 /// The system prompt and the first message: the same for every attempt of a

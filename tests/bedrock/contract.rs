@@ -72,12 +72,11 @@ fn invoke_model_takes_a_bedrock_body_only() {
         Some("B1")
     );
     assert_eq!(rule(INVOKE, &invoke(json!({"stream": true}))), Some("B1"));
-    // Bedrock's own version, or the one the official SDK's Bedrock client
-    // sends; no other date.
+    // Bedrock's own version only: not the `2026-10-21` a later SDK sends,
+    // which the ARN-versioned models InvokeModel serves do not support.
     assert_eq!(
         rule(INVOKE, &invoke(json!({"anthropic_version": "2026-10-21"}))),
-        None,
-        "what anthropic-sdk-python's Bedrock client sends"
+        Some("B1")
     );
     assert_eq!(
         rule(INVOKE, &invoke(json!({"anthropic_version": "2023-06-01"}))),
@@ -142,6 +141,51 @@ fn no_server_side_fallback_and_credit_only_under_bedrocks_beta() {
         .remove("anthropic_version");
     credited["fallback_credit_token"] = json!("tok");
     assert_eq!(rule(MESSAGES, &credited), Some("B2"));
+}
+
+#[test]
+fn the_messages_api_on_bedrock_takes_only_bedrocks_betas_in_its_header() {
+    let body = serde_json::to_vec(&json!({"model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "x"}]}))
+    .unwrap();
+    let with_betas = |path: &str, betas: &str| {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("anthropic-beta", betas.parse().unwrap());
+        Contract::new()
+            .bedrock()
+            .check("POST", path, &headers, &body)
+            .err()
+    };
+    let documented = "context-1m-2025-08-07, interleaved-thinking-2025-05-14";
+    assert!(with_betas(MESSAGES, documented).is_none());
+    // First-party betas, and any Bedrock does not know, in the header:
+    // Bedrock's "invalid beta flag", in Bedrock's shape.
+    for beta in [
+        "server-side-fallback-2026-07-01",
+        "fallback-credit-2026-07-01",
+        "context-1m-2025-08-07,a-beta",
+    ] {
+        let broken = with_betas(MESSAGES, beta).expect("an unknown beta");
+        assert_eq!(
+            (broken.rule, broken.api),
+            ("B5", Some(Api::BedrockMessages)),
+            "{beta}"
+        );
+        assert!(broken.message.contains("invalid beta flag"), "{broken}");
+        assert!(broken.response().headers().contains_key("x-amzn-errortype"));
+    }
+    // InvokeModel takes its betas in the body; a header there is not read.
+    let invoke_body = serde_json::to_vec(&invoke(json!({}))).unwrap();
+    let mut headers = http::HeaderMap::new();
+    headers.insert("anthropic-beta", "a-beta".parse().unwrap());
+    assert!(Contract::new()
+        .bedrock()
+        .check("POST", INVOKE, &headers, &invoke_body)
+        .is_ok());
+    // On a first-party upstream the same path is the first party's.
+    let mut headers = http::HeaderMap::new();
+    headers.insert("anthropic-beta", "a-beta".parse().unwrap());
+    assert!(check("POST", MESSAGES, &headers, &body).is_ok());
 }
 
 #[test]

@@ -20,12 +20,19 @@ pub(crate) struct Proxy {
     pub(crate) admin: String,
 }
 
-/// Starts `refusal-guard --simulate --otlp` with the admin listener and
+/// Starts `refusal-guard --simulate --strict --otlp` with the admin listener and
 /// `flags`, the export sent to `endpoint` over `protocol`, short export
 /// intervals.
 pub(crate) async fn start(endpoint: &str, protocol: &str, flags: &[&str]) -> Proxy {
     let mut child = tokio::process::Command::new(BIN)
-        .args(["--simulate", "--otlp", "--log", "off", "--quiet"])
+        .args([
+            "--simulate",
+            "--strict",
+            "--otlp",
+            "--log",
+            "off",
+            "--quiet",
+        ])
         .args(flags)
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .env_clear()

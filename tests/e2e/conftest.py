@@ -210,7 +210,7 @@ def harness(tmp_path_factory):
 def no_contract_violations():
     """Fails the test (at its teardown) if a request it caused broke a
     rule of the providers' request contract: the harness's mock and strict
-    simulator answered it with the provider's 400 (or 404), or a strict
+    simulator answered it with the provider's 400 (404, 501), or a strict
     `refusal-guard --simulate` logged it. A tolerated 400 never stays green."""
     yield
     found = []

@@ -449,20 +449,24 @@ async fn upstream_errors_are_propagated_as_they_came() {
 #[tokio::test]
 async fn other_endpoints_pass_through_unread() {
     let refusal = fixture(EMPTY_REFUSAL);
-    for (method, path) in [
-        ("POST", "/v1/messages/count_tokens"),
-        ("POST", "/v1/messages/batches"),
-        ("GET", "/v1/models"),
-        ("GET", "/v1/messages"),
-        ("POST", "/v1/complete"),
+    // What the guard would read were these Messages requests: `stream`.
+    let streamed = b"{\"model\":\"m\",\"stream\":true,\"messages\":[]}";
+    // Token counting is checked by the contract: a body it takes.
+    let count = b"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}";
+    for (method, path, body) in [
+        ("POST", "/v1/messages/count_tokens", &count[..]),
+        ("POST", "/v1/messages/batches", &streamed[..]),
+        ("GET", "/v1/models", &streamed[..]),
+        ("GET", "/v1/messages", &streamed[..]),
+        ("POST", "/v1/complete", &streamed[..]),
     ] {
-        let body = Bytes::from_static(b"{\"model\":\"m\",\"stream\":true,\"messages\":[]}");
+        let body = Bytes::from_static(body);
         let request = http::Request::builder()
             .method(method)
             .uri(format!("https://api.anthropic.com{path}"))
             .body(Full::new(body.clone()))
             .unwrap();
-        // Endpoints the contract has no rules for: this upstream serves them.
+        // This upstream serves them all (token counting under the contract).
         let upstream = Upstream::new(vec![Reply::sse(&refusal)]).serving(path);
         let done = exchange_on(upstream, RefusalGuardLayer::new(), request).await;
         assert_eq!(done.body, refusal, "{path}");

@@ -44,7 +44,16 @@ fn the_api_is_told_from_the_path() {
     assert_eq!(Api::of("POST", AZURE), Some(Api::AzureChat));
     assert_eq!(Api::of("POST", RESPONSES), Some(Api::Responses));
     assert_eq!(Api::of("POST", GEMINI), Some(Api::Gemini));
-    assert_eq!(Api::of("POST", "/v1/messages/count_tokens"), None);
+    assert_eq!(
+        Api::of("POST", "/v1/messages/count_tokens"),
+        Some(Api::AnthropicCountTokens)
+    );
+    let vertex_count =
+        "/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict";
+    assert_eq!(
+        Api::of("POST", vertex_count),
+        Some(Api::AnthropicCountTokens)
+    );
     assert_eq!(Api::of("GET", MESSAGES), None);
 }
 
@@ -239,6 +248,16 @@ fn credit_token_rules() {
     let bare = claude(json!({"fallback_credit_token": "t"}));
     assert_eq!(rule(MESSAGES, "fallback-credit-2026-06-01", &bare), None);
     assert_eq!(rule(MESSAGES, "", &bare), Some("A10"));
+    // A mode-less object is the bare string's `strict`.
+    let modeless = claude(json!({"fallback_credit_token": {"token": "t"}}));
+    assert_eq!(
+        rule(MESSAGES, "fallback-credit-2026-07-01", &modeless),
+        None
+    );
+    assert_eq!(
+        rule(MESSAGES, "fallback-credit-2026-06-01", &modeless),
+        Some("A10")
+    );
     let bad_mode = claude(json!({"fallback_credit_token": {"token": "t", "mode": "lenient"}}));
     assert_eq!(
         rule(MESSAGES, "fallback-credit-2026-07-01", &bad_mode),
@@ -520,29 +539,130 @@ fn gemini_generation_config_and_function_names() {
 }
 
 #[test]
-fn a_post_to_a_path_no_api_serves_is_a_404_unless_served() {
+fn a_post_to_a_path_no_provider_serves_is_a_404_unless_served() {
     let headers = http::HeaderMap::new();
-    let unknown = check(
-        "POST",
-        "/v1/messages/count_tokens?beta=true",
-        &headers,
-        b"{}",
-    )
-    .expect_err("no rules cover it");
+    let unknown = check("POST", "/v1/other?key=k", &headers, b"{}").expect_err("no API has it");
     assert_eq!((unknown.rule, unknown.status().as_u16()), ("P1", 404));
     assert_eq!(unknown.api, None);
     // No key from the query in what is logged.
-    assert_eq!(unknown.request, "POST /v1/messages/count_tokens");
+    assert_eq!(unknown.request, "POST /v1/other");
     let body: Value = serde_json::from_str(&unknown.body()).unwrap();
     assert_eq!(body["error"]["type"], "not_found_error");
-    let openai = check("POST", "/v1/embeddings", &headers, b"{}").unwrap_err();
-    let body: Value = serde_json::from_slice(openai.response().body()).unwrap();
-    assert_eq!(body["error"]["type"], "invalid_request_error");
-    let served = Contract::new().serving("/v1/messages/count_tokens");
-    assert!(served
-        .check("POST", "/v1/messages/count_tokens", &headers, b"{}")
-        .is_ok());
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no provider serves"));
+    let served = Contract::new().serving("/v1/other");
+    assert!(served.check("POST", "/v1/other", &headers, b"{}").is_ok());
     assert!(check("GET", "/v1/models", &headers, b"").is_ok());
+}
+
+#[test]
+fn a_real_endpoint_the_contract_does_not_check_is_not_implemented() {
+    let headers = http::HeaderMap::new();
+    let unchecked = |path: &str| {
+        let broken = check("POST", path, &headers, b"{}").expect_err("not served by default");
+        assert_eq!(
+            (broken.rule, broken.status().as_u16()),
+            ("P2", 501),
+            "{path}"
+        );
+        assert!(broken.message.contains("not checked"), "{path}: {broken}");
+        broken
+    };
+    // In the shape the path suggests, and never "no such endpoint".
+    let openai: Value =
+        serde_json::from_slice(unchecked("/v1/embeddings").response().body()).unwrap();
+    assert_eq!(openai["error"]["type"], "server_error");
+    assert!(openai["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("OpenAI's embeddings"));
+    let anthropic: Value = serde_json::from_str(&unchecked("/v1/messages/batches").body()).unwrap();
+    assert_eq!(anthropic["type"], "error");
+    for path in [
+        "/v1/messages/batches/msgbatch_1/cancel",
+        "/v1/complete",
+        "/v1/files",
+        "/v1/moderations",
+        "/openai/deployments/emb/embeddings?api-version=2024-10-21",
+        "/v1/responses/compact",
+        "/v1/responses/resp_1/cancel",
+        "/v1beta/models/gemini-2.5-pro:countTokens",
+        "/v1beta/models/text-embedding-004:embedContent",
+    ] {
+        unchecked(path);
+    }
+    // A test that answers one opts in: then it is not checked at all.
+    let serving = Contract::new().serving("/v1/embeddings");
+    assert!(serving
+        .check("POST", "/v1/embeddings", &headers, b"not json")
+        .is_ok());
+    // Bedrock's own, on a Bedrock upstream; a first-party one is a 404 there.
+    let bedrock = Contract::new().bedrock();
+    let count = bedrock
+        .check(
+            "POST",
+            "/model/anthropic.claude-opus-4-7/count-tokens",
+            &headers,
+            b"{}",
+        )
+        .unwrap_err();
+    assert_eq!((count.rule, count.status().as_u16()), ("P2", 501));
+    assert!(count.response().headers().contains_key("x-amzn-errortype"));
+    let batches = bedrock
+        .check("POST", "/v1/messages/batches", &headers, b"{}")
+        .unwrap_err();
+    assert_eq!(batches.rule, "P1");
+}
+
+#[test]
+fn token_counting_takes_a_messages_body_without_max_tokens_or_stream() {
+    const COUNT: &str = "/v1/messages/count_tokens?beta=true";
+    let count = json!({"model": "claude-opus-4-7", "system": "s",
+        "messages": [{"role": "user", "content": "x"}],
+        "tools": [{"name": "run", "input_schema": {"type": "object"}}]});
+    assert_eq!(rule(COUNT, "", &count), None);
+    let with = |key: &str, value: Value| {
+        let mut body = count.clone();
+        body[key] = value;
+        body
+    };
+    // What a Messages body forwarded unchanged carries: the API's 400.
+    let broken = check(
+        "POST",
+        COUNT,
+        &http::HeaderMap::new(),
+        &serde_json::to_vec(&with("max_tokens", json!(64))).unwrap(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        (broken.rule, broken.api),
+        ("A16", Some(Api::AnthropicCountTokens))
+    );
+    assert!(broken
+        .message
+        .starts_with("max_tokens: Extra inputs are not permitted"));
+    assert_eq!(rule(COUNT, "", &with("stream", json!(true))), Some("A16"));
+    let mut no_model = count.clone();
+    no_model.as_object_mut().unwrap().remove("model");
+    assert_eq!(rule(COUNT, "", &no_model), Some("A16"));
+    // The messages are read as a Messages request's.
+    assert_eq!(rule(COUNT, "", &with("messages", json!([]))), Some("A3"));
+    let stray_result = json!([{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "t9", "content": "r"}]}]);
+    assert_eq!(
+        rule(COUNT, "", &with("messages", stray_result)),
+        Some("A11")
+    );
+    let bad_tool = json!([{"name": "run it", "input_schema": {"type": "object"}}]);
+    assert_eq!(rule(COUNT, "", &with("tools", bad_tool)), Some("A12"));
+    // Vertex AI's keeps `model` in the body, beside `anthropic_version`.
+    let vertex =
+        "/v1/projects/p/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict";
+    let on_vertex = with("anthropic_version", json!("vertex-2023-10-16"));
+    assert_eq!(rule(vertex, "", &on_vertex), None);
+    assert_eq!(rule(vertex, "", &with("max_tokens", json!(8))), Some("A16"));
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Refusals that arrive as errors (Anthropic's "Output blocked by content
 //! filtering policy", as an HTTP 400 or a stream `error` event; OpenAI's
 //! policy error codes, as a 400, a Responses `response.failed` or `error`
-//! event), and side calls that demand structured output, which the rescue
+//! event, a Chat stream's error chunk), and side calls that demand structured output, which the rescue
 //! step leaves alone, through the public API.
 
 use bytes::Bytes;
@@ -360,6 +360,77 @@ async fn a_chat_invalid_prompt_400_is_served_by_the_fallback() {
         explanation.starts_with("Invalid prompt: your prompt was flagged"),
         "{explanation}"
     );
+}
+
+/// What OpenAI's cybersecurity check answers with (its message as a
+/// Responses failure carries it).
+const CYBER_MESSAGE: &str =
+    "This content was flagged for possible cybersecurity risk. If this seems wrong, try rephrasing your request.";
+
+#[tokio::test]
+async fn a_chat_policy_400_nothing_recovers_reaches_the_client_as_sent() {
+    let cyber = Bytes::from(openai::policy_error("cyber_policy", CYBER_MESSAGE).to_string());
+    for (sent, category) in [
+        (fixture(INVALID_PROMPT_400), "usage_policy"),
+        (cyber, "cyber"),
+    ] {
+        // No rescue, no chain for the model: nothing to try.
+        let mut request = chat_request();
+        request["model"] = json!("gpt-unchained");
+        let layer = RefusalGuardLayer::new().rescue(false);
+        let replies = vec![Reply::Status(400, sent.clone())];
+        let done = exchange(layer, replies, post(CHAT_URL, &request)).await;
+        assert_eq!(done.parts.status, 400, "{category}");
+        assert_eq!(done.parts.headers["content-type"], "application/json");
+        assert_eq!(done.parts.headers["request-id"], "req_test_123");
+        assert_delivered_as_sent(&done, &sent, RefusalSignal::PolicyError);
+        assert_policy_record(&done, category, 400);
+        // Every fallback refusing alike: the first 400, as sent.
+        let replies = vec![
+            Reply::Status(400, sent.clone()),
+            Reply::Status(400, sent.clone()),
+            Reply::Status(400, sent.clone()),
+        ];
+        let done = exchange(fallback_layer(), replies, post(CHAT_URL, &chat_request())).await;
+        assert_eq!(done.parts.status, 400, "{category}");
+        assert_eq!(done.body, sent, "{category}: byte for byte");
+        assert_eq!(done.upstream.seen().len(), 3, "the chain was climbed");
+        let record = &done.sink.records()[0];
+        assert_eq!(record.reason, Some(DeadReason::StillRefused));
+    }
+}
+
+#[tokio::test]
+async fn a_chat_policy_error_chunk_before_any_output_is_served_by_the_fallback() {
+    // The role chunk, then the error chunk where Chat streams put errors.
+    let refused = openai::chat_stream(
+        &[
+            openai::chat_role_chunk("gpt-5.5"),
+            openai::policy_error("cyber_policy", CYBER_MESSAGE),
+        ],
+        false,
+    );
+    let answer = fixture(CHAT_ANSWER);
+    let replies = vec![Reply::sse(&refused), Reply::sse(&answer)];
+    let done = exchange(fallback_layer(), replies, post(CHAT_URL, &chat_request())).await;
+    assert_eq!(done.parts.status, 200);
+    let seen = done.assert_served_on_the_second_call(&answer, "the fallback's stream");
+    let fallback = seen[1].json();
+    assert_eq!(fallback["model"], "gpt-5.4-mini");
+    assert_eq!(
+        fallback["messages"],
+        chat_request()["messages"],
+        "no note on a fallback"
+    );
+    let refusal = done.refusal().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Fallback);
+    assert_eq!(refusal.signal, RefusalSignal::PolicyError);
+    assert_eq!(refusal.code(), "cyber");
+    assert_eq!(refusal.explanation.as_deref(), Some(CYBER_MESSAGE));
+    assert_policy_record(&done, "cyber", 200);
+    let record = &done.sink.records()[0];
+    assert_eq!(record.attempts[1].step, AttemptStep::Fallback);
+    assert_eq!(record.attempts[1].result, AttemptResult::Served);
 }
 
 #[tokio::test]

@@ -195,10 +195,54 @@ async fn the_strict_simulator_answers_a_broken_request_as_the_provider_does() {
     let json: Value = serde_json::from_str(&text).unwrap();
     assert!(json["error"]["message"].as_str().unwrap().contains("C3"));
 
-    // A path no API serves: the provider's 404, not the simulator's own.
-    let embeddings = client().post(format!("{base}/v1/embeddings")).body("{}");
-    let (status, flagged, json) = unserved(embeddings).await;
+    // A path no provider serves: the provider's 404, not the simulator's own.
+    let unknown = client().post(format!("{base}/v1/unknown")).body("{}");
+    let (status, flagged, json) = unserved(unknown).await;
     assert_eq!(status, 404);
     assert!(!flagged);
     assert!(json["error"]["message"].as_str().unwrap().contains("P1"));
+
+    // An endpoint OpenAI serves but neither the contract nor the simulator
+    // does: 501, saying so, never "no such endpoint".
+    let embeddings = client().post(format!("{base}/v1/embeddings")).body("{}");
+    let (status, flagged, json) = unserved(embeddings).await;
+    assert_eq!(status, 501);
+    assert!(!flagged);
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("P2") && message.contains("not checked"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn the_strict_simulator_counts_tokens_as_the_messages_api_does() {
+    let base = run_proxy(&["--simulate", "--strict"]).await;
+    let body = json!({"model": "claude-opus-4-7", "system": "Be brief.",
+        "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+    let (status, recovery, text) = post(&base, "/v1/messages/count_tokens", &body).await;
+    assert_eq!((status, recovery), (200, None), "{text}");
+    let counted: Value = serde_json::from_str(&text).unwrap();
+    let tokens = counted["input_tokens"].as_u64().expect("a count");
+    assert!(tokens > 0, "{counted}");
+    // Counting is no attempt of the conversation: its first request is
+    // still refused, and rescued.
+    let mut messages = body.clone();
+    messages["max_tokens"] = json!(64);
+    let first = post(&base, "/v1/messages", &messages).await;
+    assert!(
+        first.1.as_deref().unwrap().starts_with("rescued"),
+        "{first:?}"
+    );
+
+    // A Messages body sent to it unchanged: the API's 400.
+    let (status, _, text) = post(&base, "/v1/messages/count_tokens", &messages).await;
+    assert_eq!(status, 400, "{text}");
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let message = json["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("max_tokens: Extra inputs are not permitted"),
+        "{message}"
+    );
+    assert!(message.contains("A16"), "{message}");
 }

@@ -5,8 +5,9 @@
 //!   (the crate's `refusal_guard::simulate::contract`), and the
 //!   [`Violations`](contract::Violations) recorder: every upstream here
 //!   checks each request against them, answers a broken one with the
-//!   provider's 400 (or 404), records it, and fails the test when it goes
-//!   if a violation is left the test did not take;
+//!   provider's 400 (404 for a path no provider serves, 501 for an
+//!   endpoint the contract does not check), records it, and fails the
+//!   test when it goes if a violation is left the test did not take;
 //! - [`inner`]: a scripted mock inner service (`tower::service_fn`);
 //! - [`requests`]: the Anthropic Messages requests the tests send;
 //! - [`exchange`]: one request through a guard over the mock inner service,
@@ -21,6 +22,7 @@
 //! - [`judge`]: one harness that serves a body under every chunking and
 //!   checks the verdict;
 //! - [`anthropic`]: Anthropic stream event builders;
+//! - [`openai`]: OpenAI Chat Completions stream and error builders;
 //! - [`chains`]: the fallback chains of the recovery tests;
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, that
 //!   can be stopped and restarted (also behind `benches/store.rs`);
@@ -44,6 +46,7 @@ pub mod inner;
 pub mod judge;
 pub mod log_capture;
 pub mod mock_upstream;
+pub mod openai;
 pub mod otlp;
 pub mod prometheus;
 pub mod proxy;

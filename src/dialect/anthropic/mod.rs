@@ -37,7 +37,9 @@ use super::{
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use crate::refusal::{Provider, WireApi};
 
-/// The provider caps the server-side `fallbacks` list at three models.
+/// The provider caps the server-side `fallbacks` list at three models
+/// (platform docs "Refusals and fallback", Naming your own fallback models:
+/// "you can set `fallbacks` to a list of up to three models").
 pub(crate) const MAX_SERVER_FALLBACKS: usize = 3;
 
 /// The header that carries beta opt-ins.
