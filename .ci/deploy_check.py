@@ -221,7 +221,13 @@ def check_deployment(objects, variables):
             fail(f"the ServiceMonitor scrapes {endpoint}, not /metrics on admin")
         if any(service["metadata"]["labels"].get(k) != v for k, v in monitor["spec"]["selector"]["matchLabels"].items()):
             fail("the ServiceMonitor's selector does not select the Service")
-    ok("the Service and the ServiceMonitor select the proxy and scrape /metrics on admin")
+        # The Redis alert reads replicas that turned unready for the outage.
+        relabelings = json.dumps(endpoint.get("relabelings", []))
+        if "_ready" in relabelings:
+            fail("the ServiceMonitor's relabelings read endpoint readiness: unready replicas must stay scraped")
+    if service["spec"].get("publishNotReadyAddresses"):
+        fail("the Service publishes not-ready addresses: unready replicas would get API traffic")
+    ok("the Service and the ServiceMonitor select the proxy and scrape /metrics on admin, unready replicas too")
     return env
 
 

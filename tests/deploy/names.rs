@@ -85,7 +85,8 @@ fn names_are_read_whole() {
     );
     let (rules, panels) = names_used();
     assert!(
-        rules.contains("refusal_guard_store_fallbacks_total"),
+        rules.contains("refusal_guard_store_fallbacks_total")
+            && rules.contains("refusal_guard_store_up"),
         "{rules:?}"
     );
     assert!(
@@ -116,7 +117,8 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
             assert!(answer.contains(whole), "{answer}");
         }
     }
-    // The span counters appear once a batch went out (or failed to).
+    // The span counters appear once a batch went out (or failed to), the
+    // store's gauge once its first check got an answer or ran out of time.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (mut shared_scrape, mut down_scrape) = (String::new(), String::new());
     while tokio::time::Instant::now() < deadline {
@@ -128,7 +130,8 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
             &[],
         );
         let dropped = sample(&down_scrape, "refusal_guard_otlp_dropped_spans_total", &[]);
-        if exported.is_some() && dropped.is_some() {
+        let store_up = sample(&down_scrape, "refusal_guard_store_up", &[]);
+        if exported.is_some() && dropped.is_some() && store_up.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
