@@ -263,6 +263,15 @@ def check_compose(variables):
     ok("compose.yaml: three replicas on one Redis behind nginx, variables the proxy reads, grace over the drain")
 
 
+# The series with a `tenant` label (src/telemetry/metrics.rs).
+TENANT_LABELLED = (
+    "refusal_guard_refusals_total",
+    "refusal_guard_recovery_attempts_total",
+    "refusal_guard_requests_total",
+    "refusal_guard_recovery_capped_total",
+)
+
+
 def check_dashboard():
     path = DEPLOY / "grafana" / "refusal-guard.json"
     dashboard = json.loads(path.read_text())
@@ -270,6 +279,9 @@ def check_dashboard():
         if key not in dashboard:
             fail(f"the dashboard lacks {key}")
     variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for needed in ("datasource", "instance", "tenant"):
+        if needed not in variables:
+            fail(f"the dashboard has no ${needed} variable")
     ids = [p["id"] for p in dashboard["panels"]]
     if len(ids) != len(set(ids)):
         fail("the dashboard's panel ids repeat")
@@ -285,7 +297,14 @@ def check_dashboard():
             for name in re.findall(r"\$(\w+)", expr):
                 if name not in variables and name != "__rate_interval":
                     fail(f"panel {panel['title']}: ${name} is no dashboard variable")
-            exprs.append(expr.replace("$__rate_interval", "5m").replace("$instance", ".*"))
+            # The pickers must narrow every panel they can.
+            if "$instance" not in expr:
+                fail(f"panel {panel['title']}: an expression not narrowed by $instance")
+            if any(name in expr for name in TENANT_LABELLED) and "$tenant" not in expr:
+                fail(f"panel {panel['title']}: an expression over a tenant's series not narrowed by $tenant")
+            # Each variable as its "All" value: every one stands in a regex matcher.
+            expr = expr.replace("$__rate_interval", "5m")
+            exprs.append(re.sub(r"\$(\w+)", lambda m: ".*" if m.group(1) in variables else m.group(0), expr))
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:panel_{i}", "expr": expr} for i, expr in enumerate(exprs)
     ]}]}
