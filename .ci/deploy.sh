@@ -4,8 +4,9 @@
 #      (each alert fires on a scripted series and stays quiet on a normal
 #      one: deploy/prometheus/alerts.test.yaml);
 #   2. the manifests and the dashboard (.ci/deploy_check.py): Kubernetes
-#      objects against the API's schemas, the ServiceMonitor against
-#      prometheus-operator's CRD, compose.yaml against the Compose
+#      objects against the API's schemas, the ServiceMonitor and the
+#      PrometheusRule against prometheus-operator's CRDs (the rule's groups
+#      against alerts.yaml's), compose.yaml against the Compose
 #      Specification, all against the binary's flags and ports; the
 #      dashboard's expressions as PromQL (tests/deploy checks their metric
 #      names against a real scrape);

@@ -3,8 +3,10 @@
 
 - Kubernetes manifests: every object against the Kubernetes API's own
   schemas (kubernetes-validate, strict: unknown fields fail); the
-  ServiceMonitor against prometheus-operator's CRD schema (vendored in
-  .ci/schemas/, with its licence); kustomization.yaml lists every manifest.
+  ServiceMonitor and the PrometheusRule against prometheus-operator's CRD
+  schemas (vendored in .ci/schemas/, with their licence; strict too); the
+  PrometheusRule's groups are alerts.yaml's, where promtool tests them;
+  kustomization.yaml lists every manifest.
 - compose.yaml against the Compose Specification's JSON schema (vendored).
 - Both against the proxy: every variable they set is one `refusal-guard
   --help` names; the ports they probe and publish are the ones the proxy
@@ -46,10 +48,45 @@ def documents(path):
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc]
 
 
-def crd_schema(name):
-    crd = yaml.safe_load((SCHEMAS / "prometheus-operator" / name).read_text())
+# The vendored CRD of each prometheus-operator kind the manifests use.
+CRDS = {
+    "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
+}
+
+
+def closed(schema):
+    """`schema` with unknown fields refused wherever it lists the known ones,
+    its patterns in Python's dialect.
+
+    The API server prunes a custom resource's unknown fields without a word
+    (or rejects them, under strict field validation), so a misspelt key such
+    as `annotation:` would vanish from the rule; JSON Schema lets it through
+    unless told otherwise. Objects without `properties` (metadata, free
+    maps) and those that keep unknown fields stay open. Go's regexps take a
+    flag group after `^` (`^(?i)(abort|warn)?$`), Python's only first: the
+    same expression with the flag moved to the front."""
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: closed(value) for key, value in schema.items()}
+    pattern = schema.get("pattern")
+    if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+        out["pattern"] = "(?i)^" + pattern[len("^(?i)"):]
+    if (
+        "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def crd_schema(kind):
+    crd = yaml.safe_load((SCHEMAS / "prometheus-operator" / CRDS[kind]).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return version["schema"]["openAPIV3Schema"]
+    return closed(version["schema"]["openAPIV3Schema"])
 
 
 def check_kubernetes():
@@ -61,10 +98,12 @@ def check_kubernetes():
             where = f"{path.relative_to(ROOT)} {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"
             objects.append((path, doc))
             if doc.get("apiVersion", "").startswith("monitoring.coreos.com/"):
-                schema = crd_schema("monitoring.coreos.com_servicemonitors.yaml")
+                if doc.get("kind") not in CRDS:
+                    fail(f"{where}: no vendored CRD schema for {doc.get('kind')}")
+                    continue
                 try:
-                    jsonschema.validate(doc, schema)
-                    ok(f"{where}: valid against prometheus-operator's CRD schema")
+                    jsonschema.validate(doc, crd_schema(doc["kind"]))
+                    ok(f"{where}: valid against prometheus-operator's CRD schema (strict)")
                 except jsonschema.ValidationError as error:
                     fail(f"{where}: {error.message} at {list(error.absolute_path)}")
                 continue
@@ -81,6 +120,38 @@ def check_kubernetes():
     else:
         ok("kustomization.yaml lists every manifest")
     return objects
+
+
+def check_prometheus_rule(objects):
+    """The PrometheusRule carries alerts.yaml's groups exactly: promtool
+    checks and tests alerts.yaml, so a copy that drifted would ship rules
+    nothing tested."""
+    rules = [d for _, d in objects if d["kind"] == "PrometheusRule"]
+    if len(rules) != 1:
+        fail(f"deploy/kubernetes/ holds {len(rules)} PrometheusRule objects, not one")
+        return
+    groups = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yaml").read_text())["groups"]
+    shipped = rules[0].get("spec", {}).get("groups")
+    if shipped != groups:
+        def rules_of(some):
+            return {
+                (g.get("name"), r.get("alert") or r.get("record")): r
+                for g in some or []
+                for r in g.get("rules", [])
+            }
+        ours, theirs = rules_of(groups), rules_of(shipped)
+        differ = sorted(
+            f"{group}/{rule}" for group, rule in set(ours) | set(theirs)
+            if ours.get((group, rule)) != theirs.get((group, rule))
+        )
+        fail(
+            "the PrometheusRule's spec.groups are not alerts.yaml's groups "
+            f"(rules that differ: {differ or 'their order or the groups own fields'}): "
+            "copy alerts.yaml's groups under spec:"
+        )
+    else:
+        alerts = sum(len(g["rules"]) for g in groups)
+        ok(f"the PrometheusRule carries alerts.yaml's {len(groups)} group(s), {alerts} rules")
 
 
 def help_text(binary):
@@ -150,7 +221,13 @@ def check_deployment(objects, variables):
             fail(f"the ServiceMonitor scrapes {endpoint}, not /metrics on admin")
         if any(service["metadata"]["labels"].get(k) != v for k, v in monitor["spec"]["selector"]["matchLabels"].items()):
             fail("the ServiceMonitor's selector does not select the Service")
-    ok("the Service and the ServiceMonitor select the proxy and scrape /metrics on admin")
+        # The Redis alert reads replicas that turned unready for the outage.
+        relabelings = json.dumps(endpoint.get("relabelings", []))
+        if "_ready" in relabelings:
+            fail("the ServiceMonitor's relabelings read endpoint readiness: unready replicas must stay scraped")
+    if service["spec"].get("publishNotReadyAddresses"):
+        fail("the Service publishes not-ready addresses: unready replicas would get API traffic")
+    ok("the Service and the ServiceMonitor select the proxy and scrape /metrics on admin, unready replicas too")
     return env
 
 
@@ -186,6 +263,15 @@ def check_compose(variables):
     ok("compose.yaml: three replicas on one Redis behind nginx, variables the proxy reads, grace over the drain")
 
 
+# The series with a `tenant` label (src/telemetry/metrics.rs).
+TENANT_LABELLED = (
+    "refusal_guard_refusals_total",
+    "refusal_guard_recovery_attempts_total",
+    "refusal_guard_requests_total",
+    "refusal_guard_recovery_capped_total",
+)
+
+
 def check_dashboard():
     path = DEPLOY / "grafana" / "refusal-guard.json"
     dashboard = json.loads(path.read_text())
@@ -193,6 +279,9 @@ def check_dashboard():
         if key not in dashboard:
             fail(f"the dashboard lacks {key}")
     variables = {v["name"] for v in dashboard["templating"]["list"]}
+    for needed in ("datasource", "instance", "tenant"):
+        if needed not in variables:
+            fail(f"the dashboard has no ${needed} variable")
     ids = [p["id"] for p in dashboard["panels"]]
     if len(ids) != len(set(ids)):
         fail("the dashboard's panel ids repeat")
@@ -208,7 +297,14 @@ def check_dashboard():
             for name in re.findall(r"\$(\w+)", expr):
                 if name not in variables and name != "__rate_interval":
                     fail(f"panel {panel['title']}: ${name} is no dashboard variable")
-            exprs.append(expr.replace("$__rate_interval", "5m").replace("$instance", ".*"))
+            # The pickers must narrow every panel they can.
+            if "$instance" not in expr:
+                fail(f"panel {panel['title']}: an expression not narrowed by $instance")
+            if any(name in expr for name in TENANT_LABELLED) and "$tenant" not in expr:
+                fail(f"panel {panel['title']}: an expression over a tenant's series not narrowed by $tenant")
+            # Each variable as its "All" value: every one stands in a regex matcher.
+            expr = expr.replace("$__rate_interval", "5m")
+            exprs.append(re.sub(r"\$(\w+)", lambda m: ".*" if m.group(1) in variables else m.group(0), expr))
     rules = {"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:panel_{i}", "expr": expr} for i, expr in enumerate(exprs)
     ]}]}
@@ -229,6 +325,7 @@ def main():
     if "REFUSAL_GUARD_BEDROCK_REGION" not in variables:
         fail("refusal-guard --help names no REFUSAL_GUARD_BEDROCK_REGION: is this the binary with every feature?")
     objects = check_kubernetes()
+    check_prometheus_rule(objects)
     check_deployment(objects, variables)
     check_compose(variables)
     check_dashboard()

@@ -245,6 +245,11 @@ impl Probe for MemoryStoreProbe {
 /// (decisions fall back to memory), but the replicas no longer share state,
 /// which is what readiness reports.
 ///
+/// Every check sets [`STORE_UP`](crate::telemetry::metrics::STORE_UP)
+/// (`store="redis"`), a check cut short by its timeout to `0`; with
+/// [`watch`](Self::watch) the checks also run on a timer, so the gauge stays
+/// current when nothing probes readiness.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -273,6 +278,48 @@ impl RedisStoreProbe {
             shown: shown.into(),
         }
     }
+
+    /// Checks the store every `every`, each check bounded by `timeout`,
+    /// until dropped. Readiness probes alone would leave the gauge stale
+    /// where nothing calls `/readyz`, and requests cannot stand in for them:
+    /// a replica taken out of its load balancer for failing readiness gets
+    /// none, so only a check of its own sees the outage go on (or end).
+    ///
+    /// ```no_run
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use std::time::Duration;
+    /// use refusal_guard::proxy::admin::RedisStoreProbe;
+    /// use refusal_guard::store::redis::RedisStore;
+    ///
+    /// let store = RedisStore::open("redis://127.0.0.1:6379/0").unwrap();
+    /// let probe = RedisStoreProbe::new(store, "redis://127.0.0.1:6379/0");
+    /// tokio::spawn(probe.watch(Duration::from_secs(5), Duration::from_secs(2)));
+    /// # }
+    /// ```
+    pub async fn watch(self, every: Duration, timeout: Duration) {
+        let mut ticks = tokio::time::interval(every);
+        // After a stall, one check is news enough: no burst to catch up.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            // The check sets the gauge itself, a timed-out one included.
+            let _ = tokio::time::timeout(timeout, self.check()).await;
+        }
+    }
+}
+
+/// Sets [`STORE_UP`](crate::telemetry::metrics::STORE_UP) when dropped: to
+/// whether the check it belongs to got an answer, so that a check dropped
+/// by its caller's timeout before an answer counts as none.
+#[cfg(feature = "redis")]
+struct StoreAnswered(bool);
+
+#[cfg(feature = "redis")]
+impl Drop for StoreAnswered {
+    fn drop(&mut self) {
+        crate::telemetry::metrics::store_up("redis", self.0);
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -282,7 +329,12 @@ impl Probe for RedisStoreProbe {
     }
 
     fn check(&self) -> Pin<Box<dyn Future<Output = ProbeResult> + Send + '_>> {
-        Box::pin(async move { self.store.ping().await.map_err(|e| e.to_string()) })
+        Box::pin(async move {
+            let mut answered = StoreAnswered(false);
+            let pinged = self.store.ping().await;
+            answered.0 = pinged.is_ok();
+            pinged.map_err(|e| e.to_string())
+        })
     }
 }
 

@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use tower_layer::Layer;
 
@@ -28,6 +29,12 @@ use crate::RefusalGuardLayer;
 /// File descriptors kept for everything but client connections (the
 /// listener, the log, stdio, the runtime).
 const RESERVED_FDS: u64 = 64;
+/// How often the shared store is checked for `refusal_guard_store_up`: as
+/// often as the shipped Deployment probes readiness.
+const STORE_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How long one such check may take before it counts as no answer (the
+/// admin listener's readiness probes allow as long).
+const STORE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Runs the proxy until SIGINT or SIGTERM: installs the tracing subscriber,
 /// raises the file-descriptor limit, binds, serves, drains. `examples/proxy.rs`
@@ -387,6 +394,13 @@ async fn serve(
             return ExitCode::from(2);
         }
     };
+    let store = match store_probe(&options) {
+        Ok(store) => store,
+        Err(message) => {
+            say("ERROR", &format!("proxy: {message}"));
+            return ExitCode::from(2);
+        }
+    };
     let routes = options.routes();
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
@@ -402,7 +416,8 @@ async fn serve(
     let draining = Draining::new();
     let admin = match (options.admin, metrics) {
         (Some(addr), Some(metrics)) => {
-            match start_admin(&options, addr, metrics, draining.clone(), tenants.clone()).await {
+            let probes = (store.clone(), tenants.clone());
+            match start_admin(&options, addr, metrics, draining.clone(), probes).await {
                 Ok(local) => Some(local),
                 Err(message) => {
                     say("ERROR", &format!("proxy: {message}"));
@@ -412,6 +427,13 @@ async fn serve(
         }
         _ => None,
     };
+    // The store's gauge on a timer of its own: readiness may be probed
+    // seldom or never (no --admin, metrics over OTLP only), and a replica
+    // its load balancer took out for failing readiness gets no requests
+    // that would reach the store.
+    if let Some(store) = store {
+        tokio::spawn(store.watch(STORE_CHECK_EVERY, STORE_CHECK_TIMEOUT));
+    }
     let limits = ServerLimits {
         header_read_timeout: options.header_read_timeout,
         idle_timeout: options.idle_timeout,
@@ -628,15 +650,12 @@ fn gateway(_options: &mut Options) -> Result<Option<std::convert::Infallible>, S
 
 /// The readiness probe of the store `--state` names (`None`: the in-memory
 /// store, always ready).
-fn store_probe(options: &Options) -> Result<Option<Box<dyn Probe>>, String> {
+fn store_probe(options: &Options) -> Result<Option<RedisStoreProbe>, String> {
     match &options.state {
         State::Memory => Ok(None),
         State::Redis(url) => {
             let store = RedisStore::open(url).map_err(|e| format!("--state: {e}"))?;
-            Ok(Some(Box::new(RedisStoreProbe::new(
-                store,
-                options.state.shown(),
-            ))))
+            Ok(Some(RedisStoreProbe::new(store, options.state.shown())))
         }
     }
 }
@@ -648,7 +667,7 @@ async fn start_admin(
     addr: std::net::SocketAddr,
     metrics: metrics_exporter_prometheus::PrometheusHandle,
     draining: Draining,
-    tenants: Option<Arc<Tenants>>,
+    (store, tenants): (Option<RedisStoreProbe>, Option<Arc<Tenants>>),
 ) -> Result<std::net::SocketAddr, String> {
     let routes = (!options.simulate).then(|| options.routes());
     let log = match options.log_setting() {
@@ -660,7 +679,7 @@ async fn start_admin(
         metrics,
         routes.as_ref(),
         log,
-        store_probe(options)?,
+        store.map(|store| Box::new(store) as Box<dyn Probe>),
         tenants.map(|tenants| Box::new(TenantsProbe(tenants)) as Box<dyn Probe>),
         draining,
     )

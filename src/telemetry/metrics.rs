@@ -19,6 +19,7 @@
 //! | [`STREAMS_IN_FLIGHT`] | gauge | `wire_api` |
 //! | [`STORE_ERRORS`] | counter | `store`, `operation` |
 //! | [`STORE_FALLBACKS`] | counter | `store` |
+//! | [`STORE_UP`] | gauge | `store` |
 //! | [`ROUTES_RESTORED`] | counter | `wire_api` |
 //! | [`PROXY_REQUESTS`] | counter | `route` |
 //! | [`PROXY_RESPONSES`] | counter | `class` |
@@ -102,6 +103,11 @@ pub const STREAMS_IN_FLIGHT: &str = "refusal_guard_streams_in_flight";
 pub const STORE_ERRORS: &str = "refusal_guard_store_errors_total";
 /// Times a conversation store was unreachable and memory served instead.
 pub const STORE_FALLBACKS: &str = "refusal_guard_store_fallbacks_total";
+/// Whether the shared conversation store answered its last health check
+/// (1) or not (0). Checked on a timer and by each readiness probe, not by
+/// requests: with every replica unready no request reaches the store, and
+/// the fallbacks counter stands still through the outage.
+pub const STORE_UP: &str = "refusal_guard_store_up";
 /// Sticky routes that ended, the conversation's primary model restored
 /// (`wire_api`).
 pub const ROUTES_RESTORED: &str = "refusal_guard_routes_restored_total";
@@ -264,6 +270,11 @@ pub fn describe() {
         STORE_FALLBACKS,
         Unit::Count,
         "Times memory stood in for an unreachable conversation store"
+    );
+    describe_gauge!(
+        STORE_UP,
+        Unit::Count,
+        "Whether the shared conversation store answered its last health check (1) or not (0)"
     );
     describe_counter!(
         PROXY_RESPONSES,
@@ -474,6 +485,16 @@ pub fn store_error(store: &'static str, operation: &'static str) {
 /// ```
 pub fn store_fallback(store: &'static str) {
     counter!(STORE_FALLBACKS, "store" => store).increment(1);
+}
+
+/// Sets whether the shared conversation store answered its last health
+/// check.
+///
+/// ```
+/// refusal_guard::telemetry::metrics::store_up("redis", false);
+/// ```
+pub fn store_up(store: &'static str, up: bool) {
+    gauge!(STORE_UP, "store" => store).set(if up { 1.0 } else { 0.0 });
 }
 
 /// Counts a request the proxy forwarded on `route` (routing on).

@@ -1,6 +1,7 @@
 //! The shipped operations material against the real binary: the OTLP
-//! export (`otlp`), and the metric names the alert rules and the Grafana
-//! dashboard in deploy/ use (`names`).
+//! export (`otlp`), the metric names the alert rules and the Grafana
+//! dashboard in deploy/ use (`names`), and the gauge the Redis alert reads
+//! against a real `redis-server` (`store_up`).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -10,6 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 
 mod names;
 mod otlp;
+mod store_up;
 
 const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
 

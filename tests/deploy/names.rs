@@ -1,17 +1,23 @@
 //! Every metric the shipped alert rules (deploy/prometheus/alerts.yaml) and
 //! Grafana dashboard (deploy/grafana/refusal-guard.json) read is one the
 //! proxy really exports: each name they use must be a series name in real
-//! scrapes of `/metrics`, from two proxies that between them meet every
-//! case the rules watch (a working OTLP collector and a dead one, Redis
-//! shared and Redis down, streams held).
+//! scrapes of `/metrics`, from three proxies that between them meet every
+//! case the rules and panels watch (a working OTLP collector and a dead
+//! one, Redis down, streams held, a tenant past its recovery cap, learned
+//! routing exploring).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use refusal_guard::proxy::hash_key;
+use serde_json::json;
+
 use support::otlp::OtlpReceiver;
 use support::prometheus::sample;
 
-use crate::{refused_then_rescued, scrape, start};
+use crate::{refused_then_rescued, scrape, start, Proxy};
+
+const TENANT_KEY: &str = "names-tenant-client-key-0001";
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
@@ -85,13 +91,59 @@ fn names_are_read_whole() {
     );
     let (rules, panels) = names_used();
     assert!(
-        rules.contains("refusal_guard_store_fallbacks_total"),
+        rules.contains("refusal_guard_store_fallbacks_total")
+            && rules.contains("refusal_guard_store_up"),
         "{rules:?}"
     );
     assert!(
         panels.contains("refusal_guard_recovery_latency_seconds_bucket"),
         "{panels:?}"
     );
+}
+
+/// Posts a first turn the simulator refuses, as the tenant; the answer.
+async fn refused_for_tenant(base: &str, conversation: &str) -> String {
+    let body = json!({"model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{"role": "user", "content": format!("Check my SSH config ({conversation})")}]});
+    let response = support::proxy::client()
+        .post(format!("{base}/v1/messages"))
+        .header("content-type", "application/json")
+        .header("x-refusal-guard-key", TENANT_KEY)
+        .body(body.to_string())
+        .timeout(Duration::from_secs(20))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
+}
+
+/// A proxy with a tenants file and learned routing that always explores:
+/// its tenant's first refusal is recovered by a fallback drawn for
+/// exploration (setting the routing gauges), its second is past the
+/// tenant's one recovery attempt an hour (capped).
+async fn tenants_and_learned_routing(endpoint: &str, tenants: &std::path::Path) -> Proxy {
+    let file = format!(
+        "[[tenant]]\nname = \"names\"\nkey_sha256 = [\"{}\"]\nrecovery_attempts_per_hour = 1\n",
+        hash_key(TENANT_KEY)
+    );
+    std::fs::write(tenants, file).unwrap();
+    let flags = [
+        "--tenants",
+        tenants.to_str().unwrap(),
+        "--chain",
+        "claude-opus-4-7=claude-sonnet-4-5,claude-haiku-4-5",
+        "--route-by",
+        "learned",
+        "--route-explore",
+        "1",
+    ];
+    let proxy = start(endpoint, "http/protobuf", &flags).await;
+    let recovered = refused_for_tenant(&proxy.url, "names routed").await;
+    assert!(recovered.contains("Simulated answer"), "{recovered}");
+    let capped = refused_for_tenant(&proxy.url, "names capped").await;
+    assert!(capped.contains("\"refusal\""), "{capped}");
+    proxy
 }
 
 #[tokio::test]
@@ -105,6 +157,11 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
     let dead = format!("http://127.0.0.1:{dead_port}");
     let redis = format!("redis://127.0.0.1:{dead_port}/0");
     let down = start(&dead, "http/protobuf", &["--state", &redis]).await;
+    let tenants =
+        std::env::temp_dir().join(format!("refusal-guard-names-{}.toml", std::process::id()));
+    let routed = tenants_and_learned_routing(&receiver.endpoint(), &tenants).await;
+    let routed_scrape = scrape(&routed.admin).await;
+    let _ = std::fs::remove_file(&tenants);
     for (turn, stream) in [(0, false), (1, true)] {
         for proxy in [&shared, &down] {
             let answer = refused_then_rescued(&proxy.url, &format!("names {turn}"), stream).await;
@@ -116,7 +173,8 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
             assert!(answer.contains(whole), "{answer}");
         }
     }
-    // The span counters appear once a batch went out (or failed to).
+    // The span counters appear once a batch went out (or failed to), the
+    // store's gauge once its first check got an answer or ran out of time.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let (mut shared_scrape, mut down_scrape) = (String::new(), String::new());
     while tokio::time::Instant::now() < deadline {
@@ -128,14 +186,15 @@ async fn the_alert_rules_and_the_dashboard_read_metrics_the_proxy_exports() {
             &[],
         );
         let dropped = sample(&down_scrape, "refusal_guard_otlp_dropped_spans_total", &[]);
-        if exported.is_some() && dropped.is_some() {
+        let store_up = sample(&down_scrape, "refusal_guard_store_up", &[]);
+        if exported.is_some() && dropped.is_some() && store_up.is_some() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let exported: BTreeSet<String> = series_in(&shared_scrape)
-        .union(&series_in(&down_scrape))
-        .cloned()
+    let exported: BTreeSet<String> = [shared_scrape, down_scrape, routed_scrape]
+        .iter()
+        .flat_map(|scrape| series_in(scrape))
         .collect();
     let (rules, panels) = names_used();
     assert!(

@@ -5,7 +5,8 @@
 //! - Traces: each guarded request's span (`guarded_request`) with one child
 //!   span per attempt the guard sent upstream (`chat MODEL`, kind client),
 //!   with the GenAI conventions' attributes and the guard's own
-//!   (`refusal_guard.*`); the names are listed in the docs' operating page.
+//!   (`refusal_guard.*`); the names are listed in docs/deploy.md
+//!   (OpenTelemetry export).
 //!   Spans go through a bounded queue drained in batches on the runtime: a
 //!   slow or dead collector never blocks a request, and what cannot be
 //!   queued or delivered is dropped and counted
