@@ -31,11 +31,14 @@
 //! - [`socket`]: reading a raw exchange off a socket until the peer closes;
 //! - [`otlp`]: a real OTLP receiver (HTTP and gRPC) that decodes what it
 //!   gets with the published protobufs;
+//! - [`binary`]: the `refusal-guard` binary run as a user runs it, a
+//!   scratch directory for its files, what it says on stderr;
 //! - [`bedrock`]: a scripted Bedrock runtime on loopback that verifies every
 //!   SigV4 signature and frames real event streams.
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod binary;
 pub mod chains;
 pub mod chunking;
 pub mod exchange;
