@@ -24,6 +24,8 @@
 //! - [`chains`]: the fallback chains of the recovery tests;
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, that
 //!   can be stopped and restarted (also behind `benches/store.rs`);
+//! - [`load`]: traffic shaped as `shared/perf/loadgen` sends it (kept-alive
+//!   connections, ~20 KB streamed requests back to back);
 //! - [`log_capture`]: a tracing subscriber that keeps what a test logged,
 //!   and a shared buffer for a formatting subscriber's output;
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
@@ -45,6 +47,7 @@ pub mod exchange;
 pub mod fixtures;
 pub mod inner;
 pub mod judge;
+pub mod load;
 pub mod log_capture;
 pub mod mock_upstream;
 pub mod otlp;
