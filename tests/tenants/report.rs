@@ -180,17 +180,7 @@ fn report_routing_reads_every_replicas_log_as_one_in_time_order() {
     assert_eq!((candidates[1].1, candidates[1].2), (0.0, 1.5));
 
     // One replica's log alone: only its own fallback.
-    let alone = stdout(&run(
-        BIN,
-        &[
-            "report",
-            "--routing",
-            "--half-life",
-            "3600",
-            "--log",
-            arg(&a),
-        ],
-    ));
+    let alone = stdout(&run(BIN, &args[..6]));
     assert!(
         alone.contains(&format!("1. {SONNET}  served 1.0, refused 0.0")),
         "{alone}"
