@@ -7,6 +7,7 @@
 mod reload;
 mod report;
 mod routing;
+mod settings;
 
 use std::path::PathBuf;
 use std::sync::Arc;
