@@ -4,6 +4,7 @@
 //! allowlists behind one proxy, keys from the tenants file, the hourly fallback
 //! cap, the file reloaded under load, and fallbacks ordered by what served.
 
+mod binary;
 mod reload;
 mod report;
 mod routing;
