@@ -102,20 +102,12 @@ impl Running {
     }
 
     /// The first line on stderr that contains `text`, waited for at most
-    /// `within` (panics with what was written instead).
+    /// `within`.
     pub fn line_with(&self, text: &str, within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(line) = self.logged().into_iter().find(|l| l.contains(text)) {
-                return line;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no line with `{text}` on stderr within {within:?}: {:#?}",
-                self.logged()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let what = format!("no line with `{text}` on stderr");
+        wait_for(&what, within, &self.lines, || {
+            self.logged().into_iter().find(|l| l.contains(text))
+        })
     }
 
     /// `http://` and the address after `marker` in the line that announces
@@ -131,24 +123,38 @@ impl Running {
     /// Waits (at most `within`) for it to exit by itself: its status code
     /// and all it wrote to stderr.
     pub fn exited(mut self, within: Duration) -> (Option<i32>, String) {
-        let deadline = Instant::now() + within;
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "still running after {within:?}: {:#?}",
-                self.logged()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let child = &mut self.child;
+        let status = wait_for("still running", within, &self.lines, || {
+            child.try_wait().unwrap()
+        });
         // Its stderr closed with it: what is left is read at once.
         let read_by = Instant::now() + Duration::from_secs(2);
         while Arc::strong_count(&self.lines) > 1 && Instant::now() < read_by {
             std::thread::sleep(Duration::from_millis(10));
         }
         (status.code(), self.logged().join("\n"))
+    }
+}
+
+/// What `found` finds, asked every 20 ms for at most `within` (past it,
+/// panics saying `what`, and what was written on stderr, `lines`).
+fn wait_for<T>(
+    what: &str,
+    within: Duration,
+    lines: &Mutex<Vec<String>>,
+    mut found: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = found() {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} within {within:?}: {:#?}",
+            lines.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use support::binary::{arg, Running, TempDir};
-use support::proxy::client;
+use support::proxy::{readyz, readyz_until};
 
 use super::{two_tenants, BIN};
 
@@ -32,15 +32,6 @@ fn proxy(path: &std::path::Path, upstream: &str) -> Running {
             "0.05",
         ],
     )
-}
-
-async fn readyz(admin: &str) -> (u16, String) {
-    let response = client()
-        .get(format!("{admin}/readyz"))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,15 +69,10 @@ async fn a_broken_file_on_reload_is_said_on_stderr_and_readyz_and_the_last_good_
         "tenants.toml",
         &two_tenants("recovery_attempts_per_hour = 5"),
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (_, ready) = readyz(&admin).await;
-        if ready.contains("2 tenants, reloaded 1 times)") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "{ready}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    readyz_until(&admin, |ready| {
+        ready.contains("2 tenants, reloaded 1 times)")
+    })
+    .await;
 }
 
 #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use refusal_guard::proxy::hash_key;
 use support::load::{loadgen_request, KeepAlive};
 use support::mock_upstream::MockUpstream;
-use support::proxy::{client, run_proxy};
+use support::proxy::{client, readyz, readyz_until, run_proxy};
 use support::requests::messages_request;
 
 use super::{two_tenants, TenantsFile, OPUS, REFUSAL, SONNET, TEXT};
@@ -64,16 +64,6 @@ async fn status_with(http: &reqwest::Client, url: &str, key: &str) -> u16 {
         .header("x-refusal-guard-key", key)
         .body(body.to_string());
     request.send().await.unwrap().status().as_u16()
-}
-
-async fn readyz(admin: &str) -> (u16, String) {
-    let response = client()
-        .get(format!("{admin}/readyz"))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap())
 }
 
 /// Waits (at most 10 s) until `key` gets `status`.
@@ -157,23 +147,6 @@ async fn load_client(
         }
     }
     answered
-}
-
-/// Waits (at most 10 s) until `/readyz` at `admin` says what `good`
-/// looks for; its status and text.
-async fn readyz_until(admin: &str, good: impl Fn(&str) -> bool) -> (u16, String) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, ready) = readyz(admin).await;
-        if good(&ready) {
-            return (status, ready);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "/readyz never came to it: {ready}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// The good reloads `/readyz` counts. (A SIGHUP to this process, as
