@@ -151,6 +151,19 @@ fn help_shows_the_proxy_flags_and_the_report() {
     assert!(stdout(&out).contains("--html <FILE>"), "{}", stdout(&out));
 }
 
+/// `refusal-guard --simulate --strict` on a free port, logging to `log`.
+fn strict_simulator(log: &str) -> Running {
+    let args = [
+        "--simulate",
+        "--strict",
+        "--listen",
+        "127.0.0.1:0",
+        "--log",
+        log,
+    ];
+    Running::spawn(BIN, &args)
+}
+
 /// The `host:port` the running proxy announced.
 fn listening(proxy: &Running) -> String {
     let url = proxy.announced("listening on http://");
@@ -161,17 +174,7 @@ fn listening(proxy: &Running) -> String {
 fn without_a_subcommand_it_runs_the_proxy() {
     let dir = TempDir::new("cli-proxy");
     let log = dir.path().join("refusals.jsonl");
-    let proxy = Running::spawn(
-        BIN,
-        &[
-            "--simulate",
-            "--strict",
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-            arg(&log),
-        ],
-    );
+    let proxy = strict_simulator(arg(&log));
     let addr = listening(&proxy);
 
     let body = r#"{"model":"claude-opus-4-7","max_tokens":64,"messages":[{"role":"user","content":"Check my SSH config"}]}"#;
@@ -207,17 +210,7 @@ fn without_a_subcommand_it_runs_the_proxy() {
 
 #[test]
 fn the_strict_simulator_logs_a_broken_request_in_one_line_without_credentials() {
-    let proxy = Running::spawn(
-        BIN,
-        &[
-            "--simulate",
-            "--strict",
-            "--listen",
-            "127.0.0.1:0",
-            "--log",
-            "off",
-        ],
-    );
+    let proxy = strict_simulator("off");
     let addr = listening(&proxy);
     let banner = proxy.line_with("listening on", Duration::ZERO);
     assert!(banner.contains("strict"), "{banner}");
