@@ -11,6 +11,7 @@
 //! refusal-guard report clear                    # delete the log
 //! refusal-guard report --by tenant              # refusals per tenant
 //! refusal-guard report --routing                # the fallback order learned from the log
+//! refusal-guard report --routing --log a.jsonl --log b.jsonl   # from every replica's log
 //! refusal-guard tenants hash-key < key.txt      # a client key's hash for the tenants file
 //! refusal-guard tenants check tenants.toml      # is this tenants file good?
 //! refusal-guard --help                          # every flag and its variable
@@ -27,7 +28,7 @@ use std::process::ExitCode;
 use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
 use refusal_guard::proxy::{hash_key, run, Options, TenantTable};
 use refusal_guard::routing::{LearnedRouting, RouteTable};
-use refusal_guard::telemetry::{Dashboard, JsonlSink, RefusalRecord, Report};
+use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
 
 const REPORT_ABOUT: &str = "Report on the refusal log: refusals by outcome, category, model and \
 dead reason, the tokens refused attempts cost, the five most recent";
@@ -39,7 +40,7 @@ empty report is printed (status 0).";
 /// `refusal-guard report`'s arguments.
 #[derive(Debug, Args)]
 struct ReportArgs {
-    /// The refusal log (JSON lines); several only with --html, read as one
+    /// The refusal log (JSON lines); several only with --html or --routing, read as one
     #[arg(long = "log", value_name = "PATH", value_parser = clap::builder::NonEmptyStringValueParser::new())]
     logs: Vec<String>,
     /// The report as JSON
@@ -54,7 +55,7 @@ struct ReportArgs {
     /// Refusals per tenant: how many, how many recovered, why the others stayed dead
     #[arg(long, value_name = "tenant", value_parser = ["tenant"], conflicts_with_all = ["html", "clear"])]
     by: Option<String>,
-    /// The fallback order learned routing draws from the log's fallbacks: per category and requested model, each candidate's decayed counts, best first
+    /// The fallback order learned routing draws from the log's fallbacks (or several logs', one per replica): per category and requested model, each candidate's decayed counts, best first
     #[arg(long, conflicts_with_all = ["html", "clear", "by"])]
     routing: bool,
     /// With --routing: the time in which a count halves, as --route-half-life
@@ -122,6 +123,8 @@ fn default_log() -> Option<PathBuf> {
         .or_else(JsonlSink::default_path)
 }
 
+const NO_LOG: &str = "no log path: pass --log PATH or set REFUSAL_GUARD_LOG or HOME";
+
 fn usage_error(message: &str) -> ExitCode {
     eprintln!("refusal-guard report: {message}");
     ExitCode::from(2)
@@ -137,17 +140,25 @@ fn report_command(args: ReportArgs) -> ExitCode {
         };
         return write_html(&logs, Path::new(html));
     }
+    if args.routing {
+        let logs = if logs.is_empty() {
+            default_log().into_iter().collect()
+        } else {
+            logs
+        };
+        if logs.is_empty() {
+            return usage_error(NO_LOG);
+        }
+        return print_routing(&logs, args.json, args.half_life);
+    }
     if logs.len() > 1 {
-        return usage_error("several logs are read together only by --html");
+        return usage_error("several logs are read together only by --html and --routing");
     }
     let Some(path) = logs.into_iter().next().or_else(default_log) else {
-        return usage_error("no log path: pass --log PATH or set REFUSAL_GUARD_LOG or HOME");
+        return usage_error(NO_LOG);
     };
     if args.clear.is_some() {
         return clear(&path);
-    }
-    if args.routing {
-        return print_routing(&path, args.json, args.half_life);
     }
     print_report(&path, args.json, args.by.is_some())
 }
@@ -192,22 +203,17 @@ fn tenants_command(command: TenantsCommand) -> ExitCode {
     }
 }
 
-/// `report --routing`: what learned routing makes of the log's fallbacks.
-fn print_routing(path: &Path, json: bool, half_life: f64) -> ExitCode {
+/// `report --routing`: what learned routing makes of the logs' fallbacks.
+fn print_routing(logs: &[PathBuf], json: bool, half_life: f64) -> ExitCode {
     let half_life = std::time::Duration::try_from_secs_f64(half_life)
         .unwrap_or(LearnedRouting::DEFAULT_HALF_LIFE);
-    let records = match std::fs::File::open(path) {
-        Ok(file) => read_records(io::BufReader::new(file)),
-        Err(error) if error.kind() == io::ErrorKind::NotFound => Vec::new(),
+    let table = match RouteTable::from_logs(logs, half_life) {
+        Ok(table) => table,
         Err(error) => {
-            eprintln!(
-                "refusal-guard report: cannot read {}: {error}",
-                path.display()
-            );
+            eprintln!("refusal-guard report: cannot read the logs: {error}");
             return ExitCode::FAILURE;
         }
     };
-    let table = RouteTable::from_records(records, half_life);
     if json {
         let rows: Vec<serde_json::Value> = table
             .rows
@@ -226,15 +232,6 @@ fn print_routing(path: &Path, json: bool, half_life: f64) -> ExitCode {
         print!("{table}");
     }
     ExitCode::SUCCESS
-}
-
-/// The refusal records of a log, in order; lines that hold none skipped.
-fn read_records(reader: impl io::BufRead) -> Vec<RefusalRecord> {
-    reader
-        .lines()
-        .map_while(Result::ok)
-        .filter_map(|line| serde_json::from_str(&line).ok())
-        .collect()
 }
 
 fn clear(path: &Path) -> ExitCode {

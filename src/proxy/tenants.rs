@@ -319,6 +319,9 @@ fn stamp(path: &Path) -> Option<Stamp> {
 struct Status {
     failed: Option<String>,
     seen: Option<Stamp>,
+    /// Good reloads since start: that a change was taken up shows as this
+    /// moving, since a file may change what no probe looks at.
+    reloaded: u64,
 }
 
 /// The tenants file as the proxy serves it: the last good table, swapped
@@ -358,7 +361,11 @@ impl Tenants {
         Ok(Arc::new(Tenants {
             path,
             table: RwLock::new(Arc::new(table)),
-            status: Mutex::new(Status { failed: None, seen }),
+            status: Mutex::new(Status {
+                failed: None,
+                seen,
+                reloaded: 0,
+            }),
         }))
     }
 
@@ -385,6 +392,7 @@ impl Tenants {
                 let count = table.tenants.len();
                 *self.table.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(table);
                 status.failed = None;
+                status.reloaded += 1;
                 tracing::info!(path = %self.path.display(), tenants = count, "tenants file reloaded");
                 Ok(count)
             }
@@ -404,6 +412,13 @@ impl Tenants {
     pub fn last_error(&self) -> Option<String> {
         let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.failed.clone()
+    }
+
+    /// How many reloads have been served since the file was first read
+    /// (the failed ones not counted).
+    pub fn reloads(&self) -> u64 {
+        let status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        status.reloaded
     }
 
     /// Whether the file changed since it was last read.
@@ -499,11 +514,12 @@ impl Probe for TenantsProbe {
 
     fn note(&self) -> Option<String> {
         let count = self.0.table().tenants.len();
+        let reloads = self.0.reloads();
         Some(match self.0.last_error() {
             Some(why) => format!(
-                "{count} tenants; the last reload FAILED, the last good file is kept: {why}"
+                "{count} tenants, reloaded {reloads} times; the last reload FAILED, the last good file is kept: {why}"
             ),
-            None => format!("{count} tenants"),
+            None => format!("{count} tenants, reloaded {reloads} times"),
         })
     }
 }

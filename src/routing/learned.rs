@@ -3,6 +3,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -356,6 +359,50 @@ impl RouteTable {
             }
         }
         stats.table(last, half_life)
+    }
+
+    /// [`from_records`](Self::from_records) of several logs (one per
+    /// replica, say) read as one: their records are put in time order
+    /// first, since a count made after a later one would not be decayed. A
+    /// missing log is no error (nothing was recorded there yet); lines that
+    /// hold no record are skipped.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use refusal_guard::routing::RouteTable;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("route-logs-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// let line = |ts: &str, result: &str| format!(
+    ///     r#"{{"ts":"{ts}","model":"a","category":"cyber","outcome":"dead","attempts":[{{"step":"original","model":"a","result":"refused","latency_ms":1}},{{"step":"fallback","model":"b","result":"{result}","latency_ms":1}}]}}"#
+    /// );
+    /// std::fs::write(dir.join("one.jsonl"), line("2026-11-29T18:00:00.000Z", "refused") + "\n")?;
+    /// std::fs::write(dir.join("two.jsonl"), line("2026-11-29T17:00:00.000Z", "served") + "\n")?;
+    /// let logs = [dir.join("one.jsonl"), dir.join("two.jsonl"), dir.join("missing.jsonl")];
+    /// let table = RouteTable::from_logs(&logs, Duration::from_secs(3600))?;
+    /// let b = &table.rows[0].candidates[0];
+    /// // The later refusal counts whole, the earlier serve halved by an hour.
+    /// assert_eq!((b.served, b.refused), (0.5, 1.0));
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn from_logs<P: AsRef<Path>>(paths: &[P], half_life: Duration) -> io::Result<RouteTable> {
+        let mut records = Vec::new();
+        for path in paths {
+            let file = match File::open(path.as_ref()) {
+                Ok(file) => file,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            };
+            for line in BufReader::new(file).split(b'\n') {
+                if let Ok(record) = serde_json::from_slice::<RefusalRecord>(&line?) {
+                    records.push(record);
+                }
+            }
+        }
+        // Stable: one log's records at the same time stay in its order.
+        records.sort_by_cached_key(|record| crate::telemetry::parse_ts(&record.ts));
+        Ok(RouteTable::from_records(records, half_life))
     }
 }
 

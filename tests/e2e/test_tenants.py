@@ -4,7 +4,8 @@ against the provider's contract): the same refusal is recovered for one
 tenant and reaches the other as the refusal it is; a fallback outside a
 tenant's allowlist is never sent; the operator's keys are spent only for
 a tenant allowed them; a key the file does not list is an SDK
-authentication error, with nothing sent upstream."""
+authentication error (anthropic, openai, google-genai), with nothing sent
+upstream."""
 
 import hashlib
 import json
@@ -149,4 +150,18 @@ def test_a_key_the_file_does_not_list_is_an_authentication_error_in_each_sdk(har
         chat.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
     with pytest.raises(openai.AuthenticationError):
         chat.responses.create(model="gpt-5", input="hi")
+    # google-genai sends its key as `x-goog-api-key`, which admits no
+    # tenant: Google's 401 shape, which the SDK reads as UNAUTHENTICATED.
+    from google import genai
+    from google.genai import errors, types
+
+    gemini = genai.Client(
+        api_key="not-a-tenant-key-0006",
+        http_options=types.HttpOptions(base_url=proxy.url, timeout=30_000),
+    )
+    with pytest.raises(errors.ClientError) as raised:
+        gemini.models.generate_content(
+            model="gemini-2.5-pro", contents=f"hi [mock-script={REFUSED};mock-id={script_id}]"
+        )
+    assert (raised.value.code, raised.value.status) == (401, "UNAUTHENTICATED")
     assert harness.seen(script_id) == []

@@ -3,11 +3,13 @@
 //! arguments exiting 2. Every process is bounded: the proxy is killed, each
 //! wait has a deadline.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::PathBuf;
+use std::process::Output;
 use std::time::{Duration, Instant};
+
+use support::binary::{self, arg, Running, TempDir};
 
 const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
 
@@ -19,51 +21,24 @@ const LOG: &str = concat!(
     "\n",
 );
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("rg-cli-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn log(&self) -> PathBuf {
-        let path = self.0.join("refusals.jsonl");
-        std::fs::write(&path, LOG).unwrap();
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// The two records above, as the log `dir` holds.
+fn log(dir: &TempDir) -> PathBuf {
+    dir.write("refusals.jsonl", LOG)
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(BIN)
-        .args(args)
-        .env_remove("REFUSAL_GUARD_LOG")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    binary::run(BIN, args)
 }
 
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-fn text(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
 #[test]
 fn report_counts_the_log() {
-    let dir = TempDir::new("report");
-    let log = dir.log();
-    let out = run(&["report", "--log", text(&log)]);
+    let dir = TempDir::new("cli-report");
+    let log = log(&dir);
+    let out = run(&["report", "--log", arg(&log)]);
     assert!(out.status.success(), "{out:?}");
     let shown = stdout(&out);
     assert!(
@@ -81,7 +56,7 @@ fn report_counts_the_log() {
     assert!(shown.contains("[cyber]  rescued"), "{shown}");
     assert!(shown.contains("[bio]  dead (rescue_off)"), "{shown}");
 
-    let out = run(&["report", "--log", text(&log), "--json"]);
+    let out = run(&["report", "--log", arg(&log), "--json"]);
     assert!(out.status.success(), "{out:?}");
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["total"], 2);
@@ -94,19 +69,19 @@ fn report_counts_the_log() {
 
 #[test]
 fn report_writes_the_dashboard_of_several_logs() {
-    let dir = TempDir::new("html");
-    let log = dir.log();
-    let older = dir.0.join("older.jsonl");
+    let dir = TempDir::new("cli-html");
+    let log = log(&dir);
+    let older = dir.path().join("older.jsonl");
     std::fs::write(&older, LOG.lines().next().unwrap()).unwrap();
-    let page = dir.0.join("report.html");
+    let page = dir.path().join("report.html");
     let out = run(&[
         "report",
         "--log",
-        text(&log),
+        arg(&log),
         "--log",
-        text(&older),
+        arg(&older),
         "--html",
-        text(&page),
+        arg(&page),
     ]);
     assert!(out.status.success(), "{out:?}");
     assert!(
@@ -120,16 +95,16 @@ fn report_writes_the_dashboard_of_several_logs() {
 
 #[test]
 fn report_clear_deletes_the_log_and_a_missing_log_is_an_empty_report() {
-    let dir = TempDir::new("clear");
-    let log = dir.log();
-    let out = run(&["report", "--log", text(&log), "clear"]);
+    let dir = TempDir::new("cli-clear");
+    let log = log(&dir);
+    let out = run(&["report", "--log", arg(&log), "clear"]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         stdout(&out),
         format!("Cleared the refusal log {}\n", log.display())
     );
     assert!(!log.exists());
-    let out = run(&["report", "--log", text(&log)]);
+    let out = run(&["report", "--log", arg(&log)]);
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         stdout(&out),
@@ -176,46 +151,31 @@ fn help_shows_the_proxy_flags_and_the_report() {
     assert!(stdout(&out).contains("--html <FILE>"), "{}", stdout(&out));
 }
 
-/// Kills the proxy when the test ends, however it ends.
-struct Running(std::process::Child);
+/// `refusal-guard --simulate --strict` on a free port, logging to `log`.
+fn strict_simulator(log: &str) -> Running {
+    let args = [
+        "--simulate",
+        "--strict",
+        "--listen",
+        "127.0.0.1:0",
+        "--log",
+        log,
+    ];
+    Running::spawn(BIN, &args)
+}
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// The `host:port` the running proxy announced.
+fn listening(proxy: &Running) -> String {
+    let url = proxy.announced("listening on http://");
+    url.trim_start_matches("http://").to_owned()
 }
 
 #[test]
 fn without_a_subcommand_it_runs_the_proxy() {
-    let dir = TempDir::new("proxy");
-    let log = dir.0.join("refusals.jsonl");
-    let mut proxy = Running(
-        Command::new(BIN)
-            .args([
-                "--simulate",
-                "--strict",
-                "--listen",
-                "127.0.0.1:0",
-                "--log",
-                text(&log),
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut stderr = BufReader::new(proxy.0.stderr.take().unwrap());
-    let mut banner = String::new();
-    stderr.read_line(&mut banner).unwrap();
-    let addr = banner
-        .split("listening on http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
-    std::thread::spawn(move || for _ in stderr.lines() {});
+    let dir = TempDir::new("cli-proxy");
+    let log = dir.path().join("refusals.jsonl");
+    let proxy = strict_simulator(arg(&log));
+    let addr = listening(&proxy);
 
     let body = r#"{"model":"claude-opus-4-7","max_tokens":64,"messages":[{"role":"user","content":"Check my SSH config"}]}"#;
     let mut socket = TcpStream::connect(&addr).unwrap();
@@ -250,38 +210,10 @@ fn without_a_subcommand_it_runs_the_proxy() {
 
 #[test]
 fn the_strict_simulator_logs_a_broken_request_in_one_line_without_credentials() {
-    let mut proxy = Running(
-        Command::new(BIN)
-            .args([
-                "--simulate",
-                "--strict",
-                "--listen",
-                "127.0.0.1:0",
-                "--log",
-                "off",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut stderr = BufReader::new(proxy.0.stderr.take().unwrap());
-    let mut banner = String::new();
-    stderr.read_line(&mut banner).unwrap();
+    let proxy = strict_simulator("off");
+    let addr = listening(&proxy);
+    let banner = proxy.line_with("listening on", Duration::ZERO);
     assert!(banner.contains("strict"), "{banner}");
-    let addr = banner
-        .split("listening on http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_owned();
-    let (lines, seen) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = lines.send(line);
-        }
-    });
 
     // A Gemini request with its key in the query and in a header, whose
     // one content has no parts: Google's 400.
@@ -303,15 +235,10 @@ fn the_strict_simulator_logs_a_broken_request_in_one_line_without_credentials() 
     assert!(response.starts_with("HTTP/1.1 400"), "{response}");
     assert!(response.contains("INVALID_ARGUMENT"), "{response}");
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut logged = Vec::new();
-    while Instant::now() < deadline {
-        match seen.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) => logged.push(line),
-            Err(_) if logged.iter().any(|l| l.contains("contract violation")) => break,
-            Err(_) => {}
-        }
-    }
+    proxy.line_with("contract violation", Duration::from_secs(10));
+    // Long enough for a second line of the same violation to show.
+    std::thread::sleep(Duration::from_millis(200));
+    let logged = proxy.logged();
     let violations: Vec<&String> = logged
         .iter()
         .filter(|l| l.contains("contract violation"))

@@ -26,6 +26,8 @@
 //! - [`chains`]: the fallback chains of the recovery tests;
 //! - [`redis_server`]: a real `redis-server` on a free loopback port, that
 //!   can be stopped and restarted (also behind `benches/store.rs`);
+//! - [`load`]: traffic shaped as `shared/perf/loadgen` sends it (kept-alive
+//!   connections, ~20 KB streamed requests back to back);
 //! - [`log_capture`]: a tracing subscriber that keeps what a test logged,
 //!   and a shared buffer for a formatting subscriber's output;
 //! - [`proxy`]: the proxy on loopback and a client posting through it;
@@ -33,17 +35,21 @@
 //! - [`socket`]: reading a raw exchange off a socket until the peer closes;
 //! - [`otlp`]: a real OTLP receiver (HTTP and gRPC) that decodes what it
 //!   gets with the published protobufs;
+//! - [`binary`]: the `refusal-guard` binary run as a user runs it, a
+//!   scratch directory for its files, what it says on stderr;
 //! - [`bedrock`]: a scripted Bedrock runtime on loopback that verifies every
 //!   SigV4 signature and frames real event streams.
 
 pub mod anthropic;
 pub mod bedrock;
+pub mod binary;
 pub mod chains;
 pub mod chunking;
 pub mod exchange;
 pub mod fixtures;
 pub mod inner;
 pub mod judge;
+pub mod load;
 pub mod log_capture;
 pub mod mock_upstream;
 pub mod openai;

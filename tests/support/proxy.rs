@@ -38,6 +38,35 @@ pub async fn serve_tenants_proxy(
     url
 }
 
+/// `GET /readyz` of the admin listener at `admin` (`http://ADDR`): its
+/// status and text.
+pub async fn readyz(admin: &str) -> (u16, String) {
+    let response = client()
+        .get(format!("{admin}/readyz"))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+/// Waits (at most 10 s) until `/readyz` at `admin` says what `good` looks
+/// for; its status and text.
+pub async fn readyz_until(admin: &str, good: impl Fn(&str) -> bool) -> (u16, String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (status, ready) = readyz(admin).await;
+        if good(&ready) {
+            return (status, ready);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/readyz never came to it: {ready}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// An HTTP client that ignores any proxy set in the environment.
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()

@@ -4,8 +4,11 @@
 //! allowlists behind one proxy, keys from the tenants file, the hourly fallback
 //! cap, the file reloaded under load, and fallbacks ordered by what served.
 
+mod binary;
 mod reload;
+mod report;
 mod routing;
+mod settings;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use refusal_guard::telemetry::MemorySink;
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
 use serde_json::{json, Value};
+use support::binary::TempDir;
 use support::mock_upstream::MockUpstream;
 use support::proxy::{client, post_messages, serve_tenants_proxy};
 use support::requests::messages_request;
@@ -26,43 +30,26 @@ const SONNET: &str = "claude-sonnet-4-5";
 const HAIKU: &str = "claude-haiku-4-5";
 const REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt";
 const TEXT: &str = "anthropic/anthropic-sdk-python/basic_response.txt";
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
 const RED_KEY: &str = "red-team-client-key-0001";
 const BLUE_KEY: &str = "blue-team-client-key-0002";
 
 /// A tenants file in a directory of its own, removed on drop.
 pub struct TenantsFile {
-    dir: PathBuf,
+    dir: TempDir,
     pub path: PathBuf,
 }
 
 impl TenantsFile {
     pub fn new(text: &str) -> TenantsFile {
-        let dir = std::env::temp_dir().join(format!(
-            "refusal-guard-tenants-{}-{}",
-            std::process::id(),
-            uuid_ish()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = TenantsFile {
-            path: dir.join("tenants.toml"),
-            dir,
-        };
-        file.write(text);
-        file
+        let dir = TempDir::new("tenants");
+        let path = dir.write("tenants.toml", text);
+        TenantsFile { dir, path }
     }
 
-    /// Replaces the file whole, as an operator's deploy does (a new file
-    /// renamed over the old), so that no reader sees half of it.
+    /// Replaces the file whole, as an operator's deploy does.
     pub fn write(&self, text: &str) {
-        let next = self.dir.join("tenants.toml.next");
-        std::fs::write(&next, text).unwrap();
-        std::fs::rename(&next, &self.path).unwrap();
-    }
-}
-
-impl Drop for TenantsFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.dir.write("tenants.toml", text);
     }
 }
 

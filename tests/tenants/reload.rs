@@ -1,24 +1,47 @@
-//! The tenants file reloaded while the proxy serves a steady load: no
-//! request is lost, a broken file changes nothing (the last good one is
-//! kept, and `/readyz` says why), and SIGHUP reloads at once.
+//! The tenants file reloaded while the proxy serves traffic shaped as
+//! loadgen's (clients on kept-alive connections sending ~20 KB streamed
+//! requests back to back): each version of the file routes its tenant's
+//! fallbacks to a model of its own, so every answer says which version
+//! served it; every version is taken up while requests are in flight, no
+//! request is lost nor any connection dropped, a broken file changes
+//! nothing (the last good one is kept, and `/readyz` says why), and SIGHUP
+//! reloads at once.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use refusal_guard::proxy::hash_key;
+use support::load::{loadgen_request, KeepAlive};
 use support::mock_upstream::MockUpstream;
-use support::proxy::{client, run_proxy};
+use support::proxy::{client, readyz, readyz_until, run_proxy};
 use support::requests::messages_request;
 
-use super::{two_tenants, TenantsFile, BLUE_KEY, OPUS, RED_KEY, TEXT};
+use super::{two_tenants, TenantsFile, OPUS, REFUSAL, SONNET, TEXT};
 
 const GREEN_KEY: &str = "green-team-client-key-0003";
-const CLIENTS: usize = 12;
-const REQUESTS_EACH: usize = 30;
+const LOAD_KEY: &str = "load-team-client-key-0004";
+const CLIENTS: usize = 8;
+/// Most requests a client sends, however long the reloads take.
+const MOST_EACH: usize = 150;
+/// The versions of the file the load runs through; the last adds green team.
+const VERSIONS: u32 = 6;
 
-/// Red and blue teams, and green team when `green`; red team's rescue as
-/// `rescue` says (each version differs from the one before).
-fn version(green: bool, rescue: bool) -> String {
-    let mut text = two_tenants("").replace("rescue = false", &format!("rescue = {rescue}"));
+/// The model version `n` of the file sends load team's fallbacks to.
+fn fallback_of(n: u32) -> String {
+    format!("{SONNET}-{}", 20_260_100 + n)
+}
+
+/// Red and blue teams, load team (its Opus refusals falling back to
+/// [`fallback_of`] `n`, no rescue), and green team when `green`.
+fn version(n: u32, green: bool) -> String {
+    let mut text = two_tenants("");
+    text.push_str(&format!(
+        "\n[[tenant]]\nname = \"load-team\"\nkey_sha256 = [\"{}\"]\nchains = {{ \"{OPUS}\" = [\"{}\"] }}\nrescue = false\n",
+        hash_key(LOAD_KEY),
+        fallback_of(n)
+    ));
     if green {
         text.push_str(&format!(
             "\n[[tenant]]\nname = \"green-team\"\nkey_sha256 = [\"{}\"]\n",
@@ -41,16 +64,6 @@ async fn status_with(http: &reqwest::Client, url: &str, key: &str) -> u16 {
         .header("x-refusal-guard-key", key)
         .body(body.to_string());
     request.send().await.unwrap().status().as_u16()
-}
-
-async fn readyz(admin: &str) -> (u16, String) {
-    let response = client()
-        .get(format!("{admin}/readyz"))
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.text().await.unwrap())
 }
 
 /// Waits (at most 10 s) until `key` gets `status`.
@@ -89,80 +102,189 @@ fn free_port() -> u16 {
     probe.local_addr().unwrap().port()
 }
 
+/// One request of the load, as a client saw it.
+struct Answered {
+    id: String,
+    outcome: Result<(u16, bool), String>,
+}
+
+/// One loadgen-style client of load team: its kept-alive connection posts
+/// refused requests (each recovered by load team's fallback) back to back
+/// until `stop`, at most [`MOST_EACH`]; `done` counts the answers read.
+async fn load_client(
+    url: String,
+    n: usize,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicUsize>,
+) -> Vec<Answered> {
+    let mut connection = KeepAlive::connect(&url).await;
+    let script = format!("{REFUSAL},{TEXT}");
+    let mut answered = Vec::new();
+    while !stop.load(Ordering::Relaxed) && answered.len() < MOST_EACH {
+        let id = format!("load-{n}-{}", answered.len());
+        let body = loadgen_request(OPUS, 20, &id);
+        let headers = [
+            ("x-api-key", "sk-test-key"),
+            ("anthropic-version", "2023-06-01"),
+            ("x-refusal-guard-key", LOAD_KEY),
+            ("x-mock-script", script.as_str()),
+            ("x-mock-id", id.as_str()),
+        ];
+        let outcome = connection.post("/v1/messages", &headers, &body).await;
+        let outcome = outcome.map(|(status, body)| {
+            // Whole, as loadgen counts a request: a terminal event, and
+            // the fallback's answer, not the refusal.
+            let text = String::from_utf8_lossy(&body);
+            let whole = text.contains("event: message_stop")
+                && text.contains("\"stop_reason\":\"end_turn\"");
+            (status.as_u16(), whole)
+        });
+        let failed = outcome.is_err();
+        answered.push(Answered { id, outcome });
+        done.fetch_add(1, Ordering::SeqCst);
+        if failed {
+            break;
+        }
+    }
+    answered
+}
+
+/// The good reloads `/readyz` counts. (A SIGHUP to this process, as
+/// another test sends, reloads every proxy in it: counts only grow.)
+fn reloads(ready: &str) -> u64 {
+    let count = ready
+        .split("reloaded ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next());
+    count
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {ready}"))
+}
+
+/// Waits (at most 10 s) until the load has answered `more` requests after
+/// the `done` it had.
+async fn answered_more(done: &AtomicUsize, more: usize) {
+    let from = done.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done.load(Ordering::SeqCst) < from + more {
+        assert!(Instant::now() < deadline, "the load stalled");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reload_under_load_loses_no_request_and_a_broken_file_changes_nothing() {
     let mock = MockUpstream::start().await.unwrap();
-    let file = TenantsFile::new(&version(false, false));
+    let file = TenantsFile::new(&version(1, false));
     let admin = format!("127.0.0.1:{}", free_port());
     let url = tenants_proxy(&mock, &file, "0.05", &["--admin", &admin]).await;
     let admin = format!("http://{admin}");
+    let (_, ready) = readyz_until(&admin, |ready| ready.contains("3 tenants")).await;
+    let first = reloads(&ready);
     assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 401);
 
-    // The load: clients on kept-alive connections, one after another.
-    let mut load = Vec::new();
-    for i in 0..CLIENTS {
-        let (url, http) = (url.clone(), client());
-        let key = if i % 2 == 0 { RED_KEY } else { BLUE_KEY };
-        load.push(tokio::spawn(async move {
-            let mut statuses = Vec::new();
-            for _ in 0..REQUESTS_EACH {
-                statuses.push(status_with(&http, &url, key).await);
-            }
-            statuses
-        }));
-    }
-    // Reloads while it runs.
-    for i in 0..6 {
-        file.write(&version(false, i % 2 == 0));
-        tokio::time::sleep(Duration::from_millis(60)).await;
-    }
-    // A broken file (it would add green team): nothing changes.
-    let broken = version(true, true).replace(
-        "[[tenant]]\nname = \"green-team\"",
-        "[[tenant]]\nname = \"green team\"",
+    let (stop, done) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
     );
+    let load: Vec<_> = (0..CLIENTS)
+        .map(|n| tokio::spawn(load_client(url.clone(), n, stop.clone(), done.clone())))
+        .collect();
+    // Past the requests in flight when a version was taken up (one a
+    // client), one more answer was admitted under it: every version
+    // serves some of the load.
+    let under_each_version = CLIENTS + 1;
+    answered_more(&done, under_each_version).await;
+    let mut count = first;
+    for n in 2..VERSIONS {
+        file.write(&version(n, false));
+        let (_, ready) = readyz_until(&admin, |ready| reloads(ready) > count).await;
+        count = reloads(&ready);
+        answered_more(&done, under_each_version).await;
+    }
+    // A broken file (it would send the fallbacks elsewhere and add green
+    // team): nothing changes.
+    let broken = version(99, true).replace("name = \"green-team\"", "name = \"green team\"");
     file.write(&broken);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let (status, ready) = loop {
-        let (status, ready) = readyz(&admin).await;
-        if ready.contains("FAILED") || Instant::now() > deadline {
-            break (status, ready);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (status, ready) = readyz_until(&admin, |ready| ready.contains("FAILED")).await;
     assert_eq!(status, 200, "still serving the last good file: {ready}");
     assert!(ready.contains("the last good file is kept"), "{ready}");
     assert!(ready.contains("tenant `green team`"), "{ready}");
+    answered_more(&done, under_each_version).await;
     assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 401);
-    assert_eq!(status_with(&client(), &url, RED_KEY).await, 200);
-    // Fixed: green team is admitted, and /readyz is clear again.
-    file.write(&version(true, true));
-    until_status(&url, GREEN_KEY, 200).await;
-    let (_, ready) = readyz(&admin).await;
+    let (_, still) = readyz(&admin).await;
     assert!(
-        !ready.contains("FAILED") && ready.contains("3 tenants"),
+        still.contains("FAILED") && reloads(&still) == reloads(&ready),
+        "{still}"
+    );
+    // Fixed: green team is admitted, and /readyz is clear again.
+    file.write(&version(VERSIONS, true));
+    let (_, ready) = readyz_until(&admin, |ready| !ready.contains("FAILED")).await;
+    assert!(ready.contains("4 tenants"), "{ready}");
+    assert!(
+        reloads(&ready) >= first + u64::from(VERSIONS) - 1,
         "{ready}"
     );
+    assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 200);
+    answered_more(&done, under_each_version).await;
+    stop.store(true, Ordering::Relaxed);
 
-    let mut answered = 0;
+    let mut clients = Vec::new();
     for client in load {
-        let statuses = client.await.unwrap();
-        assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-        answered += statuses.len();
+        clients.push(
+            tokio::time::timeout(Duration::from_secs(10), client)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
     }
-    assert_eq!(answered, CLIENTS * REQUESTS_EACH);
-    // Every request of the load reached the upstream once.
-    assert!(mock.seen().len() >= answered);
+    // Which version served each request: the model its fallback went to.
+    let versions: HashMap<String, u32> = (1..=VERSIONS).map(|n| (fallback_of(n), n)).collect();
+    let mut fallbacks: HashMap<String, Vec<String>> = HashMap::new();
+    for seen in mock.seen() {
+        let model = seen.json()["model"].as_str().unwrap_or_default().to_owned();
+        fallbacks.entry(seen.id.clone()).or_default().push(model);
+    }
+    let mut served_by = vec![0; VERSIONS as usize + 1];
+    for answers in &clients {
+        let mut last = 0;
+        for answer in answers {
+            assert_eq!(answer.outcome, Ok((200, true)), "{}", answer.id);
+            let models = &fallbacks[&answer.id];
+            assert_eq!(models.len(), 2, "{}: {models:?}", answer.id);
+            assert_eq!(models[0], OPUS);
+            let version = *versions
+                .get(&models[1])
+                .unwrap_or_else(|| panic!("{}: a fallback to {}", answer.id, models[1]));
+            // A client's next request never meets an older file.
+            assert!(
+                version >= last,
+                "{}: version {version} after {last}",
+                answer.id
+            );
+            last = version;
+            served_by[version as usize] += 1;
+        }
+    }
+    for n in 1..=VERSIONS {
+        assert!(
+            served_by[n as usize] > 0,
+            "version {n} served none: {served_by:?}"
+        );
+    }
+    let answered: usize = clients.iter().map(Vec::len).sum();
+    assert_eq!(answered, done.load(Ordering::SeqCst));
+    assert!(answered >= (VERSIONS as usize + 1) * under_each_version);
 }
 
 #[tokio::test]
 async fn sighup_reloads_the_file_at_once() {
     let mock = MockUpstream::start().await.unwrap();
-    let file = TenantsFile::new(&version(false, false));
+    let file = TenantsFile::new(&version(1, false));
     // Looked at only every ten minutes: only the signal reloads it here.
     let url = tenants_proxy(&mock, &file, "600", &[]).await;
     assert_eq!(status_with(&client(), &url, GREEN_KEY).await, 401);
-    file.write(&version(true, false));
+    file.write(&version(1, true));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         status_with(&client(), &url, GREEN_KEY).await,
