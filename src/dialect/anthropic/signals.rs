@@ -184,8 +184,13 @@ pub(super) fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
     let at = segments.iter().rposition(|s| *s == "models")? + 1;
     let (model, method) = segments.get(at)?.split_once(':')?;
     let publisher = segments.get(at.checked_sub(2)?)?;
-    (*publisher == "anthropic" && matches!(method, "rawPredict" | "streamRawPredict"))
-        .then_some((at, model, method))
+    // Vertex AI counts a Claude request's tokens at the model name
+    // `count-tokens` (`.../anthropic/models/count-tokens:rawPredict`, Vertex
+    // AI docs "Count tokens" for Claude): no model answers it, nothing to
+    // guard.
+    let counting = model == "count-tokens";
+    let messages = matches!(method, "rawPredict" | "streamRawPredict");
+    (*publisher == "anthropic" && messages && !counting).then_some((at, model, method))
 }
 
 /// Whether the request goes to Anthropic's own API. Server-side fallback is

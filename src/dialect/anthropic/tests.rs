@@ -406,6 +406,10 @@ fn vertex_paths_of_other_publishers_or_methods_are_not_claude() {
         other(&format!("{base}/anthropic/models/claude:countTokens")),
         None
     );
+    assert_eq!(
+        other(&format!("{base}/anthropic/models/count-tokens:rawPredict")),
+        None
+    );
     let uri: Uri = format!("{base}/anthropic/models/claude:rawPredict")
         .parse()
         .unwrap();
