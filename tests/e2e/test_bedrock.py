@@ -243,8 +243,14 @@ def test_anthropic_bedrock_stream_refusal_falls_back_every_attempt_signed(gatewa
     client = anthropic.AnthropicBedrock(aws_access_key="AKIDCLIENT", aws_secret_key="client-secret",
                                         aws_region=REGION, base_url=url, max_retries=0, timeout=30)
     text = ""
+    # This SDK's Bedrock client defaults anthropic_version to the API version
+    # 2026-10-21, which InvokeModel's ARN-versioned models do not take
+    # (Anthropic's "Claude on Amazon Bedrock (Opus 4.6 and earlier)" warns of
+    # a 400); the body's own value wins over the default, as the docs' boto3
+    # examples set it.
     with client.messages.stream(model=OPUS, max_tokens=64,
-                                messages=[{"role": "user", "content": "Audit this binary."}]) as stream:
+                                messages=[{"role": "user", "content": "Audit this binary."}],
+                                extra_body={"anthropic_version": "bedrock-2023-05-31"}) as stream:
         for piece in stream.text_stream:
             text += piece
     assert text == "Recovered on Bedrock."
@@ -252,6 +258,7 @@ def test_anthropic_bedrock_stream_refusal_falls_back_every_attempt_signed(gatewa
     assert mock.seen[0]["path"] == f"/model/{OPUS}/invoke-with-response-stream"
     assert mock.seen[1]["path"] == f"/model/{SONNET}/invoke-with-response-stream"
     assert "model" not in mock.seen[1]["json"]
+    assert [s["json"]["anthropic_version"] for s in mock.seen] == ["bedrock-2023-05-31"] * 2
     record = json.loads(log.read_text().splitlines()[-1])
     assert record["outcome"] == "fallback" and record["wire_api"] == "bedrock_invoke_model"
 
