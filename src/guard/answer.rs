@@ -139,13 +139,18 @@ impl<U: InnerService> Exchange<U> {
             Opening::Held(judged) => *judged,
         };
         let call = self.call.clone();
-        let decision = match (judged, partial) {
-            (Err(timeout), _) => Decision::TimedOut(timeout),
-            (Ok(held), None) => self.decide(held).await,
-            (Ok(held), Some(plan)) => match self.continue_partial(held, plan).await {
-                Continued::Served(response) => return response,
-                Continued::Not(exchange, held) => exchange.decide(*held).await,
-            },
+        let decision = match judged {
+            Err(timeout) => Decision::TimedOut(timeout),
+            Ok(held) => {
+                let (exchange, held) = match partial {
+                    None => (self, held),
+                    Some(plan) => match self.continue_partial(held, plan).await {
+                        Continued::Served(response) => return response,
+                        Continued::Not(exchange, held) => (*exchange, *held),
+                    },
+                };
+                exchange.decide(held).await
+            }
         };
         respond(decision, &call)
     }
