@@ -81,11 +81,25 @@ pub(crate) async fn start(endpoint: &str, protocol: &str, flags: &[&str]) -> Pro
 
 /// Posts a first turn the simulator refuses (and the guard rescues).
 pub(crate) async fn refused_then_rescued(base: &str, conversation: &str, stream: bool) -> String {
+    refused_as(base, conversation, stream, None).await
+}
+
+/// The same, presenting the client key `key` when given.
+pub(crate) async fn refused_as(
+    base: &str,
+    conversation: &str,
+    stream: bool,
+    key: Option<&str>,
+) -> String {
     let body = json!({"model": "claude-opus-4-7", "max_tokens": 64, "stream": stream,
         "messages": [{"role": "user", "content": format!("Check my SSH config ({conversation})")}]});
-    let response = support::proxy::client()
+    let mut request = support::proxy::client()
         .post(format!("{base}/v1/messages"))
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(key) = key {
+        request = request.header("x-refusal-guard-key", key);
+    }
+    let response = request
         .body(body.to_string())
         .timeout(Duration::from_secs(20))
         .send()

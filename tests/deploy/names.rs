@@ -10,12 +10,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use refusal_guard::proxy::hash_key;
-use serde_json::json;
 
 use support::otlp::OtlpReceiver;
 use support::prometheus::sample;
 
-use crate::{refused_then_rescued, scrape, start, Proxy};
+use crate::{refused_as, refused_then_rescued, scrape, start, Proxy};
 
 const TENANT_KEY: &str = "names-tenant-client-key-0001";
 
@@ -101,23 +100,6 @@ fn names_are_read_whole() {
     );
 }
 
-/// Posts a first turn the simulator refuses, as the tenant; the answer.
-async fn refused_for_tenant(base: &str, conversation: &str) -> String {
-    let body = json!({"model": "claude-opus-4-7", "max_tokens": 64,
-        "messages": [{"role": "user", "content": format!("Check my SSH config ({conversation})")}]});
-    let response = support::proxy::client()
-        .post(format!("{base}/v1/messages"))
-        .header("content-type", "application/json")
-        .header("x-refusal-guard-key", TENANT_KEY)
-        .body(body.to_string())
-        .timeout(Duration::from_secs(20))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    response.text().await.unwrap()
-}
-
 /// A proxy with a tenants file and learned routing that always explores:
 /// its tenant's first refusal is recovered by a fallback drawn for
 /// exploration (setting the routing gauges), its second is past the
@@ -139,9 +121,9 @@ async fn tenants_and_learned_routing(endpoint: &str, tenants: &std::path::Path) 
         "1",
     ];
     let proxy = start(endpoint, "http/protobuf", &flags).await;
-    let recovered = refused_for_tenant(&proxy.url, "names routed").await;
+    let recovered = refused_as(&proxy.url, "names routed", false, Some(TENANT_KEY)).await;
     assert!(recovered.contains("Simulated answer"), "{recovered}");
-    let capped = refused_for_tenant(&proxy.url, "names capped").await;
+    let capped = refused_as(&proxy.url, "names capped", false, Some(TENANT_KEY)).await;
     assert!(capped.contains("\"refusal\""), "{capped}");
     proxy
 }
