@@ -9,9 +9,9 @@
 //! |---|---|---|
 //! | [`REFUSALS`] | counter | `provider`, `wire_api`, `category`, `kind`, `outcome`, `model`, `tenant` |
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result`, `tenant` |
-//! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind` |
-//! | [`FALLBACK_CREDIT`] | counter | `status`, `reason` |
-//! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome` |
+//! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind`, `tenant` |
+//! | [`FALLBACK_CREDIT`] | counter | `status`, `reason`, `tenant` |
+//! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome`, `tenant` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome`, `tenant` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
 //! | [`HELD_BYTES`] | histogram (bytes) | `wire_api` |

@@ -1,6 +1,6 @@
 //! A sink that counts refusals through the `metrics` facade.
 
-use metrics::{counter, histogram, Label};
+use metrics::{counter, histogram, Label, SharedString};
 
 use super::{RefusalRecord, TelemetrySink};
 use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
@@ -87,16 +87,17 @@ pub fn record_refusal(record: &RefusalRecord) {
         counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result, "tenant" => tenant.clone())
             .increment(1);
     }
-    count_refused_tokens(record);
+    count_refused_tokens(record, &tenant);
     for attempt in &record.attempts {
         if let Some(credit) = &attempt.fallback_credit {
             // The reason is the provider's closed vocabulary; anything
             // else is folded as a category would be.
             let reason = category_label(credit.reason().or(Some("none")));
-            counter!(FALLBACK_CREDIT, "status" => credit.as_str(), "reason" => reason).increment(1);
+            counter!(FALLBACK_CREDIT, "status" => credit.as_str(), "reason" => reason, "tenant" => tenant.clone())
+                .increment(1);
         }
     }
-    histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str())
+    histogram!(RECOVERY_LATENCY, "outcome" => record.outcome.as_str(), "tenant" => tenant)
         .record(record.latency_ms as f64 / 1000.0);
 }
 
@@ -104,7 +105,7 @@ pub fn record_refusal(record: &RefusalRecord) {
 /// model that refused (the attempt's, else the record's): a refused
 /// attempt's, or what the attempts a provider's own chain declined cost
 /// (see [`Attempt::usage`](crate::refusal::Attempt::usage)).
-fn count_refused_tokens(record: &RefusalRecord) {
+fn count_refused_tokens(record: &RefusalRecord, tenant: &SharedString) {
     for attempt in &record.attempts {
         let Some(usage) = attempt.usage else {
             continue;
@@ -113,8 +114,13 @@ fn count_refused_tokens(record: &RefusalRecord) {
         let category = category_label(record.category.as_deref());
         for (kind, tokens) in usage.kinds() {
             if let Some(tokens) = tokens.filter(|&t| t > 0) {
-                counter!(REFUSED_TOKENS, "model" => model.clone(), "category" => category.clone(), "kind" => kind)
-                    .increment(tokens);
+                let labels = vec![
+                    Label::new("model", model.clone()),
+                    Label::new("category", category.clone()),
+                    Label::new("kind", kind),
+                    Label::new("tenant", tenant.clone()),
+                ];
+                counter!(REFUSED_TOKENS, labels).increment(tokens);
             }
         }
     }

@@ -264,6 +264,12 @@ async fn tenants_and_learned_routing_are_counted(
         sample(&text, "refusal_guard_requests_total", &refusals),
         Some(1.0)
     );
+    // The record's latency is the tenant's too.
+    assert_eq!(
+        sample(&text, "refusal_guard_recovery_latency_seconds_count", &refusals),
+        Some(1.0),
+        "{text}"
+    );
     let route = |candidate| {
         [
             ("category", "cyber"),
