@@ -88,7 +88,8 @@
 //!   hard in both modes: a malformed token, and combining
 //!   `fallback_credit_token` with `fallbacks`");
 //! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
-//!   `-07-01` ("Fallback credit": "Send the retry with the same
+//!   `-07-01`, or the `server-side-fallback` beta of either date, which
+//!   "also grants the same fields" ("Fallback credit": "Send the retry with the same
 //!   fallback-credit-2026-06-01 beta header. The retry needs the header to
 //!   redeem the token"); a string, or the object form `{token, mode}` with
 //!   `mode`, when given, `strict` or `best_effort`, which needs `-07-01`
@@ -210,8 +211,9 @@
 //!   `/invoke-with-response-stream`): a JSON object with
 //!   `anthropic_version` `"bedrock-2023-05-31"` and no other ("The value
 //!   must be bedrock-2023-05-31"; anthropic-sdk-python
-//!   `lib/bedrock/_client.py` has set `DEFAULT_VERSION =
-//!   "bedrock-2023-05-31"` in every version of the file; Anthropic's "Claude
+//!   `lib/bedrock/_client.py` set `DEFAULT_VERSION = "bedrock-2023-05-31"`
+//!   until 2.14.0 defaults it to `_constants.ANTHROPIC_API_VERSION`,
+//!   `2026-10-21`; Anthropic's "Claude
 //!   on Amazon Bedrock (Opus 4.6 and earlier)" warns that the ARN-versioned
 //!   models InvokeModel serves do not support the `2026-10-21` a later SDK
 //!   sends by default, and can answer it with a 400); an integer
@@ -819,8 +821,11 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
                 "fallback_credit_token cannot be combined with fallbacks".into(),
             ));
         }
-        let june = has("fallback-credit-2026-06-01");
-        let july = has("fallback-credit-2026-07-01");
+        // The server-side fallback beta of the same date grants the same
+        // fields ("Fallback credit": "The server-side-fallback-2026-07-01
+        // header also grants the same fields").
+        let june = has("fallback-credit-2026-06-01") || has("server-side-fallback-2026-06-01");
+        let july = has("fallback-credit-2026-07-01") || has("server-side-fallback-2026-07-01");
         if !(june || july) {
             return Err((
                 "A10",
@@ -917,7 +922,7 @@ const BEDROCK_CREDIT_BETA: &str = "fallback-credit-2026-06-09";
 /// The `anthropic_version` InvokeModel takes: Bedrock's own ("The value
 /// must be bedrock-2023-05-31", Amazon Bedrock user guide "Request and
 /// Response"; anthropic-sdk-python `lib/bedrock/_client.py`
-/// `DEFAULT_VERSION`, the only value that file has ever set). Anthropic's
+/// `DEFAULT_VERSION` before 2.14.0). Anthropic's
 /// "Claude on Amazon Bedrock (Opus 4.6 and earlier)" warns that a later
 /// SDK's default API version `2026-10-21` is not supported on Bedrock by the
 /// ARN-versioned models InvokeModel serves and can be answered with a 400:

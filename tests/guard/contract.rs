@@ -245,8 +245,14 @@ fn credit_token_rules() {
         rule(MESSAGES, "fallback-credit-2026-06-01", &token),
         Some("A10")
     );
+    // The server-side fallback beta of the same date grants the same fields.
+    assert_eq!(rule(MESSAGES, FALLBACK_BETA, &token), None);
     let bare = claude(json!({"fallback_credit_token": "t"}));
     assert_eq!(rule(MESSAGES, "fallback-credit-2026-06-01", &bare), None);
+    assert_eq!(
+        rule(MESSAGES, "server-side-fallback-2026-06-01", &bare),
+        None
+    );
     assert_eq!(rule(MESSAGES, "", &bare), Some("A10"));
     // A mode-less object is the bare string's `strict`.
     let modeless = claude(json!({"fallback_credit_token": {"token": "t"}}));

@@ -266,7 +266,11 @@ async fn tenants_and_learned_routing_are_counted(
     );
     // The record's latency is the tenant's too.
     assert_eq!(
-        sample(&text, "refusal_guard_recovery_latency_seconds_count", &refusals),
+        sample(
+            &text,
+            "refusal_guard_recovery_latency_seconds_count",
+            &refusals
+        ),
         Some(1.0),
         "{text}"
     );
