@@ -62,8 +62,8 @@
 //! ```
 //!
 //! `service::guard` is where control returns between the request's steps;
-//! `send` is entered again only to start the call once `Original::read`
-//! has read the copy that arrived while the request went upstream. Types
+//! within `send`, `Original::read` reads the copy that arrived while the
+//! request went upstream, and `send` then starts the call. Types
 //! of a later step are built by an earlier one in two places: `respond`
 //! builds the `Settlement` the body carries to `settle`, and `decide`
 //! reads the attempts the exchange already holds. `partial` is entered
