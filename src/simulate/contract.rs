@@ -2,8 +2,9 @@
 //! against the documented rules of its wire API (told from its path), and
 //! a request that breaks one is answered the way the provider answers it,
 //! in the API's own error shape: HTTP 400, 404 for a path no provider
-//! serves, or 501 for a real endpoint the contract has no rules for. A rewrite of the guard's that a real API would reject
-//! thus fails where it would fail in production.
+//! serves, or 501 for a real endpoint the contract has no rules for. A
+//! rewrite of the guard's that a real API would reject thus fails where it
+//! would fail in production.
 //!
 //! The strict [`Simulator`](super::Simulator) applies it to every request
 //! it receives, and every scripted upstream of the crate's tests does.
@@ -89,9 +90,9 @@
 //!   `fallback_credit_token` with `fallbacks`");
 //! - `A10` `fallback_credit_token` needs `fallback-credit-2026-06-01` or
 //!   `-07-01`, or the `server-side-fallback` beta of either date, which
-//!   "also grants the same fields" ("Fallback credit": "Send the retry with the same
-//!   fallback-credit-2026-06-01 beta header. The retry needs the header to
-//!   redeem the token"); a string, or the object form `{token, mode}` with
+//!   "also grants the same fields" ("Fallback credit": "Send the retry
+//!   with the same fallback-credit-2026-06-01 beta header. The retry needs
+//!   the header to redeem the token"); a string, or the object form `{token, mode}` with
 //!   `mode`, when given, `strict` or `best_effort`, which needs `-07-01`
 //!   (`beta_fallback_credit_token_param.py`: "Requires `anthropic-beta:
 //!   fallback-credit-2026-07-01`; without that header the field accepts the
