@@ -167,9 +167,20 @@ impl<U: InnerService> Exchange<U> {
     /// The judge step: holds the original `response` back (its thinking
     /// forwarded through `live` meanwhile, when live thinking is on) until
     /// there is something to decide, within the call's recovery deadline.
-    /// Past the deadline, the original's attempt ends as a transport error
-    /// and the timeout is what is left to answer.
     pub(crate) async fn judge(
+        &mut self,
+        response: Response<IdleTimeout<U::Out>>,
+        live: Option<&mut LiveForward>,
+    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
+        self.hold_original(response, live).await
+    }
+
+    /// Holds the original `response` within the call's recovery deadline,
+    /// whichever step reads it (the judge step, or `rejected` before it
+    /// knows which response is the original). Past the deadline, the
+    /// original's attempt ends as a transport error and the timeout is what
+    /// is left to answer.
+    pub(crate) async fn hold_original(
         &mut self,
         response: Response<IdleTimeout<U::Out>>,
         live: Option<&mut LiveForward>,

@@ -70,8 +70,9 @@
 //! only when continuations are opted in. A request read whole first
 //! differs in one stop: `Intake::Read`, then `rewritten` in send reads,
 //! routes and rewrites the original before sending it. A 400 that answers
-//! the guard's own server-side fallbacks is held by `rejected` as the
-//! ladder holds its attempts, and handed to `run` already judged.
+//! the guard's own server-side fallbacks is held by `rejected`
+//! (`Exchange::hold_original`, which the judge step runs too) and handed
+//! to `run` already judged.
 //!
 //! Shared by the steps, calling none of them: `call` (the per-call context
 //! every step and record reads, [`call::Call`]), `findings` (what judging

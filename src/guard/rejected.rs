@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
-use crate::guard::hold::{hold, Held, Verdict};
+use crate::guard::hold::{Held, Verdict};
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep};
@@ -50,20 +50,14 @@ impl<U: InnerService> Exchange<U> {
         }
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
-        // Held as the ladder holds its attempts: the judge step proper runs
-        // once, on whichever response turns out to be the original.
-        let streaming = self.original.streaming;
-        let held = hold(response, call.dialect, &call.config, streaming, None);
-        let held = match call.within_deadline(held).await {
+        // Held, not judged: the judge step runs once, on whichever response
+        // turns out to be the original.
+        let held = match self.hold_original(response, None).await {
             Ok(held) if matches!(held.verdict, Verdict::Unjudged) => held,
             // A refusal the provider sent as a 400 ("Output blocked by
-            // content filtering policy"): decided as any original is.
-            Ok(held) => return Resent::Judged(Box::new(self), Ok(held)),
-            Err(timeout) => {
-                let status = Some(StatusCode::BAD_REQUEST.as_u16());
-                self.attempt.end_with(AttemptResult::TransportError, status);
-                return Resent::Judged(Box::new(self), Err(timeout));
-            }
+            // content filtering policy"), or the deadline: decided as any
+            // original is.
+            judged => return Resent::Judged(Box::new(self), judged),
         };
         let rejected = self.original_attempt(held.status(), AttemptResult::HttpError);
         self.attempt.end(&rejected);
