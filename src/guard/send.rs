@@ -22,7 +22,7 @@ use crate::guard::request::Incoming;
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::{InnerService, SendError};
 use crate::refusal::{AttemptResult, AttemptStep, RefusalHandle};
-use crate::replay::chunks::Chunks;
+use crate::replay::chunks::{unpin_request_head, Chunks};
 use crate::replay::copy::{Copied, CopyOutcome};
 use crate::replay::reserve::Share;
 use crate::telemetry::metrics::{AttemptSpan, GuardedRequest};
@@ -73,7 +73,7 @@ pub(crate) async fn send<U: InnerService>(
 async fn rewritten<U: InnerService>(
     upstream: &mut U,
     incoming: Incoming,
-    parts: http::request::Parts,
+    mut parts: http::request::Parts,
     bytes: Bytes,
     share: Share,
 ) -> Sent<U> {
@@ -87,6 +87,8 @@ async fn rewritten<U: InnerService>(
         return Sent::Answered(pass(upstream, api, with_body(parts, bytes, false)).await);
     }
     let body = Chunks::from(bytes);
+    // Kept for every recovery until the response has streamed.
+    unpin_request_head(&mut parts);
     let mut original = Original::read(&incoming, parts, &head, body, None, share);
     original.route_sticky(&incoming).await;
     original.rewrite(&incoming);
@@ -123,6 +125,10 @@ async fn as_it_arrives<U: InnerService>(
     let api = Shape::Api(dialect.wire_api());
     let (mut parts, body) = request.into_parts();
     incoming.first_headers(&mut parts.headers, incoming.path_model());
+    // Kept for every recovery until the response has streamed, and from
+    // the moment the request goes: the connection reads on (for the next
+    // request, or to see the client leave) as soon as the body is in.
+    unpin_request_head(&mut parts);
     let sent_parts = parts.clone();
     let sent = Instant::now();
     let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());

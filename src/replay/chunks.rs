@@ -10,24 +10,28 @@
 //! Small chunks are copied instead: a body that trickles in a few bytes at a
 //! time would otherwise cost a chunk's bookkeeping (and a pinned buffer) per
 //! few bytes, far more than the bytes counted against the limits. And a
-//! short body, once whole, is copied into one piece: kept for as long as its
-//! response streams, its chunks would keep the connection's read buffer
-//! from being reused for all that time.
+//! body that declares a short length is copied as it arrives into one
+//! buffer of that length, and the copy is what goes on: kept for as long as
+//! its response streams, or only until it is written upstream, its chunks
+//! would keep the connection's read buffer from being reused, and the
+//! connection would read into a new one beside it.
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderMap, HeaderValue, Uri};
 
 /// Chunks shorter than this are copied into a run of their own, so that
 /// every kept chunk is either this long or follows a long one: what the
 /// list costs stays under 1 % of what it holds.
 const COPIED_BELOW: usize = 4096;
 
-/// A whole body up to this long is copied into one piece when sealed. Its
-/// chunks are views of the buffers the connection read them into, which
-/// they keep from being reused while the response streams: for a 20 KB
-/// request, a 32 KB buffer pinned and a new one read into beside it. The
-/// copy of a body this short costs less than the buffers it frees; a
-/// longer body fills most of the buffers it pins.
+/// A body declared up to this long is copied as it arrives (see
+/// [`Chunks::for_length`]); a longer one found whole at this length or
+/// less is copied into one piece when sealed. Its chunks are views of the
+/// buffers the connection read them into, which they keep from being
+/// reused: for a 20 KB request, a 32 KB buffer pinned and a new one read
+/// into beside it. The copy of a body this short costs less than the
+/// buffers it frees; a longer body fills most of the buffers it pins.
 const COMPACTED_UP_TO: usize = 64 * 1024;
 
 /// `chunk`, copied when it is short: kept for a while, a short view of a
@@ -38,6 +42,29 @@ pub(crate) fn unpinned(chunk: Bytes) -> Bytes {
         Bytes::copy_from_slice(&chunk)
     } else {
         chunk
+    }
+}
+
+/// A request head kept beyond its request's body (a recovery sends it
+/// again): its header values and its target copied out of the buffer hyper
+/// parsed them from, which they would otherwise keep from being reused
+/// for as long as the response streams (see [`unpin_headers`]).
+pub(crate) fn unpin_request_head(parts: &mut http::request::Parts) {
+    unpin_headers(&mut parts.headers);
+    let mut target = parts.uri.clone().into_parts();
+    // Each part parsed again from a copy of its text: a valid part stays
+    // valid; should one not, the view is kept rather than the target lost.
+    target.scheme = target
+        .scheme
+        .map(|scheme| Scheme::try_from(scheme.as_str()).unwrap_or(scheme));
+    target.authority = target
+        .authority
+        .map(|authority| Authority::try_from(authority.as_str()).unwrap_or(authority));
+    target.path_and_query = target
+        .path_and_query
+        .map(|path| PathAndQuery::try_from(path.as_str()).unwrap_or(path));
+    if let Ok(uri) = Uri::from_parts(target) {
+        parts.uri = uri;
     }
 }
 
@@ -65,9 +92,56 @@ pub(crate) struct Chunks {
     /// Small chunks copied together, not yet in `chunks`.
     run: BytesMut,
     len: usize,
+    /// The declared length of a short body, copied as it arrives: every
+    /// chunk goes into `run`, which takes this much at the first byte.
+    copied: usize,
 }
 
 impl Chunks {
+    /// The copy of a body that declares `declared` bytes: a short one (up
+    /// to 64 KiB) is copied as it arrives into one buffer of its length,
+    /// where [`push`](Self::push) would keep longer chunks as they are.
+    pub(crate) fn for_length(declared: Option<u64>) -> Self {
+        let copied = declared
+            .and_then(|len| usize::try_from(len).ok())
+            .filter(|len| *len <= COMPACTED_UP_TO)
+            .unwrap_or(0);
+        Chunks {
+            copied,
+            ..Chunks::default()
+        }
+    }
+
+    /// Adds the next chunk, and returns the bytes to pass on in its place:
+    /// of a short declared body, its copy (so that nothing still points
+    /// into the buffer it was read into); otherwise the chunk itself, kept
+    /// as it is when long, copied when short. An empty one is left out.
+    pub(crate) fn take(&mut self, chunk: Bytes) -> Bytes {
+        if self.copied == 0 {
+            self.push(chunk.clone());
+            return chunk;
+        }
+        if chunk.is_empty() {
+            return chunk;
+        }
+        // The declared length at the first byte (so that a client that
+        // declares a length and sends nothing holds nothing); past it,
+        // what comes.
+        if self.run.capacity() < chunk.len() {
+            let first = self.len == 0;
+            self.run.reserve(if first {
+                self.copied.max(chunk.len())
+            } else {
+                chunk.len()
+            });
+        }
+        self.len += chunk.len();
+        self.run.extend_from_slice(&chunk);
+        let copy = self.run.split().freeze();
+        self.chunks.push(copy.clone());
+        copy
+    }
+
     /// Adds the next chunk: kept as it is when long, copied when short; an
     /// empty one is left out.
     pub(crate) fn push(&mut self, chunk: Bytes) {
@@ -87,7 +161,8 @@ impl Chunks {
     /// a short body becomes one piece of its own.
     pub(crate) fn sealed(mut self) -> Self {
         self.close_run();
-        if (1..=COMPACTED_UP_TO).contains(&self.len) {
+        // A body copied as it arrived is already the guard's own.
+        if self.copied == 0 && (1..=COMPACTED_UP_TO).contains(&self.len) {
             let whole = match self.chunks.as_slice() {
                 [only] => Bytes::copy_from_slice(only),
                 _ => self.join(),
@@ -145,6 +220,7 @@ impl From<Bytes> for Chunks {
             chunks,
             run: BytesMut::new(),
             len,
+            copied: 0,
         }
     }
 }
@@ -204,6 +280,56 @@ mod tests {
             empty.as_slice().is_empty(),
             "an empty body stays without chunks"
         );
+    }
+
+    #[test]
+    fn a_short_declared_body_is_copied_as_it_arrives_into_one_buffer() {
+        // A connection's read buffer, which the body's chunks are views of.
+        let read = Bytes::from(vec![b'x'; 32 * 1024]);
+        let mut chunks = Chunks::for_length(Some(20_000));
+        let first = chunks.take(read.slice(..8192));
+        let rest = chunks.take(read.slice(8192..20_000));
+        assert!(chunks.take(Bytes::new()).is_empty());
+        assert!(
+            read.is_unique(),
+            "the copy, not the read buffer, is what is kept and passed on"
+        );
+        assert_eq!([&first[..], &rest[..]].concat(), &read[..20_000]);
+        assert_eq!(
+            rest.as_ptr(),
+            first.as_ptr().wrapping_add(8192),
+            "one buffer of the declared length"
+        );
+        let chunks = chunks.sealed();
+        assert_eq!(chunks.len(), 20_000);
+        assert_eq!(chunks.join(), &read[..20_000]);
+        let mut long = Chunks::for_length(Some(COMPACTED_UP_TO as u64 + 1));
+        let kept = long.take(read.slice(..8192));
+        assert_eq!(
+            kept.as_ptr(),
+            read.as_ptr(),
+            "a long body's chunks are passed on as they came"
+        );
+    }
+
+    #[test]
+    fn a_kept_request_head_no_longer_pins_the_buffer_it_was_read_from() {
+        // A connection's read buffer, which hyper parses the head from.
+        let read =
+            Bytes::from(b"/v1/messages?beta=true http://example.com/v1 sk-ant-secret".to_vec());
+        let (mut origin, ()) = http::Request::new(()).into_parts();
+        origin.uri = Uri::from_maybe_shared(read.slice(..22)).unwrap();
+        let key = HeaderValue::from_maybe_shared(read.slice(45..)).unwrap();
+        origin.headers.insert("x-api-key", key);
+        let (mut absolute, ()) = http::Request::new(()).into_parts();
+        absolute.uri = Uri::from_maybe_shared(read.slice(23..44)).unwrap();
+        assert!(!read.is_unique(), "parsed, the head is views of the buffer");
+        unpin_request_head(&mut origin);
+        unpin_request_head(&mut absolute);
+        assert!(read.is_unique(), "copied, it no longer pins it");
+        assert_eq!(origin.uri, "/v1/messages?beta=true");
+        assert_eq!(origin.headers["x-api-key"], "sk-ant-secret");
+        assert_eq!(absolute.uri, "http://example.com/v1");
     }
 
     #[test]

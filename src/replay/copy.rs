@@ -44,7 +44,8 @@ pub(crate) enum Copied {
 }
 
 /// The copy a [`ForwardedBody`](super::ForwardedBody) keeps of the bytes it forwards: the chunks
-/// themselves, not their bytes copied, bounded by `max_request_body` and by
+/// themselves, not their bytes copied (a short body's bytes copied as they
+/// arrive, see [`Chunks::for_length`]), bounded by `max_request_body` and by
 /// the layer-wide pool, told when the body ends, fails or is dropped.
 pub(crate) struct RequestCopy {
     /// Boxed: a `ForwardedBody`, which holds the copy, is handed back by
@@ -67,7 +68,7 @@ impl RequestCopy {
     ) -> (Self, oneshot::Receiver<Copied>) {
         let (told, outcome) = oneshot::channel();
         let copy = RequestCopy {
-            chunks: Box::default(),
+            chunks: Box::new(Chunks::for_length(declared)),
             declared,
             limit,
             counted: 0,
@@ -77,10 +78,11 @@ impl RequestCopy {
         (copy, outcome)
     }
 
-    /// Keeps one frame's chunk as it goes past.
-    pub(crate) fn take(&mut self, data: &Bytes) {
+    /// Keeps one frame's chunk as it goes past, and returns what to pass
+    /// on in its place (see [`Chunks::take`]).
+    pub(crate) fn take(&mut self, data: Bytes) -> Bytes {
         let Some(share) = self.share.as_mut() else {
-            return;
+            return data;
         };
         let held = self.chunks.len();
         if held + data.len() > self.limit {
@@ -88,7 +90,8 @@ impl RequestCopy {
                 limit = self.limit,
                 "request body over the limit: forwarded without a copy, nothing recovered"
             );
-            return self.drop_copy(Copied::OverLimit);
+            self.drop_copy(Copied::OverLimit);
+            return data;
         }
         let wanted = room_for(held, data.len(), self.declared);
         if wanted > self.counted {
@@ -96,11 +99,12 @@ impl RequestCopy {
                 tracing::warn!(
                     "the bound on bytes held across requests is reached: request forwarded without a copy, nothing recovered"
                 );
-                return self.drop_copy(Copied::NoRoom);
+                self.drop_copy(Copied::NoRoom);
+                return data;
             }
             self.counted = wanted;
         }
-        self.chunks.push(data.clone());
+        self.chunks.take(data)
     }
 
     /// The body ended: the copy is whole.
@@ -202,13 +206,13 @@ mod tests {
     fn a_copy_past_the_limit_is_dropped_and_gives_its_bytes_back() {
         let pool = BytePool::new(1 << 20);
         let (mut copy, mut told) = RequestCopy::new(None, 8, pool.share());
-        copy.take(&Bytes::from_static(b"0123"));
+        copy.take(Bytes::from_static(b"0123"));
         assert_eq!(pool.used(), 4);
         assert!(told.try_recv().is_err(), "nothing told yet");
-        copy.take(&Bytes::from_static(b"45678"));
+        copy.take(Bytes::from_static(b"45678"));
         assert!(matches!(told.try_recv(), Ok(Copied::OverLimit)));
         assert_eq!(pool.used(), 0, "the dropped copy holds nothing");
-        copy.take(&Bytes::from_static(b"9"));
+        copy.take(Bytes::from_static(b"9"));
         copy.end();
         assert_eq!(pool.used(), 0);
     }
@@ -217,9 +221,9 @@ mod tests {
     fn a_copy_sent_to_its_declared_length_is_whole_though_never_polled_for_its_end() {
         let pool = BytePool::new(1 << 20);
         let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
-        copy.take(&Bytes::from_static(b"012"));
+        copy.take(Bytes::from_static(b"012"));
         assert_eq!(pool.used(), 6, "the declared length, at the first bytes");
-        copy.take(&Bytes::from_static(b"345"));
+        copy.take(Bytes::from_static(b"345"));
         drop(copy);
         match told.try_recv() {
             Ok(Copied::Whole(bytes, share)) => {
@@ -236,13 +240,56 @@ mod tests {
     fn a_copy_dropped_short_of_its_end_is_never_whole() {
         let pool = BytePool::new(1 << 20);
         let (mut copy, mut told) = RequestCopy::new(Some(6), 1 << 20, pool.share());
-        copy.take(&Bytes::from_static(b"012"));
+        copy.take(Bytes::from_static(b"012"));
         drop(copy);
         assert!(
             matches!(told.try_recv(), Err(oneshot::error::TryRecvError::Closed)),
             "cut: nothing to guard with"
         );
         assert_eq!(pool.used(), 0);
+    }
+
+    /// A body of the given chunks.
+    struct Sent(std::collections::VecDeque<Bytes>);
+
+    impl Body for Sent {
+        type Data = Bytes;
+        type Error = std::io::Error;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_short_declared_body_goes_on_as_its_copy_and_frees_the_read_buffer() {
+        // A connection's read buffer, which the client's chunks are views of.
+        let read = Bytes::from(vec![b'x'; 32 * 1024]);
+        let sent = Sent([read.slice(..8192), read.slice(8192..20_000)].into());
+        let pool = BytePool::new(1 << 20);
+        let (copy, mut told) = RequestCopy::new(Some(20_000), 1 << 20, pool.share());
+        let mut body = ForwardedBody::new(sent, copy);
+        let mut forwarded = Vec::new();
+        while let Some(frame) = body.frame().await {
+            forwarded.push(frame.unwrap().into_data().unwrap());
+        }
+        assert!(
+            read.is_unique(),
+            "neither what went on nor the copy points into the read buffer"
+        );
+        assert_eq!(forwarded.concat(), &read[..20_000]);
+        let Ok(Copied::Whole(copied, _share)) = told.try_recv() else {
+            panic!("the copy is whole");
+        };
+        assert_eq!(copied.join(), &read[..20_000]);
+        assert_eq!(
+            copied.as_slice()[0].as_ptr(),
+            forwarded[0].as_ptr(),
+            "what went on is the copy itself, not a second one"
+        );
     }
 
     #[tokio::test]

@@ -93,8 +93,10 @@ pub trait ReplayBody: Body<Error: Into<BoxError>> + Sized + Send + Unpin + 'stat
 }
 
 /// A request body on its way upstream while the guard copies it: the
-/// client's frames, unchanged and as they arrive (their data as [`Bytes`]),
-/// with the chunks themselves kept as the copy, not their bytes copied (up to
+/// client's frames, with the same bytes and as they arrive (their data as
+/// [`Bytes`]), with the chunks themselves kept as the copy, not their bytes
+/// copied, except for a body that declares a short length, copied as it
+/// arrives and passed on as its copy (up to
 /// [`max_request_body`](crate::RefusalGuardLayer::max_request_body)) for
 /// the recovery requests the guard may build later. An error of the
 /// client's body is passed on as it is, so that the upstream request is
@@ -136,10 +138,12 @@ impl<B: Body + Unpin> Body for ForwardedBody<B> {
             Some(Ok(frame)) => {
                 // The chunk itself, kept for the copy: for `Bytes` (what
                 // hyper and reqwest yield) taking it whole copies nothing.
-                let frame = frame.map_data(|mut data| data.copy_to_bytes(data.remaining()));
-                if let Some(data) = frame.data_ref() {
-                    this.copy.take(data);
-                }
+                // What goes on is what the copy says (the copy of a short
+                // body, so that the client's read buffer is free at once).
+                let frame = frame.map_data(|mut data| {
+                    let data = data.copy_to_bytes(data.remaining());
+                    this.copy.take(data)
+                });
                 // A body that knows its end (a declared length) is not
                 // polled again once it is sent whole.
                 if this.body.is_end_stream() {

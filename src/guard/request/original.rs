@@ -86,7 +86,7 @@ impl Original {
     /// the body's room in the pool.
     pub(crate) fn read(
         incoming: &Incoming,
-        mut parts: http::request::Parts,
+        parts: http::request::Parts,
         head: &Value,
         body: Chunks,
         members: Option<Vec<Located>>,
@@ -95,8 +95,6 @@ impl Original {
         let Incoming {
             config, dialect, ..
         } = incoming;
-        // Kept for every recovery until the response has streamed.
-        crate::replay::chunks::unpin_headers(&mut parts.headers);
         let mut json = JsonBody::new(body.clone());
         // Which conversation: the user's closure, then the header, then a
         // hash of what stays the same across the conversation, computed
