@@ -20,6 +20,7 @@ pub(crate) mod bedrock;
 pub(crate) mod cross;
 pub(crate) mod errors;
 mod fields;
+pub(crate) mod framing;
 pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai;
@@ -297,6 +298,13 @@ fn strip_cache_marks(value: &mut Value, mark: CacheMark) {
 pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn provider(&self) -> Provider;
     fn wire_api(&self) -> WireApi;
+    /// Whether a fallback chain entry naming `provider` (`openai:gpt-5`)
+    /// is served on this API itself, on the client's own credentials,
+    /// rather than translated into that provider's fallback API: by
+    /// default when that API is this one.
+    fn serves_entries_of(&self, provider: Provider) -> bool {
+        crate::recovery::fallback_api(provider) == self.wire_api()
+    }
     /// Recognises a request this dialect guards from its method and URL alone.
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>>;
     /// The model the request asks for: the one in the path, else the body's
@@ -367,10 +375,10 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError>;
     /// Asks for another model (in the body or in the path).
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError>;
-    /// What this dialect offers of the Anthropic Messages wire's own
-    /// features, if it speaks that wire.
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        None
+    /// The optional features this wire API offers the recovery (see
+    /// [`Features`]): by default none.
+    fn features(&self) -> &dyn Features {
+        &NoFeatures
     }
     /// The provider's request id in the response headers.
     fn request_id(&self, headers: &HeaderMap) -> Option<String> {
@@ -380,17 +388,23 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// What only the Anthropic Messages wire has: fallback credit, server-side
-/// fallbacks, handoff marks, live thinking and partial-refusal
-/// continuation. Each method's default is "not offered", because each host
-/// of that wire offers a part of it (Bedrock's Messages API the marks and
-/// live thinking, its InvokeModel a credit token in the body).
-pub(crate) trait AnthropicFeatures: Send + Sync {
+/// What a wire API may offer the recovery beyond judging and rewriting a
+/// request: fallback credit, server-side fallbacks, prefill fitting,
+/// handoff marks, live thinking and partial-refusal continuation. Each
+/// method's default is "not offered", so that a dialect implements the
+/// part its API has (`docs/providers.md` says which API offers what) and
+/// the guard asks every dialect the same questions.
+pub(crate) trait Features: Send + Sync {
     /// Asks the provider to mint fallback credit on a refusal.
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
     /// Whether [`request_fallback_credit`](Self::request_fallback_credit)
     /// asks for anything on this host of the wire.
     fn asks_fallback_credit(&self) -> bool {
+        false
+    }
+    /// Whether this wire API takes server-side fallbacks at all (on some
+    /// platform): the models of a retarget list are then its provider's.
+    fn has_server_fallbacks(&self) -> bool {
         false
     }
     /// Whether the platform behind `uri` has server-side fallbacks, so that
@@ -462,6 +476,11 @@ pub(crate) trait AnthropicFeatures: Send + Sync {
     }
 }
 
+/// The features of a wire API that offers none of them.
+struct NoFeatures;
+
+impl Features for NoFeatures {}
+
 /// Every dialect, in the order they are tried.
 static DIALECTS: &[&dyn Dialect] = &[
     #[cfg(feature = "bedrock")]
@@ -475,6 +494,15 @@ static DIALECTS: &[&dyn Dialect] = &[
     &openai::chat::OpenAiChat,
     &openai::responses::OpenAiResponses,
 ];
+
+/// The providers whose wire APIs take server-side fallbacks: the models a
+/// retarget list writes into one are theirs.
+pub(crate) fn server_fallback_providers() -> impl Iterator<Item = Provider> {
+    DIALECTS
+        .iter()
+        .filter(|dialect| dialect.features().has_server_fallbacks())
+        .map(|dialect| dialect.provider())
+}
 
 /// Finds the dialect that guards this request, if any.
 pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {

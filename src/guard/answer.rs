@@ -24,8 +24,8 @@ use crate::guard::hold::{is_event_stream, Held, LiveForward};
 use crate::guard::partial::{Continued, Plan};
 use crate::guard::rejected::Resent;
 use crate::guard::respond::{pump, respond, unless_gone, ServedRecovery};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::{InnerBody, InnerService};
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerBody, InnerService, UpstreamBody};
 
 /// How a guarded call answers, chosen once from the configuration and the
 /// original's head.
@@ -46,7 +46,7 @@ impl Mode {
         let config = &exchange.call.config;
         let stream = response.status().is_success() && is_event_stream(response.headers());
         let splice = (config.live_thinking && stream)
-            .then(|| exchange.call.dialect.anthropic()?.live_splice())
+            .then(|| exchange.call.dialect.features().live_splice())
             .flatten();
         match splice {
             Some(splice) => Mode::LiveThinking(splice),
@@ -130,7 +130,7 @@ impl<U: InnerService> Exchange<U> {
     /// decided; then the response the decision comes to.
     async fn run(
         mut self,
-        opening: Opening<IdleTimeout<U::Out>>,
+        opening: Opening<UpstreamBody<U::Out>>,
         live: Option<&mut LiveForward>,
         partial: Option<Plan>,
     ) -> Response<GuardBody<U::Out>> {
@@ -188,7 +188,7 @@ where
 /// the same message: its blocks follow the thinking the client has seen.
 fn live_thinking<U: InnerService>(
     exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
+    response: Response<UpstreamBody<U::Out>>,
     splice: Box<dyn LiveSplice>,
 ) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();

@@ -16,6 +16,7 @@ use crate::dialect::FrameRewrite;
 use crate::guard::findings::StreamJudge;
 use crate::guard::settle::{Ending, Settlement};
 use crate::guard::timeout::IdleTimeout;
+use crate::guard::upstream::UpstreamBody;
 use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
 
@@ -121,7 +122,7 @@ const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 enum Kind<R> {
     Passthrough(Pin<Box<IdleTimeout<R>>>),
-    Guarded(Box<Guarded<IdleTimeout<R>>>),
+    Guarded(Box<Guarded<UpstreamBody<R>>>),
     Channel(Box<Channel>),
     /// An answer the guard made itself (an error in the API's shape).
     Full(Option<Bytes>),
@@ -155,6 +156,11 @@ impl<R> GuardBody<R> {
         }
     }
 
+    /// An upstream's response passed on unread (never translated).
+    pub(crate) fn unread(body: UpstreamBody<R>) -> Self {
+        GuardBody::passthrough(body.into_inner())
+    }
+
     /// Exactly `bytes`: an answer the guard makes itself.
     pub(crate) fn full(bytes: Bytes) -> Self {
         GuardBody {
@@ -186,7 +192,7 @@ impl<R> GuardBody<R> {
     pub(crate) fn guarded(
         held: VecDeque<Frame<Bytes>>,
         share: Option<Share>,
-        rest: Option<Pin<Box<IdleTimeout<R>>>>,
+        rest: Option<Pin<Box<UpstreamBody<R>>>>,
         error: Option<BoxError>,
         mut judge: Option<Box<StreamJudge>>,
         settlement: Option<Settlement>,

@@ -166,11 +166,12 @@ impl Config {
         if let Some(on) = tenant.text_detection_setting() {
             config.text_detection = on;
         }
-        // Server-side fallbacks go to Anthropic's models.
+        // Server-side fallbacks go to the models of the providers whose
+        // APIs take them.
         let allow = tenant.allowlist();
-        config
-            .retarget
-            .retain(|model| allow.allows(Provider::Anthropic, model));
+        config.retarget.retain(|model| {
+            crate::dialect::server_fallback_providers().any(|p| allow.allows(p, model))
+        });
         config
             .cross_provider
             .retain(|provider, _| tenant.may_use_operator_key(*provider));

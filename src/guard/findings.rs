@@ -5,9 +5,10 @@
 
 use bytes::Bytes;
 
+use crate::dialect::framing::StreamFramer;
 use crate::dialect::{EventJudge, Finding, Iterations, RefusalInfo, ServerFallback};
 use crate::refusal::FallbackCredit;
-use crate::sse::{FrameSink, SseFramer};
+use crate::sse::FrameSink;
 
 /// What a response showed, event by event or from its whole JSON body.
 #[derive(Debug, Clone, Default)]
@@ -146,60 +147,9 @@ impl Findings {
     }
 }
 
-/// The framing of a judged stream: SSE, or (Bedrock) an AWS event stream.
-enum Framer {
-    Sse(SseFramer),
-    #[cfg(feature = "bedrock")]
-    EventStream(crate::dialect::bedrock::eventstream::EventStreamFramer),
-}
-
-impl Framer {
-    fn for_event_judge(event_judge: &dyn EventJudge, max_frame_bytes: usize) -> Self {
-        #[cfg(feature = "bedrock")]
-        if let Some(translate) = event_judge.eventstream() {
-            return Framer::EventStream(
-                crate::dialect::bedrock::eventstream::EventStreamFramer::new(
-                    translate,
-                    max_frame_bytes,
-                ),
-            );
-        }
-        let _ = event_judge;
-        Framer::Sse(SseFramer::with_max_frame_bytes(max_frame_bytes))
-    }
-
-    fn push_to(
-        &mut self,
-        chunk: &Bytes,
-        sink: &mut impl FrameSink,
-    ) -> Result<(), crate::sse::FrameTooLarge> {
-        match self {
-            Framer::Sse(framer) => framer.push_to(chunk, sink),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.push_to(chunk, sink),
-        }
-    }
-
-    fn pending_len(&self) -> usize {
-        match self {
-            Framer::Sse(framer) => framer.pending_len(),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.pending_len(),
-        }
-    }
-
-    fn finish(&mut self) -> Option<crate::sse::Frame> {
-        match self {
-            Framer::Sse(framer) => framer.finish(),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.finish(),
-        }
-    }
-}
-
 /// Reads a stream frame by frame and keeps its [`Findings`].
 pub(crate) struct StreamJudge {
-    framer: Framer,
+    framer: StreamFramer,
     event_judge: Box<dyn EventJudge>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
@@ -219,7 +169,7 @@ impl StreamJudge {
         keep_text: bool,
     ) -> Self {
         StreamJudge {
-            framer: Framer::for_event_judge(&*event_judge, max_frame_bytes),
+            framer: StreamFramer::for_event_judge(&*event_judge, max_frame_bytes),
             event_judge,
             findings: Findings::keeping_text(keep_text),
             frames: 0,
@@ -239,7 +189,8 @@ impl StreamJudge {
                 // An unfinished frame too large to keep: drop it (the client
                 // still gets its bytes) and pick the stream up again at the
                 // next blank line; its tail parses as fields nobody reads.
-                self.framer = Framer::for_event_judge(&*self.event_judge, self.max_frame_bytes);
+                self.framer =
+                    StreamFramer::for_event_judge(&*self.event_judge, self.max_frame_bytes);
             }
         }
     }
@@ -258,7 +209,7 @@ impl StreamJudge {
     }
 
     /// The framer, and the judging of the frames it cuts, borrowed apart.
-    fn split(&mut self) -> (&mut Framer, FrameJudge<'_>) {
+    fn split(&mut self) -> (&mut StreamFramer, FrameJudge<'_>) {
         let judge = FrameJudge {
             event_judge: &mut *self.event_judge,
             findings: &mut self.findings,

@@ -15,8 +15,8 @@ use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::exchange::Exchange;
 use crate::guard::findings::{Findings, StreamJudge};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerService;
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::refusal::AttemptResult;
 use crate::replay::chunks::unpinned;
 use crate::replay::reserve::Share;
@@ -88,14 +88,10 @@ pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
         .starts_with("text/event-stream")
 }
 
-/// A stream the guard judges frame by frame: SSE, or an AWS event stream
-/// (Bedrock), which nothing may be written into.
+/// A stream the guard judges frame by frame: SSE, or one a dialect frames
+/// itself, which nothing may be written into.
 fn is_judged_stream(headers: &HeaderMap) -> bool {
-    is_event_stream(headers)
-        || content_type(headers)
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/vnd.amazon.eventstream")
+    is_event_stream(headers) || crate::dialect::framing::is_binary_stream(content_type(headers))
 }
 
 pub(crate) fn is_json(headers: &HeaderMap) -> bool {
@@ -169,9 +165,9 @@ impl<U: InnerService> Exchange<U> {
     /// there is something to decide, within the call's recovery deadline.
     pub(crate) async fn judge(
         &mut self,
-        response: Response<IdleTimeout<U::Out>>,
+        response: Response<UpstreamBody<U::Out>>,
         live: Option<&mut LiveForward>,
-    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
+    ) -> Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout> {
         self.hold_original(response, live).await
     }
 
@@ -182,9 +178,9 @@ impl<U: InnerService> Exchange<U> {
     /// is left to answer.
     pub(crate) async fn hold_original(
         &mut self,
-        response: Response<IdleTimeout<U::Out>>,
+        response: Response<UpstreamBody<U::Out>>,
         live: Option<&mut LiveForward>,
-    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
+    ) -> Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout> {
         let call = &self.call;
         let status = response.status().as_u16();
         let held = hold(

@@ -28,7 +28,8 @@
 //!                   thinking), chosen once; run: the chain below
 //! hold              judge: the original held back until it shows output, a
 //!                   refusal, its end or a bound
-//! partial           opt-in (Anthropic): continue a claimed partial refusal
+//! partial           opt-in: continue a claimed partial refusal (the dialect's
+//!                   PartialContinuation)
 //! decide/           the original as it is, or the ladder on an empty refusal
 //!                   (decide/climb.rs, decide/steps.rs): a Decision, a value
 //! respond           the decision as the client's response, marked, recorded

@@ -19,15 +19,15 @@ use crate::guard::decide::{Decision, HandoffMark};
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::hold::Held;
 use crate::guard::settle::{refusal_of, seen_in, About, Settlement};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerBody;
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerBody, UpstreamBody};
 use crate::refusal::{Attempt, Outcome, Refusal};
 use crate::BoxError;
 
 /// Turns a decision into the response the client gets, recording the
 /// refusal it carries and settling the handle (or leaving both to the end
 /// of the stream, when that is what decides).
-pub(crate) fn respond<R>(decision: Decision<IdleTimeout<R>>, call: &Call) -> Response<GuardBody<R>>
+pub(crate) fn respond<R>(decision: Decision<UpstreamBody<R>>, call: &Call) -> Response<GuardBody<R>>
 where
     R: InnerBody,
 {
@@ -85,7 +85,7 @@ where
 /// without output, a provider error or a hold bound. A whole JSON body is
 /// settled now; a stream is settled by what the rest of it shows.
 fn serve_as_sent<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     request_id: Option<String>,
     mut attempts: Vec<Attempt>,
@@ -111,7 +111,7 @@ where
 /// record says of the attempt (what became of a credit token, a chain's
 /// iterations), or when it is cut short, marked so.
 pub(crate) fn serve_recovered<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     refusal: Refusal,
     attempts: Vec<Attempt>,
@@ -133,7 +133,7 @@ where
 /// Marks a fallback's model change in the response served: a stream through
 /// the splice returned, a whole JSON body at once.
 fn mark_handoff<R>(
-    held: &mut Held<IdleTimeout<R>>,
+    held: &mut Held<UpstreamBody<R>>,
     call: &Call,
     mark: &HandoffMark,
 ) -> Option<Splice> {
@@ -146,14 +146,14 @@ fn mark_handoff<R>(
     held.parts.headers.remove(CONTENT_LENGTH);
     let max_frame = call.config.max_hold_bytes.max(1);
     call.dialect
-        .anthropic()?
+        .features()
         .handoff_stream(&handoff)
         .map(|rewrite| Splice::new(rewrite, max_frame))
 }
 
 /// Marks a handoff inside a whole (already read) JSON body.
 fn mark_json<R>(
-    held: &mut Held<IdleTimeout<R>>,
+    held: &mut Held<UpstreamBody<R>>,
     dialect: &'static dyn Dialect,
     handoff: &Handoff<'_>,
 ) {
@@ -169,10 +169,7 @@ fn mark_json<R>(
     let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
         return;
     };
-    let marked = dialect
-        .anthropic()
-        .is_some_and(|features| features.handoff_json(&mut json, handoff));
-    if marked {
+    if dialect.features().handoff_json(&mut json, handoff) {
         let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
         held.parts
             .headers
@@ -288,7 +285,7 @@ pub(crate) async fn pump<R>(
 
 /// Turns a held response into the response the client gets.
 pub(crate) fn serve<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     settle: Option<Settlement>,
     decided: Option<&Refusal>,
@@ -320,7 +317,7 @@ where
 /// A response whose refusal question is settled now (JSON, or a decision
 /// made before serving).
 pub(crate) fn serve_settled<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     refusal: Option<Refusal>,
     attempts: Vec<Attempt>,

@@ -19,8 +19,7 @@ use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
 use crate::guard::request::intake::Intake;
 use crate::guard::request::original::{with_body, Original};
 use crate::guard::request::Incoming;
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::{InnerService, SendError};
+use crate::guard::upstream::{InnerService, SendError, UpstreamBody};
 use crate::refusal::{AttemptResult, AttemptStep, RefusalHandle};
 use crate::replay::chunks::Chunks;
 use crate::replay::copy::{Copied, CopyOutcome};
@@ -40,7 +39,7 @@ pub(crate) enum Sent<U: InnerService> {
 pub(crate) struct SentOriginal<U: InnerService> {
     pub(crate) call: Call,
     pub(crate) original: Original,
-    pub(crate) response: Response<IdleTimeout<U::Out>>,
+    pub(crate) response: Response<UpstreamBody<U::Out>>,
     pub(crate) attempt: AttemptSpan,
     /// When the original went.
     pub(crate) sent: Instant,
@@ -150,7 +149,7 @@ async fn as_it_arrives<U: InnerService>(
         }
         (Ok(response), Learned::Unguarded(reason)) => {
             tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
-            return Sent::Answered(Ok(response.map(GuardBody::passthrough)));
+            return Sent::Answered(Ok(response.map(GuardBody::unread)));
         }
         (Ok(response), Learned::Head(learned)) => {
             let LearnedHead {
@@ -163,7 +162,7 @@ async fn as_it_arrives<U: InnerService>(
         }
     };
     if unguardable(dialect, &head) {
-        return Sent::Answered(Ok(response.map(GuardBody::passthrough)));
+        return Sent::Answered(Ok(response.map(GuardBody::unread)));
     }
     let original = Original::read(&incoming, sent_parts, &head, bytes, members, share);
     let call = Call::start(incoming, &original);
@@ -255,7 +254,7 @@ async fn send_learning<U: InnerService>(
     request: Request<U::Body>,
     copy: CopyOutcome,
 ) -> (
-    Result<Response<IdleTimeout<U::Out>>, SendError<U::Error>>,
+    Result<Response<UpstreamBody<U::Out>>, SendError<U::Error>>,
     Learned,
 ) {
     let mut sending = std::pin::pin!(upstream.send(request));
@@ -293,7 +292,7 @@ pub(crate) async fn pass<U: InnerService>(
     request: Request<U::Body>,
 ) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     match upstream.send(request).await {
-        Ok(response) => Ok(response.map(GuardBody::passthrough)),
+        Ok(response) => Ok(response.map(GuardBody::unread)),
         Err(failed) => failure(api, failed),
     }
 }

@@ -30,9 +30,8 @@ use serde_json::{json, Value};
 use super::fields::typed;
 use super::{
     merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
-    AnthropicFeatures, ComposedFallbacks, Dialect, EventJudge, Finding, FrameRewrite, Handoff,
-    LiveSplice, PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback,
-    CACHE_CONTROL,
+    ComposedFallbacks, Dialect, EventJudge, Features, Finding, FrameRewrite, Handoff, LiveSplice,
+    PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, CACHE_CONTROL,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
 use crate::refusal::{Provider, WireApi};
@@ -246,12 +245,12 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        Some(self)
+    fn features(&self) -> &dyn Features {
+        self
     }
 }
 
-impl AnthropicFeatures for AnthropicMessages {
+impl Features for AnthropicMessages {
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         Some(Box::<LiveThinking>::default())
     }
@@ -298,6 +297,10 @@ impl AnthropicFeatures for AnthropicMessages {
     }
 
     fn asks_fallback_credit(&self) -> bool {
+        true
+    }
+
+    fn has_server_fallbacks(&self) -> bool {
         true
     }
 

@@ -139,7 +139,8 @@ pub(super) fn iterations(usage: &Value) -> Option<Iterations> {
 /// ..}`, the latter with `remove_to_redeem`, a list of the request's field
 /// names, exactly when the reason is `variant_fields_present`
 /// (anthropic-sdk-python `types/beta/beta_fallback_credit_usage.py`,
-/// `beta_fallback_credit_not_applied.py`).
+/// `beta_fallback_credit_not_applied.py`: "a corrected re-send inside the
+/// token's five-minute window can still redeem").
 pub(super) fn fallback_credit(usage: &Value) -> Option<FallbackCredit> {
     let status = usage.get("fallback_credit")?.get("status")?;
     let fields = status.get("remove_to_redeem").and_then(Value::as_array);

@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use super::anthropic::AnthropicMessages;
 use super::{
-    is_real_text, path_segments, AnthropicFeatures, Dialect, EventJudge, Finding, FrameRewrite,
-    Handoff, LiveSplice, RefusalInfo, RewriteError,
+    is_real_text, path_segments, Dialect, EventJudge, Features, Finding, FrameRewrite, Handoff,
+    LiveSplice, RefusalInfo, RewriteError,
 };
 use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
@@ -241,8 +241,8 @@ impl Dialect for BedrockInvokeModel {
         swap_path_model(uri, at, &written, model)
     }
 
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        Some(self)
+    fn features(&self) -> &dyn Features {
+        self
     }
 
     fn request_id(&self, headers: &HeaderMap) -> Option<String> {
@@ -250,7 +250,7 @@ impl Dialect for BedrockInvokeModel {
     }
 }
 
-impl AnthropicFeatures for BedrockInvokeModel {
+impl Features for BedrockInvokeModel {
     fn attach_credit_token(&self, _headers: &mut HeaderMap, body: &mut Value, token: &str) {
         // Bedrock redeems a token only under the beta the refused request
         // carried; the guard never adds the client's betas for it. The token
@@ -366,8 +366,8 @@ impl Dialect for BedrockMessages {
         AnthropicMessages.swap_model(uri, body, model)
     }
 
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        Some(self)
+    fn features(&self) -> &dyn Features {
+        self
     }
 
     fn request_id(&self, headers: &HeaderMap) -> Option<String> {
@@ -377,7 +377,7 @@ impl Dialect for BedrockMessages {
 
 /// Handoff marks and live thinking as on the first-party API; no partial
 /// continuation, which needs the fallback credit Bedrock does not mint.
-impl AnthropicFeatures for BedrockMessages {
+impl Features for BedrockMessages {
     fn handoff_stream(&self, handoff: &Handoff<'_>) -> Option<Box<dyn FrameRewrite>> {
         AnthropicMessages.handoff_stream(handoff)
     }
@@ -576,7 +576,7 @@ mod tests {
 
     #[test]
     fn bedrock_messages_offers_no_fallback_credit_continuation() {
-        let features = BedrockMessages.anthropic().unwrap();
+        let features = BedrockMessages.features();
         assert!(features.partial_continuation(1024).is_none());
         assert!(!features.carries_server_fallbacks(&json!({"fallbacks": [{"model": "m"}]})));
     }

@@ -16,8 +16,11 @@ use super::translate::{
 use crate::refusal::WireApi;
 use crate::sse::{Frame, SseFramer};
 
+mod body;
 #[cfg(test)]
 mod tests;
+
+pub(crate) use body::Translated;
 
 /// An API a translated fallback can serve a client in: its request is read,
 /// and the fallback's answer written in it.

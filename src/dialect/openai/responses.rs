@@ -184,6 +184,13 @@ impl Dialect for OpenAiResponses {
         WireApi::OpenAiResponses
     }
 
+    /// An `openai:` entry names this API's own provider: translating it
+    /// into Chat Completions, OpenAI's fallback API, would lose what
+    /// Responses alone carries.
+    fn serves_entries_of(&self, provider: Provider) -> bool {
+        provider == Provider::OpenAi
+    }
+
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
         // Creation only: `/responses/{id}`, `/cancel`, `/input_items` and
         // the like are other endpoints and pass through.

@@ -12,8 +12,7 @@ use crate::guard::call::{millis, Call};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Draft, Original};
 use crate::guard::settle::{About, Settlement};
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::InnerService;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState};
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalSignal, WireApi,
@@ -64,7 +63,7 @@ pub(super) struct Climb {
     pub(super) info: RefusalInfo,
     /// The attempts so far; records the client leaving if dropped undecided.
     pub(super) settlement: Settlement,
-    /// An Anthropic fallback credit token and when it was minted.
+    /// A fallback credit token and when it was minted.
     pub(super) credit: Option<(String, Instant)>,
     /// Request fields a response named as keeping its credit token from
     /// being redeemed (`remove_to_redeem`): later fallbacks that present a
@@ -205,7 +204,7 @@ impl Climb {
         call: &Call,
         streaming: bool,
         step: &Prepared,
-    ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
+    ) -> Option<(Held<UpstreamBody<U::Out>>, Attempt)> {
         let request: Request<U::Body> = step.draft.request(&step.draft.json);
         let to = step.fallback.map(|fallback| fallback.target.provider());
         self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
@@ -253,8 +252,8 @@ impl Climb {
             Ok(Ok(held)) => held,
         };
         record.status = Some(held.status());
-        // An error status the dialect reads as a refusal (Azure's 400
-        // `content_filter`) is a refusal of this attempt, not an upstream error.
+        // An error status the dialect reads as a refusal (a content filter's
+        // 400) is a refusal of this attempt, not an upstream error.
         if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
             record.result = AttemptResult::HttpError;
             self.fail(record, DeadReason::UpstreamError);
@@ -266,8 +265,8 @@ impl Climb {
     /// The token a refused fallback presented, when its response said what to
     /// leave out for it to redeem: not redeemed, it may still be, by a
     /// request without those fields within its lifetime ("a corrected
-    /// re-send inside the token's five-minute window can still redeem",
-    /// anthropic-sdk-python `beta_fallback_credit_not_applied.py`).
+    /// re-send inside the token's five-minute window can still redeem", as
+    /// the dialect that reads `remove_to_redeem` cites).
     pub(super) fn carried(&self, record: &Attempt, step: &Prepared) -> Option<(String, Instant)> {
         let credit = record.fallback_credit.as_ref()?;
         (!credit.remove_to_redeem().is_empty())
@@ -286,10 +285,10 @@ impl Climb {
     pub(super) async fn weigh<R>(
         &mut self,
         call: &Call,
-        held: Held<IdleTimeout<R>>,
+        held: Held<UpstreamBody<R>>,
         mut record: Attempt,
         step: Prepared,
-    ) -> Option<Decision<IdleTimeout<R>>> {
+    ) -> Option<Decision<UpstreamBody<R>>> {
         let outcome = match step.kind {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
@@ -373,10 +372,10 @@ impl Climb {
     pub(super) async fn recovered<R>(
         &mut self,
         call: &Call,
-        held: Held<IdleTimeout<R>>,
+        held: Held<UpstreamBody<R>>,
         refusal: Refusal,
         step: Prepared,
-    ) -> Decision<IdleTimeout<R>> {
+    ) -> Decision<UpstreamBody<R>> {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
@@ -412,7 +411,7 @@ impl Climb {
 /// as it arrives. An error status stays as it came: the fallback fails on it,
 /// and its body is never served.
 pub(super) fn translate_answer<R>(
-    response: &mut http::Response<IdleTimeout<R>>,
+    response: &mut http::Response<UpstreamBody<R>>,
     fallback: CrossProvider,
     client: WireApi,
     streaming: bool,

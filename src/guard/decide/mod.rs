@@ -12,8 +12,8 @@ mod steps;
 use crate::dialect::{Declined, Handoff, RefusalInfo};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{Held, Verdict};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerService;
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::refusal::{Attempt, AttemptResult, DeadReason, Outcome, Refusal};
 use climb::{routing_order, Climb, Prep, MAX_SKIPS};
 
@@ -87,8 +87,8 @@ impl<U: InnerService> Exchange<U> {
     /// what the ladder comes to.
     pub(crate) async fn decide(
         mut self,
-        held: Held<IdleTimeout<U::Out>>,
-    ) -> Decision<IdleTimeout<U::Out>> {
+        held: Held<UpstreamBody<U::Out>>,
+    ) -> Decision<UpstreamBody<U::Out>> {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
         let original_attempt = self.original_attempt(held.status(), AttemptResult::Served);
@@ -163,11 +163,11 @@ impl<U: InnerService> Exchange<U> {
 
     async fn recover(
         self,
-        refused: Held<IdleTimeout<U::Out>>,
+        refused: Held<UpstreamBody<U::Out>>,
         info: RefusalInfo,
         original_attempt: Attempt,
         original_request_id: Option<String>,
-    ) -> Decision<IdleTimeout<U::Out>> {
+    ) -> Decision<UpstreamBody<U::Out>> {
         let primary_id = refused.findings().and_then(|f| f.message_id.clone());
         let order = routing_order(&self.call, &info).await;
         let opening = self.opening(original_attempt);
@@ -238,6 +238,7 @@ mod tests {
     use super::*;
     use crate::guard::call::Call;
     use crate::guard::request::original::Original;
+    use crate::guard::timeout::IdleTimeout;
     use crate::guard::upstream::{Inner, Timeouts};
     use crate::recovery::{NextStep, RecoveryState, Rescue};
     use crate::refusal::RefusalHandle;
@@ -325,8 +326,10 @@ mod tests {
         (exchange, Witness { handle, sent })
     }
 
-    fn original() -> Response<IdleTimeout<Full<Bytes>>> {
-        let body = IdleTimeout::new(Full::new(Bytes::from(REFUSAL)), Duration::from_secs(5));
+    fn original() -> Response<UpstreamBody<Full<Bytes>>> {
+        let body = Full::new(Bytes::from(REFUSAL));
+        let body =
+            crate::dialect::cross::Translated::new(IdleTimeout::new(body, Duration::from_secs(5)));
         Response::builder()
             .header("content-type", "application/json")
             .body(body)
@@ -344,7 +347,7 @@ mod tests {
     /// Asserts `decision` is the refusal left dead for `reason`, with the
     /// original as sent and nothing recorded or settled yet.
     fn assert_dead(
-        decision: Decision<IdleTimeout<Full<Bytes>>>,
+        decision: Decision<UpstreamBody<Full<Bytes>>>,
         witness: &Witness,
         reason: DeadReason,
     ) {

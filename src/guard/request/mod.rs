@@ -25,7 +25,7 @@ pub(crate) struct Incoming {
     /// The layer's configuration with the tenant's settings applied.
     pub(crate) config: Arc<Config>,
     pub(crate) dialect: &'static dyn Dialect,
-    /// The model its path names (Gemini, Bedrock, Vertex).
+    /// The model its path names, on the wire APIs that name it there.
     pub(crate) path_model: Option<String>,
     /// The conversation the guard's header named.
     pub(crate) named: Option<String>,
@@ -73,16 +73,13 @@ impl Incoming {
         // The guard must read what comes back: a compressed stream would
         // pass unjudged.
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-        let Some(features) = self.dialect.anthropic() else {
-            return;
-        };
         let config = &self.config;
         let chain = match (&config.policy, model) {
             (None, Some(model)) => config.ladder.chains().for_model(model),
             _ => &[],
         };
         if config.fallback_credit && !chain.is_empty() {
-            features.request_fallback_credit(headers);
+            self.dialect.features().request_fallback_credit(headers);
         }
     }
 }

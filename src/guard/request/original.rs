@@ -162,9 +162,7 @@ impl Original {
         {
             return;
         }
-        if let Some(features) = dialect.anthropic() {
-            features.fit_prefill(json, &sticky);
-        }
+        dialect.features().fit_prefill(json, &sticky);
         tracing::info!(from = ?self.model, to = %sticky, "sticky fallback route");
         self.route = Some(StickyRoute {
             requested: self.model.clone(),
@@ -181,9 +179,7 @@ impl Original {
             config, dialect, ..
         } = incoming;
         incoming.first_headers(&mut self.parts.headers, self.model.as_deref());
-        let Some(features) = dialect.anthropic() else {
-            return;
-        };
+        let features = dialect.features();
         if config.retarget.is_empty() {
             return;
         }
@@ -199,10 +195,11 @@ impl Original {
     /// any, leaving the request as the client wrote it there.
     pub(crate) fn withdraw_composed_fallbacks(&mut self, dialect: &dyn Dialect) {
         let composed = self.composed.take();
-        if let (Some(composed), Some(features), Some(json)) =
-            (composed, dialect.anthropic(), self.body.json_mut())
-        {
-            features.restore_fallbacks(&mut self.parts.headers, json, &composed);
+        if let (Some(composed), Some(json)) = (composed, self.body.json_mut()) {
+            let headers = &mut self.parts.headers;
+            dialect
+                .features()
+                .restore_fallbacks(headers, json, &composed);
         }
     }
 
@@ -248,8 +245,11 @@ impl Draft {
         dialect: &dyn Dialect,
         model: &str,
     ) -> Result<(), crate::dialect::RewriteError> {
-        if let (Some(composed), Some(features)) = (self.composed.take(), dialect.anthropic()) {
-            features.restore_fallbacks(&mut self.parts.headers, &mut self.json, &composed);
+        if let Some(composed) = self.composed.take() {
+            let (headers, json) = (&mut self.parts.headers, &mut self.json);
+            dialect
+                .features()
+                .restore_fallbacks(headers, json, &composed);
         }
         dialect.swap_model(&mut self.parts.uri, &mut self.json, model)
     }
