@@ -15,7 +15,6 @@ pub(crate) use head::{forwarded_head, request_head};
 pub(crate) use seed::{seed_part, SeedReach};
 
 pub(crate) mod anthropic;
-#[cfg(feature = "bedrock")]
 pub(crate) mod bedrock;
 pub(crate) mod cross;
 pub(crate) mod errors;

@@ -12,7 +12,7 @@
 use http::{HeaderMap, Method, Uri};
 use serde_json::Value;
 
-use super::{
+use super::messages::{
     bedrock_request_id, converse_block_output, converse_note, converse_refusal, converse_usage,
     model_segment, swap_path_model,
 };
@@ -39,7 +39,7 @@ impl Dialect for BedrockConverse {
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
-        super::recognise_action(method, uri, CONVERSE_ACTIONS)
+        super::messages::recognise_action(method, uri, CONVERSE_ACTIONS)
     }
 
     fn is_streaming(&self, uri: &Uri, _body: &Value) -> bool {

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::anthropic::translate as anthropic;
 use super::gemini::translate as gemini;
-use super::openai::{translate_chat as openai_chat, translate_responses as openai_responses};
+use super::openai::translate::{chat as openai_chat, responses as openai_responses};
 use super::translate::{
     Event, Part, Prompt, ReadStream, Reply, ToolChoice, Untranslatable, WriteStream,
 };

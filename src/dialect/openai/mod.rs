@@ -6,5 +6,4 @@ pub(crate) mod chat;
 pub(crate) mod errors;
 mod policy;
 pub(crate) mod responses;
-pub(crate) mod translate_chat;
-pub(crate) mod translate_responses;
+pub(crate) mod translate;

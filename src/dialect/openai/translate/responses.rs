@@ -25,7 +25,7 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::translate_chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
+use super::chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
 use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Event,
     ImageSource, Part, Prompt, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
@@ -34,7 +34,7 @@ use crate::refusal::Usage;
 
 const API: &str = "OpenAI Responses";
 
-const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
+const CONTENT_FILTER: &str = crate::dialect::openai::chat::CONTENT_FILTER;
 
 /// The most text, refusal and arguments a stream writer holds for the
 /// final event, which repeats the whole answer. Far above any model's

@@ -27,8 +27,8 @@ const MAX_STOP_SEQUENCES: usize = 4;
 
 /// The category of a refusal the model wrote in its `refusal` field, as
 /// the Chat dialect names it.
-const MODEL_REFUSAL: &str = super::chat::MODEL_REFUSAL;
-const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
+const MODEL_REFUSAL: &str = crate::dialect::openai::chat::MODEL_REFUSAL;
+const CONTENT_FILTER: &str = crate::dialect::openai::chat::CONTENT_FILTER;
 
 // ---- requests ---------------------------------------------------------
 
