@@ -12,6 +12,11 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 
 /// The company whose model produced the response.
+///
+/// Its facts (its name, the prefix a chain entry names it by, the API a
+/// fallback to it is sent in) are declared by its folder of the private
+/// `dialect` module, as are [`WireApi`]'s: `as_str` and the other methods
+/// are defined there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -25,21 +30,6 @@ pub enum Provider {
     Google,
 }
 
-impl Provider {
-    /// The lower-case name used in logs (`anthropic`, `openai`, `google`).
-    ///
-    /// ```
-    /// assert_eq!(refusal_guard::refusal::Provider::OpenAi.as_str(), "openai");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::OpenAi => "openai",
-            Provider::Google => "google",
-        }
-    }
-}
-
 impl fmt::Display for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -47,15 +37,24 @@ impl fmt::Display for Provider {
 }
 
 /// The HTTP API a request was made against.
+///
+/// Its facts (its name, provider, platform, error shape, translation) are
+/// declared by its provider's folder of the private `dialect` module, where
+/// `as_str`, [`provider`](WireApi::provider) and
+/// [`platform`](WireApi::platform) are defined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum WireApi {
     /// Anthropic Messages (`POST /v1/messages`, or Vertex `:rawPredict`).
     AnthropicMessages,
-    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
+    /// OpenAI Chat Completions (`POST /v1/chat/completions`). Spelt
+    /// `openai_chat_completions`, as its dialect names it; records written
+    /// before read as `open_ai_chat_completions` too.
+    #[serde(rename = "openai_chat_completions", alias = "open_ai_chat_completions")]
     OpenAiChatCompletions,
     /// OpenAI Responses (`POST /v1/responses`).
+    #[serde(rename = "openai_responses", alias = "open_ai_responses")]
     OpenAiResponses,
     /// Google Gemini `generateContent` / `streamGenerateContent` (and Vertex AI).
     GeminiGenerateContent,
@@ -68,62 +67,6 @@ pub enum WireApi {
     /// The Anthropic Messages API on Amazon Bedrock
     /// (`POST /anthropic/v1/messages` on Bedrock's hosts).
     BedrockMessages,
-}
-
-impl WireApi {
-    /// The snake-case name used in logs.
-    ///
-    /// ```
-    /// use refusal_guard::refusal::WireApi;
-    /// assert_eq!(WireApi::AnthropicMessages.as_str(), "anthropic_messages");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WireApi::AnthropicMessages => "anthropic_messages",
-            WireApi::OpenAiChatCompletions => "openai_chat_completions",
-            WireApi::OpenAiResponses => "openai_responses",
-            WireApi::GeminiGenerateContent => "gemini_generate_content",
-            WireApi::BedrockInvokeModel => "bedrock_invoke_model",
-            WireApi::BedrockConverse => "bedrock_converse",
-            WireApi::BedrockMessages => "bedrock_messages",
-        }
-    }
-
-    /// The platform that serves this API: `bedrock` for Amazon Bedrock's
-    /// surfaces, else the provider's own name.
-    ///
-    /// ```
-    /// use refusal_guard::refusal::WireApi;
-    /// assert_eq!(WireApi::BedrockConverse.platform(), "bedrock");
-    /// assert_eq!(WireApi::AnthropicMessages.platform(), "anthropic");
-    /// ```
-    pub fn platform(self) -> &'static str {
-        match self {
-            WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages => {
-                "bedrock"
-            }
-            other => other.provider().as_str(),
-        }
-    }
-}
-
-impl WireApi {
-    /// The provider whose API this is (Vertex AI's Claude is Anthropic's).
-    ///
-    /// ```
-    /// use refusal_guard::refusal::{Provider, WireApi};
-    /// assert_eq!(WireApi::OpenAiResponses.provider(), Provider::OpenAi);
-    /// ```
-    pub fn provider(self) -> Provider {
-        match self {
-            WireApi::AnthropicMessages
-            | WireApi::BedrockInvokeModel
-            | WireApi::BedrockConverse
-            | WireApi::BedrockMessages => Provider::Anthropic,
-            WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => Provider::OpenAi,
-            WireApi::GeminiGenerateContent => Provider::Google,
-        }
-    }
 }
 
 impl fmt::Display for WireApi {

@@ -16,7 +16,7 @@ use super::options::LevelFilter;
 use super::tenants::TenantsProbe;
 use super::{LogFormat, Options, Proxy, RouteBy, ServerLimits, State, Tenants, Upstream};
 use refusal_guard::env::LogSetting;
-use refusal_guard::recovery::{chain_prefix, fallback_api, parse_entry, Endpoint, PROVIDERS};
+use refusal_guard::recovery::{chain_prefix, fallback_api, parse_entry, providers, Endpoint};
 use refusal_guard::refusal::Provider;
 use refusal_guard::routing::LearnedRouting;
 use refusal_guard::store::failover::FailoverStore;
@@ -316,8 +316,7 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
 /// otherwise spend them.
 fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Provider> = PROVIDERS
-        .into_iter()
+    let named: Vec<Provider> = providers()
         .filter(|provider| {
             chains
                 .entries()

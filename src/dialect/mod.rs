@@ -1,8 +1,14 @@
-//! Wire APIs the guard understands, one file per API behind one trait.
+//! Wire APIs the guard understands: one folder per provider
+//! (`anthropic/`, `bedrock/`, `gemini/`, `openai/`), each API read by one
+//! [`Dialect`], every folder listed once in `registry.rs`.
 //!
-//! Nothing outside this module knows a provider's JSON: the service and the
-//! body only ask a [`Dialect`] what a request is, what an event or a body
-//! says, and how to build a recovery request.
+//! Nothing outside this module knows a provider's JSON or any other fact
+//! of a provider: the guard only asks a [`Dialect`] what a request is, what
+//! an event or a body says, how to build a recovery request and which of
+//! the optional [`Features`] its wire offers; the rest of the crate reads
+//! a provider's names, labels, error shape and translation from the
+//! registry (`facts.rs` says what a folder declares). `docs/design.md`
+//! walks through adding a provider.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
@@ -18,11 +24,13 @@ pub(crate) mod anthropic;
 pub(crate) mod bedrock;
 pub(crate) mod cross;
 pub(crate) mod errors;
+pub(crate) mod facts;
 mod fields;
 pub(crate) mod framing;
 pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai;
+pub(crate) mod registry;
 mod seed;
 pub(crate) mod skim;
 pub(crate) mod translate;
@@ -295,14 +303,22 @@ fn strip_cache_marks(value: &mut Value, mark: CacheMark) {
 
 /// One wire API.
 pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
-    fn provider(&self) -> Provider;
-    fn wire_api(&self) -> WireApi;
+    /// What its folder declares of the wire API it reads.
+    fn api(&self) -> &'static facts::Api;
+    /// The provider whose models answer it.
+    fn provider(&self) -> Provider {
+        self.api().provider
+    }
+    /// The wire API it reads.
+    fn wire_api(&self) -> WireApi {
+        self.api().wire_api
+    }
     /// Whether a fallback chain entry naming `provider` (`openai:gpt-5`)
     /// is served on this API itself, on the client's own credentials,
     /// rather than translated into that provider's fallback API: by
     /// default when that API is this one.
     fn serves_entries_of(&self, provider: Provider) -> bool {
-        crate::recovery::fallback_api(provider) == self.wire_api()
+        provider.fallback_api() == self.wire_api()
     }
     /// Recognises a request this dialect guards from its method and URL alone.
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>>;
@@ -480,34 +496,19 @@ struct NoFeatures;
 
 impl Features for NoFeatures {}
 
-/// Every dialect, in the order they are tried.
-static DIALECTS: &[&dyn Dialect] = &[
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockMessages,
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockInvokeModel,
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockConverse,
-    &anthropic::AnthropicMessages,
-    &gemini::GeminiGenerateContent,
-    &openai::chat::OpenAiChat,
-    &openai::responses::OpenAiResponses,
-];
-
 /// The providers whose wire APIs take server-side fallbacks: the models a
 /// retarget list writes into one are theirs.
 pub(crate) fn server_fallback_providers() -> impl Iterator<Item = Provider> {
-    DIALECTS
-        .iter()
+    registry::dialects()
         .filter(|dialect| dialect.features().has_server_fallbacks())
         .map(|dialect| dialect.provider())
 }
 
 /// Finds the dialect that guards this request, if any.
 pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {
-    DIALECTS.iter().find_map(|dialect| {
+    registry::dialects().find_map(|dialect| {
         dialect.recognise(method, uri).map(|path_model| Recognised {
-            dialect: *dialect,
+            dialect,
             path_model,
         })
     })

@@ -71,7 +71,6 @@ impl Call {
         } = incoming;
         let handle = RefusalHandle::default();
         let request = crate::telemetry::metrics::GuardedRequest::start(
-            dialect.provider(),
             dialect.wire_api(),
             original.model.as_deref(),
             original.streaming,

@@ -124,7 +124,7 @@ async fn as_it_arrives<U: InnerService>(
     incoming.first_headers(&mut parts.headers, incoming.path_model());
     let sent_parts = parts.clone();
     let sent = Instant::now();
-    let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());
+    let mut attempt = AttemptSpan::forwarded(dialect.wire_api());
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(upstream, request, copy).await;
     let (response, head, bytes, members, share) = match (response, learned) {
@@ -195,13 +195,10 @@ fn unguardable(dialect: &dyn Dialect, head: &serde_json::Value) -> bool {
 /// Counts and logs a guarded request whose original failed in transport
 /// before its call started, as one whose call had started is.
 fn never_settled(incoming: &Incoming, model: Option<&str>) {
-    let dialect = incoming.dialect;
     let handle = RefusalHandle::default();
     let tenant = incoming.config.tenant.name();
-    let (provider, api) = (dialect.provider(), dialect.wire_api());
-    drop(GuardedRequest::start(
-        provider, api, model, false, &handle, tenant,
-    ));
+    let api = incoming.dialect.wire_api();
+    drop(GuardedRequest::start(api, model, false, &handle, tenant));
 }
 
 /// What a forwarded request's copy told of it.

@@ -635,7 +635,6 @@ impl GuardedRequest {
     /// Starts watching a guarded request in the current span (the one
     /// [`request_span`] made).
     pub(crate) fn start(
-        provider: Provider,
         wire_api: WireApi,
         model: Option<&str>,
         streaming: bool,
@@ -643,7 +642,7 @@ impl GuardedRequest {
         tenant: &str,
     ) -> std::sync::Arc<Self> {
         let span = tracing::Span::current();
-        let provider = gen_ai_system(provider, wire_api);
+        let provider = wire_api.gen_ai_system();
         span.record("gen_ai.system", provider);
         span.record("gen_ai.provider.name", provider);
         if let Some(model) = model {
@@ -673,7 +672,7 @@ impl GuardedRequest {
         to: Option<Provider>,
     ) -> AttemptSpan {
         let system = match to {
-            Some(provider) => gen_ai_system(provider, provider_api(provider)),
+            Some(provider) => provider.fallback_api().gen_ai_system(),
             None => self.provider,
         };
         AttemptSpan::start(&self.span, system, step, model)
@@ -764,8 +763,8 @@ impl AttemptSpan {
 
     /// The original's span of a request forwarded as it arrives, under the
     /// current span (the request's), before its model is known.
-    pub(crate) fn forwarded(provider: Provider, wire_api: WireApi) -> Self {
-        let system = gen_ai_system(provider, wire_api);
+    pub(crate) fn forwarded(wire_api: WireApi) -> Self {
+        let system = wire_api.gen_ai_system();
         let parent = tracing::Span::current();
         AttemptSpan::start(&parent, system, AttemptStep::Original, None)
     }
@@ -822,38 +821,17 @@ impl AttemptSpan {
     }
 }
 
-/// The wire API a fallback to `provider` speaks (for its `gen_ai` system).
-fn provider_api(provider: Provider) -> WireApi {
-    match provider {
-        Provider::Anthropic => WireApi::AnthropicMessages,
-        Provider::OpenAi => WireApi::OpenAiChatCompletions,
-        Provider::Google => WireApi::GeminiGenerateContent,
-    }
-}
-
-/// The OpenTelemetry `gen_ai.system` value for a provider and wire API.
-fn gen_ai_system(provider: Provider, wire_api: WireApi) -> &'static str {
-    match (provider, wire_api) {
-        (_, WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages) => {
-            "aws.bedrock"
-        }
-        (Provider::Anthropic, _) => "anthropic",
-        (Provider::OpenAi, _) => "openai",
-        (Provider::Google, _) => "gcp.gemini",
-    }
-}
-
 /// The provider's finish reason for a refusal, as OpenTelemetry's
 /// `gen_ai.response.finish_reasons` would list it.
 fn finish_reason(refusal: &Refusal) -> &str {
-    match (refusal.signal, refusal.provider) {
-        (RefusalSignal::Text, _) => "stop",
-        (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",
-        (RefusalSignal::BlockedOutput | RefusalSignal::PolicyError, _) => "content_filter",
-        (_, Provider::Anthropic) => "refusal",
-        (RefusalSignal::ModelRefusal, Provider::OpenAi) => "refusal",
-        (_, Provider::OpenAi) => "content_filter",
-        (_, Provider::Google) => refusal.category.as_deref().unwrap_or("SAFETY"),
+    match refusal.signal {
+        RefusalSignal::Text => "stop",
+        RefusalSignal::BlockedPrompt => "blocked_prompt",
+        RefusalSignal::BlockedOutput | RefusalSignal::PolicyError => "content_filter",
+        // A stop reason or a refusal field: each provider's own word.
+        signal => refusal
+            .provider
+            .finish_reason(signal, refusal.category.as_deref()),
     }
 }
 

@@ -34,7 +34,40 @@ use super::{
     PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, CACHE_CONTROL,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
-use crate::refusal::{Provider, WireApi};
+use crate::dialect::facts::{Api, Folder, ProviderFacts};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+
+/// Anthropic's folder: the Messages API, first party and on Vertex AI.
+pub(crate) static FOLDER: Folder = Folder {
+    provider: Some(&PROVIDER),
+    apis: &[&MESSAGES],
+};
+
+/// Anthropic, as chain entries name it (`anthropic:`).
+static PROVIDER: ProviderFacts = ProviderFacts {
+    provider: Provider::Anthropic,
+    name: "anthropic",
+    entry_prefixes: &["anthropic"],
+    fallback_api: WireApi::AnthropicMessages,
+    finish_reason,
+};
+
+/// The Messages API (`/v1/messages`, Vertex AI's `:rawPredict`).
+static MESSAGES: Api = Api {
+    wire_api: WireApi::AnthropicMessages,
+    name: "anthropic_messages",
+    provider: Provider::Anthropic,
+    platform: "anthropic",
+    gen_ai_system: "anthropic",
+    errors: &errors::SHAPE,
+    translation: &translate::TRANSLATION,
+    dialect: Some(&AnthropicMessages),
+};
+
+/// A refusal stop's finish reason: the `stop_reason` `refusal`.
+fn finish_reason(_signal: RefusalSignal, _category: Option<&str>) -> &str {
+    "refusal"
+}
 
 /// The provider caps the server-side `fallbacks` list at three models
 /// (platform docs "Refusals and fallback", Naming your own fallback models:
@@ -56,12 +89,8 @@ pub(crate) struct AnthropicMessages;
 use self::{handoff::*, live::*, prefill::*, shapes::*, signals::*, stream::*};
 
 impl Dialect for AnthropicMessages {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::AnthropicMessages
+    fn api(&self) -> &'static Api {
+        &MESSAGES
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {

@@ -10,15 +10,37 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
+use crate::dialect::facts::{ClientSide, TargetSide, Translation};
 use crate::dialect::translate::{
-    integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Event, ImageSource,
-    Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
-    WriteStream,
+    integer, merge_usage, number, only_known_fields, plain_tool_name, read_tools, sse, strings,
+    Event, ImageSource, Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice,
+    Untranslatable, WriteStream,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
 
 const API: &str = "Anthropic";
+
+/// Anthropic's part in the translation: a client's API, and the API a
+/// fallback to Anthropic is sent in.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply: |reply| Ok(write_reply(reply)),
+        stream_writer: |_include_usage| Box::<StreamWriter>::default(),
+    }),
+    target: Some(TargetSide {
+        write_request: |prompt, model| {
+            Ok(("/v1/messages".to_owned(), write_request(prompt, model)?))
+        },
+        read_reply,
+        stream_reader: || Box::<StreamReader>::default(),
+        takes_tool_name: plain_tool_name,
+        headers: &[("anthropic-version", "2023-06-01")],
+        key_header: ("x-api-key", str::to_owned),
+    }),
+    no_target: None,
+};
 
 /// What a Claude request gets when the client's API left `max_tokens` out
 /// (Anthropic requires it): an output every current Claude model allows.

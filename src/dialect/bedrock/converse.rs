@@ -16,11 +16,11 @@ use super::messages::{
     bedrock_request_id, converse_block_output, converse_note, converse_refusal, converse_usage,
     model_segment, swap_path_model,
 };
+use crate::dialect::facts::Api;
 use crate::dialect::{
     event_type, is_real_text, json_event, str_field, without_cache_marks, CacheMark, Dialect,
     EventJudge, Finding, RewriteError,
 };
-use crate::refusal::{Provider, WireApi};
 use crate::sse::Frame;
 
 const CONVERSE_ACTIONS: &[&str] = &["converse", "converse-stream"];
@@ -30,12 +30,8 @@ const CONVERSE_ACTIONS: &[&str] = &["converse", "converse-stream"];
 pub(crate) struct BedrockConverse;
 
 impl Dialect for BedrockConverse {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::BedrockConverse
+    fn api(&self) -> &'static Api {
+        &super::CONVERSE
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {

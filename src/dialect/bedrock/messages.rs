@@ -12,11 +12,12 @@ use serde_json::{json, Value};
 
 use super::{eventstream, frames};
 use crate::dialect::anthropic::AnthropicMessages;
+use crate::dialect::facts::Api;
 use crate::dialect::{
     is_real_text, path_segments, Dialect, EventJudge, Features, Finding, FrameRewrite, Handoff,
     LiveSplice, RefusalInfo, RewriteError,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, GUARDRAIL_CATEGORY};
+use crate::refusal::{RefusalSignal, Usage, GUARDRAIL_CATEGORY};
 use crate::sse::Frame;
 
 /// The body field Bedrock adds when one of the operator's guardrails
@@ -158,12 +159,8 @@ pub(crate) struct BedrockInvokeModel;
 const INVOKE_ACTIONS: &[&str] = &["invoke", "invoke-with-response-stream"];
 
 impl Dialect for BedrockInvokeModel {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::BedrockInvokeModel
+    fn api(&self) -> &'static Api {
+        &super::INVOKE_MODEL
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -300,12 +297,8 @@ impl EventJudge for InvokeStream {
 pub(crate) struct BedrockMessages;
 
 impl Dialect for BedrockMessages {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::BedrockMessages
+    fn api(&self) -> &'static Api {
+        &super::MESSAGES
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -429,6 +422,7 @@ fn path_model(uri: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::dialect::bedrock::BedrockConverse;
+    use crate::refusal::WireApi;
 
     #[test]
     fn the_three_surfaces_are_recognised_and_other_calls_pass() {

@@ -49,6 +49,7 @@ use super::{count, fresh_input, is_real_text, known, str_field, truncate_explana
 use super::{path_segments, EventJudge};
 use super::{Dialect, Finding};
 use super::{RefusalInfo, RewriteError};
+use crate::dialect::facts::{Api, Folder, ProviderFacts};
 use crate::refusal::{
     Provider, RefusalSignal, Usage, WireApi, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY,
 };
@@ -56,6 +57,39 @@ use crate::sse::Frame;
 
 pub(crate) mod errors;
 pub(crate) mod translate;
+
+/// Google's folder: the Gemini API and Vertex AI's Gemini models.
+pub(crate) static FOLDER: Folder = Folder {
+    provider: Some(&PROVIDER),
+    apis: &[&GENERATE_CONTENT],
+};
+
+/// Google, as chain entries name it: `gemini:` (its API's name, and its
+/// key's) or `google:`.
+static PROVIDER: ProviderFacts = ProviderFacts {
+    provider: Provider::Google,
+    name: "google",
+    entry_prefixes: &["gemini", "google"],
+    fallback_api: WireApi::GeminiGenerateContent,
+    finish_reason,
+};
+
+/// `generateContent` and `streamGenerateContent`.
+static GENERATE_CONTENT: Api = Api {
+    wire_api: WireApi::GeminiGenerateContent,
+    name: "gemini_generate_content",
+    provider: Provider::Google,
+    platform: "google",
+    gen_ai_system: "gcp.gemini",
+    errors: &errors::SHAPE,
+    translation: &translate::TRANSLATION,
+    dialect: Some(&GeminiGenerateContent),
+};
+
+/// A refusal stop's finish reason: the `finishReason` itself.
+fn finish_reason(_signal: RefusalSignal, category: Option<&str>) -> &str {
+    category.unwrap_or("SAFETY")
+}
 
 #[derive(Debug)]
 pub(crate) struct GeminiGenerateContent;
@@ -353,12 +387,8 @@ fn judge_chunk(chunk: &Value) -> Finding {
 }
 
 impl Dialect for GeminiGenerateContent {
-    fn provider(&self) -> Provider {
-        Provider::Google
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::GeminiGenerateContent
+    fn api(&self) -> &'static Api {
+        &GENERATE_CONTENT
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {

@@ -32,11 +32,12 @@ use super::chat::{
     azure_blocked_prompt, forces_a_tool_call, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL,
 };
 use super::policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
+use crate::dialect::facts::Api;
 use crate::dialect::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage};
 use crate::sse::Frame;
 
 #[derive(Debug)]
@@ -176,12 +177,8 @@ fn scan_response(response: &Value, seen: &mut Finding) -> bool {
 }
 
 impl Dialect for OpenAiResponses {
-    fn provider(&self) -> Provider {
-        Provider::OpenAi
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::OpenAiResponses
+    fn api(&self) -> &'static Api {
+        &super::RESPONSES
     }
 
     /// An `openai:` entry names this API's own provider: translating it

@@ -282,6 +282,16 @@ pub(crate) trait WriteStream: Send {
     fn event(&mut self, event: Event, out: &mut BytesMut) -> Result<(), Untranslatable>;
 }
 
+/// Whether `name` is a tool name Anthropic's and OpenAI Chat's APIs take:
+/// `^[a-zA-Z0-9_-]{1,64}$` (Messages API `tools[].name`, Chat
+/// `function.name`).
+pub(crate) fn plain_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// Updates kept counts with later ones, field by field.
 pub(crate) fn merge_usage(kept: &mut Usage, later: &Usage) {
     let fields = [

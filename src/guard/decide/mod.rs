@@ -281,7 +281,6 @@ mod tests {
         let model = Some(MODEL.to_owned());
         let call = Call {
             request: crate::telemetry::metrics::GuardedRequest::start(
-                dialect.provider(),
                 dialect.wire_api(),
                 model.as_deref(),
                 false,

@@ -8,7 +8,7 @@ use crate::dialect::cross;
 use crate::dialect::Features;
 use crate::guard::call::Call;
 use crate::guard::request::original::Draft;
-use crate::recovery::{fallback_api, parse_entry, Rescue};
+use crate::recovery::{parse_entry, Rescue};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider};
 
 use super::climb::{Climb, CrossProvider, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
@@ -75,7 +75,7 @@ impl Climb {
         entry: &str,
     ) -> Prep {
         let client = call.dialect.wire_api();
-        let target = fallback_api(provider);
+        let target = provider.fallback_api();
         if call.dialect.serves_entries_of(provider) {
             // The client's own API: an ordinary fallback, on its own credentials.
             if next.aim_at(call.dialect, model).is_err() {

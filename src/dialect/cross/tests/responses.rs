@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::dialect::openai::responses::OpenAiResponses;
+use crate::dialect::openai::translate::responses as openai_responses;
 use crate::refusal::WireApi::OpenAiResponses as Responses;
 
 // ---- requests ---------------------------------------------------------

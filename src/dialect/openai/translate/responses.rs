@@ -26,6 +26,7 @@ use bytes::BytesMut;
 use serde_json::{json, Value};
 
 use super::chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
+use crate::dialect::facts::{ClientSide, Translation};
 use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Event,
     ImageSource, Part, Prompt, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
@@ -33,6 +34,19 @@ use crate::dialect::translate::{
 use crate::refusal::Usage;
 
 const API: &str = "OpenAI Responses";
+
+/// Responses' part in the translation: a client's API only.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply,
+        stream_writer: |_include_usage| Box::new(StreamWriter::new()),
+    }),
+    target: None,
+    no_target: Some(
+        "openai_responses is a client's API only: a fallback to OpenAI is sent in Chat Completions",
+    ),
+};
 
 const CONTENT_FILTER: &str = crate::dialect::openai::chat::CONTENT_FILTER;
 
