@@ -117,6 +117,27 @@ pub(crate) struct Channel {
     started: bool,
 }
 
+impl Channel {
+    /// The next frame sent, or a keep-alive comment while none has come.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Poll::Ready(frame) = self.frames.poll_recv(cx) {
+            self.started = true;
+            return Poll::Ready(frame);
+        }
+        // Comments only before the first byte of the served stream, so they
+        // never land inside one of its frames.
+        let tick = if self.started {
+            None
+        } else {
+            self.tick.as_mut()
+        };
+        if tick.is_some_and(|tick| tick.poll_tick(cx).is_ready()) {
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
+        }
+        Poll::Pending
+    }
+}
+
 /// An SSE comment line: every SSE parser skips it.
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
@@ -249,19 +270,7 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes))))
             }
-            Kind::Channel(k) => {
-                if let Poll::Ready(frame) = k.frames.poll_recv(cx) {
-                    k.started = true;
-                    return Poll::Ready(frame);
-                }
-                // Comments only before the first byte of the served stream,
-                // so they never land inside one of its frames.
-                let tick = if k.started { None } else { k.tick.as_mut() };
-                if tick.is_some_and(|tick| tick.poll_tick(cx).is_ready()) {
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
-                }
-                Poll::Pending
-            }
+            Kind::Channel(channel) => channel.poll_frame(cx),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {

@@ -443,43 +443,9 @@ pub(crate) async fn hold_json<R>(
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let Some(body) = held.rest.as_mut() else {
+    let Some(len) = read_whole(held, config).await else {
         return;
     };
-    // Bytes read so far; the body is joined into one buffer only if it came
-    // in more than one frame.
-    let mut len = 0;
-    loop {
-        match body.frame().await {
-            None => break,
-            Some(Err(error)) => {
-                held.rest = None;
-                held.error = Some(error.into());
-                held.verdict = Verdict::Errored;
-                return;
-            }
-            Some(Ok(frame)) => {
-                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
-                let mut pool_full = false;
-                if let Some(data) = frame.data_ref() {
-                    len += data.len();
-                    pool_full = !held.share.grow(data.len());
-                }
-                held.frames.push_back(frame);
-                if pool_full {
-                    tracing::warn!(
-                        held_bytes = len,
-                        "the bound on bytes held across responses is reached; letting the response through"
-                    );
-                }
-                if pool_full || len > config.max_response_body {
-                    held.verdict = Verdict::Limit;
-                    return;
-                }
-            }
-        }
-    }
-    held.rest = None;
     let whole = joined(&held.frames, len);
     if !success {
         // Not JSON after all: pass it on as it came.
@@ -515,6 +481,51 @@ pub(crate) async fn hold_json<R>(
         None => Verdict::Ended,
     };
     held.judged = Some(Box::new(findings));
+}
+
+/// Reads a JSON body to its end, within the bounds: its length, or `None`
+/// when reading stopped first (an error, a bound), the verdict then set.
+async fn read_whole<R>(held: &mut Held<R>, config: &Config) -> Option<usize>
+where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let body = held.rest.as_mut()?;
+    // Bytes read so far; the body is joined into one buffer only if it came
+    // in more than one frame.
+    let mut len = 0;
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(error)) => {
+                held.rest = None;
+                held.error = Some(error.into());
+                held.verdict = Verdict::Errored;
+                return None;
+            }
+            Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                let mut pool_full = false;
+                if let Some(data) = frame.data_ref() {
+                    len += data.len();
+                    pool_full = !held.share.grow(data.len());
+                }
+                held.frames.push_back(frame);
+                if pool_full {
+                    tracing::warn!(
+                        held_bytes = len,
+                        "the bound on bytes held across responses is reached; letting the response through"
+                    );
+                }
+                if pool_full || len > config.max_response_body {
+                    held.verdict = Verdict::Limit;
+                    return None;
+                }
+            }
+        }
+    }
+    held.rest = None;
+    Some(len)
 }
 
 /// The data of `frames` (`len` bytes in all) as one buffer: the frame

@@ -193,115 +193,170 @@ const MAX_CATEGORY_LEN: usize = 48;
 /// refusal_guard::telemetry::metrics::describe(); // harmless without a recorder
 /// ```
 pub fn describe() {
-    describe_counter!(REFUSALS, Unit::Count, "Refusals, one per refusal record");
-    describe_counter!(
+    for &(kind, name, unit, description) in DESCRIPTIONS {
+        match kind {
+            Kind::Counter => describe_counter!(name, unit, description),
+            Kind::Gauge => describe_gauge!(name, unit, description),
+            Kind::Histogram => describe_histogram!(name, unit, description),
+        }
+    }
+}
+
+/// A metric's kind, for [`describe`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric the guard records, with its kind, unit and description.
+const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
+    (
+        Kind::Counter,
+        REFUSALS,
+        Unit::Count,
+        "Refusals, one per refusal record",
+    ),
+    (
+        Kind::Counter,
         RECOVERY_ATTEMPTS,
         Unit::Count,
-        "Recovery requests sent after a refusal, by step and result"
-    );
-    describe_counter!(
+        "Recovery requests sent after a refusal, by step and result",
+    ),
+    (
+        Kind::Counter,
         REFUSED_TOKENS,
         Unit::Count,
-        "Tokens the provider reported for refused attempts, by model, category and kind"
-    );
-    describe_counter!(
+        "Tokens the provider reported for refused attempts, by model, category and kind",
+    ),
+    (
+        Kind::Counter,
         FALLBACK_CREDIT,
         Unit::Count,
-        "Fallback credit tokens presented, by whether they were redeemed"
-    );
-    describe_histogram!(
+        "Fallback credit tokens presented, by whether they were redeemed",
+    ),
+    (
+        Kind::Histogram,
         RECOVERY_LATENCY,
         Unit::Seconds,
-        "From the original request to the refusal's settled outcome"
-    );
-    describe_counter!(REQUESTS, Unit::Count, "Guarded requests, by outcome");
-    describe_histogram!(
+        "From the original request to the refusal's settled outcome",
+    ),
+    (
+        Kind::Counter,
+        REQUESTS,
+        Unit::Count,
+        "Guarded requests, by outcome",
+    ),
+    (
+        Kind::Histogram,
         HOLD_DURATION,
         Unit::Seconds,
-        "Time a response was held back before the decision"
-    );
-    describe_histogram!(
+        "Time a response was held back before the decision",
+    ),
+    (
+        Kind::Histogram,
         HELD_BYTES,
         Unit::Bytes,
-        "Bytes held back before the decision"
-    );
-    describe_histogram!(
+        "Bytes held back before the decision",
+    ),
+    (
+        Kind::Histogram,
         ADDED_TTFB,
         Unit::Seconds,
-        "Time to first byte added by the hold and any recovery"
-    );
-    describe_gauge!(
+        "Time to first byte added by the hold and any recovery",
+    ),
+    (
+        Kind::Gauge,
         STREAMS_IN_FLIGHT,
         Unit::Count,
-        "Guarded streaming requests not yet settled"
-    );
-    describe_counter!(STORE_ERRORS, Unit::Count, "Conversation store errors");
-    describe_counter!(
+        "Guarded streaming requests not yet settled",
+    ),
+    (
+        Kind::Counter,
+        STORE_ERRORS,
+        Unit::Count,
+        "Conversation store errors",
+    ),
+    (
+        Kind::Counter,
         ROUTES_RESTORED,
         Unit::Count,
-        "Sticky routes that ended, the primary model restored"
-    );
-    describe_counter!(
+        "Sticky routes that ended, the primary model restored",
+    ),
+    (
+        Kind::Counter,
         PROXY_REQUESTS,
         Unit::Count,
-        "Requests the proxy forwarded with routing on, by route"
-    );
-    describe_counter!(
+        "Requests the proxy forwarded with routing on, by route",
+    ),
+    (
+        Kind::Counter,
         RECOVERY_CAPPED,
         Unit::Count,
-        "Refusals served as they came: their tenant used its recovery attempts for the hour"
-    );
-    describe_gauge!(
+        "Refusals served as they came: their tenant used its recovery attempts for the hour",
+    ),
+    (
+        Kind::Gauge,
         ROUTE_SERVED,
         Unit::Count,
-        "Decayed count of fallbacks that served, per category, requested model and candidate"
-    );
-    describe_gauge!(
+        "Decayed count of fallbacks that served, per category, requested model and candidate",
+    ),
+    (
+        Kind::Gauge,
         ROUTE_REFUSED,
         Unit::Count,
-        "Decayed count of fallbacks that refused, per category, requested model and candidate"
-    );
-    describe_counter!(
+        "Decayed count of fallbacks that refused, per category, requested model and candidate",
+    ),
+    (
+        Kind::Counter,
         ROUTE_EXPLORED,
         Unit::Count,
-        "Refusals whose first fallback was drawn for exploration"
-    );
-    describe_counter!(
+        "Refusals whose first fallback was drawn for exploration",
+    ),
+    (
+        Kind::Counter,
         STORE_FALLBACKS,
         Unit::Count,
-        "Times memory stood in for an unreachable conversation store"
-    );
-    describe_gauge!(
+        "Times memory stood in for an unreachable conversation store",
+    ),
+    (
+        Kind::Gauge,
         STORE_UP,
         Unit::Count,
-        "Whether the shared conversation store answered its last health check (1) or not (0)"
-    );
-    describe_counter!(
+        "Whether the shared conversation store answered its last health check (1) or not (0)",
+    ),
+    (
+        Kind::Counter,
         PROXY_RESPONSES,
         Unit::Count,
-        "Responses the proxy gave its clients, by status class"
-    );
-    describe_gauge!(
+        "Responses the proxy gave its clients, by status class",
+    ),
+    (
+        Kind::Gauge,
         TOTAL_HELD_BYTES,
         Unit::Bytes,
-        "Bytes held now by the guard, across its layers"
-    );
-    describe_gauge!(
+        "Bytes held now by the guard, across its layers",
+    ),
+    (
+        Kind::Gauge,
         MAX_TOTAL_HELD_BYTES,
         Unit::Bytes,
-        "The most bytes the guard may hold at once"
-    );
-    describe_counter!(
+        "The most bytes the guard may hold at once",
+    ),
+    (
+        Kind::Counter,
         OTLP_EXPORTED_SPANS,
         Unit::Count,
-        "Spans the OTLP export delivered"
-    );
-    describe_counter!(
+        "Spans the OTLP export delivered",
+    ),
+    (
+        Kind::Counter,
         OTLP_DROPPED_SPANS,
         Unit::Count,
-        "Spans the OTLP export dropped, by reason"
-    );
-}
+        "Spans the OTLP export dropped, by reason",
+    ),
+];
 
 /// The `category` label value for a provider's category: `none` when there
 /// is none, the category itself while it looks like one and is among the

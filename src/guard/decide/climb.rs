@@ -293,28 +293,10 @@ impl Climb {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
-        let translated = step.fallback.is_some();
-        let served_model = held
-            .judge
-            .as_ref()
-            .and_then(|w| w.findings.model.clone())
-            .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
-            .or(step.model.clone());
-        // A fallback to another provider is named by its chain entry, provider and all.
-        let served_model = if translated {
-            step.model.clone()
-        } else {
-            served_model
-        };
+        let served_model = served_model(&held, &step);
         let request_id = call.dialect.request_id(&held.parts.headers);
         record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
-        if let Some(credit) = &record.fallback_credit {
-            for field in credit.remove_to_redeem() {
-                if !self.unredeemable.contains(field) {
-                    self.unredeemable.push(field.clone());
-                }
-            }
-        }
+        self.note_unredeemable(&record);
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
@@ -367,6 +349,19 @@ impl Climb {
         None
     }
 
+    /// Notes the fields `record`'s response named as keeping its credit
+    /// token from being redeemed: later fallbacks leave them out.
+    fn note_unredeemable(&mut self, record: &Attempt) {
+        let Some(credit) = &record.fallback_credit else {
+            return;
+        };
+        for field in credit.remove_to_redeem() {
+            if !self.unredeemable.contains(field) {
+                self.unredeemable.push(field.clone());
+            }
+        }
+    }
+
     /// Decides on a recovery attempt that produced real output: the sticky
     /// route is stored, and a fallback's model change marked if configured.
     pub(super) async fn recovered<R>(
@@ -405,6 +400,20 @@ impl Climb {
             handoff,
         }
     }
+}
+
+/// The model that served a held attempt: the one its response names, else
+/// the one the step asked for. A fallback to another provider is named by
+/// its chain entry, provider and all.
+fn served_model<R>(held: &Held<R>, step: &Prepared) -> Option<String> {
+    if step.fallback.is_some() {
+        return step.model.clone();
+    }
+    held.judge
+        .as_ref()
+        .and_then(|judge| judge.findings.model.clone())
+        .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
+        .or(step.model.clone())
 }
 
 /// Rewrites a cross-provider fallback's successful answer into the client's API
