@@ -96,7 +96,7 @@
 //!
 //! Inside, one request flows through the private `guard` module; its
 //! pipeline is described in one place, the module docs of
-//! `src/guard/mod.rs` (its steps in order, the file each lives in, one
+//! `src/guard/mod.rs` (its stages in order, the file each lives in, one
 //! streamed request traced through them). Below the guard sit the public
 //! extension points ([`recovery`], [`store`], [`telemetry`], `text`),
 //! [`replay`] and the wire (the private `dialect` module, [`sse`]);
@@ -122,10 +122,29 @@
 //! - **recovery**: what follows an empty refusal, step by step as the
 //!   **policy** says: a **fallback** (the request sent to another model, on
 //!   the client's API or another provider's; never "hop", a word kept for
-//!   HTTP's hop-by-hop headers) or a **rescue** (the request sent again with
-//!   a reframing note). Each request sent upstream for a call, the original
-//!   included, is an **attempt**; a tenant's cap counts its recovery
-//!   attempts per hour.
+//!   HTTP's hop-by-hop headers), a **retarget** (the refused request sent
+//!   again with the operator's models as its server-side fallbacks) or a
+//!   **rescue** (the request sent again with a reframing note). Each
+//!   request sent upstream for a call, the original included, is an
+//!   **attempt**; a tenant's cap counts its recovery attempts per hour.
+//! - **step**: one thing the policy asks for next
+//!   ([`NextStep`](recovery::NextStep): a fallback, a retarget, a rescue, or
+//!   stop), sent as an attempt ([`AttemptStep`](refusal::AttemptStep) says
+//!   what each attempt was). Never the guard's own parts: those are
+//!   **stages** (judge, decide, respond, ...; `src/guard/mod.rs` lists them).
+//! - **ladder**: the default policy ([`Ladder`](recovery::Ladder)): its
+//!   steps, in order, for a refusal's category. **climb**: going through a
+//!   policy's steps for one empty refusal, until one recovers or the policy
+//!   or the budget stops (whatever the policy; the word is the ladder's).
+//! - **chain**: only a **fallback chain**, the models (or `provider:model`
+//!   entries) a refused model falls back to, in order
+//!   ([`FallbackChains`](recovery::FallbackChains)). A provider's own
+//!   fallbacks, which it tries before it refuses, are its **server-side
+//!   fallbacks**, and the attempts it made through them its **iterations**
+//!   (as Anthropic's `usage.iterations` lists them).
+//! - **handoff**: a fallback's change of model, marked in the served
+//!   response when asked ([`handoff_marker`](RefusalGuardLayer::handoff_marker)):
+//!   the models that declined, in order, then the one that served.
 //! - **outcome**: what became of a refusal (fallback, rescued, partial,
 //!   dead); a dead one has a **dead reason**.
 //! - **conversation**: the turns one refusal rule spans, named by a

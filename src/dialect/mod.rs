@@ -122,7 +122,8 @@ pub(crate) struct Finding {
     pub(crate) message_id: Option<String>,
     /// What became of a fallback credit token the request presented.
     pub(crate) fallback_credit: Option<FallbackCredit>,
-    /// A server-side chain's attempts, when the response listed them.
+    /// The provider's iterations through its server-side fallbacks, when the
+    /// response listed them.
     pub(crate) iterations: Option<Iterations>,
     /// A stop reason the dialect does not know, as it came (Gemini's
     /// `finishReason`): no refusal by itself, recorded when the response
@@ -216,7 +217,7 @@ pub(crate) struct Handoff<'a> {
     pub(crate) primary_id: Option<&'a str>,
 }
 
-/// One attempt of a client-side chain that declined.
+/// One attempt of a fallback chain that declined.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Declined {
     pub(crate) model: String,

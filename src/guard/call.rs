@@ -1,4 +1,4 @@
-//! One guarded call: what every step of it and every record reads (the
+//! One guarded call: what every stage of it and every record reads (the
 //! configuration, the dialect, the model, the conversation, the handle),
 //! and the clones of it that outlive the exchange (in a body's settling,
 //! in spawned tasks).

@@ -1,5 +1,5 @@
 //! The per-request carrier: one guarded call once its original is sent,
-//! handed from step to step by value.
+//! handed from stage to stage by value.
 
 use std::time::Instant;
 

@@ -1,5 +1,5 @@
 //! What judging a response found: [`Findings`], and the [`StreamJudge`]
-//! that reads a stream event by event into them. Shared by the steps that
+//! that reads a stream event by event into them. Shared by the stages that
 //! judge (`hold`), serve (`body`) and record (`settle`); it calls none of
 //! them.
 
@@ -22,7 +22,8 @@ pub(crate) struct Findings {
     /// The provider's own fallback: the first fallback's models and category,
     /// and the `to` of the last fallback (the model that served).
     pub(crate) server_fallback: Option<ServerFallback>,
-    /// A server-side chain's attempts, as the response listed them.
+    /// The provider's iterations through its server-side fallbacks, as the
+    /// response listed them.
     pub(crate) iterations: Option<Iterations>,
     pub(crate) model: Option<String>,
     /// The response's message id.

@@ -13,11 +13,7 @@ use serde_json::Value;
 
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::config::Config;
-use crate::guard::exchange::Exchange;
 use crate::guard::findings::{Findings, StreamJudge};
-use crate::guard::timeout::UpstreamTimeout;
-use crate::guard::upstream::{InnerService, UpstreamBody};
-use crate::refusal::AttemptResult;
 use crate::replay::chunks::unpinned;
 use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
@@ -51,7 +47,7 @@ pub(crate) struct Held<R> {
     pub(crate) error: Option<BoxError>,
     /// For streams: the judge that goes on judging after commit.
     /// Boxed, as `judged` is: both are large and rarely both present, and
-    /// the held response moves through every step of the decision.
+    /// the held response moves through every stage of the decision.
     pub(crate) judge: Option<Box<StreamJudge>>,
     /// For whole JSON bodies: what the body showed.
     pub(crate) judged: Option<Box<Findings>>,
@@ -155,47 +151,6 @@ impl LiveForward {
         while let Some(frame) = self.framer.finish() {
             waiting.push_back(Frame::data(unpinned(frame.into_raw())));
         }
-    }
-}
-
-impl<U: InnerService> Exchange<U> {
-    /// The judge step: holds the original `response` back (its thinking
-    /// forwarded through `live` meanwhile, when live thinking is on) until
-    /// there is something to decide, within the call's recovery deadline.
-    pub(crate) async fn judge(
-        &mut self,
-        response: Response<UpstreamBody<U::Out>>,
-        live: Option<&mut LiveForward>,
-    ) -> Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout> {
-        self.hold_original(response, live).await
-    }
-
-    /// Holds the original `response` within the call's recovery deadline,
-    /// whichever step reads it (the judge step, or `rejected` before it
-    /// knows which response is the original). Past the deadline, the
-    /// original's attempt ends as a transport error and the timeout is what
-    /// is left to answer.
-    pub(crate) async fn hold_original(
-        &mut self,
-        response: Response<UpstreamBody<U::Out>>,
-        live: Option<&mut LiveForward>,
-    ) -> Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout> {
-        let call = &self.call;
-        let status = response.status().as_u16();
-        let held = hold(
-            response,
-            call.dialect,
-            &call.config,
-            self.original.streaming,
-            live,
-        );
-        let timeout = match call.within_deadline(held).await {
-            Ok(held) => return Ok(held),
-            Err(timeout) => timeout,
-        };
-        self.attempt
-            .end_with(AttemptResult::TransportError, Some(status));
-        Err(timeout)
     }
 }
 

@@ -33,7 +33,7 @@ use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, Refu
 use crate::sse::SseFramer;
 use crate::BoxError;
 
-/// What the partial step made of a judged original.
+/// What the partial stage made of a judged original.
 pub(crate) enum Continued<U: InnerService> {
     /// Answered: continued, or served so that it may be.
     Served(Response<GuardBody<U::Out>>),
@@ -42,7 +42,7 @@ pub(crate) enum Continued<U: InnerService> {
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// The partial step: a judged original with output is served so that a
+    /// The partial stage: a judged original with output is served so that a
     /// partial refusal in it can be continued as `plan` says; anything else
     /// goes on to be decided as without the option.
     pub(crate) async fn continue_partial(

@@ -50,9 +50,9 @@ impl<U: InnerService> Exchange<U> {
         }
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
-        // Held, not judged: the judge step runs once, on whichever response
-        // turns out to be the original.
-        let held = match self.hold_original(response, None).await {
+        // Judged as the original is: a 400 that is no refusal is dropped,
+        // and the answer to the request sent again is judged in its turn.
+        let held = match self.judge(response, None).await {
             Ok(held) if matches!(held.verdict, Verdict::Unjudged) => held,
             // A refusal the provider sent as a 400 ("Output blocked by
             // content filtering policy"), or the deadline: decided as any

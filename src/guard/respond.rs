@@ -108,7 +108,7 @@ where
 
 /// Serves a recovery attempt with real output. A whole JSON body is
 /// recorded now; a stream when it ends, since its end carries what the
-/// record says of the attempt (what became of a credit token, a chain's
+/// record says of the attempt (what became of a credit token, the provider's
 /// iterations), or when it is cut short, marked so.
 pub(crate) fn serve_recovered<R>(
     held: Held<UpstreamBody<R>>,

@@ -85,10 +85,7 @@ async fn rewritten<U: InnerService>(
     if unguardable(dialect, &head) {
         return Sent::Answered(pass(upstream, api, with_body(parts, bytes, false)).await);
     }
-    let body = Chunks::from(bytes);
-    let mut original = Original::read(&incoming, parts, &head, body, None, share);
-    original.route_sticky(&incoming).await;
-    original.rewrite(&incoming);
+    let original = Original::prepare(&incoming, parts, &head, Chunks::from(bytes), share).await;
     let call = Call::start(incoming, &original);
     let model = call.model.as_deref();
     let mut attempt = call.request.attempt(AttemptStep::Original, model, None);
@@ -120,8 +117,7 @@ async fn as_it_arrives<U: InnerService>(
 ) -> Sent<U> {
     let dialect = incoming.dialect;
     let api = Shape::Api(dialect.wire_api());
-    let (mut parts, body) = request.into_parts();
-    incoming.first_headers(&mut parts.headers, incoming.path_model());
+    let (parts, body) = request.into_parts();
     let sent_parts = parts.clone();
     let sent = Instant::now();
     let mut attempt = AttemptSpan::forwarded(dialect.wire_api());

@@ -2,7 +2,7 @@
 //!
 //! A request of a wire API the guard recognises is guarded: its body taken
 //! in (`request/`), its original sent (`send`), its response answered
-//! (`answer` and the steps after it). Everything else passes straight
+//! (`answer` and the stages after it). Everything else passes straight
 //! through, bounded by the head and idle timeouts.
 
 use std::future::Future;
@@ -225,7 +225,7 @@ async fn guard<U: InnerService>(
 ) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     let (mut parts, body) = request.into_parts();
     let incoming = Incoming::new(&config, dialect, path_model, &mut parts);
-    let intake = take_in(&incoming, &parts, body).await;
+    let intake = take_in(&incoming, &mut parts, body).await;
     match send(&mut upstream, incoming, parts, intake).await {
         Sent::Answered(answered) => answered,
         Sent::Original(sent) => {

@@ -267,9 +267,9 @@ fn unknown_stop(
 }
 
 /// An attempt with what its response said of it: the fate of a credit
-/// token it presented, and, for a provider's own chain, what the attempts
-/// that declined inside it cost (the top-level usage covers only the one
-/// that served).
+/// token it presented, and, for a provider's server-side fallbacks, what
+/// the iterations that declined inside it cost (the top-level usage covers
+/// only the one that served).
 pub(crate) fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
     if attempt.fallback_credit.is_none() {
         attempt.fallback_credit = findings.fallback_credit.clone();

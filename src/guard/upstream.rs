@@ -1,8 +1,8 @@
-//! The inner service as every step of a guarded call uses it.
+//! The inner service as every stage of a guarded call uses it.
 //!
 //! [`InnerService`] is the one alias of the service bound: its associated
 //! types carry the request body, the response body and the error, so that a
-//! step is generic over one `U: InnerService` and no `where` clause spells
+//! stage is generic over one `U: InnerService` and no `where` clause spells
 //! the service, request body and response body out again. Rust implies a
 //! trait's supertraits on its users, never its `where` clauses on other
 //! parameters, so an alias generic over `<B, R>` would have every user
@@ -42,7 +42,7 @@ pub(crate) trait InnerService: Send + 'static {
     ) -> impl Future<Output = Result<Response<UpstreamBody<Self::Out>>, SendError<Self::Error>>> + Send;
 }
 
-/// A response body of the inner service as every step reads it: bounded by
+/// A response body of the inner service as every stage reads it: bounded by
 /// the idle timeout and, for a fallback to another provider's API,
 /// translated into the client's API as it arrives.
 pub(crate) type UpstreamBody<R> = Translated<IdleTimeout<R>>;

@@ -1,4 +1,4 @@
-//! What Anthropic's responses say about a refusal, a server-side chain and
+//! What Anthropic's responses say about a refusal, server-side fallbacks and
 //! its cost: the signals every other part of the dialect reads.
 
 use http::Uri;
@@ -102,7 +102,7 @@ pub(super) fn iteration(entry: &Value) -> (Option<&str>, Option<String>, Option<
     (kind, str_field(entry, "model"), usage(entry))
 }
 
-/// What a response's `usage.iterations` says of a server-side chain:
+/// What a response's `usage.iterations` says of its server-side fallbacks:
 /// something only when a fallback served (a `fallback_message` entry).
 pub(super) fn chain_of<'a, I>(entries: I) -> Option<Iterations>
 where

@@ -1,5 +1,5 @@
-//! The ladder's progress on one empty refusal: each step the policy asks
-//! for, prepared (`steps`), sent and held, then weighed: recovered, or on
+//! The climb on one empty refusal: each step the policy asks for,
+//! prepared (`steps`), sent and held, then weighed: recovered, or on
 //! to the next step.
 
 use std::time::{Duration, Instant};
@@ -56,7 +56,7 @@ pub(super) enum Prep {
     Stop,
 }
 
-/// The ladder's progress on one refusal: what was tried, and why the last
+/// The climb on one refusal: what was tried, and why the last
 /// step did not recover.
 pub(super) struct Climb {
     /// The original refusal.
@@ -87,7 +87,8 @@ pub(super) struct Climb {
     pub(super) stopped: bool,
     /// The span of the attempt being sent or judged.
     pub(super) attempt: AttemptSpan,
-    /// The layer's chain for the model, as the routing source ordered it.
+    /// The layer's fallback chain for the model, as the routing source
+    /// ordered it.
     pub(super) order: Option<Vec<String>>,
 }
 

@@ -1,10 +1,10 @@
-//! The decide step: what a judged original becomes. Output, an end, an
+//! The decide stage: what a judged original becomes. Output, an end, an
 //! error or a hold bound: the original as it is. An empty refusal: the
-//! ladder the [`RecoveryPolicy`](crate::recovery::RecoveryPolicy) asks for,
+//! steps the [`RecoveryPolicy`](crate::recovery::RecoveryPolicy) asks for,
 //! each step built (`steps.rs`), sent, held and weighed (`climb.rs`) until
 //! one recovers or the policy or the budget says stop. The answer is a
 //! [`Decision`], a value: turning it into the client's response, the record
-//! and the handle's settling is the respond step's work.
+//! and the handle's settling is the respond stage's work.
 
 mod climb;
 mod steps;
@@ -83,8 +83,8 @@ impl HandoffMark {
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// The decide step: a held original as it is, or, on an empty refusal,
-    /// what the ladder comes to.
+    /// The decide stage: a held original as it is, or, on an empty refusal,
+    /// what the climb comes to.
     pub(crate) async fn decide(
         mut self,
         held: Held<UpstreamBody<U::Out>>,

@@ -28,9 +28,11 @@ pub(crate) enum Intake<B> {
 
 /// Takes in `body`, the body of the request `parts` heads: the one place
 /// that decides between reading it whole and forwarding it as it arrives.
+/// A request forwarded as it arrives goes out with `parts` as they are
+/// now: they get the first request's headers here.
 pub(crate) async fn take_in<B: ReplayBody>(
     incoming: &Incoming,
-    parts: &http::request::Parts,
+    parts: &mut http::request::Parts,
     body: B,
 ) -> Intake<B> {
     let config = &incoming.config;
@@ -45,7 +47,10 @@ pub(crate) async fn take_in<B: ReplayBody>(
     }
     let (copy, later) = RequestCopy::new(declared, limit, share);
     match B::forwarded(ForwardedBody::new(body, copy)) {
-        Ok(body) => forward(body, later).await,
+        Ok(body) => {
+            incoming.first_headers(&mut parts.headers, incoming.path_model());
+            forward(body, later).await
+        }
         // The body type cannot carry a copying body.
         Err(forwarded) => {
             let (body, copy) = forwarded.into_parts();

@@ -127,9 +127,24 @@ impl Original {
         }
     }
 
+    /// A request read whole before anything was sent, ready to send: read,
+    /// routed (sticky fallback), then rewritten for the first send.
+    pub(crate) async fn prepare(
+        incoming: &Incoming,
+        parts: http::request::Parts,
+        head: &Value,
+        body: Chunks,
+        share: Share,
+    ) -> Self {
+        let mut original = Original::read(incoming, parts, head, body, None, share);
+        original.route_sticky(incoming).await;
+        original.rewrite(incoming);
+        original
+    }
+
     /// Sticky fallback: a conversation a fallback served goes there
     /// directly.
-    pub(crate) async fn route_sticky(&mut self, incoming: &Incoming) {
+    async fn route_sticky(&mut self, incoming: &Incoming) {
         let Incoming {
             config, dialect, ..
         } = incoming;
@@ -174,7 +189,7 @@ impl Original {
 
     /// The first request's rewrites: its headers, then the server-side
     /// fallbacks a retarget list writes.
-    pub(crate) fn rewrite(&mut self, incoming: &Incoming) {
+    fn rewrite(&mut self, incoming: &Incoming) {
         let Incoming {
             config, dialect, ..
         } = incoming;
