@@ -216,7 +216,7 @@ impl fmt::Display for DeadReason {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
-    /// A fallback model answered (client-side chain, or the provider's own
+    /// A fallback model answered (the fallback chain, or the provider's own
     /// server-side fallback).
     Fallback,
     /// The reframed continuation produced real output.
@@ -265,7 +265,7 @@ pub enum ErrorCategory {
 pub enum AttemptStep {
     /// The request as the client sent it (after any outbound rewrite).
     Original,
-    /// A fallback of the client-side fallback chain.
+    /// A fallback of the fallback chain.
     Fallback,
     /// The reframed continuation.
     Rescue,
@@ -565,8 +565,8 @@ pub struct Attempt {
     /// The tokens the provider reported for a refused response, when it
     /// reported any. The guard reads usage only from responses it judged
     /// refused: answers it served are the client's to account. For a
-    /// response a provider's own server-side chain served, the tokens its
-    /// declined attempts cost (Anthropic `usage.iterations`), the serving
+    /// response a provider's server-side fallbacks served, the tokens its
+    /// declined iterations cost (Anthropic `usage.iterations`), the serving
     /// attempt's left out. A value this version cannot read is `None`, not
     /// a reason to drop the attempt.
     #[serde(
@@ -855,7 +855,7 @@ impl Prefill {
         self == Prefill::Claimed
     }
 
-    fn is_unknown(&self) -> bool {
+    pub(crate) fn is_unknown(&self) -> bool {
         *self == Prefill::Unknown
     }
 }

@@ -238,7 +238,7 @@ impl Report {
                 *self.fallback_credit.entry(key).or_default() += 1;
             }
             if let Some(to) = attempt.provider {
-                let from = record.provider.map_or(NONE, |p| p.as_str());
+                let from = record.provider.as_str();
                 let key = format!("{from} -> {to} [{category}] {}", attempt.result.as_str());
                 *self.cross_provider.entry(key).or_default() += 1;
             }

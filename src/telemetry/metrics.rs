@@ -480,10 +480,6 @@ pub(crate) fn route_explored() {
     counter!(ROUTE_EXPLORED).increment(1);
 }
 
-pub(crate) fn label_or_unknown(word: Option<&'static str>) -> SharedString {
-    SharedString::const_str(word.unwrap_or("unknown"))
-}
-
 /// Records one hold: how long it took and how many bytes it kept back.
 pub(crate) fn record_hold(
     wire_api: WireApi,

@@ -3,10 +3,10 @@
 use metrics::{counter, histogram, Label, SharedString};
 
 use super::{RefusalRecord, TelemetrySink};
-use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal};
 use crate::telemetry::metrics::{
-    category_label, label_or_unknown, model_label, tenant_label, FALLBACK_CREDIT,
-    RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
+    category_label, model_label, tenant_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
+    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
 };
 use crate::tenant::Tenant;
 
@@ -44,8 +44,8 @@ impl TelemetrySink for MetricsSink {
 
 /// The `kind` label: `empty`, `partial`, or `text` for a prose refusal.
 fn kind_label(record: &RefusalRecord) -> &'static str {
-    match (record.signal, record.refusal().kind) {
-        (Some(RefusalSignal::Text), _) => "text",
+    match (record.signal, record.kind) {
+        (RefusalSignal::Text, _) => "text",
         (_, RefusalKind::Empty) => "empty",
         (_, RefusalKind::Partial) => "partial",
     }
@@ -68,14 +68,8 @@ fn kind_label(record: &RefusalRecord) -> &'static str {
 pub fn record_refusal(record: &RefusalRecord) {
     let tenant = tenant_label(record.tenant.as_deref().unwrap_or(Tenant::DEFAULT_NAME));
     let labels = vec![
-        Label::new(
-            "provider",
-            label_or_unknown(record.provider.map(|p| p.as_str())),
-        ),
-        Label::new(
-            "wire_api",
-            label_or_unknown(record.wire_api.map(WireApi::as_str)),
-        ),
+        Label::new("provider", record.provider.as_str()),
+        Label::new("wire_api", record.wire_api.as_str()),
         Label::new("category", category_label(record.category.as_deref())),
         Label::new("kind", kind_label(record)),
         Label::new("outcome", record.outcome.as_str()),
@@ -103,7 +97,7 @@ pub fn record_refusal(record: &RefusalRecord) {
 
 /// Adds each attempt's refused usage to [`REFUSED_TOKENS`], under the
 /// model that refused (the attempt's, else the record's): a refused
-/// attempt's, or what the attempts a provider's own chain declined cost
+/// attempt's, or what the attempts a provider's server-side fallbacks declined cost
 /// (see [`Attempt::usage`](crate::refusal::Attempt::usage)).
 fn count_refused_tokens(record: &RefusalRecord, tenant: &SharedString) {
     for attempt in &record.attempts {

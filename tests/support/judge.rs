@@ -210,12 +210,12 @@ pub async fn judge(
     let refusal = record.refusal();
     assert_eq!(handle.get().as_ref(), Some(&refusal), "{name}: handle");
     if let Verdict::Empty(_) = expected.verdict {
-        assert_eq!(record.kind, Some(RefusalKind::Empty), "{name}");
+        assert_eq!(record.kind, RefusalKind::Empty, "{name}");
         assert_eq!(record.outcome, Outcome::Dead, "{name}");
         assert_eq!(record.reason, Some(refused.dead), "{name}");
         assert_eq!(typed, Some(&refusal), "{name}: typed refusal in extensions");
     } else {
-        assert_eq!(record.kind, Some(RefusalKind::Partial), "{name}");
+        assert_eq!(record.kind, RefusalKind::Partial, "{name}");
         assert_eq!(record.outcome, Outcome::Partial, "{name}");
         if expected.json {
             // A whole JSON body is judged before the response is returned.
@@ -231,14 +231,14 @@ pub async fn judge(
 
 fn check_record(name: &str, record: &RefusalRecord, refused: &Refused, source: Option<Source>) {
     if let Some(signal) = refused.signal {
-        assert_eq!(record.signal, Some(signal), "{name}: signal");
+        assert_eq!(record.signal, signal, "{name}: signal");
     }
     if let Some(category) = refused.category {
         assert_eq!(record.category.as_deref(), category, "{name}: category");
     }
     if let Some(source) = source {
-        assert_eq!(record.provider, Some(source.provider), "{name}: provider");
-        assert_eq!(record.wire_api, Some(source.wire_api), "{name}: wire API");
+        assert_eq!(record.provider, source.provider, "{name}: provider");
+        assert_eq!(record.wire_api, source.wire_api, "{name}: wire API");
         if let Some(model) = source.model {
             assert_eq!(record.model.as_deref(), Some(model), "{name}: model");
         }
