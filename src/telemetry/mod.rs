@@ -253,7 +253,7 @@ impl RefusalRecord {
     ///     .attempts(vec![refused, served])
     ///     .conversation("c0ffee")
     ///     .latency_ms(840);
-    /// assert_eq!(record.provider, Some(Provider::OpenAi));
+    /// assert_eq!(record.provider, Provider::OpenAi);
     /// assert_eq!(record.refusal(), refusal);
     /// assert_eq!(record.usage.unwrap().input_tokens, Some(1500));
     /// assert!(record.ts.ends_with('Z'));
