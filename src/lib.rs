@@ -150,6 +150,7 @@ mod dialect;
 pub mod env;
 mod guard;
 pub mod header;
+pub mod outcome;
 #[cfg(feature = "proxy")]
 #[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
 pub mod proxy;
@@ -178,6 +179,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;
+pub use outcome::{CallHandle, CallOutcome};
 pub use refusal::{Outcome, Refusal, RefusalHandle};
 pub use replay::ReplayBody;
 pub use service::RefusalGuard;

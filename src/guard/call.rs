@@ -17,6 +17,7 @@ use crate::guard::request::conversation::Conversation;
 use crate::guard::request::original::Original;
 use crate::guard::request::Incoming;
 use crate::guard::timeout::{TimeoutKind, UpstreamTimeout};
+use crate::outcome::{CallHandle, CallOutcome};
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
@@ -57,6 +58,41 @@ pub(crate) struct Call {
     pub(crate) conversation: Conversation,
     pub(crate) started: Instant,
     pub(crate) handle: RefusalHandle,
+    /// The handle the caller attached, filled when the call settles.
+    pub(crate) caller: Option<Arc<Caller>>,
+}
+
+/// The [`CallHandle`] a caller attached to one call: filled once, when the
+/// call settles, or, should the call end without settling (a request the
+/// guard did not judge, an original that failed), as unguarded.
+pub(crate) struct Caller {
+    handle: CallHandle,
+    settled: std::sync::atomic::AtomicBool,
+}
+
+impl Caller {
+    /// The handle `parts` carries, if any.
+    pub(crate) fn of(parts: &http::request::Parts) -> Option<Arc<Caller>> {
+        let handle = parts.extensions.get::<CallHandle>()?.clone();
+        Some(Arc::new(Caller {
+            handle,
+            settled: std::sync::atomic::AtomicBool::new(false),
+        }))
+    }
+
+    fn settle(&self, outcome: CallOutcome) {
+        if !self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.handle.settle(outcome);
+        }
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.settle(CallOutcome::unguarded(
+            "no response judged: a request body or shape the guard does not judge, or no response",
+        ));
+    }
 }
 
 impl Call {
@@ -67,6 +103,7 @@ impl Call {
             config,
             dialect,
             started,
+            caller,
             ..
         } = incoming;
         let handle = RefusalHandle::default();
@@ -87,6 +124,7 @@ impl Call {
             conversation: original.conversation.clone(),
             started,
             handle,
+            caller,
         }
     }
 
@@ -113,6 +151,7 @@ impl Call {
     /// Sends the record to the sink and settles the handle.
     pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
         let latency_ms = millis(self.started.elapsed());
+        let attempts_sent = attempts.len();
         self.request.settled(refusal, attempts.len());
         tracing::info!(
             provider = %refusal.provider,
@@ -143,6 +182,23 @@ impl Call {
             tracing::warn!("routing source panicked on a record");
         }
         self.handle.settle(Some(refusal.clone()));
+        if let Some(caller) = &self.caller {
+            caller.settle(CallOutcome::refused(refusal.clone(), attempts_sent));
+        }
+    }
+
+    /// Settles a call whose response held no refusal, after `attempts`
+    /// requests upstream.
+    pub(crate) fn settle_answered(&self, attempts: usize) {
+        self.handle.settle(None);
+        if let Some(caller) = &self.caller {
+            let served = self
+                .route
+                .as_ref()
+                .map(|route| route.routed_to.clone())
+                .or_else(|| self.model.clone());
+            caller.settle(CallOutcome::answered(attempts, served));
+        }
     }
 
     /// Puts what every guarded response carries in its extensions.
