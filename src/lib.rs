@@ -146,6 +146,20 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
+#[cfg(any(
+    feature = "async-openai",
+    feature = "rig",
+    feature = "reqwest-middleware"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    )))
+)]
+pub mod client;
 mod dialect;
 pub mod env;
 mod guard;
