@@ -510,7 +510,11 @@ fn responses_body(model: &str, refuse: bool) -> Value {
     };
     json!({"id":"resp_simulated","object":"response","created_at":0,"status":status,
         "error":null,"incomplete_details":details,"model":model,"output":output,
-        "usage":{"input_tokens":12,"output_tokens":24,"total_tokens":36}})
+        // The Responses API's usage always details both counts (and the
+        // OpenAI SDKs' types require them).
+        "usage":{"input_tokens":12,"input_tokens_details":{"cached_tokens":0},
+            "output_tokens":24,"output_tokens_details":{"reasoning_tokens":0},
+            "total_tokens":36}})
 }
 
 fn responses_message(status: &str, text: &str) -> Value {

@@ -1,0 +1,110 @@
+//! reqwest-middleware 0.5 with `RefusalGuardMiddleware`: a
+//! `ClientWithMiddleware` call, every attempt down the rest of the chain.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use refusal_guard::client::reqwest_middleware::RefusalGuardMiddleware;
+use refusal_guard::refusal::Outcome;
+use refusal_guard::reqwest::reqwest;
+use refusal_guard::simulate::ANSWER;
+use refusal_guard::telemetry::MemorySink;
+use refusal_guard::{CallHandle, Refusal, RefusalGuardLayer};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use serde_json::{json, Value};
+
+use crate::one_record;
+use crate::simulated::Simulated;
+
+/// A middleware after the guard's: counts the requests that reach it.
+#[derive(Clone, Default)]
+struct Counted(Arc<AtomicUsize>);
+
+#[async_trait::async_trait]
+impl Middleware for Counted {
+    async fn handle(
+        &self,
+        req: reqwest::Request,
+        extensions: &mut http::Extensions,
+        next: Next<'_>,
+    ) -> reqwest_middleware::Result<reqwest::Response> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        next.run(req, extensions).await
+    }
+}
+
+fn client(layer: RefusalGuardLayer, counted: &Counted) -> ClientWithMiddleware {
+    ClientBuilder::new(reqwest::Client::new())
+        .with(RefusalGuardMiddleware::new(layer))
+        .with(counted.clone())
+        .build()
+}
+
+fn messages(prompt: &str) -> Value {
+    json!({"model": "claude-opus-4-7", "max_tokens": 256,
+        "messages": [{"role": "user", "content": prompt}]})
+}
+
+#[tokio::test]
+async fn a_refused_call_is_rescued_down_the_chain() {
+    let upstream = Simulated::start().await;
+    let sink = MemorySink::new();
+    let counted = Counted::default();
+    let client = client(RefusalGuardLayer::new().telemetry(sink.clone()), &counted);
+    let handle = CallHandle::new();
+    let response = client
+        .post(format!("{}/v1/messages", upstream.url()))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(messages("Audit my SSH config").to_string())
+        .with_extension(handle.clone())
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.url().path(), "/v1/messages");
+    let refusal = response.extensions().get::<Refusal>().cloned().unwrap();
+    assert_eq!(refusal.outcome, Outcome::Rescued);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["content"][0]["text"], ANSWER);
+    assert_eq!(body["stop_reason"], "end_turn");
+    assert_eq!(handle.settled().await.to_string(), "rescued (cyber)");
+    one_record(&sink, "cyber", Outcome::Rescued, 2);
+    // The original and the rescue both went down the rest of the chain.
+    assert_eq!(counted.0.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_stream_body_goes_down_the_chain_unguarded_and_the_handle_says_so() {
+    let upstream = Simulated::start().await;
+    let sink = MemorySink::new();
+    let counted = Counted::default();
+    let client = client(RefusalGuardLayer::new().telemetry(sink.clone()), &counted);
+    let handle = CallHandle::new();
+    let body = Bytes::from(messages("Audit my SSH config").to_string());
+    let response = client
+        .post(format!("{}/v1/messages", upstream.url()))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap(http_body_util::Full::new(body)))
+        .with_extension(handle.clone())
+        .send()
+        .await
+        .unwrap();
+
+    // The simulator's refusal, as it sent it: nothing recovered it.
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["stop_reason"], "refusal");
+    let outcome = handle.settled().await;
+    assert_eq!(
+        outcome.unguarded,
+        Some("a request body that cannot be replayed (a stream)")
+    );
+    assert!(sink.records().is_empty());
+    assert_eq!(counted.0.load(Ordering::SeqCst), 1);
+    assert_eq!(upstream.simulator.requests(), 1);
+}
