@@ -12,7 +12,7 @@
 //! settles, whatever the client crate then did with the response.
 //!
 //! ```
-//! use refusal_guard::simulate::Simulator;
+//! use refusal_guard_testkit::Simulator;
 //! use refusal_guard::{CallHandle, Outcome, RefusalGuardLayer};
 //! use tower::{Layer, ServiceExt};
 //!

@@ -12,9 +12,9 @@ use futures::StreamExt;
 use refusal_guard::client::async_openai::guarded;
 use refusal_guard::refusal::Outcome;
 use refusal_guard::reqwest::reqwest;
-use refusal_guard::simulate::ANSWER;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{CallHandle, RefusalGuardLayer};
+use refusal_guard_testkit::ANSWER;
 use support::mock_upstream::MockUpstream;
 
 use crate::one_record;

@@ -8,9 +8,9 @@ use bytes::Bytes;
 use refusal_guard::client::reqwest_middleware::RefusalGuardMiddleware;
 use refusal_guard::refusal::Outcome;
 use refusal_guard::reqwest::reqwest;
-use refusal_guard::simulate::ANSWER;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{CallHandle, Refusal, RefusalGuardLayer};
+use refusal_guard_testkit::ANSWER;
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use serde_json::{json, Value};
 

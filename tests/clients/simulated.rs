@@ -4,7 +4,7 @@
 use std::convert::Infallible;
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use refusal_guard::simulate::Simulator;
+use refusal_guard_testkit::Simulator;
 use tower::ServiceExt;
 
 /// The running server. Dropping it stops accepting connections and fails
