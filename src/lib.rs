@@ -81,7 +81,11 @@
 //!   opt-in prose refusal detector; [`env`](mod@env): configuration from
 //!   environment variables.
 //! - `reqwest` (feature `reqwest`, off by default, as is `redis` for
-//!   [`store`]'s Redis store): the reqwest adapter.
+//!   [`store`]'s Redis store): the reqwest adapter; `client` (features
+//!   `async-openai`, `rig`, `reqwest-middleware`): the guard inside those
+//!   client crates; [`outcome`]: the [`CallHandle`] a caller attaches to a
+//!   request to learn what became of the call when a client crate keeps the
+//!   response to itself.
 //! - [`tenant`]: each client its own settings behind one guard (the
 //!   [`TenantResolver`](tenant::TenantResolver) names a request's tenant);
 //!   [`routing`]: in which order a refusal's fallback candidates are tried
@@ -201,7 +205,12 @@ pub use service::RefusalGuard;
 /// every other block names its own (`sh`, `text`, `json`, `python`).
 #[cfg(doctest)]
 mod pages {
-    #[cfg(feature = "reqwest")]
+    #[cfg(all(
+        feature = "reqwest",
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    ))]
     #[doc = include_str!("../README.md")]
     struct Readme;
     #[doc = include_str!("../CHANGELOG.md")]

@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use http::Response;
 
 use crate::dialect::{Dialect, RefusalInfo};
+use crate::guard::caller::Caller;
 use crate::guard::config::Config;
 use crate::guard::request::conversation::Conversation;
 use crate::guard::request::original::Original;
 use crate::guard::request::Incoming;
 use crate::guard::timeout::{TimeoutKind, UpstreamTimeout};
-use crate::outcome::{CallHandle, CallOutcome};
+use crate::outcome::CallOutcome;
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
@@ -60,39 +61,6 @@ pub(crate) struct Call {
     pub(crate) handle: RefusalHandle,
     /// The handle the caller attached, filled when the call settles.
     pub(crate) caller: Option<Arc<Caller>>,
-}
-
-/// The [`CallHandle`] a caller attached to one call: filled once, when the
-/// call settles, or, should the call end without settling (a request the
-/// guard did not judge, an original that failed), as unguarded.
-pub(crate) struct Caller {
-    handle: CallHandle,
-    settled: std::sync::atomic::AtomicBool,
-}
-
-impl Caller {
-    /// The handle `parts` carries, if any.
-    pub(crate) fn of(parts: &http::request::Parts) -> Option<Arc<Caller>> {
-        let handle = parts.extensions.get::<CallHandle>()?.clone();
-        Some(Arc::new(Caller {
-            handle,
-            settled: std::sync::atomic::AtomicBool::new(false),
-        }))
-    }
-
-    fn settle(&self, outcome: CallOutcome) {
-        if !self.settled.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            self.handle.settle(outcome);
-        }
-    }
-}
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        self.settle(CallOutcome::unguarded(
-            "no response judged: a request body or shape the guard does not judge, or no response",
-        ));
-    }
 }
 
 impl Call {

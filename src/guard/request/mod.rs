@@ -17,7 +17,7 @@ use http::header::ACCEPT_ENCODING;
 use http::{HeaderMap, HeaderValue};
 
 use crate::dialect::Dialect;
-use crate::guard::call::Caller;
+use crate::guard::caller::Caller;
 use crate::guard::config::Config;
 
 /// A guardable request as it arrived, before its body: what the call knows
