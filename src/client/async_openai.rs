@@ -2,7 +2,7 @@
 //! tower service `async_openai::Client::with_http_service` takes.
 //!
 //! async-openai hands its HTTP service an
-//! [`HttpRequestFactory`](::async_openai::middleware::HttpRequestFactory)
+//! [`HttpRequestFactory`]
 //! (a request it can build again) and wants a `reqwest::Response` back.
 //! [`FactoryService`] builds the request once, runs it through the service
 //! it wraps (a [`RefusalGuard`] over reqwest, from [`guarded`]) as an

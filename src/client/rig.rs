@@ -18,13 +18,15 @@
 //! use refusal_guard::client::rig::GuardedClient;
 //! use refusal_guard::reqwest::reqwest;
 //! use refusal_guard::RefusalGuardLayer;
-//! use rig_core::providers::anthropic::AnthropicConfig;
 //!
 //! let http = GuardedClient::new(RefusalGuardLayer::new(), reqwest::Client::new());
-//! let anthropic = AnthropicConfig::new(std::env::var("ANTHROPIC_API_KEY").unwrap()).connect(http);
-//! let model = anthropic.completion("claude-opus-4-7");
-//! # let _ = model;
+//! // Then, with rig-core:
+//! // let anthropic = rig_core::providers::anthropic::AnthropicConfig::new(key).connect(http);
+//! // let model = anthropic.completion("claude-opus-4-7");
+//! # let _ = http;
 //! ```
+//!
+//! A complete agent: `clients/examples/rig.rs`.
 //!
 //! Like rig-reqwest, a response whose status is not a success comes back
 //! as rig's `Error::InvalidStatusCodeWithDetails` (status, headers, body).
