@@ -77,7 +77,8 @@
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
 //!   own shape; [`header`]: the names of the headers the crate reads and
 //!   writes.
-//! - [`sse`]: the incremental SSE framer; `text` (feature `text`): the
+//! - [`sse`]: the incremental SSE framer; [`stream_text`]: the answer's
+//!   text out of a guarded stream, per wire API; `text` (feature `text`): the
 //!   opt-in prose refusal detector; [`env`](mod@env): configuration from
 //!   environment variables.
 //! - `reqwest` (feature `reqwest`, off by default, as is `redis` for
@@ -175,6 +176,7 @@ pub mod reqwest;
 pub mod routing;
 pub mod sse;
 pub mod store;
+pub mod stream_text;
 pub mod telemetry;
 pub mod tenant;
 #[cfg(feature = "text")]

@@ -25,6 +25,7 @@ mod head;
 pub(crate) mod openai;
 mod seed;
 pub(crate) mod skim;
+pub(crate) mod text_delta;
 pub(crate) mod translate;
 
 /// What a request was recognised as, before its body was read.
