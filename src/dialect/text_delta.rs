@@ -1,5 +1,5 @@
 //! The answer's text in one event of a stream, per wire API: what a caller
-//! prints as the stream comes (`crate::stream_text`). Only text: thinking,
+//! prints as the stream comes. Only text: thinking,
 //! tool calls and refusal text are not the answer.
 
 use serde_json::Value;
