@@ -39,7 +39,7 @@
 //! // it refuses the first attempt of every conversation.
 //! let client = ServiceBuilder::new()
 //!     .layer(RefusalGuardLayer::new().telemetry(log.clone()))
-//!     .service(Simulator::new());
+//!     .service(Simulator::new().shared());
 //!
 //! let request = http::Request::post("https://api.anthropic.com/v1/messages")
 //!     .header("content-type", "application/json")
