@@ -87,6 +87,10 @@ mod received;
 mod replies;
 mod request;
 mod script;
+// On loopback: the server the proxy feature brings (until the testkit is a
+// crate of its own).
+#[cfg(feature = "proxy")]
+mod server;
 mod state;
 
 use std::fmt;
@@ -112,6 +116,8 @@ use state::{State, KEPT_REQUESTS};
 pub use received::{Received, REDACTED};
 pub use replies::SimulatedBody;
 pub use script::{Call, Reply, ReplyKind, When, ANSWER, CATEGORY, EXPLANATION, OUTPUT_BLOCKED};
+#[cfg(feature = "proxy")]
+pub use server::SimulatedServer;
 
 /// The largest request body read; a larger one is answered 413 in the
 /// API's shape (providers take a few MB: Anthropic 32 MB, OpenAI less).
@@ -655,6 +661,20 @@ impl Simulator {
         response
     }
 
+    /// Answers a request whose body was read (at most
+    /// [`MAX_REQUEST_BYTES`] of it): `Err` when reading it failed.
+    fn respond_read(
+        &self,
+        parts: &http::request::Parts,
+        read: Result<Bytes, BoxError>,
+    ) -> Result<Response<SimulatedBody>, BoxError> {
+        match read {
+            Ok(body) => Ok(self.respond(parts, &body)),
+            Err(error) if error.is::<LengthLimitError>() => Ok(self.too_large(parts)),
+            Err(error) => Err(error),
+        }
+    }
+
     /// The answer to a request whose body is over [`MAX_REQUEST_BYTES`]: a
     /// 413 in the API's shape, counted and kept (without its body).
     fn too_large(&self, parts: &http::request::Parts) -> Response<SimulatedBody> {
@@ -736,14 +756,8 @@ where
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let body = match Limited::new(body, MAX_REQUEST_BYTES).collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(error) if error.is::<LengthLimitError>() => {
-                    return Ok(this.too_large(&parts));
-                }
-                Err(error) => return Err(error),
-            };
-            Ok(this.respond(&parts, &body))
+            let read = Limited::new(body, MAX_REQUEST_BYTES).collect().await;
+            this.respond_read(&parts, read.map(|body| body.to_bytes()))
         })
     }
 }
