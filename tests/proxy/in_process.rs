@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::refusal::WireApi;
-use refusal_guard::simulate::{Simulator, ANSWER};
 use refusal_guard::{header, RefusalGuardLayer};
+use refusal_guard_proxy::{Proxy, Upstream};
+use refusal_guard_testkit::{Simulator, ANSWER};
 use support::proxy::client;
 use support::wire::{read, request};
 use tokio::net::TcpStream;

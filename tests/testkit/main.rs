@@ -10,14 +10,15 @@
 //!   computable without sending anything;
 //! - `state`: a simulator's state is its own, shared only when asked.
 
+mod as_documented;
 mod rates;
 mod replies;
 mod state;
 
-use refusal_guard::proxy::{Proxy, RunningProxy, Upstream};
 use refusal_guard::refusal::WireApi;
-use refusal_guard::simulate::{SimulatedServer, Simulator};
 use refusal_guard::{header, RefusalGuardLayer};
+use refusal_guard_proxy::{Proxy, RunningProxy, Upstream};
+use refusal_guard_testkit::{SimulatedServer, Simulator};
 use serde_json::Value;
 
 /// The simulator on loopback, and the guard (`layer`) started in process

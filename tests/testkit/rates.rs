@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use refusal_guard::refusal::WireApi;
-use refusal_guard::simulate::{Call, Reply, ReplyKind, Simulator, When};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_testkit::{Call, Reply, ReplyKind, Simulator, When};
 use support::wire::read;
 
 use super::{ask, guarded};

@@ -4,8 +4,8 @@
 //! error passed through byte for byte as the simulator sent them.
 
 use http::StatusCode;
-use refusal_guard::simulate::{Reply, Simulator, When, ANSWER};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_testkit::{Reply, Simulator, When, ANSWER};
 use support::wire::{read, APIS};
 
 use super::{ask, guarded};

@@ -2,8 +2,8 @@
 //! a server and the guard over it share the simulator's.
 
 use refusal_guard::refusal::WireApi;
-use refusal_guard::simulate::{ReplyKind, Simulator};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_testkit::{ReplyKind, Simulator};
 use support::wire::read;
 use tower::{Layer, ServiceExt};
 
