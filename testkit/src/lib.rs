@@ -1,5 +1,6 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 //! A scripted, simulated LLM provider for tests: the four wire APIs the
 //! guard speaks, refusing on cue, with no network and no API key.
 //!
@@ -37,6 +38,11 @@
 //! service it wraps, so it is given [`shared`](Simulator::shared), a
 //! handle whose clones share this simulator's state, and the test reads
 //! that state through the simulator.
+//!
+//! **On loopback.** `Simulator::serve` (feature `serve`, on by default)
+//! serves the simulator on a free loopback port for clients that take a
+//! base URL (async-openai, rig, reqwest, an SDK in another language); the
+//! server shares the simulator's state, and stops when dropped.
 //!
 //! **The contract.** Every request is first checked against the
 //! providers' documented request rules ([`contract`]), as the real APIs
@@ -117,6 +123,7 @@ pub use received::{Received, REDACTED};
 pub use replies::SimulatedBody;
 pub use script::{Call, Reply, ReplyKind, When, ANSWER, CATEGORY, EXPLANATION, OUTPUT_BLOCKED};
 #[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub use server::SimulatedServer;
 
 /// The largest request body read; a larger one is answered 413 in the
@@ -138,8 +145,8 @@ struct Script {
     keep: usize,
 }
 
-/// The simulated provider: its script, and what it has seen. See the
-/// [module](self) for what it serves and how it is scripted.
+/// The simulated provider: its script, and what it has seen. The
+/// [crate's docs](crate) say what it serves and how it is scripted.
 ///
 /// ```
 /// use refusal_guard_testkit::{Reply, Simulator, When};

@@ -26,6 +26,7 @@ const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// connections are cut.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 impl Simulator {
     /// Serves this simulator (its state shared, as
     /// [`shared`](Self::shared)) on a free loopback port, over HTTP/1.1, as
