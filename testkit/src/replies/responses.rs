@@ -24,7 +24,10 @@ pub(super) fn response(said: &Said<'_>, status: Option<&str>) -> Value {
     json!({"id":"resp_simulated","object":"response","created_at":0,
         "status":status.unwrap_or(done),"error":null,"incomplete_details":details,
         "model":said.model,"output":output,
-        "usage":{"input_tokens":said.input_tokens,"output_tokens":said.output_tokens,
+        // The Responses API's usage always details both counts (and the
+        // OpenAI SDKs' types require them).
+        "usage":{"input_tokens":said.input_tokens,"input_tokens_details":{"cached_tokens":0},
+            "output_tokens":said.output_tokens,"output_tokens_details":{"reasoning_tokens":0},
             "total_tokens":said.input_tokens + said.output_tokens}})
 }
 
