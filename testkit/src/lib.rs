@@ -32,6 +32,15 @@
 //! [rate](When::rate). A conversation is a wire API, a system prompt and a
 //! first user message; its *prompt* is that message's first text.
 //!
+//! **Server-side fallback.** An Anthropic request whose `fallbacks` lists
+//! models, and whose own model gives an empty refusal, is handed within
+//! the one request to each listed model in turn, as the API does (each hop
+//! a request of the conversation to that model, for the script); the
+//! first that does not refuse serves it, with the API's `fallback` blocks
+//! and `usage.iterations`, and [`Received::served_model`] names it. If
+//! each refuses, the requested model's refusal is served. `"default"` is
+//! not honoured: the simulator knows no model's default list.
+//!
 //! **State.** A simulator's state (conversations seen, rule counts, the
 //! requests kept, violations) is its own: a [`Clone`] is a new simulator
 //! with the same script that has seen nothing. The guard clones the
@@ -116,6 +125,7 @@ use tower_service::Service;
 use contract::{Contract, Violation};
 use refusal_guard::api_error::{api_error, api_error_for};
 use refusal_guard::BoxError;
+use replies::Handoff;
 use request::{Turn, Wire};
 use state::{State, KEPT_REQUESTS};
 
@@ -572,19 +582,20 @@ impl Simulator {
         self.script.rules.iter().chain(&self.script.defaults)
     }
 
-    /// The scripted reply to `turn`; counts it in the state.
-    fn scripted(&self, turn: &Turn, category: Option<&str>, received: &mut Received) -> Reply {
+    /// The scripted reply to `turn` if it went to `model`; counts it in the
+    /// state. Also which request of the conversation it was, and which to
+    /// `model`.
+    fn scripted(&self, model: &str, turn: &Turn, category: Option<&str>) -> (Reply, u32, u32) {
         let mut state = self.lock();
-        let (attempt, attempt_on_model) = state.attempt(turn.conversation, &turn.model);
-        (received.attempt, received.attempt_on_model) = (attempt, attempt_on_model);
+        let (attempt, attempt_on_model) = state.attempt(turn.conversation, model);
         let call = Call {
-            model: &turn.model,
+            model,
             prompt: &turn.prompt,
             category,
             attempt,
             attempt_on_model,
         };
-        let draw = self.draw(&turn.model, &turn.prompt, attempt_on_model);
+        let draw = self.draw(model, &turn.prompt, attempt_on_model);
         let mut chosen = None;
         for (index, (when, reply)) in self.rules().enumerate() {
             if !when.admits(&call, draw) {
@@ -595,9 +606,44 @@ impl Simulator {
                 chosen = Some(reply.clone());
             }
         }
-        chosen
+        let reply = chosen
             .unwrap_or_else(Reply::answer)
-            .with_category_or(category)
+            .with_category_or(category);
+        (reply, attempt, attempt_on_model)
+    }
+
+    /// The reply to `turn`, and the server-side fallback that served it, if
+    /// any: an empty refusal of an Anthropic request that names
+    /// `fallbacks` is passed to each model listed in turn, as the provider
+    /// does, until one does not refuse.
+    fn reply_to(
+        &self,
+        turn: &Turn,
+        request: &Value,
+        category: Option<&str>,
+        received: &mut Received,
+    ) -> (Reply, Option<Handoff>) {
+        let (reply, attempt, attempt_on_model) = self.scripted(&turn.model, turn, category);
+        (received.attempt, received.attempt_on_model) = (attempt, attempt_on_model);
+        if turn.wire != Wire::Anthropic || reply.kind() != ReplyKind::Refusal {
+            return (reply, None);
+        }
+        let listed = request["fallbacks"].as_array().into_iter().flatten();
+        let mut refused = vec![turn.model.clone()];
+        for model in listed.filter_map(|entry| entry["model"].as_str()) {
+            let (hop, ..) = self.scripted(model, turn, category);
+            if matches!(hop.kind(), ReplyKind::Answer | ReplyKind::Partial) {
+                let handoff = Handoff {
+                    refused,
+                    category: reply.category_named().map(str::to_owned),
+                    served: model.to_owned(),
+                };
+                received.served_model = Some(model.to_owned());
+                return (hop, Some(handoff));
+            }
+            refused.push(model.to_owned());
+        }
+        (reply, None)
     }
 }
 
@@ -658,11 +704,11 @@ impl Simulator {
         received.prompt = Some(turn.prompt.clone());
         // Counting tokens is no attempt of a conversation: nothing to remember.
         if turn.wire == Wire::AnthropicCountTokens {
-            return replies::render(&turn, &Reply::answer());
+            return replies::render(&turn, &Reply::answer(), None);
         }
         let category = self.category_of(&turn.prompt);
-        let reply = self.scripted(&turn, category.as_deref(), received);
-        let response = replies::render(&turn, &reply);
+        let (reply, handoff) = self.reply_to(&turn, &request, category.as_deref(), received);
+        let response = replies::render(&turn, &reply, handoff.as_ref());
         received.category = category;
         received.reply = Some(reply);
         response
@@ -912,6 +958,65 @@ mod tests {
         let handle = sim.shared();
         assert_eq!(kind(&handle.clone()), ReplyKind::Answer, "a handle shares");
         assert_eq!((sim.requests(), apart.requests()), (2, 1));
+    }
+
+    #[test]
+    fn a_server_side_fallback_hops_until_a_model_answers() {
+        let sim = Simulator::answering()
+            .when(When::any().model("a"), Reply::refusal().category("bio"))
+            .when(When::any().model("b"), Reply::refusal());
+        let request = |fallbacks: &str| {
+            let body = format!(
+                r#"{{"model":"a","max_tokens":8,"fallbacks":{fallbacks},
+                    "messages":[{{"role":"user","content":"hops {}"}}]}}"#,
+                fallbacks.len()
+            );
+            let parts = Request::post("/v1/messages")
+                .header("anthropic-beta", "server-side-fallback-2026-07-01")
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0;
+            let json: Value =
+                serde_json::from_str(&bytes(sim.respond(&parts, body.as_bytes()))).unwrap();
+            (json, sim.take_received().pop().unwrap())
+        };
+        let (served, received) = request(r#"[{"model":"b"},{"model":"c"}]"#);
+        assert_eq!(served["model"], "c");
+        assert_eq!(served["stop_reason"], "end_turn");
+        let hops: Vec<_> = served["content"].as_array().unwrap()[..2]
+            .iter()
+            .map(|b| {
+                (
+                    b["from"]["model"].clone(),
+                    b["to"]["model"].clone(),
+                    b["trigger"]["category"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            hops,
+            [
+                ("a".into(), "b".into(), "bio".into()),
+                ("b".into(), "c".into(), "bio".into())
+            ]
+        );
+        let kinds: Vec<_> = served["usage"]["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].clone())
+            .collect();
+        assert_eq!(kinds, ["message", "message", "fallback_message"]);
+        assert_eq!(received.served_model.as_deref(), Some("c"));
+        // Every model listed refuses: the requested model's refusal.
+        let (refused, received) = request(r#"[{"model":"b"}]"#);
+        assert_eq!(
+            (refused["model"].as_str(), refused["stop_reason"].as_str()),
+            (Some("a"), Some("refusal"))
+        );
+        assert_eq!(received.served_model, None);
+        sim.assert_no_violations();
     }
 
     #[test]

@@ -69,6 +69,9 @@ pub struct Received {
     pub attempt_on_model: u32,
     /// Its body as JSON (`Null` when it was not JSON).
     pub body: Value,
+    /// The model that served it when a server-side fallback did (an
+    /// Anthropic request's `fallbacks`, its model refusing).
+    pub served_model: Option<String>,
     /// The scripted reply it got; `None` when the simulator answered it
     /// otherwise (a contract violation, a token count, a path it serves no
     /// API at).
@@ -98,6 +101,7 @@ impl Received {
             attempt: 0,
             attempt_on_model: 0,
             body: serde_json::from_slice(body).unwrap_or(Value::Null),
+            served_model: None,
             reply: None,
             status: StatusCode::OK,
         }

@@ -4,7 +4,8 @@
 //! error passed through byte for byte as the simulator sent them.
 
 use http::StatusCode;
-use refusal_guard::RefusalGuardLayer;
+use refusal_guard::telemetry::{MemorySink, RefusalRecord};
+use refusal_guard::{Outcome, RefusalGuardLayer};
 use refusal_guard_testkit::{Reply, Simulator, When, ANSWER};
 use support::wire::{read, APIS};
 
@@ -87,4 +88,76 @@ async fn a_partial_refusal_and_a_provider_error_pass_through_as_sent() {
         }
     }
     simulator.assert_no_violations();
+}
+
+#[tokio::test]
+async fn an_anthropic_server_side_fallback_is_served_by_the_first_model_that_answers() {
+    let client = support::proxy::client();
+    // Opus 4.7 refuses every request; the guard names Opus 4.8 in the
+    // request's `fallbacks`, and the simulator, as the API does, hands the
+    // refused turn to it within the one request.
+    let simulator = Simulator::answering().when(
+        When::any().model("claude-opus-4-7"),
+        Reply::refusal().category("bio"),
+    );
+    let sink = MemorySink::new();
+    let layer = RefusalGuardLayer::new()
+        .retarget_fallbacks(["claude-opus-4-8"])
+        .inject_server_fallbacks(true)
+        .rescue(false)
+        .telemetry(sink.clone());
+    let (_server, guard) = guarded(&simulator, &layer).await;
+    for stream in [false, true] {
+        let api = refusal_guard::refusal::WireApi::AnthropicMessages;
+        let what = format!("server-side fallback, stream={stream}");
+        let got = ask(
+            &client,
+            &guard.base_url(),
+            (api, "claude-opus-4-7"),
+            &what,
+            stream,
+        )
+        .await;
+        assert_eq!(got.status, 200, "{what}: {got:?}");
+        assert_eq!(read(api, &got.body).text, ANSWER, "{what}");
+        assert!(
+            got.body.contains(r#""type":"fallback""#),
+            "{what}: {}",
+            got.body
+        );
+        assert!(
+            got.body.contains(r#""fallback_message""#),
+            "{what}: {}",
+            got.body
+        );
+        let sent = simulator.take_received();
+        assert_eq!(sent.len(), 1, "{what}: one request");
+        assert_eq!(sent[0].body["fallbacks"][0]["model"], "claude-opus-4-8");
+        assert_eq!(sent[0].served_model.as_deref(), Some("claude-opus-4-8"));
+        // The guard saw the provider's own fallback serve the turn.
+        let record = wait_for_record(&sink).await;
+        assert_eq!(record.outcome, Outcome::Fallback, "{what}");
+        assert_eq!(record.category.as_deref(), Some("bio"), "{what}");
+        assert_eq!(
+            record.served_model.as_deref(),
+            Some("claude-opus-4-8"),
+            "{what}"
+        );
+    }
+    simulator.assert_no_violations();
+}
+
+/// The one record `sink` gets (it is sent as the response ends: waited
+/// for, at most 10 s).
+async fn wait_for_record(sink: &MemorySink) -> RefusalRecord {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut records = sink.take();
+        if let Some(record) = records.pop() {
+            assert!(records.is_empty(), "one record: {records:?}");
+            return record;
+        }
+        assert!(std::time::Instant::now() < deadline, "no record");
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }

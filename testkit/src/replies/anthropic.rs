@@ -24,25 +24,65 @@ fn stop_details(said: &Said<'_>) -> Value {
     }
 }
 
-/// The whole message.
-pub(super) fn message(said: &Said<'_>) -> Value {
-    let content = if said.text.is_empty() {
-        json!([])
-    } else {
-        json!([{"type":"text","text":said.text}])
+/// The `fallback` blocks of a server-side fallback that served: one a hop,
+/// the last naming the model that served.
+fn fallback_blocks(said: &Said<'_>) -> Vec<Value> {
+    let Some(handoff) = said.handoff else {
+        return Vec::new();
     };
+    let next = handoff.refused.iter().skip(1).chain([&handoff.served]);
+    handoff
+        .refused
+        .iter()
+        .zip(next)
+        .map(|(from, to)| {
+            json!({"type":"fallback","from":{"model":from},"to":{"model":to},
+                "trigger":{"type":"refusal","category":handoff.category}})
+        })
+        .collect()
+}
+
+/// The usage: the serving attempt's, and, after a server-side fallback,
+/// one iteration an attempt (`message` for those that refused,
+/// `fallback_message` for the one that served).
+fn usage(said: &Said<'_>) -> Value {
+    let mut usage = json!({"input_tokens":said.input_tokens,"output_tokens":said.output_tokens});
+    if let Some(handoff) = said.handoff {
+        let mut iterations: Vec<Value> = handoff
+            .refused
+            .iter()
+            .map(|model| {
+                json!({"type":"message","model":model,"input_tokens":said.input_tokens,
+                    "output_tokens":0})
+            })
+            .collect();
+        iterations.push(json!({"type":"fallback_message","model":handoff.served,
+            "input_tokens":said.input_tokens,"output_tokens":said.output_tokens}));
+        usage["iterations"] = Value::Array(iterations);
+    }
+    usage
+}
+
+/// The whole message (named for the model that served it).
+pub(super) fn message(said: &Said<'_>) -> Value {
+    let mut content = fallback_blocks(said);
+    if !said.text.is_empty() {
+        content.push(json!({"type":"text","text":said.text}));
+    }
+    let model = said.handoff.map_or(said.model, |h| h.served.as_str());
     let mut message = json!({"id":"msg_simulated","type":"message","role":"assistant",
-        "model":said.model,"content":content,"stop_reason":stop_reason(said),
-        "stop_sequence":null,
-        "usage":{"input_tokens":said.input_tokens,"output_tokens":said.output_tokens}});
+        "model":model,"content":content,"stop_reason":stop_reason(said),
+        "stop_sequence":null,"usage":usage(said)});
     if said.refused() {
         message["stop_details"] = stop_details(said);
     }
     message
 }
 
-/// The event stream: `message_start`, the text block if any, the
-/// `message_delta` with the stop reason, `message_stop`.
+/// The event stream: `message_start` (naming the model asked for), the
+/// `fallback` blocks of a server-side fallback, the text block if any, the
+/// `message_delta` with the stop reason (and the iterations after a
+/// fallback), `message_stop`.
 pub(super) fn stream(said: &Said<'_>) -> Vec<Bytes> {
     let mut chunks = vec![event(
         "message_start",
@@ -50,31 +90,47 @@ pub(super) fn stream(said: &Said<'_>) -> Vec<Bytes> {
             "role":"assistant","content":[],"model":said.model,"stop_reason":null,
             "stop_sequence":null,"usage":{"input_tokens":said.input_tokens,"output_tokens":1}}}),
     )];
+    let blocks = fallback_blocks(said);
+    let text_index = blocks.len();
+    for (index, block) in blocks.into_iter().enumerate() {
+        chunks.push(event(
+            "content_block_start",
+            &json!({"type":"content_block_start","index":index,"content_block":block}),
+        ));
+        chunks.push(event(
+            "content_block_stop",
+            &json!({"type":"content_block_stop","index":index}),
+        ));
+    }
     if !said.text.is_empty() {
         chunks.push(event(
             "content_block_start",
-            &json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+            &json!({"type":"content_block_start","index":text_index,
+                "content_block":{"type":"text","text":""}}),
         ));
         for piece in pieces(said.text) {
             chunks.push(event(
                 "content_block_delta",
-                &json!({"type":"content_block_delta","index":0,
+                &json!({"type":"content_block_delta","index":text_index,
                     "delta":{"type":"text_delta","text":piece}}),
             ));
         }
         chunks.push(event(
             "content_block_stop",
-            &json!({"type":"content_block_stop","index":0}),
+            &json!({"type":"content_block_stop","index":text_index}),
         ));
     }
     let mut delta = json!({"stop_reason":stop_reason(said),"stop_sequence":null});
     if said.refused() {
         delta["stop_details"] = stop_details(said);
     }
+    let mut usage = usage(said);
+    if said.handoff.is_none() {
+        usage = json!({"output_tokens":said.output_tokens});
+    }
     chunks.push(event(
         "message_delta",
-        &json!({"type":"message_delta","delta":delta,
-            "usage":{"output_tokens":said.output_tokens}}),
+        &json!({"type":"message_delta","delta":delta,"usage":usage}),
     ));
     chunks.push(event("message_stop", &json!({"type":"message_stop"})));
     chunks

@@ -70,6 +70,16 @@ impl Body for SimulatedBody {
     }
 }
 
+/// An Anthropic server-side fallback that served: the models that refused
+/// (the requested one first), the refusal's category, the model that
+/// served.
+#[derive(Debug, Clone)]
+pub(crate) struct Handoff {
+    pub(crate) refused: Vec<String>,
+    pub(crate) category: Option<String>,
+    pub(crate) served: String,
+}
+
 /// What one reply says, resolved for one request: the text it sends, the
 /// category and explanation a refusal carries, the usage it reports.
 struct Said<'a> {
@@ -81,6 +91,7 @@ struct Said<'a> {
     code: Option<&'a str>,
     input_tokens: u64,
     output_tokens: u64,
+    handoff: Option<&'a Handoff>,
 }
 
 impl Said<'_> {
@@ -90,8 +101,13 @@ impl Said<'_> {
 }
 
 /// `reply` to the request read as `turn`, in its API's shape (a token
-/// count is answered with its count, whatever the reply).
-pub(crate) fn render(turn: &Turn, reply: &Reply) -> Response<SimulatedBody> {
+/// count is answered with its count, whatever the reply), served by the
+/// `handoff`'s model when a server-side fallback served it.
+pub(crate) fn render(
+    turn: &Turn,
+    reply: &Reply,
+    handoff: Option<&Handoff>,
+) -> Response<SimulatedBody> {
     if let Some(status) = reply.error_status() {
         return provider_failure(turn, status, reply.retry_after_seconds());
     }
@@ -105,6 +121,7 @@ pub(crate) fn render(turn: &Turn, reply: &Reply) -> Response<SimulatedBody> {
         code: reply.code_named(),
         input_tokens: turn.input_tokens,
         output_tokens: text.split_whitespace().count() as u64,
+        handoff,
     };
     match (&turn.wire, turn.stream) {
         (Wire::AnthropicCountTokens, _) => token_count(turn),
