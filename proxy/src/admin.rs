@@ -261,7 +261,6 @@ impl Probe for MemoryStoreProbe {
 /// assert_eq!(probe.name(), "store redis://127.0.0.1:6379/0");
 /// # }
 /// ```
-
 #[derive(Debug, Clone)]
 pub struct RedisStoreProbe {
     store: refusal_guard::store::redis::RedisStore,
