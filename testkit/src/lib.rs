@@ -138,6 +138,19 @@ pub use server::SimulatedServer;
 
 /// The largest request body read; a larger one is answered 413 in the
 /// API's shape (providers take a few MB: Anthropic 32 MB, OpenAI less).
+///
+/// ```
+/// use refusal_guard_testkit::{Simulator, MAX_REQUEST_BYTES};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let huge = vec![b' '; MAX_REQUEST_BYTES + 1];
+/// let request = http::Request::post("/v1/responses").body(http_body_util::Full::new(bytes::Bytes::from(huge))).unwrap();
+/// let response = Simulator::new().shared().oneshot(request).await.unwrap();
+/// assert_eq!(response.status(), 413);
+/// # }
+/// ```
 pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 
 /// The hook that names a prompt's category.

@@ -18,6 +18,18 @@ const CREDENTIALS: &[&str] = &[
 ];
 
 /// What a credential's value is replaced with.
+///
+/// ```
+/// use refusal_guard_testkit::{Simulator, REDACTED};
+///
+/// let simulator = Simulator::new();
+/// let (parts, ()) = http::Request::post("/v1beta/models/gemini-2.5-pro:generateContent?key=AIza-secret")
+///     .body(())
+///     .unwrap()
+///     .into_parts();
+/// simulator.respond(&parts, br#"{"contents":[{"parts":[{"text":"hi"}]}]}"#);
+/// assert!(simulator.received()[0].path.ends_with(&format!("key={REDACTED}")));
+/// ```
 pub const REDACTED: &str = "<redacted>";
 
 /// One request the simulator received, and what it answered. Credentials

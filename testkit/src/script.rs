@@ -9,17 +9,50 @@ use sha2::{Digest, Sha256};
 /// The category a refusal carries when neither the reply nor the prompt's
 /// category (see [`Simulator::categorize`](super::Simulator::categorize))
 /// names one.
+///
+/// ```
+/// use refusal_guard_testkit::{Reply, Simulator, When, CATEGORY};
+///
+/// let simulator = Simulator::answering().when(When::any(), Reply::refusal());
+/// let (parts, ()) = http::Request::post("/v1/responses").body(()).unwrap().into_parts();
+/// simulator.respond(&parts, br#"{"model":"gpt-5","input":"hi"}"#);
+/// let reply = simulator.received()[0].reply.clone().unwrap();
+/// assert_eq!(reply.category_named(), Some(CATEGORY));
+/// ```
 pub const CATEGORY: &str = "cyber";
 
 /// The explanation a refusal carries unless the reply gives its own.
+///
+/// ```
+/// use refusal_guard_testkit::{Reply, EXPLANATION};
+///
+/// assert_eq!(Reply::refusal().explanation_sent(), EXPLANATION);
+/// ```
 pub const EXPLANATION: &str = "Simulated refusal: the simulator's script declined this request.";
 
 /// The text of a simulated answer, unless the reply gives its own.
+///
+/// ```
+/// use refusal_guard_testkit::{Reply, ANSWER};
+///
+/// assert_eq!(Reply::answer().text_sent(), ANSWER);
+/// ```
 pub const ANSWER: &str = "Simulated answer: here is the defensive version of what you asked \
      for, step by step, with nothing that would help an attacker.";
 
 /// The message of an error-shaped Anthropic refusal, as the Messages API
 /// sends it.
+///
+/// ```
+/// use refusal_guard_testkit::{Reply, Simulator, When, OUTPUT_BLOCKED};
+///
+/// let simulator = Simulator::answering().when(When::any(), Reply::blocked());
+/// let (parts, ()) = http::Request::post("/v1/messages").body(()).unwrap().into_parts();
+/// let body = br#"{"model":"claude-opus-4-7","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+/// let response = simulator.respond(&parts, body);
+/// assert_eq!(response.status(), 400);
+/// # let _ = OUTPUT_BLOCKED;
+/// ```
 pub const OUTPUT_BLOCKED: &str = "Output blocked by content filtering policy";
 
 /// What kind of reply a [`Reply`] is.
