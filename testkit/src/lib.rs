@@ -1051,6 +1051,6 @@ mod tests {
 
 /// The README's examples, compiled as doc tests (its `#[tokio::test]`
 /// functions are run by the workspace's `testkit` test binary).
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "serve"))]
 #[doc = include_str!("../README.md")]
 struct Readme;
