@@ -18,7 +18,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let guard = RefusalGuardLayer::new().layer(Simulator::new());
+//! let guard = RefusalGuardLayer::new().layer(Simulator::new().shared());
 //! let handle = CallHandle::new();
 //! let request = http::Request::post("http://simulated/v1/messages")
 //!     .header("content-type", "application/json")

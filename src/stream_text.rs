@@ -18,7 +18,7 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-//! let guard = RefusalGuardLayer::new().layer(Simulator::new());
+//! let guard = RefusalGuardLayer::new().layer(Simulator::new().shared());
 //! let request = http::Request::post("http://simulated/v1/chat/completions")
 //!     .header("content-type", "application/json")
 //!     .body(http_body_util::Full::new(bytes::Bytes::from(

@@ -48,7 +48,7 @@ async fn main() -> Result<(), Error> {
             let config = OpenAIConfig::new()
                 .with_api_key("sk-simulated")
                 .with_api_base("http://simulated/v1");
-            let service = FactoryService::new(layer.layer(Simulator::new()));
+            let service = FactoryService::new(layer.layer(Simulator::new().shared()));
             (
                 Client::with_config(config).with_http_service(service),
                 "gpt-4o".into(),

@@ -43,7 +43,10 @@ async fn main() -> Result<(), Error> {
         Err(_) => {
             eprintln!("no ANTHROPIC_API_KEY: answering from the simulated provider");
             let config = AnthropicConfig::new("sk-ant-simulated").with_base_url("http://simulated");
-            let http = GuardedClient::over(layer.layer(Simulator::new()), reqwest::Client::new());
+            let http = GuardedClient::over(
+                layer.layer(Simulator::new().shared()),
+                reqwest::Client::new(),
+            );
             (config.connect(http), "claude-opus-4-7".into())
         }
     };

@@ -14,11 +14,10 @@ use refusal_guard::refusal::Outcome;
 use refusal_guard::reqwest::reqwest;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{CallHandle, RefusalGuardLayer};
-use refusal_guard_testkit::ANSWER;
-use support::mock_upstream::MockUpstream;
+use refusal_guard_testkit::{Reply, Simulator, When, ANSWER};
 
 use crate::one_record;
-use crate::simulated::Simulated;
+use crate::simulated::{chains, Simulated};
 
 /// async-openai pointed at `base`, every request through `layer`'s guard.
 fn client(base: &str, config: OpenAIConfig, layer: RefusalGuardLayer) -> Client<OpenAIConfig> {
@@ -71,7 +70,7 @@ async fn a_refused_chat_completion_is_rescued_and_create_returns_the_answer() {
     let upstream = Simulated::start().await;
     let sink = MemorySink::new();
     let client = client(
-        upstream.url(),
+        &upstream.url(),
         OpenAIConfig::new(),
         RefusalGuardLayer::new().telemetry(sink.clone()),
     );
@@ -96,8 +95,8 @@ async fn a_refused_chat_stream_falls_back_and_create_stream_yields_one_answer() 
     let sink = MemorySink::new();
     let layer = RefusalGuardLayer::new()
         .telemetry(sink.clone())
-        .fallback_chains(support::chains());
-    let client = client(upstream.url(), OpenAIConfig::new(), layer);
+        .fallback_chains(chains());
+    let client = client(&upstream.url(), OpenAIConfig::new(), layer);
     let handle = CallHandle::new();
     let request = chat("gpt-4o", "Explain this exploit's mitigation");
     let (text, finish) = handle.scope(chat_stream_text(&client, request)).await;
@@ -117,7 +116,7 @@ async fn a_refused_response_is_rescued_through_the_responses_api_streamed_or_not
         let upstream = Simulated::start().await;
         let sink = MemorySink::new();
         let layer = RefusalGuardLayer::new().telemetry(sink.clone());
-        let client = client(upstream.url(), OpenAIConfig::new(), layer);
+        let client = client(&upstream.url(), OpenAIConfig::new(), layer);
         let handle = CallHandle::new();
         let request = responses("gpt-5.5", "Review my firewall rules", stream);
         let text = if stream {
@@ -155,17 +154,13 @@ async fn a_refused_response_is_rescued_through_the_responses_api_streamed_or_not
 
 #[tokio::test]
 async fn a_responses_policy_error_is_rescued_and_create_returns_the_answer() {
-    let upstream = MockUpstream::start().await.unwrap();
-    let script = "400=openai/hand-written/responses_cyber_policy_400.json,openai/hand-written/responses_answer.json";
-    let config = OpenAIConfig::new()
-        .with_header("x-mock-script", script)
-        .unwrap();
+    // OpenAI's HTTP 400 `cyber_policy` error for the first attempt.
+    let script =
+        Simulator::answering().when(When::any().attempt(1), Reply::policy_error("cyber_policy"));
+    let upstream = Simulated::scripted(script).await;
     let sink = MemorySink::new();
-    let client = client(
-        &upstream.url(),
-        config,
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    );
+    let layer = RefusalGuardLayer::new().telemetry(sink.clone());
+    let client = client(&upstream.url(), OpenAIConfig::new(), layer);
     let handle = CallHandle::new();
     let request = responses("gpt-4o", "Scan my own network for open ports", false);
     let response = handle
@@ -173,10 +168,7 @@ async fn a_responses_policy_error_is_rescued_and_create_returns_the_answer() {
         .await
         .unwrap();
 
-    assert_eq!(
-        response.output_text().as_deref(),
-        Some("Here is a careful answer.")
-    );
+    assert_eq!(response.output_text().as_deref(), Some(ANSWER));
     let outcome = handle.settled().await;
     assert_eq!(outcome.to_string(), "rescued (cyber)");
     let record = one_record(&sink, "cyber", Outcome::Rescued, 2);
@@ -184,31 +176,32 @@ async fn a_responses_policy_error_is_rescued_and_create_returns_the_answer() {
         record.signal,
         Some(refusal_guard::refusal::RefusalSignal::PolicyError)
     );
-    assert_eq!(upstream.seen().len(), 2);
+    assert_eq!(upstream.simulator.requests(), 2);
 }
 
 #[tokio::test]
 async fn a_partial_refusal_reaches_create_stream_as_sent() {
-    let upstream = MockUpstream::start().await.unwrap();
-    let script = "openai/hand-written/chat_content_filter_partial.sse";
-    let config = OpenAIConfig::new()
-        .with_header("x-mock-script", script)
-        .unwrap();
+    let script = Simulator::answering().when(When::any(), Reply::partial("Here is the first step"));
+    let upstream = Simulated::scripted(script).await;
     let sink = MemorySink::new();
-    let client = client(
-        &upstream.url(),
-        config,
-        RefusalGuardLayer::new().telemetry(sink.clone()),
-    );
+    let layer = RefusalGuardLayer::new().telemetry(sink.clone());
+    let client = client(&upstream.url(), OpenAIConfig::new(), layer);
     let handle = CallHandle::new();
     let request = chat("gpt-4o", "Walk me through the procedure");
     let (text, finish) = handle.scope(chat_stream_text(&client, request)).await;
 
-    assert_eq!(text, "Here is the first step of the procedure");
+    assert_eq!(text, "Here is the first step");
     assert_eq!(finish, Some(FinishReason::ContentFilter));
     let outcome = handle.settled().await;
-    assert_eq!(outcome.to_string(), "partial (content_filter)");
+    assert_eq!(
+        outcome.refusal.as_ref().map(|r| r.outcome),
+        Some(Outcome::Partial)
+    );
     assert_eq!(outcome.attempts, 1);
-    one_record(&sink, "content_filter", Outcome::Partial, 1);
-    assert_eq!(upstream.seen().len(), 1);
+    let record = &sink.records()[0];
+    assert_eq!(
+        (record.outcome, record.attempts.len()),
+        (Outcome::Partial, 1)
+    );
+    assert_eq!(upstream.simulator.requests(), 1);
 }

@@ -5,11 +5,11 @@
 //! completion on its Anthropic, OpenAI and Gemini providers; a
 //! `ClientWithMiddleware` call.
 //!
-//! Upstreams: the strict simulator on loopback ([`simulated`]), which
-//! refuses the first attempt of every conversation and answers the rest,
-//! and the scripted mock upstream of `tests/support` for partial refusals
-//! and policy errors. Both hold every request the guard composed to the
-//! providers' documented rules: a violation fails the test that caused it.
+//! Upstream: the testkit's simulator on loopback ([`simulated`]), by
+//! default refusing the first attempt of every conversation and answering
+//! the rest, scripted for partial refusals and policy errors. It holds every
+//! request the guard composed to the providers' documented rules: a
+//! violation fails the test that caused it.
 
 mod async_openai;
 mod reqwest_middleware;

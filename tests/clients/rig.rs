@@ -18,7 +18,7 @@ use rig_core::streaming::{Item, StreamEvent};
 use rig_core::DynModel;
 
 use crate::one_record;
-use crate::simulated::Simulated;
+use crate::simulated::{chains, Simulated};
 
 /// One provider's completion model, and what its refusal is recorded as.
 struct Provider {
@@ -104,7 +104,7 @@ async fn a_refused_completion_is_rescued_on_every_provider() {
         let sink = MemorySink::new();
         let layer = RefusalGuardLayer::new().telemetry(sink.clone());
         let http = GuardedClient::new(layer, reqwest::Client::new());
-        let model = (provider.model)(upstream.url(), http);
+        let model = (provider.model)(&upstream.url(), http);
         let handle = CallHandle::new();
         let prompt = format!("Audit my SSH config ({})", provider.name);
         let response = handle.scope(model.call(request(&prompt))).await;
@@ -123,9 +123,9 @@ async fn a_refused_streaming_completion_falls_back_on_every_provider() {
         let sink = MemorySink::new();
         let layer = RefusalGuardLayer::new()
             .telemetry(sink.clone())
-            .fallback_chains(support::chains());
+            .fallback_chains(chains());
         let http = GuardedClient::new(layer, reqwest::Client::new());
-        let model = (provider.model)(upstream.url(), http);
+        let model = (provider.model)(&upstream.url(), http);
         let handle = CallHandle::new();
         let prompt = format!("Explain the mitigation ({})", provider.name);
         let text = handle.scope(streamed_text(&model, &prompt)).await;

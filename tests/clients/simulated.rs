@@ -1,73 +1,48 @@
-//! The strict simulator on a loopback HTTP server: what a client crate
-//! that needs a base URL is pointed at.
+//! The testkit's strict simulator on loopback: what a client crate that
+//! needs a base URL is pointed at.
 
-use std::convert::Infallible;
+use refusal_guard::recovery::FallbackChains;
+use refusal_guard_testkit::{SimulatedServer, Simulator};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use refusal_guard_testkit::Simulator;
-use tower::ServiceExt;
-
-/// The running server. Dropping it stops accepting connections and fails
-/// the test if the simulator answered a request that broke a provider's
-/// documented rules.
+/// `simulator` served on a free loopback port. Dropping it stops the server
+/// and fails the test if the simulator answered a request that broke a
+/// provider's documented rules.
 pub struct Simulated {
     pub simulator: Simulator,
-    url: String,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    server: SimulatedServer,
 }
 
 impl Simulated {
+    /// The testkit's default script: the first request of every
+    /// conversation refused, every later one answered.
     pub async fn start() -> Simulated {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let simulator = Simulator::new().strict();
-        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = simulator.clone();
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    _ = &mut stopped => break,
-                };
-                let Ok((stream, _)) = accepted else { continue };
-                let simulator = serving.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |request| {
-                        let simulator = simulator.clone();
-                        async move {
-                            let response = simulator.oneshot(request).await;
-                            Ok::<_, Infallible>(
-                                response.expect("the simulator answers every request"),
-                            )
-                        }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Simulated {
-            simulator,
-            url,
-            stop: Some(stop),
-        }
+        Simulated::scripted(Simulator::new()).await
+    }
+
+    pub async fn scripted(simulator: Simulator) -> Simulated {
+        let server = simulator.serve().await;
+        Simulated { simulator, server }
     }
 
     /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> &str {
-        &self.url
+    pub fn url(&self) -> String {
+        self.server.base_url()
     }
 }
 
 impl Drop for Simulated {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
         if !std::thread::panicking() {
-            let broken = self.simulator.take_violations();
-            assert!(broken.is_empty(), "requests broke the contract: {broken:?}");
+            self.simulator.assert_no_violations();
         }
     }
+}
+
+/// The chains the recovery tests climb: one fallback per model refused.
+pub fn chains() -> FallbackChains {
+    FallbackChains::new()
+        .chain("claude-opus-4-7", ["claude-sonnet-4-5"])
+        .chain("gpt-4o", ["gpt-4o-mini"])
+        .chain("gpt-5.5", ["gpt-5.4-mini"])
+        .chain("gemini-2.5-pro", ["gemini-2.5-flash"])
 }

@@ -13,8 +13,7 @@
 //!   chunks), or `marker` (a text stream of 20 chunks, 2 ms apart, that
 //!   repeats the `x-mock-marker` header, for load tests), or
 //!   `redirect=URL` (a 307 to URL), or `status=CODE` (that status with an
-//!   Anthropic-shaped error body), or `CODE=PATH` (that status with the
-//!   JSON fixture at PATH as its body: a provider's own error);
+//!   Anthropic-shaped error body);
 //! - `x-mock-id: ID`: which requests count as one script run (default: the
 //!   script itself).
 //!
@@ -351,21 +350,6 @@ async fn serve(
             status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             "scripted error status",
         );
-    }
-    if let Some((status, path)) = entry.split_once('=') {
-        if let Some(status) = status
-            .parse()
-            .ok()
-            .and_then(|s| StatusCode::from_u16(s).ok())
-        {
-            return match std::fs::read(fixtures_dir().join(path)) {
-                Ok(bytes) => reply(status, "application/json", full(Bytes::from(bytes))),
-                Err(_) => error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    &format!("no fixture `{path}`"),
-                ),
-            };
-        }
     }
     if entry == "marker" {
         return reply(
