@@ -108,3 +108,63 @@ async fn a_stream_body_goes_down_the_chain_unguarded_and_the_handle_says_so() {
     assert_eq!(counted.0.load(Ordering::SeqCst), 1);
     assert_eq!(upstream.simulator.requests(), 1);
 }
+
+#[tokio::test]
+async fn answers_that_begin_before_the_decision_are_turned_off_so_the_rescue_still_goes_down_the_chain(
+) {
+    let upstream = Simulated::start().await;
+    let sink = MemorySink::new();
+    let counted = Counted::default();
+    // Either would answer before the decision and send the rescue after the
+    // middleware returned, when the chain is no longer there.
+    let layer = RefusalGuardLayer::new()
+        .telemetry(sink.clone())
+        .keepalive_after(std::time::Duration::from_millis(1))
+        .live_thinking(true);
+    let client = client(layer, &counted);
+    let mut request = messages("Audit my SSH config");
+    request["stream"] = json!(true);
+    let response = client
+        .post(format!("{}/v1/messages", upstream.url()))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(request.to_string())
+        .send()
+        .await
+        .unwrap();
+
+    let text = response.text().await.unwrap();
+    assert!(text.contains("\"stop_reason\":\"end_turn\""), "{text}");
+    assert!(!text.contains(": keep-alive"), "{text}");
+    one_record(&sink, "cyber", Outcome::Rescued, 2);
+    assert_eq!(counted.0.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_request_the_guard_does_not_judge_settles_its_handle_at_once() {
+    let upstream = Simulated::start().await;
+    let counted = Counted::default();
+    let client = client(RefusalGuardLayer::new(), &counted);
+    let handle = CallHandle::new();
+    let response = client
+        .get(format!("{}/v1/models", upstream.url()))
+        .header("x-api-key", "sk-ant-test")
+        .with_extension(handle.clone())
+        .send()
+        .await
+        .unwrap();
+
+    // Passed down the chain as it was, and answered by the simulator.
+    assert!(response.headers().contains_key("content-type"));
+    let outcome = handle.get().expect("settled before the response came back");
+    assert_eq!(
+        outcome.unguarded,
+        Some("not a request the guard judges (its method or path)")
+    );
+    assert_eq!(
+        outcome.to_string(),
+        "unguarded: not a request the guard judges (its method or path)"
+    );
+    assert_eq!(counted.0.load(Ordering::SeqCst), 1);
+}
