@@ -60,7 +60,8 @@ use crate::refusal::Refusal;
 #[non_exhaustive]
 pub struct CallOutcome {
     /// Why the guard judged no response of this call (a request it does not
-    /// guard, a body it could not read, a call that failed before any
+    /// guard, a body it could not read, a response it does not judge such
+    /// as an error status, a timeout, a call that failed before any
     /// response), or `None` when it did.
     pub unguarded: Option<&'static str>,
     /// The refusal the call met, recovered or not, if any.

@@ -169,6 +169,18 @@ impl Call {
         }
     }
 
+    /// Settles a call whose response the guard did not judge (an error
+    /// status, another content type, a timeout), saying why.
+    pub(crate) fn settle_unjudged(&self, why: &'static str) {
+        self.handle.settle(None);
+        if let Some(caller) = &self.caller {
+            caller.settle(CallOutcome {
+                attempts: 1,
+                ..CallOutcome::unguarded(why)
+            });
+        }
+    }
+
     /// Puts what every guarded response carries in its extensions.
     pub(crate) fn mark<T>(&self, response: &mut Response<T>) {
         response.extensions_mut().insert(self.handle.clone());

@@ -33,11 +33,13 @@ where
 {
     match decision {
         Decision::TimedOut(timeout) => {
-            call.settle_answered(1);
+            call.settle_unjudged("the upstream timed out before a response could be judged");
             timed_out(Shape::Api(call.dialect.wire_api()), timeout)
         }
         Decision::Unjudged(original) => {
-            call.settle_answered(1);
+            call.settle_unjudged(
+                "a response the guard does not judge (an error status, another type)",
+            );
             serve(original, call, None, None, None)
         }
         Decision::AsSent {

@@ -5,12 +5,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::StatusCode;
 use refusal_guard::client::reqwest_middleware::RefusalGuardMiddleware;
 use refusal_guard::refusal::Outcome;
 use refusal_guard::reqwest::reqwest;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{CallHandle, Refusal, RefusalGuardLayer};
-use refusal_guard_testkit::ANSWER;
+use refusal_guard_testkit::{Reply, Simulator, When, ANSWER};
 use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
 use serde_json::{json, Value};
 
@@ -167,4 +168,32 @@ async fn a_request_the_guard_does_not_judge_settles_its_handle_at_once() {
         "unguarded: not a request the guard judges (its method or path)"
     );
     assert_eq!(counted.0.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_response_the_guard_does_not_judge_says_so_in_the_handle() {
+    let script =
+        Simulator::answering().when(When::any(), Reply::error(StatusCode::TOO_MANY_REQUESTS));
+    let upstream = Simulated::scripted(script).await;
+    let counted = Counted::default();
+    let client = client(RefusalGuardLayer::new(), &counted);
+    let handle = CallHandle::new();
+    let response = client
+        .post(format!("{}/v1/messages", upstream.url()))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+        .body(messages("Audit my SSH config").to_string())
+        .with_extension(handle.clone())
+        .send()
+        .await
+        .unwrap();
+
+    assert_eq!(response.status(), 429);
+    let outcome = handle.settled().await;
+    assert_eq!(
+        outcome.unguarded,
+        Some("a response the guard does not judge (an error status, another type)")
+    );
+    assert_eq!((outcome.refusal, outcome.attempts), (None, 1));
 }
