@@ -145,6 +145,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
+// The proxy's eval names this crate's items as the proxy crate will.
+#[cfg(feature = "proxy")]
+extern crate self as refusal_guard;
+
 pub mod api_error;
 mod dialect;
 pub mod env;

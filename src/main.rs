@@ -14,6 +14,8 @@
 //! refusal-guard report --routing --log a.jsonl --log b.jsonl   # from every replica's log
 //! refusal-guard tenants hash-key < key.txt      # a client key's hash for the tenants file
 //! refusal-guard tenants check tenants.toml      # is this tenants file good?
+//! refusal-guard eval --simulate                 # which ladder recovers what, offline
+//! refusal-guard eval --variants v.toml          # the same against the providers
 //! refusal-guard --help                          # every flag and its variable
 //! ```
 //!
@@ -26,7 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
-use refusal_guard::proxy::{hash_key, run, Options, TenantTable};
+use refusal_guard::proxy::eval::EvalArgs;
+use refusal_guard::proxy::{eval, hash_key, run, Options, TenantTable};
 use refusal_guard::routing::{LearnedRouting, RouteTable};
 use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
 
@@ -93,6 +96,7 @@ fn main() -> ExitCode {
     let command = Options::command()
         .subcommand(report)
         .subcommand(tenants)
+        .subcommand(EvalArgs::command())
         .args_conflicts_with_subcommands(true);
     let vars = |key: &str| std::env::var(key).ok();
     let matches = match Options::matches_from(command, &args) {
@@ -106,6 +110,10 @@ fn main() -> ExitCode {
         },
         Some(("tenants", tenants)) => match TenantsCommand::from_arg_matches(tenants) {
             Ok(command) => tenants_command(command),
+            Err(error) => error.exit(),
+        },
+        Some(("eval", args)) => match EvalArgs::from_arg_matches(args) {
+            Ok(args) => eval::run(args),
             Err(error) => error.exit(),
         },
         _ => match Options::from_matches(&matches, vars) {

@@ -56,6 +56,7 @@ pub mod admin;
 mod client;
 mod client_key;
 mod errors;
+pub mod eval;
 mod export;
 mod headers;
 mod options;
