@@ -83,6 +83,15 @@ pub(crate) struct CallOf<'a> {
     pub(crate) settings: &'a CallSettings,
 }
 
+/// What the client got.
+struct Exchanged {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    /// The guard settled a refusal.
+    refused: bool,
+}
+
 /// What one try came to.
 enum Tried {
     /// The guard's decision, or an answer.
@@ -161,12 +170,29 @@ impl CallOf<'_> {
                 requests: 1,
             };
         };
-        let (status, headers, body) = match read {
+        let Exchanged {
+            status,
+            headers,
+            body,
+            refused,
+        } = match read {
             Ok(read) => read,
             Err(why) => return Tried::Failed { why, status: 0 },
         };
-        if let Some(record) = record {
-            return Tried::Measured(self.refused(&record, status, latency_ms, &body));
+        match (record, refused) {
+            (Some(record), _) => {
+                return Tried::Measured(self.refused(&record, status, latency_ms, &body));
+            }
+            // Never counted as answered: a refusal measured wrong is worse
+            // than one not measured.
+            (None, true) => {
+                let why = "the guard settled a refusal whose record was not found".to_owned();
+                return Tried::Failed {
+                    why,
+                    status: status.as_u16(),
+                };
+            }
+            (None, false) => {}
         }
         if status.is_success() {
             return Tried::Measured(self.answered(status, latency_ms, &body));
@@ -188,18 +214,21 @@ impl CallOf<'_> {
 
     /// Sends `request` and reads the answer whole, then waits for the
     /// guard to settle it (its record is made by then).
-    async fn exchange(
-        &self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), String> {
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<Exchanged, String> {
         let response = self.stack.send(request).await;
         let (parts, body) = response.into_parts();
         let handle = parts.extensions.get::<RefusalHandle>().cloned();
         let body = read_whole(body).await?;
-        if let Some(handle) = handle {
-            handle.settled().await;
-        }
-        Ok((parts.status, parts.headers, body))
+        let refused = match handle {
+            Some(handle) => handle.settled().await.is_some(),
+            None => false,
+        };
+        Ok(Exchanged {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+            refused,
+        })
     }
 
     fn request(&self, name: &str) -> Result<Request<Full<Bytes>>, String> {

@@ -96,7 +96,7 @@ pub struct EvalArgs {
     #[arg(long = "send", value_name = "API=MODEL")]
     pub sends: Vec<String>,
     /// Whether the requests built from prompts ask for a stream
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, value_parser = on_off)]
     pub stream: bool,
     /// The output limit of the requests built from prompts
     #[arg(long, value_name = "N", default_value = "512", value_parser = clap::value_parser!(u32).range(1..))]

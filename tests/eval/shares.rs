@@ -1,0 +1,1 @@
+//! The report's shares equal the scripted truth.
