@@ -2,7 +2,7 @@
 //! presents its tenant's client key (from the variable it names) and gets
 //! that tenant's ladder, as a client of the proxy would.
 
-use refusal_guard::proxy::hash_key;
+use refusal_guard_proxy::hash_key;
 
 use super::{cell, prompts, Eval};
 
