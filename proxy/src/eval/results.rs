@@ -285,7 +285,7 @@ mod tests {
         std::fs::write(&path, &text).unwrap();
         let (file, earlier) = ResultsFile::open(&path).unwrap();
         assert_eq!(earlier.rows, vec![row("1"), row("2")]);
-        assert_eq!((earlier.unreadable, earlier.cut_bytes), (1, 17));
+        assert_eq!((earlier.unreadable, earlier.cut_bytes), (1, 20));
         file.append(&row("3")).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.ends_with("}\n") && text.lines().count() == 4, "{text}");

@@ -60,9 +60,19 @@ pub fn wilson(successes: u64, trials: u64) -> Option<Interval> {
     let z2 = Z95 * Z95;
     let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
     let half = Z95 / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    // At 0 or all the bound is exactly 0 or 1; computed, it may miss by
+    // a rounding.
     Some(Interval {
-        low: (centre - half).max(0.0),
-        high: (centre + half).min(1.0),
+        low: if successes == 0 {
+            0.0
+        } else {
+            (centre - half).max(0.0)
+        },
+        high: if successes == trials {
+            1.0
+        } else {
+            (centre + half).min(1.0)
+        },
     })
 }
 
