@@ -95,7 +95,7 @@ struct Exchanged {
 /// What one try came to.
 enum Tried {
     /// The guard's decision, or an answer.
-    Measured(Row),
+    Measured(Box<Row>),
     /// Worth trying again: why, and how long the provider asked to wait.
     Again {
         why: String,
@@ -116,7 +116,7 @@ impl CallOf<'_> {
                 Tried::Measured(mut row) => {
                     row.requests += requests;
                     row.retries = retries;
-                    return row;
+                    return *row;
                 }
                 Tried::Failed { why, status } => {
                     return self.failed(why, status, requests + 1, retries);
@@ -181,7 +181,7 @@ impl CallOf<'_> {
         };
         match (record, refused) {
             (Some(record), _) => {
-                return Tried::Measured(self.refused(&record, status, latency_ms, &body));
+                return Tried::Measured(Box::new(self.refused(&record, status, latency_ms, &body)));
             }
             // Never counted as answered: a refusal measured wrong is worse
             // than one not measured.
@@ -195,7 +195,7 @@ impl CallOf<'_> {
             (None, false) => {}
         }
         if status.is_success() {
-            return Tried::Measured(self.answered(status, latency_ms, &body));
+            return Tried::Measured(Box::new(self.answered(status, latency_ms, &body)));
         }
         let why = format!("HTTP {}: {}", status.as_u16(), error_message(&body));
         if status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error() {
