@@ -530,6 +530,8 @@ fn proxy_response(status: http::StatusCode) {
 mod pages {
     #[doc = include_str!("../../docs/deploy.md")]
     struct Deploy;
+    #[doc = include_str!("../../docs/eval.md")]
+    struct Eval;
     #[doc = include_str!("../../docs/operating.md")]
     struct Operating;
     #[doc = include_str!("../../docs/proxy.md")]

@@ -26,7 +26,7 @@ impl Progress {
         }
         let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} calls, eta {eta} {msg}",
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} calls, eta {eta} {wide_msg}",
         )
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);

@@ -107,7 +107,8 @@ impl Api {
         }
     }
 
-    /// The text of a body's first user turn.
+    /// The first text of a body's first turn: what the simulated providers
+    /// name a conversation's prompt by.
     pub(crate) fn first_user_text(self, body: &Map<String, Value>) -> Option<String> {
         let first = match self {
             Api::Anthropic | Api::OpenAi => body.get("messages")?.get(0)?.get("content")?,
@@ -231,15 +232,16 @@ impl Tokens {
     }
 }
 
-/// A turn's text: a string, or its blocks' (or parts') `text`s joined.
+/// A turn's first text: a string, or its first block (or part) with a
+/// `text`.
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(text) => text.clone(),
         Value::Array(blocks) => blocks
             .iter()
-            .filter_map(|b| b.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+            .find_map(|b| b.get("text").and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned(),
         _ => String::new(),
     }
 }
