@@ -310,32 +310,8 @@ fn compare(
 
 async fn evaluate(args: EvalArgs) -> Result<ExitCode, Failure> {
     let setup = setup(&args).map_err(Failure::Input)?;
-    let results_path = args.out.join("results.jsonl");
-    if args.restart {
-        match std::fs::remove_file(&results_path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Failure::Run(format!(
-                    "cannot remove {}: {e}",
-                    results_path.display()
-                )))
-            }
-            _ => {}
-        }
-    }
-    let (results, earlier) = ResultsFile::open(&results_path).map_err(Failure::Run)?;
-    if earlier.cut_bytes > 0 {
-        eprintln!(
-            "refusal-guard eval: {}: removed a last line cut short ({} bytes; that call is measured again)",
-            results_path.display(),
-            earlier.cut_bytes
-        );
-    }
+    let (results, latest) = open_results(&args).map_err(Failure::Run)?;
     let run = Arc::new(build_run(&setup, &args).map_err(Failure::Input)?);
-    let latest: HashMap<_, Row> = earlier
-        .rows
-        .into_iter()
-        .map(|row| (row.key(), row))
-        .collect();
     let jobs = run.jobs();
     let todo: Vec<_> = jobs
         .iter()
@@ -354,7 +330,7 @@ async fn evaluate(args: EvalArgs) -> Result<ExitCode, Failure> {
         target_shown(&setup.target),
         jobs.len() - todo.len(),
         todo.len(),
-        results_path.display()
+        args.out.join(RESULTS).display()
     );
     let budget = Budget {
         max_requests: args.cap_requests,
@@ -379,18 +355,53 @@ async fn evaluate(args: EvalArgs) -> Result<ExitCode, Failure> {
     for row in ran.rows {
         latest.insert(row.key(), row);
     }
-    let report = report(
-        &setup,
-        &run,
-        &jobs,
-        &latest,
-        &ran.stop,
-        &ran.budget,
-        violations.len(),
-    );
+    let ended = Ended {
+        stop: &ran.stop,
+        budget: &ran.budget,
+        violations: violations.len(),
+    };
+    let report = report(&setup, &run, &jobs, &latest, ended);
     write_report(&report, &args.out).map_err(Failure::Run)?;
     print!("{}", report.to_markdown());
     Ok(finish(&report, &ran.stop, &violations, &args.out))
+}
+
+/// The results file's name in `--out`.
+const RESULTS: &str = "results.jsonl";
+
+/// The results file, emptied first with `--restart`, and the last row of
+/// each call it holds.
+fn open_results(args: &EvalArgs) -> Result<(ResultsFile, HashMap<results::Key, Row>), String> {
+    let path = args.out.join(RESULTS);
+    if args.restart {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(format!("cannot remove {}: {e}", path.display()))
+            }
+            _ => {}
+        }
+    }
+    let (results, earlier) = ResultsFile::open(&path)?;
+    if earlier.cut_bytes > 0 {
+        eprintln!(
+            "refusal-guard eval: {}: removed a last line cut short ({} bytes; that call is measured again)",
+            path.display(),
+            earlier.cut_bytes
+        );
+    }
+    if earlier.unreadable > 0 {
+        eprintln!(
+            "refusal-guard eval: {}: {} lines could not be read (kept, not counted)",
+            path.display(),
+            earlier.unreadable
+        );
+    }
+    let latest = earlier
+        .rows
+        .into_iter()
+        .map(|row| (row.key(), row))
+        .collect();
+    Ok((results, latest))
 }
 
 fn build_run(setup: &Setup, args: &EvalArgs) -> Result<Run, String> {
@@ -454,15 +465,26 @@ fn violations(run: &Run) -> Vec<String> {
         .collect()
 }
 
+/// How the run's calls ended: why it stopped early, what it spent, how
+/// many requests broke the providers' rules.
+struct Ended<'a> {
+    stop: &'a Option<Stop>,
+    budget: &'a Budget,
+    violations: usize,
+}
+
 fn report(
     setup: &Setup,
     run: &Run,
     jobs: &[runner::Job],
-    latest: &HashMap<(String, String, String, String), Row>,
-    stop: &Option<Stop>,
-    budget: &Budget,
-    violations: usize,
+    latest: &HashMap<results::Key, Row>,
+    ended: Ended<'_>,
 ) -> Report {
+    let Ended {
+        stop,
+        budget,
+        violations,
+    } = ended;
     let mut rows = Vec::new();
     let mut errors = 0;
     for job in jobs {

@@ -24,6 +24,9 @@ pub(crate) fn fingerprint(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// Which call a row is of: variant, prompt, API and model.
+pub(crate) type Key = (String, String, String, String);
+
 /// One call: a prompt sent as one API and model through one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Row {
@@ -138,7 +141,7 @@ impl Step {
 
 impl Row {
     /// Which call it is: variant, prompt, API and model.
-    pub(crate) fn key(&self) -> (String, String, String, String) {
+    pub(crate) fn key(&self) -> Key {
         let Row {
             variant,
             prompt,

@@ -10,7 +10,7 @@ use tokio::task::JoinSet;
 use super::call::{CallOf, CallSettings, SendAs};
 use super::progress::Progress;
 use super::prompts::{Input, Prompt};
-use super::results::{ResultsFile, Row};
+use super::results::{Key, ResultsFile, Row};
 use super::stack::{Keys, Stack};
 use super::variants::Variant;
 
@@ -71,7 +71,7 @@ impl Run {
     }
 
     /// The key a row of `job` has.
-    pub(crate) fn key(&self, job: Job) -> (String, String, String, String) {
+    pub(crate) fn key(&self, job: Job) -> Key {
         let send = &self.sends[job.send];
         (
             self.variants[job.variant].name.clone(),
