@@ -89,7 +89,7 @@ pub struct EvalArgs {
     /// The prompt set, JSON lines: {"id", "prompt" | "api"+"body", "label"} [default: the shipped XSTest sample]
     #[arg(long, value_name = "FILE")]
     pub prompts: Option<PathBuf>,
-    /// The variants, TOML or JSON: [[variant]] name, flags (the proxy's), client_key_env [default: `rescue` against `chain`]
+    /// The variants, TOML or JSON: `[[variant]]` tables of name, flags (the proxy's), client_key_env [default: `rescue` against `chain`]
     #[arg(long, value_name = "FILE")]
     pub variants: Option<PathBuf>,
     /// Send each prompt as this API and model (repeatable): anthropic, openai, openai-responses or gemini [default: anthropic=claude-sonnet-4-5, openai=gpt-5-mini]
@@ -104,7 +104,7 @@ pub struct EvalArgs {
     /// No network, no key: the testkit's simulated providers, as the script says
     #[arg(long)]
     pub simulate: bool,
-    /// With --simulate: the simulated providers' script (TOML: seed, [[rule]]s) [default: the built-in one]
+    /// With --simulate: the simulated providers' script (TOML: seed, `[[rule]]` tables) [default: the built-in one]
     #[arg(long, value_name = "FILE", requires = "simulate")]
     pub script: Option<PathBuf>,
     /// With --simulate: the draws' seed, over the script's
