@@ -3,7 +3,7 @@
 //! across providers, through the strict simulated providers; and a request
 //! that breaks a rule is caught, not measured as if it counted.
 
-use super::{prompts, Eval};
+use super::{prompts, refusing_first, Eval};
 
 const VARIANTS: &str = r#"
 [[variant]]
@@ -20,8 +20,18 @@ fn every_api_streamed_or_not_keeps_the_contract_through_rescues_and_fallbacks() 
         let eval = Eval::new("contract");
         let prompts = eval.file("prompts.jsonl", &prompts(3, "cyber"));
         let variants = eval.file("variants.toml", VARIANTS);
+        // The models asked for refuse once; their fallbacks answer.
+        let asked = [
+            "claude-sonnet-4-5",
+            "gpt-5-mini",
+            "gpt-5-nano",
+            "gemini-2.5-flash",
+        ];
+        let script = eval.file("script.toml", &refusing_first(&asked));
         let args = [
             "--simulate",
+            "--script",
+            &script,
             "--prompts",
             &prompts,
             "--variants",

@@ -101,6 +101,16 @@ pub fn prompts(n: usize, label: &str) -> String {
         .collect()
 }
 
+/// A simulated providers' script that refuses the first request of every
+/// conversation to one of `models` (empty), and answers everything else:
+/// every call is refused once and any recovery step answers it.
+pub fn refusing_first(models: &[&str]) -> String {
+    models
+        .iter()
+        .map(|model| format!("[[rule]]\nmodel = \"{model}\"\nattempt = 1\nreply = \"refusal\"\n\n"))
+        .collect()
+}
+
 /// Each row's (variant, prompt, api, model), checked to be unique.
 pub fn unique_calls(rows: &[Value]) -> HashSet<(String, String, String, String)> {
     let mut seen = HashSet::new();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use support::raw_upstream::{chunk, head_with, last_chunk, Act, RawUpstream};
 
 use super::resume::answer;
-use super::{prompts, unique_calls, Eval, KEY};
+use super::{prompts, refusing_first, unique_calls, Eval, KEY};
 
 /// An Anthropic error with `status` and extra headers.
 fn error(status: u16, kind: &str, headers: &[(&str, &str)]) -> Vec<Act> {
@@ -24,10 +24,13 @@ fn error(status: u16, kind: &str, headers: &[(&str, &str)]) -> Vec<Act> {
 fn the_spend_cap_stops_the_run_and_says_so_and_a_rerun_goes_on() {
     let eval = Eval::new("cap");
     let prompts = eval.file("prompts.jsonl", &prompts(8, "cyber"));
-    // Each call is a refusal and its rescue (the built-in script refuses
-    // the first attempt of every conversation): two requests a call.
+    // Each call is a refusal and its rescue, or its chain's fallback: two
+    // requests a call.
+    let script = eval.file("script.toml", &refusing_first(&["claude-sonnet-4-5"]));
     let args = [
         "--simulate",
+        "--script",
+        &script,
         "--prompts",
         &prompts,
         "--send",
@@ -86,8 +89,11 @@ fn the_spend_cap_stops_the_run_and_says_so_and_a_rerun_goes_on() {
 fn the_token_cap_counts_what_the_providers_reported() {
     let eval = Eval::new("token-cap");
     let prompts = eval.file("prompts.jsonl", &prompts(8, "cyber"));
+    let script = eval.file("script.toml", &refusing_first(&["claude-sonnet-4-5"]));
     let args = [
         "--simulate",
+        "--script",
+        &script,
         "--prompts",
         &prompts,
         "--send",

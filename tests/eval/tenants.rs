@@ -4,7 +4,7 @@
 
 use refusal_guard_proxy::hash_key;
 
-use super::{cell, prompts, Eval};
+use super::{cell, prompts, refusing_first, Eval};
 
 const RED: &str = "red-team-eval-client-key-01";
 const BLUE: &str = "blue-team-eval-client-key-02";
@@ -43,8 +43,11 @@ client_key_env = "EVAL_BLUE_KEY"
     );
     let variants = eval.file("variants.toml", &variants);
     let prompts = eval.file("prompts.jsonl", &prompts(4, "cyber"));
+    let script = eval.file("script.toml", &refusing_first(&["claude-sonnet-4-5"]));
     let args = [
         "--simulate",
+        "--script",
+        &script,
         "--prompts",
         &prompts,
         "--variants",
