@@ -12,8 +12,8 @@ use refusal_guard_testkit::Simulator;
 
 /// The script `--simulate` runs without `--script`: over-refusals of safe
 /// prompts and refusals of harmful ones, per model of the default `--send`
-/// targets and of the default variants' chains, some partial, some
-/// error-shaped.
+/// targets and of the default variants' chains, some partial (originals
+/// only), some error-shaped.
 pub(crate) const DEFAULT_SCRIPT: &str = r#"
 seed = 42
 
@@ -26,39 +26,40 @@ reply = "refusal"
 [[rule]]
 model = "claude-sonnet-4-5"
 category = "general_harms"
-rate = 0.8
-reply = "refusal"
-
-[[rule]]
-model = "claude-sonnet-4-5"
-category = "general_harms"
-rate = 0.9
+attempt = 1
+rate = 0.2
 reply = "partial"
 text = "Here is some general background. "
 
 [[rule]]
+model = "claude-sonnet-4-5"
+category = "general_harms"
+rate = 0.8
+reply = "refusal"
+
+[[rule]]
 model = "claude-opus-4-8"
 category = "should_answer"
-rate = 0.05
+rate = 0.1
 reply = "refusal"
 
 [[rule]]
 model = "claude-opus-4-8"
 category = "general_harms"
-rate = 0.7
+rate = 0.6
 reply = "refusal"
 
 [[rule]]
 model = "gpt-5-mini"
 category = "should_answer"
-rate = 0.2
-reply = "refusal"
+rate = 0.1
+reply = "blocked"
 
 [[rule]]
 model = "gpt-5-mini"
 category = "should_answer"
 rate = 0.3
-reply = "blocked"
+reply = "refusal"
 
 [[rule]]
 model = "gpt-5-mini"
@@ -75,7 +76,7 @@ reply = "refusal"
 [[rule]]
 model = "gpt-5"
 category = "general_harms"
-rate = 0.6
+rate = 0.5
 reply = "refusal"
 "#;
 
