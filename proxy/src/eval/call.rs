@@ -489,6 +489,89 @@ mod tests {
         assert_eq!(backoff(20), MAX_BACKOFF);
     }
 
+    fn record(line: &str) -> RefusalRecord {
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn the_step_and_shape_come_from_the_record() {
+        let attempt = |step: &str, result: &str| {
+            format!(r#"{{"step":"{step}","model":"m","result":"{result}","latency_ms":1}}"#)
+        };
+        let line = |outcome: &str, kind: &str, signal: &str, attempts: &[String]| {
+            format!(
+                r#"{{"ts":"2026-12-07T00:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"{outcome}","kind":"{kind}","signal":"{signal}","attempts":[{}]}}"#,
+                attempts.join(",")
+            )
+        };
+        let refused = attempt("original", "refused");
+        for (outcome, kind, attempts, step) in [
+            (
+                "rescued",
+                "empty",
+                vec![refused.clone(), attempt("rescue", "served")],
+                Some(Step::Rescue),
+            ),
+            (
+                "fallback",
+                "empty",
+                vec![refused.clone(), attempt("fallback", "served")],
+                Some(Step::Chain),
+            ),
+            (
+                "fallback",
+                "empty",
+                vec![refused.clone(), attempt("fallback", "cut")],
+                Some(Step::Chain),
+            ),
+            (
+                "fallback",
+                "empty",
+                vec![refused.clone(), attempt("retarget", "served")],
+                Some(Step::ServerSide),
+            ),
+            // The provider's own fallback served the original.
+            (
+                "fallback",
+                "empty",
+                vec![attempt("original", "served")],
+                Some(Step::ServerSide),
+            ),
+            (
+                "fallback",
+                "partial",
+                vec![refused.clone(), attempt("fallback", "served")],
+                Some(Step::Continuation),
+            ),
+            (
+                "partial",
+                "partial",
+                vec![attempt("original", "served")],
+                None,
+            ),
+            (
+                "dead",
+                "empty",
+                vec![refused.clone(), attempt("rescue", "refused")],
+                None,
+            ),
+        ] {
+            let record = record(&line(outcome, kind, "stop_reason", &attempts));
+            assert_eq!(super::step(&record), step, "{outcome} {kind} {attempts:?}");
+        }
+        for (kind, signal, expected) in [
+            ("empty", "stop_reason", Shape::Empty),
+            ("partial", "stop_reason", Shape::Partial),
+            ("empty", "policy_error", Shape::Error),
+            ("empty", "blocked_output", Shape::Error),
+            ("empty", "blocked_prompt", Shape::Error),
+            ("empty", "model_refusal", Shape::Empty),
+        ] {
+            let record = record(&line("dead", kind, signal, &[refused.clone()]));
+            assert_eq!(shape(&record), expected, "{kind} {signal}");
+        }
+    }
+
     #[test]
     fn send_targets_parse() {
         let send: SendAs = "openai=gpt-5".parse().unwrap();
