@@ -5,6 +5,7 @@
 
 mod contract;
 mod resume;
+mod server_side;
 mod shares;
 mod spend;
 mod tenants;
