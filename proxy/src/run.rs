@@ -454,12 +454,14 @@ async fn serve(
     }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
+        // `--strict` checks requests against the contract; the simulator
+        // checks them unless told otherwise.
         let simulator = if options.strict {
-            Simulator::new().strict()
-        } else {
             Simulator::new()
+        } else {
+            Simulator::new().lenient()
         };
-        let proxy = Proxy::with_service(upstream, layer.layer(simulator));
+        let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await

@@ -6,9 +6,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use http::StatusCode;
+use refusal_guard_testkit::{Reply, SharedSimulator, Simulator, When};
 use serde::Deserialize;
-
-use refusal_guard_testkit::Simulator;
 
 /// The script `--simulate` runs without `--script`: over-refusals of safe
 /// prompts and refusals of harmful ones, per model of the default `--send`
@@ -171,11 +171,23 @@ impl Script {
     }
 
     /// A simulator playing this script, each prompt's category its label
-    /// (`categories`: prompt text to label).
+    /// (`categories`: prompt text to label); what no rule matches is
+    /// answered.
+    pub(crate) fn simulator(&self, categories: &HashMap<String, String>) -> Simulator {
+        let categories = categories.clone();
+        let simulator = Simulator::answering()
+            .seed(self.seed)
+            .categorize(move |prompt| categories.get(prompt).cloned());
+        self.rules.iter().fold(simulator, |simulator, rule| {
+            simulator.when(rule.when(), rule.reply())
+        })
+    }
+
+    /// [`simulator`](Self::simulator), its state shared by the clones the
+    /// guard makes of its inner service.
     pub(crate) fn simulated(&self, categories: &HashMap<String, String>) -> Simulated {
-        let _ = categories;
         Simulated {
-            simulator: Simulator::new().strict(),
+            shared: self.simulator(categories).shared(),
         }
     }
 }
@@ -197,7 +209,66 @@ impl Rule {
         if matches!(self.reply, ReplyName::Partial) && self.text.is_none() {
             return Err("a partial refusal needs the text that comes before it".into());
         }
+        let refuses = matches!(
+            self.reply,
+            ReplyName::Refusal | ReplyName::Partial | ReplyName::Blocked
+        );
+        if self.refusal_category.is_some() && !refuses {
+            return Err("refusal_category goes with a refusal, partial or blocked reply".into());
+        }
+        if self.code.is_some() && !matches!(self.reply, ReplyName::Blocked) {
+            return Err("code goes with reply = \"blocked\"".into());
+        }
+        if self.text.is_some() && !matches!(self.reply, ReplyName::Answer | ReplyName::Partial) {
+            return Err("text goes with an answer or a partial refusal".into());
+        }
         Ok(())
+    }
+
+    fn when(&self) -> When {
+        let mut when = When::any();
+        if let Some(model) = &self.model {
+            when = when.model(model.clone());
+        }
+        if let Some(category) = &self.category {
+            when = when.category(category.clone());
+        }
+        if let Some(attempt) = self.attempt {
+            when = when.attempt(attempt);
+        }
+        if let Some(call) = self.call {
+            when = when.call(call);
+        }
+        match self.rate {
+            Some(rate) => when.rate(rate),
+            None => when,
+        }
+    }
+
+    fn reply(&self) -> Reply {
+        let text = self.text.clone().unwrap_or_default();
+        let mut reply = match self.reply {
+            ReplyName::Answer if self.text.is_some() => Reply::answer().text(text),
+            ReplyName::Answer => Reply::answer(),
+            ReplyName::Refusal => Reply::refusal(),
+            ReplyName::Partial => Reply::partial(text),
+            ReplyName::Blocked => Reply::blocked(),
+            ReplyName::Error => {
+                let status = self.status.and_then(|s| StatusCode::from_u16(s).ok());
+                let reply = Reply::error(status.unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+                match self.retry_after {
+                    Some(secs) => reply.retry_after(secs),
+                    None => reply,
+                }
+            }
+        };
+        if let Some(category) = &self.refusal_category {
+            reply = reply.category(category.clone());
+        }
+        if let Some(code) = &self.code {
+            reply = reply.code(code.clone());
+        }
+        reply
     }
 }
 
@@ -206,18 +277,18 @@ impl Rule {
 /// the guard makes.
 #[derive(Debug, Clone)]
 pub(crate) struct Simulated {
-    simulator: Simulator,
+    shared: SharedSimulator,
 }
 
 impl Simulated {
     /// The inner service for the guard.
-    pub(crate) fn service(&self) -> Simulator {
-        self.simulator.clone()
+    pub(crate) fn service(&self) -> SharedSimulator {
+        self.shared.clone()
     }
 
     /// The requests that broke the providers' rules so far, each as a line.
     pub(crate) fn violations(&self) -> Vec<String> {
-        self.simulator
+        self.shared
             .take_violations()
             .iter()
             .map(ToString::to_string)
@@ -243,6 +314,18 @@ mod tests {
             ("[[rule]]\nreply = \"error\"", "status"),
             ("[[rule]]\nreply = \"partial\"", "text"),
             ("[[rule]]\nreply = \"maybe\"", "unknown variant"),
+            (
+                "[[rule]]\nreply = \"answer\"\ncode = \"x\"",
+                "code goes with",
+            ),
+            (
+                "[[rule]]\nreply = \"answer\"\nrefusal_category = \"x\"",
+                "refusal_category",
+            ),
+            (
+                "[[rule]]\nreply = \"refusal\"\ntext = \"x\"",
+                "text goes with",
+            ),
         ] {
             let error = Script::parse(text).unwrap_err();
             assert!(error.contains(says), "{text}: {error}");
