@@ -298,6 +298,8 @@ impl Simulated {
 
 #[cfg(test)]
 mod tests {
+    use refusal_guard_testkit::{Call, ReplyKind};
+
     use super::*;
 
     #[test]
@@ -305,6 +307,68 @@ mod tests {
         let script = Script::load(None).unwrap();
         assert_eq!(script.seed, 42);
         assert_eq!(script.rules.len(), 10);
+    }
+
+    #[test]
+    fn every_field_of_a_rule_reaches_the_simulator() {
+        let script = Script::parse(
+            r#"
+seed = 3
+
+[[rule]]
+model = "m"
+attempt = 2
+reply = "answer"
+text = "Hello."
+
+[[rule]]
+model = "m"
+category = "bio"
+reply = "blocked"
+code = "bio_policy"
+refusal_category = "biology"
+
+[[rule]]
+model = "m"
+reply = "error"
+status = 429
+retry_after = 2
+
+[[rule]]
+model = "n"
+rate = 1.0
+reply = "partial"
+text = "Step 1: "
+"#,
+        )
+        .unwrap();
+        let labels = HashMap::from([("a bio question".to_owned(), "bio".to_owned())]);
+        let simulator = script.simulator(&labels);
+        let plan = |model: &str, prompt: &str, attempt: u32| {
+            simulator.plan(&Call::new(model, prompt).attempt(attempt))
+        };
+        let answer = plan("m", "a bio question", 2);
+        assert_eq!(
+            (answer.kind(), answer.text_sent()),
+            (ReplyKind::Answer, "Hello.")
+        );
+        let blocked = plan("m", "a bio question", 1);
+        assert_eq!(blocked.kind(), ReplyKind::Blocked);
+        assert_eq!(blocked.code_named(), Some("bio_policy"));
+        assert_eq!(blocked.category_named(), Some("biology"));
+        let error = plan("m", "another question", 1);
+        assert_eq!(error.error_status(), Some(StatusCode::TOO_MANY_REQUESTS));
+        assert_eq!(error.retry_after_seconds(), Some(2));
+        let partial = plan("n", "x", 1);
+        assert_eq!(
+            (partial.kind(), partial.text_sent()),
+            (ReplyKind::Partial, "Step 1: ")
+        );
+        assert_eq!(plan("other", "x", 1).kind(), ReplyKind::Answer);
+        assert_eq!(
+            simulator.category_of("a bio question").as_deref(),
+            Some("bio")
+        );
     }
 
     #[test]
