@@ -16,7 +16,6 @@ client-side fallback, a partial refusal and a dead one. Then:
 
 import collections
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,7 +23,6 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
