@@ -7,7 +7,9 @@
 //! `proxy/examples/proxy.rs` are the command line around it; this crate is the
 //! server, so that tests and other binaries can run it in-process, with the
 //! refusal report ([`Report`]) and dashboard ([`Dashboard`]) the binary and
-//! the admin listener serve.
+//! the admin listener serve, and [`eval`], the `refusal-guard eval`
+//! subcommand: a prompt set through this proxy once per variant of its
+//! options, measured.
 //!
 //! What it does with each request:
 //!
