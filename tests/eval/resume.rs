@@ -95,6 +95,16 @@ async fn stopped_then_resumed(signal: &str, status: Option<i32>, says: &str) {
     let expected: Vec<String> = [1, 2, 3, 4, 4, 5, 6].into_iter().map(question).collect();
     assert_eq!(sent, expected);
     assert_eq!(eval.report()["run"]["complete"], true);
+    // The key went upstream with every request, and nowhere else.
+    assert!(upstream
+        .requests()
+        .iter()
+        .all(|r| r.header("x-api-key") == Some(KEY)));
+    for file in ["results.jsonl", "report.json", "report.md", "report.html"] {
+        let text = std::fs::read_to_string(eval.out().join(file)).unwrap();
+        assert!(!text.contains(KEY), "{file} holds the key");
+    }
+    assert!(!again.stderr.contains(KEY) && !again.stdout.contains(KEY));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
