@@ -109,4 +109,22 @@ fn calls_to_a_provider_without_a_key_are_refused_before_any_is_made() {
         !eval.out().join("results.jsonl").exists(),
         "nothing was started"
     );
+
+    // A body goes to its own API, whatever --send says.
+    let body = eval.file(
+        "body.jsonl",
+        r#"{"id":"b","api":"openai","body":{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}}"#,
+    );
+    let output = std::process::Command::new(super::BIN)
+        .args(eval.args(&["--prompts", &body, "--send", "anthropic=claude-sonnet-4-5"]))
+        .env_remove("OPENAI_API_KEY")
+        .env("ANTHROPIC_API_KEY", super::KEY)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("set OPENAI_API_KEY") && !stderr.contains("ANTHROPIC"),
+        "{stderr}"
+    );
 }

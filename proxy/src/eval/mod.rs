@@ -267,12 +267,13 @@ fn target(
         return Ok(Target::Simulated(script));
     }
     let keys = Keys::from_env(env);
-    let texts = prompts.iter().any(|p| matches!(p.input, Input::Text(_)));
-    let used: BTreeSet<String> = sends
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| texts || *i >= flag_sends)
-        .map(|(_, s)| s.api.provider())
+    // A text goes to every `--send`, a body to its own API.
+    let apis = prompts.iter().flat_map(|prompt| match &prompt.input {
+        Input::Text(_) => sends[..flag_sends].iter().map(|s| s.api).collect(),
+        Input::Body { api, .. } => vec![*api],
+    });
+    let used: BTreeSet<String> = apis
+        .map(|api| api.provider())
         .filter(|provider| keys.get(*provider).is_none())
         .map(stack::key_variable)
         .collect();
