@@ -81,6 +81,7 @@ const DEFAULT_SENDS: [&str; 2] = ["anthropic=claude-sonnet-4-5", "openai=gpt-5-m
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "eval",
+    long_about = None,
     about = "Measure which policy and fallback chain recover your refusals: a prompt set through the proxy once per variant",
     after_help = "Results go to DIR/results.jsonl as they come (the same command resumes a stopped run), the report to DIR/report.{json,md,html}. Exit status: 0 every call measured; 3 stopped before the end (the spend cap, calls that failed); 130 interrupted; 1 an error (a request broke the providers' rules, a file could not be written); 2 bad arguments or input. See docs/eval.md."
 )]
