@@ -4,6 +4,7 @@
 //! on loopback that holds every request to the provider's contract.
 
 mod contract;
+mod input;
 mod resume;
 mod server_side;
 mod shares;
