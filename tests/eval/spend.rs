@@ -83,6 +83,21 @@ fn the_spend_cap_stops_the_run_and_says_so_and_a_rerun_goes_on() {
     let ended = eval.run(&args, &[]);
     assert_eq!(ended.status, Some(0), "{}", ended.stderr);
     assert_eq!(unique_calls(&eval.rows()).len(), 16);
+    // Nothing left to make; --restart forgets it all and makes it again.
+    let ended = eval.run(&args, &[]);
+    assert!(
+        ended.stderr.contains("16 measured earlier, 0 to make"),
+        "{}",
+        ended.stderr
+    );
+    let restarted: Vec<&str> = args.iter().copied().chain(["--restart"]).collect();
+    let ended = eval.run(&restarted, &[]);
+    assert!(
+        ended.stderr.contains("0 measured earlier, 16 to make"),
+        "{}",
+        ended.stderr
+    );
+    assert_eq!(unique_calls(&eval.rows()).len(), 16);
 }
 
 #[test]
