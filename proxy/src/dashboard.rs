@@ -43,7 +43,8 @@ const BUCKET_WIDTHS: [u64; 10] = [
 /// A summary of refusal records, ready to render as the dashboard page.
 ///
 /// ```
-/// use refusal_guard::telemetry::{Dashboard, RefusalRecord};
+/// use refusal_guard::telemetry::RefusalRecord;
+/// use refusal_guard_proxy::Dashboard;
 ///
 /// let records: Vec<RefusalRecord> = [
 ///     r#"{"ts":"2026-11-29T17:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"rescued","latency_ms":900}"#,

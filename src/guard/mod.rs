@@ -80,7 +80,8 @@
 //! and handed to `run` already judged.
 //!
 //! Shared by the stages, calling none of them: `call` (the per-call context
-//! every stage and record reads, [`call::Call`]), `hold` (holding a
+//! every stage and record reads, [`call::Call`]), `caller` (the
+//! `CallHandle` a caller attached, filled once), `hold` (holding a
 //! response back: `Held`, `Verdict`, `hold()`, which judge, the climb and
 //! `partial` use), `findings` (what judging found, and the stream judge),
 //! `upstream` (the one alias of the inner service,
@@ -107,6 +108,7 @@
 pub(crate) mod answer;
 pub mod body;
 pub(crate) mod call;
+pub(crate) mod caller;
 pub(crate) mod config;
 pub(crate) mod decide;
 pub(crate) mod errors;
