@@ -15,6 +15,7 @@ use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::config::Config;
 use crate::guard::exchange::Exchange;
 use crate::guard::findings::{Findings, StreamJudge};
+use crate::guard::reroute::Asked;
 use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
 use crate::guard::upstream::InnerService;
 use crate::refusal::AttemptResult;
@@ -31,8 +32,9 @@ pub(crate) enum Verdict {
     Unjudged,
     /// Real output: commit.
     Output,
-    /// A refusal before any real output. `complete` when the whole response
-    /// was read, so it can still be delivered byte-exact.
+    /// A refusal before any real output. `complete` when it can still be
+    /// delivered byte-exact: the whole response was read, or (a reroute
+    /// decided at its first event) what follows is still unread.
     Refused { info: RefusalInfo, complete: bool },
     /// The response ended without real output and without a refusal.
     Ended,
@@ -187,11 +189,12 @@ impl<U: InnerService> Exchange<U> {
     ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
         let call = &self.call;
         let status = response.status().as_u16();
+        let asked = self.original.asked();
         let held = hold(
             response,
             call.dialect,
             &call.config,
-            self.original.streaming,
+            (self.original.streaming, asked.as_ref()),
             live,
         );
         let timeout = match call.within_deadline(held).await {
@@ -205,12 +208,15 @@ impl<U: InnerService> Exchange<U> {
 }
 
 /// Holds `response` back: a stream until it shows output, a refusal, its
-/// end or a bound; a JSON body whole; anything else not at all.
+/// end or a bound; a JSON body whole; anything else not at all. `request`:
+/// whether the request asked for a stream, and the model it asked for,
+/// which the response is held to (`None`: not compared, as for a fallback
+/// to another provider's API).
 pub(crate) async fn hold<R>(
     response: Response<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
-    streaming: bool,
+    request: (bool, Option<&Asked>),
     forward: Option<&mut LiveForward>,
 ) -> Held<R>
 where
@@ -218,6 +224,7 @@ where
     R::Error: Into<BoxError>,
 {
     let started = std::time::Instant::now();
+    let (streaming, asked) = request;
     let (mut parts, body) = response.into_parts();
     // Kept until the decision, while the upstream connection reads on.
     crate::replay::chunks::unpin_headers(&mut parts.headers);
@@ -236,11 +243,11 @@ where
     // request asked for.
     let untyped = held.parts.headers.get(CONTENT_TYPE).is_none();
     if success && (is_judged_stream(&held.parts.headers) || (untyped && streaming)) {
-        hold_stream(&mut held, dialect, config, forward).await;
+        hold_stream(&mut held, (dialect, asked), config, forward).await;
     } else if (success || dialect.refuses_with_errors())
         && (is_json(&held.parts.headers) || (untyped && !streaming))
     {
-        hold_json(&mut held, dialect, config, success).await;
+        hold_json(&mut held, (dialect, asked), config, success).await;
     }
     crate::telemetry::metrics::record_hold(dialect.wire_api(), started.elapsed(), &held.frames);
     held
@@ -248,14 +255,14 @@ where
 
 pub(crate) async fn hold_stream<R>(
     held: &mut Held<R>,
-    dialect: &'static dyn Dialect,
+    (dialect, asked): (&'static dyn Dialect, Option<&Asked>),
     config: &Config,
     mut forward: Option<&mut LiveForward>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let mut stream = HeldStream::new(dialect, config);
+    let mut stream = HeldStream::new(dialect, config, asked);
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -312,6 +319,8 @@ pub(crate) async fn hold_stream<R>(
 struct HeldStream<'a> {
     dialect: &'static dyn Dialect,
     config: &'a Config,
+    /// What the request asked for, until the stream names its model.
+    asked: Option<&'a Asked>,
     judge: Box<StreamJudge>,
     /// Bytes held so far.
     bytes: usize,
@@ -320,7 +329,7 @@ struct HeldStream<'a> {
 }
 
 impl<'a> HeldStream<'a> {
-    fn new(dialect: &'static dyn Dialect, config: &'a Config) -> Self {
+    fn new(dialect: &'static dyn Dialect, config: &'a Config, asked: Option<&'a Asked>) -> Self {
         // One frame may be as large as the hold allows, and never less than
         // the framer's default, so that a small hold limit still lets a
         // committed stream be read frame by frame for a later refusal.
@@ -330,6 +339,7 @@ impl<'a> HeldStream<'a> {
         HeldStream {
             dialect,
             config,
+            asked,
             judge: Box::new(StreamJudge::new(
                 dialect.event_judge(),
                 frame_limit,
@@ -382,6 +392,9 @@ impl<'a> HeldStream<'a> {
     /// After a chunk: the verdict, once there is one. `pool_full` when the
     /// layer-wide bound on held bytes is reached.
     fn after_chunk(&mut self, pool_full: bool) -> Option<Verdict> {
+        if let Some(rerouted) = self.judge_model() {
+            return Some(rerouted);
+        }
         self.rule_on_text();
         let findings = &self.judge.findings;
         if findings.empty_refusal.is_none() {
@@ -419,6 +432,25 @@ impl<'a> HeldStream<'a> {
         })
     }
 
+    /// Once the stream names its model (its first event does): a reroute
+    /// is kept in the findings and, when the layer treats reroutes as
+    /// refusals and this stream may be decided so early, decided, before
+    /// anything of it went out.
+    fn judge_model(&mut self) -> Option<Verdict> {
+        let findings = &mut self.judge.findings;
+        findings.model.as_ref()?;
+        let asked = self.asked.take()?;
+        findings.judge_model(asked, self.dialect);
+        if !(self.config.recover_reroutes && asked.early) || findings.empty_refusal.is_some() {
+            return None;
+        }
+        let info = findings.reroute()?.info();
+        Some(Verdict::Refused {
+            info,
+            complete: true,
+        })
+    }
+
     /// The text detector: commit as soon as the answer's opening rules a
     /// prose refusal out, else hold up to the cap.
     fn rule_on_text(&mut self) {
@@ -441,7 +473,7 @@ impl<'a> HeldStream<'a> {
 
 pub(crate) async fn hold_json<R>(
     held: &mut Held<R>,
-    dialect: &'static dyn Dialect,
+    (dialect, asked): (&'static dyn Dialect, Option<&Asked>),
     config: &Config,
     success: bool,
 ) where
@@ -510,14 +542,22 @@ pub(crate) async fn hold_json<R>(
     if config.text_detection {
         findings.judge_text();
     }
-    held.verdict = match &findings.empty_refusal {
-        Some(info) => Verdict::Refused {
+    if let Some(asked) = asked {
+        findings.judge_model(asked, dialect);
+    }
+    let rerouted = findings.reroute().filter(|_| config.recover_reroutes);
+    held.verdict = match (&findings.empty_refusal, rerouted) {
+        (Some(info), _) => Verdict::Refused {
             info: info.clone(),
             complete: true,
         },
-        None if findings.output => Verdict::Output,
-        None if findings.error => Verdict::Errored,
-        None => Verdict::Ended,
+        (None, Some(rerouted)) => Verdict::Refused {
+            info: rerouted.info(),
+            complete: true,
+        },
+        (None, None) if findings.output => Verdict::Output,
+        (None, None) if findings.error => Verdict::Errored,
+        (None, None) => Verdict::Ended,
     };
     held.judged = Some(Box::new(findings));
 }

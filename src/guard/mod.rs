@@ -76,7 +76,8 @@
 //!
 //! Shared by the steps, calling none of them: `call` (the per-call context
 //! every step and record reads, [`call::Call`]), `findings` (what judging
-//! found, and the stream judge), `upstream` (the one alias of the inner
+//! found, and the stream judge), `reroute` (what an attempt asked for, and
+//! a response another model served), `upstream` (the one alias of the inner
 //! service, [`upstream::InnerService`], and its timeouts), `errors` (every
 //! error the guard answers itself, in the API's shape), `timeout` and
 //! `config`. The request body's copy is `crate::replay::copy`, the byte
@@ -110,6 +111,7 @@ pub mod layer;
 pub(crate) mod partial;
 pub(crate) mod rejected;
 pub(crate) mod request;
+pub(crate) mod reroute;
 pub(crate) mod respond;
 pub(crate) mod send;
 pub mod service;

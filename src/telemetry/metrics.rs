@@ -11,6 +11,7 @@
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result`, `tenant` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind`, `tenant` |
 //! | [`FALLBACK_CREDIT`] | counter | `status`, `reason`, `tenant` |
+//! | [`REROUTES`] | counter | `provider`, `wire_api`, `requested`, `served`, `tenant` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome`, `tenant` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome`, `tenant` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
@@ -84,11 +85,17 @@ pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
 /// provider's reason for `not_applied`, `none` otherwise). Counted from
 /// each record's attempts.
 pub const FALLBACK_CREDIT: &str = "refusal_guard_fallback_credit_total";
+/// Attempts the provider served with another model than the one they asked
+/// for, saying nothing of it (reroutes; see
+/// [`RefusalSignal::Rerouted`]), by the model asked for (`requested`) and
+/// the one that served (`served`), each bounded as the `model` label is.
+/// Counted from each record's attempts, recovered or only recorded.
+pub const REROUTES: &str = "refusal_guard_reroutes_total";
 /// Seconds from the original request to a refusal's settled outcome.
 pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
 /// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
-/// `partial`, `dead`, or `unsettled` (the upstream failed or the client left
-/// before the guard decided).
+/// `partial`, `dead`, `rerouted` (a reroute only recorded), or `unsettled`
+/// (the upstream failed or the client left before the guard decided).
 pub const REQUESTS: &str = "refusal_guard_requests_total";
 /// Seconds a response was held back before the guard decided.
 pub const HOLD_DURATION: &str = "refusal_guard_hold_duration_seconds";
@@ -208,6 +215,11 @@ pub fn describe() {
         FALLBACK_CREDIT,
         Unit::Count,
         "Fallback credit tokens presented, by whether they were redeemed"
+    );
+    describe_counter!(
+        REROUTES,
+        Unit::Count,
+        "Attempts another model served than the one asked for, by both models"
     );
     describe_histogram!(
         RECOVERY_LATENCY,

@@ -681,6 +681,7 @@ pub(crate) fn signal_str(signal: RefusalSignal) -> &'static str {
         RefusalSignal::Text => "text",
         RefusalSignal::BlockedOutput => "blocked_output",
         RefusalSignal::PolicyError => "policy_error",
+        RefusalSignal::Rerouted => "rerouted",
     }
 }
 
@@ -715,6 +716,7 @@ mod tests {
             RefusalSignal::Text,
             RefusalSignal::BlockedOutput,
             RefusalSignal::PolicyError,
+            RefusalSignal::Rerouted,
         ] {
             let json = serde_json::to_value(signal).unwrap();
             assert_eq!(json.as_str(), Some(signal_str(signal)));

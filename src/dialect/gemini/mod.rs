@@ -55,6 +55,7 @@ use crate::refusal::{
 use crate::sse::Frame;
 
 pub(crate) mod errors;
+mod models;
 pub(crate) mod translate;
 
 #[derive(Debug)]
@@ -481,6 +482,10 @@ impl Dialect for GeminiGenerateContent {
             .ok_or(RewriteError("request has no contents array"))?;
         contents.push(json!({"role": "user", "parts": [{"text": note}]}));
         Ok(())
+    }
+
+    fn is_reroute(&self, _uri: &Uri, requested: &str, served: &str) -> bool {
+        models::another_model(requested, served)
     }
 
     fn swap_model(

@@ -11,6 +11,7 @@ use crate::dialect::{Declined, RefusalInfo};
 use crate::guard::call::{millis, Call};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Draft, Original};
+use crate::guard::reroute::Asked;
 use crate::guard::settle::{About, Settlement};
 use crate::guard::timeout::IdleTimeout;
 use crate::guard::upstream::InnerService;
@@ -212,6 +213,13 @@ impl Climb {
         let sent = Instant::now();
         let remaining = self.deadline.saturating_duration_since(sent);
         let (dialect, config) = (call.dialect, &call.config);
+        // A fallback to another provider's API answers in its own names.
+        let asked = step.fallback.is_none().then(|| {
+            let draft = &step.draft;
+            let model = step.model.as_deref();
+            Asked::of_request(dialect, &draft.parts.uri, model, &draft.json, streaming)
+        });
+        let asked = asked.flatten();
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
                 Ok(mut response) => {
@@ -224,7 +232,7 @@ impl Climb {
                             config,
                         );
                     }
-                    Ok(hold(response, dialect, config, streaming, None).await)
+                    Ok(hold(response, dialect, config, (streaming, asked.as_ref()), None).await)
                 }
                 Err(_) => Err(()),
             }
@@ -239,6 +247,7 @@ impl Climb {
             latency_ms: millis(sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -308,6 +317,7 @@ impl Climb {
             served_model
         };
         let request_id = call.dialect.request_id(&held.parts.headers);
+        record.rerouted_to = super::rerouted_to(&held);
         record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
         if let Some(credit) = &record.fallback_credit {
             for field in credit.remove_to_redeem() {
