@@ -196,7 +196,10 @@ pub(crate) fn mark_recovered<B>(
 ) {
     let mut value = outcome.as_str().to_owned();
     for (name, part) in [("category", category), ("served-by", served_by)] {
-        if let Some(part) = part.map(crate::header::value_part).filter(|p| !p.is_empty()) {
+        if let Some(part) = part
+            .map(crate::header::value_part)
+            .filter(|p| !p.is_empty())
+        {
             value.push_str(&format!("; {name}={part}"));
         }
     }

@@ -74,9 +74,11 @@ fn snapshot_of(model: &str) -> Option<(String, Option<String>)> {
     let name = lower[at..].split([':', '%']).next()?.replace('@', "-");
     let mut parts: Vec<&str> = name.split('-').collect();
     let mut date = None;
-    let digits = |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_digit());
+    let digits =
+        |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_digit());
     while let Some(&last) = parts.last() {
-        let bedrock_version = last.len() > 1 && last.starts_with('v') && digits(&last[1..], last.len() - 1);
+        let bedrock_version =
+            last.len() > 1 && last.starts_with('v') && digits(&last[1..], last.len() - 1);
         if digits(last, 8) {
             date = Some(last.to_owned());
         } else if !(last == "latest" || bedrock_version) {

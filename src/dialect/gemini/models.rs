@@ -82,7 +82,10 @@ pub(crate) fn another_model(requested: &str, served: &str) -> bool {
     }
     let (asked, asked_version, latest) = read(requested);
     let (answered, answered_version, _) = read(served);
-    let tier_only = latest && asked.iter().all(|part| !part.starts_with(|c: char| c.is_ascii_digit()));
+    let tier_only = latest
+        && asked
+            .iter()
+            .all(|part| !part.starts_with(|c: char| c.is_ascii_digit()));
     let same_model = if tier_only {
         tier(&asked) == tier(&answered)
     } else {
@@ -104,11 +107,20 @@ mod tests {
             ("gemini-2.0-flash", "gemini-2.0-flash-001"),
             ("gemini-2.0-flash-001", "gemini-2.0-flash-001"),
             ("gemini-2.5-flash", "models/gemini-2.5-flash"),
-            ("gemini-2.5-flash", "publishers/google/models/gemini-2.5-flash"),
+            (
+                "gemini-2.5-flash",
+                "publishers/google/models/gemini-2.5-flash",
+            ),
             ("gemini-1.5-flash-latest", "gemini-1.5-flash-002"),
             ("gemini-flash-latest", "gemini-2.5-flash-preview-09-2025"),
-            ("gemini-flash-lite-latest", "gemini-2.5-flash-lite-preview-09-2025"),
-            ("gemini-2.5-flash-preview-05-20", "gemini-2.5-flash-preview-05-20"),
+            (
+                "gemini-flash-lite-latest",
+                "gemini-2.5-flash-lite-preview-09-2025",
+            ),
+            (
+                "gemini-2.5-flash-preview-05-20",
+                "gemini-2.5-flash-preview-05-20",
+            ),
             ("gemini-2.0-pro-exp-02-05", "gemini-2.0-pro-exp-02-05"),
             // Names this does not read are never a reroute.
             ("my-tuned-model", "gemini-2.0-flash-001"),
@@ -124,7 +136,10 @@ mod tests {
             ("gemini-2.5-pro", "gemini-2.5-flash"),
             ("gemini-2.5-flash", "gemini-2.5-flash-lite"),
             ("gemini-2.5-flash", "gemini-2.0-flash-001"),
-            ("gemini-flash-latest", "gemini-2.5-flash-lite-preview-09-2025"),
+            (
+                "gemini-flash-latest",
+                "gemini-2.5-flash-lite-preview-09-2025",
+            ),
             ("gemini-pro-latest", "gemini-2.5-flash"),
             ("gemini-2.0-flash-001", "gemini-2.0-flash-002"),
             ("gemini-2.5-flash-image", "gemini-2.5-flash"),

@@ -50,16 +50,18 @@ fn snapshot_of(model: &str) -> (String, Option<String>) {
     let lower = model.to_ascii_lowercase();
     let name = lower.rsplit('/').next().unwrap_or_default();
     let name = name.strip_suffix("-latest").unwrap_or(name);
-    let digits = |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_digit());
+    let digits =
+        |part: &str, len: usize| part.len() == len && part.bytes().all(|b| b.is_ascii_digit());
     let parts: Vec<&str> = name.split('-').collect();
     let n = parts.len();
-    let (base, date) = if n > 3 && digits(parts[n - 3], 4) && digits(parts[n - 2], 2) && digits(parts[n - 1], 2) {
-        (parts[..n - 3].join("-"), Some(parts[n - 3..].join("-")))
-    } else if n > 1 && digits(parts[n - 1], 4) {
-        (parts[..n - 1].join("-"), Some(parts[n - 1].to_owned()))
-    } else {
-        (name.to_owned(), None)
-    };
+    let (base, date) =
+        if n > 3 && digits(parts[n - 3], 4) && digits(parts[n - 2], 2) && digits(parts[n - 1], 2) {
+            (parts[..n - 3].join("-"), Some(parts[n - 3..].join("-")))
+        } else if n > 1 && digits(parts[n - 1], 4) {
+            (parts[..n - 1].join("-"), Some(parts[n - 1].to_owned()))
+        } else {
+            (name.to_owned(), None)
+        };
     (base, date)
 }
 
@@ -105,7 +107,10 @@ mod tests {
             ("openai/gpt-5", "gpt-5-2025-08-07"),
             ("GPT-5", "gpt-5-2025-08-07"),
         ] {
-            assert!(!rerouted(OPENAI, requested, served), "{requested} -> {served}");
+            assert!(
+                !rerouted(OPENAI, requested, served),
+                "{requested} -> {served}"
+            );
         }
     }
 
@@ -118,7 +123,10 @@ mod tests {
             ("gpt-4o-2024-08-06", "gpt-4o-2024-05-13"),
             ("o3", "o4-mini-2025-04-16"),
         ] {
-            assert!(rerouted(OPENAI, requested, served), "{requested} -> {served}");
+            assert!(
+                rerouted(OPENAI, requested, served),
+                "{requested} -> {served}"
+            );
         }
     }
 
@@ -133,6 +141,10 @@ mod tests {
         ] {
             assert!(!rerouted(uri, "prod-chat", "gpt-4o-2024-08-06"), "{uri}");
         }
-        assert!(rerouted("http://127.0.0.1:9/v1/chat/completions", "gpt-5", "gpt-4o"));
+        assert!(rerouted(
+            "http://127.0.0.1:9/v1/chat/completions",
+            "gpt-5",
+            "gpt-4o"
+        ));
     }
 }
