@@ -110,7 +110,7 @@ pub struct Report {
     pub cross_provider: BTreeMap<String, usize>,
     /// Attempts the provider served with another model than the one they
     /// asked for (attempts with a
-    /// [`rerouted_to`](crate::refusal::Attempt::rerouted_to)), by
+    /// [`rerouted_to`](refusal_guard::refusal::Attempt::rerouted_to)), by
     /// `provider: requested -> served`: `openai: gpt-5.3-codex -> gpt-5.2`.
     /// Counted whether the reroute was recovered or only recorded.
     pub reroutes: BTreeMap<String, usize>,

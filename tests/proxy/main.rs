@@ -13,5 +13,6 @@ mod faults_server;
 mod faults_upstream;
 mod policy_flags;
 mod raw_upstream;
+mod reroutes;
 mod routes;
 mod simulate;
