@@ -50,7 +50,10 @@ fn records(log: &Path, count: usize) -> Vec<Value> {
             assert_eq!(lines.len(), count, "{text}");
             return lines;
         }
-        assert!(Instant::now() < deadline, "{count} records never came: {text}");
+        assert!(
+            Instant::now() < deadline,
+            "{count} records never came: {text}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -109,11 +112,20 @@ async fn a_reroute_is_said_logged_counted_and_reported() {
     let report = binary::run(BIN, &["report", "--log", arg(&log)]);
     assert!(report.status.success(), "{report:?}");
     let text = String::from_utf8_lossy(&report.stdout);
-    assert!(text.contains("Reroutes (another model served than the one asked for)"), "{text}");
-    assert!(text.contains("anthropic: claude-opus-4-7 -> claude-opus-4-8"), "{text}");
+    assert!(
+        text.contains("Reroutes (another model served than the one asked for)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("anthropic: claude-opus-4-7 -> claude-opus-4-8"),
+        "{text}"
+    );
     let json = binary::run(BIN, &["report", "--log", arg(&log), "--json"]);
     let json: Value = serde_json::from_slice(&json.stdout).unwrap();
-    assert_eq!(json["reroutes"]["anthropic: claude-opus-4-7 -> claude-opus-4-8"], 1);
+    assert_eq!(
+        json["reroutes"]["anthropic: claude-opus-4-7 -> claude-opus-4-8"],
+        1
+    );
     assert_eq!(json["by_outcome"]["rerouted"], 1);
 }
 
@@ -122,7 +134,11 @@ async fn with_recover_reroutes_the_chain_serves_the_turn() {
     let upstream = MockUpstream::start().await.unwrap();
     let dir = TempDir::new("reroute-recovered");
     let log = dir.path().join("refusals.jsonl");
-    let flags = ["--recover-reroutes", "--chain", "claude-opus-4-7=claude-opus-4-7"];
+    let flags = [
+        "--recover-reroutes",
+        "--chain",
+        "claude-opus-4-7=claude-opus-4-7",
+    ];
     let running = proxy(&upstream.url(), &log, &flags);
     let base = running.announced("listening on http://");
 
@@ -140,7 +156,10 @@ async fn with_recover_reroutes_the_chain_serves_the_turn() {
         recovered.as_ref().map(|v| v.to_str().unwrap()),
         Some("fallback; category=rerouted; served-by=claude-opus-4-7")
     );
-    assert!(response.headers().get("refusal-guard-reroute").is_none(), "opt-in");
+    assert!(
+        response.headers().get("refusal-guard-reroute").is_none(),
+        "opt-in"
+    );
     let served = response.bytes().await.unwrap();
     let expected: Vec<u8> = marker_stream("asked-again").concat();
     assert_eq!(served, expected, "only the fallback's bytes");
@@ -154,5 +173,8 @@ async fn with_recover_reroutes_the_chain_serves_the_turn() {
     assert_eq!(record["attempts"][0]["result"], "refused");
     assert_eq!(record["attempts"][0]["rerouted_to"], "claude-opus-4-8");
     assert_eq!(record["attempts"][1]["result"], "served");
-    assert!(record["attempts"][1].get("rerouted_to").is_none(), "{record}");
+    assert!(
+        record["attempts"][1].get("rerouted_to").is_none(),
+        "{record}"
+    );
 }

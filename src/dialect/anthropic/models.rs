@@ -66,7 +66,8 @@ pub(crate) fn rejects_prefill(model: &str) -> bool {
 /// the dateless id is the model's one id. Older aliases end in `-latest`
 /// (`claude-3-7-sonnet-latest`) or name a `.0` minor version
 /// (`claude-opus-4-0`, answered as `claude-opus-4-20250514`). `None` for an
-/// id with no `claude-` in it, which this cannot compare.
+/// id this cannot compare: one with no `claude-` in it, or no version
+/// number after it (a gateway's or a test's own name, `claude-default`).
 fn snapshot_of(model: &str) -> Option<(String, Option<String>)> {
     let lower = model.to_ascii_lowercase();
     let at = lower.rfind("claude-")?;
@@ -90,7 +91,10 @@ fn snapshot_of(model: &str) -> Option<(String, Option<String>)> {
     if parts.len() > 3 && parts.last() == Some(&"0") && digits(parts[parts.len() - 2], 1) {
         parts.pop();
     }
-    Some((parts.join("-"), date))
+    let versioned = parts[1..]
+        .iter()
+        .any(|part| part.starts_with(|c: char| c.is_ascii_digit()));
+    versioned.then(|| (parts.join("-"), date))
 }
 
 /// Whether a response that names `served` came from another Claude model
@@ -128,6 +132,8 @@ mod tests {
             ("Claude-Opus-4-7", "claude-opus-4-7"),
             // Ids this cannot read are never a reroute.
             ("my-foundry-deployment", "claude-sonnet-4-5-20250929"),
+            ("claude-default", "claude-sonnet-4-5-20250929"),
+            ("claude-opus-4-7", "claude-x"),
             ("claude-opus-4-7", ""),
         ] {
             assert!(!another_claude(requested, served), "{requested} -> {served}");

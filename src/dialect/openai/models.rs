@@ -65,11 +65,29 @@ fn snapshot_of(model: &str) -> (String, Option<String>) {
     (base, date)
 }
 
+/// Whether `model` (a gateway's `openai/` prefix off) is named as OpenAI
+/// names its models (`gpt-5`, `o3`, `chatgpt-4o-latest`, `codex-mini-latest`,
+/// a fine-tune's `ft:`): a name of another server speaking the API (a
+/// gateway's alias, a local model's) says nothing of the model that answers
+/// it.
+fn openai_name(model: &str) -> bool {
+    let lower = model.to_ascii_lowercase();
+    let name = lower.rsplit('/').next().unwrap_or_default();
+    let reasoning = name
+        .strip_prefix('o')
+        .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    reasoning
+        || ["gpt-", "chatgpt-", "codex-", "ft:"]
+            .iter()
+            .any(|p| name.starts_with(p))
+}
+
 /// Whether a response that names `served` came from another model than
 /// `requested`: an alias answered by its snapshot is none, nor is a name
-/// on Azure (a deployment's). Two different snapshots are two models.
+/// on Azure (a deployment's), nor a name OpenAI does not give its models.
+/// Two different snapshots are two models.
 pub(crate) fn another_model(uri: &Uri, requested: &str, served: &str) -> bool {
-    if names_a_deployment(uri) || requested.is_empty() || served.is_empty() {
+    if names_a_deployment(uri) || !openai_name(requested) || served.is_empty() {
         return false;
     }
     let lower = (requested.to_ascii_lowercase(), served.to_ascii_lowercase());
@@ -106,6 +124,9 @@ mod tests {
             ("chatgpt-4o-latest", "chatgpt-4o-latest"),
             ("openai/gpt-5", "gpt-5-2025-08-07"),
             ("GPT-5", "gpt-5-2025-08-07"),
+            // Names OpenAI does not give its models: a gateway's, a local one's.
+            ("fast-model", "gpt-4o-mini-2024-07-18"),
+            ("llama3", "meta-llama/Llama-3-8B-Instruct"),
         ] {
             assert!(
                 !rerouted(OPENAI, requested, served),
