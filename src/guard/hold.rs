@@ -470,6 +470,9 @@ impl<'a> HeldStream<'a> {
     }
 }
 
+/// Holds a JSON body whole (within the bounds) and judges it: a refusal,
+/// a reroute the layer recovers, output, an end; a non-2xx body as the
+/// dialect reads errors.
 pub(crate) async fn hold_json<R>(
     held: &mut Held<R>,
     (dialect, asked): (&'static dyn Dialect, Option<&Asked>),
@@ -479,42 +482,9 @@ pub(crate) async fn hold_json<R>(
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let Some(body) = held.rest.as_mut() else {
+    let Some(len) = read_whole(held, config).await else {
         return;
     };
-    // Bytes read so far; the body is joined into one buffer only if it came
-    // in more than one frame.
-    let mut len = 0;
-    loop {
-        match body.frame().await {
-            None => break,
-            Some(Err(error)) => {
-                held.rest = None;
-                held.error = Some(error.into());
-                held.verdict = Verdict::Errored;
-                return;
-            }
-            Some(Ok(frame)) => {
-                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
-                let mut pool_full = false;
-                if let Some(data) = frame.data_ref() {
-                    len += data.len();
-                    pool_full = !held.share.grow(data.len());
-                }
-                held.frames.push_back(frame);
-                if pool_full {
-                    tracing::warn!(
-                        held_bytes = len,
-                        "the bound on bytes held across responses is reached; letting the response through"
-                    );
-                }
-                if pool_full || len > config.max_response_body {
-                    held.verdict = Verdict::Limit;
-                    return;
-                }
-            }
-        }
-    }
     held.rest = None;
     let whole = joined(&held.frames, len);
     if !success {
@@ -544,8 +514,58 @@ pub(crate) async fn hold_json<R>(
     if let Some(asked) = asked {
         findings.judge_model(asked, dialect);
     }
-    let rerouted = findings.reroute().filter(|_| config.recover_reroutes);
-    held.verdict = match (&findings.empty_refusal, rerouted) {
+    held.verdict = whole_verdict(&findings, config.recover_reroutes);
+    held.judged = Some(Box::new(findings));
+}
+
+/// Reads the rest of `held`'s body into its frames: how many bytes, or
+/// `None` when reading stopped first (an error, a bound), its verdict set.
+async fn read_whole<R>(held: &mut Held<R>, config: &Config) -> Option<usize>
+where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let body = held.rest.as_mut()?;
+    // Bytes read so far; the body is joined into one buffer only if it came
+    // in more than one frame.
+    let mut len = 0;
+    loop {
+        match body.frame().await {
+            None => return Some(len),
+            Some(Err(error)) => {
+                held.rest = None;
+                held.error = Some(error.into());
+                held.verdict = Verdict::Errored;
+                return None;
+            }
+            Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                let mut pool_full = false;
+                if let Some(data) = frame.data_ref() {
+                    len += data.len();
+                    pool_full = !held.share.grow(data.len());
+                }
+                held.frames.push_back(frame);
+                if pool_full {
+                    tracing::warn!(
+                        held_bytes = len,
+                        "the bound on bytes held across responses is reached; letting the response through"
+                    );
+                }
+                if pool_full || len > config.max_response_body {
+                    held.verdict = Verdict::Limit;
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// What a whole body's findings decide: a refusal, then a reroute when the
+/// layer recovers reroutes, then output, an error, an end.
+fn whole_verdict(findings: &Findings, recover_reroutes: bool) -> Verdict {
+    let rerouted = findings.reroute().filter(|_| recover_reroutes);
+    match (&findings.empty_refusal, rerouted) {
         (Some(info), _) => Verdict::Refused {
             info: info.clone(),
             complete: true,
@@ -557,8 +577,7 @@ pub(crate) async fn hold_json<R>(
         (None, None) if findings.output => Verdict::Output,
         (None, None) if findings.error => Verdict::Errored,
         (None, None) => Verdict::Ended,
-    };
-    held.judged = Some(Box::new(findings));
+    }
 }
 
 /// The data of `frames` (`len` bytes in all) as one buffer: the frame

@@ -118,7 +118,7 @@ impl Api {
     /// The opening of an answer by `model`: the event that names it and
     /// the first text, in one piece (one network chunk).
     fn opening(self, model: &str, text: &str) -> Bytes {
-        let opened = match self {
+        match self {
             Messages => anthropic_stream(&[
                 events::message_start(model),
                 events::block_start(0, json!({"type": "text", "text": ""})),
@@ -131,8 +131,7 @@ impl Api {
                     "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": text}),
             ]),
             Gemini => gemini_stream(&[gemini_chunk(model, Some(text), None)]),
-        };
-        opened
+        }
     }
 
     /// The rest of the answer the opening began.

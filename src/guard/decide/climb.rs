@@ -290,6 +290,21 @@ impl Climb {
         self.reason = Some(reason);
     }
 
+    /// Notes on `record` what `held` said of its attempt (another model
+    /// than the one asked for, the fate of a credit token it presented),
+    /// and the request fields that token's response named as keeping it
+    /// from being redeemed.
+    fn note_seen<R>(&mut self, record: &mut Attempt, held: &Held<R>) {
+        record.rerouted_to = super::rerouted_to(held);
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
+        let credit = record.fallback_credit.iter();
+        for field in credit.flat_map(|c| c.remove_to_redeem()) {
+            if !self.unredeemable.contains(field) {
+                self.unredeemable.push(field.clone());
+            }
+        }
+    }
+
     /// What a held attempt decides: the decision, or `None` to go on
     /// climbing.
     pub(super) async fn weigh<R>(
@@ -303,29 +318,17 @@ impl Climb {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
-        let translated = step.fallback.is_some();
-        let served_model = held
-            .judge
-            .as_ref()
-            .and_then(|w| w.findings.model.clone())
-            .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
-            .or(step.model.clone());
-        // A fallback to another provider is named by its chain entry, provider and all.
-        let served_model = if translated {
-            step.model.clone()
-        } else {
-            served_model
+        // A fallback to another provider is named by its chain entry,
+        // provider and all.
+        let served_model = match step.fallback {
+            Some(_) => step.model.clone(),
+            None => held
+                .findings()
+                .and_then(|f| f.model.clone())
+                .or(step.model.clone()),
         };
         let request_id = call.dialect.request_id(&held.parts.headers);
-        record.rerouted_to = super::rerouted_to(&held);
-        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
-        if let Some(credit) = &record.fallback_credit {
-            for field in credit.remove_to_redeem() {
-                if !self.unredeemable.contains(field) {
-                    self.unredeemable.push(field.clone());
-                }
-            }
-        }
+        self.note_seen(&mut record, &held);
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
