@@ -64,8 +64,8 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{SharedString, Unit};
 
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, Provider, Refusal, RefusalHandle, RefusalSignal, Usage,
-    WireApi,
+    Attempt, AttemptResult, AttemptStep, Outcome, Provider, Refusal, RefusalHandle, RefusalSignal,
+    Usage, WireApi,
 };
 
 /// Refusals, one per refusal record (`telemetry::RefusalRecord`).
@@ -567,7 +567,8 @@ pub(crate) fn route_restored(wire_api: WireApi) {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestTally {
-    /// Requests that ended without a refusal.
+    /// Requests that ended without a refusal (a reroute only recorded
+    /// included).
     pub ok: u64,
     /// Requests with a refusal, whatever became of it.
     pub refused: u64,
@@ -708,6 +709,8 @@ impl GuardedRequest {
 impl Drop for GuardedRequest {
     fn drop(&mut self) {
         let (outcome, slot) = match self.handle.get() {
+            // A reroute only recorded is no refusal: the tally's `ok`.
+            Some(refusal) if refusal.outcome == Outcome::Rerouted => (refusal.outcome.as_str(), 0),
             Some(refusal) => (refusal.outcome.as_str(), 1),
             None if self.handle.is_settled() => ("ok", 0),
             None => ("unsettled", 2),
@@ -860,6 +863,8 @@ fn gen_ai_system(provider: Provider, wire_api: WireApi) -> &'static str {
 fn finish_reason(refusal: &Refusal) -> &str {
     match (refusal.signal, refusal.provider) {
         (RefusalSignal::Text, _) => "stop",
+        // No stop of the provider's: the guard's own word.
+        (RefusalSignal::Rerouted, _) => "rerouted",
         (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",
         (RefusalSignal::BlockedOutput | RefusalSignal::PolicyError, _) => "content_filter",
         (_, Provider::Anthropic) => "refusal",
