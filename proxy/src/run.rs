@@ -234,7 +234,7 @@ fn fit_connections(wanted: usize) -> usize {
 
 /// The layer the options describe; `Err` when the log cannot be opened or
 /// the `--state` URL is malformed.
-fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
+pub(crate) fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
@@ -365,7 +365,7 @@ fn admits_only_clients(options: &Options) -> bool {
 }
 
 /// The tenants file, read and watched, when `--tenants` names one.
-fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
+pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
     let Some(path) = &options.tenants else {
         return Ok(None);
     };
@@ -456,12 +456,14 @@ async fn serve(
     }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
+        // `--strict` checks requests against the contract; the simulator
+        // checks them unless told otherwise.
         let simulator = if options.strict {
-            Simulator::new().strict()
-        } else {
             Simulator::new()
+        } else {
+            Simulator::new().lenient()
         };
-        let proxy = Proxy::with_service(upstream, layer.layer(simulator));
+        let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await
@@ -699,7 +701,7 @@ async fn start_admin(
     Ok(local)
 }
 
-fn configure<S>(
+pub(crate) fn configure<S>(
     proxy: Proxy<S>,
     options: &Options,
     limits: ServerLimits,
@@ -730,7 +732,7 @@ async fn shutdown() {
     });
 }
 
-async fn signal() {
+pub(crate) async fn signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
