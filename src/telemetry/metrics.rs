@@ -200,6 +200,13 @@ const MAX_CATEGORY_LEN: usize = 48;
 /// refusal_guard::telemetry::metrics::describe(); // harmless without a recorder
 /// ```
 pub fn describe() {
+    describe_records();
+    describe_guard();
+    describe_around();
+}
+
+/// The metrics counted from refusal records (`MetricsSink`).
+fn describe_records() {
     describe_counter!(REFUSALS, Unit::Count, "Refusals, one per refusal record");
     describe_counter!(
         RECOVERY_ATTEMPTS,
@@ -226,6 +233,10 @@ pub fn describe() {
         Unit::Seconds,
         "From the original request to the refusal's settled outcome"
     );
+}
+
+/// The metrics the guard records of each request and its hold.
+fn describe_guard() {
     describe_counter!(REQUESTS, Unit::Count, "Guarded requests, by outcome");
     describe_histogram!(
         HOLD_DURATION,
@@ -247,6 +258,26 @@ pub fn describe() {
         Unit::Count,
         "Guarded streaming requests not yet settled"
     );
+    describe_gauge!(
+        TOTAL_HELD_BYTES,
+        Unit::Bytes,
+        "Bytes held now by the guard, across its layers"
+    );
+    describe_gauge!(
+        MAX_TOTAL_HELD_BYTES,
+        Unit::Bytes,
+        "The most bytes the guard may hold at once"
+    );
+    describe_counter!(
+        RECOVERY_CAPPED,
+        Unit::Count,
+        "Refusals served as they came: their tenant used its recovery attempts for the hour"
+    );
+}
+
+/// The metrics of what is around the guard: the stores, sticky and learned
+/// routing, the proxy, the OTLP export.
+fn describe_around() {
     describe_counter!(STORE_ERRORS, Unit::Count, "Conversation store errors");
     describe_counter!(
         ROUTES_RESTORED,
@@ -257,11 +288,6 @@ pub fn describe() {
         PROXY_REQUESTS,
         Unit::Count,
         "Requests the proxy forwarded with routing on, by route"
-    );
-    describe_counter!(
-        RECOVERY_CAPPED,
-        Unit::Count,
-        "Refusals served as they came: their tenant used its recovery attempts for the hour"
     );
     describe_gauge!(
         ROUTE_SERVED,
@@ -292,16 +318,6 @@ pub fn describe() {
         PROXY_RESPONSES,
         Unit::Count,
         "Responses the proxy gave its clients, by status class"
-    );
-    describe_gauge!(
-        TOTAL_HELD_BYTES,
-        Unit::Bytes,
-        "Bytes held now by the guard, across its layers"
-    );
-    describe_gauge!(
-        MAX_TOTAL_HELD_BYTES,
-        Unit::Bytes,
-        "The most bytes the guard may hold at once"
     );
     describe_counter!(
         OTLP_EXPORTED_SPANS,
