@@ -982,7 +982,8 @@ pub struct Refusal {
     pub category: Option<String>,
     /// The provider's explanation, when it gave one.
     pub explanation: Option<String>,
-    /// The model that refused.
+    /// The model that refused (for a reroute, the one the request asked
+    /// for).
     pub model: Option<String>,
     /// The provider's request id (`request-id`, `x-request-id`), when sent.
     pub request_id: Option<String>,

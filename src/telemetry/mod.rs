@@ -99,7 +99,8 @@ pub struct RefusalRecord {
     /// (`2026-11-29T17:44:06.123Z`), the shape JavaScript's `toISOString`
     /// writes. See [`format_ts`].
     pub ts: String,
-    /// The model that refused.
+    /// The model that refused (for a reroute, the one the request asked
+    /// for).
     #[serde(default)]
     pub model: Option<String>,
     /// The provider's category (`cyber`, `content_filter`, `SAFETY`, ...).
