@@ -126,8 +126,13 @@
 //!   a reframing note). Each request sent upstream for a call, the original
 //!   included, is an **attempt**; a tenant's cap counts its recovery
 //!   attempts per hour.
+//! - **reroute**: a response another model served than the one its request
+//!   asked for (aliases and dated snapshots being the same model), with no
+//!   refusal and no fallback of the provider's own to say so; recorded, or,
+//!   when the layer recovers reroutes, a refusal of category `rerouted`.
 //! - **outcome**: what became of a refusal (fallback, rescued, partial,
-//!   dead); a dead one has a **dead reason**.
+//!   dead; rerouted for a reroute only recorded); a dead one has a **dead
+//!   reason**.
 //! - **conversation**: the turns one refusal rule spans, named by a
 //!   [`ConversationKey`](store::ConversationKey) and kept in a **store**.
 //! - **record**: the telemetry value for one refusal, sent to a **sink**;
