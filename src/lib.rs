@@ -150,8 +150,13 @@
 //! - **handoff**: a fallback's change of model, marked in the served
 //!   response when asked ([`handoff_marker`](RefusalGuardLayer::handoff_marker)):
 //!   the models that declined, in order, then the one that served.
+//! - **reroute**: a response another model served than the one its request
+//!   asked for (aliases and dated snapshots being the same model), with no
+//!   refusal and no fallback of the provider's own to say so; recorded, or,
+//!   when the layer recovers reroutes, a refusal of category `rerouted`.
 //! - **outcome**: what became of a refusal (fallback, rescued, partial,
-//!   dead); a dead one has a **dead reason**.
+//!   dead; rerouted for a reroute only recorded); a dead one has a **dead
+//!   reason**.
 //! - **conversation**: the turns one refusal rule spans, named by a
 //!   [`ConversationKey`](store::ConversationKey) and kept in a **store**.
 //! - **record**: the telemetry value for one refusal, sent to a **sink**;

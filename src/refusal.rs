@@ -114,6 +114,13 @@ pub enum RefusalSignal {
     /// Responses stream's `response.failed` or `error` event). The category
     /// says which policy.
     PolicyError,
+    /// The provider served the request with another model than the one it
+    /// asked for, and said nothing of it: no refusal, no fallback of its
+    /// own (an Anthropic server-side fallback is signalled, and is none).
+    /// The guard calls this a reroute and records it under
+    /// [`REROUTED_CATEGORY`]; see
+    /// [`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes).
+    Rerouted,
 }
 
 /// Why a refusal could not be recovered.
@@ -210,8 +217,8 @@ impl fmt::Display for DeadReason {
 }
 
 /// What became of a refusal. Serialises as pi-refusal-guard's outcome words
-/// (`fallback`, `rescued`, `partial`, `dead`); the dead reason travels
-/// separately as [`Refusal::reason`].
+/// (`fallback`, `rescued`, `partial`, `dead`), and `rerouted` for a reroute
+/// only recorded; the dead reason travels separately as [`Refusal::reason`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -225,6 +232,12 @@ pub enum Outcome {
     Partial,
     /// Nothing was recovered; the client received the refusal as sent.
     Dead,
+    /// A reroute ([`RefusalSignal::Rerouted`]) only recorded: the answer
+    /// of the model the provider put in place of the requested one reached
+    /// the client as it came. A reroute the layer treats as a refusal
+    /// ([`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes))
+    /// ends as any refusal does instead (`fallback`, `dead`, ...).
+    Rerouted,
 }
 
 impl Outcome {
@@ -239,6 +252,7 @@ impl Outcome {
             Outcome::Rescued => "rescued",
             Outcome::Partial => "partial",
             Outcome::Dead => "dead",
+            Outcome::Rerouted => "rerouted",
         }
     }
 }
@@ -583,6 +597,11 @@ pub struct Attempt {
         deserialize_with = "lenient_credit"
     )]
     pub fallback_credit: Option<FallbackCredit>,
+    /// The model the response said served it, when that was another model
+    /// than [`model`](Attempt::model) under any of its names: the provider
+    /// rerouted the attempt ([`RefusalSignal::Rerouted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerouted_to: Option<String>,
 }
 
 /// Reads an attempt's credit outcome, turning one this version cannot read
@@ -623,6 +642,7 @@ impl Attempt {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         }
     }
 
@@ -699,6 +719,21 @@ impl Attempt {
     /// ```
     pub fn fallback_credit(mut self, credit: FallbackCredit) -> Self {
         self.fallback_credit = Some(credit);
+        self
+    }
+
+    /// Served by `model`, which the provider put in place of the one asked
+    /// for.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Served)
+    ///     .model("gpt-5.3-codex")
+    ///     .rerouted_to("gpt-5.2");
+    /// assert_eq!(attempt.rerouted_to.as_deref(), Some("gpt-5.2"));
+    /// ```
+    pub fn rerouted_to(mut self, model: impl Into<String>) -> Self {
+        self.rerouted_to = Some(model.into());
         self
     }
 }
@@ -890,7 +925,8 @@ pub struct Refusal {
     pub category: Option<String>,
     /// The provider's explanation, when it gave one.
     pub explanation: Option<String>,
-    /// The model that refused.
+    /// The model that refused (for a reroute, the one the request asked
+    /// for).
     pub model: Option<String>,
     /// The provider's request id (`request-id`, `x-request-id`), when sent.
     pub request_id: Option<String>,
@@ -1143,6 +1179,21 @@ pub const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
 /// assert_eq!(refusal_guard::refusal::RECITATION_CATEGORY, "recitation");
 /// ```
 pub const RECITATION_CATEGORY: &str = "recitation";
+
+/// The category of a reroute ([`RefusalSignal::Rerouted`]): the provider
+/// served the request with another model than the one asked for, and said
+/// nothing of it. The guard's own word, not a provider's.
+///
+/// A reroute is only recorded unless the layer treats reroutes as refusals
+/// ([`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes)); then
+/// this category's steps of the per-category policy apply. It is no safety
+/// decline the model made, so the default steps leave out the rescue (whose
+/// note speaks of a safety classifier) and climb the fallback chain.
+///
+/// ```
+/// assert_eq!(refusal_guard::refusal::REROUTED_CATEGORY, "rerouted");
+/// ```
+pub const REROUTED_CATEGORY: &str = "rerouted";
 
 /// The category of a refusal by Model Armor, the screening an operator
 /// configures for Gemini on Vertex AI (`finishReason` and

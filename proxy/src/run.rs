@@ -245,7 +245,9 @@ pub(crate) fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), St
         .fallback_credit(options.fallback_credit)
         .detect_text_refusals(options.detect_text)
         .live_thinking(options.live_thinking)
-        .continue_partial(options.continue_partial);
+        .continue_partial(options.continue_partial)
+        .recover_reroutes(options.recover_reroutes)
+        .reroute_header(options.reroute_header);
     if let Some(policy) = options.policy.clone() {
         layer = layer.category_policy(policy);
     }

@@ -390,6 +390,17 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// Appends the rescue note as a user turn.
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError>;
+    /// Whether a response that names `served` as the model that answered
+    /// it (its first event's, or its whole body's) came from another model
+    /// than `requested`, the model the request to `uri` asked for
+    /// ([`request_model`](Self::request_model)): a reroute. The same model
+    /// under another of its names is none (an alias answered by a dated
+    /// snapshot, a resource prefix), and neither is a name that says
+    /// nothing of the model behind it (a deployment's): only a model the
+    /// dialect knows to be another is a reroute, so the default is `false`.
+    fn is_reroute(&self, _uri: &Uri, _requested: &str, _served: &str) -> bool {
+        false
+    }
     /// Asks for another model (in the body or in the path).
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError>;
     /// The optional features this wire API offers the recovery (see

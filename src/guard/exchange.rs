@@ -72,6 +72,7 @@ impl<U> Exchange<U> {
             latency_ms: millis(self.sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         }
     }
 

@@ -6,7 +6,8 @@
 use bytes::Bytes;
 
 use crate::dialect::framing::StreamFramer;
-use crate::dialect::{EventJudge, Finding, Iterations, RefusalInfo, ServerFallback};
+use crate::dialect::{Dialect, EventJudge, Finding, Iterations, RefusalInfo, ServerFallback};
+use crate::guard::reroute::{Asked, Rerouted};
 use crate::refusal::FallbackCredit;
 use crate::sse::FrameSink;
 
@@ -25,7 +26,11 @@ pub(crate) struct Findings {
     /// The provider's iterations through its server-side fallbacks, as the
     /// response listed them.
     pub(crate) iterations: Option<Iterations>,
+    /// The model the response said served it (its first event's).
     pub(crate) model: Option<String>,
+    /// That model was another than the one asked for (set by the hold,
+    /// which knows what was asked): read through [`Findings::reroute`].
+    pub(crate) rerouted: Option<Rerouted>,
     /// The response's message id.
     pub(crate) message_id: Option<String>,
     /// What became of a fallback credit token the request presented.
@@ -100,6 +105,24 @@ impl Findings {
                 ..RefusalInfo::default()
             });
             self.output = false;
+        }
+    }
+
+    /// The reroute the response showed: another model than the one asked
+    /// for, unless the provider signalled a fallback of its own (a
+    /// `fallback` block, a chain's iterations), which that model is.
+    pub(crate) fn reroute(&self) -> Option<&Rerouted> {
+        if self.server_fallback.is_some() || self.iterations.is_some() {
+            return None;
+        }
+        self.rerouted.as_ref()
+    }
+
+    /// Holds the model the findings name (once they name one) to what
+    /// `asked` asked for: a reroute is kept.
+    pub(crate) fn judge_model(&mut self, asked: &Asked, dialect: &dyn Dialect) {
+        if let (None, Some(served)) = (&self.rerouted, self.model.as_deref()) {
+            self.rerouted = asked.reroute(dialect, served);
         }
     }
 

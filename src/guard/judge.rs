@@ -25,11 +25,12 @@ impl<U: InnerService> Exchange<U> {
     ) -> Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout> {
         let call = &self.call;
         let status = response.status().as_u16();
+        let asked = self.original.asked();
         let held = hold(
             response,
             call.dialect,
             &call.config,
-            self.original.streaming,
+            (self.original.streaming, asked.as_ref()),
             live,
         );
         let timeout = match call.within_deadline(held).await {

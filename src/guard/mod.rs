@@ -84,7 +84,8 @@
 //! `CallHandle` a caller attached, filled once), `hold` (holding a
 //! response back: `Held`, `Verdict`, `hold()`, which judge, the climb and
 //! `partial` use), `findings` (what judging found, and the stream judge),
-//! `upstream` (the one alias of the inner service,
+//! `reroute` (what an attempt asked for, and a response another model
+//! served), `upstream` (the one alias of the inner service,
 //! [`upstream::InnerService`], its timeouts and the body every stage
 //! reads, `UpstreamBody`), `errors` (every error the guard answers itself,
 //! in the API's shape), `timeout` and `config`. The request body's copy is
@@ -120,6 +121,7 @@ pub mod layer;
 pub(crate) mod partial;
 pub(crate) mod rejected;
 pub(crate) mod request;
+pub(crate) mod reroute;
 pub(crate) mod respond;
 pub(crate) mod send;
 pub mod service;

@@ -269,6 +269,7 @@ impl<U: InnerService> Continuation<U> {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
@@ -300,7 +301,7 @@ impl<U: InnerService> Continuation<U> {
         let (dialect, config, streaming) = (call.dialect, &call.config, *streaming);
         let answer = tokio::time::timeout_at(deadline, async move {
             let response = upstream.send(request).await.ok()?;
-            Some(hold(response, dialect, config, streaming, None).await)
+            Some(hold(response, dialect, config, (streaming, None), None).await)
         })
         .await;
         record.latency_ms = millis(sent.elapsed());

@@ -195,7 +195,10 @@ pub(crate) fn mark_recovered<B>(
 ) {
     let mut value = outcome.as_str().to_owned();
     for (name, part) in [("category", category), ("served-by", served_by)] {
-        if let Some(part) = part.map(header_safe).filter(|p| !p.is_empty()) {
+        if let Some(part) = part
+            .map(crate::header::value_part)
+            .filter(|p| !p.is_empty())
+        {
             value.push_str(&format!("; {name}={part}"));
         }
     }
@@ -207,16 +210,17 @@ pub(crate) fn mark_recovered<B>(
     response.extensions_mut().insert(ServedRecovery);
 }
 
-/// A provider's word as a header value part: the characters a model or
-/// category name is made of, anything else as `_`, at most 100 of them.
-fn header_safe(word: &str) -> String {
-    word.chars()
-        .take(100)
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | ':' | '/' | '@' | '+' | '-' => c,
-            _ => '_',
-        })
-        .collect()
+/// Says in the `refusal-guard-reroute` header, when the layer is asked
+/// to, that the answer served came from another model than the one asked
+/// for (see [`header::REROUTE`](crate::header::REROUTE)).
+fn mark_reroute<R>(held: &mut Held<R>, call: &Call) {
+    if !call.config.reroute_header {
+        return;
+    }
+    let value = held.findings().and_then(|f| f.reroute()?.header());
+    if let Some(value) = value {
+        held.parts.headers.insert(crate::header::REROUTE, value);
+    }
 }
 
 /// The sending side of a body answered before its decision.
@@ -296,6 +300,8 @@ pub(crate) fn serve<R>(
 where
     R: InnerBody,
 {
+    let mut held = held;
+    mark_reroute(&mut held, call);
     let Held {
         parts,
         frames,
@@ -333,6 +339,7 @@ where
         None => call.settle_answered(attempts.len()),
     }
     let mut held = held;
+    mark_reroute(&mut held, call);
     // The decision is made; nothing more to judge.
     held.judge = None;
     serve(held, call, None, refusal.as_ref(), splice)

@@ -11,6 +11,7 @@
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result`, `tenant` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind`, `tenant` |
 //! | [`FALLBACK_CREDIT`] | counter | `status`, `reason`, `tenant` |
+//! | [`REROUTES`] | counter | `provider`, `wire_api`, `requested`, `served`, `tenant` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome`, `tenant` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome`, `tenant` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
@@ -63,8 +64,8 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{SharedString, Unit};
 
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, Provider, Refusal, RefusalHandle, RefusalSignal, Usage,
-    WireApi,
+    Attempt, AttemptResult, AttemptStep, Outcome, Provider, Refusal, RefusalHandle, RefusalSignal,
+    Usage, WireApi,
 };
 
 /// Refusals, one per refusal record (`telemetry::RefusalRecord`).
@@ -84,11 +85,17 @@ pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
 /// provider's reason for `not_applied`, `none` otherwise). Counted from
 /// each record's attempts.
 pub const FALLBACK_CREDIT: &str = "refusal_guard_fallback_credit_total";
+/// Attempts the provider served with another model than the one they asked
+/// for, saying nothing of it (reroutes; see
+/// [`RefusalSignal::Rerouted`]), by the model asked for (`requested`) and
+/// the one that served (`served`), each bounded as the `model` label is.
+/// Counted from each record's attempts, recovered or only recorded.
+pub const REROUTES: &str = "refusal_guard_reroutes_total";
 /// Seconds from the original request to a refusal's settled outcome.
 pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
 /// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
-/// `partial`, `dead`, or `unsettled` (the upstream failed or the client left
-/// before the guard decided).
+/// `partial`, `dead`, `rerouted` (a reroute only recorded), or `unsettled`
+/// (the upstream failed or the client left before the guard decided).
 pub const REQUESTS: &str = "refusal_guard_requests_total";
 /// Seconds a response was held back before the guard decided.
 pub const HOLD_DURATION: &str = "refusal_guard_hold_duration_seconds";
@@ -235,6 +242,12 @@ const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
         FALLBACK_CREDIT,
         Unit::Count,
         "Fallback credit tokens presented, by whether they were redeemed",
+    ),
+    (
+        Kind::Counter,
+        REROUTES,
+        Unit::Count,
+        "Attempts another model served than the one asked for, by both models",
     ),
     (
         Kind::Histogram,
@@ -606,7 +619,8 @@ pub(crate) fn route_restored(wire_api: WireApi) {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestTally {
-    /// Requests that ended without a refusal.
+    /// Requests that ended without a refusal (a reroute only recorded
+    /// included).
     pub ok: u64,
     /// Requests with a refusal, whatever became of it.
     pub refused: u64,
@@ -746,6 +760,8 @@ impl GuardedRequest {
 impl Drop for GuardedRequest {
     fn drop(&mut self) {
         let (outcome, slot) = match self.handle.get() {
+            // A reroute only recorded is no refusal: the tally's `ok`.
+            Some(refusal) if refusal.outcome == Outcome::Rerouted => (refusal.outcome.as_str(), 0),
             Some(refusal) => (refusal.outcome.as_str(), 1),
             None if self.handle.is_settled() => ("ok", 0),
             None => ("unsettled", 2),
@@ -877,6 +893,8 @@ impl AttemptSpan {
 fn finish_reason(refusal: &Refusal) -> &str {
     match refusal.signal {
         RefusalSignal::Text => "stop",
+        // No stop of the provider's: the guard's own word.
+        RefusalSignal::Rerouted => "rerouted",
         RefusalSignal::BlockedPrompt => "blocked_prompt",
         RefusalSignal::BlockedOutput | RefusalSignal::PolicyError => "content_filter",
         // A stop reason or a refusal field: each provider's own word.

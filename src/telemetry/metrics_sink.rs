@@ -6,14 +6,14 @@ use super::{RefusalRecord, TelemetrySink};
 use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal};
 use crate::telemetry::metrics::{
     category_label, model_label, tenant_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
-    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
+    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS, REROUTES,
 };
 use crate::tenant::Tenant;
 
 /// Counts each record through the [`metrics`](::metrics) facade:
 /// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
-/// `refusal_guard_refused_tokens_total`, `refusal_guard_fallback_credit_total`
-/// and `refusal_guard_recovery_latency_seconds`.
+/// `refusal_guard_refused_tokens_total`, `refusal_guard_fallback_credit_total`,
+/// `refusal_guard_reroutes_total` and `refusal_guard_recovery_latency_seconds`.
 ///
 /// Put it beside the log sink so that the counters and the log agree line
 /// for line:
@@ -76,12 +76,14 @@ pub fn record_refusal(record: &RefusalRecord) {
         Label::new("model", model_label(record.model.as_deref())),
         Label::new("tenant", tenant.clone()),
     ];
+    let scope = labels[..2].to_vec();
     counter!(REFUSALS, labels).increment(1);
     for (step, result) in recovery_attempts(record) {
         counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result, "tenant" => tenant.clone())
             .increment(1);
     }
     count_refused_tokens(record, &tenant);
+    count_reroutes(record, &scope, &tenant);
     for attempt in &record.attempts {
         if let Some(credit) = &attempt.fallback_credit {
             // The reason is the provider's closed vocabulary; anything
@@ -117,6 +119,23 @@ fn count_refused_tokens(record: &RefusalRecord, tenant: &SharedString) {
                 counter!(REFUSED_TOKENS, labels).increment(tokens);
             }
         }
+    }
+}
+
+/// Adds each rerouted attempt to [`REROUTES`], under the model it asked
+/// for (the attempt's, else the record's) and the one that served it.
+/// `scope`: the record's `provider` and `wire_api` labels.
+fn count_reroutes(record: &RefusalRecord, scope: &[Label], tenant: &SharedString) {
+    for attempt in &record.attempts {
+        let Some(served) = attempt.rerouted_to.as_deref() else {
+            continue;
+        };
+        let requested = attempt.model.as_deref().or(record.model.as_deref());
+        let mut labels = scope.to_vec();
+        labels.push(Label::new("requested", model_label(requested)));
+        labels.push(Label::new("served", model_label(Some(served))));
+        labels.push(Label::new("tenant", tenant.clone()));
+        counter!(REROUTES, labels).increment(1);
     }
 }
 

@@ -104,7 +104,8 @@ pub struct RefusalRecord {
     /// (`2026-11-29T17:44:06.123Z`), the shape JavaScript's `toISOString`
     /// writes. See [`format_ts`].
     pub ts: String,
-    /// The model that refused ([`Refusal::model`]).
+    /// The model that refused ([`Refusal::model`]; for a reroute, the one
+    /// the request asked for).
     pub model: Option<String>,
     /// The provider's category (`cyber`, `content_filter`, `SAFETY`, ...).
     pub category: Option<String>,
@@ -716,6 +717,7 @@ pub(crate) fn signal_str(signal: RefusalSignal) -> &'static str {
         RefusalSignal::Text => "text",
         RefusalSignal::BlockedOutput => "blocked_output",
         RefusalSignal::PolicyError => "policy_error",
+        RefusalSignal::Rerouted => "rerouted",
     }
 }
 
@@ -750,6 +752,7 @@ mod tests {
             RefusalSignal::Text,
             RefusalSignal::BlockedOutput,
             RefusalSignal::PolicyError,
+            RefusalSignal::Rerouted,
         ] {
             let json = serde_json::to_value(signal).unwrap();
             assert_eq!(json.as_str(), Some(signal_str(signal)));

@@ -36,8 +36,10 @@ PARTIAL = "anthropic/anthropic-sdk-python/stream-a-refusal.sse"
 
 # (script, model, stream, expected outcome or None for no refusal)
 RUN = [
-    (TEXT, "claude-opus-4-7", True, None),
-    (TEXT, "claude-sonnet-4-5", True, None),
+    # TEXT is Claude 3 Opus's answer: asked of it, no reroute; asked of
+    # Sonnet 4.5, a reroute, recorded.
+    (TEXT, "claude-3-opus-latest", True, None),
+    (TEXT, "claude-sonnet-4-5", True, "rerouted"),
     (TEXT_JSON, "claude-opus-4-7", False, None),
     (f"{EMPTY_REFUSAL},{TEXT}", "claude-opus-4-7", True, "rescued"),
     (f"{EMPTY_REFUSAL},{TEXT}", "claude-sonnet-4-5", True, "rescued"),
@@ -196,6 +198,10 @@ def test_no_label_carries_prompt_text_or_keys(ops):
                 assert "model" not in sample.labels, sample
             elif "model" in sample.labels:
                 models.add(sample.labels["model"])
+            # Reroutes name the model asked for and the one that served.
+            named = {"requested", "served"} & set(sample.labels)
+            assert not named or family.name == "refusal_guard_reroutes", sample
+            models.update(sample.labels[label] for label in named)
     assert models, "refusals and the refused attempts' tokens are counted by model"
     assert len(models) <= 33
     for model in models:
@@ -241,7 +247,7 @@ def check_numbers(page, records: list):
     outcomes = collections.Counter(r["outcome"] for r in records)
     assert value("#kpi-total .value") == str(len(records))
     assert value("#kpi-recovered .value") == str(outcomes["fallback"] + outcomes["rescued"])
-    for outcome in ["fallback", "rescued", "partial", "dead"]:
+    for outcome in ["fallback", "rescued", "partial", "dead", "rerouted"]:
         assert value(f"#outcome-{outcome}") == str(outcomes[outcome]), outcome
     cells = collections.Counter((r["model"] or "(none)", r["category"] or "(none)") for r in records)
     for (model, category), count in cells.items():

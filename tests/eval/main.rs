@@ -5,6 +5,7 @@
 
 mod contract;
 mod input;
+mod reroutes;
 mod resume;
 mod server_side;
 mod shares;

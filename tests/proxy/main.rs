@@ -14,5 +14,6 @@ mod faults_upstream;
 mod in_process;
 mod policy_flags;
 mod raw_upstream;
+mod reroutes;
 mod routes;
 mod simulate;

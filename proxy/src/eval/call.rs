@@ -180,6 +180,8 @@ impl CallOf<'_> {
             Err(why) => return Tried::Failed { why, status: 0 },
         };
         match (record, refused) {
+            // A reroute only recorded was answered, by another model.
+            (Some(record), _) if record.outcome == Outcome::Rerouted => {}
             (Some(record), _) => {
                 return Tried::Measured(Box::new(self.refused(&record, status, latency_ms, &body)));
             }

@@ -242,6 +242,11 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        // On Foundry the request names a deployment.
+        !on_foundry(uri) && models::another_claude(requested, served)
+    }
+
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {
         if let Some((at, _, method)) = vertex_model_segment(uri) {
             let mut segments: Vec<String> =

@@ -200,8 +200,12 @@ pub(super) fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
 /// Bedrock's paths are not Messages paths at all; Foundry serves
 /// `/anthropic/v1/messages` on `*.services.ai.azure.com`.
 pub(super) fn first_party(uri: &Uri) -> bool {
-    let foundry = uri
-        .host()
-        .is_some_and(|host| host.ends_with(".services.ai.azure.com"));
-    vertex_model_segment(uri).is_none() && !foundry
+    vertex_model_segment(uri).is_none() && !on_foundry(uri)
+}
+
+/// Whether the request goes to Claude on Azure AI Foundry, whose `model`
+/// names a deployment rather than a model.
+pub(super) fn on_foundry(uri: &Uri) -> bool {
+    uri.host()
+        .is_some_and(|host| host.ends_with(".services.ai.azure.com"))
 }

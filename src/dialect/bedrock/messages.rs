@@ -207,6 +207,12 @@ impl Dialect for BedrockInvokeModel {
         AnthropicMessages.append_note(body, note)
     }
 
+    fn is_reroute(&self, _uri: &Uri, requested: &str, served: &str) -> bool {
+        // An application inference profile's or provisioned model's ARN
+        // names no model: `another_claude` does not read it.
+        crate::dialect::anthropic::models::another_claude(requested, served)
+    }
+
     fn swap_model(
         &self,
         uri: &mut Uri,
@@ -336,6 +342,12 @@ impl Dialect for BedrockMessages {
 
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError> {
         AnthropicMessages.append_note(body, note)
+    }
+
+    fn is_reroute(&self, _uri: &Uri, requested: &str, served: &str) -> bool {
+        // An application inference profile's or provisioned model's ARN
+        // names no model: `another_claude` does not read it.
+        crate::dialect::anthropic::models::another_claude(requested, served)
     }
 
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {

@@ -56,6 +56,7 @@ use crate::refusal::{
 use crate::sse::Frame;
 
 pub(crate) mod errors;
+mod models;
 pub(crate) mod translate;
 
 /// Google's folder: the Gemini API and Vertex AI's Gemini models.
@@ -511,6 +512,10 @@ impl Dialect for GeminiGenerateContent {
             .ok_or(RewriteError("request has no contents array"))?;
         contents.push(json!({"role": "user", "parts": [{"text": note}]}));
         Ok(())
+    }
+
+    fn is_reroute(&self, _uri: &Uri, requested: &str, served: &str) -> bool {
+        models::another_model(requested, served)
     }
 
     fn swap_model(

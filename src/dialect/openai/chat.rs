@@ -383,6 +383,10 @@ impl Dialect for OpenAiChat {
         Ok(())
     }
 
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        super::models::another_model(uri, requested, served)
+    }
+
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {
         let object = body
             .as_object_mut()

@@ -279,6 +279,10 @@ impl Dialect for OpenAiResponses {
         Ok(())
     }
 
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        super::models::another_model(uri, requested, served)
+    }
+
     fn swap_model(
         &self,
         _uri: &mut Uri,

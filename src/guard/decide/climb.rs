@@ -11,6 +11,7 @@ use crate::dialect::{Declined, RefusalInfo};
 use crate::guard::call::{millis, Call};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Draft, Original};
+use crate::guard::reroute::Asked;
 use crate::guard::settle::{About, Settlement};
 use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState};
@@ -212,6 +213,13 @@ impl Climb {
         let sent = Instant::now();
         let remaining = self.deadline.saturating_duration_since(sent);
         let (dialect, config) = (call.dialect, &call.config);
+        // A fallback to another provider's API answers in its own names.
+        let asked = step.fallback.is_none().then(|| {
+            let draft = &step.draft;
+            let model = step.model.as_deref();
+            Asked::of_request(dialect, &draft.parts.uri, model, &draft.json, streaming)
+        });
+        let asked = asked.flatten();
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
                 Ok(mut response) => {
@@ -224,7 +232,7 @@ impl Climb {
                             config,
                         );
                     }
-                    Ok(hold(response, dialect, config, streaming, None).await)
+                    Ok(hold(response, dialect, config, (streaming, asked.as_ref()), None).await)
                 }
                 Err(_) => Err(()),
             }
@@ -239,6 +247,7 @@ impl Climb {
             latency_ms: millis(sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -281,6 +290,16 @@ impl Climb {
         self.reason = Some(reason);
     }
 
+    /// Notes on `record` what `held` said of its attempt (another model
+    /// than the one asked for, the fate of a credit token it presented),
+    /// and the request fields that token's response named as keeping it
+    /// from being redeemed.
+    fn note_seen<R>(&mut self, record: &mut Attempt, held: &Held<R>) {
+        record.rerouted_to = super::rerouted_to(held);
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
+        self.note_unredeemable(record);
+    }
+
     /// What a held attempt decides: the decision, or `None` to go on
     /// climbing.
     pub(super) async fn weigh<R>(
@@ -296,8 +315,7 @@ impl Climb {
         };
         let served_model = served_model(&held, &step);
         let request_id = call.dialect.request_id(&held.parts.headers);
-        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
-        self.note_unredeemable(&record);
+        self.note_seen(&mut record, &held);
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;

@@ -91,7 +91,10 @@ impl<U: InnerService> Exchange<U> {
     ) -> Decision<UpstreamBody<U::Out>> {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
-        let original_attempt = self.original_attempt(held.status(), AttemptResult::Served);
+        let original_attempt = Attempt {
+            rerouted_to: rerouted_to(&held),
+            ..self.original_attempt(held.status(), AttemptResult::Served)
+        };
 
         // A broken connection is served as it came: what arrived, then its
         // error. A quiet one before any output is a timeout.
@@ -209,7 +212,8 @@ impl<U: InnerService> Exchange<U> {
         let reason = climb.reason.unwrap_or(DeadReason::StillRefused);
         let refusal = Refusal {
             reason: Some(reason),
-            served_model: call.model.clone(),
+            // A reroute's answer is the one served.
+            served_model: rerouted_to(&refused).or_else(|| call.model.clone()),
             request_id: original_request_id,
             ..call.refusal(&climb.info, Outcome::Dead)
         };
@@ -219,6 +223,12 @@ impl<U: InnerService> Exchange<U> {
             attempts: climb.finish(),
         }
     }
+}
+
+/// The model another than the one asked for that `held` said served it.
+pub(crate) fn rerouted_to<B>(held: &Held<B>) -> Option<String> {
+    let rerouted = held.findings()?.reroute()?;
+    Some(rerouted.served.clone())
 }
 
 #[cfg(test)]
@@ -310,6 +320,7 @@ mod tests {
             model: call.model.clone(),
             streaming: false,
             route: None,
+            server_fallbacks: false,
             conversation: call.conversation.clone(),
             _share: Arc::new(config.held.share()),
         };

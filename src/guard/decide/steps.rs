@@ -169,6 +169,7 @@ impl Climb {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         self.fail(record, reason);
         Prep::Skip

@@ -15,6 +15,7 @@ use crate::dialect::skim::Located;
 use crate::dialect::{ComposedFallbacks, Dialect};
 use crate::guard::request::conversation::{self, Conversation};
 use crate::guard::request::Incoming;
+use crate::guard::reroute::Asked;
 use crate::refusal::StickyRoute;
 use crate::replay::chunks::Chunks;
 use crate::replay::reserve::Share;
@@ -72,6 +73,8 @@ pub(crate) struct Original {
     pub(crate) model: Option<String>,
     /// Whether it asks for a stream.
     pub(crate) streaming: bool,
+    /// Whether the client's request carries server-side fallbacks.
+    pub(crate) server_fallbacks: bool,
     /// The sticky route it took.
     pub(crate) route: Option<StickyRoute>,
     pub(crate) conversation: Conversation,
@@ -117,6 +120,7 @@ impl Original {
         Original {
             model: dialect.request_model(incoming.path_model(), head),
             streaming: dialect.is_streaming(&parts.uri, head),
+            server_fallbacks: crate::guard::reroute::carries_server_fallbacks(*dialect, head),
             parts,
             body: json,
             rewritten: false,
@@ -224,6 +228,13 @@ impl Original {
             (Some(json), true) => request_of(self.parts.clone(), json),
             _ => with_body(self.parts.clone(), self.body.original.join(), false),
         }
+    }
+
+    /// The model it asks for, which its response is held to.
+    pub(crate) fn asked(&self) -> Option<Asked> {
+        let server_fallbacks = self.server_fallbacks || self.composed.is_some();
+        let early = !(self.streaming && server_fallbacks);
+        Asked::new(self.model.as_deref(), &self.parts.uri, early)
     }
 
     /// A copy for a recovery step to rewrite; `None` when the body cannot
