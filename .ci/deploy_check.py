@@ -271,6 +271,7 @@ TENANT_LABELLED = (
     "refusal_guard_recovery_capped_total",
     "refusal_guard_refused_tokens_total",
     "refusal_guard_fallback_credit_total",
+    "refusal_guard_reroutes_total",
     "refusal_guard_recovery_latency_seconds",
 )
 

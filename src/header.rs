@@ -27,6 +27,25 @@
 /// ```
 pub const RECOVERY: &str = "refusal-guard-recovery";
 
+/// The response header on an answer another model served than the one
+/// the request asked for (a reroute; see
+/// [`RefusalGuardLayer::recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes)),
+/// when the layer is asked to say so
+/// ([`reroute_header`](crate::RefusalGuardLayer::reroute_header), off by
+/// default). For example `requested=gpt-5.3-codex; served=gpt-5.2`: both
+/// models as the request and the response named them, reduced to
+/// header-safe characters as in [`RECOVERY`].
+///
+/// As with [`RECOVERY`], a response whose head went out before the
+/// decision (keep-alive comments, live thinking) cannot carry it; the
+/// record still says what happened.
+///
+/// ```
+/// let response = http::Response::new(());
+/// assert!(response.headers().get(refusal_guard::header::REROUTE).is_none());
+/// ```
+pub const REROUTE: &str = "refusal-guard-reroute";
+
 /// The response header naming why the guard or the proxy answered an error
 /// itself (`api_error`), so it is never mistaken for the provider's.
 ///
@@ -64,3 +83,16 @@ pub const CONVERSATION: &str = "x-refusal-guard-conversation";
 /// assert!(request.headers().contains_key("x-refusal-guard-key"));
 /// ```
 pub const CLIENT_KEY: &str = "x-refusal-guard-key";
+
+/// A provider's word (a model, a category) as part of a header value this
+/// crate writes: the characters such names are made of (letters, digits and
+/// `._:/@+-`), anything else as `_`, at most 100 of them.
+pub(crate) fn value_part(word: &str) -> String {
+    word.chars()
+        .take(100)
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | ':' | '/' | '@' | '+' | '-' => c,
+            _ => '_',
+        })
+        .collect()
+}

@@ -40,7 +40,7 @@
 //! // attempt of every conversation.
 //! let client = ServiceBuilder::new()
 //!     .layer(RefusalGuardLayer::new().telemetry(log.clone()))
-//!     .service(Simulator::new());
+//!     .service(Simulator::new().shared());
 //!
 //! let request = http::Request::post("https://api.anthropic.com/v1/messages")
 //!     .header("content-type", "application/json")
@@ -77,11 +77,16 @@
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
 //!   own shape; [`header`]: the names of the headers the crate reads and
 //!   writes.
-//! - [`sse`]: the incremental SSE framer; `text` (feature `text`): the
+//! - [`sse`]: the incremental SSE framer; [`stream_text`]: the answer's
+//!   text out of a guarded stream, per wire API; `text` (feature `text`): the
 //!   opt-in prose refusal detector; [`env`](mod@env): configuration from
 //!   environment variables.
 //! - `reqwest` (feature `reqwest`, off by default, as is `redis` for
-//!   [`store`]'s Redis store): the reqwest adapter.
+//!   [`store`]'s Redis store): the reqwest adapter; `client` (features
+//!   `async-openai`, `rig`, `reqwest-middleware`): the guard inside those
+//!   client crates; [`outcome`]: the [`CallHandle`] a caller attaches to a
+//!   request to learn what became of the call when a client crate keeps the
+//!   response to itself.
 //! - [`tenant`]: each client its own settings behind one guard (the
 //!   [`TenantResolver`](tenant::TenantResolver) names a request's tenant);
 //!   [`routing`]: in which order a refusal's fallback candidates are tried
@@ -96,7 +101,7 @@
 //!
 //! Inside, one request flows through the private `guard` module; its
 //! pipeline is described in one place, the module docs of
-//! `src/guard/mod.rs` (its steps in order, the file each lives in, one
+//! `src/guard/mod.rs` (its stages in order, the file each lives in, one
 //! streamed request traced through them). Below the guard sit the public
 //! extension points ([`recovery`], [`store`], [`telemetry`], `text`),
 //! [`replay`] and the wire (the private `dialect` module, [`sse`]);
@@ -122,12 +127,36 @@
 //! - **recovery**: what follows an empty refusal, step by step as the
 //!   **policy** says: a **fallback** (the request sent to another model, on
 //!   the client's API or another provider's; never "hop", a word kept for
-//!   HTTP's hop-by-hop headers) or a **rescue** (the request sent again with
-//!   a reframing note). Each request sent upstream for a call, the original
-//!   included, is an **attempt**; a tenant's cap counts its recovery
-//!   attempts per hour.
+//!   HTTP's hop-by-hop headers), a **retarget** (the refused request sent
+//!   again with the operator's models as its server-side fallbacks) or a
+//!   **rescue** (the request sent again with a reframing note). Each
+//!   request sent upstream for a call, the original included, is an
+//!   **attempt**; a tenant's cap counts its recovery attempts per hour.
+//! - **step**: one thing the policy asks for next
+//!   ([`NextStep`](recovery::NextStep): a fallback, a retarget, a rescue, or
+//!   stop), sent as an attempt ([`AttemptStep`](refusal::AttemptStep) says
+//!   what each attempt was). Never the guard's own parts: those are
+//!   **stages** (judge, decide, respond, ...; `src/guard/mod.rs` lists them).
+//! - **ladder**: the default policy ([`Ladder`](recovery::Ladder)): its
+//!   steps, in order, for a refusal's category. **climb**: going through a
+//!   policy's steps for one empty refusal, until one recovers or the policy
+//!   or the budget stops (whatever the policy; the word is the ladder's).
+//! - **chain**: only a **fallback chain**, the models (or `provider:model`
+//!   entries) a refused model falls back to, in order
+//!   ([`FallbackChains`](recovery::FallbackChains)). A provider's own
+//!   fallbacks, which it tries before it refuses, are its **server-side
+//!   fallbacks**, and the attempts it made through them its **iterations**
+//!   (as Anthropic's `usage.iterations` lists them).
+//! - **handoff**: a fallback's change of model, marked in the served
+//!   response when asked ([`handoff_marker`](RefusalGuardLayer::handoff_marker)):
+//!   the models that declined, in order, then the one that served.
+//! - **reroute**: a response another model served than the one its request
+//!   asked for (aliases and dated snapshots being the same model), with no
+//!   refusal and no fallback of the provider's own to say so; recorded, or,
+//!   when the layer recovers reroutes, a refusal of category `rerouted`.
 //! - **outcome**: what became of a refusal (fallback, rescued, partial,
-//!   dead); a dead one has a **dead reason**.
+//!   dead; rerouted for a reroute only recorded); a dead one has a **dead
+//!   reason**.
 //! - **conversation**: the turns one refusal rule spans, named by a
 //!   [`ConversationKey`](store::ConversationKey) and kept in a **store**.
 //! - **record**: the telemetry value for one refusal, sent to a **sink**;
@@ -143,10 +172,25 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
+#[cfg(any(
+    feature = "async-openai",
+    feature = "rig",
+    feature = "reqwest-middleware"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    )))
+)]
+pub mod client;
 mod dialect;
 pub mod env;
 mod guard;
 pub mod header;
+pub mod outcome;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
@@ -156,6 +200,7 @@ pub mod reqwest;
 pub mod routing;
 pub mod sse;
 pub mod store;
+pub mod stream_text;
 pub mod telemetry;
 pub mod tenant;
 #[cfg(feature = "text")]
@@ -173,6 +218,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;
+pub use outcome::{CallHandle, CallOutcome};
 pub use refusal::{Outcome, Refusal, RefusalHandle};
 pub use replay::ReplayBody;
 pub use service::RefusalGuard;
@@ -185,7 +231,12 @@ pub use service::RefusalGuard;
 /// every other block names its own (`sh`, `text`, `json`, `python`).
 #[cfg(doctest)]
 mod pages {
-    #[cfg(feature = "reqwest")]
+    #[cfg(all(
+        feature = "reqwest",
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    ))]
     #[doc = include_str!("../README.md")]
     struct Readme;
     #[doc = include_str!("../CHANGELOG.md")]

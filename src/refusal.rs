@@ -12,6 +12,11 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 
 /// The company whose model produced the response.
+///
+/// Its facts (its name, the prefix a chain entry names it by, the API a
+/// fallback to it is sent in) are declared by its folder of the private
+/// `dialect` module, as are [`WireApi`]'s: `as_str` and the other methods
+/// are defined there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
@@ -25,21 +30,6 @@ pub enum Provider {
     Google,
 }
 
-impl Provider {
-    /// The lower-case name used in logs (`anthropic`, `openai`, `google`).
-    ///
-    /// ```
-    /// assert_eq!(refusal_guard::refusal::Provider::OpenAi.as_str(), "openai");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Provider::Anthropic => "anthropic",
-            Provider::OpenAi => "openai",
-            Provider::Google => "google",
-        }
-    }
-}
-
 impl fmt::Display for Provider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -47,15 +37,24 @@ impl fmt::Display for Provider {
 }
 
 /// The HTTP API a request was made against.
+///
+/// Its facts (its name, provider, platform, error shape, translation) are
+/// declared by its provider's folder of the private `dialect` module, where
+/// `as_str`, [`provider`](WireApi::provider) and
+/// [`platform`](WireApi::platform) are defined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum WireApi {
     /// Anthropic Messages (`POST /v1/messages`, or Vertex `:rawPredict`).
     AnthropicMessages,
-    /// OpenAI Chat Completions (`POST /v1/chat/completions`).
+    /// OpenAI Chat Completions (`POST /v1/chat/completions`). Spelt
+    /// `openai_chat_completions`, as its dialect names it; records written
+    /// before read as `open_ai_chat_completions` too.
+    #[serde(rename = "openai_chat_completions", alias = "open_ai_chat_completions")]
     OpenAiChatCompletions,
     /// OpenAI Responses (`POST /v1/responses`).
+    #[serde(rename = "openai_responses", alias = "open_ai_responses")]
     OpenAiResponses,
     /// Google Gemini `generateContent` / `streamGenerateContent` (and Vertex AI).
     GeminiGenerateContent,
@@ -68,62 +67,6 @@ pub enum WireApi {
     /// The Anthropic Messages API on Amazon Bedrock
     /// (`POST /anthropic/v1/messages` on Bedrock's hosts).
     BedrockMessages,
-}
-
-impl WireApi {
-    /// The snake-case name used in logs.
-    ///
-    /// ```
-    /// use refusal_guard::refusal::WireApi;
-    /// assert_eq!(WireApi::AnthropicMessages.as_str(), "anthropic_messages");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WireApi::AnthropicMessages => "anthropic_messages",
-            WireApi::OpenAiChatCompletions => "openai_chat_completions",
-            WireApi::OpenAiResponses => "openai_responses",
-            WireApi::GeminiGenerateContent => "gemini_generate_content",
-            WireApi::BedrockInvokeModel => "bedrock_invoke_model",
-            WireApi::BedrockConverse => "bedrock_converse",
-            WireApi::BedrockMessages => "bedrock_messages",
-        }
-    }
-
-    /// The platform that serves this API: `bedrock` for Amazon Bedrock's
-    /// surfaces, else the provider's own name.
-    ///
-    /// ```
-    /// use refusal_guard::refusal::WireApi;
-    /// assert_eq!(WireApi::BedrockConverse.platform(), "bedrock");
-    /// assert_eq!(WireApi::AnthropicMessages.platform(), "anthropic");
-    /// ```
-    pub fn platform(self) -> &'static str {
-        match self {
-            WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages => {
-                "bedrock"
-            }
-            other => other.provider().as_str(),
-        }
-    }
-}
-
-impl WireApi {
-    /// The provider whose API this is (Vertex AI's Claude is Anthropic's).
-    ///
-    /// ```
-    /// use refusal_guard::refusal::{Provider, WireApi};
-    /// assert_eq!(WireApi::OpenAiResponses.provider(), Provider::OpenAi);
-    /// ```
-    pub fn provider(self) -> Provider {
-        match self {
-            WireApi::AnthropicMessages
-            | WireApi::BedrockInvokeModel
-            | WireApi::BedrockConverse
-            | WireApi::BedrockMessages => Provider::Anthropic,
-            WireApi::OpenAiChatCompletions | WireApi::OpenAiResponses => Provider::OpenAi,
-            WireApi::GeminiGenerateContent => Provider::Google,
-        }
-    }
 }
 
 impl fmt::Display for WireApi {
@@ -171,6 +114,13 @@ pub enum RefusalSignal {
     /// Responses stream's `response.failed` or `error` event). The category
     /// says which policy.
     PolicyError,
+    /// The provider served the request with another model than the one it
+    /// asked for, and said nothing of it: no refusal, no fallback of its
+    /// own (an Anthropic server-side fallback is signalled, and is none).
+    /// The guard calls this a reroute and records it under
+    /// [`REROUTED_CATEGORY`]; see
+    /// [`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes).
+    Rerouted,
 }
 
 /// Why a refusal could not be recovered.
@@ -267,13 +217,13 @@ impl fmt::Display for DeadReason {
 }
 
 /// What became of a refusal. Serialises as pi-refusal-guard's outcome words
-/// (`fallback`, `rescued`, `partial`, `dead`); the dead reason travels
-/// separately as [`Refusal::reason`].
+/// (`fallback`, `rescued`, `partial`, `dead`), and `rerouted` for a reroute
+/// only recorded; the dead reason travels separately as [`Refusal::reason`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Outcome {
-    /// A fallback model answered (client-side chain, or the provider's own
+    /// A fallback model answered (the fallback chain, or the provider's own
     /// server-side fallback).
     Fallback,
     /// The reframed continuation produced real output.
@@ -282,6 +232,12 @@ pub enum Outcome {
     Partial,
     /// Nothing was recovered; the client received the refusal as sent.
     Dead,
+    /// A reroute ([`RefusalSignal::Rerouted`]) only recorded: the answer
+    /// of the model the provider put in place of the requested one reached
+    /// the client as it came. A reroute the layer treats as a refusal
+    /// ([`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes))
+    /// ends as any refusal does instead (`fallback`, `dead`, ...).
+    Rerouted,
 }
 
 impl Outcome {
@@ -296,6 +252,7 @@ impl Outcome {
             Outcome::Rescued => "rescued",
             Outcome::Partial => "partial",
             Outcome::Dead => "dead",
+            Outcome::Rerouted => "rerouted",
         }
     }
 }
@@ -322,7 +279,7 @@ pub enum ErrorCategory {
 pub enum AttemptStep {
     /// The request as the client sent it (after any outbound rewrite).
     Original,
-    /// A fallback of the client-side fallback chain.
+    /// A fallback of the fallback chain.
     Fallback,
     /// The reframed continuation.
     Rescue,
@@ -622,8 +579,8 @@ pub struct Attempt {
     /// The tokens the provider reported for a refused response, when it
     /// reported any. The guard reads usage only from responses it judged
     /// refused: answers it served are the client's to account. For a
-    /// response a provider's own server-side chain served, the tokens its
-    /// declined attempts cost (Anthropic `usage.iterations`), the serving
+    /// response a provider's server-side fallbacks served, the tokens its
+    /// declined iterations cost (Anthropic `usage.iterations`), the serving
     /// attempt's left out. A value this version cannot read is `None`, not
     /// a reason to drop the attempt.
     #[serde(
@@ -640,6 +597,11 @@ pub struct Attempt {
         deserialize_with = "lenient_credit"
     )]
     pub fallback_credit: Option<FallbackCredit>,
+    /// The model the response said served it, when that was another model
+    /// than [`model`](Attempt::model) under any of its names: the provider
+    /// rerouted the attempt ([`RefusalSignal::Rerouted`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerouted_to: Option<String>,
 }
 
 /// Reads an attempt's credit outcome, turning one this version cannot read
@@ -680,6 +642,7 @@ impl Attempt {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         }
     }
 
@@ -756,6 +719,21 @@ impl Attempt {
     /// ```
     pub fn fallback_credit(mut self, credit: FallbackCredit) -> Self {
         self.fallback_credit = Some(credit);
+        self
+    }
+
+    /// Served by `model`, which the provider put in place of the one asked
+    /// for.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Original, AttemptResult::Served)
+    ///     .model("gpt-5.3-codex")
+    ///     .rerouted_to("gpt-5.2");
+    /// assert_eq!(attempt.rerouted_to.as_deref(), Some("gpt-5.2"));
+    /// ```
+    pub fn rerouted_to(mut self, model: impl Into<String>) -> Self {
+        self.rerouted_to = Some(model.into());
         self
     }
 }
@@ -912,7 +890,7 @@ impl Prefill {
         self == Prefill::Claimed
     }
 
-    fn is_unknown(&self) -> bool {
+    pub(crate) fn is_unknown(&self) -> bool {
         *self == Prefill::Unknown
     }
 }
@@ -947,7 +925,8 @@ pub struct Refusal {
     pub category: Option<String>,
     /// The provider's explanation, when it gave one.
     pub explanation: Option<String>,
-    /// The model that refused.
+    /// The model that refused (for a reroute, the one the request asked
+    /// for).
     pub model: Option<String>,
     /// The provider's request id (`request-id`, `x-request-id`), when sent.
     pub request_id: Option<String>,
@@ -1200,6 +1179,21 @@ pub const GUARDRAIL_CATEGORY: &str = "guardrail_intervened";
 /// assert_eq!(refusal_guard::refusal::RECITATION_CATEGORY, "recitation");
 /// ```
 pub const RECITATION_CATEGORY: &str = "recitation";
+
+/// The category of a reroute ([`RefusalSignal::Rerouted`]): the provider
+/// served the request with another model than the one asked for, and said
+/// nothing of it. The guard's own word, not a provider's.
+///
+/// A reroute is only recorded unless the layer treats reroutes as refusals
+/// ([`recover_reroutes`](crate::RefusalGuardLayer::recover_reroutes)); then
+/// this category's steps of the per-category policy apply. It is no safety
+/// decline the model made, so the default steps leave out the rescue (whose
+/// note speaks of a safety classifier) and climb the fallback chain.
+///
+/// ```
+/// assert_eq!(refusal_guard::refusal::REROUTED_CATEGORY, "rerouted");
+/// ```
+pub const REROUTED_CATEGORY: &str = "rerouted";
 
 /// The category of a refusal by Model Armor, the screening an operator
 /// configures for Gemini on Vertex AI (`finishReason` and

@@ -43,7 +43,8 @@ const BUCKET_WIDTHS: [u64; 10] = [
 /// A summary of refusal records, ready to render as the dashboard page.
 ///
 /// ```
-/// use refusal_guard::telemetry::{Dashboard, RefusalRecord};
+/// use refusal_guard::telemetry::RefusalRecord;
+/// use refusal_guard_proxy::Dashboard;
 ///
 /// let records: Vec<RefusalRecord> = [
 ///     r#"{"ts":"2026-11-29T17:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"rescued","latency_ms":900}"#,
@@ -137,11 +138,12 @@ struct Entry {
     tenant: Option<String>,
 }
 
-const OUTCOMES: [Outcome; 4] = [
+const OUTCOMES: [Outcome; 5] = [
     Outcome::Fallback,
     Outcome::Rescued,
     Outcome::Partial,
     Outcome::Dead,
+    Outcome::Rerouted,
 ];
 
 /// The key for a record without a model or category.
@@ -334,7 +336,9 @@ impl Builder {
             generated: format_ts(std::time::SystemTime::now()),
             total: entries.len(),
             recovered,
-            recoverable: entries.len() - by_outcome["partial"],
+            // A partial refusal is never retried; a reroute only recorded
+            // was not for recovering.
+            recoverable: entries.len() - by_outcome["partial"] - by_outcome["rerouted"],
             by_outcome,
             dead_reasons,
             timeline: timeline(entries),
@@ -607,6 +611,19 @@ mod tests {
         );
         assert_eq!(dashboard.total, 31);
         assert_eq!(dashboard.recoverable, 31 - 7);
+    }
+
+    #[test]
+    fn reroutes_only_recorded_are_counted_but_not_recoverable() {
+        let at = "2026-11-29T17:00:00.000Z";
+        let page = Dashboard::from_records([
+            record(at, "gpt-5.3-codex", "rerouted", "rerouted"),
+            record(at, "gpt-5.3-codex", "rerouted", "fallback"),
+            record(at, "m", "cyber", "dead"),
+        ]);
+        assert_eq!(page.by_outcome["rerouted"], 1);
+        assert_eq!((page.recovered, page.recoverable), (1, 2));
+        assert!(page.to_html().contains("\"rerouted\":1"));
     }
 
     #[test]

@@ -108,6 +108,12 @@ pub struct Options {
     /// Continue an Anthropic stream refused after text on the chain's next model, when the refusal offers the prefill claim
     #[arg(long, env = "REFUSAL_GUARD_CONTINUE_PARTIAL", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
     pub continue_partial: bool,
+    /// Treat a reroute (a response another model served than the one asked for, unsignalled) as a refusal of category `rerouted`, decided at its first event and recovered by --policy's steps (default: the chain); off: only recorded
+    #[arg(long, env = "REFUSAL_GUARD_RECOVER_REROUTES", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub recover_reroutes: bool,
+    /// Say in the response header refusal-guard-reroute (requested=M1; served=M2) when another model served the answer than the one asked for
+    #[arg(long, env = "REFUSAL_GUARD_REROUTE_HEADER", value_name = "on|off", action = ArgAction::Set, value_parser = switch, default_value = "off", num_args = 0..=1, default_missing_value = "on")]
+    pub reroute_header: bool,
     /// After SECS of holding a stream, send the head and SSE keep-alive comments until the guard decides [default: off]
     #[arg(long, env = "REFUSAL_GUARD_KEEPALIVE", value_name = "SECS", value_parser = seconds)]
     pub keepalive: Option<Duration>,
@@ -819,6 +825,17 @@ mod tests {
         assert!(!o.strict);
         assert!(parse(&["--otlp"], none).unwrap().otlp);
         assert_eq!(o.keepalive, None);
+    }
+
+    #[test]
+    fn reroutes_are_only_recorded_unless_asked_for() {
+        let o = parse(&[], none).unwrap();
+        assert!(!o.recover_reroutes && !o.reroute_header);
+        let o = parse(&["--recover-reroutes", "--reroute-header=on"], none).unwrap();
+        assert!(o.recover_reroutes && o.reroute_header);
+        let o = parse(&["--recover-reroutes", "off"], none).unwrap();
+        assert!(!o.recover_reroutes);
+        assert!(parse(&["--reroute-header=maybe"], none).is_err());
     }
 
     #[test]

@@ -57,6 +57,12 @@ const RECENT: usize = 5;
 /// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
 /// assert_eq!(report.cross_provider["anthropic -> openai [cyber] served"], 1);
 /// assert!(report.to_string().contains("Fallbacks to another provider"));
+///
+/// // Reroutes: attempts another model served than the one asked for.
+/// let line = r#"{"ts":"2026-11-29T19:00:03.000Z","model":"gpt-5.3-codex","category":"rerouted","explanation":null,"outcome":"rerouted","provider":"openai","attempts":[{"step":"original","model":"gpt-5.3-codex","result":"served","latency_ms":40,"rerouted_to":"gpt-5.2"}]}"#;
+/// let (report, _) = Report::from_jsonl_reader(line.as_bytes());
+/// assert_eq!(report.reroutes["openai: gpt-5.3-codex -> gpt-5.2"], 1);
+/// assert!(report.to_string().contains("Reroutes (another model served than the one asked for)"));
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Report {
@@ -64,7 +70,8 @@ pub struct Report {
     pub total: usize,
     /// How many ended `fallback` or `rescued`.
     pub recovered: usize,
-    /// Count per outcome word (`fallback`, `rescued`, `partial`, `dead`).
+    /// Count per outcome word (`fallback`, `rescued`, `partial`, `dead`,
+    /// `rerouted`).
     pub by_outcome: BTreeMap<String, usize>,
     /// Count per provider category; `(none)` when the provider gave none.
     pub by_category: BTreeMap<String, usize>,
@@ -101,6 +108,12 @@ pub struct Report {
     /// The refused prompt went to `to` for every one of them except those
     /// `skipped`.
     pub cross_provider: BTreeMap<String, usize>,
+    /// Attempts the provider served with another model than the one they
+    /// asked for (attempts with a
+    /// [`rerouted_to`](refusal_guard::refusal::Attempt::rerouted_to)), by
+    /// `provider: requested -> served`: `openai: gpt-5.3-codex -> gpt-5.2`.
+    /// Counted whether the reroute was recovered or only recorded.
+    pub reroutes: BTreeMap<String, usize>,
     /// Per tenant (the record's `tenant`; `(none)` for lines that do not
     /// say): its refusals, how many were recovered, and why the others
     /// stayed dead. `refusal-guard report --by tenant` prints it.
@@ -227,7 +240,9 @@ impl Report {
         Ok(Report::from_jsonl_reader(BufReader::new(file)))
     }
 
-    fn add_refused_tokens(&mut self, record: &RefusalRecord) {
+    /// What a record's attempts say: fallback credit, fallbacks to another
+    /// provider, reroutes and refused tokens.
+    fn add_attempts(&mut self, record: &RefusalRecord) {
         let category = record.category.as_deref().unwrap_or(NONE);
         for attempt in &record.attempts {
             if let Some(credit) = &attempt.fallback_credit {
@@ -237,8 +252,18 @@ impl Report {
                 };
                 *self.fallback_credit.entry(key).or_default() += 1;
             }
+            if let Some(served) = &attempt.rerouted_to {
+                let provider = attempt.provider.or(Some(record.provider));
+                let requested = attempt.model.as_deref().or(record.model.as_deref());
+                let key = format!(
+                    "{}: {} -> {served}",
+                    provider.map_or(NONE, |p| p.as_str()),
+                    requested.unwrap_or(NONE)
+                );
+                *self.reroutes.entry(key).or_default() += 1;
+            }
             if let Some(to) = attempt.provider {
-                let from = record.provider.map_or(NONE, |p| p.as_str());
+                let from = record.provider.as_str();
                 let key = format!("{from} -> {to} [{category}] {}", attempt.result.as_str());
                 *self.cross_provider.entry(key).or_default() += 1;
             }
@@ -309,7 +334,7 @@ impl Builder {
         if record.outcome == Outcome::Dead {
             bump(&mut tenant.by_reason, reason);
         }
-        report.add_refused_tokens(&record);
+        report.add_attempts(&record);
 
         // Newest first: a kept record stays ahead of the new one when it has a
         // later `ts`, or the same `ts` and a later position in the log.
@@ -366,6 +391,10 @@ impl fmt::Display for Report {
         }
         if !self.cross_provider.is_empty() {
             table(f, "Fallbacks to another provider", &self.cross_provider)?;
+        }
+        if !self.reroutes.is_empty() {
+            let title = "Reroutes (another model served than the one asked for)";
+            table(f, title, &self.reroutes)?;
         }
         if self.restored > 0 {
             writeln!(f)?;

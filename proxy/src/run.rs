@@ -16,7 +16,7 @@ use super::options::LevelFilter;
 use super::tenants::TenantsProbe;
 use super::{LogFormat, Options, Proxy, RouteBy, ServerLimits, State, Tenants, Upstream};
 use refusal_guard::env::LogSetting;
-use refusal_guard::recovery::{chain_prefix, fallback_api, parse_entry, Endpoint, PROVIDERS};
+use refusal_guard::recovery::{chain_prefix, fallback_api, parse_entry, providers, Endpoint};
 use refusal_guard::refusal::Provider;
 use refusal_guard::routing::LearnedRouting;
 use refusal_guard::store::failover::FailoverStore;
@@ -234,7 +234,7 @@ fn fit_connections(wanted: usize) -> usize {
 
 /// The layer the options describe; `Err` when the log cannot be opened or
 /// the `--state` URL is malformed.
-fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
+pub(crate) fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
@@ -245,7 +245,9 @@ fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
         .fallback_credit(options.fallback_credit)
         .detect_text_refusals(options.detect_text)
         .live_thinking(options.live_thinking)
-        .continue_partial(options.continue_partial);
+        .continue_partial(options.continue_partial)
+        .recover_reroutes(options.recover_reroutes)
+        .reroute_header(options.reroute_header);
     if let Some(policy) = options.policy.clone() {
         layer = layer.category_policy(policy);
     }
@@ -316,8 +318,7 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
 /// otherwise spend them.
 fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Provider> = PROVIDERS
-        .into_iter()
+    let named: Vec<Provider> = providers()
         .filter(|provider| {
             chains
                 .entries()
@@ -363,7 +364,7 @@ fn admits_only_clients(options: &Options) -> bool {
 }
 
 /// The tenants file, read and watched, when `--tenants` names one.
-fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
+pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
     let Some(path) = &options.tenants else {
         return Ok(None);
     };
@@ -454,12 +455,14 @@ async fn serve(
     }
     let served = if options.simulate {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
+        // `--strict` checks requests against the contract; the simulator
+        // checks them unless told otherwise.
         let simulator = if options.strict {
-            Simulator::new().strict()
-        } else {
             Simulator::new()
+        } else {
+            Simulator::new().lenient()
         };
-        let proxy = Proxy::with_service(upstream, layer.layer(simulator));
+        let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await
@@ -697,7 +700,7 @@ async fn start_admin(
     Ok(local)
 }
 
-fn configure<S>(
+pub(crate) fn configure<S>(
     proxy: Proxy<S>,
     options: &Options,
     limits: ServerLimits,
@@ -728,7 +731,7 @@ async fn shutdown() {
     });
 }
 
-async fn signal() {
+pub(crate) async fn signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -1,8 +1,14 @@
-//! Wire APIs the guard understands, one file per API behind one trait.
+//! Wire APIs the guard understands: one folder per provider
+//! (`anthropic/`, `bedrock/`, `gemini/`, `openai/`), each API read by one
+//! [`Dialect`], every folder listed once in `registry.rs`.
 //!
-//! Nothing outside this module knows a provider's JSON: the service and the
-//! body only ask a [`Dialect`] what a request is, what an event or a body
-//! says, and how to build a recovery request.
+//! Nothing outside this module knows a provider's JSON or any other fact
+//! of a provider: the guard only asks a [`Dialect`] what a request is, what
+//! an event or a body says, how to build a recovery request and which of
+//! the optional [`Features`] its wire offers; the rest of the crate reads
+//! a provider's names, labels, error shape and translation from the
+//! registry (`facts.rs` says what a folder declares). `docs/design.md`
+//! walks through adding a provider.
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, Uri};
@@ -15,16 +21,19 @@ pub(crate) use head::{forwarded_head, request_head};
 pub(crate) use seed::{seed_part, SeedReach};
 
 pub(crate) mod anthropic;
-#[cfg(feature = "bedrock")]
 pub(crate) mod bedrock;
 pub(crate) mod cross;
 pub(crate) mod errors;
+pub(crate) mod facts;
 mod fields;
+pub(crate) mod framing;
 pub(crate) mod gemini;
 mod head;
 pub(crate) mod openai;
+pub(crate) mod registry;
 mod seed;
 pub(crate) mod skim;
+pub(crate) mod text_delta;
 pub(crate) mod translate;
 
 /// What a request was recognised as, before its body was read.
@@ -114,7 +123,8 @@ pub(crate) struct Finding {
     pub(crate) message_id: Option<String>,
     /// What became of a fallback credit token the request presented.
     pub(crate) fallback_credit: Option<FallbackCredit>,
-    /// A server-side chain's attempts, when the response listed them.
+    /// The provider's iterations through its server-side fallbacks, when the
+    /// response listed them.
     pub(crate) iterations: Option<Iterations>,
     /// A stop reason the dialect does not know, as it came (Gemini's
     /// `finishReason`): no refusal by itself, recorded when the response
@@ -123,7 +133,7 @@ pub(crate) struct Finding {
 }
 
 /// Per-response state for reading a stream event by event.
-pub(crate) trait EventJudge: Send {
+pub(crate) trait EventJudge: Send + Sync {
     /// Looks at one complete SSE frame. `committed` is true once the
     /// response is being let through: then only refusals (for a partial
     /// record) still matter, so an event judge may skip events that cannot
@@ -149,7 +159,7 @@ pub(crate) trait EventJudge: Send {
 }
 
 /// Rewrites a served stream frame by frame: the guard's splicing hook.
-pub(crate) trait FrameRewrite: Send {
+pub(crate) trait FrameRewrite: Send + Sync {
     /// The bytes to send instead of this frame, or `None` to send it as it is.
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes>;
 }
@@ -208,7 +218,7 @@ pub(crate) struct Handoff<'a> {
     pub(crate) primary_id: Option<&'a str>,
 }
 
-/// One attempt of a client-side chain that declined.
+/// One attempt of a fallback chain that declined.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Declined {
     pub(crate) model: String,
@@ -295,8 +305,23 @@ fn strip_cache_marks(value: &mut Value, mark: CacheMark) {
 
 /// One wire API.
 pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
-    fn provider(&self) -> Provider;
-    fn wire_api(&self) -> WireApi;
+    /// What its folder declares of the wire API it reads.
+    fn api(&self) -> &'static facts::Api;
+    /// The provider whose models answer it.
+    fn provider(&self) -> Provider {
+        self.api().provider
+    }
+    /// The wire API it reads.
+    fn wire_api(&self) -> WireApi {
+        self.api().wire_api
+    }
+    /// Whether a fallback chain entry naming `provider` (`openai:gpt-5`)
+    /// is served on this API itself, on the client's own credentials,
+    /// rather than translated into that provider's fallback API: by
+    /// default when that API is this one.
+    fn serves_entries_of(&self, provider: Provider) -> bool {
+        provider.fallback_api() == self.wire_api()
+    }
     /// Recognises a request this dialect guards from its method and URL alone.
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>>;
     /// The model the request asks for: the one in the path, else the body's
@@ -365,12 +390,23 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
     /// Appends the rescue note as a user turn.
     fn append_note(&self, body: &mut Value, note: &str) -> Result<(), RewriteError>;
+    /// Whether a response that names `served` as the model that answered
+    /// it (its first event's, or its whole body's) came from another model
+    /// than `requested`, the model the request to `uri` asked for
+    /// ([`request_model`](Self::request_model)): a reroute. The same model
+    /// under another of its names is none (an alias answered by a dated
+    /// snapshot, a resource prefix), and neither is a name that says
+    /// nothing of the model behind it (a deployment's): only a model the
+    /// dialect knows to be another is a reroute, so the default is `false`.
+    fn is_reroute(&self, _uri: &Uri, _requested: &str, _served: &str) -> bool {
+        false
+    }
     /// Asks for another model (in the body or in the path).
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError>;
-    /// What this dialect offers of the Anthropic Messages wire's own
-    /// features, if it speaks that wire.
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        None
+    /// The optional features this wire API offers the recovery (see
+    /// [`Features`]): by default none.
+    fn features(&self) -> &dyn Features {
+        &NoFeatures
     }
     /// The provider's request id in the response headers.
     fn request_id(&self, headers: &HeaderMap) -> Option<String> {
@@ -380,17 +416,23 @@ pub(crate) trait Dialect: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// What only the Anthropic Messages wire has: fallback credit, server-side
-/// fallbacks, handoff marks, live thinking and partial-refusal
-/// continuation. Each method's default is "not offered", because each host
-/// of that wire offers a part of it (Bedrock's Messages API the marks and
-/// live thinking, its InvokeModel a credit token in the body).
-pub(crate) trait AnthropicFeatures: Send + Sync {
+/// What a wire API may offer the recovery beyond judging and rewriting a
+/// request: fallback credit, server-side fallbacks, prefill fitting,
+/// handoff marks, live thinking and partial-refusal continuation. Each
+/// method's default is "not offered", so that a dialect implements the
+/// part its API has (`docs/providers.md` says which API offers what) and
+/// the guard asks every dialect the same questions.
+pub(crate) trait Features: Send + Sync {
     /// Asks the provider to mint fallback credit on a refusal.
     fn request_fallback_credit(&self, _headers: &mut HeaderMap) {}
     /// Whether [`request_fallback_credit`](Self::request_fallback_credit)
     /// asks for anything on this host of the wire.
     fn asks_fallback_credit(&self) -> bool {
+        false
+    }
+    /// Whether this wire API takes server-side fallbacks at all (on some
+    /// platform): the models of a retarget list are then its provider's.
+    fn has_server_fallbacks(&self) -> bool {
         false
     }
     /// Whether the platform behind `uri` has server-side fallbacks, so that
@@ -462,25 +504,24 @@ pub(crate) trait AnthropicFeatures: Send + Sync {
     }
 }
 
-/// Every dialect, in the order they are tried.
-static DIALECTS: &[&dyn Dialect] = &[
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockMessages,
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockInvokeModel,
-    #[cfg(feature = "bedrock")]
-    &bedrock::BedrockConverse,
-    &anthropic::AnthropicMessages,
-    &gemini::GeminiGenerateContent,
-    &openai::chat::OpenAiChat,
-    &openai::responses::OpenAiResponses,
-];
+/// The features of a wire API that offers none of them.
+struct NoFeatures;
+
+impl Features for NoFeatures {}
+
+/// The providers whose wire APIs take server-side fallbacks: the models a
+/// retarget list writes into one are theirs.
+pub(crate) fn server_fallback_providers() -> impl Iterator<Item = Provider> {
+    registry::dialects()
+        .filter(|dialect| dialect.features().has_server_fallbacks())
+        .map(|dialect| dialect.provider())
+}
 
 /// Finds the dialect that guards this request, if any.
 pub(crate) fn recognise(method: &Method, uri: &Uri) -> Option<Recognised> {
-    DIALECTS.iter().find_map(|dialect| {
+    registry::dialects().find_map(|dialect| {
         dialect.recognise(method, uri).map(|path_model| Recognised {
-            dialect: *dialect,
+            dialect,
             path_model,
         })
     })

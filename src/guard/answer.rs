@@ -1,11 +1,11 @@
-//! The answer step: how the client is answered, chosen once, and the one
-//! chain every answer runs: judge the original (`hold`), continue a partial
-//! refusal (`partial`, opt-in), decide (`decide`), respond (`respond`).
-//! Keep-alive comments through a long hold and live thinking (the
-//! original's thinking streamed as it comes, a recovered turn spliced into
-//! the same message) answer before that chain ends. Work for a client that
-//! went away stops at once: the chain is dropped with its upstream requests
-//! and bodies.
+//! The answer stage: how the client is answered, chosen once, and the
+//! stages every answer runs: judge the original (`judge`), continue a
+//! partial refusal (`partial`, opt-in), decide (`decide`), respond
+//! (`respond`). Keep-alive comments through a long hold and live thinking
+//! (the original's thinking streamed as it comes, a recovered turn spliced
+//! into the same message) answer before those stages end. Work for a client
+//! that went away stops at once: the stages are dropped with their upstream
+//! requests and bodies.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,8 +24,8 @@ use crate::guard::hold::{is_event_stream, Held, LiveForward};
 use crate::guard::partial::{Continued, Plan};
 use crate::guard::rejected::Resent;
 use crate::guard::respond::{pump, respond, unless_gone, ServedRecovery};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::{InnerBody, InnerService};
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerBody, InnerService, UpstreamBody};
 
 /// How a guarded call answers, chosen once from the configuration and the
 /// original's head.
@@ -46,7 +46,7 @@ impl Mode {
         let config = &exchange.call.config;
         let stream = response.status().is_success() && is_event_stream(response.headers());
         let splice = (config.live_thinking && stream)
-            .then(|| exchange.call.dialect.anthropic()?.live_splice())
+            .then(|| exchange.call.dialect.features().live_splice())
             .flatten();
         match splice {
             Some(splice) => Mode::LiveThinking(splice),
@@ -63,7 +63,7 @@ impl Mode {
 }
 
 /// What the client gets for the original, once it is known which response
-/// is the original (`rejected`): the chain's answer, or, when configured,
+/// is the original (`rejected`): what the stages answer, or, when configured,
 /// an answer that begins before it. The one place the mode is chosen.
 pub(crate) async fn answer<U: InnerService>(
     resent: Resent<U>,
@@ -115,7 +115,7 @@ pub(crate) async fn answer<U: InnerService>(
     })
 }
 
-/// The original response as the chain receives it.
+/// The original response as the stages receive it.
 enum Opening<R> {
     /// As the upstream sent it: judged first.
     Response(Response<R>),
@@ -124,13 +124,13 @@ enum Opening<R> {
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// The chain, from the original response to the client's: judge it
+    /// The stages, from the original response to the client's: judge it
     /// (its thinking forwarded through `live` meanwhile); a partial refusal
     /// continued when `partial` allows and the original claims one, else
     /// decided; then the response the decision comes to.
     async fn run(
         mut self,
-        opening: Opening<IdleTimeout<U::Out>>,
+        opening: Opening<UpstreamBody<U::Out>>,
         live: Option<&mut LiveForward>,
         partial: Option<Plan>,
     ) -> Response<GuardBody<U::Out>> {
@@ -188,7 +188,7 @@ where
 /// the same message: its blocks follow the thinking the client has seen.
 fn live_thinking<U: InnerService>(
     exchange: Exchange<U>,
-    response: Response<IdleTimeout<U::Out>>,
+    response: Response<UpstreamBody<U::Out>>,
     splice: Box<dyn LiveSplice>,
 ) -> Response<GuardBody<U::Out>> {
     let call = exchange.call.clone();

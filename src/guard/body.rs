@@ -16,6 +16,7 @@ use crate::dialect::FrameRewrite;
 use crate::guard::findings::StreamJudge;
 use crate::guard::settle::{Ending, Settlement};
 use crate::guard::timeout::IdleTimeout;
+use crate::guard::upstream::UpstreamBody;
 use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
 
@@ -116,12 +117,33 @@ pub(crate) struct Channel {
     started: bool,
 }
 
+impl Channel {
+    /// The next frame sent, or a keep-alive comment while none has come.
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Poll::Ready(frame) = self.frames.poll_recv(cx) {
+            self.started = true;
+            return Poll::Ready(frame);
+        }
+        // Comments only before the first byte of the served stream, so they
+        // never land inside one of its frames.
+        let tick = if self.started {
+            None
+        } else {
+            self.tick.as_mut()
+        };
+        if tick.is_some_and(|tick| tick.poll_tick(cx).is_ready()) {
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
+        }
+        Poll::Pending
+    }
+}
+
 /// An SSE comment line: every SSE parser skips it.
 const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
 
 enum Kind<R> {
     Passthrough(Pin<Box<IdleTimeout<R>>>),
-    Guarded(Box<Guarded<IdleTimeout<R>>>),
+    Guarded(Box<Guarded<UpstreamBody<R>>>),
     Channel(Box<Channel>),
     /// An answer the guard made itself (an error in the API's shape).
     Full(Option<Bytes>),
@@ -155,6 +177,11 @@ impl<R> GuardBody<R> {
         }
     }
 
+    /// An upstream's response passed on unread (never translated).
+    pub(crate) fn unread(body: UpstreamBody<R>) -> Self {
+        GuardBody::passthrough(body.into_inner())
+    }
+
     /// Exactly `bytes`: an answer the guard makes itself.
     pub(crate) fn full(bytes: Bytes) -> Self {
         GuardBody {
@@ -186,7 +213,7 @@ impl<R> GuardBody<R> {
     pub(crate) fn guarded(
         held: VecDeque<Frame<Bytes>>,
         share: Option<Share>,
-        rest: Option<Pin<Box<IdleTimeout<R>>>>,
+        rest: Option<Pin<Box<UpstreamBody<R>>>>,
         error: Option<BoxError>,
         mut judge: Option<Box<StreamJudge>>,
         settlement: Option<Settlement>,
@@ -243,19 +270,7 @@ where
                 let frame = ready!(body.as_mut().poll_frame(cx));
                 Poll::Ready(frame.map(|r| r.map(|f| f.map_data(into_bytes))))
             }
-            Kind::Channel(k) => {
-                if let Poll::Ready(frame) = k.frames.poll_recv(cx) {
-                    k.started = true;
-                    return Poll::Ready(frame);
-                }
-                // Comments only before the first byte of the served stream,
-                // so they never land inside one of its frames.
-                let tick = if k.started { None } else { k.tick.as_mut() };
-                if tick.is_some_and(|tick| tick.poll_tick(cx).is_ready()) {
-                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(KEEP_ALIVE)))));
-                }
-                Poll::Pending
-            }
+            Kind::Channel(channel) => channel.poll_frame(cx),
             Kind::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Kind::Guarded(g) => loop {
                 if let Some(frame) = g.held.pop_front() {
@@ -352,3 +367,11 @@ where
         }
     }
 }
+
+// A guarded body is `Send + Sync` whenever the inner body is, so that
+// `reqwest::Body::wrap` (which asks for both) takes it as it is: every
+// judge, translator and rewrite it carries is `Sync` too.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<GuardBody<http_body_util::Full<Bytes>>>();
+};

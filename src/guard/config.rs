@@ -47,6 +47,12 @@ pub(crate) struct Config {
     pub(crate) budget: Budget,
     pub(crate) sticky_ttl: Option<Duration>,
     pub(crate) handoff_marker: bool,
+    /// Whether a reroute is a refusal of category `rerouted`, decided at
+    /// the response's first event, rather than only recorded.
+    pub(crate) recover_reroutes: bool,
+    /// Whether a response another model served than the one asked for
+    /// says so in the `refusal-guard-reroute` header.
+    pub(crate) reroute_header: bool,
     pub(crate) text_detection: bool,
     pub(crate) text_hold_bytes: usize,
     pub(crate) keepalive_after: Option<Duration>,
@@ -97,6 +103,8 @@ impl fmt::Debug for Config {
             .field("budget", &self.budget)
             .field("sticky_ttl", &self.sticky_ttl)
             .field("handoff_marker", &self.handoff_marker)
+            .field("recover_reroutes", &self.recover_reroutes)
+            .field("reroute_header", &self.reroute_header)
             .field("text_detection", &self.text_detection)
             .field("text_hold_bytes", &self.text_hold_bytes)
             .field("keepalive_after", &self.keepalive_after)
@@ -166,11 +174,12 @@ impl Config {
         if let Some(on) = tenant.text_detection_setting() {
             config.text_detection = on;
         }
-        // Server-side fallbacks go to Anthropic's models.
+        // Server-side fallbacks go to the models of the providers whose
+        // APIs take them.
         let allow = tenant.allowlist();
-        config
-            .retarget
-            .retain(|model| allow.allows(Provider::Anthropic, model));
+        config.retarget.retain(|model| {
+            crate::dialect::server_fallback_providers().any(|p| allow.allows(p, model))
+        });
         config
             .cross_provider
             .retain(|provider, _| tenant.may_use_operator_key(*provider));

@@ -1,6 +1,6 @@
 //! The errors the guard answers itself, each in the error shape of the
 //! request's API (`api_error`): a body that could not be read, no room for
-//! it under the layer-wide bound, an upstream that timed out. Every step
+//! it under the layer-wide bound, an upstream that timed out. Every stage
 //! that answers with one comes here, so their codes and wording stay one.
 
 use http::{Response, StatusCode};

@@ -1,5 +1,5 @@
 //! The per-request carrier: one guarded call once its original is sent,
-//! handed from step to step by value.
+//! handed from stage to stage by value.
 
 use std::time::Instant;
 
@@ -8,8 +8,7 @@ use http::Response;
 use crate::guard::call::{millis, Call};
 use crate::guard::request::original::Original;
 use crate::guard::send::SentOriginal;
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::InnerService;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep};
 use crate::telemetry::metrics::AttemptSpan;
 
@@ -40,7 +39,7 @@ pub(crate) struct Exchange<U> {
 impl<U: InnerService> Exchange<U> {
     /// The exchange of a call whose original was sent and answered, over
     /// `inner`, and the original's response to decide.
-    pub(crate) fn new(sent: SentOriginal<U>, inner: U) -> (Self, Response<IdleTimeout<U::Out>>) {
+    pub(crate) fn new(sent: SentOriginal<U>, inner: U) -> (Self, Response<UpstreamBody<U::Out>>) {
         let SentOriginal {
             call,
             original,
@@ -73,6 +72,7 @@ impl<U> Exchange<U> {
             latency_ms: millis(self.sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         }
     }
 

@@ -1,13 +1,15 @@
 //! What judging a response found: [`Findings`], and the [`StreamJudge`]
-//! that reads a stream event by event into them. Shared by the steps that
+//! that reads a stream event by event into them. Shared by the stages that
 //! judge (`hold`), serve (`body`) and record (`settle`); it calls none of
 //! them.
 
 use bytes::Bytes;
 
-use crate::dialect::{EventJudge, Finding, Iterations, RefusalInfo, ServerFallback};
+use crate::dialect::framing::StreamFramer;
+use crate::dialect::{Dialect, EventJudge, Finding, Iterations, RefusalInfo, ServerFallback};
+use crate::guard::reroute::{Asked, Rerouted};
 use crate::refusal::FallbackCredit;
-use crate::sse::{FrameSink, SseFramer};
+use crate::sse::FrameSink;
 
 /// What a response showed, event by event or from its whole JSON body.
 #[derive(Debug, Clone, Default)]
@@ -21,9 +23,14 @@ pub(crate) struct Findings {
     /// The provider's own fallback: the first fallback's models and category,
     /// and the `to` of the last fallback (the model that served).
     pub(crate) server_fallback: Option<ServerFallback>,
-    /// A server-side chain's attempts, as the response listed them.
+    /// The provider's iterations through its server-side fallbacks, as the
+    /// response listed them.
     pub(crate) iterations: Option<Iterations>,
+    /// The model the response said served it (its first event's).
     pub(crate) model: Option<String>,
+    /// That model was another than the one asked for (set by the hold,
+    /// which knows what was asked): read through [`Findings::reroute`].
+    pub(crate) rerouted: Option<Rerouted>,
     /// The response's message id.
     pub(crate) message_id: Option<String>,
     /// What became of a fallback credit token the request presented.
@@ -101,6 +108,24 @@ impl Findings {
         }
     }
 
+    /// The reroute the response showed: another model than the one asked
+    /// for, unless the provider signalled a fallback of its own (a
+    /// `fallback` block, a chain's iterations), which that model is.
+    pub(crate) fn reroute(&self) -> Option<&Rerouted> {
+        if self.server_fallback.is_some() || self.iterations.is_some() {
+            return None;
+        }
+        self.rerouted.as_ref()
+    }
+
+    /// Holds the model the findings name (once they name one) to what
+    /// `asked` asked for: a reroute is kept.
+    pub(crate) fn judge_model(&mut self, asked: &Asked, dialect: &dyn Dialect) {
+        if let (None, Some(served)) = (&self.rerouted, self.model.as_deref()) {
+            self.rerouted = asked.reroute(dialect, served);
+        }
+    }
+
     /// Most answer text kept for the text detector; it only ever reads the
     /// opening, so more would be memory for nothing.
     pub(crate) const TEXT_KEPT: usize = 64 << 10;
@@ -161,60 +186,9 @@ impl Findings {
     }
 }
 
-/// The framing of a judged stream: SSE, or (Bedrock) an AWS event stream.
-enum Framer {
-    Sse(SseFramer),
-    #[cfg(feature = "bedrock")]
-    EventStream(crate::dialect::bedrock::eventstream::EventStreamFramer),
-}
-
-impl Framer {
-    fn for_event_judge(event_judge: &dyn EventJudge, max_frame_bytes: usize) -> Self {
-        #[cfg(feature = "bedrock")]
-        if let Some(translate) = event_judge.eventstream() {
-            return Framer::EventStream(
-                crate::dialect::bedrock::eventstream::EventStreamFramer::new(
-                    translate,
-                    max_frame_bytes,
-                ),
-            );
-        }
-        let _ = event_judge;
-        Framer::Sse(SseFramer::with_max_frame_bytes(max_frame_bytes))
-    }
-
-    fn push_to(
-        &mut self,
-        chunk: &Bytes,
-        sink: &mut impl FrameSink,
-    ) -> Result<(), crate::sse::FrameTooLarge> {
-        match self {
-            Framer::Sse(framer) => framer.push_to(chunk, sink),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.push_to(chunk, sink),
-        }
-    }
-
-    fn pending_len(&self) -> usize {
-        match self {
-            Framer::Sse(framer) => framer.pending_len(),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.pending_len(),
-        }
-    }
-
-    fn finish(&mut self) -> Option<crate::sse::Frame> {
-        match self {
-            Framer::Sse(framer) => framer.finish(),
-            #[cfg(feature = "bedrock")]
-            Framer::EventStream(framer) => framer.finish(),
-        }
-    }
-}
-
 /// Reads a stream frame by frame and keeps its [`Findings`].
 pub(crate) struct StreamJudge {
-    framer: Framer,
+    framer: StreamFramer,
     event_judge: Box<dyn EventJudge>,
     pub(crate) findings: Findings,
     pub(crate) frames: usize,
@@ -234,7 +208,7 @@ impl StreamJudge {
         keep_text: bool,
     ) -> Self {
         StreamJudge {
-            framer: Framer::for_event_judge(&*event_judge, max_frame_bytes),
+            framer: StreamFramer::for_event_judge(&*event_judge, max_frame_bytes),
             event_judge,
             findings: Findings::keeping_text(keep_text),
             frames: 0,
@@ -254,7 +228,8 @@ impl StreamJudge {
                 // An unfinished frame too large to keep: drop it (the client
                 // still gets its bytes) and pick the stream up again at the
                 // next blank line; its tail parses as fields nobody reads.
-                self.framer = Framer::for_event_judge(&*self.event_judge, self.max_frame_bytes);
+                self.framer =
+                    StreamFramer::for_event_judge(&*self.event_judge, self.max_frame_bytes);
             }
         }
     }
@@ -273,7 +248,7 @@ impl StreamJudge {
     }
 
     /// The framer, and the judging of the frames it cuts, borrowed apart.
-    fn split(&mut self) -> (&mut Framer, FrameJudge<'_>) {
+    fn split(&mut self) -> (&mut StreamFramer, FrameJudge<'_>) {
         let judge = FrameJudge {
             event_judge: &mut *self.event_judge,
             findings: &mut self.findings,

@@ -13,11 +13,8 @@ use serde_json::Value;
 
 use crate::dialect::{Dialect, LiveSplice, RefusalInfo};
 use crate::guard::config::Config;
-use crate::guard::exchange::Exchange;
 use crate::guard::findings::{Findings, StreamJudge};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerService;
-use crate::refusal::AttemptResult;
+use crate::guard::reroute::Asked;
 use crate::replay::chunks::unpinned;
 use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
@@ -30,8 +27,9 @@ pub(crate) enum Verdict {
     Unjudged,
     /// Real output: commit.
     Output,
-    /// A refusal before any real output. `complete` when the whole response
-    /// was read, so it can still be delivered byte-exact.
+    /// A refusal before any real output. `complete` when it can still be
+    /// delivered byte-exact: the whole response was read, or (a reroute
+    /// decided at its first event) what follows is still unread.
     Refused { info: RefusalInfo, complete: bool },
     /// The response ended without real output and without a refusal.
     Ended,
@@ -51,7 +49,7 @@ pub(crate) struct Held<R> {
     pub(crate) error: Option<BoxError>,
     /// For streams: the judge that goes on judging after commit.
     /// Boxed, as `judged` is: both are large and rarely both present, and
-    /// the held response moves through every step of the decision.
+    /// the held response moves through every stage of the decision.
     pub(crate) judge: Option<Box<StreamJudge>>,
     /// For whole JSON bodies: what the body showed.
     pub(crate) judged: Option<Box<Findings>>,
@@ -87,14 +85,10 @@ pub(crate) fn is_event_stream(headers: &HeaderMap) -> bool {
         .starts_with("text/event-stream")
 }
 
-/// A stream the guard judges frame by frame: SSE, or an AWS event stream
-/// (Bedrock), which nothing may be written into.
+/// A stream the guard judges frame by frame: SSE, or one a dialect frames
+/// itself, which nothing may be written into.
 fn is_judged_stream(headers: &HeaderMap) -> bool {
-    is_event_stream(headers)
-        || content_type(headers)
-            .trim_start()
-            .to_ascii_lowercase()
-            .starts_with("application/vnd.amazon.eventstream")
+    is_event_stream(headers) || crate::dialect::framing::is_binary_stream(content_type(headers))
 }
 
 pub(crate) fn is_json(headers: &HeaderMap) -> bool {
@@ -162,54 +156,16 @@ impl LiveForward {
     }
 }
 
-impl<U: InnerService> Exchange<U> {
-    /// The judge step: holds the original `response` back (its thinking
-    /// forwarded through `live` meanwhile, when live thinking is on) until
-    /// there is something to decide, within the call's recovery deadline.
-    pub(crate) async fn judge(
-        &mut self,
-        response: Response<IdleTimeout<U::Out>>,
-        live: Option<&mut LiveForward>,
-    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
-        self.hold_original(response, live).await
-    }
-
-    /// Holds the original `response` within the call's recovery deadline,
-    /// whichever step reads it (the judge step, or `rejected` before it
-    /// knows which response is the original). Past the deadline, the
-    /// original's attempt ends as a transport error and the timeout is what
-    /// is left to answer.
-    pub(crate) async fn hold_original(
-        &mut self,
-        response: Response<IdleTimeout<U::Out>>,
-        live: Option<&mut LiveForward>,
-    ) -> Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout> {
-        let call = &self.call;
-        let status = response.status().as_u16();
-        let held = hold(
-            response,
-            call.dialect,
-            &call.config,
-            self.original.streaming,
-            live,
-        );
-        let timeout = match call.within_deadline(held).await {
-            Ok(held) => return Ok(held),
-            Err(timeout) => timeout,
-        };
-        self.attempt
-            .end_with(AttemptResult::TransportError, Some(status));
-        Err(timeout)
-    }
-}
-
 /// Holds `response` back: a stream until it shows output, a refusal, its
-/// end or a bound; a JSON body whole; anything else not at all.
+/// end or a bound; a JSON body whole; anything else not at all. `request`:
+/// whether the request asked for a stream, and the model it asked for,
+/// which the response is held to (`None`: not compared, as for a fallback
+/// to another provider's API).
 pub(crate) async fn hold<R>(
     response: Response<R>,
     dialect: &'static dyn Dialect,
     config: &Config,
-    streaming: bool,
+    request: (bool, Option<&Asked>),
     forward: Option<&mut LiveForward>,
 ) -> Held<R>
 where
@@ -217,6 +173,7 @@ where
     R::Error: Into<BoxError>,
 {
     let started = std::time::Instant::now();
+    let (streaming, asked) = request;
     let (mut parts, body) = response.into_parts();
     // Kept until the decision, while the upstream connection reads on.
     crate::replay::chunks::unpin_headers(&mut parts.headers);
@@ -235,11 +192,11 @@ where
     // request asked for.
     let untyped = held.parts.headers.get(CONTENT_TYPE).is_none();
     if success && (is_judged_stream(&held.parts.headers) || (untyped && streaming)) {
-        hold_stream(&mut held, dialect, config, forward).await;
+        hold_stream(&mut held, (dialect, asked), config, forward).await;
     } else if (success || dialect.refuses_with_errors())
         && (is_json(&held.parts.headers) || (untyped && !streaming))
     {
-        hold_json(&mut held, dialect, config, success).await;
+        hold_json(&mut held, (dialect, asked), config, success).await;
     }
     crate::telemetry::metrics::record_hold(dialect.wire_api(), started.elapsed(), &held.frames);
     held
@@ -247,14 +204,14 @@ where
 
 pub(crate) async fn hold_stream<R>(
     held: &mut Held<R>,
-    dialect: &'static dyn Dialect,
+    (dialect, asked): (&'static dyn Dialect, Option<&Asked>),
     config: &Config,
     mut forward: Option<&mut LiveForward>,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let mut stream = HeldStream::new(dialect, config);
+    let mut stream = HeldStream::new(dialect, config, asked);
     let Some(body) = held.rest.as_mut() else {
         return;
     };
@@ -311,6 +268,8 @@ pub(crate) async fn hold_stream<R>(
 struct HeldStream<'a> {
     dialect: &'static dyn Dialect,
     config: &'a Config,
+    /// What the request asked for, until the stream names its model.
+    asked: Option<&'a Asked>,
     judge: Box<StreamJudge>,
     /// Bytes held so far.
     bytes: usize,
@@ -319,7 +278,7 @@ struct HeldStream<'a> {
 }
 
 impl<'a> HeldStream<'a> {
-    fn new(dialect: &'static dyn Dialect, config: &'a Config) -> Self {
+    fn new(dialect: &'static dyn Dialect, config: &'a Config, asked: Option<&'a Asked>) -> Self {
         // One frame may be as large as the hold allows, and never less than
         // the framer's default, so that a small hold limit still lets a
         // committed stream be read frame by frame for a later refusal.
@@ -329,6 +288,7 @@ impl<'a> HeldStream<'a> {
         HeldStream {
             dialect,
             config,
+            asked,
             judge: Box::new(StreamJudge::new(
                 dialect.event_judge(),
                 frame_limit,
@@ -381,6 +341,9 @@ impl<'a> HeldStream<'a> {
     /// After a chunk: the verdict, once there is one. `pool_full` when the
     /// layer-wide bound on held bytes is reached.
     fn after_chunk(&mut self, pool_full: bool) -> Option<Verdict> {
+        if let Some(rerouted) = self.judge_model() {
+            return Some(rerouted);
+        }
         self.rule_on_text();
         let findings = &self.judge.findings;
         if findings.empty_refusal.is_none() {
@@ -418,6 +381,25 @@ impl<'a> HeldStream<'a> {
         })
     }
 
+    /// Once the stream names its model (its first event does): a reroute
+    /// is kept in the findings and, when the layer treats reroutes as
+    /// refusals and this stream may be decided so early, decided, before
+    /// anything of it went out.
+    fn judge_model(&mut self) -> Option<Verdict> {
+        let findings = &mut self.judge.findings;
+        findings.model.as_ref()?;
+        let asked = self.asked.take()?;
+        findings.judge_model(asked, self.dialect);
+        if !(self.config.recover_reroutes && asked.early) || findings.empty_refusal.is_some() {
+            return None;
+        }
+        let info = findings.reroute()?.info();
+        Some(Verdict::Refused {
+            info,
+            complete: true,
+        })
+    }
+
     /// The text detector: commit as soon as the answer's opening rules a
     /// prose refusal out, else hold up to the cap.
     fn rule_on_text(&mut self) {
@@ -438,52 +420,21 @@ impl<'a> HeldStream<'a> {
     }
 }
 
+/// Holds a JSON body whole (within the bounds) and judges it: a refusal,
+/// a reroute the layer recovers, output, an end; a non-2xx body as the
+/// dialect reads errors.
 pub(crate) async fn hold_json<R>(
     held: &mut Held<R>,
-    dialect: &'static dyn Dialect,
+    (dialect, asked): (&'static dyn Dialect, Option<&Asked>),
     config: &Config,
     success: bool,
 ) where
     R: Body,
     R::Error: Into<BoxError>,
 {
-    let Some(body) = held.rest.as_mut() else {
+    let Some(len) = read_whole(held, config).await else {
         return;
     };
-    // Bytes read so far; the body is joined into one buffer only if it came
-    // in more than one frame.
-    let mut len = 0;
-    loop {
-        match body.frame().await {
-            None => break,
-            Some(Err(error)) => {
-                held.rest = None;
-                held.error = Some(error.into());
-                held.verdict = Verdict::Errored;
-                return;
-            }
-            Some(Ok(frame)) => {
-                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
-                let mut pool_full = false;
-                if let Some(data) = frame.data_ref() {
-                    len += data.len();
-                    pool_full = !held.share.grow(data.len());
-                }
-                held.frames.push_back(frame);
-                if pool_full {
-                    tracing::warn!(
-                        held_bytes = len,
-                        "the bound on bytes held across responses is reached; letting the response through"
-                    );
-                }
-                if pool_full || len > config.max_response_body {
-                    held.verdict = Verdict::Limit;
-                    return;
-                }
-            }
-        }
-    }
-    held.rest = None;
     let whole = joined(&held.frames, len);
     if !success {
         // Not JSON after all: pass it on as it came.
@@ -509,16 +460,75 @@ pub(crate) async fn hold_json<R>(
     if config.text_detection {
         findings.judge_text();
     }
-    held.verdict = match &findings.empty_refusal {
-        Some(info) => Verdict::Refused {
+    if let Some(asked) = asked {
+        findings.judge_model(asked, dialect);
+    }
+    held.verdict = whole_verdict(&findings, config.recover_reroutes);
+    held.judged = Some(Box::new(findings));
+}
+
+/// What a whole body's findings decide: a refusal, then a reroute when the
+/// layer recovers reroutes, then output, an error, an end.
+fn whole_verdict(findings: &Findings, recover_reroutes: bool) -> Verdict {
+    let rerouted = findings.reroute().filter(|_| recover_reroutes);
+    match (&findings.empty_refusal, rerouted) {
+        (Some(info), _) => Verdict::Refused {
             info: info.clone(),
             complete: true,
         },
-        None if findings.output => Verdict::Output,
-        None if findings.error => Verdict::Errored,
-        None => Verdict::Ended,
-    };
-    held.judged = Some(Box::new(findings));
+        (None, Some(rerouted)) => Verdict::Refused {
+            info: rerouted.info(),
+            complete: true,
+        },
+        (None, None) if findings.output => Verdict::Output,
+        (None, None) if findings.error => Verdict::Errored,
+        (None, None) => Verdict::Ended,
+    }
+}
+
+/// Reads a JSON body to its end, within the bounds: its length, or `None`
+/// when reading stopped first (an error, a bound), the verdict then set.
+async fn read_whole<R>(held: &mut Held<R>, config: &Config) -> Option<usize>
+where
+    R: Body,
+    R::Error: Into<BoxError>,
+{
+    let body = held.rest.as_mut()?;
+    // Bytes read so far; the body is joined into one buffer only if it came
+    // in more than one frame.
+    let mut len = 0;
+    loop {
+        match body.frame().await {
+            None => break,
+            Some(Err(error)) => {
+                held.rest = None;
+                held.error = Some(error.into());
+                held.verdict = Verdict::Errored;
+                return None;
+            }
+            Some(Ok(frame)) => {
+                let frame = frame.map_data(|mut d| d.copy_to_bytes(d.remaining()));
+                let mut pool_full = false;
+                if let Some(data) = frame.data_ref() {
+                    len += data.len();
+                    pool_full = !held.share.grow(data.len());
+                }
+                held.frames.push_back(frame);
+                if pool_full {
+                    tracing::warn!(
+                        held_bytes = len,
+                        "the bound on bytes held across responses is reached; letting the response through"
+                    );
+                }
+                if pool_full || len > config.max_response_body {
+                    held.verdict = Verdict::Limit;
+                    return None;
+                }
+            }
+        }
+    }
+    held.rest = None;
+    Some(len)
 }
 
 /// The data of `frames` (`len` bytes in all) as one buffer: the frame

@@ -132,6 +132,8 @@ impl RefusalGuardLayer {
                 budget: Budget::default(),
                 sticky_ttl: None,
                 handoff_marker: false,
+                recover_reroutes: false,
+                reroute_header: false,
                 text_detection: false,
                 text_hold_bytes: Self::DEFAULT_TEXT_HOLD_BYTES,
                 keepalive_after: None,
@@ -154,6 +156,26 @@ impl RefusalGuardLayer {
     #[cfg(test)]
     pub(crate) fn config(&self) -> Arc<Config> {
         self.config.clone()
+    }
+
+    /// This layer answering only once a call is decided: no keep-alive
+    /// answer, live thinking or partial continuation, each of which may
+    /// send upstream after the response went out; and whether any was on.
+    /// For an inner service that can send only while its caller waits.
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) fn decided_before_answering(self) -> (Self, bool) {
+        let config = &self.config;
+        let early =
+            config.keepalive_after.is_some() || config.live_thinking || config.continue_partial;
+        if !early {
+            return (self, false);
+        }
+        let layer = self.with(|config| {
+            config.keepalive_after = None;
+            config.live_thinking = false;
+            config.continue_partial = false;
+        });
+        (layer, true)
     }
 
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
@@ -627,6 +649,59 @@ impl RefusalGuardLayer {
     /// default: clients that predate the block type may reject it).
     pub fn handoff_marker(self, on: bool) -> Self {
         self.with(|c| c.handoff_marker = on)
+    }
+
+    /// Treats a reroute as a refusal (off by default: a reroute is only
+    /// recorded). A reroute is a response that names another model than
+    /// the one the request asked for, once each provider's aliases, dated
+    /// snapshots and spellings are taken for the same model, with no
+    /// refusal and no fallback of the provider's own to say so (an Anthropic
+    /// server-side fallback is signalled, and is none; a deployment name,
+    /// Azure's, is never compared; nor are the guard's own fallbacks, each
+    /// held to the model it asked for). Providers answer some requests
+    /// their safety checks flag so, with a weaker model instead of a
+    /// refusal.
+    ///
+    /// With this on, the guard decides at the response's first event that
+    /// names its model (`message_start`, the first Chat chunk,
+    /// `response.created`, Gemini's first chunk's `modelVersion`; the whole
+    /// body when not streamed), before anything of it reaches the client:
+    /// the reroute is an empty refusal of category
+    /// [`rerouted`](crate::refusal::REROUTED_CATEGORY), signal
+    /// [`Rerouted`](crate::refusal::RefusalSignal::Rerouted), and the
+    /// policy's steps for that category serve the turn (by default the
+    /// [fallback chain](Self::fallback_chains), without the rescue; a chain
+    /// may name the requested model itself first, to ask it again). A
+    /// stream whose request carries Anthropic server-side `fallbacks` is
+    /// not decided early (its opening may name the fallback it serves with
+    /// before the block that signals it), only recorded at its end. When
+    /// nothing recovers, the rerouted answer is served as it came, recorded
+    /// `dead`.
+    ///
+    /// ```
+    /// use refusal_guard::recovery::FallbackChains;
+    ///
+    /// // A rerouted gpt-5.3-codex turn: asked again, then on gpt-5.
+    /// let layer = refusal_guard::RefusalGuardLayer::new()
+    ///     .fallback_chains(FallbackChains::new().chain("gpt-5.3-codex", ["gpt-5.3-codex", "gpt-5"]))
+    ///     .recover_reroutes(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn recover_reroutes(self, on: bool) -> Self {
+        self.with(|c| c.recover_reroutes = on)
+    }
+
+    /// Tells the client when the answer it gets came from another model
+    /// than the one asked for, in the
+    /// [`refusal-guard-reroute`](crate::header::REROUTE) response header
+    /// (off by default).
+    ///
+    /// ```
+    /// let layer = refusal_guard::RefusalGuardLayer::new().reroute_header(true);
+    /// # let _ = layer;
+    /// ```
+    pub fn reroute_header(self, on: bool) -> Self {
+        self.with(|c| c.reroute_header = on)
     }
 }
 

@@ -1,4 +1,4 @@
-//! Partial-refusal continuation (opt-in, Anthropic): a response refused
+//! Partial-refusal continuation (opt-in, where the dialect offers it): a response refused
 //! after real text, whose refusal offers the prefill claim and a credit
 //! token, is continued on the next model of the client model's fallback
 //! chain, with the text already sent as an assistant prefill. In a stream
@@ -28,27 +28,26 @@ use crate::guard::respond::{
     mark_recovered, pump, serve_recovered, serve_settled, unless_gone, FrameSender,
 };
 use crate::guard::settle::{refusal_of, About, Ending, Settlement};
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::{InnerBody, InnerService};
+use crate::guard::upstream::{InnerBody, InnerService, UpstreamBody};
 use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
 use crate::sse::SseFramer;
 use crate::BoxError;
 
-/// What the partial step made of a judged original.
+/// What the partial stage made of a judged original.
 pub(crate) enum Continued<U: InnerService> {
     /// Answered: continued, or served so that it may be.
     Served(Response<GuardBody<U::Out>>),
     /// Nothing to continue (no output, or no claim in it): left to decide.
-    Not(Box<Exchange<U>>, Box<Held<IdleTimeout<U::Out>>>),
+    Not(Box<Exchange<U>>, Box<Held<UpstreamBody<U::Out>>>),
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// The partial step: a judged original with output is served so that a
+    /// The partial stage: a judged original with output is served so that a
     /// partial refusal in it can be continued as `plan` says; anything else
     /// goes on to be decided as without the option.
     pub(crate) async fn continue_partial(
         self,
-        mut held: Held<IdleTimeout<U::Out>>,
+        mut held: Held<UpstreamBody<U::Out>>,
         plan: Plan,
     ) -> Continued<U> {
         if !matches!(held.verdict, Verdict::Output) {
@@ -82,7 +81,7 @@ fn whole_json<R>(held: &Held<R>) -> Option<Value> {
 /// is when the continuation does not answer with output.
 async fn continue_json<U: InnerService>(
     mut exchange: Exchange<U>,
-    mut held: Held<IdleTimeout<U::Out>>,
+    mut held: Held<UpstreamBody<U::Out>>,
     mut plan: Plan,
 ) -> Continued<U> {
     let findings = held.judged.clone().unwrap_or_default();
@@ -170,7 +169,7 @@ impl Plan {
                 allow.allows(call.dialect.provider(), model)
             })?
             .clone();
-        let features = call.dialect.anthropic()?;
+        let features = call.dialect.features();
         let track = features.partial_continuation(config.max_request_body)?;
         Some(Plan { model, track })
     }
@@ -180,7 +179,7 @@ impl Plan {
 /// that may continue it.
 fn serve_continuable<U: InnerService>(
     mut exchange: Exchange<U>,
-    held: Held<IdleTimeout<U::Out>>,
+    held: Held<UpstreamBody<U::Out>>,
     mut judge: Box<StreamJudge>,
     plan: Plan,
 ) -> Response<GuardBody<U::Out>> {
@@ -240,7 +239,7 @@ impl<U: InnerService> Continuation<U> {
         &mut self,
         claim: &PrefillClaim,
         deadline: tokio::time::Instant,
-    ) -> (Attempt, Option<Held<IdleTimeout<U::Out>>>) {
+    ) -> (Attempt, Option<Held<UpstreamBody<U::Out>>>) {
         let model = Some(self.plan.model.as_str());
         let request = &self.exchange.call.request;
         let mut span = request.attempt(AttemptStep::Fallback, model, None);
@@ -253,7 +252,7 @@ impl<U: InnerService> Continuation<U> {
         &mut self,
         claim: &PrefillClaim,
         deadline: tokio::time::Instant,
-    ) -> (Attempt, Option<Held<IdleTimeout<U::Out>>>) {
+    ) -> (Attempt, Option<Held<UpstreamBody<U::Out>>>) {
         let Exchange {
             inner: upstream,
             call,
@@ -270,6 +269,7 @@ impl<U: InnerService> Continuation<U> {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
@@ -301,7 +301,7 @@ impl<U: InnerService> Continuation<U> {
         let (dialect, config, streaming) = (call.dialect, &call.config, *streaming);
         let answer = tokio::time::timeout_at(deadline, async move {
             let response = upstream.send(request).await.ok()?;
-            Some(hold(response, dialect, config, streaming, None).await)
+            Some(hold(response, dialect, config, (streaming, None), None).await)
         })
         .await;
         record.latency_ms = millis(sent.elapsed());
@@ -575,7 +575,7 @@ impl<U: InnerService> Continuer<U> {
 
     /// Continues the client's message with the held continuation, and
     /// records the refusal as continued.
-    async fn splice<R>(&mut self, held: Held<IdleTimeout<R>>, attempt: Attempt)
+    async fn splice<R>(&mut self, held: Held<UpstreamBody<R>>, attempt: Attempt)
     where
         R: InnerBody,
     {

@@ -14,8 +14,8 @@ use http::{Response, StatusCode};
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{Held, Verdict};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::{InnerService, SendError};
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerService, SendError, UpstreamBody};
 use crate::refusal::{AttemptResult, AttemptStep};
 use crate::GuardBody;
 
@@ -25,12 +25,12 @@ pub(crate) enum Resent<U: InnerService> {
     /// The response to decide as the original, and its exchange: the
     /// first one (no 400, or no fallbacks of the guard's), or the answer to
     /// the request sent again without them.
-    Ready(Box<Exchange<U>>, Response<IdleTimeout<U::Out>>),
+    Ready(Box<Exchange<U>>, Response<UpstreamBody<U::Out>>),
     /// The original, judged already: a refusal the provider sent as a 400,
     /// or the hold's timeout.
     Judged(
         Box<Exchange<U>>,
-        Result<Held<IdleTimeout<U::Out>>, UpstreamTimeout>,
+        Result<Held<UpstreamBody<U::Out>>, UpstreamTimeout>,
     ),
     /// Already answered: the request sent again timed out.
     Answered(Response<GuardBody<U::Out>>),
@@ -43,16 +43,16 @@ impl<U: InnerService> Exchange<U> {
     /// when the provider answered it with a 400 that is no refusal.
     pub(crate) async fn without_rejected_fallbacks(
         mut self,
-        response: Response<IdleTimeout<U::Out>>,
+        response: Response<UpstreamBody<U::Out>>,
     ) -> Resent<U> {
         if response.status() != StatusCode::BAD_REQUEST || self.original.composed.is_none() {
             return Resent::Ready(Box::new(self), response);
         }
         let call = self.call.clone();
         let api = Shape::Api(call.dialect.wire_api());
-        // Held, not judged: the judge step runs once, on whichever response
-        // turns out to be the original.
-        let held = match self.hold_original(response, None).await {
+        // Judged as the original is: a 400 that is no refusal is dropped,
+        // and the answer to the request sent again is judged in its turn.
+        let held = match self.judge(response, None).await {
             Ok(held) if matches!(held.verdict, Verdict::Unjudged) => held,
             // A refusal the provider sent as a 400 ("Output blocked by
             // content filtering policy"), or the deadline: decided as any

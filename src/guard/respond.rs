@@ -19,25 +19,27 @@ use crate::guard::decide::{Decision, HandoffMark};
 use crate::guard::errors::{timed_out, Shape};
 use crate::guard::hold::Held;
 use crate::guard::settle::{refusal_of, seen_in, About, Settlement};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerBody;
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerBody, UpstreamBody};
 use crate::refusal::{Attempt, Outcome, Refusal};
 use crate::BoxError;
 
 /// Turns a decision into the response the client gets, recording the
 /// refusal it carries and settling the handle (or leaving both to the end
 /// of the stream, when that is what decides).
-pub(crate) fn respond<R>(decision: Decision<IdleTimeout<R>>, call: &Call) -> Response<GuardBody<R>>
+pub(crate) fn respond<R>(decision: Decision<UpstreamBody<R>>, call: &Call) -> Response<GuardBody<R>>
 where
     R: InnerBody,
 {
     match decision {
         Decision::TimedOut(timeout) => {
-            call.handle.settle(None);
+            call.settle_unjudged("the upstream timed out before a response could be judged");
             timed_out(Shape::Api(call.dialect.wire_api()), timeout)
         }
         Decision::Unjudged(original) => {
-            call.handle.settle(None);
+            call.settle_unjudged(
+                "a response the guard does not judge (an error status, another type)",
+            );
             serve(original, call, None, None, None)
         }
         Decision::AsSent {
@@ -85,7 +87,7 @@ where
 /// without output, a provider error or a hold bound. A whole JSON body is
 /// settled now; a stream is settled by what the rest of it shows.
 fn serve_as_sent<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     request_id: Option<String>,
     mut attempts: Vec<Attempt>,
@@ -108,10 +110,10 @@ where
 
 /// Serves a recovery attempt with real output. A whole JSON body is
 /// recorded now; a stream when it ends, since its end carries what the
-/// record says of the attempt (what became of a credit token, a chain's
+/// record says of the attempt (what became of a credit token, the provider's
 /// iterations), or when it is cut short, marked so.
 pub(crate) fn serve_recovered<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     refusal: Refusal,
     attempts: Vec<Attempt>,
@@ -133,7 +135,7 @@ where
 /// Marks a fallback's model change in the response served: a stream through
 /// the splice returned, a whole JSON body at once.
 fn mark_handoff<R>(
-    held: &mut Held<IdleTimeout<R>>,
+    held: &mut Held<UpstreamBody<R>>,
     call: &Call,
     mark: &HandoffMark,
 ) -> Option<Splice> {
@@ -146,14 +148,14 @@ fn mark_handoff<R>(
     held.parts.headers.remove(CONTENT_LENGTH);
     let max_frame = call.config.max_hold_bytes.max(1);
     call.dialect
-        .anthropic()?
+        .features()
         .handoff_stream(&handoff)
         .map(|rewrite| Splice::new(rewrite, max_frame))
 }
 
 /// Marks a handoff inside a whole (already read) JSON body.
 fn mark_json<R>(
-    held: &mut Held<IdleTimeout<R>>,
+    held: &mut Held<UpstreamBody<R>>,
     dialect: &'static dyn Dialect,
     handoff: &Handoff<'_>,
 ) {
@@ -169,10 +171,7 @@ fn mark_json<R>(
     let Ok(mut json) = serde_json::from_slice::<Value>(&whole) else {
         return;
     };
-    let marked = dialect
-        .anthropic()
-        .is_some_and(|features| features.handoff_json(&mut json, handoff));
-    if marked {
+    if dialect.features().handoff_json(&mut json, handoff) {
         let bytes = Bytes::from(serde_json::to_vec(&json).unwrap_or_default());
         held.parts
             .headers
@@ -196,7 +195,10 @@ pub(crate) fn mark_recovered<B>(
 ) {
     let mut value = outcome.as_str().to_owned();
     for (name, part) in [("category", category), ("served-by", served_by)] {
-        if let Some(part) = part.map(header_safe).filter(|p| !p.is_empty()) {
+        if let Some(part) = part
+            .map(crate::header::value_part)
+            .filter(|p| !p.is_empty())
+        {
             value.push_str(&format!("; {name}={part}"));
         }
     }
@@ -208,16 +210,17 @@ pub(crate) fn mark_recovered<B>(
     response.extensions_mut().insert(ServedRecovery);
 }
 
-/// A provider's word as a header value part: the characters a model or
-/// category name is made of, anything else as `_`, at most 100 of them.
-fn header_safe(word: &str) -> String {
-    word.chars()
-        .take(100)
-        .map(|c| match c {
-            'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '_' | ':' | '/' | '@' | '+' | '-' => c,
-            _ => '_',
-        })
-        .collect()
+/// Says in the `refusal-guard-reroute` header, when the layer is asked
+/// to, that the answer served came from another model than the one asked
+/// for (see [`header::REROUTE`](crate::header::REROUTE)).
+fn mark_reroute<R>(held: &mut Held<R>, call: &Call) {
+    if !call.config.reroute_header {
+        return;
+    }
+    let value = held.findings().and_then(|f| f.reroute()?.header());
+    if let Some(value) = value {
+        held.parts.headers.insert(crate::header::REROUTE, value);
+    }
 }
 
 /// The sending side of a body answered before its decision.
@@ -288,7 +291,7 @@ pub(crate) async fn pump<R>(
 
 /// Turns a held response into the response the client gets.
 pub(crate) fn serve<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     settle: Option<Settlement>,
     decided: Option<&Refusal>,
@@ -297,6 +300,8 @@ pub(crate) fn serve<R>(
 where
     R: InnerBody,
 {
+    let mut held = held;
+    mark_reroute(&mut held, call);
     let Held {
         parts,
         frames,
@@ -320,7 +325,7 @@ where
 /// A response whose refusal question is settled now (JSON, or a decision
 /// made before serving).
 pub(crate) fn serve_settled<R>(
-    held: Held<IdleTimeout<R>>,
+    held: Held<UpstreamBody<R>>,
     call: &Call,
     refusal: Option<Refusal>,
     attempts: Vec<Attempt>,
@@ -331,9 +336,10 @@ where
 {
     match &refusal {
         Some(refusal) => call.emit(refusal, attempts),
-        None => call.handle.settle(None),
+        None => call.settle_answered(attempts.len()),
     }
     let mut held = held;
+    mark_reroute(&mut held, call);
     // The decision is made; nothing more to judge.
     held.judge = None;
     serve(held, call, None, refusal.as_ref(), splice)

@@ -19,8 +19,7 @@ use crate::guard::errors::{overloaded, timed_out, unreadable, Shape};
 use crate::guard::request::intake::Intake;
 use crate::guard::request::original::{with_body, Original};
 use crate::guard::request::Incoming;
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::{InnerService, SendError};
+use crate::guard::upstream::{InnerService, SendError, UpstreamBody};
 use crate::refusal::{AttemptResult, AttemptStep, RefusalHandle};
 use crate::replay::chunks::{unpin_request_head, Chunks};
 use crate::replay::copy::{Copied, CopyOutcome};
@@ -40,7 +39,7 @@ pub(crate) enum Sent<U: InnerService> {
 pub(crate) struct SentOriginal<U: InnerService> {
     pub(crate) call: Call,
     pub(crate) original: Original,
-    pub(crate) response: Response<IdleTimeout<U::Out>>,
+    pub(crate) response: Response<UpstreamBody<U::Out>>,
     pub(crate) attempt: AttemptSpan,
     /// When the original went.
     pub(crate) sent: Instant,
@@ -86,12 +85,9 @@ async fn rewritten<U: InnerService>(
     if unguardable(dialect, &head) {
         return Sent::Answered(pass(upstream, api, with_body(parts, bytes, false)).await);
     }
-    let body = Chunks::from(bytes);
     // Kept for every recovery until the response has streamed.
     unpin_request_head(&mut parts);
-    let mut original = Original::read(&incoming, parts, &head, body, None, share);
-    original.route_sticky(&incoming).await;
-    original.rewrite(&incoming);
+    let original = Original::prepare(&incoming, parts, &head, Chunks::from(bytes), share).await;
     let call = Call::start(incoming, &original);
     let model = call.model.as_deref();
     let mut attempt = call.request.attempt(AttemptStep::Original, model, None);
@@ -124,14 +120,13 @@ async fn as_it_arrives<U: InnerService>(
     let dialect = incoming.dialect;
     let api = Shape::Api(dialect.wire_api());
     let (mut parts, body) = request.into_parts();
-    incoming.first_headers(&mut parts.headers, incoming.path_model());
     // Kept for every recovery until the response has streamed, and from
     // the moment the request goes: the connection reads on (for the next
     // request, or to see the client leave) as soon as the body is in.
     unpin_request_head(&mut parts);
     let sent_parts = parts.clone();
     let sent = Instant::now();
-    let mut attempt = AttemptSpan::forwarded(dialect.provider(), dialect.wire_api());
+    let mut attempt = AttemptSpan::forwarded(dialect.wire_api());
     let request = Request::from_parts(parts, body);
     let (response, learned) = send_learning(upstream, request, copy).await;
     let (response, head, bytes, members, share) = match (response, learned) {
@@ -156,7 +151,7 @@ async fn as_it_arrives<U: InnerService>(
         }
         (Ok(response), Learned::Unguarded(reason)) => {
             tracing::debug!(wire_api = %dialect.wire_api(), reason, "forwarded unguarded");
-            return Sent::Answered(Ok(response.map(GuardBody::passthrough)));
+            return Sent::Answered(Ok(response.map(GuardBody::unread)));
         }
         (Ok(response), Learned::Head(learned)) => {
             let LearnedHead {
@@ -169,7 +164,7 @@ async fn as_it_arrives<U: InnerService>(
         }
     };
     if unguardable(dialect, &head) {
-        return Sent::Answered(Ok(response.map(GuardBody::passthrough)));
+        return Sent::Answered(Ok(response.map(GuardBody::unread)));
     }
     let original = Original::read(&incoming, sent_parts, &head, bytes, members, share);
     let call = Call::start(incoming, &original);
@@ -202,13 +197,10 @@ fn unguardable(dialect: &dyn Dialect, head: &serde_json::Value) -> bool {
 /// Counts and logs a guarded request whose original failed in transport
 /// before its call started, as one whose call had started is.
 fn never_settled(incoming: &Incoming, model: Option<&str>) {
-    let dialect = incoming.dialect;
     let handle = RefusalHandle::default();
     let tenant = incoming.config.tenant.name();
-    let (provider, api) = (dialect.provider(), dialect.wire_api());
-    drop(GuardedRequest::start(
-        provider, api, model, false, &handle, tenant,
-    ));
+    let api = incoming.dialect.wire_api();
+    drop(GuardedRequest::start(api, model, false, &handle, tenant));
 }
 
 /// What a forwarded request's copy told of it.
@@ -261,7 +253,7 @@ async fn send_learning<U: InnerService>(
     request: Request<U::Body>,
     copy: CopyOutcome,
 ) -> (
-    Result<Response<IdleTimeout<U::Out>>, SendError<U::Error>>,
+    Result<Response<UpstreamBody<U::Out>>, SendError<U::Error>>,
     Learned,
 ) {
     let mut sending = std::pin::pin!(upstream.send(request));
@@ -299,7 +291,7 @@ pub(crate) async fn pass<U: InnerService>(
     request: Request<U::Body>,
 ) -> Result<Response<GuardBody<U::Out>>, U::Error> {
     match upstream.send(request).await {
-        Ok(response) => Ok(response.map(GuardBody::passthrough)),
+        Ok(response) => Ok(response.map(GuardBody::unread)),
         Err(failed) => failure(api, failed),
     }
 }

@@ -118,7 +118,7 @@ impl Settlement {
         let attempts = std::mem::take(&mut self.attempts);
         match self.refusal(about, attempts, ending) {
             (Some(refusal), attempts) => self.call.emit(&refusal, attempts),
-            (None, _) => self.call.handle.settle(None),
+            (None, attempts) => self.call.settle_answered(attempts.len()),
         }
     }
 
@@ -222,6 +222,13 @@ pub(crate) fn refusal_of(
     let chain = findings.iterations.as_ref();
     let declined = chain.and_then(|c| c.first_declined.clone());
     if findings.server_fallback.is_none() && declined.is_none() {
+        if let Some(rerouted) = findings.reroute() {
+            return Some(Refusal {
+                served_model: Some(rerouted.served.clone()),
+                request_id,
+                ..call.refusal(&rerouted.info(), Outcome::Rerouted)
+            });
+        }
         return unknown_stop(call, findings, request_id, served_model);
     }
     let fallback = findings.server_fallback.clone().unwrap_or_default();
@@ -267,15 +274,19 @@ fn unknown_stop(
 }
 
 /// An attempt with what its response said of it: the fate of a credit
-/// token it presented, and, for a provider's own chain, what the attempts
-/// that declined inside it cost (the top-level usage covers only the one
-/// that served).
+/// token it presented, the model that served it when another than the one
+/// asked for (a reroute), and, for a provider's server-side fallbacks, what
+/// the iterations that declined inside it cost (the top-level usage covers
+/// only the one that served).
 pub(crate) fn seen_in(mut attempt: Attempt, findings: &Findings) -> Attempt {
     if attempt.fallback_credit.is_none() {
         attempt.fallback_credit = findings.fallback_credit.clone();
     }
     if attempt.usage.is_none() {
         attempt.usage = findings.iterations.as_ref().and_then(|c| c.declined_usage);
+    }
+    if attempt.rerouted_to.is_none() {
+        attempt.rerouted_to = findings.reroute().map(|r| r.served.clone());
     }
     attempt
 }

@@ -18,7 +18,6 @@ use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use crate::dialect::cross::BodyTranslation;
 use crate::BoxError;
 
 /// Which bounded wait on the upstream ran out.
@@ -117,10 +116,6 @@ pin_project_lite::pin_project! {
         // wake that task when it fires, and polling it again (a waker
         // registration per chunk) can be skipped.
         armed_for: Option<Waker>,
-        // A cross-provider fallback's answer, rewritten into the client's API as
-        // it arrives (here, so that every step after the send reads the
-        // client's API without another body type).
-        translation: Option<Box<BodyTranslation>>,
     }
 }
 
@@ -132,13 +127,7 @@ impl<B> IdleTimeout<B> {
             idle,
             waiting_since: None,
             armed_for: None,
-            translation: None,
         }
-    }
-
-    /// Rewrites the body through `translation` from now on.
-    pub(crate) fn translate(&mut self, translation: BodyTranslation) {
-        self.translation = Some(Box::new(translation));
     }
 }
 
@@ -196,50 +185,19 @@ where
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        loop {
-            let frame = ready!(self.as_mut().poll_timed(cx));
-            let this = self.as_mut().project();
-            let Some(translation) = this.translation.as_mut() else {
-                return Poll::Ready(
-                    frame.map(|r| r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))),
-                );
-            };
-            let translated = match frame {
-                None => {
-                    let rest = translation.finish();
-                    *this.translation = None;
-                    match rest {
-                        Ok(rest) if rest.is_empty() => return Poll::Ready(None),
-                        other => other,
-                    }
-                }
-                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(mut data) => translation.push(data.copy_to_bytes(data.remaining())),
-                    // Trailers belong to the other provider's API.
-                    Err(_trailers) => continue,
-                },
-            };
-            match translated {
-                Ok(bytes) if bytes.is_empty() => continue,
-                Ok(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
-                Err(error) => return Poll::Ready(Some(Err(Box::new(error)))),
-            }
-        }
+        let frame = ready!(self.poll_timed(cx));
+        Poll::Ready(frame.map(|r| r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.translation.is_none() && self.body.is_end_stream()
+        self.body.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        match self.translation {
-            Some(_) => SizeHint::default(),
-            None => self.body.size_hint(),
-        }
+        self.body.size_hint()
     }
 }
 

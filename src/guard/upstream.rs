@@ -1,8 +1,8 @@
-//! The inner service as every step of a guarded call uses it.
+//! The inner service as every stage of a guarded call uses it.
 //!
 //! [`InnerService`] is the one alias of the service bound: its associated
 //! types carry the request body, the response body and the error, so that a
-//! step is generic over one `U: InnerService` and no `where` clause spells
+//! stage is generic over one `U: InnerService` and no `where` clause spells
 //! the service, request body and response body out again. Rust implies a
 //! trait's supertraits on its users, never its `where` clauses on other
 //! parameters, so an alias generic over `<B, R>` would have every user
@@ -18,6 +18,7 @@ use http_body::Body;
 use tower::ServiceExt;
 use tower_service::Service;
 
+use crate::dialect::cross::Translated;
 use crate::guard::config::Config;
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::replay::ReplayBody;
@@ -38,8 +39,13 @@ pub(crate) trait InnerService: Send + 'static {
     fn send(
         &mut self,
         request: Request<Self::Body>,
-    ) -> impl Future<Output = Result<Response<IdleTimeout<Self::Out>>, SendError<Self::Error>>> + Send;
+    ) -> impl Future<Output = Result<Response<UpstreamBody<Self::Out>>, SendError<Self::Error>>> + Send;
 }
+
+/// A response body of the inner service as every stage reads it: bounded by
+/// the idle timeout and, for a fallback to another provider's API,
+/// translated into the client's API as it arrives.
+pub(crate) type UpstreamBody<R> = Translated<IdleTimeout<R>>;
 
 /// A response body of the inner service the guard can hold, judge and
 /// forward.
@@ -112,7 +118,7 @@ where
     fn send(
         &mut self,
         request: Request<B>,
-    ) -> impl Future<Output = Result<Response<IdleTimeout<R>>, SendError<S::Error>>> + Send {
+    ) -> impl Future<Output = Result<Response<UpstreamBody<R>>, SendError<S::Error>>> + Send {
         let Timeouts { head, idle } = self.timeouts;
         let primed = std::mem::take(&mut self.primed);
         let inner = &mut self.inner;
@@ -124,7 +130,9 @@ where
                 inner.call(request).await
             };
             match tokio::time::timeout(head, sent).await {
-                Ok(Ok(response)) => Ok(response.map(|body| IdleTimeout::new(body, idle))),
+                Ok(Ok(response)) => {
+                    Ok(response.map(|body| Translated::new(IdleTimeout::new(body, idle))))
+                }
                 Ok(Err(error)) => Err(SendError::Inner(error)),
                 Err(_elapsed) => Err(SendError::Timeout(UpstreamTimeout::new(
                     TimeoutKind::Head,

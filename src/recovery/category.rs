@@ -29,9 +29,11 @@
 //!   steps (else the default). Two kinds are exceptions, each with its own
 //!   entry still the first word:
 //!   - **not safety**: `recitation` ([`RECITATION_CATEGORY`], a copyright
-//!     stop) takes `*`'s steps (else the default) *less the rescue*, whose
-//!     note tells the model a safety classifier stopped it; when nothing
-//!     else recovers it is dead with reason `not_safety`;
+//!     stop) and `rerouted` ([`REROUTED_CATEGORY`], another model served,
+//!     when the layer treats reroutes as refusals) take `*`'s steps (else
+//!     the default) *less the rescue*, whose note tells the model a safety
+//!     classifier stopped it; when nothing else recovers they are dead with
+//!     reason `not_safety`;
 //!   - **the operator's policy**: `guardrail_intervened` (an Amazon Bedrock
 //!     guardrail, [`GUARDRAIL_CATEGORY`]) and `MODEL_ARMOR` (Vertex AI's
 //!     Model Armor, [`MODEL_ARMOR_CATEGORY`]) stop; neither `*` nor the
@@ -65,7 +67,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::refusal::{GUARDRAIL_CATEGORY, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY};
+use crate::refusal::{
+    GUARDRAIL_CATEGORY, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY, REROUTED_CATEGORY,
+};
 
 /// What a refusal category is: it decides the steps a category without an
 /// entry of its own takes, and whether a rescue note, which speaks of a
@@ -86,7 +90,7 @@ pub enum CategoryKind {
     /// `*`'s steps, else the default ones.
     Safety,
     /// A stop that is no safety decline, such as a copyright stop
-    /// (`recitation`): `*`'s steps, else the default ones, less the rescue,
+    /// (`recitation`) or a reroute (`rerouted`): `*`'s steps, else the default ones, less the rescue,
     /// whose note would tell the model a safety classifier stopped it.
     /// Dead with [`DeadReason::NotSafety`](crate::refusal::DeadReason::NotSafety)
     /// when the rescue was left out and nothing else recovered.
@@ -101,6 +105,7 @@ pub enum CategoryKind {
 /// safety decline.
 const KNOWN_KINDS: &[(&str, CategoryKind)] = &[
     (RECITATION_CATEGORY, CategoryKind::NotSafety),
+    (REROUTED_CATEGORY, CategoryKind::NotSafety),
     (GUARDRAIL_CATEGORY, CategoryKind::OperatorPolicy),
     (MODEL_ARMOR_CATEGORY, CategoryKind::OperatorPolicy),
 ];

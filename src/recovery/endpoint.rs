@@ -16,8 +16,18 @@ use http::Uri;
 use crate::refusal::{Provider, WireApi};
 
 /// The providers a fallback chain entry may name, in the order the proxy
-/// lists them.
-pub const PROVIDERS: [Provider; 3] = [Provider::Anthropic, Provider::OpenAi, Provider::Google];
+/// lists them: those whose folder of the dialects declares them.
+///
+/// ```
+/// use refusal_guard::recovery::providers;
+/// use refusal_guard::refusal::Provider;
+///
+/// assert_eq!(providers().next(), Some(Provider::Anthropic));
+/// assert!(providers().any(|p| p == Provider::Google));
+/// ```
+pub fn providers() -> impl Iterator<Item = Provider> {
+    Provider::every()
+}
 
 /// The provider and model of a fallback chain entry `provider:model`, or
 /// `None` for a plain model name (a fallback on the client's own API). Google is
@@ -34,28 +44,32 @@ pub const PROVIDERS: [Provider; 3] = [Provider::Anthropic, Provider::OpenAi, Pro
 /// ```
 pub fn parse_entry(entry: &str) -> Option<(Provider, &str)> {
     let (prefix, model) = entry.split_once(':')?;
-    let provider = match prefix {
-        "google" => Provider::Google,
-        _ => PROVIDERS.into_iter().find(|p| chain_prefix(*p) == prefix)?,
-    };
+    let provider = Provider::named_by_prefix(prefix)?;
     (!model.is_empty()).then_some((provider, model))
 }
 
 /// The prefix a chain entry names `provider` by, and its key's flag.
+///
+/// ```
+/// use refusal_guard::recovery::chain_prefix;
+/// use refusal_guard::refusal::Provider;
+///
+/// assert_eq!(chain_prefix(Provider::Google), "gemini");
+/// ```
 pub fn chain_prefix(provider: Provider) -> &'static str {
-    match provider {
-        Provider::Google => "gemini",
-        other => other.as_str(),
-    }
+    provider.entry_prefix()
 }
 
 /// The wire API a fallback to `provider` speaks.
+///
+/// ```
+/// use refusal_guard::recovery::fallback_api;
+/// use refusal_guard::refusal::{Provider, WireApi};
+///
+/// assert_eq!(fallback_api(Provider::OpenAi), WireApi::OpenAiChatCompletions);
+/// ```
 pub fn fallback_api(provider: Provider) -> WireApi {
-    match provider {
-        Provider::Anthropic => WireApi::AnthropicMessages,
-        Provider::OpenAi => WireApi::OpenAiChatCompletions,
-        Provider::Google => WireApi::GeminiGenerateContent,
-    }
+    provider.fallback_api()
 }
 
 /// An operator's API key for a provider. Its `Debug` never shows it.
@@ -159,7 +173,7 @@ mod tests {
             parse_entry("anthropic:claude-opus-4-7"),
             Some((Provider::Anthropic, "claude-opus-4-7"))
         );
-        for provider in PROVIDERS {
+        for provider in providers() {
             let entry = format!("{}:m", chain_prefix(provider));
             assert_eq!(parse_entry(&entry), Some((provider, "m")));
         }

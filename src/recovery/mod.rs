@@ -6,7 +6,7 @@
 pub mod category;
 mod endpoint;
 
-pub use endpoint::{chain_prefix, fallback_api, parse_entry, ApiKey, Endpoint, PROVIDERS};
+pub use endpoint::{chain_prefix, fallback_api, parse_entry, providers, ApiKey, Endpoint};
 
 pub use category::CategoryPolicy;
 

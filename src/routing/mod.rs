@@ -96,7 +96,7 @@ impl RouteKey {
     /// assert_eq!(fallbacks, [("b".to_owned(), false), ("c".to_owned(), true)]);
     /// ```
     pub fn of_record(record: &RefusalRecord) -> Option<(RouteKey, Vec<(String, bool)>)> {
-        if record.kind == Some(RefusalKind::Partial) {
+        if record.kind == RefusalKind::Partial {
             return None;
         }
         let model = record.model.as_deref()?;

@@ -11,6 +11,7 @@
 //! | [`RECOVERY_ATTEMPTS`] | counter | `step`, `result`, `tenant` |
 //! | [`REFUSED_TOKENS`] | counter | `model`, `category`, `kind`, `tenant` |
 //! | [`FALLBACK_CREDIT`] | counter | `status`, `reason`, `tenant` |
+//! | [`REROUTES`] | counter | `provider`, `wire_api`, `requested`, `served`, `tenant` |
 //! | [`RECOVERY_LATENCY`] | histogram (s) | `outcome`, `tenant` |
 //! | [`REQUESTS`] | counter | `wire_api`, `outcome`, `tenant` |
 //! | [`HOLD_DURATION`] | histogram (s) | `wire_api` |
@@ -63,8 +64,8 @@ use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gau
 use metrics::{SharedString, Unit};
 
 use crate::refusal::{
-    Attempt, AttemptResult, AttemptStep, Provider, Refusal, RefusalHandle, RefusalSignal, Usage,
-    WireApi,
+    Attempt, AttemptResult, AttemptStep, Outcome, Provider, Refusal, RefusalHandle, RefusalSignal,
+    Usage, WireApi,
 };
 
 /// Refusals, one per refusal record (`telemetry::RefusalRecord`).
@@ -84,11 +85,17 @@ pub const REFUSED_TOKENS: &str = "refusal_guard_refused_tokens_total";
 /// provider's reason for `not_applied`, `none` otherwise). Counted from
 /// each record's attempts.
 pub const FALLBACK_CREDIT: &str = "refusal_guard_fallback_credit_total";
+/// Attempts the provider served with another model than the one they asked
+/// for, saying nothing of it (reroutes; see
+/// [`RefusalSignal::Rerouted`]), by the model asked for (`requested`) and
+/// the one that served (`served`), each bounded as the `model` label is.
+/// Counted from each record's attempts, recovered or only recorded.
+pub const REROUTES: &str = "refusal_guard_reroutes_total";
 /// Seconds from the original request to a refusal's settled outcome.
 pub const RECOVERY_LATENCY: &str = "refusal_guard_recovery_latency_seconds";
 /// Guarded requests by outcome: `ok` (no refusal), `fallback`, `rescued`,
-/// `partial`, `dead`, or `unsettled` (the upstream failed or the client left
-/// before the guard decided).
+/// `partial`, `dead`, `rerouted` (a reroute only recorded), or `unsettled`
+/// (the upstream failed or the client left before the guard decided).
 pub const REQUESTS: &str = "refusal_guard_requests_total";
 /// Seconds a response was held back before the guard decided.
 pub const HOLD_DURATION: &str = "refusal_guard_hold_duration_seconds";
@@ -193,115 +200,176 @@ const MAX_CATEGORY_LEN: usize = 48;
 /// refusal_guard::telemetry::metrics::describe(); // harmless without a recorder
 /// ```
 pub fn describe() {
-    describe_counter!(REFUSALS, Unit::Count, "Refusals, one per refusal record");
-    describe_counter!(
+    for &(kind, name, unit, description) in DESCRIPTIONS {
+        match kind {
+            Kind::Counter => describe_counter!(name, unit, description),
+            Kind::Gauge => describe_gauge!(name, unit, description),
+            Kind::Histogram => describe_histogram!(name, unit, description),
+        }
+    }
+}
+
+/// A metric's kind, for [`describe`].
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every metric the guard records, with its kind, unit and description.
+const DESCRIPTIONS: &[(Kind, &str, Unit, &str)] = &[
+    (
+        Kind::Counter,
+        REFUSALS,
+        Unit::Count,
+        "Refusals, one per refusal record",
+    ),
+    (
+        Kind::Counter,
         RECOVERY_ATTEMPTS,
         Unit::Count,
-        "Recovery requests sent after a refusal, by step and result"
-    );
-    describe_counter!(
+        "Recovery requests sent after a refusal, by step and result",
+    ),
+    (
+        Kind::Counter,
         REFUSED_TOKENS,
         Unit::Count,
-        "Tokens the provider reported for refused attempts, by model, category and kind"
-    );
-    describe_counter!(
+        "Tokens the provider reported for refused attempts, by model, category and kind",
+    ),
+    (
+        Kind::Counter,
         FALLBACK_CREDIT,
         Unit::Count,
-        "Fallback credit tokens presented, by whether they were redeemed"
-    );
-    describe_histogram!(
+        "Fallback credit tokens presented, by whether they were redeemed",
+    ),
+    (
+        Kind::Counter,
+        REROUTES,
+        Unit::Count,
+        "Attempts another model served than the one asked for, by both models",
+    ),
+    (
+        Kind::Histogram,
         RECOVERY_LATENCY,
         Unit::Seconds,
-        "From the original request to the refusal's settled outcome"
-    );
-    describe_counter!(REQUESTS, Unit::Count, "Guarded requests, by outcome");
-    describe_histogram!(
+        "From the original request to the refusal's settled outcome",
+    ),
+    (
+        Kind::Counter,
+        REQUESTS,
+        Unit::Count,
+        "Guarded requests, by outcome",
+    ),
+    (
+        Kind::Histogram,
         HOLD_DURATION,
         Unit::Seconds,
-        "Time a response was held back before the decision"
-    );
-    describe_histogram!(
+        "Time a response was held back before the decision",
+    ),
+    (
+        Kind::Histogram,
         HELD_BYTES,
         Unit::Bytes,
-        "Bytes held back before the decision"
-    );
-    describe_histogram!(
+        "Bytes held back before the decision",
+    ),
+    (
+        Kind::Histogram,
         ADDED_TTFB,
         Unit::Seconds,
-        "Time to first byte added by the hold and any recovery"
-    );
-    describe_gauge!(
+        "Time to first byte added by the hold and any recovery",
+    ),
+    (
+        Kind::Gauge,
         STREAMS_IN_FLIGHT,
         Unit::Count,
-        "Guarded streaming requests not yet settled"
-    );
-    describe_counter!(STORE_ERRORS, Unit::Count, "Conversation store errors");
-    describe_counter!(
+        "Guarded streaming requests not yet settled",
+    ),
+    (
+        Kind::Counter,
+        STORE_ERRORS,
+        Unit::Count,
+        "Conversation store errors",
+    ),
+    (
+        Kind::Counter,
         ROUTES_RESTORED,
         Unit::Count,
-        "Sticky routes that ended, the primary model restored"
-    );
-    describe_counter!(
+        "Sticky routes that ended, the primary model restored",
+    ),
+    (
+        Kind::Counter,
         PROXY_REQUESTS,
         Unit::Count,
-        "Requests the proxy forwarded with routing on, by route"
-    );
-    describe_counter!(
+        "Requests the proxy forwarded with routing on, by route",
+    ),
+    (
+        Kind::Counter,
         RECOVERY_CAPPED,
         Unit::Count,
-        "Refusals served as they came: their tenant used its recovery attempts for the hour"
-    );
-    describe_gauge!(
+        "Refusals served as they came: their tenant used its recovery attempts for the hour",
+    ),
+    (
+        Kind::Gauge,
         ROUTE_SERVED,
         Unit::Count,
-        "Decayed count of fallbacks that served, per category, requested model and candidate"
-    );
-    describe_gauge!(
+        "Decayed count of fallbacks that served, per category, requested model and candidate",
+    ),
+    (
+        Kind::Gauge,
         ROUTE_REFUSED,
         Unit::Count,
-        "Decayed count of fallbacks that refused, per category, requested model and candidate"
-    );
-    describe_counter!(
+        "Decayed count of fallbacks that refused, per category, requested model and candidate",
+    ),
+    (
+        Kind::Counter,
         ROUTE_EXPLORED,
         Unit::Count,
-        "Refusals whose first fallback was drawn for exploration"
-    );
-    describe_counter!(
+        "Refusals whose first fallback was drawn for exploration",
+    ),
+    (
+        Kind::Counter,
         STORE_FALLBACKS,
         Unit::Count,
-        "Times memory stood in for an unreachable conversation store"
-    );
-    describe_gauge!(
+        "Times memory stood in for an unreachable conversation store",
+    ),
+    (
+        Kind::Gauge,
         STORE_UP,
         Unit::Count,
-        "Whether the shared conversation store answered its last health check (1) or not (0)"
-    );
-    describe_counter!(
+        "Whether the shared conversation store answered its last health check (1) or not (0)",
+    ),
+    (
+        Kind::Counter,
         PROXY_RESPONSES,
         Unit::Count,
-        "Responses the proxy gave its clients, by status class"
-    );
-    describe_gauge!(
+        "Responses the proxy gave its clients, by status class",
+    ),
+    (
+        Kind::Gauge,
         TOTAL_HELD_BYTES,
         Unit::Bytes,
-        "Bytes held now by the guard, across its layers"
-    );
-    describe_gauge!(
+        "Bytes held now by the guard, across its layers",
+    ),
+    (
+        Kind::Gauge,
         MAX_TOTAL_HELD_BYTES,
         Unit::Bytes,
-        "The most bytes the guard may hold at once"
-    );
-    describe_counter!(
+        "The most bytes the guard may hold at once",
+    ),
+    (
+        Kind::Counter,
         OTLP_EXPORTED_SPANS,
         Unit::Count,
-        "Spans the OTLP export delivered"
-    );
-    describe_counter!(
+        "Spans the OTLP export delivered",
+    ),
+    (
+        Kind::Counter,
         OTLP_DROPPED_SPANS,
         Unit::Count,
-        "Spans the OTLP export dropped, by reason"
-    );
-}
+        "Spans the OTLP export dropped, by reason",
+    ),
+];
 
 /// The `category` label value for a provider's category: `none` when there
 /// is none, the category itself while it looks like one and is among the
@@ -423,10 +491,6 @@ pub(crate) fn route_counts(
 /// Counts a refusal whose first fallback was drawn for exploration.
 pub(crate) fn route_explored() {
     counter!(ROUTE_EXPLORED).increment(1);
-}
-
-pub(crate) fn label_or_unknown(word: Option<&'static str>) -> SharedString {
-    SharedString::const_str(word.unwrap_or("unknown"))
 }
 
 /// Records one hold: how long it took and how many bytes it kept back.
@@ -555,7 +619,8 @@ pub(crate) fn route_restored(wire_api: WireApi) {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RequestTally {
-    /// Requests that ended without a refusal.
+    /// Requests that ended without a refusal (a reroute only recorded
+    /// included).
     pub ok: u64,
     /// Requests with a refusal, whatever became of it.
     pub refused: u64,
@@ -635,7 +700,6 @@ impl GuardedRequest {
     /// Starts watching a guarded request in the current span (the one
     /// [`request_span`] made).
     pub(crate) fn start(
-        provider: Provider,
         wire_api: WireApi,
         model: Option<&str>,
         streaming: bool,
@@ -643,7 +707,7 @@ impl GuardedRequest {
         tenant: &str,
     ) -> std::sync::Arc<Self> {
         let span = tracing::Span::current();
-        let provider = gen_ai_system(provider, wire_api);
+        let provider = wire_api.gen_ai_system();
         span.record("gen_ai.system", provider);
         span.record("gen_ai.provider.name", provider);
         if let Some(model) = model {
@@ -673,7 +737,7 @@ impl GuardedRequest {
         to: Option<Provider>,
     ) -> AttemptSpan {
         let system = match to {
-            Some(provider) => gen_ai_system(provider, provider_api(provider)),
+            Some(provider) => provider.fallback_api().gen_ai_system(),
             None => self.provider,
         };
         AttemptSpan::start(&self.span, system, step, model)
@@ -696,6 +760,8 @@ impl GuardedRequest {
 impl Drop for GuardedRequest {
     fn drop(&mut self) {
         let (outcome, slot) = match self.handle.get() {
+            // A reroute only recorded is no refusal: the tally's `ok`.
+            Some(refusal) if refusal.outcome == Outcome::Rerouted => (refusal.outcome.as_str(), 0),
             Some(refusal) => (refusal.outcome.as_str(), 1),
             None if self.handle.is_settled() => ("ok", 0),
             None => ("unsettled", 2),
@@ -764,8 +830,8 @@ impl AttemptSpan {
 
     /// The original's span of a request forwarded as it arrives, under the
     /// current span (the request's), before its model is known.
-    pub(crate) fn forwarded(provider: Provider, wire_api: WireApi) -> Self {
-        let system = gen_ai_system(provider, wire_api);
+    pub(crate) fn forwarded(wire_api: WireApi) -> Self {
+        let system = wire_api.gen_ai_system();
         let parent = tracing::Span::current();
         AttemptSpan::start(&parent, system, AttemptStep::Original, None)
     }
@@ -822,38 +888,19 @@ impl AttemptSpan {
     }
 }
 
-/// The wire API a fallback to `provider` speaks (for its `gen_ai` system).
-fn provider_api(provider: Provider) -> WireApi {
-    match provider {
-        Provider::Anthropic => WireApi::AnthropicMessages,
-        Provider::OpenAi => WireApi::OpenAiChatCompletions,
-        Provider::Google => WireApi::GeminiGenerateContent,
-    }
-}
-
-/// The OpenTelemetry `gen_ai.system` value for a provider and wire API.
-fn gen_ai_system(provider: Provider, wire_api: WireApi) -> &'static str {
-    match (provider, wire_api) {
-        (_, WireApi::BedrockInvokeModel | WireApi::BedrockConverse | WireApi::BedrockMessages) => {
-            "aws.bedrock"
-        }
-        (Provider::Anthropic, _) => "anthropic",
-        (Provider::OpenAi, _) => "openai",
-        (Provider::Google, _) => "gcp.gemini",
-    }
-}
-
 /// The provider's finish reason for a refusal, as OpenTelemetry's
 /// `gen_ai.response.finish_reasons` would list it.
 fn finish_reason(refusal: &Refusal) -> &str {
-    match (refusal.signal, refusal.provider) {
-        (RefusalSignal::Text, _) => "stop",
-        (RefusalSignal::BlockedPrompt, _) => "blocked_prompt",
-        (RefusalSignal::BlockedOutput | RefusalSignal::PolicyError, _) => "content_filter",
-        (_, Provider::Anthropic) => "refusal",
-        (RefusalSignal::ModelRefusal, Provider::OpenAi) => "refusal",
-        (_, Provider::OpenAi) => "content_filter",
-        (_, Provider::Google) => refusal.category.as_deref().unwrap_or("SAFETY"),
+    match refusal.signal {
+        RefusalSignal::Text => "stop",
+        // No stop of the provider's: the guard's own word.
+        RefusalSignal::Rerouted => "rerouted",
+        RefusalSignal::BlockedPrompt => "blocked_prompt",
+        RefusalSignal::BlockedOutput | RefusalSignal::PolicyError => "content_filter",
+        // A stop reason or a refusal field: each provider's own word.
+        signal => refusal
+            .provider
+            .finish_reason(signal, refusal.category.as_deref()),
     }
 }
 

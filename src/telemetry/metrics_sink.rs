@@ -3,17 +3,17 @@
 use metrics::{counter, histogram, Label, SharedString};
 
 use super::{RefusalRecord, TelemetrySink};
-use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal, WireApi};
+use crate::refusal::{AttemptStep, Outcome, RefusalKind, RefusalSignal};
 use crate::telemetry::metrics::{
-    category_label, label_or_unknown, model_label, tenant_label, FALLBACK_CREDIT,
-    RECOVERY_ATTEMPTS, RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS,
+    category_label, model_label, tenant_label, FALLBACK_CREDIT, RECOVERY_ATTEMPTS,
+    RECOVERY_LATENCY, REFUSALS, REFUSED_TOKENS, REROUTES,
 };
 use crate::tenant::Tenant;
 
 /// Counts each record through the [`metrics`](::metrics) facade:
 /// `refusal_guard_refusals_total`, `refusal_guard_recovery_attempts_total`,
-/// `refusal_guard_refused_tokens_total`, `refusal_guard_fallback_credit_total`
-/// and `refusal_guard_recovery_latency_seconds`.
+/// `refusal_guard_refused_tokens_total`, `refusal_guard_fallback_credit_total`,
+/// `refusal_guard_reroutes_total` and `refusal_guard_recovery_latency_seconds`.
 ///
 /// Put it beside the log sink so that the counters and the log agree line
 /// for line:
@@ -44,8 +44,8 @@ impl TelemetrySink for MetricsSink {
 
 /// The `kind` label: `empty`, `partial`, or `text` for a prose refusal.
 fn kind_label(record: &RefusalRecord) -> &'static str {
-    match (record.signal, record.refusal().kind) {
-        (Some(RefusalSignal::Text), _) => "text",
+    match (record.signal, record.kind) {
+        (RefusalSignal::Text, _) => "text",
         (_, RefusalKind::Empty) => "empty",
         (_, RefusalKind::Partial) => "partial",
     }
@@ -68,26 +68,22 @@ fn kind_label(record: &RefusalRecord) -> &'static str {
 pub fn record_refusal(record: &RefusalRecord) {
     let tenant = tenant_label(record.tenant.as_deref().unwrap_or(Tenant::DEFAULT_NAME));
     let labels = vec![
-        Label::new(
-            "provider",
-            label_or_unknown(record.provider.map(|p| p.as_str())),
-        ),
-        Label::new(
-            "wire_api",
-            label_or_unknown(record.wire_api.map(WireApi::as_str)),
-        ),
+        Label::new("provider", record.provider.as_str()),
+        Label::new("wire_api", record.wire_api.as_str()),
         Label::new("category", category_label(record.category.as_deref())),
         Label::new("kind", kind_label(record)),
         Label::new("outcome", record.outcome.as_str()),
         Label::new("model", model_label(record.model.as_deref())),
         Label::new("tenant", tenant.clone()),
     ];
+    let scope = labels[..2].to_vec();
     counter!(REFUSALS, labels).increment(1);
     for (step, result) in recovery_attempts(record) {
         counter!(RECOVERY_ATTEMPTS, "step" => step, "result" => result, "tenant" => tenant.clone())
             .increment(1);
     }
     count_refused_tokens(record, &tenant);
+    count_reroutes(record, &scope, &tenant);
     for attempt in &record.attempts {
         if let Some(credit) = &attempt.fallback_credit {
             // The reason is the provider's closed vocabulary; anything
@@ -103,7 +99,7 @@ pub fn record_refusal(record: &RefusalRecord) {
 
 /// Adds each attempt's refused usage to [`REFUSED_TOKENS`], under the
 /// model that refused (the attempt's, else the record's): a refused
-/// attempt's, or what the attempts a provider's own chain declined cost
+/// attempt's, or what the attempts a provider's server-side fallbacks declined cost
 /// (see [`Attempt::usage`](crate::refusal::Attempt::usage)).
 fn count_refused_tokens(record: &RefusalRecord, tenant: &SharedString) {
     for attempt in &record.attempts {
@@ -123,6 +119,23 @@ fn count_refused_tokens(record: &RefusalRecord, tenant: &SharedString) {
                 counter!(REFUSED_TOKENS, labels).increment(tokens);
             }
         }
+    }
+}
+
+/// Adds each rerouted attempt to [`REROUTES`], under the model it asked
+/// for (the attempt's, else the record's) and the one that served it.
+/// `scope`: the record's `provider` and `wire_api` labels.
+fn count_reroutes(record: &RefusalRecord, scope: &[Label], tenant: &SharedString) {
+    for attempt in &record.attempts {
+        let Some(served) = attempt.rerouted_to.as_deref() else {
+            continue;
+        };
+        let requested = attempt.model.as_deref().or(record.model.as_deref());
+        let mut labels = scope.to_vec();
+        labels.push(Label::new("requested", model_label(requested)));
+        labels.push(Label::new("served", model_label(Some(served))));
+        labels.push(Label::new("tenant", tenant.clone()));
+        counter!(REROUTES, labels).increment(1);
     }
 }
 

@@ -57,7 +57,10 @@ pub use metrics_sink::{record_refusal, recovery_attempts, MetricsSink};
 pub use restored::RouteRestored;
 pub use trace::TracingSink;
 
-/// One refusal as it is logged: one JSON object per line.
+/// One refusal as it is logged: one JSON object per line, the refusal's
+/// own fields (those of [`Refusal`], with the same types) and what the log
+/// adds (when, the conversation, the attempts, the latency, the usage, the
+/// tenant).
 ///
 /// The first five fields (`ts`, `model`, `category`, `explanation`,
 /// `outcome`) are exactly the fields pi-refusal-guard writes, in the same
@@ -71,21 +74,22 @@ pub use trace::TracingSink;
 /// older or newer version of this crate) can be reported on: only `ts` and
 /// `outcome` are required; any other field may be missing (it becomes `None`,
 /// empty or `0`), unknown fields are ignored, and an enum field holding a
-/// value this version does not know reads as `None` instead of rejecting the
-/// line.
-///
-/// `provider` and `wire_api` are `Option`s because a pi-refusal-guard line does
-/// not say which provider refused; [`RefusalRecord::refusal`] documents the
-/// defaults it assumes for such lines.
+/// value this version does not know reads as if it were missing instead of
+/// rejecting the line. A line that does not say which provider, wire API,
+/// signal or kind (pi-refusal-guard logged only Anthropic classifier
+/// refusals in detail) reads as the Anthropic Messages API's (or, given the
+/// wire API, its provider's), a stop reason, and [`RefusalKind::Partial`]
+/// for a `partial` outcome, [`RefusalKind::Empty`] otherwise.
 ///
 /// ```
-/// use refusal_guard::refusal::Outcome;
+/// use refusal_guard::refusal::{Outcome, Provider, RefusalKind};
 /// use refusal_guard::telemetry::RefusalRecord;
 ///
 /// let line = r#"{"ts":"2026-11-29T17:44:06.123Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"dead"}"#;
 /// let record: RefusalRecord = serde_json::from_str(line).unwrap();
 /// assert_eq!(record.outcome, Outcome::Dead);
-/// assert_eq!(record.provider, None);
+/// assert_eq!(record.provider, Provider::Anthropic);
+/// assert_eq!(record.kind, RefusalKind::Empty);
 /// assert!(record.attempts.is_empty());
 /// assert_eq!(record.usage, None);
 /// ```
@@ -93,99 +97,138 @@ pub use trace::TracingSink;
 /// The guard builds one per refusal with [`RefusalRecord::new`]; so can
 /// sinks and tests.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "RecordLine")]
 #[non_exhaustive]
 pub struct RefusalRecord {
     /// When the record was made: RFC 3339 in UTC with milliseconds and a `Z`
     /// (`2026-11-29T17:44:06.123Z`), the shape JavaScript's `toISOString`
     /// writes. See [`format_ts`].
     pub ts: String,
-    /// The model that refused.
-    #[serde(default)]
+    /// The model that refused ([`Refusal::model`]; for a reroute, the one
+    /// the request asked for).
     pub model: Option<String>,
     /// The provider's category (`cyber`, `content_filter`, `SAFETY`, ...).
-    #[serde(default)]
     pub category: Option<String>,
     /// The provider's explanation.
-    #[serde(default)]
     pub explanation: Option<String>,
     /// What became of the refusal.
     pub outcome: Outcome,
     /// Why it stayed dead, for [`Outcome::Dead`].
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<DeadReason>,
-    /// The provider that refused; `None` for lines that do not say.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
-    pub provider: Option<Provider>,
-    /// The wire API of the request; `None` for lines that do not say.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
-    pub wire_api: Option<WireApi>,
+    /// The provider that refused.
+    pub provider: Provider,
+    /// The wire API of the request.
+    pub wire_api: WireApi,
     /// How the refusal was expressed.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
-    pub signal: Option<RefusalSignal>,
+    pub signal: RefusalSignal,
     /// Empty or partial.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
-    pub kind: Option<RefusalKind>,
+    pub kind: RefusalKind,
     /// The model whose response the client received.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub served_model: Option<String>,
     /// The model the provider suggested retrying on
     /// ([`Refusal::recommended_model`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub recommended_model: Option<String>,
     /// Whether the refusal's credit token carried a prefill claim; left out
     /// when unknown.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
-    pub prefill: Option<Prefill>,
+    #[serde(skip_serializing_if = "Prefill::is_unknown")]
+    pub prefill: Prefill,
     /// The provider's request id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub request_id: Option<String>,
     /// A hashed key of the conversation (never the conversation itself).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub conversation: Option<String>,
     /// Every request the guard sent upstream for the call, in order.
-    #[serde(default, deserialize_with = "lenient_vec")]
     pub attempts: Vec<Attempt>,
     /// Milliseconds from the original request to the settled outcome
     /// (`0` when the line did not say).
-    #[serde(default)]
     pub latency_ms: u64,
     /// The tokens the attempts cost, added up over those that reported
     /// usage (see [`Attempt::usage`]); `None` when none did.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
-    )]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
     /// The name of the tenant whose request refused (see
     /// [`crate::tenant`]; `default` without tenants); `None` for lines that
     /// do not say.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+}
+
+/// A record as a line holds it: what the line may not say (a
+/// pi-refusal-guard line, a newer writer's value) is `None` here, and
+/// [`RefusalRecord`] reads it from this with the assumptions it documents.
+#[derive(Deserialize)]
+struct RecordLine {
+    ts: String,
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    explanation: Option<String>,
+    outcome: Outcome,
+    #[serde(default, deserialize_with = "lenient")]
+    reason: Option<DeadReason>,
+    #[serde(default, deserialize_with = "lenient")]
+    provider: Option<Provider>,
+    #[serde(default, deserialize_with = "lenient")]
+    wire_api: Option<WireApi>,
+    #[serde(default, deserialize_with = "lenient")]
+    signal: Option<RefusalSignal>,
+    #[serde(default, deserialize_with = "lenient")]
+    kind: Option<RefusalKind>,
+    #[serde(default)]
+    served_model: Option<String>,
+    #[serde(default)]
+    recommended_model: Option<String>,
+    #[serde(default, deserialize_with = "lenient")]
+    prefill: Option<Prefill>,
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    conversation: Option<String>,
+    #[serde(default, deserialize_with = "lenient_vec")]
+    attempts: Vec<Attempt>,
+    #[serde(default)]
+    latency_ms: u64,
+    #[serde(default, deserialize_with = "lenient")]
+    usage: Option<Usage>,
+    #[serde(default)]
+    tenant: Option<String>,
+}
+
+impl From<RecordLine> for RefusalRecord {
+    fn from(line: RecordLine) -> Self {
+        let kind = line.kind.unwrap_or(match line.outcome {
+            Outcome::Partial => RefusalKind::Partial,
+            _ => RefusalKind::Empty,
+        });
+        let wire_api = line.wire_api.unwrap_or(WireApi::AnthropicMessages);
+        RefusalRecord {
+            ts: line.ts,
+            model: line.model,
+            category: line.category,
+            explanation: line.explanation,
+            outcome: line.outcome,
+            reason: line.reason,
+            provider: line.provider.unwrap_or(wire_api.provider()),
+            wire_api,
+            signal: line.signal.unwrap_or(RefusalSignal::StopReason),
+            kind,
+            served_model: line.served_model,
+            recommended_model: line.recommended_model,
+            prefill: line.prefill.unwrap_or_default(),
+            request_id: line.request_id,
+            conversation: line.conversation,
+            attempts: line.attempts,
+            latency_ms: line.latency_ms,
+            usage: line.usage,
+            tenant: line.tenant,
+        }
+    }
 }
 
 impl RefusalRecord {
@@ -211,7 +254,7 @@ impl RefusalRecord {
     ///     .attempts(vec![refused, served])
     ///     .conversation("c0ffee")
     ///     .latency_ms(840);
-    /// assert_eq!(record.provider, Some(Provider::OpenAi));
+    /// assert_eq!(record.provider, Provider::OpenAi);
     /// assert_eq!(record.refusal(), refusal);
     /// assert_eq!(record.usage.unwrap().input_tokens, Some(1500));
     /// assert!(record.ts.ends_with('Z'));
@@ -224,13 +267,13 @@ impl RefusalRecord {
             explanation: refusal.explanation.clone(),
             outcome: refusal.outcome,
             reason: refusal.reason,
-            provider: Some(refusal.provider),
-            wire_api: Some(refusal.wire_api),
-            signal: Some(refusal.signal),
-            kind: Some(refusal.kind),
+            provider: refusal.provider,
+            wire_api: refusal.wire_api,
+            signal: refusal.signal,
+            kind: refusal.kind,
             served_model: refusal.served_model.clone(),
             recommended_model: refusal.recommended_model.clone(),
-            prefill: Some(refusal.prefill).filter(|p| *p != Prefill::Unknown),
+            prefill: refusal.prefill,
             request_id: refusal.request_id.clone(),
             conversation: None,
             attempts: Vec::new(),
@@ -319,35 +362,35 @@ impl RefusalRecord {
         self
     }
 
-    /// The typed refusal this record describes.
+    /// The typed refusal this record is of: the record's own fields,
+    /// what [`RefusalRecord::new`] took from it.
     ///
-    /// For a line that lacks this crate's fields (one written by
-    /// pi-refusal-guard, which only logged Anthropic classifier refusals in
-    /// detail), the missing parts are assumed: provider
-    /// [`Provider::Anthropic`], wire API [`WireApi::AnthropicMessages`],
-    /// signal [`RefusalSignal::StopReason`], and kind
-    /// [`RefusalKind::Partial`] when the outcome is `partial`,
-    /// [`RefusalKind::Empty`] otherwise. Check [`RefusalRecord::provider`]
-    /// first when that assumption matters.
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// use refusal_guard::telemetry::RefusalRecord;
+    ///
+    /// let refusal = Refusal::new(WireApi::OpenAiResponses, Outcome::Dead)
+    ///     .signal(RefusalSignal::ModelRefusal)
+    ///     .category("content_filter")
+    ///     .reason(DeadReason::StillRefused)
+    ///     .prefill(Prefill::Claimed);
+    /// assert_eq!(RefusalRecord::new(&refusal).refusal(), refusal);
+    /// ```
     pub fn refusal(&self) -> Refusal {
-        let kind = self.kind.unwrap_or(match self.outcome {
-            Outcome::Partial => RefusalKind::Partial,
-            _ => RefusalKind::Empty,
-        });
         Refusal {
-            provider: self.provider.unwrap_or(Provider::Anthropic),
-            wire_api: self.wire_api.unwrap_or(WireApi::AnthropicMessages),
-            signal: self.signal.unwrap_or(RefusalSignal::StopReason),
+            provider: self.provider,
+            wire_api: self.wire_api,
+            signal: self.signal,
             category: self.category.clone(),
             explanation: self.explanation.clone(),
             model: self.model.clone(),
             request_id: self.request_id.clone(),
-            kind,
+            kind: self.kind,
             outcome: self.outcome,
             reason: self.reason,
             served_model: self.served_model.clone(),
             recommended_model: self.recommended_model.clone(),
-            prefill: self.prefill.unwrap_or_default(),
+            prefill: self.prefill,
         }
     }
 
@@ -674,6 +717,7 @@ pub(crate) fn signal_str(signal: RefusalSignal) -> &'static str {
         RefusalSignal::Text => "text",
         RefusalSignal::BlockedOutput => "blocked_output",
         RefusalSignal::PolicyError => "policy_error",
+        RefusalSignal::Rerouted => "rerouted",
     }
 }
 
@@ -708,6 +752,7 @@ mod tests {
             RefusalSignal::Text,
             RefusalSignal::BlockedOutput,
             RefusalSignal::PolicyError,
+            RefusalSignal::Rerouted,
         ] {
             let json = serde_json::to_value(signal).unwrap();
             assert_eq!(json.as_str(), Some(signal_str(signal)));

@@ -168,7 +168,7 @@ async fn an_empty_refusal_on_invoke_stream_falls_back_to_the_arn_signed_for_each
         assert_eq!(done.records.len(), 1);
         let record = &done.records[0];
         assert_eq!(record.outcome, Outcome::Fallback);
-        assert_eq!(record.wire_api, Some(WireApi::BedrockInvokeModel));
+        assert_eq!(record.wire_api, WireApi::BedrockInvokeModel);
         assert_eq!(record.category.as_deref(), Some("cyber"));
         assert_eq!(record.model.as_deref(), Some(OPUS));
     }
@@ -213,7 +213,7 @@ async fn a_partial_refusal_and_an_exception_frame_pass_through_byte_exact() {
         match kind {
             Some(kind) => {
                 assert_eq!(done.records.len(), 1);
-                assert_eq!(done.records[0].kind, Some(kind));
+                assert_eq!(done.records[0].kind, kind);
                 assert_eq!(done.records[0].outcome, Outcome::Partial);
             }
             None => assert!(done.records.is_empty(), "an exception is no refusal"),
@@ -261,7 +261,7 @@ async fn converse_stream_content_filtered_is_rescued_in_converse_shape() {
         "Converse blocks carry no type"
     );
     let record = &done.records[0];
-    assert_eq!(record.wire_api, Some(WireApi::BedrockConverse));
+    assert_eq!(record.wire_api, WireApi::BedrockConverse);
     assert_eq!(record.category.as_deref(), Some("content_filtered"));
     assert_eq!(record.outcome, Outcome::Rescued);
 }

@@ -199,7 +199,7 @@ async fn what_became_of_a_credit_token_is_recorded_on_its_fallback_and_counted()
         "tok-1"
     );
     let record = &done.sink.records()[0];
-    assert_eq!(record.prefill, Some(Prefill::NotClaimed));
+    assert_eq!(record.prefill, Prefill::NotClaimed);
     assert_eq!(record.attempts[0].fallback_credit, None);
     assert_eq!(
         record.attempts[1].fallback_credit,
@@ -239,10 +239,9 @@ async fn what_became_of_a_credit_token_is_recorded_on_its_fallback_and_counted()
         record.attempts[1].fallback_credit,
         Some(FallbackCredit::Redeemed)
     );
-    assert_eq!(
-        record.prefill, None,
-        "absent: unknown, left out of the line"
-    );
+    assert_eq!(record.prefill, Prefill::Unknown, "absent: unknown");
+    let line = String::from_utf8(record.to_json_line()).unwrap();
+    assert!(!line.contains("prefill"), "unknown: left out of the line");
 }
 
 // ---- a client-side chain marked as a server-side one --------------------------

@@ -597,7 +597,7 @@ async fn a_responses_policy_error_is_served_by_claude_as_a_responses_stream() {
             .contains("cyber_policy"));
         let records = done.sink.records();
         assert_eq!(records[0].outcome, Outcome::Fallback);
-        assert_eq!(records[0].signal, Some(RefusalSignal::PolicyError));
+        assert_eq!(records[0].signal, RefusalSignal::PolicyError);
         assert_eq!(records[0].category.as_deref(), Some("cyber"));
         assert_eq!(records[0].attempts[1].provider, Some(Provider::Anthropic));
         assert_eq!(records[0].attempts[1].result, AttemptResult::Served);

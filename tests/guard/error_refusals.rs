@@ -50,7 +50,7 @@ fn assert_delivered_as_sent(done: &Exchange, sent: &[u8], signal: RefusalSignal)
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, Some(DeadReason::RescueOff));
-    assert_eq!(record.signal, Some(signal));
+    assert_eq!(record.signal, signal);
 }
 
 /// `done` passed `partial` through byte for byte after its one upstream
@@ -60,8 +60,8 @@ fn assert_left_alone(done: &Exchange, partial: &Bytes, signal: RefusalSignal) {
     assert_eq!(done.upstream.seen().len(), 1, "no fallback after text");
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Partial);
-    assert_eq!(record.kind, Some(RefusalKind::Partial));
-    assert_eq!(record.signal, Some(signal));
+    assert_eq!(record.kind, RefusalKind::Partial);
+    assert_eq!(record.signal, signal);
 }
 
 fn answer() -> Bytes {
@@ -191,9 +191,9 @@ fn assert_policy_record(done: &Exchange, category: &str, status: u16) {
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
     let record = &records[0];
-    assert_eq!(record.signal, Some(RefusalSignal::PolicyError));
+    assert_eq!(record.signal, RefusalSignal::PolicyError);
     assert_eq!(record.category.as_deref(), Some(category));
-    assert_eq!(record.kind, Some(RefusalKind::Empty));
+    assert_eq!(record.kind, RefusalKind::Empty);
     assert_eq!(record.attempts[0].status, Some(status));
     assert_eq!(record.attempts[0].result, AttemptResult::Refused);
     let line: Value = serde_json::from_slice(&record.to_json_line()).unwrap();

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::Full;
 use support::fixtures::{cassette, json_lines_as_sse, Framing, Recorded};
-use support::judge::{judge_every_chunking, Expected, Refused, Verdict};
+use support::judge::{answered_model, judge_every_chunking, Expected, Refused, Verdict};
 use support::*;
 use Verdict::{Error, None, Partial, ServerFallback};
 
@@ -128,8 +128,11 @@ fn table() -> Vec<(String, Recorded, Verdict)> {
     rows
 }
 
-fn request(stream: bool) -> Request<Full<Bytes>> {
-    messages("claude-opus-4-7", stream, "hi")
+/// A request for the model the recorded response names (else Opus), so
+/// that the response is no reroute.
+fn request(recorded: &Recorded, stream: bool) -> Request<Full<Bytes>> {
+    let model = answered_model(&recorded.body);
+    messages(model.as_deref().unwrap_or("claude-opus-4-7"), stream, "hi")
 }
 
 /// Judges the rows whose name starts with `prefix`.
@@ -141,7 +144,8 @@ async fn judge_table(prefix: &str) {
         }
         let expected = Expected::ok(recorded.json, verdict).with_status(recorded.status);
         let stream = !recorded.json;
-        judge_every_chunking(&name, &|| request(stream), &recorded.body, &expected).await;
+        let request = || request(&recorded, stream);
+        judge_every_chunking(&name, &request, &recorded.body, &expected).await;
         judged += 1;
     }
     assert!(judged > 0, "{prefix}");

@@ -25,7 +25,9 @@ use refusal_guard::refusal::{DeadReason, Provider, RefusalSignal, WireApi};
 use refusal_guard::{RefusalGuardLayer, RefusalHandle};
 use support::chunking::random_chunkings;
 use support::fixtures::{fixtures_dir, json_lines_as_sse, Framing};
-use support::judge::{judge_chunkings, judge_every_chunking, Expected, Refused, Source, Verdict};
+use support::judge::{
+    answered_model, judge_chunkings, judge_every_chunking, Expected, Refused, Source, Verdict,
+};
 use support::*;
 use Verdict::{Error, None};
 
@@ -200,7 +202,8 @@ fn as_json_array(sse: &[u8]) -> Option<Bytes> {
 
 const MODEL: &str = "gemini-2.5-pro";
 
-fn request(streaming: bool, sse: bool) -> Request<Full<Bytes>> {
+/// A request for `model`.
+fn request(model: &str, streaming: bool, sse: bool) -> Request<Full<Bytes>> {
     let method = if streaming {
         "streamGenerateContent"
     } else {
@@ -216,7 +219,7 @@ fn request(streaming: bool, sse: bool) -> Request<Full<Bytes>> {
     }))
     .unwrap();
     Request::post(format!(
-        "https://generativelanguage.googleapis.com/v1beta/models/{MODEL}:{method}{query}"
+        "https://generativelanguage.googleapis.com/v1beta/models/{model}:{method}{query}"
     ))
     .header("content-type", "application/json")
     .body(Full::new(Bytes::from(body)))
@@ -224,21 +227,31 @@ fn request(streaming: bool, sse: bool) -> Request<Full<Bytes>> {
 }
 
 /// Every record names Gemini and the model of the request.
-const SOURCE: Source = Source {
-    provider: Provider::Google,
-    wire_api: WireApi::GeminiGenerateContent,
-    model: Some(MODEL),
-};
+fn source(model: &str) -> Source {
+    Source {
+        provider: Provider::Google,
+        wire_api: WireApi::GeminiGenerateContent,
+        model: Some(model.to_owned()),
+    }
+}
 
-/// A 200 body, JSON unless streamed, with this verdict.
-fn served(streaming: bool, verdict: Verdict) -> Expected {
-    Expected::ok(!streaming, verdict).from(SOURCE)
+/// The model `bytes` name as the one that served (else [`MODEL`]): what a
+/// request asks for so that they are no reroute.
+fn model_of(bytes: &[u8]) -> String {
+    answered_model(bytes).unwrap_or_else(|| MODEL.to_owned())
+}
+
+/// A 200 body, JSON unless streamed, with this verdict, for `model`.
+fn served(model: &str, streaming: bool, verdict: Verdict) -> Expected {
+    Expected::ok(!streaming, verdict).from(source(model))
 }
 
 /// A served body under every chunking, with the given verdict.
 async fn judge_everywhere(name: &str, bytes: &Bytes, streaming: bool, verdict: Verdict) {
-    let expected = served(streaming, verdict);
-    judge_every_chunking(name, &|| request(streaming, streaming), bytes, &expected).await;
+    let model = model_of(bytes);
+    let expected = served(&model, streaming, verdict);
+    let request = || request(&model, streaming, streaming);
+    judge_every_chunking(name, &request, bytes, &expected).await;
 }
 
 /// The fixtures of one directory, one streaming kind, under every chunking.
@@ -321,9 +334,10 @@ async fn streams_as_json_arrays_get_the_same_verdicts() {
         arrays += 1;
         let mut chunkings = vec![vec![array.clone()]];
         chunkings.extend(random_chunkings(&array, 5));
-        let expected = served(false, verdict);
+        let model = model_of(&array);
+        let expected = served(&model, false, verdict);
         let name = format!("{name} as array");
-        let array_request = || request(true, false);
+        let array_request = || request(&model, true, false);
         judge_chunkings(&name, &array_request, &array, chunkings, &expected).await;
     }
     assert!(arrays > 30, "only {arrays} streams had data lines");
@@ -347,10 +361,10 @@ async fn error_bodies_with_their_status_pass_through() {
             continue;
         };
         checked += 1;
-        let expected = served(false, Error).with_status(status);
+        let expected = served(MODEL, false, Error).with_status(status);
         let name = format!("{dir}{file} as HTTP {status}");
         let chunkings = vec![vec![bytes.clone()]];
-        let same_request = || request(streaming, streaming);
+        let same_request = || request(MODEL, streaming, streaming);
         judge_chunkings(&name, &same_request, &bytes, chunkings, &expected).await;
     }
     assert!(checked >= 20, "{checked}");
@@ -387,9 +401,9 @@ async fn explanations_carry_the_providers_words() {
         ),
     ];
     for &(dir, file, streaming, needle) in cases {
-        let expected = served(streaming, Verdict::None);
+        let expected = served(MODEL, streaming, Verdict::None);
         let reply = Reply::raw(200, expected.content_type(), vec![load(dir, file)]);
-        let request = request(streaming, streaming);
+        let request = request(MODEL, streaming, streaming);
         let layer = RefusalGuardLayer::new().rescue(false);
         let done = exchange(layer, vec![reply], request).await;
         let refusal = done.refusal().expect("typed refusal");

@@ -8,7 +8,7 @@ use http_body_util::Full;
 use refusal_guard::refusal::{Provider, RefusalSignal, WireApi};
 use refusal_guard::{Refusal, RefusalGuardLayer};
 use support::fixtures::{json_lines_as_sse, Framing};
-use support::judge::{judge_every_chunking, Expected, Refused, Source, Verdict};
+use support::judge::{answered_model, judge_every_chunking, Expected, Refused, Source, Verdict};
 use support::*;
 use Api::*;
 use Format::*;
@@ -41,10 +41,11 @@ impl Api {
         }
     }
 
-    fn request(self, stream: bool) -> http::Request<Full<Bytes>> {
+    /// A request for `model`.
+    fn request(self, model: &str, stream: bool) -> http::Request<Full<Bytes>> {
         let body = match self {
             Api::Chat | Api::AzureChat => serde_json::json!({
-                "model": "gpt-4o",
+                "model": model,
                 "stream": stream,
                 "messages": [
                     {"role": "system", "content": "You are helpful."},
@@ -52,7 +53,7 @@ impl Api {
                 ],
             }),
             Api::Responses => serde_json::json!({
-                "model": "gpt-4o",
+                "model": model,
                 "stream": stream,
                 "input": "hello",
             }),
@@ -114,7 +115,10 @@ async fn check(path: &str, api: Api, format: Format, verdict: Verdict) {
     let body = body_of(path, api, format);
     let expected = expected(api, format, verdict);
     let stream = !expected.json;
-    judge_every_chunking(path, &|| api.request(stream), &body, &expected).await;
+    // The model the recorded response names, so that it is no reroute.
+    let model = answered_model(&body).unwrap_or_else(|| "gpt-4o".to_owned());
+    let request = || api.request(&model, stream);
+    judge_every_chunking(path, &request, &body, &expected).await;
 }
 
 macro_rules! fixtures {
@@ -185,7 +189,7 @@ async fn explanations_carry_the_providers_words() {
         let served = expected(api, format, NONE);
         let reply = Reply::raw(served.status, served.content_type(), vec![body]);
         let layer = RefusalGuardLayer::new().rescue(false);
-        let done = exchange(layer, vec![reply], api.request(!served.json)).await;
+        let done = exchange(layer, vec![reply], api.request("gpt-4o", !served.json)).await;
         done.refusal().cloned().expect("refusal")
     }
     let streamed = refusal_of(

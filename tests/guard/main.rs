@@ -20,6 +20,7 @@ mod partial_continuation;
 mod properties;
 mod recovery_gemini;
 mod recovery_openai;
+mod reroutes;
 mod sse_framer;
 mod telemetry;
 mod text_detection;

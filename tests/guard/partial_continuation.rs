@@ -129,7 +129,7 @@ async fn text_then_a_claimed_refusal_continues_in_the_same_message() {
         let records = done.sink.records();
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].outcome, Outcome::Fallback);
-        assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+        assert_eq!(records[0].kind, RefusalKind::Partial);
         assert_eq!(records[0].category.as_deref(), Some("cyber"));
         let attempts = &records[0].attempts;
         assert_eq!(attempts.len(), 2);
@@ -230,7 +230,7 @@ async fn a_failed_continuation_leaves_the_original_partial_refusal_byte_exact() 
         let records = done.sink.records();
         assert_eq!(records.len(), 1, "{what}");
         assert_eq!(records[0].outcome, Outcome::Partial, "{what}");
-        assert_eq!(records[0].kind, Some(RefusalKind::Partial), "{what}");
+        assert_eq!(records[0].kind, RefusalKind::Partial, "{what}");
         let attempts = &records[0].attempts;
         assert_eq!(attempts.len(), 2, "{what}");
         assert_eq!(attempts[1].step, AttemptStep::Fallback, "{what}");
@@ -300,7 +300,7 @@ async fn thinking_alone_before_the_refusal_is_an_empty_refusal_not_a_continuatio
     let seen = done.upstream.seen();
     assert_eq!(seen.len(), 2);
     assert_eq!(seen[1].last_message()["role"], "user");
-    assert_eq!(done.sink.records()[0].kind, Some(RefusalKind::Empty));
+    assert_eq!(done.sink.records()[0].kind, RefusalKind::Empty);
 }
 
 #[tokio::test]
@@ -585,7 +585,7 @@ async fn a_json_message_refused_after_text_is_continued_as_one_message() {
     let records = done.sink.records();
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].outcome, Outcome::Fallback);
-    assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+    assert_eq!(records[0].kind, RefusalKind::Partial);
     assert_eq!(records[0].attempts.len(), 2);
     assert_eq!(done.refusal().map(|r| r.outcome), Some(Outcome::Fallback));
 }

@@ -178,7 +178,7 @@ async fn partial_refusals_are_left_alone() {
         let records = done.sink.records();
         assert_eq!(records.len(), 1, "{url}");
         assert_eq!(records[0].outcome, Outcome::Partial);
-        assert_eq!(records[0].kind, Some(RefusalKind::Partial));
+        assert_eq!(records[0].kind, RefusalKind::Partial);
         assert_eq!(records[0].category.as_deref(), Some(category));
         let handle = done.parts.extensions.get::<RefusalHandle>().unwrap();
         assert_eq!(handle.get().unwrap().outcome, Outcome::Partial);
@@ -232,7 +232,7 @@ async fn fallback_swaps_the_model_in_the_vertex_path() {
     let refusal = done.refusal().expect("typed refusal");
     assert_eq!(refusal.outcome, Outcome::Fallback);
     assert_eq!(refusal.model.as_deref(), Some("gemini-2.5-pro"));
-    assert_eq!(done.sink.records()[0].provider, Some(Provider::Google));
+    assert_eq!(done.sink.records()[0].provider, Provider::Google);
 }
 
 #[tokio::test]
@@ -276,7 +276,7 @@ async fn an_unknown_block_reason_is_a_refusal_recorded_as_it_came() {
     assert_eq!(done.body, ok_stream());
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Fallback);
-    assert_eq!(record.signal, Some(RefusalSignal::BlockedPrompt));
+    assert_eq!(record.signal, RefusalSignal::BlockedPrompt);
     assert_eq!(record.category.as_deref(), Some("NEWLY_ADDED_BLOCK"));
 }
 

@@ -146,7 +146,7 @@ async fn chat_structured_outputs_refusal_is_rescued_and_the_note_quotes_it() {
         "{note}"
     );
     let records = done.sink.records();
-    assert_eq!(records[0].signal, Some(RefusalSignal::ModelRefusal));
+    assert_eq!(records[0].signal, RefusalSignal::ModelRefusal);
     assert_eq!(records[0].outcome, Outcome::Rescued);
 }
 
@@ -465,7 +465,7 @@ async fn azure_blocked_prompt_without_rescue_reaches_the_client_as_sent() {
     let record = &done.sink.records()[0];
     assert_eq!(record.outcome, Outcome::Dead);
     assert_eq!(record.reason, Some(DeadReason::RescueOff));
-    assert_eq!(record.signal, Some(RefusalSignal::BlockedPrompt));
+    assert_eq!(record.signal, RefusalSignal::BlockedPrompt);
 }
 
 #[tokio::test]

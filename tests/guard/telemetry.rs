@@ -367,9 +367,16 @@ fn pi_refusal_guard_lines_are_read_with_defaults() {
     assert_eq!(record.model.as_deref(), Some("claude-opus-5"));
     assert_eq!(record.category.as_deref(), Some("cyber"));
     assert_eq!(record.outcome, Outcome::Fallback);
+    // What a pi-refusal-guard line does not say is assumed: Anthropic's
+    // Messages API, a stop reason, an empty refusal.
     assert_eq!(
         (record.provider, record.wire_api, record.signal, record.kind),
-        (None, None, None, None)
+        (
+            Provider::Anthropic,
+            WireApi::AnthropicMessages,
+            RefusalSignal::StopReason,
+            RefusalKind::Empty
+        )
     );
     assert!(record.attempts.is_empty());
     assert_eq!(record.latency_ms, 0);
@@ -398,10 +405,12 @@ fn unknown_values_from_newer_writers_do_not_reject_the_line() {
         "latency_ms":7,"new_field":{"nested":true},"usage":"lots"}"#;
     let record: RefusalRecord = serde_json::from_str(line).unwrap();
     assert_eq!(record.outcome, Outcome::Dead);
+    // Values this version does not know read as if the line did not say.
     assert_eq!(record.reason, None);
-    assert_eq!(record.provider, None);
-    assert_eq!(record.signal, None);
-    assert_eq!(record.kind, None);
+    assert_eq!(record.provider, Provider::Anthropic);
+    assert_eq!(record.wire_api, WireApi::AnthropicMessages);
+    assert_eq!(record.signal, RefusalSignal::StopReason);
+    assert_eq!(record.kind, RefusalKind::Empty);
     assert_eq!(record.attempts.len(), 1, "the parsable attempt is kept");
     assert_eq!(
         record.attempts[0].usage, None,

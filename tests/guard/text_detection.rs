@@ -110,7 +110,7 @@ async fn a_json_prose_refusal_is_recovered() {
     ];
     let done = exchange(layer, replies, messages("m", false, "x")).await;
     assert_eq!(done.body, answer);
-    assert_eq!(done.sink.records()[0].signal, Some(RefusalSignal::Text));
+    assert_eq!(done.sink.records()[0].signal, RefusalSignal::Text);
 }
 
 /// Bytes pulled from upstream before the guard answered.

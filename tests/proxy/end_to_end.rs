@@ -90,7 +90,8 @@ async fn normal_stream_is_byte_identical_and_host_rewritten() {
         &proxy,
         TEXT,
         "normal",
-        &messages("claude-opus-4-7", true, "hi"),
+        // The model the recorded answer names: no reroute.
+        &messages("claude-3-opus-latest", true, "hi"),
     )
     .await;
     assert_eq!(status, 200);

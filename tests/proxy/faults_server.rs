@@ -153,9 +153,11 @@ fn refused_as(response: &str, status: &str, kind: &str) -> serde_json::Value {
     serde_json::from_str(body_of(response)).unwrap()
 }
 
+/// A Messages request for the model [`TEXT`] names as the one that
+/// answered, so that its answer is no reroute.
 fn messages_request(stream: bool, extra_headers: &str) -> Vec<u8> {
     let body = format!(
-        r#"{{"model":"claude-opus-4-7","max_tokens":256,"stream":{stream},"messages":[{{"role":"user","content":"Check my SSH config"}}]}}"#
+        r#"{{"model":"claude-3-opus-latest","max_tokens":256,"stream":{stream},"messages":[{{"role":"user","content":"Check my SSH config"}}]}}"#
     );
     format!(
         "POST /v1/messages HTTP/1.1\r\nhost: proxy\r\ncontent-type: application/json\r\n\

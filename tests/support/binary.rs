@@ -54,9 +54,15 @@ impl Drop for TempDir {
 /// Runs `bin` with `args` to its end (no input, no refusal log from the
 /// environment).
 pub fn run(bin: &str, args: &[&str]) -> Output {
+    run_env(bin, args, &[])
+}
+
+/// [`run`] with these variables set in its environment.
+pub fn run_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(bin)
         .args(args)
         .env_remove("REFUSAL_GUARD_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -77,9 +83,15 @@ pub struct Running {
 impl Running {
     /// Starts `bin` with `args`; its stderr is read line by line from now on.
     pub fn spawn(bin: &str, args: &[&str]) -> Running {
+        Running::spawn_env(bin, args, &[])
+    }
+
+    /// [`Running::spawn`] with these variables set in its environment.
+    pub fn spawn_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = Command::new(bin)
             .args(args)
             .env_remove("REFUSAL_GUARD_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -94,6 +106,16 @@ impl Running {
             }
         });
         Running { child, lines }
+    }
+
+    /// Sends it the signal `name` (`INT`, `TERM`, `KILL`), as `kill -s`
+    /// from a shell does.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -s {name} failed");
     }
 
     /// What it has written to stderr so far, a line each.

@@ -1,6 +1,8 @@
 //! One harness for the fixture tests: a guard with rescue off (so every body,
 //! refused or not, must come out byte-identical) over a mock inner service
 //! that serves one body, under every chunking, and the verdict it must reach.
+//! A table's requests ask for the model its recorded response names
+//! ([`answered_model`]): asked for another, the response is a reroute.
 
 use bytes::Bytes;
 use http::Request;
@@ -77,16 +79,42 @@ impl Refused {
 }
 
 /// Who refused, as every record of one table must name it.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Source {
     pub provider: Provider,
     pub wire_api: WireApi,
     /// The model, where the table's requests name one the record must carry.
-    pub model: Option<&'static str>,
+    pub model: Option<String>,
+}
+
+/// The first model a recorded response body names as the one that served
+/// it (`"model"`, Gemini's `"modelVersion"`; an empty one, as Azure's
+/// prompt-filter chunk carries, skipped): what a request must ask for for
+/// the response to be no reroute.
+pub fn answered_model(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(body);
+    let mut rest = text.as_ref();
+    while let Some(at) = rest.find("\"model") {
+        rest = &rest[at + "\"model".len()..];
+        let after_key = rest
+            .strip_prefix('"')
+            .or_else(|| rest.strip_prefix("Version\""));
+        let Some(value) = after_key.and_then(|r| r.trim_start().strip_prefix(':')) else {
+            continue;
+        };
+        let Some(value) = value.trim_start().strip_prefix('"') else {
+            continue;
+        };
+        let model = &value[..value.find('"').unwrap_or(0)];
+        if !model.is_empty() {
+            return Some(model.to_owned());
+        }
+    }
+    None
 }
 
 /// How the body is served and what must come of it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Expected {
     pub status: u16,
     /// `application/json`, else `text/event-stream`.
@@ -206,16 +234,16 @@ pub async fn judge(
     };
     assert_eq!(records.len(), 1, "{name}: one record, got {records:?}");
     let record = &records[0];
-    check_record(name, record, &refused, expected.source);
+    check_record(name, record, &refused, expected.source.as_ref());
     let refusal = record.refusal();
     assert_eq!(handle.get().as_ref(), Some(&refusal), "{name}: handle");
     if let Verdict::Empty(_) = expected.verdict {
-        assert_eq!(record.kind, Some(RefusalKind::Empty), "{name}");
+        assert_eq!(record.kind, RefusalKind::Empty, "{name}");
         assert_eq!(record.outcome, Outcome::Dead, "{name}");
         assert_eq!(record.reason, Some(refused.dead), "{name}");
         assert_eq!(typed, Some(&refusal), "{name}: typed refusal in extensions");
     } else {
-        assert_eq!(record.kind, Some(RefusalKind::Partial), "{name}");
+        assert_eq!(record.kind, RefusalKind::Partial, "{name}");
         assert_eq!(record.outcome, Outcome::Partial, "{name}");
         if expected.json {
             // A whole JSON body is judged before the response is returned.
@@ -229,18 +257,18 @@ pub async fn judge(
     }
 }
 
-fn check_record(name: &str, record: &RefusalRecord, refused: &Refused, source: Option<Source>) {
+fn check_record(name: &str, record: &RefusalRecord, refused: &Refused, source: Option<&Source>) {
     if let Some(signal) = refused.signal {
-        assert_eq!(record.signal, Some(signal), "{name}: signal");
+        assert_eq!(record.signal, signal, "{name}: signal");
     }
     if let Some(category) = refused.category {
         assert_eq!(record.category.as_deref(), category, "{name}: category");
     }
     if let Some(source) = source {
-        assert_eq!(record.provider, Some(source.provider), "{name}: provider");
-        assert_eq!(record.wire_api, Some(source.wire_api), "{name}: wire API");
-        if let Some(model) = source.model {
-            assert_eq!(record.model.as_deref(), Some(model), "{name}: model");
+        assert_eq!(record.provider, source.provider, "{name}: provider");
+        assert_eq!(record.wire_api, source.wire_api, "{name}: wire API");
+        if let Some(model) = &source.model {
+            assert_eq!(record.model.as_ref(), Some(model), "{name}: model");
         }
     }
 }

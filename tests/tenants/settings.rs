@@ -63,11 +63,7 @@ async fn a_prose_refusal_is_recovered_for_the_tenant_that_reads_prose_and_passed
         assert_eq!(red.tenant.as_deref(), Some("red-team"));
         assert_eq!(
             (red.signal, red.category.as_deref(), red.outcome),
-            (
-                Some(RefusalSignal::Text),
-                Some("text_refusal"),
-                Outcome::Rescued
-            )
+            (RefusalSignal::Text, Some("text_refusal"), Outcome::Rescued)
         );
     }
 }

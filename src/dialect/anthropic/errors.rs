@@ -4,6 +4,24 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
+use crate::dialect::facts::ErrorShape;
+
+/// Anthropic's error shape: also the Messages API's on Bedrock and on
+/// Vertex AI, and the one a path no API claims is answered in.
+pub(crate) const SHAPE: ErrorShape = ErrorShape {
+    name: "anthropic",
+    body: |status, _code, message| body(status, message),
+    provider_body: body,
+    type_header: None,
+    claims_path,
+};
+
+/// Claude on Vertex AI (`:rawPredict`, `:streamRawPredict`); Anthropic's
+/// own paths need no claim, its shape being the default.
+fn claims_path(path: &str) -> bool {
+    path.contains(":rawpredict") || path.contains(":streamrawpredict")
+}
+
 /// The error body for `status`.
 pub(crate) fn body(status: StatusCode, message: &str) -> Value {
     json!({

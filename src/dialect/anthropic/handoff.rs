@@ -1,5 +1,6 @@
-//! A client-side chain marked as a server-side one is: the `fallback`
-//! blocks and `usage.iterations` the official SDK middleware writes.
+//! A fallback chain's handoff marked as the provider marks its server-side
+//! fallbacks: the `fallback` blocks and `usage.iterations` the official SDK
+//! middleware writes.
 
 use bytes::Bytes;
 use serde_json::{json, Value};
@@ -10,9 +11,9 @@ use super::signals::*;
 use crate::refusal::Usage;
 use crate::sse::Frame;
 
-/// The `fallback` content blocks a server-side chain carries, for a
-/// client-side one: one per model that declined, each naming the next, so
-/// the last names the model that served.
+/// The `fallback` content blocks the provider's server-side fallbacks
+/// carry, for a handoff of the fallback chain: one per model that declined,
+/// each naming the next, so the last names the model that served.
 pub(super) fn handoff_blocks(handoff: &Handoff<'_>) -> Vec<Value> {
     let next = handoff.declined.iter().skip(1).map(|d| d.model.as_str());
     handoff
@@ -58,10 +59,10 @@ pub(super) fn event_bytes(event: &Value) -> String {
     format!("event: {kind}\ndata: {event}\n\n")
 }
 
-/// Marks a client-side chain in the served stream as a server-side one is
-/// marked: the `fallback` blocks first, right after `message_start` (which
-/// keeps the first model's message id), every served block moved up past
-/// them, and `usage.iterations` on the final `message_delta`, one entry
+/// Marks a fallback chain's handoff in the served stream as server-side
+/// fallbacks are marked: the `fallback` blocks first, right after
+/// `message_start` (which keeps the first model's message id), every served
+/// block moved up past them, and `usage.iterations` on the final `message_delta`, one entry
 /// per attempt. The stream stays one valid message.
 pub(super) struct HandoffStream {
     pub(super) markers: Vec<Value>,

@@ -30,12 +30,44 @@ use serde_json::{json, Value};
 use super::fields::typed;
 use super::{
     merge_list_header, path_segments, remove_list_value, str_field, type_of, without_cache_marks,
-    AnthropicFeatures, ComposedFallbacks, Dialect, EventJudge, Finding, FrameRewrite, Handoff,
-    LiveSplice, PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback,
-    CACHE_CONTROL,
+    ComposedFallbacks, Dialect, EventJudge, Features, Finding, FrameRewrite, Handoff, LiveSplice,
+    PartialContinuation, RefusalInfo, Retarget, RewriteError, ServerFallback, CACHE_CONTROL,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.
-use crate::refusal::{Provider, WireApi};
+use crate::dialect::facts::{Api, Folder, ProviderFacts};
+use crate::refusal::{Provider, RefusalSignal, WireApi};
+
+/// Anthropic's folder: the Messages API, first party and on Vertex AI.
+pub(crate) static FOLDER: Folder = Folder {
+    provider: Some(&PROVIDER),
+    apis: &[&MESSAGES],
+};
+
+/// Anthropic, as chain entries name it (`anthropic:`).
+static PROVIDER: ProviderFacts = ProviderFacts {
+    provider: Provider::Anthropic,
+    name: "anthropic",
+    entry_prefixes: &["anthropic"],
+    fallback_api: WireApi::AnthropicMessages,
+    finish_reason,
+};
+
+/// The Messages API (`/v1/messages`, Vertex AI's `:rawPredict`).
+static MESSAGES: Api = Api {
+    wire_api: WireApi::AnthropicMessages,
+    name: "anthropic_messages",
+    provider: Provider::Anthropic,
+    platform: "anthropic",
+    gen_ai_system: "anthropic",
+    errors: &errors::SHAPE,
+    translation: &translate::TRANSLATION,
+    dialect: Some(&AnthropicMessages),
+};
+
+/// A refusal stop's finish reason: the `stop_reason` `refusal`.
+fn finish_reason(_signal: RefusalSignal, _category: Option<&str>) -> &str {
+    "refusal"
+}
 
 /// The provider caps the server-side `fallbacks` list at three models
 /// (platform docs "Refusals and fallback", Naming your own fallback models:
@@ -57,12 +89,8 @@ pub(crate) struct AnthropicMessages;
 use self::{handoff::*, live::*, prefill::*, shapes::*, signals::*, stream::*};
 
 impl Dialect for AnthropicMessages {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::AnthropicMessages
+    fn api(&self) -> &'static Api {
+        &MESSAGES
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -214,6 +242,11 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        // On Foundry the request names a deployment.
+        !on_foundry(uri) && models::another_claude(requested, served)
+    }
+
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {
         if let Some((at, _, method)) = vertex_model_segment(uri) {
             let mut segments: Vec<String> =
@@ -246,12 +279,12 @@ impl Dialect for AnthropicMessages {
         Ok(())
     }
 
-    fn anthropic(&self) -> Option<&dyn AnthropicFeatures> {
-        Some(self)
+    fn features(&self) -> &dyn Features {
+        self
     }
 }
 
-impl AnthropicFeatures for AnthropicMessages {
+impl Features for AnthropicMessages {
     fn live_splice(&self) -> Option<Box<dyn LiveSplice>> {
         Some(Box::<LiveThinking>::default())
     }
@@ -298,6 +331,10 @@ impl AnthropicFeatures for AnthropicMessages {
     }
 
     fn asks_fallback_credit(&self) -> bool {
+        true
+    }
+
+    fn has_server_fallbacks(&self) -> bool {
         true
     }
 

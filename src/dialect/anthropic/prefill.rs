@@ -6,7 +6,7 @@ use http::HeaderMap;
 use serde_json::{json, Value};
 
 use crate::dialect::{
-    event_type, is_real_text, json_event, AnthropicFeatures, FrameRewrite, PartialContinuation,
+    event_type, is_real_text, json_event, Features, FrameRewrite, PartialContinuation,
     PrefillClaim, RewriteError,
 };
 // `Prefill` in `prefill` is the partial-continuation tracker.

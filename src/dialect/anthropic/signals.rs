@@ -1,4 +1,4 @@
-//! What Anthropic's responses say about a refusal, a server-side chain and
+//! What Anthropic's responses say about a refusal, server-side fallbacks and
 //! its cost: the signals every other part of the dialect reads.
 
 use http::Uri;
@@ -102,7 +102,7 @@ pub(super) fn iteration(entry: &Value) -> (Option<&str>, Option<String>, Option<
     (kind, str_field(entry, "model"), usage(entry))
 }
 
-/// What a response's `usage.iterations` says of a server-side chain:
+/// What a response's `usage.iterations` says of its server-side fallbacks:
 /// something only when a fallback served (a `fallback_message` entry).
 pub(super) fn chain_of<'a, I>(entries: I) -> Option<Iterations>
 where
@@ -139,7 +139,8 @@ pub(super) fn iterations(usage: &Value) -> Option<Iterations> {
 /// ..}`, the latter with `remove_to_redeem`, a list of the request's field
 /// names, exactly when the reason is `variant_fields_present`
 /// (anthropic-sdk-python `types/beta/beta_fallback_credit_usage.py`,
-/// `beta_fallback_credit_not_applied.py`).
+/// `beta_fallback_credit_not_applied.py`: "a corrected re-send inside the
+/// token's five-minute window can still redeem").
 pub(super) fn fallback_credit(usage: &Value) -> Option<FallbackCredit> {
     let status = usage.get("fallback_credit")?.get("status")?;
     let fields = status.get("remove_to_redeem").and_then(Value::as_array);
@@ -199,8 +200,12 @@ pub(super) fn vertex_model_segment(uri: &Uri) -> Option<(usize, &str, &str)> {
 /// Bedrock's paths are not Messages paths at all; Foundry serves
 /// `/anthropic/v1/messages` on `*.services.ai.azure.com`.
 pub(super) fn first_party(uri: &Uri) -> bool {
-    let foundry = uri
-        .host()
-        .is_some_and(|host| host.ends_with(".services.ai.azure.com"));
-    vertex_model_segment(uri).is_none() && !foundry
+    vertex_model_segment(uri).is_none() && !on_foundry(uri)
+}
+
+/// Whether the request goes to Claude on Azure AI Foundry, whose `model`
+/// names a deployment rather than a model.
+pub(super) fn on_foundry(uri: &Uri) -> bool {
+    uri.host()
+        .is_some_and(|host| host.ends_with(".services.ai.azure.com"))
 }

@@ -10,15 +10,37 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
+use crate::dialect::facts::{ClientSide, TargetSide, Translation};
 use crate::dialect::translate::{
-    integer, merge_usage, number, only_known_fields, read_tools, sse, strings, Event, ImageSource,
-    Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable,
-    WriteStream,
+    integer, merge_usage, number, only_known_fields, plain_tool_name, read_tools, sse, strings,
+    Event, ImageSource, Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice,
+    Untranslatable, WriteStream,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
 
 const API: &str = "Anthropic";
+
+/// Anthropic's part in the translation: a client's API, and the API a
+/// fallback to Anthropic is sent in.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply: |reply| Ok(write_reply(reply)),
+        stream_writer: |_include_usage| Box::<StreamWriter>::default(),
+    }),
+    target: Some(TargetSide {
+        write_request: |prompt, model| {
+            Ok(("/v1/messages".to_owned(), write_request(prompt, model)?))
+        },
+        read_reply,
+        stream_reader: || Box::<StreamReader>::default(),
+        takes_tool_name: plain_tool_name,
+        headers: &[("anthropic-version", "2023-06-01")],
+        key_header: ("x-api-key", str::to_owned),
+    }),
+    no_target: None,
+};
 
 /// What a Claude request gets when the client's API left `max_tokens` out
 /// (Anthropic requires it): an output every current Claude model allows.
@@ -562,45 +584,9 @@ impl ReadStream for StreamReader {
                 merge_usage(&mut self.usage, &read_usage(message.get("usage")));
             }
             "content_block_start" => {
-                let block = event.get("content_block").unwrap_or(&Value::Null);
-                match block.get("type").and_then(Value::as_str) {
-                    Some("tool_use") => out.push(Event::ToolStart {
-                        id: required_str(block, "id")?,
-                        name: required_str(block, "name")?,
-                    }),
-                    Some("text") => out.extend(
-                        block
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .and_then(text_part)
-                            .map(|p| match p {
-                                Part::Text(text) => Event::Text(text),
-                                _ => unreachable!(),
-                            }),
-                    ),
-                    _ => {}
-                }
+                block_start(event.get("content_block").unwrap_or(&Value::Null), out)?;
             }
-            "content_block_delta" => {
-                let delta = event.get("delta").unwrap_or(&Value::Null);
-                match delta.get("type").and_then(Value::as_str) {
-                    Some("text_delta") => out.extend(
-                        delta
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .filter(|t| !t.is_empty())
-                            .map(|t| Event::Text(t.to_owned())),
-                    ),
-                    Some("input_json_delta") => out.extend(
-                        delta
-                            .get("partial_json")
-                            .and_then(Value::as_str)
-                            .filter(|t| !t.is_empty())
-                            .map(|t| Event::ToolArgs(t.to_owned())),
-                    ),
-                    _ => {}
-                }
-            }
+            "content_block_delta" => block_delta(event.get("delta").unwrap_or(&Value::Null), out),
             "message_delta" => {
                 out.push(Event::Stop(read_stop(
                     event.get("delta").unwrap_or(&Value::Null),
@@ -625,6 +611,46 @@ impl ReadStream for StreamReader {
         }
         Ok(())
     }
+}
+
+/// A `content_block_start`'s block: a tool call's start, or a text block's
+/// opening text.
+fn block_start(block: &Value, out: &mut Vec<Event>) -> Result<(), Untranslatable> {
+    match block.get("type").and_then(Value::as_str) {
+        Some("tool_use") => out.push(Event::ToolStart {
+            id: required_str(block, "id")?,
+            name: required_str(block, "name")?,
+        }),
+        Some("text") => out.extend(
+            block
+                .get("text")
+                .and_then(Value::as_str)
+                .and_then(text_part)
+                .map(|p| match p {
+                    Part::Text(text) => Event::Text(text),
+                    _ => unreachable!(),
+                }),
+        ),
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A `content_block_delta`'s delta: text, or a tool call's arguments.
+fn block_delta(delta: &Value, out: &mut Vec<Event>) {
+    let (field, event): (&str, fn(String) -> Event) =
+        match delta.get("type").and_then(Value::as_str) {
+            Some("text_delta") => ("text", Event::Text),
+            Some("input_json_delta") => ("partial_json", Event::ToolArgs),
+            _ => return,
+        };
+    out.extend(
+        delta
+            .get(field)
+            .and_then(Value::as_str)
+            .filter(|t| !t.is_empty())
+            .map(|t| event(t.to_owned())),
+    );
 }
 
 /// What the Anthropic writer has open.

@@ -12,15 +12,15 @@
 use http::{HeaderMap, Method, Uri};
 use serde_json::Value;
 
-use super::{
+use super::messages::{
     bedrock_request_id, converse_block_output, converse_note, converse_refusal, converse_usage,
     model_segment, swap_path_model,
 };
+use crate::dialect::facts::Api;
 use crate::dialect::{
     event_type, is_real_text, json_event, str_field, without_cache_marks, CacheMark, Dialect,
     EventJudge, Finding, RewriteError,
 };
-use crate::refusal::{Provider, WireApi};
 use crate::sse::Frame;
 
 const CONVERSE_ACTIONS: &[&str] = &["converse", "converse-stream"];
@@ -30,16 +30,12 @@ const CONVERSE_ACTIONS: &[&str] = &["converse", "converse-stream"];
 pub(crate) struct BedrockConverse;
 
 impl Dialect for BedrockConverse {
-    fn provider(&self) -> Provider {
-        Provider::Anthropic
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::BedrockConverse
+    fn api(&self) -> &'static Api {
+        &super::CONVERSE
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
-        super::recognise_action(method, uri, CONVERSE_ACTIONS)
+        super::messages::recognise_action(method, uri, CONVERSE_ACTIONS)
     }
 
     fn is_streaming(&self, uri: &Uri, _body: &Value) -> bool {

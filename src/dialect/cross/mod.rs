@@ -5,64 +5,41 @@
 //! provider's reader and writer live in its folder.
 
 use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
+use http::HeaderMap;
 use serde_json::Value;
 
-use super::anthropic::translate as anthropic;
-use super::gemini::translate as gemini;
-use super::openai::{translate_chat as openai_chat, translate_responses as openai_responses};
+use super::facts::{ClientSide, TargetSide};
+use super::registry;
 use super::translate::{
     Event, Part, Prompt, ReadStream, Reply, ToolChoice, Untranslatable, WriteStream,
 };
 use crate::refusal::WireApi;
 use crate::sse::{Frame, SseFramer};
 
+mod body;
 #[cfg(test)]
 mod tests;
 
-/// An API a translated fallback can serve a client in: its request is read,
-/// and the fallback's answer written in it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ClientApi {
-    Anthropic,
-    Chat,
-    Gemini,
-    Responses,
+pub(crate) use body::Translated;
+
+fn client(api: WireApi) -> Result<&'static ClientSide, Untranslatable> {
+    registry::api(api)
+        .translation
+        .client
+        .as_ref()
+        .ok_or_else(|| Untranslatable::new(format!("{api} has no translation")))
 }
 
-impl ClientApi {
-    fn of(api: WireApi) -> Result<Self, Untranslatable> {
-        match api {
-            WireApi::AnthropicMessages => Ok(ClientApi::Anthropic),
-            WireApi::OpenAiChatCompletions => Ok(ClientApi::Chat),
-            WireApi::GeminiGenerateContent => Ok(ClientApi::Gemini),
-            WireApi::OpenAiResponses => Ok(ClientApi::Responses),
-            other => Err(Untranslatable::new(format!("{other} has no translation"))),
-        }
-    }
-}
-
-/// An API a translated fallback can be sent in: its request is written, and its
-/// answer read. A fallback to OpenAI speaks Chat Completions (see `fallback_api`), so
-/// Responses is a client's API only.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TargetApi {
-    Anthropic,
-    Chat,
-    Gemini,
-}
-
-impl TargetApi {
-    fn of(api: WireApi) -> Result<Self, Untranslatable> {
-        match api {
-            WireApi::AnthropicMessages => Ok(TargetApi::Anthropic),
-            WireApi::OpenAiChatCompletions => Ok(TargetApi::Chat),
-            WireApi::GeminiGenerateContent => Ok(TargetApi::Gemini),
-            WireApi::OpenAiResponses => Err(Untranslatable::new(
-                "openai_responses is a client's API only: a fallback to OpenAI is sent in Chat Completions",
-            )),
-            other => Err(Untranslatable::new(format!("{other} has no translation"))),
-        }
-    }
+fn target(api: WireApi) -> Result<&'static TargetSide, Untranslatable> {
+    let translation = &registry::api(api).translation;
+    translation
+        .target
+        .as_ref()
+        .ok_or_else(|| match translation.no_target {
+            Some(why) => Untranslatable::new(why),
+            None => Untranslatable::new(format!("{api} has no translation")),
+        })
 }
 
 /// Reads a request of `api`. `stream` is whether it asks for a stream
@@ -72,12 +49,7 @@ pub(crate) fn read_request(
     body: &Value,
     stream: bool,
 ) -> Result<Prompt, Untranslatable> {
-    let mut prompt = match ClientApi::of(api)? {
-        ClientApi::Anthropic => anthropic::read_request(body)?,
-        ClientApi::Chat => openai_chat::read_request(body)?,
-        ClientApi::Gemini => gemini::read_request(body)?,
-        ClientApi::Responses => openai_responses::read_request(body)?,
-    };
+    let mut prompt = (client(api)?.read_request)(body)?;
     prompt.stream = stream;
     prompt.check_turns()?;
     Ok(prompt)
@@ -89,44 +61,18 @@ pub(crate) fn write_request(
     prompt: &Prompt,
     model: &str,
 ) -> Result<(String, Value), Untranslatable> {
-    let target = TargetApi::of(api)?;
-    tool_names_fit(api, prompt)?;
-    match target {
-        TargetApi::Anthropic => Ok((
-            "/v1/messages".to_owned(),
-            anthropic::write_request(prompt, model)?,
-        )),
-        TargetApi::Chat => Ok((
-            "/v1/chat/completions".to_owned(),
-            openai_chat::write_request(prompt, model)?,
-        )),
-        TargetApi::Gemini => Ok((
-            gemini::path(model, prompt.stream),
-            gemini::write_request(prompt)?,
-        )),
-    }
-}
-
-/// Whether `name` is a tool name `api` takes. Anthropic and Chat:
-/// `^[a-zA-Z0-9_-]{1,64}$` (Messages API `tools[].name`, Chat
-/// `function.name`); Gemini: a letter or `_` first, then letters, digits,
-/// `_`, `.`, `:` or `-`, at most 64 (`FunctionDeclaration.name`).
-fn tool_name_fits(api: WireApi, name: &str) -> bool {
-    let Some(first) = name.bytes().next() else {
-        return false;
-    };
-    let gemini = api == WireApi::GeminiGenerateContent;
-    let allowed = |b: u8| {
-        b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || (gemini && matches!(b, b'.' | b':'))
-    };
-    name.len() <= 64
-        && name.bytes().all(allowed)
-        && (!gemini || first.is_ascii_alphabetic() || first == b'_')
+    let target = target(api)?;
+    tool_names_fit(api, target, prompt)?;
+    (target.write_request)(prompt, model)
 }
 
 /// Every tool the conversation names (defined, called, answered, chosen)
 /// has a name `api` takes: a renamed tool would not be the client's.
-fn tool_names_fit(api: WireApi, prompt: &Prompt) -> Result<(), Untranslatable> {
+fn tool_names_fit(
+    api: WireApi,
+    target: &TargetSide,
+    prompt: &Prompt,
+) -> Result<(), Untranslatable> {
     let defined = prompt.tools.iter().map(|t| t.name.as_str());
     let used = prompt
         .turns
@@ -143,7 +89,7 @@ fn tool_names_fit(api: WireApi, prompt: &Prompt) -> Result<(), Untranslatable> {
     match defined
         .chain(used)
         .chain(chosen)
-        .find(|n| !tool_name_fits(api, n))
+        .find(|n| !(target.takes_tool_name)(n))
     {
         Some(name) => Err(Untranslatable::new(format!(
             "tool name `{name}` is not one {api} takes"
@@ -154,21 +100,12 @@ fn tool_names_fit(api: WireApi, prompt: &Prompt) -> Result<(), Untranslatable> {
 
 /// Reads a whole answer of `api`.
 pub(crate) fn read_reply(api: WireApi, body: &Value) -> Result<Reply, Untranslatable> {
-    match TargetApi::of(api)? {
-        TargetApi::Anthropic => anthropic::read_reply(body),
-        TargetApi::Chat => openai_chat::read_reply(body),
-        TargetApi::Gemini => gemini::read_reply(body),
-    }
+    (target(api)?.read_reply)(body)
 }
 
 /// Writes a whole answer of `api`.
 pub(crate) fn write_reply(api: WireApi, reply: &Reply) -> Result<Value, Untranslatable> {
-    match ClientApi::of(api)? {
-        ClientApi::Anthropic => Ok(anthropic::write_reply(reply)),
-        ClientApi::Chat => Ok(openai_chat::write_reply(reply)),
-        ClientApi::Gemini => Ok(gemini::write_reply(reply)),
-        ClientApi::Responses => openai_responses::write_reply(reply),
-    }
+    (client(api)?.write_reply)(reply)
 }
 
 /// A whole answer of `from` rewritten as one of `to`.
@@ -211,17 +148,8 @@ impl StreamTranslator {
         to: WireApi,
         include_usage: bool,
     ) -> Result<Self, Untranslatable> {
-        let reader: Box<dyn ReadStream> = match TargetApi::of(from)? {
-            TargetApi::Anthropic => Box::<anthropic::StreamReader>::default(),
-            TargetApi::Chat => Box::<openai_chat::StreamReader>::default(),
-            TargetApi::Gemini => Box::<gemini::StreamReader>::default(),
-        };
-        let writer: Box<dyn WriteStream> = match ClientApi::of(to)? {
-            ClientApi::Anthropic => Box::<anthropic::StreamWriter>::default(),
-            ClientApi::Chat => Box::new(openai_chat::StreamWriter::new(include_usage)),
-            ClientApi::Gemini => Box::<gemini::StreamWriter>::default(),
-            ClientApi::Responses => Box::new(openai_responses::StreamWriter::new()),
-        };
+        let reader = (target(from)?.stream_reader)();
+        let writer = (client(to)?.stream_writer)(include_usage);
         Ok(StreamTranslator {
             framer: SseFramer::new(),
             reader,
@@ -310,8 +238,8 @@ impl BodyTranslation {
         Ok(if streaming {
             BodyTranslation::Stream(Box::new(StreamTranslator::new(from, to, include_usage)?))
         } else {
-            TargetApi::of(from)?;
-            ClientApi::of(to)?;
+            target(from)?;
+            client(to)?;
             BodyTranslation::Whole {
                 from,
                 to,
@@ -346,27 +274,20 @@ impl BodyTranslation {
     }
 }
 
-/// The headers of a fallback to another provider's API: the content type and the
-/// operator's key as that API takes it (marked sensitive, so that no log
-/// of headers shows it). Nothing of the client's request goes along.
-pub(crate) fn fallback_headers(api: WireApi, key: &str) -> Option<http::HeaderMap> {
-    use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-    let mut headers = http::HeaderMap::new();
+/// The headers of a fallback to another provider's API: the content type,
+/// the API's own, and the operator's key as that API takes it (marked
+/// sensitive, so that no log of headers shows it). Nothing of the client's
+/// request goes along.
+pub(crate) fn fallback_headers(api: WireApi, key: &str) -> Option<HeaderMap> {
+    let target = target(api).ok()?;
+    let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    let (name, value) = match api {
-        WireApi::AnthropicMessages => {
-            headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-            (http::HeaderName::from_static("x-api-key"), key.to_owned())
-        }
-        WireApi::OpenAiChatCompletions => (AUTHORIZATION, format!("Bearer {key}")),
-        WireApi::GeminiGenerateContent => (
-            http::HeaderName::from_static("x-goog-api-key"),
-            key.to_owned(),
-        ),
-        _ => return None,
-    };
-    let mut value = HeaderValue::from_str(&value).ok()?;
+    for (name, value) in target.headers {
+        headers.insert(*name, HeaderValue::from_static(value));
+    }
+    let (name, write) = target.key_header;
+    let mut value = HeaderValue::from_str(&write(key)).ok()?;
     value.set_sensitive(true);
-    headers.insert(name, value);
+    headers.insert(HeaderName::from_static(name), value);
     Some(headers)
 }

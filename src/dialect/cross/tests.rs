@@ -229,7 +229,10 @@ fn a_chat_request_becomes_an_anthropic_request() {
 fn a_chat_request_without_max_tokens_gets_claudes_default() {
     let chat = json!({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]});
     let (_, body) = request(Chat, Anthropic, chat, false).unwrap();
-    assert_eq!(body["max_tokens"], json!(anthropic::DEFAULT_MAX_TOKENS));
+    assert_eq!(
+        body["max_tokens"],
+        json!(crate::dialect::anthropic::translate::DEFAULT_MAX_TOKENS)
+    );
 }
 
 #[test]

@@ -4,6 +4,29 @@
 use http::StatusCode;
 use serde_json::{json, Value};
 
+use crate::dialect::facts::ErrorShape;
+
+/// Google's error shape: the Gemini API's and Vertex AI's.
+pub(crate) const SHAPE: ErrorShape = ErrorShape {
+    name: "google",
+    body: |status, _code, message| body(status, message),
+    provider_body: body,
+    type_header: None,
+    claims_path,
+};
+
+/// The Gemini API's and Vertex AI's methods and resources.
+fn claims_path(path: &str) -> bool {
+    [
+        ":generatecontent",
+        ":streamgeneratecontent",
+        "/models/",
+        "/publishers/",
+    ]
+    .iter()
+    .any(|part| path.contains(part))
+}
+
 /// The error body for `status`.
 pub(crate) fn body(status: StatusCode, message: &str) -> Value {
     json!({

@@ -49,13 +49,48 @@ use super::{count, fresh_input, is_real_text, known, str_field, truncate_explana
 use super::{path_segments, EventJudge};
 use super::{Dialect, Finding};
 use super::{RefusalInfo, RewriteError};
+use crate::dialect::facts::{Api, Folder, ProviderFacts};
 use crate::refusal::{
     Provider, RefusalSignal, Usage, WireApi, MODEL_ARMOR_CATEGORY, RECITATION_CATEGORY,
 };
 use crate::sse::Frame;
 
 pub(crate) mod errors;
+mod models;
 pub(crate) mod translate;
+
+/// Google's folder: the Gemini API and Vertex AI's Gemini models.
+pub(crate) static FOLDER: Folder = Folder {
+    provider: Some(&PROVIDER),
+    apis: &[&GENERATE_CONTENT],
+};
+
+/// Google, as chain entries name it: `gemini:` (its API's name, and its
+/// key's) or `google:`.
+static PROVIDER: ProviderFacts = ProviderFacts {
+    provider: Provider::Google,
+    name: "google",
+    entry_prefixes: &["gemini", "google"],
+    fallback_api: WireApi::GeminiGenerateContent,
+    finish_reason,
+};
+
+/// `generateContent` and `streamGenerateContent`.
+static GENERATE_CONTENT: Api = Api {
+    wire_api: WireApi::GeminiGenerateContent,
+    name: "gemini_generate_content",
+    provider: Provider::Google,
+    platform: "google",
+    gen_ai_system: "gcp.gemini",
+    errors: &errors::SHAPE,
+    translation: &translate::TRANSLATION,
+    dialect: Some(&GeminiGenerateContent),
+};
+
+/// A refusal stop's finish reason: the `finishReason` itself.
+fn finish_reason(_signal: RefusalSignal, category: Option<&str>) -> &str {
+    category.unwrap_or("SAFETY")
+}
 
 #[derive(Debug)]
 pub(crate) struct GeminiGenerateContent;
@@ -353,12 +388,8 @@ fn judge_chunk(chunk: &Value) -> Finding {
 }
 
 impl Dialect for GeminiGenerateContent {
-    fn provider(&self) -> Provider {
-        Provider::Google
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::GeminiGenerateContent
+    fn api(&self) -> &'static Api {
+        &GENERATE_CONTENT
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -481,6 +512,10 @@ impl Dialect for GeminiGenerateContent {
             .ok_or(RewriteError("request has no contents array"))?;
         contents.push(json!({"role": "user", "parts": [{"text": note}]}));
         Ok(())
+    }
+
+    fn is_reroute(&self, _uri: &Uri, requested: &str, served: &str) -> bool {
+        models::another_model(requested, served)
     }
 
     fn swap_model(

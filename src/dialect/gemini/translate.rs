@@ -15,6 +15,7 @@ use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
 use super::{finish, Finish};
+use crate::dialect::facts::{ClientSide, TargetSide, Translation};
 use crate::dialect::translate::{
     merge_usage, only_known_fields, result_text, sse, strings, Event, ImageSource, Part, Prompt,
     ReadStream, RefusalStop, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
@@ -32,8 +33,38 @@ const MAX_STOP_SEQUENCES: usize = 5;
 /// not produce.
 const FOREIGN_SIGNATURE: &str = "skip_thought_signature_validator";
 
+/// Gemini's part in the translation: a client's API, and the API a
+/// fallback to Google is sent in.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply: |reply| Ok(write_reply(reply)),
+        stream_writer: |_include_usage| Box::<StreamWriter>::default(),
+    }),
+    target: Some(TargetSide {
+        write_request: |prompt, model| Ok((path(model, prompt.stream), write_request(prompt)?)),
+        read_reply,
+        stream_reader: || Box::<StreamReader>::default(),
+        takes_tool_name,
+        headers: &[],
+        key_header: ("x-goog-api-key", str::to_owned),
+    }),
+    no_target: None,
+};
+
+/// Whether `name` is a tool name Gemini takes: a letter or `_` first, then
+/// letters, digits, `_`, `.`, `:` or `-`, at most 64
+/// (`FunctionDeclaration.name`).
+fn takes_tool_name(name: &str) -> bool {
+    let Some(first) = name.bytes().next() else {
+        return false;
+    };
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':');
+    name.len() <= 64 && name.bytes().all(allowed) && (first.is_ascii_alphabetic() || first == b'_')
+}
+
 /// The request path for `model`, streamed as SSE or not.
-pub(crate) fn path(model: &str, stream: bool) -> String {
+fn path(model: &str, stream: bool) -> String {
     if stream {
         format!("/v1beta/models/{model}:streamGenerateContent?alt=sse")
     } else {

@@ -40,12 +40,13 @@ use http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::{json, Value};
 
 use super::policy::{policy_blocked, policy_error, OpenAiApi};
+use crate::dialect::facts::Api;
 use crate::dialect::{
     count, fresh_input, is_real_text, known, path_segments, str_field, truncate_explanation,
     type_of, without_cache_marks, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
     CACHE_CONTROL,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi, RECITATION_CATEGORY};
+use crate::refusal::{RefusalSignal, Usage, RECITATION_CATEGORY};
 use crate::sse::Frame;
 
 /// The category recorded for a refusal the model wrote in its `refusal` field.
@@ -267,12 +268,8 @@ fn model_refusal(text: &str) -> RefusalInfo {
 }
 
 impl Dialect for OpenAiChat {
-    fn provider(&self) -> Provider {
-        Provider::OpenAi
-    }
-
-    fn wire_api(&self) -> WireApi {
-        WireApi::OpenAiChatCompletions
+    fn api(&self) -> &'static Api {
+        &super::CHAT
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -384,6 +381,10 @@ impl Dialect for OpenAiChat {
             .ok_or(RewriteError("request has no messages array"))?
             .push(json!({"role": "user", "content": note}));
         Ok(())
+    }
+
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        super::models::another_model(uri, requested, served)
     }
 
     fn swap_model(&self, uri: &mut Uri, body: &mut Value, model: &str) -> Result<(), RewriteError> {

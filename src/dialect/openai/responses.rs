@@ -32,11 +32,12 @@ use super::chat::{
     azure_blocked_prompt, forces_a_tool_call, openai_request_id, CONTENT_FILTER, MODEL_REFUSAL,
 };
 use super::policy::{policy_blocked, policy_error, policy_error_event, OpenAiApi};
+use crate::dialect::facts::Api;
 use crate::dialect::{
     count, event_type, fresh_input, is_real_text, json_event, known, str_field,
     truncate_explanation, Dialect, EventJudge, Finding, RefusalInfo, RewriteError,
 };
-use crate::refusal::{Provider, RefusalSignal, Usage, WireApi};
+use crate::refusal::{Provider, RefusalSignal, Usage};
 use crate::sse::Frame;
 
 #[derive(Debug)]
@@ -176,12 +177,15 @@ fn scan_response(response: &Value, seen: &mut Finding) -> bool {
 }
 
 impl Dialect for OpenAiResponses {
-    fn provider(&self) -> Provider {
-        Provider::OpenAi
+    fn api(&self) -> &'static Api {
+        &super::RESPONSES
     }
 
-    fn wire_api(&self) -> WireApi {
-        WireApi::OpenAiResponses
+    /// An `openai:` entry names this API's own provider: translating it
+    /// into Chat Completions, OpenAI's fallback API, would lose what
+    /// Responses alone carries.
+    fn serves_entries_of(&self, provider: Provider) -> bool {
+        provider == Provider::OpenAi
     }
 
     fn recognise(&self, method: &Method, uri: &Uri) -> Option<Option<String>> {
@@ -273,6 +277,10 @@ impl Dialect for OpenAiResponses {
             Some(_) => return Err(RewriteError("input is neither text nor a list of items")),
         }
         Ok(())
+    }
+
+    fn is_reroute(&self, uri: &Uri, requested: &str, served: &str) -> bool {
+        super::models::another_model(uri, requested, served)
     }
 
     fn swap_model(

@@ -268,7 +268,7 @@ pub(crate) enum Event {
 }
 
 /// Reads one API's streamed answer into events.
-pub(crate) trait ReadStream: Send {
+pub(crate) trait ReadStream: Send + Sync {
     /// The events of one frame.
     fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), Untranslatable>;
     /// The events the end of the input implies (Gemini streams end without
@@ -277,9 +277,19 @@ pub(crate) trait ReadStream: Send {
 }
 
 /// Writes events as one API's streamed answer.
-pub(crate) trait WriteStream: Send {
+pub(crate) trait WriteStream: Send + Sync {
     /// Appends the SSE bytes of one event.
     fn event(&mut self, event: Event, out: &mut BytesMut) -> Result<(), Untranslatable>;
+}
+
+/// Whether `name` is a tool name Anthropic's and OpenAI Chat's APIs take:
+/// `^[a-zA-Z0-9_-]{1,64}$` (Messages API `tools[].name`, Chat
+/// `function.name`).
+pub(crate) fn plain_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Updates kept counts with later ones, field by field.

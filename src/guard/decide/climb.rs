@@ -1,5 +1,5 @@
-//! The ladder's progress on one empty refusal: each step the policy asks
-//! for, prepared (`steps`), sent and held, then weighed: recovered, or on
+//! The climb on one empty refusal: each step the policy asks for,
+//! prepared (`steps`), sent and held, then weighed: recovered, or on
 //! to the next step.
 
 use std::time::{Duration, Instant};
@@ -11,9 +11,9 @@ use crate::dialect::{Declined, RefusalInfo};
 use crate::guard::call::{millis, Call};
 use crate::guard::hold::{hold, Held, Verdict};
 use crate::guard::request::original::{Draft, Original};
+use crate::guard::reroute::Asked;
 use crate::guard::settle::{About, Settlement};
-use crate::guard::timeout::IdleTimeout;
-use crate::guard::upstream::InnerService;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::recovery::{NextStep, RecoveryPolicy, RecoveryState};
 use crate::refusal::{
     Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalSignal, WireApi,
@@ -57,14 +57,14 @@ pub(super) enum Prep {
     Stop,
 }
 
-/// The ladder's progress on one refusal: what was tried, and why the last
+/// The climb on one refusal: what was tried, and why the last
 /// step did not recover.
 pub(super) struct Climb {
     /// The original refusal.
     pub(super) info: RefusalInfo,
     /// The attempts so far; records the client leaving if dropped undecided.
     pub(super) settlement: Settlement,
-    /// An Anthropic fallback credit token and when it was minted.
+    /// A fallback credit token and when it was minted.
     pub(super) credit: Option<(String, Instant)>,
     /// Request fields a response named as keeping its credit token from
     /// being redeemed (`remove_to_redeem`): later fallbacks that present a
@@ -88,7 +88,8 @@ pub(super) struct Climb {
     pub(super) stopped: bool,
     /// The span of the attempt being sent or judged.
     pub(super) attempt: AttemptSpan,
-    /// The layer's chain for the model, as the routing source ordered it.
+    /// The layer's fallback chain for the model, as the routing source
+    /// ordered it.
     pub(super) order: Option<Vec<String>>,
 }
 
@@ -205,13 +206,20 @@ impl Climb {
         call: &Call,
         streaming: bool,
         step: &Prepared,
-    ) -> Option<(Held<IdleTimeout<U::Out>>, Attempt)> {
+    ) -> Option<(Held<UpstreamBody<U::Out>>, Attempt)> {
         let request: Request<U::Body> = step.draft.request(&step.draft.json);
         let to = step.fallback.map(|fallback| fallback.target.provider());
         self.attempt = call.request.attempt(step.kind, step.model.as_deref(), to);
         let sent = Instant::now();
         let remaining = self.deadline.saturating_duration_since(sent);
         let (dialect, config) = (call.dialect, &call.config);
+        // A fallback to another provider's API answers in its own names.
+        let asked = step.fallback.is_none().then(|| {
+            let draft = &step.draft;
+            let model = step.model.as_deref();
+            Asked::of_request(dialect, &draft.parts.uri, model, &draft.json, streaming)
+        });
+        let asked = asked.flatten();
         let attempt = tokio::time::timeout(remaining, async {
             match upstream.send(request).await {
                 Ok(mut response) => {
@@ -224,7 +232,7 @@ impl Climb {
                             config,
                         );
                     }
-                    Ok(hold(response, dialect, config, streaming, None).await)
+                    Ok(hold(response, dialect, config, (streaming, asked.as_ref()), None).await)
                 }
                 Err(_) => Err(()),
             }
@@ -239,6 +247,7 @@ impl Climb {
             latency_ms: millis(sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         let held = match attempt {
             Err(_elapsed) => {
@@ -253,8 +262,8 @@ impl Climb {
             Ok(Ok(held)) => held,
         };
         record.status = Some(held.status());
-        // An error status the dialect reads as a refusal (Azure's 400
-        // `content_filter`) is a refusal of this attempt, not an upstream error.
+        // An error status the dialect reads as a refusal (a content filter's
+        // 400) is a refusal of this attempt, not an upstream error.
         if !held.parts.status.is_success() && !matches!(held.verdict, Verdict::Refused { .. }) {
             record.result = AttemptResult::HttpError;
             self.fail(record, DeadReason::UpstreamError);
@@ -266,8 +275,8 @@ impl Climb {
     /// The token a refused fallback presented, when its response said what to
     /// leave out for it to redeem: not redeemed, it may still be, by a
     /// request without those fields within its lifetime ("a corrected
-    /// re-send inside the token's five-minute window can still redeem",
-    /// anthropic-sdk-python `beta_fallback_credit_not_applied.py`).
+    /// re-send inside the token's five-minute window can still redeem", as
+    /// the dialect that reads `remove_to_redeem` cites).
     pub(super) fn carried(&self, record: &Attempt, step: &Prepared) -> Option<(String, Instant)> {
         let credit = record.fallback_credit.as_ref()?;
         (!credit.remove_to_redeem().is_empty())
@@ -281,41 +290,32 @@ impl Climb {
         self.reason = Some(reason);
     }
 
+    /// Notes on `record` what `held` said of its attempt (another model
+    /// than the one asked for, the fate of a credit token it presented),
+    /// and the request fields that token's response named as keeping it
+    /// from being redeemed.
+    fn note_seen<R>(&mut self, record: &mut Attempt, held: &Held<R>) {
+        record.rerouted_to = super::rerouted_to(held);
+        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
+        self.note_unredeemable(record);
+    }
+
     /// What a held attempt decides: the decision, or `None` to go on
     /// climbing.
     pub(super) async fn weigh<R>(
         &mut self,
         call: &Call,
-        held: Held<IdleTimeout<R>>,
+        held: Held<UpstreamBody<R>>,
         mut record: Attempt,
         step: Prepared,
-    ) -> Option<Decision<IdleTimeout<R>>> {
+    ) -> Option<Decision<UpstreamBody<R>>> {
         let outcome = match step.kind {
             AttemptStep::Fallback | AttemptStep::Retarget => Outcome::Fallback,
             _ => Outcome::Rescued,
         };
-        let translated = step.fallback.is_some();
-        let served_model = held
-            .judge
-            .as_ref()
-            .and_then(|w| w.findings.model.clone())
-            .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
-            .or(step.model.clone());
-        // A fallback to another provider is named by its chain entry, provider and all.
-        let served_model = if translated {
-            step.model.clone()
-        } else {
-            served_model
-        };
+        let served_model = served_model(&held, &step);
         let request_id = call.dialect.request_id(&held.parts.headers);
-        record.fallback_credit = held.findings().and_then(|f| f.fallback_credit.clone());
-        if let Some(credit) = &record.fallback_credit {
-            for field in credit.remove_to_redeem() {
-                if !self.unredeemable.contains(field) {
-                    self.unredeemable.push(field.clone());
-                }
-            }
-        }
+        self.note_seen(&mut record, &held);
         let (result, reason) = match &held.verdict {
             Verdict::Output => {
                 record.result = AttemptResult::Served;
@@ -368,15 +368,28 @@ impl Climb {
         None
     }
 
+    /// Notes the fields `record`'s response named as keeping its credit
+    /// token from being redeemed: later fallbacks leave them out.
+    fn note_unredeemable(&mut self, record: &Attempt) {
+        let Some(credit) = &record.fallback_credit else {
+            return;
+        };
+        for field in credit.remove_to_redeem() {
+            if !self.unredeemable.contains(field) {
+                self.unredeemable.push(field.clone());
+            }
+        }
+    }
+
     /// Decides on a recovery attempt that produced real output: the sticky
     /// route is stored, and a fallback's model change marked if configured.
     pub(super) async fn recovered<R>(
         &mut self,
         call: &Call,
-        held: Held<IdleTimeout<R>>,
+        held: Held<UpstreamBody<R>>,
         refusal: Refusal,
         step: Prepared,
-    ) -> Decision<IdleTimeout<R>> {
+    ) -> Decision<UpstreamBody<R>> {
         call.record_output();
         let config = &call.config;
         let fallback = step.kind == AttemptStep::Fallback;
@@ -408,11 +421,25 @@ impl Climb {
     }
 }
 
+/// The model that served a held attempt: the one its response names, else
+/// the one the step asked for. A fallback to another provider is named by
+/// its chain entry, provider and all.
+fn served_model<R>(held: &Held<R>, step: &Prepared) -> Option<String> {
+    if step.fallback.is_some() {
+        return step.model.clone();
+    }
+    held.judge
+        .as_ref()
+        .and_then(|judge| judge.findings.model.clone())
+        .or_else(|| held.judged.as_deref().and_then(|f| f.model.clone()))
+        .or(step.model.clone())
+}
+
 /// Rewrites a cross-provider fallback's successful answer into the client's API
 /// as it arrives. An error status stays as it came: the fallback fails on it,
 /// and its body is never served.
 pub(super) fn translate_answer<R>(
-    response: &mut http::Response<IdleTimeout<R>>,
+    response: &mut http::Response<UpstreamBody<R>>,
     fallback: CrossProvider,
     client: WireApi,
     streaming: bool,

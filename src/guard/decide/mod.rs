@@ -1,10 +1,10 @@
-//! The decide step: what a judged original becomes. Output, an end, an
+//! The decide stage: what a judged original becomes. Output, an end, an
 //! error or a hold bound: the original as it is. An empty refusal: the
-//! ladder the [`RecoveryPolicy`](crate::recovery::RecoveryPolicy) asks for,
+//! steps the [`RecoveryPolicy`](crate::recovery::RecoveryPolicy) asks for,
 //! each step built (`steps.rs`), sent, held and weighed (`climb.rs`) until
 //! one recovers or the policy or the budget says stop. The answer is a
 //! [`Decision`], a value: turning it into the client's response, the record
-//! and the handle's settling is the respond step's work.
+//! and the handle's settling is the respond stage's work.
 
 mod climb;
 mod steps;
@@ -12,8 +12,8 @@ mod steps;
 use crate::dialect::{Declined, Handoff, RefusalInfo};
 use crate::guard::exchange::Exchange;
 use crate::guard::hold::{Held, Verdict};
-use crate::guard::timeout::{IdleTimeout, UpstreamTimeout};
-use crate::guard::upstream::InnerService;
+use crate::guard::timeout::UpstreamTimeout;
+use crate::guard::upstream::{InnerService, UpstreamBody};
 use crate::refusal::{Attempt, AttemptResult, DeadReason, Outcome, Refusal};
 use climb::{routing_order, Climb, Prep, MAX_SKIPS};
 
@@ -83,15 +83,18 @@ impl HandoffMark {
 }
 
 impl<U: InnerService> Exchange<U> {
-    /// The decide step: a held original as it is, or, on an empty refusal,
-    /// what the ladder comes to.
+    /// The decide stage: a held original as it is, or, on an empty refusal,
+    /// what the climb comes to.
     pub(crate) async fn decide(
         mut self,
-        held: Held<IdleTimeout<U::Out>>,
-    ) -> Decision<IdleTimeout<U::Out>> {
+        held: Held<UpstreamBody<U::Out>>,
+    ) -> Decision<UpstreamBody<U::Out>> {
         let call = self.call.clone();
         let request_id = call.dialect.request_id(&held.parts.headers);
-        let original_attempt = self.original_attempt(held.status(), AttemptResult::Served);
+        let original_attempt = Attempt {
+            rerouted_to: rerouted_to(&held),
+            ..self.original_attempt(held.status(), AttemptResult::Served)
+        };
 
         // A broken connection is served as it came: what arrived, then its
         // error. A quiet one before any output is a timeout.
@@ -163,11 +166,11 @@ impl<U: InnerService> Exchange<U> {
 
     async fn recover(
         self,
-        refused: Held<IdleTimeout<U::Out>>,
+        refused: Held<UpstreamBody<U::Out>>,
         info: RefusalInfo,
         original_attempt: Attempt,
         original_request_id: Option<String>,
-    ) -> Decision<IdleTimeout<U::Out>> {
+    ) -> Decision<UpstreamBody<U::Out>> {
         let primary_id = refused.findings().and_then(|f| f.message_id.clone());
         let order = routing_order(&self.call, &info).await;
         let opening = self.opening(original_attempt);
@@ -209,7 +212,8 @@ impl<U: InnerService> Exchange<U> {
         let reason = climb.reason.unwrap_or(DeadReason::StillRefused);
         let refusal = Refusal {
             reason: Some(reason),
-            served_model: call.model.clone(),
+            // A reroute's answer is the one served.
+            served_model: rerouted_to(&refused).or_else(|| call.model.clone()),
             request_id: original_request_id,
             ..call.refusal(&climb.info, Outcome::Dead)
         };
@@ -219,6 +223,12 @@ impl<U: InnerService> Exchange<U> {
             attempts: climb.finish(),
         }
     }
+}
+
+/// The model another than the one asked for that `held` said served it.
+pub(crate) fn rerouted_to<B>(held: &Held<B>) -> Option<String> {
+    let rerouted = held.findings()?.reroute()?;
+    Some(rerouted.served.clone())
 }
 
 #[cfg(test)]
@@ -238,6 +248,7 @@ mod tests {
     use super::*;
     use crate::guard::call::Call;
     use crate::guard::request::original::Original;
+    use crate::guard::timeout::IdleTimeout;
     use crate::guard::upstream::{Inner, Timeouts};
     use crate::recovery::{NextStep, RecoveryState, Rescue};
     use crate::refusal::RefusalHandle;
@@ -280,7 +291,6 @@ mod tests {
         let model = Some(MODEL.to_owned());
         let call = Call {
             request: crate::telemetry::metrics::GuardedRequest::start(
-                dialect.provider(),
                 dialect.wire_api(),
                 model.as_deref(),
                 false,
@@ -294,6 +304,7 @@ mod tests {
             conversation: crate::guard::request::conversation::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
+            caller: None,
         };
         let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
         let json = serde_json::json!({"model": MODEL, "max_tokens": 64,
@@ -309,6 +320,7 @@ mod tests {
             model: call.model.clone(),
             streaming: false,
             route: None,
+            server_fallbacks: false,
             conversation: call.conversation.clone(),
             _share: Arc::new(config.held.share()),
         };
@@ -325,8 +337,10 @@ mod tests {
         (exchange, Witness { handle, sent })
     }
 
-    fn original() -> Response<IdleTimeout<Full<Bytes>>> {
-        let body = IdleTimeout::new(Full::new(Bytes::from(REFUSAL)), Duration::from_secs(5));
+    fn original() -> Response<UpstreamBody<Full<Bytes>>> {
+        let body = Full::new(Bytes::from(REFUSAL));
+        let body =
+            crate::dialect::cross::Translated::new(IdleTimeout::new(body, Duration::from_secs(5)));
         Response::builder()
             .header("content-type", "application/json")
             .body(body)
@@ -344,7 +358,7 @@ mod tests {
     /// Asserts `decision` is the refusal left dead for `reason`, with the
     /// original as sent and nothing recorded or settled yet.
     fn assert_dead(
-        decision: Decision<IdleTimeout<Full<Bytes>>>,
+        decision: Decision<UpstreamBody<Full<Bytes>>>,
         witness: &Witness,
         reason: DeadReason,
     ) {

@@ -5,11 +5,11 @@
 use std::time::Instant;
 
 use crate::dialect::cross;
-use crate::dialect::AnthropicFeatures;
+use crate::dialect::Features;
 use crate::guard::call::Call;
 use crate::guard::request::original::Draft;
-use crate::recovery::{fallback_api, parse_entry, Rescue};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider, WireApi};
+use crate::recovery::{parse_entry, Rescue};
+use crate::refusal::{Attempt, AttemptResult, AttemptStep, DeadReason, Provider};
 
 use super::climb::{Climb, CrossProvider, Prep, Prepared, CREDIT_TOKEN_LIFETIME};
 
@@ -27,11 +27,9 @@ impl Climb {
             self.reason = Some(DeadReason::Unrecoverable);
             return Prep::Skip;
         }
-        let mut presented = None;
-        if let Some(features) = dialect.anthropic() {
-            presented = self.present_credit(call, features, &mut next);
-            features.fit_prefill(&mut next.json, &model);
-        }
+        let features = dialect.features();
+        let presented = self.present_credit(call, features, &mut next);
+        features.fit_prefill(&mut next.json, &model);
         Prep::Send(Box::new(Prepared {
             draft: next,
             kind: AttemptStep::Fallback,
@@ -48,7 +46,7 @@ impl Climb {
     pub(super) fn present_credit(
         &mut self,
         call: &Call,
-        features: &dyn AnthropicFeatures,
+        features: &dyn Features,
         next: &mut Draft,
     ) -> Option<(String, Instant)> {
         let (headers, json) = (&mut next.parts.headers, &mut next.json);
@@ -77,18 +75,13 @@ impl Climb {
         entry: &str,
     ) -> Prep {
         let client = call.dialect.wire_api();
-        let target = fallback_api(provider);
-        // A Responses client's `openai:` entry names its own provider too:
-        // translating it into Chat would lose what Responses alone carries.
-        let own = client == WireApi::OpenAiResponses && provider == Provider::OpenAi;
-        if target == client || own {
+        let target = provider.fallback_api();
+        if call.dialect.serves_entries_of(provider) {
             // The client's own API: an ordinary fallback, on its own credentials.
             if next.aim_at(call.dialect, model).is_err() {
                 return self.skip(call, entry, None, DeadReason::Unrecoverable);
             }
-            if let Some(features) = call.dialect.anthropic() {
-                features.fit_prefill(&mut next.json, model);
-            }
+            call.dialect.features().fit_prefill(&mut next.json, model);
             return Prep::Send(Box::new(Prepared {
                 draft: next,
                 kind: AttemptStep::Fallback,
@@ -176,6 +169,7 @@ impl Climb {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            rerouted_to: None,
         };
         self.fail(record, reason);
         Prep::Skip
@@ -188,9 +182,7 @@ impl Climb {
     pub(super) fn retarget(&mut self, call: &Call, mut next: Draft) -> Prep {
         self.retargets += 1;
         let config = &call.config;
-        let Some(features) = call.dialect.anthropic() else {
-            return Prep::Skip;
-        };
+        let features = call.dialect.features();
         if config.retarget.is_empty() || features.carries_server_fallbacks(&next.json) {
             return Prep::Skip;
         }

@@ -28,9 +28,11 @@ pub(crate) enum Intake<B> {
 
 /// Takes in `body`, the body of the request `parts` heads: the one place
 /// that decides between reading it whole and forwarding it as it arrives.
+/// A request forwarded as it arrives goes out with `parts` as they are
+/// now: they get the first request's headers here.
 pub(crate) async fn take_in<B: ReplayBody>(
     incoming: &Incoming,
-    parts: &http::request::Parts,
+    parts: &mut http::request::Parts,
     body: B,
 ) -> Intake<B> {
     let config = &incoming.config;
@@ -45,7 +47,10 @@ pub(crate) async fn take_in<B: ReplayBody>(
     }
     let (copy, later) = RequestCopy::new(declared, limit, share);
     match B::forwarded(ForwardedBody::new(body, copy)) {
-        Ok(body) => forward(body, later).await,
+        Ok(body) => {
+            incoming.first_headers(&mut parts.headers, incoming.path_model());
+            forward(body, later).await
+        }
         // The body type cannot carry a copying body.
         Err(forwarded) => {
             let (body, copy) = forwarded.into_parts();
@@ -58,7 +63,7 @@ pub(crate) async fn take_in<B: ReplayBody>(
 /// Whether a request must be read whole before anything is sent: a rewrite
 /// of its first request may depend on what it holds. That is a sticky
 /// route (any wire API), server-side fallbacks to retarget or inject (only
-/// Anthropic's, only where the platform behind `uri` has them), or the
+/// where the wire API and the platform behind `uri` have them), or the
 /// fallback credit beta when only the body names the model (the header
 /// goes out before a body whose `model` may come after everything else).
 /// Every other request, whatever the layer configures for other wire APIs,
@@ -66,11 +71,10 @@ pub(crate) async fn take_in<B: ReplayBody>(
 fn read_first(incoming: &Incoming, uri: &http::Uri) -> bool {
     let config = &incoming.config;
     let sticky = config.sticky_ttl.is_some() && config.store.may_hold_any();
-    let anthropic = incoming.dialect.anthropic();
-    let fallbacks =
-        !config.retarget.is_empty() && anthropic.is_some_and(|f| f.server_fallbacks_on(uri));
+    let features = incoming.dialect.features();
+    let fallbacks = !config.retarget.is_empty() && features.server_fallbacks_on(uri);
     let credit = incoming.path_model.is_none()
-        && anthropic.is_some_and(|f| f.asks_fallback_credit())
+        && features.asks_fallback_credit()
         && config.fallback_credit
         && config.policy.is_none()
         && !config.ladder.chains().is_empty();

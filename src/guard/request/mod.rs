@@ -17,6 +17,7 @@ use http::header::ACCEPT_ENCODING;
 use http::{HeaderMap, HeaderValue};
 
 use crate::dialect::Dialect;
+use crate::guard::caller::Caller;
 use crate::guard::config::Config;
 
 /// A guardable request as it arrived, before its body: what the call knows
@@ -25,12 +26,14 @@ pub(crate) struct Incoming {
     /// The layer's configuration with the tenant's settings applied.
     pub(crate) config: Arc<Config>,
     pub(crate) dialect: &'static dyn Dialect,
-    /// The model its path names (Gemini, Bedrock, Vertex).
+    /// The model its path names, on the wire APIs that name it there.
     pub(crate) path_model: Option<String>,
     /// The conversation the guard's header named.
     pub(crate) named: Option<String>,
     /// When it arrived.
     pub(crate) started: Instant,
+    /// The handle the caller attached to the request, if any.
+    pub(crate) caller: Option<Arc<Caller>>,
 }
 
 impl Incoming {
@@ -57,6 +60,7 @@ impl Incoming {
             path_model,
             named,
             started,
+            caller: Caller::of(parts),
         }
     }
 
@@ -73,16 +77,13 @@ impl Incoming {
         // The guard must read what comes back: a compressed stream would
         // pass unjudged.
         headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
-        let Some(features) = self.dialect.anthropic() else {
-            return;
-        };
         let config = &self.config;
         let chain = match (&config.policy, model) {
             (None, Some(model)) => config.ladder.chains().for_model(model),
             _ => &[],
         };
         if config.fallback_credit && !chain.is_empty() {
-            features.request_fallback_credit(headers);
+            self.dialect.features().request_fallback_credit(headers);
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::dialect::skim::Located;
 use crate::dialect::{ComposedFallbacks, Dialect};
 use crate::guard::request::conversation::{self, Conversation};
 use crate::guard::request::Incoming;
+use crate::guard::reroute::Asked;
 use crate::refusal::StickyRoute;
 use crate::replay::chunks::Chunks;
 use crate::replay::reserve::Share;
@@ -72,6 +73,8 @@ pub(crate) struct Original {
     pub(crate) model: Option<String>,
     /// Whether it asks for a stream.
     pub(crate) streaming: bool,
+    /// Whether the client's request carries server-side fallbacks.
+    pub(crate) server_fallbacks: bool,
     /// The sticky route it took.
     pub(crate) route: Option<StickyRoute>,
     pub(crate) conversation: Conversation,
@@ -115,6 +118,7 @@ impl Original {
         Original {
             model: dialect.request_model(incoming.path_model(), head),
             streaming: dialect.is_streaming(&parts.uri, head),
+            server_fallbacks: crate::guard::reroute::carries_server_fallbacks(*dialect, head),
             parts,
             body: json,
             rewritten: false,
@@ -125,9 +129,24 @@ impl Original {
         }
     }
 
+    /// A request read whole before anything was sent, ready to send: read,
+    /// routed (sticky fallback), then rewritten for the first send.
+    pub(crate) async fn prepare(
+        incoming: &Incoming,
+        parts: http::request::Parts,
+        head: &Value,
+        body: Chunks,
+        share: Share,
+    ) -> Self {
+        let mut original = Original::read(incoming, parts, head, body, None, share);
+        original.route_sticky(incoming).await;
+        original.rewrite(incoming);
+        original
+    }
+
     /// Sticky fallback: a conversation a fallback served goes there
     /// directly.
-    pub(crate) async fn route_sticky(&mut self, incoming: &Incoming) {
+    async fn route_sticky(&mut self, incoming: &Incoming) {
         let Incoming {
             config, dialect, ..
         } = incoming;
@@ -160,9 +179,7 @@ impl Original {
         {
             return;
         }
-        if let Some(features) = dialect.anthropic() {
-            features.fit_prefill(json, &sticky);
-        }
+        dialect.features().fit_prefill(json, &sticky);
         tracing::info!(from = ?self.model, to = %sticky, "sticky fallback route");
         self.route = Some(StickyRoute {
             requested: self.model.clone(),
@@ -174,14 +191,12 @@ impl Original {
 
     /// The first request's rewrites: its headers, then the server-side
     /// fallbacks a retarget list writes.
-    pub(crate) fn rewrite(&mut self, incoming: &Incoming) {
+    fn rewrite(&mut self, incoming: &Incoming) {
         let Incoming {
             config, dialect, ..
         } = incoming;
         incoming.first_headers(&mut self.parts.headers, self.model.as_deref());
-        let Some(features) = dialect.anthropic() else {
-            return;
-        };
+        let features = dialect.features();
         if config.retarget.is_empty() {
             return;
         }
@@ -197,10 +212,11 @@ impl Original {
     /// any, leaving the request as the client wrote it there.
     pub(crate) fn withdraw_composed_fallbacks(&mut self, dialect: &dyn Dialect) {
         let composed = self.composed.take();
-        if let (Some(composed), Some(features), Some(json)) =
-            (composed, dialect.anthropic(), self.body.json_mut())
-        {
-            features.restore_fallbacks(&mut self.parts.headers, json, &composed);
+        if let (Some(composed), Some(json)) = (composed, self.body.json_mut()) {
+            let headers = &mut self.parts.headers;
+            dialect
+                .features()
+                .restore_fallbacks(headers, json, &composed);
         }
     }
 
@@ -210,6 +226,13 @@ impl Original {
             (Some(json), true) => request_of(self.parts.clone(), json),
             _ => with_body(self.parts.clone(), self.body.original.join(), false),
         }
+    }
+
+    /// The model it asks for, which its response is held to.
+    pub(crate) fn asked(&self) -> Option<Asked> {
+        let server_fallbacks = self.server_fallbacks || self.composed.is_some();
+        let early = !(self.streaming && server_fallbacks);
+        Asked::new(self.model.as_deref(), &self.parts.uri, early)
     }
 
     /// A copy for a recovery step to rewrite; `None` when the body cannot
@@ -246,8 +269,11 @@ impl Draft {
         dialect: &dyn Dialect,
         model: &str,
     ) -> Result<(), crate::dialect::RewriteError> {
-        if let (Some(composed), Some(features)) = (self.composed.take(), dialect.anthropic()) {
-            features.restore_fallbacks(&mut self.parts.headers, &mut self.json, &composed);
+        if let Some(composed) = self.composed.take() {
+            let (headers, json) = (&mut self.parts.headers, &mut self.json);
+            dialect
+                .features()
+                .restore_fallbacks(headers, json, &composed);
         }
         dialect.swap_model(&mut self.parts.uri, &mut self.json, model)
     }

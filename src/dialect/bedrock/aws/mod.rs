@@ -210,6 +210,22 @@ impl Signer {
         parts
             .headers
             .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+        self.sign_v4(
+            &mut parts,
+            (access_key_id, secret_access_key, session_token),
+            &body,
+        )?;
+        Ok(Request::from_parts(parts, B::from_bytes(body)))
+    }
+
+    /// Adds SigV4's headers for `body` to `parts`, signed with the access
+    /// key, the secret and the session token.
+    fn sign_v4(
+        &self,
+        parts: &mut http::request::Parts,
+        (access_key_id, secret_access_key, session_token): (&String, &String, &Option<String>),
+        body: &Bytes,
+    ) -> Result<(), SignError> {
         let service = self.service.as_deref().unwrap_or_else(|| {
             let host = parts.uri.host().unwrap_or_default();
             if host.to_ascii_lowercase().starts_with("bedrock-mantle") {
@@ -246,7 +262,7 @@ impl Signer {
             parts.method.as_str(),
             uri.as_str(),
             headers.into_iter(),
-            aws_sigv4::http_request::SignableBody::Bytes(&body),
+            aws_sigv4::http_request::SignableBody::Bytes(body),
         )
         .map_err(|error| SignError(error.to_string()))?;
         let (instructions, _signature) = aws_sigv4::http_request::sign(signable, &params)
@@ -260,7 +276,7 @@ impl Signer {
             value.set_sensitive(header.sensitive());
             parts.headers.insert(name, value);
         }
-        Ok(Request::from_parts(parts, B::from_bytes(body)))
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::dialect::openai::responses::OpenAiResponses;
+use crate::dialect::openai::translate::responses as openai_responses;
 use crate::refusal::WireApi::OpenAiResponses as Responses;
 
 // ---- requests ---------------------------------------------------------
@@ -155,8 +156,19 @@ fn patched(base: &Value, patch: &Value) -> Value {
 #[test]
 fn what_the_shared_form_cannot_carry_is_named_and_not_sent() {
     let base = json!({"model": "gpt-5", "input": "hi"});
+    for (patch, named) in uncarried() {
+        let body = patched(&base, &patch);
+        let why = read_request(Responses, &body, false).unwrap_err();
+        assert!(why.0.contains(named), "{patch}: {why}");
+        assert!(request(Responses, Anthropic, body, false).is_err());
+    }
+}
+
+/// Patches of a Responses request the shared form cannot carry, and the
+/// words that name what is uncarried.
+fn uncarried() -> Vec<(Value, &'static str)> {
     let user = |part: Value| json!({"input": [{"role": "user", "content": [part]}]});
-    let cases = [
+    vec![
         (
             json!({"previous_response_id": "resp_1"}),
             "`previous_response_id`",
@@ -229,13 +241,7 @@ fn what_the_shared_form_cannot_carry_is_named_and_not_sent() {
         ),
         (json!({"input": 3}), "`input`"),
         (json!({"instructions": ["a list"]}), "`instructions`"),
-    ];
-    for (patch, named) in cases {
-        let body = patched(&base, &patch);
-        let why = read_request(Responses, &body, false).unwrap_err();
-        assert!(why.0.contains(named), "{patch}: {why}");
-        assert!(request(Responses, Anthropic, body, false).is_err());
-    }
+    ]
 }
 
 #[test]

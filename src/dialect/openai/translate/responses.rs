@@ -25,7 +25,8 @@
 use bytes::BytesMut;
 use serde_json::{json, Value};
 
-use super::translate_chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
+use super::chat::{created, no_parameters, read_openai_tool_choice, refusal_text};
+use crate::dialect::facts::{ClientSide, Translation};
 use crate::dialect::translate::{
     integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, sse, Event,
     ImageSource, Part, Prompt, Reply, Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream,
@@ -34,7 +35,20 @@ use crate::refusal::Usage;
 
 const API: &str = "OpenAI Responses";
 
-const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
+/// Responses' part in the translation: a client's API only.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply,
+        stream_writer: |_include_usage| Box::new(StreamWriter::new()),
+    }),
+    target: None,
+    no_target: Some(
+        "openai_responses is a client's API only: a fallback to OpenAI is sent in Chat Completions",
+    ),
+};
+
+const CONTENT_FILTER: &str = crate::dialect::openai::chat::CONTENT_FILTER;
 
 /// The most text, refusal and arguments a stream writer holds for the
 /// final event, which repeats the whole answer. Far above any model's

@@ -12,10 +12,11 @@
 use bytes::BytesMut;
 use serde_json::{json, Map, Value};
 
+use crate::dialect::facts::{ClientSide, TargetSide, Translation};
 use crate::dialect::translate::{
-    integer, merge_usage, number, only_known_fields, parse_data_url, read_tools, result_text, sse,
-    strings, Event, ImageSource, Part, Prompt, ReadStream, RefusalStop, Reply, Role, Stop, Tool,
-    ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
+    integer, merge_usage, number, only_known_fields, parse_data_url, plain_tool_name, read_tools,
+    result_text, sse, strings, Event, ImageSource, Part, Prompt, ReadStream, RefusalStop, Reply,
+    Role, Stop, Tool, ToolChoice, Untranslatable, WriteStream, MAX_HELD_BYTES,
 };
 use crate::refusal::Usage;
 use crate::sse::Frame;
@@ -27,8 +28,32 @@ const MAX_STOP_SEQUENCES: usize = 4;
 
 /// The category of a refusal the model wrote in its `refusal` field, as
 /// the Chat dialect names it.
-const MODEL_REFUSAL: &str = super::chat::MODEL_REFUSAL;
-const CONTENT_FILTER: &str = super::chat::CONTENT_FILTER;
+/// Chat Completions' part in the translation: a client's API, and the API
+/// a fallback to OpenAI is sent in.
+pub(crate) const TRANSLATION: Translation = Translation {
+    client: Some(ClientSide {
+        read_request,
+        write_reply: |reply| Ok(write_reply(reply)),
+        stream_writer: |include_usage| Box::new(StreamWriter::new(include_usage)),
+    }),
+    target: Some(TargetSide {
+        write_request: |prompt, model| {
+            Ok((
+                "/v1/chat/completions".to_owned(),
+                write_request(prompt, model)?,
+            ))
+        },
+        read_reply,
+        stream_reader: || Box::<StreamReader>::default(),
+        takes_tool_name: plain_tool_name,
+        headers: &[],
+        key_header: ("authorization", |key| format!("Bearer {key}")),
+    }),
+    no_target: None,
+};
+
+const MODEL_REFUSAL: &str = crate::dialect::openai::chat::MODEL_REFUSAL;
+const CONTENT_FILTER: &str = crate::dialect::openai::chat::CONTENT_FILTER;
 
 // ---- requests ---------------------------------------------------------
 
