@@ -73,6 +73,7 @@ impl<U> Exchange<U> {
             latency_ms: millis(self.sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            reason: None,
         }
     }
 

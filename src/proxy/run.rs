@@ -306,25 +306,33 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
     })
 }
 
-/// The operator's endpoints for the providers the chains name (`openai:gpt-5`)
-/// and a key was given for: the upstream's base URL, the operator's key.
-/// Keys for providers no chain names are not held. A proxy that holds any
-/// and listens beyond loopback must have a client key, since clients would
+/// The operator's endpoints for cross-provider fallbacks: the upstream's
+/// base URL and the operator's key for each provider the command line's
+/// chains name (`openai:gpt-5`) and a key was given for. With `--tenants`,
+/// for every provider a key was given for: a tenant's own chains may name
+/// any, in the file now or after a reload, and only the tenants whose
+/// `operator_keys` name a provider spend its key. Without tenants, keys
+/// for providers no chain names are not held. A proxy that holds any and
+/// listens beyond loopback must have a client key, since clients would
 /// otherwise spend them.
 fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Provider> = PROVIDERS
+    let named = |provider: Provider| {
+        chains
+            .entries()
+            .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == provider))
+    };
+    let held: Vec<Provider> = PROVIDERS
         .into_iter()
-        .filter(|provider| {
-            chains
-                .entries()
-                .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == *provider))
-        })
+        .filter(|provider| named(*provider) || options.tenants.is_some())
         .collect();
     let mut endpoints = Vec::new();
-    for provider in named {
+    for provider in held {
         let prefix = chain_prefix(provider);
         let Some(key) = options.api_key(provider) else {
+            if !named(provider) {
+                continue;
+            }
             say(
                 "WARN",
                 &format!(
@@ -337,9 +345,15 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
         // The provider's route when the proxy routes by API (its flag, else
         // the provider's public endpoint), else the one upstream.
         let route = super::Route::serving(fallback_api(provider));
-        let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
-            format!("the {provider} upstream URL cannot be a cross-provider endpoint")
-        })?;
+        let base = match options.routes().base_for(route).base_uri() {
+            Some(base) => base,
+            None if !named(provider) => continue,
+            None => {
+                return Err(format!(
+                    "the {provider} upstream URL cannot be a cross-provider endpoint"
+                ))
+            }
+        };
         endpoints.push((provider, Endpoint::new(base, key.clone())));
     }
     if !endpoints.is_empty() && !admits_only_clients(options) && !options.listen.ip().is_loopback()
@@ -365,6 +379,13 @@ fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
         return Ok(None);
     };
     let tenants = Tenants::load(path).map_err(|e| format!("--tenants: {e}"))?;
+    // With tenants, every key given is held (see `cross_providers`).
+    let keyed = PROVIDERS
+        .into_iter()
+        .filter(|p| options.api_key(*p).is_some());
+    for unkeyed in tenants.holding_keys_for(keyed) {
+        say("WARN", &format!("proxy: {unkeyed}"));
+    }
     tenants.watch(options.tenants_poll);
     Ok(Some(tenants))
 }
@@ -782,6 +803,16 @@ mod tests {
             "{layer}"
         );
         assert!(layer_for(&chain).contains("cross_provider: {}"));
+        // With a tenants file, whose chains (now or after a reload) may name
+        // any provider: every key given, spent by the tenants allowed to.
+        let tenants = ["--tenants", "/nonexistent/tenants.toml"];
+        let layer = layer_for(&[&tenants[..], &keys[..]].concat());
+        assert!(layer.contains("OpenAi: Endpoint"), "{layer}");
+        assert!(layer.contains("Google: Endpoint"), "{layer}");
+        assert!(
+            !layer.contains("Anthropic: Endpoint"),
+            "no key given: {layer}"
+        );
     }
 
     #[test]

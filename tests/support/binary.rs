@@ -77,8 +77,23 @@ pub struct Running {
 impl Running {
     /// Starts `bin` with `args`; its stderr is read line by line from now on.
     pub fn spawn(bin: &str, args: &[&str]) -> Running {
-        let mut child = Command::new(bin)
+        Running::spawn_with(bin, args, &[])
+    }
+
+    /// [`spawn`](Self::spawn) with these environment variables set, and
+    /// none of the providers' keys (`*_API_KEY`) or `RUST_LOG` of the
+    /// test's own environment.
+    pub fn spawn_with(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
+        let mut command = Command::new(bin);
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.ends_with("_API_KEY") || name == "RUST_LOG" {
+                command.env_remove(&*name);
+            }
+        }
+        let mut child = command
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("REFUSAL_GUARD_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -118,6 +133,17 @@ impl Running {
         let rest = line.split(marker).nth(1).unwrap();
         let addr = rest.split_whitespace().next().unwrap();
         format!("http://{}", addr.trim_end_matches(':'))
+    }
+
+    /// Sends it SIGTERM (a deploy's stop) and waits (at most `within`) for
+    /// it to exit: its status code and all it wrote to stderr.
+    pub fn terminated(self, within: Duration) -> (Option<i32>, String) {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -TERM failed");
+        self.exited(within)
     }
 
     /// Waits (at most `within`) for it to exit by itself: its status code

@@ -239,6 +239,7 @@ impl Climb {
             latency_ms: millis(sent.elapsed()),
             usage: None,
             fallback_credit: None,
+            reason: None,
         };
         let held = match attempt {
             Err(_elapsed) => {

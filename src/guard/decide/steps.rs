@@ -176,6 +176,7 @@ impl Climb {
             latency_ms: 0,
             usage: None,
             fallback_credit: None,
+            reason: Some(reason),
         };
         self.fail(record, reason);
         Prep::Skip
