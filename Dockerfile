@@ -16,7 +16,7 @@ FROM ${RUST_IMAGE} AS build
 ARG PROFILE
 WORKDIR /src
 COPY . .
-RUN cargo build --profile "${PROFILE}" --locked --all-features --bin refusal-guard \
+RUN cargo build --profile "${PROFILE}" --locked -p refusal-guard-proxy --all-features --bin refusal-guard \
     && install -D -m 0755 "target/${PROFILE}/refusal-guard" /out/refusal-guard
 
 FROM ${RUNTIME_IMAGE}

@@ -42,7 +42,7 @@ else
 fi
 
 step "manifests and dashboard: .ci/deploy_check.py $BIN"
-[ -x "$BIN" ] || cargo build --all-features --bin refusal-guard
+[ -x "$BIN" ] || cargo build -p refusal-guard-proxy --all-features --bin refusal-guard
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

@@ -1,6 +1,6 @@
 //! The guard against the bare inner service, measured in the same run.
 //!
-//! `cargo bench --bench layer`. Each group has a `bare` baseline (the mock
+//! `cargo bench -p refusal-guard-proxy --features bedrock --bench layer`. Each group has a `bare` baseline (the mock
 //! inner service alone), the same traffic through `RefusalGuard`, and through
 //! it with the opt-in text detector on; `docs/speed.md` reports the ratios.
 //! `long_stream` is the framing and judging of a long stream (its throughput

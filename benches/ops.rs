@@ -3,7 +3,7 @@
 //! Prometheus recorder the admin listener installs, against the bare inner
 //! service, in the same run.
 //!
-//! `cargo bench --features proxy --bench ops`. Each request is driven to its end on a
+//! `cargo bench -p refusal-guard-proxy --features bedrock --bench ops`. Each request is driven to its end on a
 //! current-thread runtime inside `metrics::with_local_recorder`, so that the
 //! variants differ only in the recorder.
 

@@ -6,7 +6,7 @@
 //! with nothing listening where the collector should be. The three proxies
 //! run at once, so that the machine's load falls on all of them alike.
 //!
-//! `cargo bench --features proxy,otlp --bench otlp`. The acceptance: with
+//! `cargo bench -p refusal-guard-proxy --features bedrock,otlp --bench otlp`. The acceptance: with
 //! the collector down, latency is that of the export with a collector up,
 //! within the bench's noise.
 

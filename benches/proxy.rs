@@ -1,7 +1,7 @@
 //! What the proxy adds to a streamed request, against a bare forwarder, in
 //! the same run, over loopback.
 //!
-//! `cargo bench --features proxy --bench proxy` (about a minute). An in-process mock upstream
+//! `cargo bench -p refusal-guard-proxy --features bedrock --bench proxy` (about a minute). An in-process mock upstream
 //! streams a 200-event Anthropic answer (each event its own chunk) to a
 //! `"stream": true` request, in three shapes: `proxy_200_events` (a ~20 KB
 //! request, the answer as fast as it goes), `proxy_400kb_request` (a ~405 KB
@@ -39,8 +39,8 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{Proxy, Upstream};
 use serde_json::json;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

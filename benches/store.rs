@@ -13,7 +13,7 @@
 //! The benchmark starts its own `redis-server` on a free loopback port; when
 //! it is not installed the Redis cases are skipped with a message.
 //!
-//! Run with `cargo bench --features redis --bench store`.
+//! Run with `cargo bench -p refusal-guard-proxy --features bedrock --bench store`.
 
 use support::redis_server;
 

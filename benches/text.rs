@@ -11,7 +11,7 @@
 //! * `prefix_verdict/*`: what a streaming layer calls while holding back
 //!   text, on the first 512 bytes of each.
 //!
-//! Run with `cargo bench --bench text`.
+//! Run with `cargo bench -p refusal-guard-proxy --features bedrock --bench text`.
 
 use std::hint::black_box;
 

@@ -15,9 +15,9 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use refusal_guard::simulate::Simulator;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Refusal, RefusalGuardLayer, RefusalHandle};
+use refusal_guard_testkit::Simulator;
 use serde_json::Value;
 use tower::{Layer, ServiceExt};
 

@@ -34,8 +34,7 @@ const PREFIXES: [&str; 3] = ["REFUSAL_GUARD_", "OMP_REFUSAL_", "PI_REFUSAL_"];
 
 /// Every variable [`EnvConfig::from_vars`] reads, `HOME` included (for
 /// `~/` in a log path).
-#[cfg(feature = "proxy")]
-pub(crate) fn variable_names() -> Vec<String> {
+pub fn variable_names() -> Vec<String> {
     /// The settings read under every prefix (`CHAIN` only as `REFUSAL_GUARD_CHAIN`).
     const NAMES: [&str; 4] = ["RESCUE", "FALLBACKS", "LOG", "CHAIN"];
     PREFIXES

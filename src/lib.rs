@@ -26,7 +26,7 @@
 //! # Example
 //!
 //! ```
-//! use refusal_guard::simulate::Simulator;
+//! use refusal_guard_testkit::Simulator;
 //! use refusal_guard::telemetry::MemorySink;
 //! use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 //! use http_body_util::{BodyExt, Full};
@@ -35,8 +35,9 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let log = MemorySink::new();
-//! // `Simulator` stands in for a real client (see `reqwest::ReqwestService`):
-//! // it refuses the first attempt of every conversation.
+//! // The testkit's `Simulator` (crate `refusal-guard-testkit`) stands in for
+//! // a real client (see `reqwest::ReqwestService`): it refuses the first
+//! // attempt of every conversation.
 //! let client = ServiceBuilder::new()
 //!     .layer(RefusalGuardLayer::new().telemetry(log.clone()))
 //!     .service(Simulator::new());
@@ -76,36 +77,32 @@
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
 //!   own shape; [`header`]: the names of the headers the crate reads and
 //!   writes.
-//! - [`sse`]: the incremental SSE framer; [`text`]: the opt-in prose refusal
-//!   detector; [`env`](mod@env): configuration from environment variables.
-//! - [`simulate`]: a simulated provider for demos and tests; `reqwest` and
-//!   `proxy` (features of the same names, off by default, as is `redis` for
-//!   [`store`]'s Redis store): the reqwest adapter and the standalone proxy
-//!   (also the `refusal-guard` binary).
+//! - [`sse`]: the incremental SSE framer; `text` (feature `text`): the
+//!   opt-in prose refusal detector; [`env`](mod@env): configuration from
+//!   environment variables.
+//! - `reqwest` (feature `reqwest`, off by default, as is `redis` for
+//!   [`store`]'s Redis store): the reqwest adapter.
 //! - [`tenant`]: each client its own settings behind one guard (the
 //!   [`TenantResolver`](tenant::TenantResolver) names a request's tenant);
 //!   [`routing`]: in which order a refusal's fallback candidates are tried
 //!   (the operator's, or learned from the records).
-//! - [`telemetry::metrics`]: what the guard counts, through the `metrics` facade;
-//!   `proxy::admin` (feature `proxy`): the proxy's admin listener (metrics,
-//!   health, the refusals dashboard).
+//! - [`telemetry::metrics`]: what the guard counts, through the `metrics` facade.
 //!
-//! Inside, one request flows through the private `guard` module in this
-//! order: `service` (recognise the wire API, else pass
-//! through) → `request` (read or forward the request, name its
-//! conversation, rewrite it; the original as sent) → `call` (the per-call
-//! context) → `exchange` (the per-request carrier) → `live` (keep-alive, live
-//! thinking) → `partial` (a partial refusal continued on the next model,
-//! opt-in) → `respond` (the decision turned into the response, the record
-//! and the handle) → `decide` (the policy's steps, each sent and held,
-//! ending in a decision: a value, not a response) → `hold` (holding a
-//! response back and judging it) → `config` (the layer's settings);
-//! `upstream` is the one alias of the inner service the steps share. Below
-//! the guard sit the public extension points ([`recovery`], [`store`],
-//! [`telemetry`], [`text`]), [`replay`] and the wire (the private `dialect`
-//! module, [`sse`]); `.ci/module-graph.py` keeps every folder's modules free
-//! of cycles (and prints their order, bottom to top) and the public modules
-//! on public types.
+//! Two companion crates, in the same workspace: `refusal-guard-proxy` (the
+//! standalone proxy and the `refusal-guard` binary: routes, tenants file,
+//! admin listener, report, dashboard, OpenTelemetry export) and
+//! `refusal-guard-testkit` (simulated providers that refuse on cue, and the
+//! providers' request rules as an executable contract, for tests and demos).
+//!
+//! Inside, one request flows through the private `guard` module; its
+//! pipeline is described in one place, the module docs of
+//! `src/guard/mod.rs` (its steps in order, the file each lives in, one
+//! streamed request traced through them). Below the guard sit the public
+//! extension points ([`recovery`], [`store`], [`telemetry`], `text`),
+//! [`replay`] and the wire (the private `dialect` module, [`sse`]);
+//! `.ci/module-graph.py` keeps every folder's modules free of cycles (and
+//! prints their order, bottom to top) and the public modules on public
+//! types.
 //!
 //! # Vocabulary
 //!
@@ -150,9 +147,6 @@ mod dialect;
 pub mod env;
 mod guard;
 pub mod header;
-#[cfg(feature = "proxy")]
-#[cfg_attr(docsrs, doc(cfg(feature = "proxy")))]
-pub mod proxy;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
@@ -160,11 +154,12 @@ pub mod replay;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod reqwest;
 pub mod routing;
-pub mod simulate;
 pub mod sse;
 pub mod store;
 pub mod telemetry;
 pub mod tenant;
+#[cfg(feature = "text")]
+#[cfg_attr(docsrs, doc(cfg(feature = "text")))]
 pub mod text;
 
 #[cfg(feature = "bedrock")]
@@ -182,9 +177,10 @@ pub use refusal::{Outcome, Refusal, RefusalHandle};
 pub use replay::ReplayBody;
 pub use service::RefusalGuard;
 
-/// The pages of the README, `CHANGELOG.md` and `docs/`, so that their Rust
-/// examples compile (and, unless `no_run`, run) as doc tests: `cargo test
-/// --all-features --doc`. Each page is included under the features its
+/// The pages of the README, `CHANGELOG.md` and `docs/` about the library,
+/// so that their Rust examples compile (and, unless `no_run`, run) as doc
+/// tests: `cargo test --workspace --all-features --doc` (the proxy's pages
+/// are the proxy crate's doc tests). Each page is included under the features its
 /// examples use. rustdoc reads a code block without a language as Rust, so
 /// every other block names its own (`sh`, `text`, `json`, `python`).
 #[cfg(doctest)]
@@ -199,23 +195,16 @@ mod pages {
     struct Bedrock;
     #[doc = include_str!("../docs/design.md")]
     struct Design;
+    #[cfg(feature = "text")]
     #[doc = include_str!("../docs/layer.md")]
     struct Layer;
-    #[cfg(feature = "redis")]
-    #[doc = include_str!("../docs/operating.md")]
-    struct Operating;
     #[doc = include_str!("../docs/providers.md")]
     struct Providers;
-    #[cfg(feature = "proxy")]
-    #[doc = include_str!("../docs/proxy.md")]
-    struct Proxy;
     #[doc = include_str!("../docs/speed.md")]
     struct Speed;
-    #[cfg(feature = "proxy")]
-    #[doc = include_str!("../docs/tenants.md")]
-    struct Tenants;
     #[doc = include_str!("../docs/testing.md")]
     struct Testing;
+    #[cfg(feature = "text")]
     #[doc = include_str!("../docs/text-detection.md")]
     struct TextDetection;
 }

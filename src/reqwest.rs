@@ -40,7 +40,7 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use tower_service::Service;
 
-use crate::replay::{chain, ForwardedBody, ReplayBody};
+use crate::replay::{prefixed, ForwardedBody, ReplayBody};
 
 /// The streaming response body of [`ReqwestService`]: `reqwest`'s own body,
 /// an `http_body::Body` with `Data = Bytes` and `Error = reqwest::Error`.
@@ -53,7 +53,7 @@ pub type ReqwestBody = ::reqwest::Body;
 /// response comes back as soon as its head has arrived, with a body that
 /// streams. Redirects, proxies and timeouts are whatever the client was
 /// built with: for a proxy that forwards credentials, build the client
-/// without redirects (see `refusal_guard::proxy::client`), or a redirect
+/// without redirects (see `refusal_guard_proxy::client`), or a redirect
 /// could carry an API key header to another host.
 ///
 /// ```
@@ -140,7 +140,7 @@ impl ReplayBody for ::reqwest::Body {
     }
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
-        ::reqwest::Body::wrap(chain(prefix, rest))
+        ::reqwest::Body::wrap(prefixed(prefix, rest))
     }
 
     fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {

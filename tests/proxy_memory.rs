@@ -1,5 +1,5 @@
 //! The proxy keeps no memory from one round of streams to the next. The proxy
-//! runs in this process as `examples/proxy.rs` runs it, and every byte the
+//! runs in this process as `proxy/examples/proxy.rs` runs it, and every byte the
 //! process allocates is counted, so a leak shows exactly, whatever the
 //! allocator keeps for itself: RSS cannot tell one (glibc holds freed pages,
 //! and how many depends on timing; the soak, `tools/src/bin/soak.rs`, prints it).

@@ -55,8 +55,23 @@ impl Findings {
         }
     }
 
+    /// Whether the answer's opening rules a prose refusal out (always, when
+    /// the text detector is not compiled in).
+    pub(crate) fn text_ruled_out(&self) -> bool {
+        #[cfg(feature = "text")]
+        return crate::text::prefix_verdict(&self.text) == crate::text::PrefixVerdict::RuledOut;
+        #[cfg(not(feature = "text"))]
+        return true;
+    }
+
     /// Runs the text detector on an answer made of text alone, and records a
     /// prose refusal as an empty refusal of kind text.
+    #[cfg(not(feature = "text"))]
+    pub(crate) fn judge_text(&mut self) {}
+
+    /// Runs the text detector on an answer made of text alone, and records a
+    /// prose refusal as an empty refusal of kind text.
+    #[cfg(feature = "text")]
     pub(crate) fn judge_text(&mut self) {
         if self.tool_call || self.empty_refusal.is_some() || self.partial_refusal.is_some() {
             return;

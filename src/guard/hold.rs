@@ -21,7 +21,6 @@ use crate::refusal::AttemptResult;
 use crate::replay::chunks::unpinned;
 use crate::replay::reserve::Share;
 use crate::sse::SseFramer;
-use crate::text::PrefixVerdict;
 use crate::BoxError;
 
 /// What holding a response back showed.
@@ -429,7 +428,7 @@ impl<'a> HeldStream<'a> {
         if findings.tool_call || findings.empty_refusal.is_some() {
             self.text_pending = false;
         } else if findings.output {
-            if crate::text::prefix_verdict(&findings.text) == PrefixVerdict::RuledOut {
+            if findings.text_ruled_out() {
                 self.text_pending = false;
             } else if findings.text.len() >= self.config.text_hold_bytes {
                 self.text_pending = false;

@@ -499,11 +499,15 @@ impl RefusalGuardLayer {
     /// refusal out (typically within its first sentence or two), and never
     /// later than [`text_hold_bytes`](Self::text_hold_bytes) of text. Answers
     /// with a tool call are never judged.
+    #[cfg(feature = "text")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "text")))]
     pub fn detect_text_refusals(self, on: bool) -> Self {
         self.with(|c| c.text_detection = on)
     }
 
     /// Most answer text held back for the text detector (default 2 KiB).
+    #[cfg(feature = "text")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "text")))]
     pub fn text_hold_bytes(self, bytes: usize) -> Self {
         self.with(|c| c.text_hold_bytes = bytes.max(1))
     }

@@ -17,8 +17,7 @@ use crate::refusal::{Provider, WireApi};
 
 /// The providers a fallback chain entry may name, in the order the proxy
 /// lists them.
-pub(crate) const PROVIDERS: [Provider; 3] =
-    [Provider::Anthropic, Provider::OpenAi, Provider::Google];
+pub const PROVIDERS: [Provider; 3] = [Provider::Anthropic, Provider::OpenAi, Provider::Google];
 
 /// The provider and model of a fallback chain entry `provider:model`, or
 /// `None` for a plain model name (a fallback on the client's own API). Google is
@@ -43,7 +42,7 @@ pub fn parse_entry(entry: &str) -> Option<(Provider, &str)> {
 }
 
 /// The prefix a chain entry names `provider` by, and its key's flag.
-pub(crate) fn chain_prefix(provider: Provider) -> &'static str {
+pub fn chain_prefix(provider: Provider) -> &'static str {
     match provider {
         Provider::Google => "gemini",
         other => other.as_str(),
@@ -51,7 +50,7 @@ pub(crate) fn chain_prefix(provider: Provider) -> &'static str {
 }
 
 /// The wire API a fallback to `provider` speaks.
-pub(crate) fn fallback_api(provider: Provider) -> WireApi {
+pub fn fallback_api(provider: Provider) -> WireApi {
     match provider {
         Provider::Anthropic => WireApi::AnthropicMessages,
         Provider::OpenAi => WireApi::OpenAiChatCompletions,

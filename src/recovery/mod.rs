@@ -6,10 +6,7 @@
 pub mod category;
 mod endpoint;
 
-pub(crate) use endpoint::fallback_api;
-#[cfg(feature = "proxy")]
-pub(crate) use endpoint::{chain_prefix, PROVIDERS};
-pub use endpoint::{parse_entry, ApiKey, Endpoint};
+pub use endpoint::{chain_prefix, fallback_api, parse_entry, ApiKey, Endpoint, PROVIDERS};
 
 pub use category::CategoryPolicy;
 
@@ -174,8 +171,7 @@ impl FallbackChains {
     }
 
     /// Every entry of every chain (the proxy reads which providers they name).
-    #[cfg(feature = "proxy")]
-    pub(crate) fn entries(&self) -> impl Iterator<Item = &String> {
+    pub fn entries(&self) -> impl Iterator<Item = &String> {
         self.0.values().flatten()
     }
 

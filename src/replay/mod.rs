@@ -181,37 +181,50 @@ impl ReplayBody for Full<Bytes> {
 }
 
 /// The already-read bytes of a body, typed as that body's error.
-pub(crate) type Head<E> = http_body_util::combinators::MapErr<Full<Bytes>, fn(Infallible) -> E>;
+type Head<E> = http_body_util::combinators::MapErr<Full<Bytes>, fn(Infallible) -> E>;
 
 fn never<E>(never: Infallible) -> E {
     match never {}
 }
 
-/// `prefix`, then `rest`. A named type, so that it is `Sync` whenever `B` is.
-pub(crate) fn chain<B>(prefix: Bytes, rest: B) -> Chain<Head<B::Error>, B>
+/// `prefix`, then `rest`: what [`ReplayBody::prefixed`] returns for a body
+/// type that can carry another body (a named type, so that it is `Sync`
+/// whenever `B` is).
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::{BodyExt, Full};
+/// use refusal_guard::replay::prefixed;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let body = prefixed(Bytes::from("read "), Full::new(Bytes::from("rest")));
+/// assert_eq!(body.collect().await.unwrap().to_bytes(), "read rest");
+/// # }
+/// ```
+pub fn prefixed<B>(prefix: Bytes, rest: B) -> Prefixed<B>
 where
     B: Body<Data = Bytes> + Send + 'static,
 {
     let head = Full::new(prefix).map_err(never::<B::Error> as fn(Infallible) -> B::Error);
-    Chain {
+    Prefixed {
         head: Some(head),
         rest,
     }
 }
 
 pin_project_lite::pin_project! {
-    /// Bytes already read (`H`), then the rest of the body (`B`).
-    pub(crate) struct Chain<H, B> {
+    /// Bytes already read, then the rest of a body: see [`prefixed`].
+    pub struct Prefixed<B: Body> {
         #[pin]
-        head: Option<H>,
+        head: Option<Head<B::Error>>,
         #[pin]
         rest: B,
     }
 }
 
-impl<H, B> Body for Chain<H, B>
+impl<B> Body for Prefixed<B>
 where
-    H: Body<Data = Bytes, Error = B::Error>,
     B: Body<Data = Bytes>,
 {
     type Data = Bytes;
@@ -232,7 +245,7 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.head.as_ref().map_or(true, H::is_end_stream) && self.rest.is_end_stream()
+        self.head.as_ref().map_or(true, Head::is_end_stream) && self.rest.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -256,7 +269,7 @@ where
     }
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
-        chain(prefix, rest).boxed()
+        prefixed(prefix, rest).boxed()
     }
 
     fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {
@@ -275,7 +288,7 @@ where
     }
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
-        chain(prefix, rest).boxed_unsync()
+        prefixed(prefix, rest).boxed_unsync()
     }
 
     fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {

@@ -497,25 +497,6 @@ pub fn store_up(store: &'static str, up: bool) {
     gauge!(STORE_UP, "store" => store).set(if up { 1.0 } else { 0.0 });
 }
 
-/// Counts a request the proxy forwarded on `route` (routing on).
-#[cfg(feature = "proxy")]
-pub(crate) fn routed(route: &'static str) {
-    counter!(PROXY_REQUESTS, "route" => route).increment(1);
-}
-
-/// Counts a response the proxy gave a client, by its status class.
-#[cfg(feature = "proxy")]
-pub(crate) fn proxy_response(status: http::StatusCode) {
-    let class = match status.as_u16() {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
-    };
-    counter!(PROXY_RESPONSES, "class" => class).increment(1);
-}
-
 /// Every layer's count of bytes held and its limit, while the layer lives.
 static HELD: Mutex<Vec<(std::sync::Weak<AtomicUsize>, usize)>> = Mutex::new(Vec::new());
 

@@ -16,8 +16,8 @@
 //!   [`Fanout`], `Vec<S>`, `(A, B)` and `(A, B, C)` send each record to
 //!   several sinks.
 //!
-//! [`Report`] summarises records (or a JSONL log) for the `refusals` example;
-//! [`Dashboard`] renders them as a self-contained HTML page.
+//! The proxy crate (`refusal-guard-proxy`) reads them back: its `Report`
+//! summarises a JSONL log, its `Dashboard` renders one as an HTML page.
 //!
 //! ```
 //! use refusal_guard::telemetry::{Fanout, MemorySink, RefusalRecord, TelemetrySink};
@@ -44,23 +44,16 @@ use crate::refusal::{
     WireApi,
 };
 
-mod dashboard;
 mod jsonl;
 mod memory;
 pub mod metrics;
 mod metrics_sink;
-#[cfg(feature = "otlp")]
-#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
-pub mod otlp;
-mod report;
 mod restored;
 mod trace;
 
-pub use dashboard::Dashboard;
 pub use jsonl::JsonlSink;
 pub use memory::MemorySink;
 pub use metrics_sink::{record_refusal, recovery_attempts, MetricsSink};
-pub use report::{Report, TenantSummary, TenantsTable};
 pub use restored::RouteRestored;
 pub use trace::TracingSink;
 
@@ -433,7 +426,7 @@ pub fn format_ts(time: SystemTime) -> String {
 /// Milliseconds since the epoch of a `2026-11-29T17:44:06.123Z` time (the
 /// shape [`format_ts`] writes; fractions of other lengths and no fraction
 /// are read too).
-pub(crate) fn parse_ts(ts: &str) -> Option<i64> {
+pub fn parse_ts(ts: &str) -> Option<i64> {
     let ts = ts.strip_suffix('Z')?;
     let (date, time) = ts.split_once('T')?;
     let mut date = date.splitn(3, '-');

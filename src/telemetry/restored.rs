@@ -72,25 +72,3 @@ impl RouteRestored {
             .filter(|event| event.event == Self::EVENT)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::telemetry::{RefusalRecord, Report};
-
-    #[test]
-    fn the_report_counts_restorations_apart_and_old_lines_still_parse() {
-        let restored =
-            RouteRestored::new(None, Some("claude-opus-4-7".into()), "claude-sonnet-4-5");
-        let line = String::from_utf8(restored.to_json_line()).unwrap();
-        // A line as pi-refusal-guard writes it, ours, and a torn one.
-        let pi = r#"{"ts":"2026-11-29T17:44:06.123Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"dead"}"#;
-        let log = format!("{pi}\n{line}{{\"ts\":\"2026-\n");
-        let (report, skipped) = Report::from_jsonl_reader(log.as_bytes());
-        assert_eq!((report.total, report.restored, skipped), (1, 1, 1));
-        assert!(report.to_string().contains("primary model restored): 1"));
-        // Readers of refusal records alone skip it: it has no outcome.
-        assert!(serde_json::from_str::<RefusalRecord>(&line).is_err());
-        assert!(RouteRestored::from_json_line(pi.as_bytes()).is_none());
-    }
-}

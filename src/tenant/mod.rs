@@ -170,6 +170,8 @@ impl Tenant {
     }
 
     /// Whether prose refusals count as refusals for it.
+    #[cfg(feature = "text")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "text")))]
     pub fn detect_text_refusals(self, on: bool) -> Self {
         self.with(|s| s.text_detection = Some(on))
     }

@@ -4,8 +4,8 @@
 
 use refusal_guard::aws::{Credentials, SigV4Layer};
 use refusal_guard::header;
-use refusal_guard::proxy::{ClientKey, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{ClientKey, Proxy, Upstream};
 use serde_json::{json, Value};
 use support::bedrock::{self as br, BedrockUpstream};
 

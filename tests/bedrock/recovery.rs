@@ -7,11 +7,11 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 use refusal_guard::aws::{Credentials, SigV4Layer};
-use refusal_guard::proxy::UpstreamBody;
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{RefusalKind, WireApi, GUARDRAIL_CATEGORY};
 use refusal_guard::telemetry::{MemorySink, RefusalRecord};
 use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard_proxy::UpstreamBody;
 use serde_json::{json, Value};
 use support::bedrock::{self as br, BedrockUpstream};
 use tower::{Layer, ServiceExt};
@@ -49,7 +49,7 @@ async fn send(
     body: Value,
 ) -> Done {
     let sink = MemorySink::new();
-    let client = refusal_guard::proxy::client().unwrap();
+    let client = refusal_guard_proxy::client().unwrap();
     let signed = SigV4Layer::new(credentials, br::REGION).layer(client);
     let guard = layer.telemetry(sink.clone()).layer(signed);
     let bytes = if body.is_null() {

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use refusal_guard::proxy::hash_key;
+use refusal_guard_proxy::hash_key;
 
 use support::otlp::OtlpReceiver;
 use support::prometheus::sample;
@@ -18,7 +18,7 @@ use crate::{refused_as, refused_then_rescued, scrape, start, Proxy};
 
 const TENANT_KEY: &str = "names-tenant-client-key-0001";
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 /// The `refusal_guard_*` names in `text` (an expression, a rules file).
 fn names_in(text: &str) -> BTreeSet<String> {

@@ -5,8 +5,8 @@
 
 use bytes::Bytes;
 use refusal_guard::refusal::{AttemptResult, DeadReason, FallbackCredit, Prefill};
-use refusal_guard::telemetry::Report;
 use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard_proxy::Report;
 use serde_json::{json, Value};
 use support::events::*;
 use support::*;

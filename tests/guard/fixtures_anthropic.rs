@@ -1,5 +1,5 @@
-//! Every Anthropic fixture gets its verdict (from `tests/fixtures/README.md`
-//! of the shared set), streaming and JSON, under every single split point of
+//! Every Anthropic fixture gets its verdict (from the README of the shared
+//! fixtures), streaming and JSON, under every single split point of
 //! its bytes and under random chunkings; what is not recovered comes out
 //! byte-identical.
 //!

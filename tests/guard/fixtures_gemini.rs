@@ -288,7 +288,7 @@ fn the_table_covers_every_chat_fixture_once() {
     for name in &names {
         let path = format!(
             "{}/tests/fixtures/gemini/{name}",
-            env!("CARGO_MANIFEST_DIR")
+            concat!(env!("CARGO_MANIFEST_DIR"), "/..")
         );
         assert!(std::path::Path::new(&path).is_file(), "{path}");
     }

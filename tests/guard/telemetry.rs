@@ -13,8 +13,9 @@ use refusal_guard::refusal::{
     RefusalSignal, Usage, WireApi,
 };
 use refusal_guard::telemetry::{
-    format_ts, Fanout, JsonlSink, MemorySink, RefusalRecord, Report, TelemetrySink, TracingSink,
+    format_ts, Fanout, JsonlSink, MemorySink, RefusalRecord, TelemetrySink, TracingSink,
 };
+use refusal_guard_proxy::Report;
 use support::log_capture::LogCapture;
 
 /// A fresh directory under the system temp dir, removed on drop.

@@ -7,8 +7,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use refusal_guard::proxy::{GuardedClient, Proxy, Upstream};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{GuardedClient, Proxy, Upstream};
 use support::raw_upstream::{chunk, head, head_with, last_chunk, whole, Act, RawUpstream};
 use support::socket::read_until_closed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,7 +19,10 @@ const EMPTY_REFUSAL: &str = "anthropic/anthropic-sdk-python/refusal_response.txt
 const GENEROUS: Duration = Duration::from_secs(15);
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/{name}",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/..")
+    );
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -612,7 +615,7 @@ async fn http2_clients_are_served_and_refused_alike() {
 
 #[tokio::test]
 async fn readyz_answers_503_while_the_proxy_drains() {
-    use refusal_guard::proxy::admin::{self, AdminState, Draining};
+    use refusal_guard_proxy::admin::{self, AdminState, Draining};
     let upstream =
         RawUpstream::start(|_, _| vec![Act::Write(head(200, "text/event-stream")), Act::Hang])
             .await;
@@ -785,7 +788,7 @@ async fn upstream_response_heads_are_read_up_to_16_kib_and_bodies_whole() {
     })
     .await;
     let proxy = Running::plain(&upstream).await;
-    assert_eq!(refusal_guard::proxy::UPSTREAM_READ_BYTES, 16 * 1024);
+    assert_eq!(refusal_guard_proxy::UPSTREAM_READ_BYTES, 16 * 1024);
 
     // A head within the bound, then a body many reads long: all of it.
     let served = proxy

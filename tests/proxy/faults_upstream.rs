@@ -6,10 +6,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::refusal::DeadReason;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard_proxy::{Proxy, Upstream};
 use serde_json::{json, Value};
 use support::anthropic::{anthropic_stream, events as ev};
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};

@@ -1,5 +1,5 @@
 //! Issue 14, items 1, 4 and 5 through the real proxy (`run` from flags, as
-//! `examples/proxy.rs`) over a scripted loopback upstream: a policy per
+//! `proxy/examples/proxy.rs`) over a scripted loopback upstream: a policy per
 //! refusal category (OpenAI's policy errors among them), fallback credit
 //! off, the conversation header never upstream, the
 //! `refusal-guard-recovery` header on recovered responses only, and the
@@ -10,9 +10,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use clap::Parser;
 use refusal_guard::header;
-use refusal_guard::proxy::Options;
-use refusal_guard::telemetry::{Fanout, JsonlSink, Report, RouteRestored, TelemetrySink};
+use refusal_guard::telemetry::{Fanout, JsonlSink, RouteRestored, TelemetrySink};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::Options;
+use refusal_guard_proxy::Report;
 use serde_json::{json, Value};
 use support::events::*;
 use support::proxy::{client, run_proxy};

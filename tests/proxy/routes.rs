@@ -13,10 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use refusal_guard::proxy::{Proxy, Route, Routes, Upstream};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{Outcome, RefusalGuardLayer};
+use refusal_guard_proxy::{Proxy, Route, Routes, Upstream};
 use serde_json::json;
 use support::fixture;
 use support::mock_upstream::{MockUpstream, SeenRequest};

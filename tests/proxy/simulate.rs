@@ -7,7 +7,7 @@
 //! rules, and a broken request gets the provider's own answer.
 
 use refusal_guard::header;
-use refusal_guard::simulate::ANSWER;
+use refusal_guard_testkit::ANSWER;
 use serde_json::{json, Value};
 use support::proxy::{client, run_proxy};
 

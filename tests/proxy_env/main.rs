@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use refusal_guard::env::LogSetting;
-use refusal_guard::proxy::Options;
+use refusal_guard_proxy::Options;
 
 fn parse(args: &[&str]) -> Result<Options, clap::Error> {
     let args = std::iter::once("proxy").chain(args.iter().copied());
@@ -123,7 +123,7 @@ fn flags_then_refusal_guard_then_omp_then_pi() {
     std::env::remove_var("REFUSAL_GUARD_STRICT");
 
     // Routes: each provider's variable turns routing on; a flag wins.
-    use refusal_guard::proxy::Route;
+    use refusal_guard_proxy::Route;
     assert!(!parse(&[]).unwrap().routes().is_routed());
     std::env::set_var(
         "REFUSAL_GUARD_UPSTREAM_OPENAI",

@@ -5,9 +5,9 @@
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::telemetry::JsonlSink;
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{Proxy, Upstream};
 use support::log_capture::SharedBuffer;
 use support::raw_upstream::{chunk, head, last_chunk, Act, RawUpstream};
 
@@ -42,7 +42,7 @@ fn reports(path: &std::path::Path) -> Vec<String> {
 async fn refusing_upstream() -> RawUpstream {
     let refusal = std::fs::read(format!(
         "{}/tests/fixtures/{EMPTY_REFUSAL}",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/..")
     ))
     .unwrap();
     RawUpstream::start(move |_, _| {

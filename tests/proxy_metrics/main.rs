@@ -210,10 +210,10 @@ async fn metrics_and_the_request_span() {
 async fn tenants_and_learned_routing_are_counted(
     handle: &metrics_exporter_prometheus::PrometheusHandle,
 ) {
-    use refusal_guard::proxy::{hash_key, Tenants};
     use refusal_guard::recovery::FallbackChains;
     use refusal_guard::routing::LearnedRouting;
     use refusal_guard::tenant::FromExtensions;
+    use refusal_guard_proxy::{hash_key, Tenants};
 
     let dir = std::env::temp_dir().join(format!("rg-metrics-tenants-{}", rand_suffix()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -293,7 +293,7 @@ async fn tenants_and_learned_routing_are_counted(
 async fn routed_requests_are_counted_by_route(
     handle: &metrics_exporter_prometheus::PrometheusHandle,
 ) {
-    use refusal_guard::proxy::{Proxy, Route, Routes, Upstream};
+    use refusal_guard_proxy::{Proxy, Route, Routes, Upstream};
     const ROUTED: &str = "refusal_guard_proxy_requests_total";
     assert_eq!(
         sample(&handle.render(), ROUTED, &[]),
@@ -350,8 +350,8 @@ fn rand_suffix() -> u128 {
 
 #[tokio::test]
 async fn readiness_probes_each_routes_upstream() {
-    use refusal_guard::proxy::admin::{self, AdminState};
-    use refusal_guard::proxy::{Route, Routes, Upstream};
+    use refusal_guard_proxy::admin::{self, AdminState};
+    use refusal_guard_proxy::{Route, Routes, Upstream};
 
     let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let open_url = format!("http://{}", open.local_addr().unwrap());
@@ -394,14 +394,14 @@ async fn readiness_probes_each_routes_upstream() {
 /// A readiness check that never answers.
 struct Hangs;
 
-impl refusal_guard::proxy::admin::Probe for Hangs {
+impl refusal_guard_proxy::admin::Probe for Hangs {
     fn name(&self) -> String {
         "hangs".to_owned()
     }
     fn check(
         &self,
     ) -> std::pin::Pin<
-        Box<dyn std::future::Future<Output = refusal_guard::proxy::admin::ProbeResult> + Send + '_>,
+        Box<dyn std::future::Future<Output = refusal_guard_proxy::admin::ProbeResult> + Send + '_>,
     > {
         Box::pin(std::future::pending())
     }
@@ -409,7 +409,7 @@ impl refusal_guard::proxy::admin::Probe for Hangs {
 
 #[tokio::test]
 async fn admin_routes_answer_within_their_bounds() {
-    use refusal_guard::proxy::admin::{self, AdminState};
+    use refusal_guard_proxy::admin::{self, AdminState};
 
     let dir = std::env::temp_dir().join(format!("rg-ops-admin-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, Outcome, Usage};
-use refusal_guard::telemetry::{JsonlSink, MemorySink, MetricsSink, RefusalRecord, Report};
+use refusal_guard::telemetry::{JsonlSink, MemorySink, MetricsSink, RefusalRecord};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::Report;
 use serde_json::{json, Value};
 use support::chains;
 use support::mock_upstream::MockUpstream;

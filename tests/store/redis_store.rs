@@ -333,7 +333,7 @@ async fn a_paused_server_is_answered_for_within_the_timeout() {
 /// answers `PING`, not ready while it is down, ready again once it is back.
 #[tokio::test]
 async fn readiness_follows_the_redis_store() {
-    use refusal_guard::proxy::admin::{self, AdminState, RedisStoreProbe};
+    use refusal_guard_proxy::admin::{self, AdminState, RedisStoreProbe};
 
     let mut server = RedisServer::start();
     let store = RedisStore::open(&server.url()).unwrap();

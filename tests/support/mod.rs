@@ -2,7 +2,7 @@
 //! and test tool uses it as a dev-dependency.
 //!
 //! - [`contract`]: the providers' documented request rules, executable
-//!   (the crate's `refusal_guard::simulate::contract`), and the
+//!   (the crate's `refusal_guard_testkit::contract`), and the
 //!   [`Violations`](contract::Violations) recorder: every upstream here
 //!   checks each request against them, answers a broken one with the
 //!   provider's 400 (404 for a path no provider serves, 501 for an
@@ -66,7 +66,7 @@ mod violations;
 /// violations.
 pub mod contract {
     pub use crate::violations::{header_map, Tripwire, Violations};
-    pub use refusal_guard::simulate::contract::*;
+    pub use refusal_guard_testkit::contract::*;
 }
 
 // What most tests use, at hand through `use support::*;` (not every test

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use refusal_guard::proxy::{GuardedClient, Proxy, Tenants, Upstream};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{GuardedClient, Proxy, Tenants, Upstream};
 use serde_json::Value;
 use tokio::net::TcpListener;
 
@@ -85,7 +85,7 @@ pub fn post_messages(base: &str, script: &str, id: &str, body: &Value) -> reqwes
         .body(body.to_string())
 }
 
-/// The proxy as `examples/proxy.rs` runs it, from these command-line flags
+/// The proxy as `proxy/examples/proxy.rs` runs it, from these command-line flags
 /// (after `--listen` on a free loopback port, `--log off` and `--quiet`), on
 /// a thread of its own that lives as long as the test process. Returns its
 /// URL once it accepts connections (within 10 s).
@@ -107,8 +107,8 @@ pub async fn run_proxy(flags: &[&str]) -> String {
         "error",
     ];
     args.extend_from_slice(flags);
-    let options = refusal_guard::proxy::Options::try_parse_from(&args).unwrap();
-    std::thread::spawn(move || refusal_guard::proxy::run(options));
+    let options = refusal_guard_proxy::Options::try_parse_from(&args).unwrap();
+    std::thread::spawn(move || refusal_guard_proxy::run(options));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while tokio::net::TcpStream::connect(&listen).await.is_err() {
         assert!(

@@ -1,5 +1,5 @@
 //! The recorder of the crate's request contract
-//! ([`refusal_guard::simulate::contract`]) for the test upstreams: each
+//! ([`refusal_guard_testkit::contract`]) for the test upstreams: each
 //! upstream checks every request through one, answers a broken request
 //! with the provider's error, and the test fails when the upstream goes
 //! (its last clone dropped, outside a panic) if any violation is left that
@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use refusal_guard::simulate::contract::{Contract, Violation};
+use refusal_guard_testkit::contract::{Contract, Violation};
 
 /// The violations one upstream answered, shared by its clones.
 #[derive(Clone, Default, Debug)]

@@ -106,7 +106,7 @@ fn tenants_check_exits_0_for_a_good_file_and_1_naming_the_tenant_for_an_unknown_
     let zed = format!(
         "{}\n[[tenant]]\nname = \"team-zed\"\nkey_sha256 = [\"{}\"]\ncolour = \"red\"\n",
         two_tenants(""),
-        refusal_guard::proxy::hash_key("zed")
+        refusal_guard_proxy::hash_key("zed")
     );
     let bad = dir.write("bad.toml", &zed);
     let checked = run(BIN, &["tenants", "check", arg(&bad)]);

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use refusal_guard::proxy::hash_key;
+use refusal_guard_proxy::hash_key;
 use serde_json::Value;
 use support::binary::{arg, Running, TempDir};
 use support::fixtures::{code_blocks, doc};

@@ -14,12 +14,12 @@ mod settings;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use refusal_guard::proxy::{hash_key, Tenants};
 use refusal_guard::recovery::FallbackChains;
 use refusal_guard::refusal::{AttemptResult, AttemptStep, DeadReason, Outcome};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{hash_key, Tenants};
 use serde_json::{json, Value};
 use support::binary::TempDir;
 use support::mock_upstream::MockUpstream;

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use refusal_guard::proxy::hash_key;
+use refusal_guard_proxy::hash_key;
 use support::load::{loadgen_request, KeepAlive};
 use support::mock_upstream::MockUpstream;
 use support::proxy::{client, readyz, readyz_until, run_proxy};

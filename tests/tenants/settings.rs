@@ -3,7 +3,6 @@
 //! recovered for the tenant that reads prose and reaches the other as it
 //! came; a fallback to another provider than a tenant allows is never sent.
 
-use refusal_guard::proxy::{hash_key, Tenants};
 use refusal_guard::recovery::{ApiKey, Endpoint, FallbackChains};
 use refusal_guard::refusal::{
     AttemptResult, AttemptStep, DeadReason, Outcome, Provider, RefusalSignal,
@@ -11,6 +10,7 @@ use refusal_guard::refusal::{
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::{hash_key, Tenants};
 use support::mock_upstream::MockUpstream;
 use support::proxy::serve_tenants_proxy;
 

@@ -59,7 +59,7 @@ fn parse_csv(text: &str) -> Vec<Vec<String>> {
 fn load(name: &str) -> Vec<Row> {
     let path = format!(
         "{}/tests/corpus/xstest/xstest_v2_completions_{name}.csv",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/..")
     );
     let text = std::fs::read_to_string(&path).expect("corpus file");
     let mut rows = parse_csv(&text).into_iter();
@@ -159,7 +159,7 @@ fn report(name: &str, s: &Score) {
 fn trained_without(set: &str) -> TextClassifier {
     let path = format!(
         "{}/tests/corpus/classifier/without_{set}.bin",
-        env!("CARGO_MANIFEST_DIR")
+        concat!(env!("CARGO_MANIFEST_DIR"), "/..")
     );
     TextClassifier::from_bytes(&std::fs::read(&path).expect("held-out weights"))
         .expect("well-formed weights")
@@ -338,7 +338,10 @@ fn hold_back_on_ordinary_answers() {
 /// tools/train_text_classifier.py).
 #[test]
 fn shipped_weights_and_features_match_the_script() {
-    let path = format!("{}/src/text/classifier.bin", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/src/text/classifier.bin",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/..")
+    );
     let on_disk = TextClassifier::from_bytes(&std::fs::read(path).unwrap()).unwrap();
     let builtin = TextClassifier::builtin();
     assert!(

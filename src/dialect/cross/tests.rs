@@ -90,7 +90,7 @@ fn translate_chunks(from: WireApi, to: WireApi, chunks: &[Bytes]) -> Result<Byte
 fn translate_stream(from: WireApi, to: WireApi, input: &Bytes) -> Bytes {
     let whole = translate_chunks(from, to, std::slice::from_ref(input)).unwrap();
     for cut in 1..input.len() {
-        let split = support::chunking::split_at(input, &[cut]);
+        let split = split_at(input, &[cut]);
         let translated = translate_chunks(from, to, &split).unwrap();
         assert_eq!(
             normalise(&translated),
@@ -99,8 +99,7 @@ fn translate_stream(from: WireApi, to: WireApi, input: &Bytes) -> Bytes {
         );
     }
     let bytewise: Vec<usize> = (1..input.len()).collect();
-    let translated =
-        translate_chunks(from, to, &support::chunking::split_at(input, &bytewise)).unwrap();
+    let translated = translate_chunks(from, to, &split_at(input, &bytewise)).unwrap();
     assert_eq!(normalise(&translated), normalise(&whole));
     whole
 }
@@ -1044,4 +1043,18 @@ fn frames_are_translated_as_they_arrive() {
     }
     let third = std::str::from_utf8(&seen[2]).unwrap();
     assert!(third.contains("\" now.\""), "{third}");
+}
+
+/// `bytes` cut at each of `cuts` (in order; cuts outside it are skipped).
+fn split_at(bytes: &bytes::Bytes, cuts: &[usize]) -> Vec<bytes::Bytes> {
+    let mut chunks = Vec::new();
+    let mut start = 0;
+    for &cut in cuts {
+        if cut > start && cut < bytes.len() {
+            chunks.push(bytes.slice(start..cut));
+            start = cut;
+        }
+    }
+    chunks.push(bytes.slice(start..));
+    chunks
 }

@@ -1,5 +1,5 @@
 //! Checks requests against the crate's request contract
-//! (`refusal_guard::simulate::contract`) for mocks in other languages, so
+//! (`refusal_guard_testkit::contract`) for mocks in other languages, so
 //! that they keep exactly the rules the Rust upstreams keep (the Python
 //! Bedrock runtime of `tests/e2e/test_bedrock.py`).
 //!
@@ -16,7 +16,7 @@
 
 use std::io::{BufRead, BufWriter, Write};
 
-use refusal_guard::simulate::contract::{Contract, Violation};
+use refusal_guard_testkit::contract::{Contract, Violation};
 use serde_json::{json, Value};
 
 fn main() -> std::io::Result<()> {

@@ -26,12 +26,12 @@ use support::mock_upstream as mock;
 use std::io::Write;
 use std::path::PathBuf;
 
-use refusal_guard::proxy::admin::{self, AdminState};
-use refusal_guard::proxy::{Proxy, Upstream};
 use refusal_guard::recovery::FallbackChains;
-use refusal_guard::simulate::Simulator;
 use refusal_guard::telemetry::{JsonlSink, MetricsSink};
 use refusal_guard::RefusalGuardLayer;
+use refusal_guard_proxy::admin::{self, AdminState};
+use refusal_guard_proxy::{Proxy, Upstream};
+use refusal_guard_testkit::Simulator;
 use tokio::io::AsyncReadExt;
 use tower::Layer;
 

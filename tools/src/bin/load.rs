@@ -4,7 +4,7 @@
 //! exactly its own stream. Reports the proxy process's peak RSS (VmHWM).
 //!
 //! ```text
-//! cargo build --features proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin load
+//! cargo build -p refusal-guard-proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin load
 //! target/debug/load [--requests 200] [--rounds 3] [--proxy PATH]
 //! ```
 //!
@@ -90,7 +90,7 @@ async fn main() -> ExitCode {
         Ok(child) => child,
         Err(error) => {
             eprintln!(
-                "load: cannot start {}: {error} (build it: cargo build --features proxy --bin refusal-guard)",
+                "load: cannot start {}: {error} (build it: cargo build -p refusal-guard-proxy --bin refusal-guard)",
                 proxy_bin.display()
             );
             return ExitCode::FAILURE;

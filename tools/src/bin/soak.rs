@@ -19,7 +19,7 @@
 //! allocation.
 //!
 //! ```text
-//! cargo build --features proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin soak
+//! cargo build -p refusal-guard-proxy --bin refusal-guard && cargo build -p refusal-guard-tools --bin soak
 //! target/debug/soak [--streams 1000] [--aborts 200] [--rounds 3] [--mode default|keepalive|live-thinking]
 //! ```
 //!

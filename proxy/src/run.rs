@@ -15,16 +15,16 @@ use super::export;
 use super::options::LevelFilter;
 use super::tenants::TenantsProbe;
 use super::{LogFormat, Options, Proxy, RouteBy, ServerLimits, State, Tenants, Upstream};
-use crate::env::LogSetting;
-use crate::recovery::{chain_prefix, fallback_api, parse_entry, Endpoint, PROVIDERS};
-use crate::refusal::Provider;
-use crate::routing::LearnedRouting;
-use crate::simulate::Simulator;
-use crate::store::failover::FailoverStore;
-use crate::store::redis::RedisStore;
-use crate::telemetry::{JsonlSink, MetricsSink};
-use crate::tenant::FromExtensions;
-use crate::RefusalGuardLayer;
+use refusal_guard::env::LogSetting;
+use refusal_guard::recovery::{chain_prefix, fallback_api, parse_entry, Endpoint, PROVIDERS};
+use refusal_guard::refusal::Provider;
+use refusal_guard::routing::LearnedRouting;
+use refusal_guard::store::failover::FailoverStore;
+use refusal_guard::store::redis::RedisStore;
+use refusal_guard::telemetry::{JsonlSink, MetricsSink};
+use refusal_guard::tenant::FromExtensions;
+use refusal_guard::RefusalGuardLayer;
+use refusal_guard_testkit::Simulator;
 
 /// File descriptors kept for everything but client connections (the
 /// listener, the log, stdio, the runtime).
@@ -42,7 +42,7 @@ const STORE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 /// no subcommand is named.
 ///
 /// ```no_run
-/// use refusal_guard::proxy::{run, Options};
+/// use refusal_guard_proxy::{run, Options};
 ///
 /// fn main() -> std::process::ExitCode {
 ///     run(Options::from_args())
@@ -110,7 +110,7 @@ fn say(level: &str, text: &str) {
         Some(LogFormat::Json) => {
             let message = text.strip_prefix("proxy: ").unwrap_or(text);
             let object = serde_json::json!({
-                "timestamp": crate::telemetry::format_ts(std::time::SystemTime::now()),
+                "timestamp": refusal_guard::telemetry::format_ts(std::time::SystemTime::now()),
                 "level": level, "target": "refusal_guard::proxy",
                 "fields": {"message": message},
             });
@@ -196,7 +196,10 @@ where
 fn default_filter(quiet: bool) -> String {
     let filter = "warn,refusal_guard=info";
     if quiet {
-        format!("{filter},{}=off", crate::telemetry::metrics::SETTLED_TARGET)
+        format!(
+            "{filter},{}=off",
+            refusal_guard::telemetry::metrics::SETTLED_TARGET
+        )
     } else {
         filter.to_owned()
     }
@@ -299,7 +302,7 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
     Ok(match &options.state {
         State::Memory => routing,
         State::Redis(url) => {
-            let stats = crate::routing::redis::RedisRouteStats::open(url)
+            let stats = refusal_guard::routing::redis::RedisRouteStats::open(url)
                 .map_err(|e| format!("--state: {e}"))?;
             routing.stats(stats)
         }
@@ -575,8 +578,8 @@ fn announce(
 /// left at its default becomes the region's Bedrock runtime. A proxy that
 /// holds credentials and listens beyond loopback must have a client key.
 #[cfg(feature = "bedrock")]
-fn gateway(options: &mut Options) -> Result<Option<crate::aws::SigV4Layer>, String> {
-    use crate::aws::{Credentials, SigV4Layer};
+fn gateway(options: &mut Options) -> Result<Option<refusal_guard::aws::SigV4Layer>, String> {
+    use refusal_guard::aws::{Credentials, SigV4Layer};
     let Some(region) = options.bedrock_region.clone() else {
         return Ok(None);
     };
@@ -628,7 +631,7 @@ fn is_region_name(region: &str) -> bool {
 async fn serve_signed(
     upstream: Upstream,
     layer: &RefusalGuardLayer,
-    signer: crate::aws::SigV4Layer,
+    signer: refusal_guard::aws::SigV4Layer,
     options: &Options,
     (limits, tenants): (ServerLimits, Option<Arc<Tenants>>),
     listener: tokio::net::TcpListener,
@@ -695,7 +698,7 @@ async fn start_admin(
         LogSetting::Path(path) => Some(path),
         LogSetting::Off => None,
     };
-    let local = crate::proxy::admin::start_for_proxy(
+    let local = crate::admin::start_for_proxy(
         addr,
         metrics,
         routes.as_ref(),

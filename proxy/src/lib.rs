@@ -1,11 +1,13 @@
-//! The standalone proxy (feature `proxy`): an HTTP server that forwards every
-//! request through the guard to one upstream, or, with routing on, each
-//! provider's API to that provider's upstream (see [`Routes`]).
+//! The refusal-guard proxy: an HTTP server that forwards every request
+//! through the guard ([`refusal_guard::RefusalGuardLayer`]) to one upstream,
+//! or, with routing on, each provider's API to that provider's upstream (see
+//! [`Routes`]).
 //!
-//! The `refusal-guard` binary (`cargo install refusal-guard --features
-//! proxy`) and `examples/proxy.rs` are the command line around it; this
-//! module is the server, so that tests and other binaries can run it
-//! in-process.
+//! The `refusal-guard` binary (`cargo install refusal-guard-proxy`) and
+//! `proxy/examples/proxy.rs` are the command line around it; this crate is the
+//! server, so that tests and other binaries can run it in-process, with the
+//! refusal report ([`Report`]) and dashboard ([`Dashboard`]) the binary and
+//! the admin listener serve.
 //!
 //! What it does with each request:
 //!
@@ -37,7 +39,7 @@
 //! the `refusal-guard` binary, flags and environment variables, and [`run`] runs it.
 //!
 //! ```no_run
-//! use refusal_guard::proxy::{Proxy, Upstream};
+//! use refusal_guard_proxy::{Proxy, Upstream};
 //! use refusal_guard::RefusalGuardLayer;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,14 +53,25 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+#![deny(unreachable_pub)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
+
 mod access_log;
 pub mod admin;
+pub mod cli;
 mod client;
 mod client_key;
+mod dashboard;
 mod errors;
 mod export;
 mod headers;
 mod options;
+#[cfg(feature = "otlp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
+pub mod otlp;
+mod report;
 mod routes;
 mod run;
 mod server;
@@ -79,15 +92,17 @@ use tower_http::decompression::{Decompression, DecompressionLayer};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::refusal::RefusalHandle;
-use crate::BoxError;
-use crate::RefusalGuard;
-use crate::RefusalGuardLayer;
+use refusal_guard::refusal::RefusalHandle;
+use refusal_guard::BoxError;
+use refusal_guard::RefusalGuard;
+use refusal_guard::RefusalGuardLayer;
 
 pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
 pub use client_key::ClientKey;
+pub use dashboard::Dashboard;
 pub use options::{Options, RouteBy, State};
+pub use report::{Report, TenantSummary, TenantsTable};
 pub use routes::{Route, Routes};
 pub use run::run;
 pub use server::ServerLimits;
@@ -108,7 +123,7 @@ pub type GuardedClient = RefusalGuard<Decompression<UpstreamClient>>;
 /// The service [`Proxy::signed`] builds: the guard over decoding over
 /// SigV4 signing over the [`UpstreamClient`].
 #[cfg(feature = "bedrock")]
-pub type SignedClient = RefusalGuard<Decompression<crate::aws::SigV4<UpstreamClient>>>;
+pub type SignedClient = RefusalGuard<Decompression<refusal_guard::aws::SigV4<UpstreamClient>>>;
 
 /// What [`Proxy`] asks of the service it forwards to (usually a
 /// [`RefusalGuard`]), spelt once: it takes the proxy's [`UpstreamBody`]
@@ -116,7 +131,7 @@ pub type SignedClient = RefusalGuard<Decompression<crate::aws::SigV4<UpstreamCli
 /// a body of [`Bytes`]. Every service that does is one.
 ///
 /// ```
-/// use refusal_guard::proxy::{GuardedClient, UpstreamService};
+/// use refusal_guard_proxy::{GuardedClient, UpstreamService};
 ///
 /// fn forwards_to<S: UpstreamService>(_service: &S) {}
 /// # fn check(client: &GuardedClient) {
@@ -216,7 +231,7 @@ impl Proxy<SignedClient> {
     pub fn signed(
         upstream: impl Into<Routes>,
         layer: &RefusalGuardLayer,
-        signer: crate::aws::SigV4Layer,
+        signer: refusal_guard::aws::SigV4Layer,
     ) -> Result<Self, std::io::Error> {
         let client = DecompressionLayer::new().layer(signer.layer(client()?));
         Ok(Proxy::with_service(upstream, layer.layer(client)))
@@ -267,7 +282,7 @@ impl<S> Proxy<S> {
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
-    /// use refusal_guard::proxy::{Proxy, Upstream};
+    /// use refusal_guard_proxy::{Proxy, Upstream};
     /// use refusal_guard::RefusalGuardLayer;
     ///
     /// let lines = Arc::new(Mutex::new(Vec::<String>::new()));
@@ -293,9 +308,9 @@ impl<S> Proxy<S> {
 
     /// Answers 401 (in the API's error shape, nothing forwarded) to every
     /// request that does not present a key of `tenants`, and marks each
-    /// other request with its [`Tenant`](crate::tenant::Tenant) (in its
+    /// other request with its [`Tenant`](refusal_guard::tenant::Tenant) (in its
     /// extensions) for a layer built with
-    /// [`tenants(FromExtensions)`](crate::RefusalGuardLayer::tenants) to
+    /// [`tenants(FromExtensions)`](refusal_guard::RefusalGuardLayer::tenants) to
     /// apply. Replaces [`client_key`](Self::client_key).
     pub fn tenants(self, tenants: Arc<Tenants>) -> Self {
         self.shared_mut(|shared| shared.admission = Admission::Tenants(tenants))
@@ -342,7 +357,7 @@ impl<S> Proxy<S> {
     /// ```
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// # let _runtime = tokio::runtime::Builder::new_current_thread().build()?;
-    /// use refusal_guard::proxy::{Proxy, Upstream};
+    /// use refusal_guard_proxy::{Proxy, Upstream};
     /// use refusal_guard::RefusalGuardLayer;
     ///
     /// let upstream = Upstream::parse("https://api.anthropic.com")?;
@@ -415,7 +430,7 @@ impl<S: UpstreamService> Proxy<S> {
         let (route, upstream) = shared.routes.select(&parts.uri, &parts.headers);
         if shared.routes.is_routed() {
             line.route(route);
-            crate::telemetry::metrics::routed(route.as_str());
+            routed(route.as_str());
         }
         parts.uri = match upstream.target(&parts.method, &parts.uri, parts.version) {
             Ok(uri) => uri,
@@ -439,7 +454,7 @@ impl<S: UpstreamService> Proxy<S> {
         match shared.service.clone().oneshot(outbound).await {
             Ok(response) => {
                 let (mut parts, body) = response.into_parts();
-                crate::telemetry::metrics::proxy_response(parts.status);
+                proxy_response(parts.status);
                 strip_hop_by_hop(&mut parts.headers);
                 let body = if shared.access_log.off {
                     body.map_err(Into::into).boxed_unsync()
@@ -456,7 +471,7 @@ impl<S: UpstreamService> Proxy<S> {
                     describe(error.into())
                 );
                 line.write(502, "upstream_unreachable", "");
-                crate::telemetry::metrics::proxy_response(StatusCode::BAD_GATEWAY);
+                proxy_response(StatusCode::BAD_GATEWAY);
                 error_response(
                     line.path(),
                     StatusCode::BAD_GATEWAY,
@@ -486,4 +501,38 @@ fn describe(error: BoxError) -> String {
         source = cause.source();
     }
     message
+}
+
+/// Counts a request the proxy forwarded on `route` (routing on).
+fn routed(route: &'static str) {
+    metrics::counter!(refusal_guard::telemetry::metrics::PROXY_REQUESTS, "route" => route)
+        .increment(1);
+}
+
+/// Counts a response the proxy gave a client, by its status class.
+fn proxy_response(status: http::StatusCode) {
+    let class = match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics::counter!(refusal_guard::telemetry::metrics::PROXY_RESPONSES, "class" => class)
+        .increment(1);
+}
+
+/// The pages of `docs/` about the proxy, so that their Rust examples compile
+/// (and, unless `no_run`, run) as doc tests. rustdoc reads a code block
+/// without a language as Rust, so every other block names its own.
+#[cfg(doctest)]
+mod pages {
+    #[doc = include_str!("../../docs/deploy.md")]
+    struct Deploy;
+    #[doc = include_str!("../../docs/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../../docs/proxy.md")]
+    struct Proxy;
+    #[doc = include_str!("../../docs/tenants.md")]
+    struct Tenants;
 }

@@ -3,7 +3,7 @@
 //!
 //! `RESCUE`, `FALLBACKS` and `LOG` are also read under pi-refusal-guard's
 //! `OMP_REFUSAL_*` and `PI_REFUSAL_*` names, below `REFUSAL_GUARD_*`, as
-//! [`crate::env`] reads them.
+//! [`refusal_guard::env`] reads them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,10 +13,10 @@ use clap::error::ErrorKind;
 use clap::{ArgAction, CommandFactory, Parser};
 
 use super::{LogFormat, Route, Routes, Upstream};
-use crate::env::{self, EnvConfig, LogSetting};
-use crate::recovery::category::CategoryPolicy;
-use crate::recovery::{AllowedFallbacks, ApiKey, FallbackChains};
-use crate::refusal::Provider;
+use refusal_guard::env::{self, EnvConfig, LogSetting};
+use refusal_guard::recovery::category::CategoryPolicy;
+use refusal_guard::recovery::{AllowedFallbacks, ApiKey, FallbackChains};
+use refusal_guard::refusal::Provider;
 
 const ENVIRONMENT: &str = "\
 Each option also reads the REFUSAL_GUARD_ variable shown with it; a flag wins \
@@ -33,7 +33,7 @@ settled event).";
 ///
 /// ```
 /// use clap::Parser;
-/// use refusal_guard::proxy::Options;
+/// use refusal_guard_proxy::Options;
 ///
 /// let options = Options::try_parse_from(["proxy", "--listen", "127.0.0.1:9999", "--rescue=off"])?;
 /// assert_eq!(options.listen.port(), 9999);
@@ -224,7 +224,7 @@ pub struct Options {
 ///
 /// ```
 /// use clap::Parser;
-/// use refusal_guard::proxy::{Options, RouteBy};
+/// use refusal_guard_proxy::{Options, RouteBy};
 ///
 /// assert_eq!(Options::try_parse_from(["proxy"])?.route_by, RouteBy::Fixed);
 /// let learned = Options::try_parse_from(["proxy", "--route-by", "learned"])?;
@@ -245,7 +245,7 @@ pub enum RouteBy {
 ///
 /// ```
 /// use clap::Parser;
-/// use refusal_guard::proxy::{Options, State};
+/// use refusal_guard_proxy::{Options, State};
 ///
 /// let options = Options::try_parse_from(["proxy", "--state", "redis://10.0.0.5:6379/0"])?;
 /// assert_eq!(options.state, State::Redis("redis://10.0.0.5:6379/0".to_owned()));
@@ -255,10 +255,10 @@ pub enum RouteBy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum State {
-    /// This process's [`MemoryStore`](crate::store::MemoryStore).
+    /// This process's [`MemoryStore`](refusal_guard::store::MemoryStore).
     Memory,
     /// A Redis server at this URL, shared by every replica that names it,
-    /// through a [`FailoverStore`](crate::store::failover::FailoverStore).
+    /// through a [`FailoverStore`](refusal_guard::store::failover::FailoverStore).
     Redis(String),
 }
 
@@ -266,7 +266,7 @@ impl State {
     /// How the startup line names it: a Redis URL without its password.
     ///
     /// ```
-    /// use refusal_guard::proxy::State;
+    /// use refusal_guard_proxy::State;
     ///
     /// let state = State::Redis("redis://:hunter2@cache:6379/1".to_owned());
     /// assert_eq!(state.shown(), "redis://cache:6379/1");
@@ -304,7 +304,7 @@ impl Options {
     ///
     /// ```
     /// use clap::CommandFactory;
-    /// use refusal_guard::proxy::Options;
+    /// use refusal_guard_proxy::Options;
     ///
     /// let command = Options::command().subcommand(clap::Command::new("report"));
     /// let args = ["refusal-guard".to_owned(), "report".to_owned()];
@@ -326,7 +326,7 @@ impl Options {
     ///
     /// ```
     /// use clap::CommandFactory;
-    /// use refusal_guard::proxy::Options;
+    /// use refusal_guard_proxy::Options;
     ///
     /// let args = ["refusal-guard".to_owned(), "--simulate".to_owned()];
     /// let matches = Options::matches_from(Options::command(), &args)?;
@@ -342,12 +342,12 @@ impl Options {
     }
 
     /// Fills what flags and `REFUSAL_GUARD_*` variables left unset from the
-    /// other names [`crate::env`] reads (`REFUSAL_GUARD_FALLBACKS`,
+    /// other names [`refusal_guard::env`] reads (`REFUSAL_GUARD_FALLBACKS`,
     /// `OMP_REFUSAL_*`, `PI_REFUSAL_*`), then checks the options together.
     ///
     /// ```
     /// use clap::Parser;
-    /// use refusal_guard::proxy::Options;
+    /// use refusal_guard_proxy::Options;
     ///
     /// let env = |key: &str| (key == "PI_REFUSAL_RESCUE").then(|| "off".to_owned());
     /// let options = Options::try_parse_from(["proxy"])?.with_compat_env(env)?;
@@ -454,7 +454,7 @@ impl Options {
     ///
     /// ```
     /// use clap::Parser;
-    /// use refusal_guard::proxy::{Options, Route};
+    /// use refusal_guard_proxy::{Options, Route};
     ///
     /// let options = Options::try_parse_from(["proxy", "--upstream-openai", "http://127.0.0.1:9001"])?;
     /// let routes = options.routes();
@@ -482,6 +482,7 @@ impl Options {
             Provider::Anthropic => self.anthropic_api_key.as_ref(),
             Provider::OpenAi => self.openai_api_key.as_ref(),
             Provider::Google => self.gemini_api_key.as_ref(),
+            _ => None,
         }
     }
 
@@ -504,12 +505,12 @@ impl Options {
     /// Where refusal records go: `--log`, else the default path (none when
     /// `$HOME` is unset).
     pub fn log_setting(&self) -> LogSetting {
-        self.log
-            .clone()
-            .unwrap_or_else(|| match crate::telemetry::JsonlSink::default_path() {
+        self.log.clone().unwrap_or_else(
+            || match refusal_guard::telemetry::JsonlSink::default_path() {
                 Some(path) => LogSetting::Path(path),
                 None => LogSetting::Off,
-            })
+            },
+        )
     }
 }
 
@@ -597,7 +598,7 @@ fn allowed_fallbacks(value: &str) -> Result<AllowedFallbacks, String> {
 fn policy(value: &str) -> Result<CategoryPolicy, String> {
     value
         .parse()
-        .map_err(|e: crate::recovery::category::PolicyError| e.to_string())
+        .map_err(|e: refusal_guard::recovery::category::PolicyError| e.to_string())
 }
 
 fn seconds(value: &str) -> Result<Duration, String> {

@@ -88,7 +88,7 @@ impl Upstream {
     /// optional path prefix; no query, no user info.
     ///
     /// ```
-    /// use refusal_guard::proxy::Upstream;
+    /// use refusal_guard_proxy::Upstream;
     ///
     /// let up = Upstream::parse("http://127.0.0.1:9000/base/").unwrap();
     /// assert_eq!(up.to_string(), "http://127.0.0.1:9000/base");
@@ -130,7 +130,7 @@ impl Upstream {
     /// The upstream URL for a request, or why it is not forwarded.
     ///
     /// ```
-    /// use refusal_guard::proxy::{TargetError, Upstream};
+    /// use refusal_guard_proxy::{TargetError, Upstream};
     /// use http::{Method, Version};
     ///
     /// let up = Upstream::parse("http://127.0.0.1:9000/base").unwrap();

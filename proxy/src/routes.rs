@@ -32,7 +32,7 @@
 //! credentials included, are the client's, as with one upstream.
 //!
 //! ```
-//! use refusal_guard::proxy::{Route, Routes, Upstream};
+//! use refusal_guard_proxy::{Route, Routes, Upstream};
 //!
 //! let routes = Routes::public(Upstream::parse("https://api.anthropic.com")?)
 //!     .route(Route::OpenAi, Upstream::parse("http://127.0.0.1:9001/openai")?);
@@ -50,7 +50,7 @@ use std::fmt;
 use http::{HeaderMap, Uri};
 
 use super::Upstream;
-use crate::refusal::WireApi;
+use refusal_guard::refusal::WireApi;
 
 /// A route of the proxy's table: one provider's API, or the default upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -105,7 +105,7 @@ impl Route {
     /// banner (`anthropic`, `openai`, `gemini`, `default`).
     ///
     /// ```
-    /// assert_eq!(refusal_guard::proxy::Route::OpenAi.as_str(), "openai");
+    /// assert_eq!(refusal_guard_proxy::Route::OpenAi.as_str(), "openai");
     /// ```
     pub fn as_str(self) -> &'static str {
         match self {
@@ -120,7 +120,7 @@ impl Route {
     /// was given no base URL of its own; `None` for [`Route::Default`].
     ///
     /// ```
-    /// use refusal_guard::proxy::Route;
+    /// use refusal_guard_proxy::Route;
     /// assert_eq!(Route::Gemini.public_endpoint(), Some("https://generativelanguage.googleapis.com"));
     /// assert_eq!(Route::Default.public_endpoint(), None);
     /// ```
@@ -137,7 +137,7 @@ impl Route {
     /// upstream, as do the platforms' paths).
     ///
     /// ```
-    /// use refusal_guard::proxy::Route;
+    /// use refusal_guard_proxy::Route;
     /// use refusal_guard::refusal::WireApi;
     /// assert_eq!(Route::serving(WireApi::OpenAiResponses), Route::OpenAi);
     /// assert_eq!(Route::serving(WireApi::BedrockConverse), Route::Default);
@@ -155,7 +155,7 @@ impl Route {
     /// path, its headers and query); see the module's table.
     ///
     /// ```
-    /// use refusal_guard::proxy::Route;
+    /// use refusal_guard_proxy::Route;
     ///
     /// let mut headers = http::HeaderMap::new();
     /// let route = |uri: &str, headers: &http::HeaderMap| Route::recognise(&uri.parse().unwrap(), headers);
@@ -219,7 +219,7 @@ impl fmt::Display for Route {
 /// base URL per provider route.
 ///
 /// ```
-/// use refusal_guard::proxy::{Route, Routes, Upstream};
+/// use refusal_guard_proxy::{Route, Routes, Upstream};
 ///
 /// let one = Routes::single(Upstream::parse("http://127.0.0.1:9000")?);
 /// assert!(!one.is_routed());
@@ -228,7 +228,7 @@ impl fmt::Display for Route {
 /// let routed = Routes::public(Upstream::parse("http://127.0.0.1:9000")?);
 /// assert_eq!(routed.base_for(Route::OpenAi).to_string(), "https://api.openai.com");
 /// assert_eq!(routed.base_for(Route::Default).to_string(), "http://127.0.0.1:9000");
-/// # Ok::<(), refusal_guard::proxy::UpstreamError>(())
+/// # Ok::<(), refusal_guard_proxy::UpstreamError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Routes {

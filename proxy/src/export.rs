@@ -12,7 +12,7 @@ use super::Options;
 const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(feature = "otlp")]
-pub(crate) use crate::telemetry::otlp::Otlp as Export;
+pub(crate) use crate::otlp::Otlp as Export;
 
 /// No export without the `otlp` feature.
 #[cfg(not(feature = "otlp"))]
@@ -31,7 +31,7 @@ pub(crate) fn start(options: &Options) -> Result<Option<Export>, String> {
     #[cfg(not(feature = "otlp"))]
     Err(
         "--otlp: this refusal-guard was built without the `otlp` feature \
-         (cargo install refusal-guard --features proxy,otlp)"
+         (cargo install refusal-guard-proxy --features otlp)"
             .to_owned(),
     )
 }
@@ -68,7 +68,7 @@ pub(crate) fn install_metrics(
         (_, Some(export)) => match *export {},
     };
     installed?;
-    crate::telemetry::metrics::describe();
+    refusal_guard::telemetry::metrics::describe();
     Ok(handle)
 }
 

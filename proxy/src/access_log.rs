@@ -17,8 +17,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::refusal::RefusalHandle;
-use crate::BoxError;
+use refusal_guard::refusal::RefusalHandle;
+use refusal_guard::BoxError;
 
 /// How the proxy writes its own lines on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -32,7 +32,7 @@ pub enum LogFormat {
 }
 
 /// Where access-log lines go: on or off, the format and the writer (stderr
-/// unless [`crate::proxy::Proxy::access_log_to`] gave one).
+/// unless [`crate::Proxy::access_log_to`] gave one).
 #[derive(Clone, Default)]
 pub(crate) struct AccessLog {
     pub(crate) off: bool,
@@ -135,7 +135,7 @@ impl LogLine {
             return;
         }
         self.written = true;
-        let ts = crate::telemetry::format_ts(SystemTime::now());
+        let ts = refusal_guard::telemetry::format_ts(SystemTime::now());
         let ms = self.started.elapsed().as_millis();
         let line = match self.log.format {
             LogFormat::Text => {
@@ -279,7 +279,7 @@ where
 }
 
 /// The outcome column: `ok`, or the refusal's outcome, code and reason.
-fn outcome(refusal: Option<crate::refusal::Refusal>) -> String {
+fn outcome(refusal: Option<refusal_guard::refusal::Refusal>) -> String {
     let Some(refusal) = refusal else {
         return "ok".to_owned();
     };

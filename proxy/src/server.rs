@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 
 use super::access_log::LogLine;
 use super::{error_response, Proxy, ProxyBody};
-use crate::BoxError;
+use refusal_guard::BoxError;
 
 /// Connections accepted past the cap only to be told `503`.
 pub(crate) const OVERFLOW: usize = 64;
@@ -40,7 +40,7 @@ const OVERFLOW_GRACE: Duration = Duration::from_secs(5);
 /// The server's bounds; see each [`Proxy`] builder method of the same name.
 ///
 /// ```
-/// use refusal_guard::proxy::ServerLimits;
+/// use refusal_guard_proxy::ServerLimits;
 ///
 /// let limits = ServerLimits::default();
 /// assert_eq!(limits.max_connections, 4096);

@@ -22,7 +22,7 @@ use metrics_util::registry::{Registry, Storage};
 use opentelemetry::metrics::Meter;
 use opentelemetry::KeyValue;
 
-use crate::telemetry::metrics::{BYTES_BUCKETS, SECONDS_BUCKETS};
+use refusal_guard::telemetry::metrics::{BYTES_BUCKETS, SECONDS_BUCKETS};
 
 /// A [`metrics`] recorder that records into OpenTelemetry instruments (see
 /// [`Otlp::recorder`](super::Otlp::recorder)): counters as counters,

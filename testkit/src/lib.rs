@@ -1,3 +1,5 @@
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
 //! A simulated provider: an in-process tower service that refuses the first
 //! attempt of every conversation and answers every later one, so the guard's
 //! rescue can be seen with no network and no API key, from any harness.
@@ -26,7 +28,7 @@
 //! same conversation with a note appended) is answered, and so is any later
 //! request of that conversation. Its own errors (another path or method, a
 //! body that is not a JSON object) come in the API's error shape with the
-//! [`header::ERROR`](crate::header::ERROR) header.
+//! [`header::ERROR`](refusal_guard::header::ERROR) header.
 //!
 //! [`Simulator::strict`] first checks every request against the providers'
 //! documented request rules ([`contract`]), as the real APIs would: a
@@ -39,7 +41,7 @@
 //! ```
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
-//! use refusal_guard::simulate::Simulator;
+//! use refusal_guard_testkit::Simulator;
 //! use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 //! use tower::{Layer, ServiceExt};
 //!
@@ -78,10 +80,10 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use tower_service::Service;
 
-use crate::api_error::{api_error, api_error_for};
-use crate::refusal::WireApi;
-use crate::BoxError;
 use contract::Contract;
+use refusal_guard::api_error::{api_error, api_error_for};
+use refusal_guard::refusal::WireApi;
+use refusal_guard::BoxError;
 
 /// The category the simulated refusals carry.
 pub const CATEGORY: &str = "cyber";
@@ -129,7 +131,7 @@ impl Simulator {
     /// method and path, the API, the rule and what is wrong).
     ///
     /// ```
-    /// use refusal_guard::simulate::Simulator;
+    /// use refusal_guard_testkit::Simulator;
     ///
     /// let simulator = Simulator::new().strict();
     /// let request = http::Request::post("/v1/messages").body(()).unwrap();
@@ -625,7 +627,7 @@ fn json_body(value: Value) -> Response<SimulatedBody> {
 }
 
 /// One of the guard's own error responses (the API's shape, the
-/// [`header::ERROR`](crate::header::ERROR) header), as a simulated body.
+/// [`header::ERROR`](refusal_guard::header::ERROR) header), as a simulated body.
 fn from_error(error: Response<Bytes>) -> Response<SimulatedBody> {
     let (parts, body) = error.into_parts();
     Response::from_parts(
@@ -752,7 +754,7 @@ mod tests {
         let response = Simulator::new().respond(&parts("/v2/other"), b"{}");
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         assert_eq!(
-            response.headers()[crate::header::ERROR],
+            response.headers()[refusal_guard::header::ERROR],
             "simulated_not_found"
         );
         let gemini = "/v1beta/models/gemini-2.5-pro:generateContent";
@@ -773,7 +775,10 @@ mod tests {
                 {"type":"tool_result","tool_use_id":"t","content":"r"}]}]}"#;
         let response = sim.respond(&parts("/v1/messages"), broken);
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        assert!(response.headers().get(crate::header::ERROR).is_none());
+        assert!(response
+            .headers()
+            .get(refusal_guard::header::ERROR)
+            .is_none());
         let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
         assert_eq!(json["error"]["type"], "invalid_request_error");
         assert!(json["error"]["message"].as_str().unwrap().contains("A4"));

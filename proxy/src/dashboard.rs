@@ -11,9 +11,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{format_ts, parse_ts, RefusalRecord, RouteRestored};
-use crate::refusal::Outcome;
-use crate::telemetry::metrics::RequestTally;
+use refusal_guard::refusal::Outcome;
+use refusal_guard::telemetry::metrics::RequestTally;
+use refusal_guard::telemetry::{format_ts, parse_ts, RefusalRecord, RouteRestored};
 
 /// The page around the data; `/*DATA*/` is replaced by the summary's JSON.
 const TEMPLATE: &str = include_str!("dashboard.html");
@@ -43,7 +43,8 @@ const BUCKET_WIDTHS: [u64; 10] = [
 /// A summary of refusal records, ready to render as the dashboard page.
 ///
 /// ```
-/// use refusal_guard::telemetry::{Dashboard, RefusalRecord};
+/// use refusal_guard::telemetry::RefusalRecord;
+/// use refusal_guard_proxy::Dashboard;
 ///
 /// let records: Vec<RefusalRecord> = [
 ///     r#"{"ts":"2026-11-29T17:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"rescued","latency_ms":900}"#,
@@ -169,7 +170,7 @@ impl Dashboard {
     /// `refusals` command reads everything with `u64::MAX`).
     ///
     /// ```
-    /// use refusal_guard::telemetry::Dashboard;
+    /// use refusal_guard_proxy::Dashboard;
     ///
     /// let dir = std::env::temp_dir().join(format!("rg-dash-{}", std::process::id()));
     /// std::fs::create_dir_all(&dir).unwrap();
@@ -209,7 +210,7 @@ impl Dashboard {
     /// Adds the guarded request totals (the live page shows the refusal rate).
     ///
     /// ```
-    /// use refusal_guard::telemetry::Dashboard;
+    /// use refusal_guard_proxy::Dashboard;
     ///
     /// let page = Dashboard::from_records([])
     ///     .with_requests(refusal_guard::telemetry::metrics::request_tally())
@@ -230,7 +231,7 @@ impl Dashboard {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use refusal_guard::telemetry::Dashboard;
+    /// use refusal_guard_proxy::Dashboard;
     ///
     /// let page = Dashboard::from_records([]).refresh_every(Duration::from_secs(30)).to_html();
     /// assert!(page.contains(r#""refresh_secs":30"#));

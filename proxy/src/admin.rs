@@ -1,9 +1,9 @@
-//! The admin listener (feature `proxy`): metrics, health and the refusals
+//! The admin listener: metrics, health and the refusals
 //! dashboard, on a port of its own.
 //!
 //! | route | answer |
 //! |---|---|
-//! | `GET /metrics` | every [`metrics`](crate::telemetry::metrics) series in the Prometheus text format |
+//! | `GET /metrics` | every [`metrics`](refusal_guard::telemetry::metrics) series in the Prometheus text format |
 //! | `GET /healthz` | `200 ok` while the process serves (liveness) |
 //! | `GET /readyz` | `200` when every [`Probe`] passes (the upstream accepts a TCP connection, the conversation store answers), else `503`; one line per probe; `503` once the proxy is [`Draining`] |
 //! | `GET /` | the [`Dashboard`] of the refusal log, live (it reloads every 30 s) |
@@ -13,8 +13,8 @@
 //! guards it: the dashboard shows models and categories from the log.
 //!
 //! ```no_run
-//! use refusal_guard::proxy::admin::{self, AdminState};
-//! use refusal_guard::proxy::Upstream;
+//! use refusal_guard_proxy::admin::{self, AdminState};
+//! use refusal_guard_proxy::Upstream;
 //!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let metrics = admin::install_recorder()?;
@@ -48,8 +48,8 @@ use metrics_exporter_prometheus::{
 };
 use tokio::net::TcpListener;
 
-use crate::proxy::Upstream;
-use crate::telemetry::Dashboard;
+use crate::dashboard::Dashboard;
+use crate::Upstream;
 
 /// How much of each log the live dashboard reads: its newest 8 MiB.
 const DASHBOARD_LOG_BYTES: u64 = 8 << 20;
@@ -67,15 +67,15 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Fails if a recorder is already installed.
 ///
 /// ```
-/// let handle = refusal_guard::proxy::admin::install_recorder().unwrap();
-/// assert!(refusal_guard::proxy::admin::install_recorder().is_err()); // one per process
+/// let handle = refusal_guard_proxy::admin::install_recorder().unwrap();
+/// assert!(refusal_guard_proxy::admin::install_recorder().is_err()); // one per process
 /// # let _ = handle;
 /// ```
 pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
     let recorder = prometheus_recorder()?;
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)?;
-    crate::telemetry::metrics::describe();
+    refusal_guard::telemetry::metrics::describe();
     Ok(handle)
 }
 
@@ -86,11 +86,11 @@ pub fn install_recorder() -> Result<PrometheusHandle, BuildError> {
 /// renders `/metrics`.
 ///
 /// ```
-/// let recorder = refusal_guard::proxy::admin::prometheus_recorder().unwrap();
+/// let recorder = refusal_guard_proxy::admin::prometheus_recorder().unwrap();
 /// assert_eq!(recorder.handle().render(), "");
 /// ```
 pub fn prometheus_recorder() -> Result<PrometheusRecorder, BuildError> {
-    use crate::telemetry::metrics::{BYTES_BUCKETS, SECONDS_BUCKETS};
+    use refusal_guard::telemetry::metrics::{BYTES_BUCKETS, SECONDS_BUCKETS};
     Ok(PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)?
         .set_buckets_for_metric(Matcher::Suffix("_bytes".into()), &BYTES_BUCKETS)?
@@ -105,7 +105,7 @@ pub type ProbeResult = Result<(), String>;
 /// ```
 /// use std::pin::Pin;
 /// use std::future::Future;
-/// use refusal_guard::proxy::admin::{Probe, ProbeResult};
+/// use refusal_guard_proxy::admin::{Probe, ProbeResult};
 ///
 /// struct AlwaysReady;
 ///
@@ -115,7 +115,7 @@ pub type ProbeResult = Result<(), String>;
 ///         Box::pin(async { Ok(()) })
 ///     }
 /// }
-/// # let _ = refusal_guard::proxy::admin::AdminState::new().probe(AlwaysReady);
+/// # let _ = refusal_guard_proxy::admin::AdminState::new().probe(AlwaysReady);
 /// ```
 pub trait Probe: Send + Sync + 'static {
     /// What is checked, as `/readyz` names it (`upstream api.anthropic.com:443`).
@@ -143,7 +143,7 @@ impl TcpProbe {
     /// A probe of `host:port`, named `label` in `/readyz`.
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::{AdminState, TcpProbe};
+    /// use refusal_guard_proxy::admin::{AdminState, TcpProbe};
     ///
     /// let state = AdminState::new().probe(TcpProbe::new("redis", "127.0.0.1", 6379));
     /// # let _ = state;
@@ -160,8 +160,8 @@ impl TcpProbe {
     /// names none).
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::{Probe, TcpProbe};
-    /// use refusal_guard::proxy::Upstream;
+    /// use refusal_guard_proxy::admin::{Probe, TcpProbe};
+    /// use refusal_guard_proxy::Upstream;
     ///
     /// let probe = TcpProbe::upstream(&Upstream::parse("https://api.anthropic.com").unwrap());
     /// assert_eq!(probe.name(), "upstream api.anthropic.com:443");
@@ -190,8 +190,8 @@ impl TcpProbe {
     /// it.
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::{Probe, TcpProbe};
-    /// use refusal_guard::proxy::{Route, Upstream};
+    /// use refusal_guard_proxy::admin::{Probe, TcpProbe};
+    /// use refusal_guard_proxy::{Route, Upstream};
     ///
     /// let probe = TcpProbe::route(Route::OpenAi, &Upstream::parse("https://api.openai.com").unwrap());
     /// assert_eq!(probe.name(), "upstream openai api.openai.com:443");
@@ -223,7 +223,7 @@ impl Probe for TcpProbe {
 /// The conversation store kept in the process's memory: always reachable.
 ///
 /// ```
-/// use refusal_guard::proxy::admin::{MemoryStoreProbe, Probe};
+/// use refusal_guard_proxy::admin::{MemoryStoreProbe, Probe};
 ///
 /// assert_eq!(MemoryStoreProbe.name(), "store memory");
 /// ```
@@ -245,7 +245,7 @@ impl Probe for MemoryStoreProbe {
 /// (decisions fall back to memory), but the replicas no longer share state,
 /// which is what readiness reports.
 ///
-/// Every check sets [`STORE_UP`](crate::telemetry::metrics::STORE_UP)
+/// Every check sets [`STORE_UP`](refusal_guard::telemetry::metrics::STORE_UP)
 /// (`store="redis"`), a check cut short by its timeout to `0`; with
 /// [`watch`](Self::watch) the checks also run on a timer, so the gauge stays
 /// current when nothing probes readiness.
@@ -253,7 +253,7 @@ impl Probe for MemoryStoreProbe {
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// use refusal_guard::proxy::admin::{Probe, RedisStoreProbe};
+/// use refusal_guard_proxy::admin::{Probe, RedisStoreProbe};
 /// use refusal_guard::store::redis::RedisStore;
 ///
 /// let store = RedisStore::open("redis://127.0.0.1:6379/0").unwrap();
@@ -261,18 +261,16 @@ impl Probe for MemoryStoreProbe {
 /// assert_eq!(probe.name(), "store redis://127.0.0.1:6379/0");
 /// # }
 /// ```
-#[cfg(feature = "redis")]
-#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+
 #[derive(Debug, Clone)]
 pub struct RedisStoreProbe {
-    store: crate::store::redis::RedisStore,
+    store: refusal_guard::store::redis::RedisStore,
     shown: String,
 }
 
-#[cfg(feature = "redis")]
 impl RedisStoreProbe {
     /// Probes `store`, named by `shown` (an address without its password).
-    pub fn new(store: crate::store::redis::RedisStore, shown: impl Into<String>) -> Self {
+    pub fn new(store: refusal_guard::store::redis::RedisStore, shown: impl Into<String>) -> Self {
         RedisStoreProbe {
             store,
             shown: shown.into(),
@@ -289,7 +287,7 @@ impl RedisStoreProbe {
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() {
     /// use std::time::Duration;
-    /// use refusal_guard::proxy::admin::RedisStoreProbe;
+    /// use refusal_guard_proxy::admin::RedisStoreProbe;
     /// use refusal_guard::store::redis::RedisStore;
     ///
     /// let store = RedisStore::open("redis://127.0.0.1:6379/0").unwrap();
@@ -309,20 +307,18 @@ impl RedisStoreProbe {
     }
 }
 
-/// Sets [`STORE_UP`](crate::telemetry::metrics::STORE_UP) when dropped: to
+/// Sets [`STORE_UP`](refusal_guard::telemetry::metrics::STORE_UP) when dropped: to
 /// whether the check it belongs to got an answer, so that a check dropped
 /// by its caller's timeout before an answer counts as none.
-#[cfg(feature = "redis")]
+
 struct StoreAnswered(bool);
 
-#[cfg(feature = "redis")]
 impl Drop for StoreAnswered {
     fn drop(&mut self) {
-        crate::telemetry::metrics::store_up("redis", self.0);
+        refusal_guard::telemetry::metrics::store_up("redis", self.0);
     }
 }
 
-#[cfg(feature = "redis")]
 impl Probe for RedisStoreProbe {
     fn name(&self) -> String {
         format!("store {}", self.shown)
@@ -343,8 +339,8 @@ impl Probe for RedisStoreProbe {
 ///
 /// ```
 /// use std::time::Duration;
-/// use refusal_guard::proxy::admin::AdminState;
-/// use refusal_guard::proxy::Upstream;
+/// use refusal_guard_proxy::admin::AdminState;
+/// use refusal_guard_proxy::Upstream;
 ///
 /// let state = AdminState::new()
 ///     .log("refusals.jsonl")
@@ -386,7 +382,7 @@ impl AdminState {
     /// No metrics, no log, and the in-memory store as the only probe.
     ///
     /// ```
-    /// let state = refusal_guard::proxy::admin::AdminState::new();
+    /// let state = refusal_guard_proxy::admin::AdminState::new();
     /// # let _ = state;
     /// ```
     pub fn new() -> Self {
@@ -421,7 +417,7 @@ impl AdminState {
     /// store (which is always reachable).
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::{AdminState, MemoryStoreProbe};
+    /// use refusal_guard_proxy::admin::{AdminState, MemoryStoreProbe};
     ///
     /// let state = AdminState::new().store_probe(MemoryStoreProbe);
     /// # let _ = state;
@@ -440,8 +436,8 @@ impl AdminState {
     /// without routing; with routing, one per route, named after it.
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::AdminState;
-    /// use refusal_guard::proxy::{Routes, Upstream};
+    /// use refusal_guard_proxy::admin::AdminState;
+    /// use refusal_guard_proxy::{Routes, Upstream};
     ///
     /// let routes = Routes::public(Upstream::parse("http://127.0.0.1:9000").unwrap());
     /// let state = AdminState::new().probe_routes(&routes);
@@ -466,7 +462,7 @@ impl AdminState {
     /// load balancer stops sending while requests in flight finish.
     ///
     /// ```
-    /// use refusal_guard::proxy::admin::{AdminState, Draining};
+    /// use refusal_guard_proxy::admin::{AdminState, Draining};
     ///
     /// let draining = Draining::new();
     /// let state = AdminState::new().not_ready_when(draining.clone());
@@ -483,7 +479,7 @@ impl AdminState {
 /// while requests in flight drain. Clones share one flag.
 ///
 /// ```
-/// use refusal_guard::proxy::admin::Draining;
+/// use refusal_guard_proxy::admin::Draining;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -514,7 +510,7 @@ impl Draining {
     }
 
     /// Waits for `shutdown`, then marks the drain as started: wraps the
-    /// shutdown future handed to [`Proxy::serve`](crate::proxy::Proxy::serve).
+    /// shutdown future handed to [`Proxy::serve`](crate::Proxy::serve).
     pub async fn after(self, shutdown: impl Future<Output = ()>) {
         shutdown.await;
         self.start();
@@ -562,7 +558,7 @@ type AdminBody = Full<Bytes>;
 /// waits for the requests in flight.
 ///
 /// ```
-/// use refusal_guard::proxy::admin::{self, AdminState};
+/// use refusal_guard_proxy::admin::{self, AdminState};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {
@@ -629,7 +625,7 @@ async fn route<B>(state: &AdminState, request: Request<B>) -> Response<AdminBody
         "/readyz" => readiness(state).await,
         "/metrics" => match &state.metrics {
             Some(handle) => {
-                crate::telemetry::metrics::publish_held_bytes();
+                refusal_guard::telemetry::metrics::publish_held_bytes();
                 let mut response = text(StatusCode::OK, &handle.render());
                 response.headers_mut().insert(
                     CONTENT_TYPE,
@@ -687,7 +683,7 @@ async fn dashboard(state: &AdminState) -> Response<AdminBody> {
             .and_then(|read| read);
     let dashboard = match read {
         Ok(dashboard) => dashboard
-            .with_requests(crate::telemetry::metrics::request_tally())
+            .with_requests(refusal_guard::telemetry::metrics::request_tally())
             .refresh_every(DASHBOARD_REFRESH),
         Err(error) => {
             return text(

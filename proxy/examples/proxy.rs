@@ -11,11 +11,11 @@
 //!
 //! Every flag can also be set in the environment as `REFUSAL_GUARD_<NAME>`;
 //! a flag wins over its variable. Bad values exit with status 2. The options
-//! and the server live in the library: `refusal_guard::proxy`.
+//! and the server live in the proxy crate's library: `refusal_guard_proxy`.
 
 use std::process::ExitCode;
 
-use refusal_guard::proxy::{run, Options};
+use refusal_guard_proxy::{run, Options};
 
 fn main() -> ExitCode {
     run(Options::from_args())

@@ -10,9 +10,9 @@
 //!   Spans go through a bounded queue drained in batches on the runtime: a
 //!   slow or dead collector never blocks a request, and what cannot be
 //!   queued or delivered is dropped and counted
-//!   ([`OTLP_DROPPED_SPANS`](crate::telemetry::metrics::OTLP_DROPPED_SPANS)).
+//!   ([`OTLP_DROPPED_SPANS`](refusal_guard::telemetry::metrics::OTLP_DROPPED_SPANS)).
 //! - Metrics: [`OtlpRecorder`] is a [`metrics`] recorder that records every
-//!   series of [`telemetry::metrics`](crate::telemetry::metrics) into
+//!   series of [`telemetry::metrics`](refusal_guard::telemetry::metrics) into
 //!   OpenTelemetry instruments of the same names, exported periodically.
 //!
 //! The variables read: `OTEL_EXPORTER_OTLP_ENDPOINT`, `_PROTOCOL` (`grpc` or
@@ -28,7 +28,7 @@
 //! installs it itself:
 //!
 //! ```no_run
-//! use refusal_guard::telemetry::otlp::Otlp;
+//! use refusal_guard_proxy::otlp::Otlp;
 //! use tracing_subscriber::layer::SubscriberExt;
 //! use tracing_subscriber::util::SubscriberInitExt;
 //!
@@ -92,7 +92,7 @@ impl fmt::Debug for Otlp {
 /// ```
 /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
 /// std::env::set_var("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json");
-/// let error = refusal_guard::telemetry::otlp::Otlp::from_env().unwrap_err();
+/// let error = refusal_guard_proxy::otlp::Otlp::from_env().unwrap_err();
 /// assert!(error.to_string().contains("http/json"), "{error}");
 /// # std::env::remove_var("OTEL_EXPORTER_OTLP_PROTOCOL");
 /// # });
@@ -116,7 +116,7 @@ impl Otlp {
     /// ```no_run
     /// # #[tokio::main]
     /// # async fn main() {
-    /// let otlp = refusal_guard::telemetry::otlp::Otlp::from_env().expect("OTLP settings");
+    /// let otlp = refusal_guard_proxy::otlp::Otlp::from_env().expect("OTLP settings");
     /// # let _ = otlp;
     /// # }
     /// ```
@@ -157,7 +157,7 @@ impl Otlp {
             let mut every = tokio::time::interval(PUBLISH_EVERY);
             loop {
                 every.tick().await;
-                crate::telemetry::metrics::publish_held_bytes();
+                refusal_guard::telemetry::metrics::publish_held_bytes();
             }
         });
         Ok(Otlp {
@@ -182,7 +182,7 @@ impl Otlp {
     /// # async fn main() {
     /// use tracing_subscriber::layer::SubscriberExt;
     ///
-    /// let otlp = refusal_guard::telemetry::otlp::Otlp::from_env().unwrap();
+    /// let otlp = refusal_guard_proxy::otlp::Otlp::from_env().unwrap();
     /// let subscriber = tracing_subscriber::registry().with(otlp.layer());
     /// # let _ = subscriber;
     /// # }
@@ -208,12 +208,12 @@ impl Otlp {
     /// The metrics recorder of the export: install it (alone, or beside
     /// another through `metrics_util::layers::FanoutBuilder`) before the
     /// guard records anything, then call
-    /// [`describe`](crate::telemetry::metrics::describe).
+    /// [`describe`](refusal_guard::telemetry::metrics::describe).
     ///
     /// ```no_run
     /// # #[tokio::main]
     /// # async fn main() {
-    /// let otlp = refusal_guard::telemetry::otlp::Otlp::from_env().unwrap();
+    /// let otlp = refusal_guard_proxy::otlp::Otlp::from_env().unwrap();
     /// metrics::set_global_recorder(otlp.recorder()).unwrap();
     /// refusal_guard::telemetry::metrics::describe();
     /// # }
@@ -232,13 +232,13 @@ impl Otlp {
     /// ```no_run
     /// # #[tokio::main]
     /// # async fn main() {
-    /// let otlp = refusal_guard::telemetry::otlp::Otlp::from_env().unwrap();
+    /// let otlp = refusal_guard_proxy::otlp::Otlp::from_env().unwrap();
     /// otlp.shutdown(std::time::Duration::from_secs(2)).await;
     /// # }
     /// ```
     pub async fn shutdown(self, timeout: Duration) {
         self.publisher.abort();
-        crate::telemetry::metrics::publish_held_bytes();
+        refusal_guard::telemetry::metrics::publish_held_bytes();
         let Otlp {
             tracer_provider,
             meter_provider,
@@ -266,9 +266,11 @@ fn exported(metadata: &Metadata<'_>) -> bool {
 }
 
 fn takes(target: &str, level: Level, is_span: bool) -> bool {
-    let ours = target == "refusal_guard" || target.starts_with("refusal_guard::");
+    let ours = target == "refusal_guard"
+        || target.starts_with("refusal_guard::")
+        || target.starts_with("refusal_guard_proxy");
     let floor = if is_span { Level::DEBUG } else { Level::INFO };
-    ours && target != crate::telemetry::metrics::SETTLED_TARGET && level <= floor
+    ours && target != refusal_guard::telemetry::metrics::SETTLED_TARGET && level <= floor
 }
 
 /// The resource of both providers: the environment's (`OTEL_SERVICE_NAME`,
@@ -376,7 +378,7 @@ mod tests {
             (
                 Level::INFO,
                 false,
-                crate::telemetry::metrics::SETTLED_TARGET,
+                refusal_guard::telemetry::metrics::SETTLED_TARGET,
                 false,
             ),
             (Level::WARN, false, "hyper::proto", false),

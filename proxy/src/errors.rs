@@ -1,11 +1,11 @@
 //! The proxy's own error responses, in the error shape of the API the path
-//! belongs to (see [`crate::api_error`]), so SDKs raise their typed error.
+//! belongs to (see [`refusal_guard::api_error`]), so SDKs raise their typed error.
 
 use http::{Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use super::ProxyBody;
-use crate::api_error::api_error;
+use refusal_guard::api_error::api_error;
 
 /// [`api_error`] with the proxy's body type.
 pub(crate) fn error_response(

@@ -1,8 +1,10 @@
-//! The `refusal-guard` command: the standalone proxy, and reports on its
-//! refusal log.
+//! The `refusal-guard` command line: the proxy, and reports on its refusal
+//! log. The binary's `main` is [`main`]; it lives here so that the command
+//! is a library function other binaries (and the tests' own build of the
+//! binary) call as it is.
 //!
 //! ```text
-//! cargo install --path . --features proxy
+//! cargo install refusal-guard-proxy                 # or: --path proxy
 //! refusal-guard --simulate                      # no network, no key: see a rescue
 //! refusal-guard                                 # in front of api.anthropic.com
 //! ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude
@@ -17,18 +19,19 @@
 //! refusal-guard --help                          # every flag and its variable
 //! ```
 //!
-//! Without a subcommand it runs the proxy ([`refusal_guard::proxy::run`]);
-//! every flag can also be set as `REFUSAL_GUARD_<NAME>`, a flag winning over
-//! its variable. Bad arguments exit with status 2.
+//! Without a subcommand it runs the proxy ([`run`](crate::run)); every flag
+//! can also be set as `REFUSAL_GUARD_<NAME>`, a flag winning over its
+//! variable. Bad arguments exit with status 2.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use crate::{hash_key, run, Options, Tenants};
+use crate::{Dashboard, Report};
 use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
-use refusal_guard::proxy::{hash_key, run, Options, Tenants};
 use refusal_guard::routing::{LearnedRouting, RouteTable};
-use refusal_guard::telemetry::{Dashboard, JsonlSink, Report};
+use refusal_guard::telemetry::JsonlSink;
 
 const REPORT_ABOUT: &str = "Report on the refusal log: refusals by outcome, category, model and \
 dead reason, the tokens refused attempts cost, the five most recent";
@@ -82,7 +85,15 @@ enum TenantsCommand {
     },
 }
 
-fn main() -> ExitCode {
+/// The `refusal-guard` command: parses the process's arguments and runs
+/// what they ask for, returning the exit status (2 for bad arguments).
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     refusal_guard_proxy::cli::main()
+/// }
+/// ```
+pub fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let report = ReportArgs::augment_args(clap::Command::new("report"))
         .about(REPORT_ABOUT)

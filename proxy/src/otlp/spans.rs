@@ -16,7 +16,7 @@ use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::{Span, SpanData, SpanExporter, SpanProcessor};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::telemetry::metrics::{OTLP_DROPPED_SPANS, OTLP_EXPORTED_SPANS};
+use refusal_guard::telemetry::metrics::{OTLP_DROPPED_SPANS, OTLP_EXPORTED_SPANS};
 
 /// The queue's bounds and pace, from the `OTEL_BSP_*` variables (the SDK's
 /// batch processor's own, with its defaults).

@@ -9,8 +9,8 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{RefusalRecord, RouteRestored};
-use crate::refusal::{Outcome, Usage};
+use refusal_guard::refusal::{Outcome, Usage};
+use refusal_guard::telemetry::{RefusalRecord, RouteRestored};
 
 /// The key used for a record with no category, model or dead reason.
 const NONE: &str = "(none)";
@@ -25,7 +25,7 @@ const RECENT: usize = 5;
 /// [`Display`](fmt::Display) form lists each table by count, largest first.
 ///
 /// ```
-/// use refusal_guard::telemetry::Report;
+/// use refusal_guard_proxy::Report;
 ///
 /// let log = concat!(
 ///     r#"{"ts":"2026-11-29T17:44:06.123Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"dead"}"#, "\n",
@@ -75,7 +75,7 @@ pub struct Report {
     pub by_reason: BTreeMap<String, usize>,
     /// The tokens providers reported for refused attempts (the attempts'
     /// usage: refused ones, and the declined part of a provider's own
-    /// chain; see [`Attempt::usage`](crate::refusal::Attempt::usage)), over
+    /// chain; see [`Attempt::usage`](refusal_guard::refusal::Attempt::usage)), over
     /// every record.
     pub refused_tokens: Usage,
     /// [`refused_tokens`](Report::refused_tokens) per model that refused
@@ -96,7 +96,7 @@ pub struct Report {
     /// reason (`not_applied:expired`; `not_applied` alone when none given).
     pub fallback_credit: BTreeMap<String, usize>,
     /// Fallbacks to another provider's API (attempts with a
-    /// [`provider`](crate::refusal::Attempt::provider)), by
+    /// [`provider`](refusal_guard::refusal::Attempt::provider)), by
     /// `from -> to [category] result`: `anthropic -> openai [cyber] served`.
     /// The refused prompt went to `to` for every one of them except those
     /// `skipped`.
@@ -110,7 +110,7 @@ pub struct Report {
 /// One tenant's part of a [`Report`].
 ///
 /// ```
-/// use refusal_guard::telemetry::Report;
+/// use refusal_guard_proxy::Report;
 ///
 /// let log = concat!(
 ///     r#"{"ts":"2026-11-29T17:00:00.000Z","model":"m","category":"cyber","explanation":null,"outcome":"fallback","tenant":"red-team"}"#, "\n",
@@ -433,4 +433,26 @@ fn table(f: &mut fmt::Formatter<'_>, title: &str, counts: &BTreeMap<String, usiz
         writeln!(f, "  {count:>6}  {name}")?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod restored_tests {
+    use super::*;
+    use refusal_guard::telemetry::{RefusalRecord, RouteRestored};
+
+    #[test]
+    fn the_report_counts_restorations_apart_and_old_lines_still_parse() {
+        let restored =
+            RouteRestored::new(None, Some("claude-opus-4-7".into()), "claude-sonnet-4-5");
+        let line = String::from_utf8(restored.to_json_line()).unwrap();
+        // A line as pi-refusal-guard writes it, ours, and a torn one.
+        let pi = r#"{"ts":"2026-11-29T17:44:06.123Z","model":"claude-x","category":"cyber","explanation":null,"outcome":"dead"}"#;
+        let log = format!("{pi}\n{line}{{\"ts\":\"2026-\n");
+        let (report, skipped) = Report::from_jsonl_reader(log.as_bytes());
+        assert_eq!((report.total, report.restored, skipped), (1, 1, 1));
+        assert!(report.to_string().contains("primary model restored): 1"));
+        // Readers of refusal records alone skip it: it has no outcome.
+        assert!(serde_json::from_str::<RefusalRecord>(&line).is_err());
+        assert!(RouteRestored::from_json_line(pi.as_bytes()).is_none());
+    }
 }

@@ -27,8 +27,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::replay::{chain, ForwardedBody, ReplayBody};
-use crate::BoxError;
+use refusal_guard::replay::{prefixed, ForwardedBody, ReplayBody};
+use refusal_guard::BoxError;
 
 /// The body of the requests the proxy sends upstream: any body, boxed.
 ///
@@ -37,7 +37,7 @@ use crate::BoxError;
 /// `dyn Error` trips the compiler's higher-ranked lifetime check).
 ///
 /// ```
-/// use refusal_guard::proxy::UpstreamBody;
+/// use refusal_guard_proxy::UpstreamBody;
 ///
 /// let body = UpstreamBody::new(http_body_util::Full::new(bytes::Bytes::from("{}")));
 /// # let _ = body;
@@ -87,7 +87,7 @@ impl ReplayBody for UpstreamBody {
     }
 
     fn prefixed(prefix: Bytes, rest: Self) -> Self {
-        UpstreamBody::new(chain(prefix, rest))
+        UpstreamBody::new(prefixed(prefix, rest))
     }
 
     fn forwarded(body: ForwardedBody<Self>) -> Result<Self, ForwardedBody<Self>> {
@@ -114,7 +114,7 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// than they saved.
 ///
 /// ```
-/// assert_eq!(refusal_guard::proxy::UPSTREAM_READ_BYTES, 16 * 1024);
+/// assert_eq!(refusal_guard_proxy::UPSTREAM_READ_BYTES, 16 * 1024);
 /// ```
 pub const UPSTREAM_READ_BYTES: usize = 16 * 1024;
 
@@ -125,7 +125,7 @@ pub const UPSTREAM_READ_BYTES: usize = 16 * 1024;
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// # let _runtime = tokio::runtime::Builder::new_current_thread().build()?;
-/// let client = refusal_guard::proxy::client()?;
+/// let client = refusal_guard_proxy::client()?;
 /// # let _ = client;
 /// # Ok(())
 /// # }

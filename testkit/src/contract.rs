@@ -10,7 +10,7 @@
 //! it receives, and every scripted upstream of the crate's tests does.
 //!
 //! ```
-//! use refusal_guard::simulate::contract::{Api, Contract};
+//! use refusal_guard_testkit::contract::{Api, Contract};
 //!
 //! let headers = http::HeaderMap::new();
 //! let body = br#"{"model":"claude-opus-4-7","max_tokens":64,"messages":[
@@ -30,7 +30,7 @@
 //! `:streamRawPredict`). Sources: platform docs "Messages API" (create
 //! message), "Refusals and fallback", "Fallback credit", "SDK middleware",
 //! "Claude on Vertex AI"; anthropic-sdk-python
-//! `src/anthropic/lib/middleware/_fallbacks.py`, anthropic-sdk-typescript
+//! `lib/middleware/_fallbacks.py` (in `src/anthropic`), anthropic-sdk-typescript
 //! `src/lib/middleware.ts`, anthropic-sdk-go `lib/betafallback`.
 //!
 //! - `A1` the body is a JSON object (the request is an object of named
@@ -283,8 +283,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::Value;
 
-use crate::api_error::{provider_error, provider_error_for};
-use crate::refusal::WireApi;
+use refusal_guard::api_error::{provider_error, provider_error_for};
+use refusal_guard::refusal::WireApi;
 
 /// The wire API a request is for, told from its path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -321,7 +321,7 @@ impl Api {
     /// it as Bedrock's.
     ///
     /// ```
-    /// use refusal_guard::simulate::contract::Api;
+    /// use refusal_guard_testkit::contract::Api;
     ///
     /// assert_eq!(Api::of("POST", "/v1/chat/completions"), Some(Api::OpenAiChat));
     /// assert_eq!(Api::of("POST", "/model/m/converse-stream"), Some(Api::BedrockConverse));
@@ -535,7 +535,7 @@ impl Violation {
     /// [`body`](Self::body), and Bedrock's `x-amzn-errortype` on Bedrock.
     ///
     /// ```
-    /// use refusal_guard::simulate::contract::check;
+    /// use refusal_guard_testkit::contract::check;
     ///
     /// let path = "/model/anthropic.claude-opus-4-7/invoke";
     /// let broken = check("POST", path, &http::HeaderMap::new(), b"{}").unwrap_err();
@@ -572,7 +572,7 @@ impl std::fmt::Display for Violation {
 /// beyond the APIs' it serves.
 ///
 /// ```
-/// use refusal_guard::simulate::contract::{Api, Contract};
+/// use refusal_guard_testkit::contract::{Api, Contract};
 ///
 /// let bedrock = Contract::new().bedrock();
 /// let body = br#"{"anthropic_version":"bedrock-2023-05-31","max_tokens":8,
@@ -698,7 +698,7 @@ impl Contract {
 /// ([`Contract::new`]); `path` with its query, if any.
 ///
 /// ```
-/// use refusal_guard::simulate::contract::check;
+/// use refusal_guard_testkit::contract::check;
 ///
 /// let body = br#"{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}"#;
 /// let path = "/v1beta/models/gemini-2.5-pro:generateContent";

@@ -13,12 +13,12 @@ use http::header::AUTHORIZATION;
 use http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::header::CLIENT_KEY;
+use refusal_guard::header::CLIENT_KEY;
 
 /// A proxy key. `Debug` never shows it.
 ///
 /// ```
-/// use refusal_guard::proxy::ClientKey;
+/// use refusal_guard_proxy::ClientKey;
 ///
 /// let key: ClientKey = "s3cret-proxy-key".parse().unwrap();
 /// assert!(!format!("{key:?}").contains("s3cret"));

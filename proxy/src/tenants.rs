@@ -39,10 +39,10 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::admin::{Probe, ProbeResult};
 use super::client_key::presented;
-use crate::recovery::category::CategoryPolicy;
-use crate::recovery::{chain_prefix, parse_entry, FallbackChains, PROVIDERS};
-use crate::refusal::Provider;
-use crate::tenant::{FallbackAllowlist, Tenant};
+use refusal_guard::recovery::category::CategoryPolicy;
+use refusal_guard::recovery::{chain_prefix, parse_entry, FallbackChains, PROVIDERS};
+use refusal_guard::refusal::Provider;
+use refusal_guard::tenant::{FallbackAllowlist, Tenant};
 
 /// Largest tenants file read.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -109,7 +109,7 @@ struct Entry {
 /// The tenants of one reading of the file, and the hashes of their keys.
 ///
 /// ```
-/// use refusal_guard::proxy::TenantTable;
+/// use refusal_guard_proxy::TenantTable;
 ///
 /// let text = r#"
 /// [[tenant]]
@@ -359,7 +359,7 @@ fn key_hash(hex: &str) -> Result<[u8; 32], String> {
 ///
 /// ```
 /// assert_eq!(
-///     refusal_guard::proxy::hash_key("foo"),
+///     refusal_guard_proxy::hash_key("foo"),
 ///     "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"
 /// );
 /// ```
@@ -446,7 +446,7 @@ struct Status {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), String> {
 /// use std::time::Duration;
-/// use refusal_guard::proxy::{Proxy, Tenants, Upstream};
+/// use refusal_guard_proxy::{Proxy, Tenants, Upstream};
 /// use refusal_guard::tenant::FromExtensions;
 /// use refusal_guard::RefusalGuardLayer;
 ///
