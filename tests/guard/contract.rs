@@ -523,25 +523,32 @@ fn gemini_generation_config_and_function_names() {
         ),
         Some("G4")
     );
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare("2run")}))),
-        Some("G4")
-    );
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare("run it")}))),
-        Some("G4")
-    );
-    // Up to 128 characters.
-    let long = format!("mcp__{}", "x".repeat(123));
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare(&long)}))),
-        None
-    );
-    let too_long = format!("{long}x");
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare(&too_long)}))),
-        Some("G4")
-    );
+    // Each API names functions as it says: 1 to 64 characters, a letter or
+    // `_` first, then letters, digits, `_`, `.`, `-`; the Gemini API takes
+    // `:` too, Vertex AI does not.
+    let vertex = "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent";
+    let express = "/v1/publishers/google/models/gemini-2.5-pro:generateContent";
+    let at_64 = format!("mcp__{}", "x".repeat(59));
+    let at_65 = format!("{at_64}x");
+    for (name, gemini, on_vertex) in [
+        ("tools.run_v2", true, true),
+        ("_private-run", true, true),
+        ("2run", false, false),
+        ("-run", false, false),
+        ("mcp:files.read", true, false),
+        ("mcp__files:read", true, false),
+        ("run it", false, false),
+        ("run/it", false, false),
+        ("", false, false),
+        (at_64.as_str(), true, true),
+        (at_65.as_str(), false, false),
+    ] {
+        let sent = body(json!({"tools": declare(name)}));
+        let says = |ok: bool| if ok { None } else { Some("G4") };
+        assert_eq!(rule(GEMINI, "", &sent), says(gemini), "Gemini API: {name:?}");
+        assert_eq!(rule(vertex, "", &sent), says(on_vertex), "Vertex AI: {name:?}");
+        assert_eq!(rule(express, "", &sent), says(on_vertex), "Vertex AI express: {name:?}");
+    }
 }
 
 #[test]
