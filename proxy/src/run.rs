@@ -473,13 +473,13 @@ async fn serve(
         );
         say("INFO", &line);
     }
-    let served = if options.simulate {
+    // Kept to count, at the end, what a strict simulator refused.
+    let simulator = options.simulate.then(|| match options.strict {
+        true => Simulator::new().strict(),
+        false => Simulator::new(),
+    });
+    let served = if let Some(simulator) = simulator.clone() {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
-        let simulator = if options.strict {
-            Simulator::new().strict()
-        } else {
-            Simulator::new()
-        };
         let proxy = Proxy::with_service(upstream, layer.layer(simulator));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
@@ -512,16 +512,36 @@ async fn serve(
             }
         }
     };
-    match served {
-        Ok(()) => {
-            say("INFO", "proxy: stopped");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            say("ERROR", &format!("proxy: {error}"));
-            ExitCode::FAILURE
-        }
+    stopped(served, simulator.as_ref())
+}
+
+/// Status 3: a strict simulator answered requests that broke the
+/// providers' rules (contract violations), however the run was logged.
+const VIOLATED: u8 = 3;
+
+/// The proxy's status once it stopped serving: a failure to serve, else
+/// the contract violations a strict simulator answered (said whatever
+/// the level filter: a test bed that saw a broken request fails the run
+/// that made it), else success.
+fn stopped(served: std::io::Result<()>, simulator: Option<&Simulator>) -> ExitCode {
+    if let Err(error) = served {
+        say("ERROR", &format!("proxy: {error}"));
+        return ExitCode::FAILURE;
     }
+    let violations = simulator.map_or(0, Simulator::violations);
+    if violations > 0 {
+        say(
+            "ERROR",
+            &format!(
+                "proxy: stopped; the strict simulated provider answered {violations} \
+                 request(s) that break the providers' rules (contract violations): exit status \
+                 {VIOLATED}"
+            ),
+        );
+        return ExitCode::from(VIOLATED);
+    }
+    say("INFO", "proxy: stopped");
+    ExitCode::SUCCESS
 }
 
 /// The first line on stderr (scripts read the address from it), and a

@@ -1875,7 +1875,9 @@ impl GoogleApi {
         let first = name.as_bytes()[0];
         (first.is_ascii_alphabetic() || first == b'_')
             && name.bytes().all(|b| {
-                b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') || (colons && b == b':')
+                b.is_ascii_alphanumeric()
+                    || matches!(b, b'_' | b'.' | b'-')
+                    || (colons && b == b':')
             })
     }
 }

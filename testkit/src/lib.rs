@@ -34,9 +34,11 @@
 //! documented request rules ([`contract`]), as the real APIs would: a
 //! request that breaks one is answered with the provider's own 400 (404 for
 //! a path no API serves), in its shape and without the guard's error
-//! header, and logged as one `warn` line naming the rule (no header, no
-//! body). Whatever the guard sends on a client's behalf, its rescue notes
-//! and fallbacks included, is then held to the rules the provider keeps.
+//! header, counted where no log filter reaches (the
+//! [`CONTRACT_VIOLATIONS`] counter, [`Simulator::violations`]), and logged
+//! as one `warn` line naming the rule (no header, no body). Whatever the
+//! guard sends on a client's behalf, its rescue notes and fallbacks
+//! included, is then held to the rules the provider keeps.
 //!
 //! ```
 //! use bytes::Bytes;
@@ -97,6 +99,13 @@ pub const ANSWER: &str = "Simulated answer: here is the defensive version of wha
 /// Conversations remembered before the oldest are forgotten.
 const MEMORY: usize = 10_000;
 
+/// The counter of requests a strict simulator answered with a contract
+/// error, through the [`metrics`] facade (the proxy's `/metrics` with
+/// `--admin`): a channel no log filter turns off, registered at 0 when the
+/// simulator is made strict, so that a reader tells "none" from "not
+/// counted".
+pub const CONTRACT_VIOLATIONS: &str = "refusal_guard_contract_violations_total";
+
 /// The simulated provider. Clones share what they have seen.
 #[derive(Debug, Clone, Default)]
 pub struct Simulator {
@@ -127,8 +136,10 @@ impl Simulator {
 
     /// A simulator that answers a request breaking the providers'
     /// documented rules ([`contract`]) the way the provider does, with its
-    /// 400 in its shape, and logs it (`warn`, one line: the request's
-    /// method and path, the API, the rule and what is wrong).
+    /// 400 in its shape, counts it ([`violations`](Self::violations), and
+    /// the [`CONTRACT_VIOLATIONS`] counter, which no log filter hides) and
+    /// logs it (`warn`, one line: the request's method and path, the API,
+    /// the rule and what is wrong).
     ///
     /// ```
     /// use refusal_guard_testkit::Simulator;
@@ -143,6 +154,11 @@ impl Simulator {
     /// assert_eq!(simulator.violations(), 1);
     /// ```
     pub fn strict(self) -> Self {
+        metrics::describe_counter!(
+            CONTRACT_VIOLATIONS,
+            "Requests the strict simulated provider answered with a contract error"
+        );
+        metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
         Simulator {
             contract: Some(Arc::new(Contract::new())),
             ..self
@@ -269,6 +285,7 @@ impl Simulator {
             rule = violation.rule,
             "simulated provider: contract violation: {violation}"
         );
+        metrics::counter!(CONTRACT_VIOLATIONS).increment(1);
         let response = violation.response();
         let mut seen = self.lock();
         seen.requests += 1;

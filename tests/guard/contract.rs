@@ -545,9 +545,21 @@ fn gemini_generation_config_and_function_names() {
     ] {
         let sent = body(json!({"tools": declare(name)}));
         let says = |ok: bool| if ok { None } else { Some("G4") };
-        assert_eq!(rule(GEMINI, "", &sent), says(gemini), "Gemini API: {name:?}");
-        assert_eq!(rule(vertex, "", &sent), says(on_vertex), "Vertex AI: {name:?}");
-        assert_eq!(rule(express, "", &sent), says(on_vertex), "Vertex AI express: {name:?}");
+        assert_eq!(
+            rule(GEMINI, "", &sent),
+            says(gemini),
+            "Gemini API: {name:?}"
+        );
+        assert_eq!(
+            rule(vertex, "", &sent),
+            says(on_vertex),
+            "Vertex AI: {name:?}"
+        );
+        assert_eq!(
+            rule(express, "", &sent),
+            says(on_vertex),
+            "Vertex AI express: {name:?}"
+        );
     }
 }
 
@@ -751,4 +763,34 @@ fn fallback_entries_allowed_models_and_prefill_by_model() {
     let takes_it = claude(json!({"model": "claude-sonnet-4-5", "messages": prefill,
         "fallbacks": [{"model": "claude-haiku-4-5"}]}));
     assert_eq!(rule(MESSAGES, FALLBACK_BETA, &takes_it), None);
+}
+
+/// A request the Messages API rejects (no `max_tokens`) through an
+/// [`answering`](support::answering) upstream's service, from a task that
+/// keeps the service after the test has its answer, as a guard's keep-alive
+/// and live-thinking tasks keep theirs. The runtime drops that task after
+/// the test returns, where a panic fails nothing: the check the test holds
+/// is what fails it.
+#[tokio::test]
+#[should_panic(expected = "the upstream received requests the real API rejects")]
+async fn a_violation_fails_the_test_while_a_task_still_holds_the_upstreams_service() {
+    use tower::{Service, ServiceExt};
+
+    let upstream = support::answering(|_request| async {
+        support::sse_response(support::Chunked::chunks(Vec::new()))
+    });
+    let mut service = upstream.service();
+    let (answered, status) = tokio::sync::oneshot::channel();
+    let (_held, release) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let broken = json!({"model": "claude-opus-4-7",
+            "messages": [{"role": "user", "content": "hi"}]});
+        let request = support::post(MESSAGES, &broken);
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        let _ = answered.send(response.status());
+        // Held until the runtime drops this task, after the test.
+        let _ = release.await;
+        drop(service);
+    });
+    assert_eq!(status.await.unwrap(), 400, "the provider's 400");
 }
