@@ -28,7 +28,7 @@ Reads the API key from ANTHROPIC_API_KEY. --base-url (or ANTHROPIC_BASE_URL)
 defaults to https://api.anthropic.com; point it at the refusal-guard proxy
 or a mock. Try it with no key and no network:
 
-  cargo run --features proxy -- --simulate &     # or: refusal-guard --simulate &
+  cargo run -p refusal-guard-proxy -- --simulate &     # or: refusal-guard --simulate &
   ANTHROPIC_API_KEY=dummy cargo run --features reqwest --example agent -- --base-url http://127.0.0.1:8787 hello";
 
 #[tokio::main]

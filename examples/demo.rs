@@ -24,10 +24,10 @@ use tower::{Layer, ServiceExt};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let sink = MemorySink::new();
-    let simulator = Simulator::new().strict();
+    let simulator = Simulator::new();
     let guard = RefusalGuardLayer::new()
         .telemetry(sink.clone())
-        .layer(simulator.clone());
+        .layer(simulator.shared());
 
     let request = serde_json::json!({
         "model": "claude-opus-4-7",

@@ -40,7 +40,7 @@
 //! // attempt of every conversation.
 //! let client = ServiceBuilder::new()
 //!     .layer(RefusalGuardLayer::new().telemetry(log.clone()))
-//!     .service(Simulator::new());
+//!     .service(Simulator::new().shared());
 //!
 //! let request = http::Request::post("https://api.anthropic.com/v1/messages")
 //!     .header("content-type", "application/json")

@@ -261,7 +261,6 @@ impl Probe for MemoryStoreProbe {
 /// assert_eq!(probe.name(), "store redis://127.0.0.1:6379/0");
 /// # }
 /// ```
-
 #[derive(Debug, Clone)]
 pub struct RedisStoreProbe {
     store: refusal_guard::store::redis::RedisStore,
@@ -310,7 +309,6 @@ impl RedisStoreProbe {
 /// Sets [`STORE_UP`](refusal_guard::telemetry::metrics::STORE_UP) when dropped: to
 /// whether the check it belongs to got an answer, so that a check dropped
 /// by its caller's timeout before an answer counts as none.
-
 struct StoreAnswered(bool);
 
 impl Drop for StoreAnswered {

@@ -19,7 +19,7 @@
 //! refusal-guard --help                          # every flag and its variable
 //! ```
 //!
-//! Without a subcommand it runs the proxy ([`run`](crate::run)); every flag
+//! Without a subcommand it runs the proxy ([`crate::run`]); every flag
 //! can also be set as `REFUSAL_GUARD_<NAME>`, a flag winning over its
 //! variable. Bad arguments exit with status 2.
 

@@ -67,6 +67,7 @@ mod dashboard;
 mod errors;
 mod export;
 mod headers;
+mod local;
 mod options;
 #[cfg(feature = "otlp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otlp")))]
@@ -101,6 +102,7 @@ pub use access_log::LogFormat;
 pub use client::{client, UpstreamBody, UpstreamClient, UPSTREAM_READ_BYTES};
 pub use client_key::ClientKey;
 pub use dashboard::Dashboard;
+pub use local::RunningProxy;
 pub use options::{Options, RouteBy, State};
 pub use report::{Report, TenantSummary, TenantsTable};
 pub use routes::{Route, Routes};
@@ -242,7 +244,7 @@ impl<S> Proxy<S> {
     /// A proxy that hands every request, rewritten for `upstream` (an
     /// [`Upstream`], or [`Routes`]), to `service` (usually a
     /// [`RefusalGuard`]; for the simulated provider,
-    /// `layer.layer(Simulator::new())`).
+    /// `layer.layer(Simulator::new().shared())`).
     pub fn with_service(upstream: impl Into<Routes>, service: S) -> Self {
         Proxy {
             inner: Arc::new(Shared {
@@ -522,11 +524,14 @@ fn proxy_response(status: http::StatusCode) {
         .increment(1);
 }
 
-/// The pages of `docs/` about the proxy, so that their Rust examples compile
-/// (and, unless `no_run`, run) as doc tests. rustdoc reads a code block
-/// without a language as Rust, so every other block names its own.
+/// The crate's README and the pages of `docs/` about the proxy, so that
+/// their Rust examples compile (and, unless `no_run`, run) as doc tests.
+/// rustdoc reads a code block without a language as Rust, so every other
+/// block names its own.
 #[cfg(doctest)]
 mod pages {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
     #[doc = include_str!("../../docs/deploy.md")]
     struct Deploy;
     #[doc = include_str!("../../docs/operating.md")]

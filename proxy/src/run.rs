@@ -24,7 +24,7 @@ use refusal_guard::store::redis::RedisStore;
 use refusal_guard::telemetry::{JsonlSink, MetricsSink};
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
-use refusal_guard_testkit::Simulator;
+use refusal_guard_testkit::{Simulator, CONTRACT_VIOLATIONS};
 
 /// File descriptors kept for everything but client connections (the
 /// listener, the log, stdio, the runtime).
@@ -473,14 +473,20 @@ async fn serve(
         );
         say("INFO", &line);
     }
-    // Kept to count, at the end, what a strict simulator refused.
-    let simulator = options.simulate.then(|| match options.strict {
-        true => Simulator::new().strict(),
-        false => Simulator::new(),
+    // `--strict` checks requests against the contract; the simulator checks
+    // them unless told otherwise. Kept to count, at the end, what it refused.
+    let simulator = options.simulate.then(|| {
+        if options.strict {
+            // At 0 from the start: a reader tells "none" from "not counted".
+            metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
+            Simulator::new()
+        } else {
+            Simulator::new().lenient()
+        }
     });
-    let served = if let Some(simulator) = simulator.clone() {
+    let served = if let Some(simulator) = &simulator {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
-        let proxy = Proxy::with_service(upstream, layer.layer(simulator));
+        let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
             .await

@@ -130,7 +130,7 @@ impl TelemetrySink for JsonlSink {
     }
 
     /// Appends the event as a line without `outcome`, which readers of
-    /// refusal records skip (see [`Report`](super::Report)).
+    /// refusal records skip (the proxy's `Report` counts it apart).
     fn route_restored(&self, event: &RouteRestored) {
         if let Err(error) = self.append(&event.to_json_line()) {
             self.report(&error);

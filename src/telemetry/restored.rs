@@ -12,7 +12,7 @@ use super::format_ts;
 ///
 /// As a JSON line it carries `"event": "route_restored"` and no `outcome`,
 /// so readers of refusal records skip it and the
-/// [`Report`](super::Report) counts it apart.
+/// proxy's report (`refusal_guard_proxy::Report`) counts it apart.
 ///
 /// ```
 /// use refusal_guard::telemetry::RouteRestored;

@@ -771,63 +771,13 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
     let object = body
         .as_object()
         .ok_or(("A1", "the body is not an object".to_owned()))?;
-    let has = |beta: &str| betas.iter().any(|b| b == beta);
-    let requested: Option<String> = if api == Api::AnthropicVertex {
-        if object.contains_key("model") {
-            return Err(("A2", "`model`: Extra inputs are not permitted".into()));
-        }
-        if object.get("anthropic_version").and_then(Value::as_str) != Some(VERTEX_VERSION) {
-            return Err((
-                "A2",
-                format!("anthropic_version: Input should be '{VERTEX_VERSION}'"),
-            ));
-        }
-        if !object.get("max_tokens").is_some_and(Value::is_u64) {
-            return Err(("A2", "max_tokens: Field required".into()));
-        }
-        path.rsplit('/')
-            .next()
-            .and_then(|last| last.split(':').next())
-            .map(str::to_owned)
-    } else {
-        let model = object.get("model").and_then(Value::as_str);
-        if model.is_none() {
-            return Err(("A2", "model: Field required".into()));
-        }
-        if !object.get("max_tokens").is_some_and(Value::is_u64) {
-            return Err(("A2", "max_tokens: Field required".into()));
-        }
-        model.map(str::to_owned)
-    };
+    let requested = anthropic_model(api, path, object)?;
     let turns = anthropic_messages(object.get("messages"), api)?;
     anthropic_tool_pairs(&turns)?;
     anthropic_sampling_and_tools(object)?;
     let fallbacks = object.get("fallbacks");
     if let Some(fallbacks) = fallbacks {
-        if api != Api::Anthropic {
-            return Err((
-                "A8",
-                "fallbacks: server-side fallback is not supported on this platform".into(),
-            ));
-        }
-        anthropic_fallbacks(fallbacks, requested.as_deref())?;
-        fallback_entry_keys(fallbacks)?;
-        allowed_fallbacks(fallbacks, requested.as_deref())?;
-        let june = has("server-side-fallback-2026-06-01");
-        let july = has("server-side-fallback-2026-07-01");
-        if fallbacks.is_string() && !july {
-            return Err((
-                "A7",
-                "fallbacks: \"default\" requires the server-side-fallback-2026-07-01 beta".into(),
-            ));
-        }
-        if !(june || july) {
-            return Err((
-                "A7",
-                "fallbacks: requires the anthropic-beta header server-side-fallback-2026-07-01"
-                    .into(),
-            ));
-        }
+        server_fallbacks(api, fallbacks, requested.as_deref(), betas)?;
     }
     if let Some(token) = object.get("fallback_credit_token") {
         if fallbacks.is_some() {
@@ -836,47 +786,122 @@ fn anthropic(api: Api, path: &str, betas: &[String], body: &Value) -> Result<(),
                 "fallback_credit_token cannot be combined with fallbacks".into(),
             ));
         }
-        // The server-side fallback beta of the same date grants the same
-        // fields ("Fallback credit": "The server-side-fallback-2026-07-01
-        // header also grants the same fields").
-        let june = has("fallback-credit-2026-06-01") || has("server-side-fallback-2026-06-01");
-        let july = has("fallback-credit-2026-07-01") || has("server-side-fallback-2026-07-01");
-        if !(june || july) {
-            return Err((
-                "A10",
-                "fallback_credit_token: requires the fallback-credit beta".into(),
-            ));
-        }
-        match token {
-            Value::String(_) => {}
-            Value::Object(form) => {
-                // A mode-less object is `strict`, as the bare string is.
-                let mode = form.get("mode").map(Value::as_str);
-                if !form.get("token").is_some_and(Value::is_string)
-                    || !matches!(mode, None | Some(Some("strict" | "best_effort")))
-                {
-                    return Err((
-                        "A10",
-                        "fallback_credit_token: expected {token, mode: strict|best_effort}".into(),
-                    ));
-                }
-                if !july {
-                    return Err((
-                        "A10",
-                        "fallback_credit_token: the object form requires fallback-credit-2026-07-01"
-                            .into(),
-                    ));
-                }
-            }
-            _ => {
-                return Err((
-                    "A10",
-                    "fallback_credit_token: expected a string or an object".into(),
-                ))
-            }
-        }
+        credit_token(token, betas)?;
     }
     prefill_accepted(object, requested.as_deref())
+}
+
+/// `A2`: the model asked for (the body's, or Vertex's in the path), and
+/// the fields each platform requires.
+fn anthropic_model(
+    api: Api,
+    path: &str,
+    object: &serde_json::Map<String, Value>,
+) -> Result<Option<String>, Broken> {
+    if api != Api::AnthropicVertex {
+        let model = object
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or(("A2", "model: Field required".to_owned()))?;
+        if !object.get("max_tokens").is_some_and(Value::is_u64) {
+            return Err(("A2", "max_tokens: Field required".into()));
+        }
+        return Ok(Some(model.to_owned()));
+    }
+    if object.contains_key("model") {
+        return Err(("A2", "`model`: Extra inputs are not permitted".into()));
+    }
+    if object.get("anthropic_version").and_then(Value::as_str) != Some(VERTEX_VERSION) {
+        return Err((
+            "A2",
+            format!("anthropic_version: Input should be '{VERTEX_VERSION}'"),
+        ));
+    }
+    if !object.get("max_tokens").is_some_and(Value::is_u64) {
+        return Err(("A2", "max_tokens: Field required".into()));
+    }
+    Ok(path
+        .rsplit('/')
+        .next()
+        .and_then(|last| last.split(':').next())
+        .map(str::to_owned))
+}
+
+/// `A6`-`A8`, `A13`, `A14`: a request's server-side `fallbacks`.
+fn server_fallbacks(
+    api: Api,
+    fallbacks: &Value,
+    requested: Option<&str>,
+    betas: &[String],
+) -> Result<(), Broken> {
+    if api != Api::Anthropic {
+        return Err((
+            "A8",
+            "fallbacks: server-side fallback is not supported on this platform".into(),
+        ));
+    }
+    anthropic_fallbacks(fallbacks, requested)?;
+    fallback_entry_keys(fallbacks)?;
+    allowed_fallbacks(fallbacks, requested)?;
+    let has = |beta: &str| betas.iter().any(|b| b == beta);
+    let june = has("server-side-fallback-2026-06-01");
+    let july = has("server-side-fallback-2026-07-01");
+    if fallbacks.is_string() && !july {
+        return Err((
+            "A7",
+            "fallbacks: \"default\" requires the server-side-fallback-2026-07-01 beta".into(),
+        ));
+    }
+    if !(june || july) {
+        return Err((
+            "A7",
+            "fallbacks: requires the anthropic-beta header server-side-fallback-2026-07-01".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `A10`: a `fallback_credit_token`'s form and the beta it needs.
+fn credit_token(token: &Value, betas: &[String]) -> Result<(), Broken> {
+    let has = |beta: &str| betas.iter().any(|b| b == beta);
+    // The server-side fallback beta of the same date grants the same
+    // fields ("Fallback credit": "The server-side-fallback-2026-07-01
+    // header also grants the same fields").
+    let june = has("fallback-credit-2026-06-01") || has("server-side-fallback-2026-06-01");
+    let july = has("fallback-credit-2026-07-01") || has("server-side-fallback-2026-07-01");
+    if !(june || july) {
+        return Err((
+            "A10",
+            "fallback_credit_token: requires the fallback-credit beta".into(),
+        ));
+    }
+    match token {
+        Value::String(_) => Ok(()),
+        Value::Object(form) => {
+            // A mode-less object is `strict`, as the bare string is.
+            let mode = form.get("mode").map(Value::as_str);
+            if !form.get("token").is_some_and(Value::is_string)
+                || !matches!(mode, None | Some(Some("strict" | "best_effort")))
+            {
+                return Err((
+                    "A10",
+                    "fallback_credit_token: expected {token, mode: strict|best_effort}".into(),
+                ));
+            }
+            if !july {
+                return Err((
+                    "A10",
+                    "fallback_credit_token: the object form requires fallback-credit-2026-07-01"
+                        .into(),
+                ));
+            }
+            Ok(())
+        }
+        _ => Err((
+            "A10",
+            "fallback_credit_token: expected a string or an object".into(),
+        )),
+    }
 }
 
 /// `B5`: the Messages API on Bedrock takes betas in the `anthropic-beta`

@@ -1,214 +1,708 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
-//! A simulated provider: an in-process tower service that refuses the first
-//! attempt of every conversation and answers every later one, so the guard's
-//! rescue can be seen with no network and no API key, from any harness.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+//! A scripted, simulated LLM provider for tests: the four wire APIs the
+//! guard speaks, refusing on cue, with no network and no API key.
 //!
-//! It speaks the four wire APIs the guard does, streamed and not, each
-//! refusing with that API's empty-refusal signal:
+//! For an agent's author who wants to see their agent (or the guard in
+//! front of it) meet a refusal in their own `cargo test`: script which
+//! requests are refused and how, run the simulator in process (as a tower
+//! service) or on a loopback port (for a client that takes a base URL),
+//! then read what the agent sent and whether every request kept the
+//! providers' documented rules.
 //!
-//! - Anthropic Messages (`POST …/v1/messages`): `stop_reason: "refusal"`,
-//!   category `cyber`.
-//! - OpenAI Chat Completions (`POST …/chat/completions`):
-//!   `finish_reason: "content_filter"` and no content.
-//! - OpenAI Responses (`POST …/responses`): `status: "incomplete"` with
-//!   `incomplete_details.reason: "content_filter"` (`response.incomplete`
-//!   in a stream).
+//! It serves, streamed and not:
+//!
+//! - Anthropic Messages (`POST …/v1/messages`), and its token counting
+//!   (`…/v1/messages/count_tokens`, answered `{"input_tokens": N}`);
+//! - OpenAI Chat Completions (`POST …/chat/completions`);
+//! - OpenAI Responses (`POST …/responses`);
 //! - Gemini (`POST …/models/{model}:generateContent`, or
-//!   `:streamGenerateContent`, with `alt=sse` a stream, without it one JSON
-//!   array): `finishReason: "SAFETY"` and no parts.
+//!   `:streamGenerateContent`: with `alt=sse` a stream, without it one JSON
+//!   array).
 //!
-//! Anthropic's token counting (`POST …/v1/messages/count_tokens`), which
-//! Claude Code calls beside Messages, gets `{"input_tokens": N}`: a rough
-//! count (a token for every four bytes of the request's `system`,
-//! `messages` and `tools` as JSON), not the real tokenizer's.
+//! **The script.** [`Simulator::new`] refuses the first request of every
+//! conversation with an empty refusal (category `cyber`) and answers every
+//! later one, so the guard's rescue (or a fallback to another model) is
+//! answered. [`Simulator::answering`] answers everything. Rules added with
+//! [`when`](Simulator::when) come first, in order: the first whose
+//! [`When`] matches the request gives the [`Reply`] — per model, per
+//! category (the prompt's, from [`categorize`](Simulator::categorize) or
+//! [`keywords`](Simulator::keywords)), per attempt, per call, or a seeded
+//! [rate](When::rate). A conversation is a wire API, a system prompt and a
+//! first user message; its *prompt* is that message's first text.
 //!
-//! Later attempts get a short text answer. A conversation is named by its
-//! system prompt and first message, so the guard's rescue continuation (the
-//! same conversation with a note appended) is answered, and so is any later
-//! request of that conversation. Its own errors (another path or method, a
-//! body that is not a JSON object) come in the API's error shape with the
+//! **Server-side fallback.** An Anthropic request whose `fallbacks` lists
+//! models, and whose own model gives an empty refusal, is handed within
+//! the one request to each listed model in turn, as the API does (each hop
+//! a request of the conversation to that model, for the script); the
+//! first that does not refuse serves it, with the API's `fallback` blocks
+//! and `usage.iterations`, and [`Received::served_model`] names it. If
+//! each refuses, the requested model's refusal is served. `"default"` is
+//! not honoured: the simulator knows no model's default list.
+//!
+//! **State.** A simulator's state (conversations seen, rule counts, the
+//! requests kept, violations) is its own: a [`Clone`] is a new simulator
+//! with the same script that has seen nothing. The guard clones the
+//! service it wraps, so it is given [`shared`](Simulator::shared), a
+//! handle whose clones share this simulator's state, and the test reads
+//! that state through the simulator.
+//!
+//! **On loopback.** `Simulator::serve` (feature `serve`, on by default)
+//! serves the simulator on a free loopback port for clients that take a
+//! base URL (async-openai, rig, reqwest, an SDK in another language); the
+//! server shares the simulator's state, and stops when dropped.
+//!
+//! **The contract.** Every request is first checked against the
+//! providers' documented request rules ([`contract`]), as the real APIs
+//! would: one that breaks a rule gets the provider's own 400 (404 for a
+//! path no API serves), is counted where no log filter reaches (the
+//! [`CONTRACT_VIOLATIONS`] counter), is logged as one `warn` line naming
+//! the rule, and is kept for [`take_violations`](Simulator::take_violations).
+//! [`lenient`](Simulator::lenient) turns the check off. The simulator's
+//! own errors (another path or method, a body that is not a JSON object)
+//! come in the API's error shape with the
 //! [`header::ERROR`](refusal_guard::header::ERROR) header.
-//!
-//! [`Simulator::strict`] first checks every request against the providers'
-//! documented request rules ([`contract`]), as the real APIs would: a
-//! request that breaks one is answered with the provider's own 400 (404 for
-//! a path no API serves), in its shape and without the guard's error
-//! header, counted where no log filter reaches (the
-//! [`CONTRACT_VIOLATIONS`] counter, [`Simulator::violations`]), and logged
-//! as one `warn` line naming the rule (no header, no body). Whatever the
-//! guard sends on a client's behalf, its rescue notes and fallbacks
-//! included, is then held to the rules the provider keeps.
 //!
 //! ```
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
-//! use refusal_guard_testkit::Simulator;
+//! use refusal_guard::recovery::FallbackChains;
+//! use refusal_guard_testkit::{Reply, Simulator, When};
 //! use refusal_guard::{Outcome, Refusal, RefusalGuardLayer};
 //! use tower::{Layer, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() {
-//! let guard = RefusalGuardLayer::new().layer(Simulator::new());
+//! // Opus refuses every `bio` prompt; the guard's fallback to 4.8 is answered.
+//! let simulator = Simulator::answering()
+//!     .keywords([("pathogen", "bio")])
+//!     .when(When::any().model("claude-opus-4-7").category("bio"), Reply::refusal());
+//! let guard = RefusalGuardLayer::new()
+//!     .fallback_chains(FallbackChains::new().chain("claude-opus-4-7", ["claude-opus-4-8"]))
+//!     .layer(simulator.shared());
 //! let body = r#"{"model":"claude-opus-4-7","max_tokens":64,"stream":true,
-//!                "messages":[{"role":"user","content":"Audit my SSH config"}]}"#;
+//!                "messages":[{"role":"user","content":"How do pathogen labs stay safe?"}]}"#;
 //! let request = http::Request::post("http://simulated/v1/messages")
 //!     .header("content-type", "application/json")
 //!     .body(Full::new(Bytes::from(body)))
 //!     .unwrap();
 //! let response = guard.oneshot(request).await.unwrap();
 //! let refusal = response.extensions().get::<Refusal>().cloned().unwrap();
-//! assert_eq!(refusal.outcome, Outcome::Rescued);
+//! assert_eq!(refusal.outcome, Outcome::Fallback);
 //! let text = response.into_body().collect().await.unwrap().to_bytes();
 //! assert!(std::str::from_utf8(&text).unwrap().contains("text_delta"));
+//!
+//! let sent = simulator.received();
+//! assert_eq!(sent.len(), 2);
+//! assert_eq!(sent[1].model.as_deref(), Some("claude-opus-4-8"));
+//! simulator.assert_no_violations();
 //! # }
 //! ```
 
 pub mod contract;
+mod received;
+mod replies;
+mod request;
+mod script;
+#[cfg(feature = "serve")]
+mod server;
+mod state;
 
-use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashSet, VecDeque};
-use std::convert::Infallible;
+use std::fmt;
 use std::future::Future;
-use std::hash::{Hash, Hasher};
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
-use http_body_util::BodyExt;
-use serde_json::{json, Value};
+use http_body::Body;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::Value;
 use tower_service::Service;
 
-use contract::Contract;
+use contract::{Contract, Violation};
 use refusal_guard::api_error::{api_error, api_error_for};
-use refusal_guard::refusal::WireApi;
 use refusal_guard::BoxError;
+use replies::Handoff;
+use request::{Turn, Wire};
+use state::{State, KEPT_REQUESTS};
 
-/// The category the simulated refusals carry.
-pub const CATEGORY: &str = "cyber";
-/// The explanation the simulated refusals carry.
-pub const EXPLANATION: &str =
-    "Simulated refusal: the first attempt of every conversation is declined.";
-/// The text of a simulated answer.
-pub const ANSWER: &str = "Simulated answer: here is the defensive version of what you asked \
-     for, step by step, with nothing that would help an attacker.";
+pub use received::{Received, REDACTED};
+pub use replies::SimulatedBody;
+pub use script::{Call, Reply, ReplyKind, When, ANSWER, CATEGORY, EXPLANATION, OUTPUT_BLOCKED};
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub use server::SimulatedServer;
 
-/// Conversations remembered before the oldest are forgotten.
-const MEMORY: usize = 10_000;
+/// The largest request body read; a larger one is answered 413 in the
+/// API's shape (providers take a few MB: Anthropic 32 MB, OpenAI less).
+///
+/// ```
+/// use refusal_guard_testkit::{Simulator, MAX_REQUEST_BYTES};
+/// use tower::ServiceExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let huge = vec![b' '; MAX_REQUEST_BYTES + 1];
+/// let request = http::Request::post("/v1/responses").body(http_body_util::Full::new(bytes::Bytes::from(huge))).unwrap();
+/// let response = Simulator::new().shared().oneshot(request).await.unwrap();
+/// assert_eq!(response.status(), 413);
+/// # }
+/// ```
+pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
 
-/// The counter of requests a strict simulator answered with a contract
-/// error, through the [`metrics`] facade (the proxy's `/metrics` with
-/// `--admin`): a channel no log filter turns off, registered at 0 when the
-/// simulator is made strict, so that a reader tells "none" from "not
-/// counted".
+/// The counter, through the [`metrics`] facade, of the requests a strict
+/// simulator answered with a contract error: a channel no log filter turns
+/// off (the proxy's `/metrics` with `--simulate --strict --admin`, where it
+/// is registered at 0 from the start, so that a reader tells "none" from
+/// "not counted"). [`Simulator::violations`] counts the same per simulator.
+///
+/// ```
+/// use refusal_guard_testkit::CONTRACT_VIOLATIONS;
+///
+/// assert_eq!(CONTRACT_VIOLATIONS, "refusal_guard_contract_violations_total");
+/// ```
 pub const CONTRACT_VIOLATIONS: &str = "refusal_guard_contract_violations_total";
 
-/// The simulated provider. Clones share what they have seen.
-#[derive(Debug, Clone, Default)]
+/// The hook that names a prompt's category.
+type Categorize = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// The script: the rules, the seed, the category hook.
+#[derive(Clone)]
+struct Script {
+    /// The rules added with `when`, in order.
+    rules: Vec<(When, Reply)>,
+    /// The rules of the constructor, after them.
+    defaults: Vec<(When, Reply)>,
+    seed: u64,
+    categorize: Option<Categorize>,
+    keep: usize,
+}
+
+/// The simulated provider: its script, and what it has seen. The
+/// [crate's docs](crate) say what it serves and how it is scripted.
+///
+/// ```
+/// use refusal_guard_testkit::{Reply, Simulator, When};
+///
+/// let simulator = Simulator::answering()
+///     .seed(7)
+///     .keywords([("exploit", "cyber"), ("virus", "bio")])
+///     .when(When::any().call(1), Reply::refusal().category("bio"))
+///     .when(When::any().model("gpt-5").category("cyber").rate(0.3), Reply::policy_error("cyber_policy"));
+/// assert_eq!(simulator.requests(), 0);
+/// ```
 pub struct Simulator {
-    seen: Arc<Mutex<Seen>>,
+    script: Arc<Script>,
+    state: Arc<Mutex<State>>,
     /// The rules every request is checked against first, when strict.
     contract: Option<Arc<Contract>>,
 }
 
-#[derive(Debug, Default)]
-struct Seen {
-    set: HashSet<u64>,
-    order: VecDeque<u64>,
-    requests: u64,
-    violations: u64,
-    /// The latest violations not yet taken, at most [`KEPT_VIOLATIONS`].
-    broken: VecDeque<contract::Violation>,
+impl Default for Simulator {
+    fn default() -> Self {
+        Simulator::new()
+    }
 }
 
-/// Violations kept for [`Simulator::take_violations`]; older ones are
-/// counted only.
-const KEPT_VIOLATIONS: usize = 64;
+/// A new simulator with the same script, the same strictness, and nothing
+/// seen: clones do not share state (see [`Simulator::shared`] for a handle
+/// that does).
+///
+/// ```
+/// use refusal_guard_testkit::Simulator;
+///
+/// let first = Simulator::new();
+/// let (parts, ()) = http::Request::post("/v1/responses").body(()).unwrap().into_parts();
+/// first.respond(&parts, br#"{"model":"gpt-5","input":"hi"}"#);
+/// let second = first.clone();
+/// assert_eq!((first.requests(), second.requests()), (1, 0));
+/// ```
+impl Clone for Simulator {
+    fn clone(&self) -> Self {
+        Simulator {
+            script: self.script.clone(),
+            state: Arc::default(),
+            contract: self.contract.clone(),
+        }
+    }
+}
+
+impl fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Simulator")
+            .field("rules", &self.script.rules)
+            .field("defaults", &self.script.defaults)
+            .field("seed", &self.script.seed)
+            .field("categorize", &self.script.categorize.is_some())
+            .field("strict", &self.contract.is_some())
+            .field("requests", &self.requests())
+            .finish()
+    }
+}
 
 impl Simulator {
-    /// A simulator that has seen no conversation yet.
+    /// The default script: the first request of every conversation gets an
+    /// empty refusal, every later one the answer. Strict.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::{ReplyKind, Simulator};
+    ///
+    /// let simulator = Simulator::new();
+    /// let (parts, ()) = http::Request::post("/v1/chat/completions").body(()).unwrap().into_parts();
+    /// let body = br#"{"model":"gpt-5","messages":[{"role":"user","content":"hi"}]}"#;
+    /// simulator.respond(&parts, body);
+    /// simulator.respond(&parts, body);
+    /// let kinds: Vec<_> = simulator.received().iter().map(|r| r.reply.as_ref().unwrap().kind()).collect();
+    /// assert_eq!(kinds, [ReplyKind::Refusal, ReplyKind::Answer]);
+    /// ```
     pub fn new() -> Self {
-        Self::default()
+        Simulator::with_defaults(vec![(When::any().attempt(1), Reply::refusal())])
     }
 
-    /// A simulator that answers a request breaking the providers'
-    /// documented rules ([`contract`]) the way the provider does, with its
-    /// 400 in its shape, counts it ([`violations`](Self::violations), and
-    /// the [`CONTRACT_VIOLATIONS`] counter, which no log filter hides) and
-    /// logs it (`warn`, one line: the request's method and path, the API,
-    /// the rule and what is wrong).
+    /// A simulator that answers every request its rules do not script.
+    /// Strict.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::answering();
+    /// # let _ = simulator;
+    /// ```
+    pub fn answering() -> Self {
+        Simulator::with_defaults(Vec::new())
+    }
+
+    fn with_defaults(defaults: Vec<(When, Reply)>) -> Self {
+        Simulator {
+            script: Arc::new(Script {
+                rules: Vec::new(),
+                defaults,
+                seed: 0,
+                categorize: None,
+                keep: KEPT_REQUESTS,
+            }),
+            state: Arc::default(),
+            contract: Some(Arc::new(Contract::new())),
+        }
+    }
+
+    fn script_mut(&mut self) -> &mut Script {
+        Arc::make_mut(&mut self.script)
+    }
+
+    /// Replies `reply` to the requests `when` matches, unless a rule added
+    /// before matches them too. Rules come before the constructor's script.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::{Reply, Simulator, When};
+    ///
+    /// // Refuse the first call with `bio`, answer the second.
+    /// let simulator = Simulator::answering().when(When::any().call(1), Reply::refusal().category("bio"));
+    /// # let _ = simulator;
+    /// ```
+    pub fn when(mut self, when: When, reply: Reply) -> Self {
+        self.script_mut().rules.push((when, reply));
+        self
+    }
+
+    /// The seed of the draws [`rate`](When::rate) rules compare against
+    /// (default 0): the same seed, the same replies.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::answering().seed(42);
+    /// assert_ne!(simulator.draw("m", "p", 1), Simulator::answering().draw("m", "p", 1));
+    /// ```
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.script_mut().seed = seed;
+        self
+    }
+
+    /// Names the category of a prompt (the first user message's first
+    /// text), for [`When::category`] and for the refusals' category; for
+    /// example from a prompt set's labels.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let labels = HashMap::from([("How do I culture anthrax?".to_owned(), "bio".to_owned())]);
+    /// let simulator = Simulator::answering().categorize(move |prompt| labels.get(prompt).cloned());
+    /// assert_eq!(simulator.category_of("How do I culture anthrax?").as_deref(), Some("bio"));
+    /// ```
+    pub fn categorize<F>(mut self, categorize: F) -> Self
+    where
+        F: Fn(&str) -> Option<String> + Send + Sync + 'static,
+    {
+        self.script_mut().categorize = Some(Arc::new(categorize));
+        self
+    }
+
+    /// Names a prompt's category by the first of `keywords` it contains
+    /// (ignoring case): a [`categorize`](Self::categorize) hook, which it
+    /// replaces.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::answering().keywords([("exploit", "cyber"), ("virus", "bio")]);
+    /// assert_eq!(simulator.category_of("Write an EXPLOIT").as_deref(), Some("cyber"));
+    /// assert_eq!(simulator.category_of("Bake bread"), None);
+    /// ```
+    pub fn keywords<I, K, C>(self, keywords: I) -> Self
+    where
+        I: IntoIterator<Item = (K, C)>,
+        K: Into<String>,
+        C: Into<String>,
+    {
+        let keywords: Vec<(String, String)> = keywords
+            .into_iter()
+            .map(|(k, c)| (k.into().to_lowercase(), c.into()))
+            .collect();
+        self.categorize(move |prompt| {
+            let prompt = prompt.to_lowercase();
+            keywords
+                .iter()
+                .find(|(keyword, _)| prompt.contains(keyword.as_str()))
+                .map(|(_, category)| category.clone())
+        })
+    }
+
+    /// Keeps the last `requests` requests for [`received`](Self::received)
+    /// (default 256; 0 keeps none).
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::new().keep_requests(16);
+    /// # let _ = simulator;
+    /// ```
+    pub fn keep_requests(mut self, requests: usize) -> Self {
+        self.script_mut().keep = requests;
+        self
+    }
+
+    /// Checks every request against the providers' documented rules
+    /// ([`contract`]) first, answering one that breaks a rule the way the
+    /// provider does (its 400, in its shape), counting it
+    /// ([`violations`](Self::violations), and the [`CONTRACT_VIOLATIONS`]
+    /// counter, which no log filter hides) and logging it (`warn`, one
+    /// line: the request's method and path, the API, the rule and what is
+    /// wrong). On unless [`lenient`](Self::lenient).
     ///
     /// ```
     /// use refusal_guard_testkit::Simulator;
     ///
     /// let simulator = Simulator::new().strict();
-    /// let request = http::Request::post("/v1/messages").body(()).unwrap();
-    /// let (parts, ()) = request.into_parts();
+    /// let (parts, ()) = http::Request::post("/v1/messages").body(()).unwrap().into_parts();
     /// // No `max_tokens`: the Messages API rejects the request.
     /// let body = br#"{"model":"claude-opus-4-7","messages":[{"role":"user","content":"hi"}]}"#;
     /// let response = simulator.respond(&parts, body);
     /// assert_eq!(response.status(), 400);
-    /// assert_eq!(simulator.violations(), 1);
+    /// assert_eq!(simulator.take_violations()[0].rule, "A2");
     /// ```
-    pub fn strict(self) -> Self {
-        metrics::describe_counter!(
-            CONTRACT_VIOLATIONS,
-            "Requests the strict simulated provider answered with a contract error"
-        );
-        metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
+    pub fn strict(mut self) -> Self {
+        self.contract = Some(Arc::new(Contract::new()));
+        self
+    }
+
+    /// Answers requests without checking them against the contract: for
+    /// testing the simulator's own errors, or a client that is known to
+    /// break a rule.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::new().lenient();
+    /// let (parts, ()) = http::Request::post("/v1/messages").body(()).unwrap().into_parts();
+    /// let body = br#"{"model":"claude-opus-4-7","messages":[{"role":"user","content":"hi"}]}"#;
+    /// assert_eq!(simulator.respond(&parts, body).status(), 200);
+    /// ```
+    pub fn lenient(mut self) -> Self {
+        self.contract = None;
+        self
+    }
+
+    /// A handle to this simulator: it and its clones share this
+    /// simulator's state, and it is the [`Service`] a guard (or any tower
+    /// layer) wraps.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    /// use refusal_guard::RefusalGuardLayer;
+    /// use tower::Layer;
+    ///
+    /// let simulator = Simulator::new();
+    /// let guard = RefusalGuardLayer::new().layer(simulator.shared());
+    /// # let _ = guard;
+    /// ```
+    pub fn shared(&self) -> SharedSimulator {
+        SharedSimulator(self.handle())
+    }
+
+    /// The same simulator: its script, its state.
+    fn handle(&self) -> Simulator {
         Simulator {
-            contract: Some(Arc::new(Contract::new())),
-            ..self
+            script: self.script.clone(),
+            state: self.state.clone(),
+            contract: self.contract.clone(),
         }
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// What the simulator has seen.
+impl Simulator {
     /// How many requests it has answered.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// assert_eq!(Simulator::new().requests(), 0);
+    /// ```
     pub fn requests(&self) -> u64 {
         self.lock().requests
     }
 
-    /// How many requests it answered with a contract error (always 0 unless
-    /// [`strict`](Self::strict)).
+    /// The requests it has received, oldest first (the latest 256, or as
+    /// many as [`keep_requests`](Self::keep_requests) says).
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// assert!(Simulator::new().received().is_empty());
+    /// ```
+    pub fn received(&self) -> Vec<Received> {
+        self.lock().received.iter().cloned().collect()
+    }
+
+    /// The requests received since the last call, oldest first.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::new();
+    /// let (parts, ()) = http::Request::post("/v1/responses").body(()).unwrap().into_parts();
+    /// simulator.respond(&parts, br#"{"model":"gpt-5","input":"hi"}"#);
+    /// assert_eq!(simulator.take_received().len(), 1);
+    /// assert!(simulator.take_received().is_empty());
+    /// ```
+    pub fn take_received(&self) -> Vec<Received> {
+        self.lock().received.drain(..).collect()
+    }
+
+    /// How many requests it answered with a contract error.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// assert_eq!(Simulator::new().violations(), 0);
+    /// ```
     pub fn violations(&self) -> u64 {
         self.lock().violations
     }
 
     /// The violations answered since the last call, oldest first (the
     /// latest 64 at most; [`violations`](Self::violations) counts them
-    /// all): for a harness that fails the test that caused them.
-    pub fn take_violations(&self) -> Vec<contract::Violation> {
+    /// all).
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// assert!(Simulator::new().take_violations().is_empty());
+    /// ```
+    pub fn take_violations(&self) -> Vec<Violation> {
         self.lock().broken.drain(..).collect()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// Panics, listing each, if it answered any request with a contract
+    /// error since the violations were last taken; takes them.
+    ///
+    /// ```should_panic
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::new();
+    /// let (parts, ()) = http::Request::post("/v1/chat/completions").body(()).unwrap().into_parts();
+    /// simulator.respond(&parts, br#"{"model":"gpt-5","messages":[]}"#);
+    /// simulator.assert_no_violations(); // C2: `messages` is empty
+    /// ```
+    #[track_caller]
+    pub fn assert_no_violations(&self) {
+        let violations = self.take_violations();
+        if !violations.is_empty() {
+            let list: Vec<String> = violations.iter().map(|v| format!("  {v}")).collect();
+            panic!(
+                "the simulated provider answered {} request(s) with the provider's error \
+                 (the contract's rules):\n{}",
+                list.len(),
+                list.join("\n")
+            );
+        }
+    }
+}
+
+/// The script, asked without sending anything.
+impl Simulator {
+    /// The draw of a request to `model` with `prompt`, its
+    /// `attempt_on_model`-th of the conversation to that model: a number in
+    /// [0, 1), a pure function of them and the [seed](Self::seed) (not of
+    /// what came before). A [`rate(p)`](When::rate) rule matches when it is
+    /// below `p`.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let simulator = Simulator::answering().seed(1);
+    /// let draw = simulator.draw("claude-opus-4-7", "Audit my SSH config", 1);
+    /// assert!((0.0..1.0).contains(&draw));
+    /// assert_eq!(draw, simulator.clone().draw("claude-opus-4-7", "Audit my SSH config", 1));
+    /// ```
+    pub fn draw(&self, model: &str, prompt: &str, attempt_on_model: u32) -> f64 {
+        script::draw(self.script.seed, model, prompt, attempt_on_model)
     }
 
-    /// Whether this is the first attempt of the conversation; remembers it.
-    fn first_attempt(&self, key: u64) -> bool {
-        let mut seen = self.lock();
-        seen.requests += 1;
-        if !seen.set.insert(key) {
-            return false;
-        }
-        seen.order.push_back(key);
-        if seen.order.len() > MEMORY {
-            if let Some(old) = seen.order.pop_front() {
-                seen.set.remove(&old);
+    /// The category the hook names for `prompt`, if any.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// assert_eq!(Simulator::new().category_of("anything"), None);
+    /// ```
+    pub fn category_of(&self, prompt: &str) -> Option<String> {
+        self.script.categorize.as_ref()?(prompt)
+    }
+
+    /// The reply the script gives `call`, its category named by the hook.
+    /// Rules with [`When::call`] depend on what came before and are left
+    /// out.
+    ///
+    /// ```
+    /// use refusal_guard_testkit::{Call, ReplyKind, Simulator};
+    ///
+    /// let simulator = Simulator::new();
+    /// assert_eq!(simulator.plan(&Call::new("gpt-5", "hi")).kind(), ReplyKind::Refusal);
+    /// assert_eq!(simulator.plan(&Call::new("gpt-5", "hi").attempt(2)).kind(), ReplyKind::Answer);
+    /// ```
+    pub fn plan(&self, call: &Call<'_>) -> Reply {
+        let category = self.category_of(call.prompt);
+        let call = Call {
+            category: category.as_deref(),
+            ..*call
+        };
+        let draw = self.draw(call.model, call.prompt, call.attempt_on_model);
+        self.rules()
+            .filter(|(when, _)| when.call.is_none())
+            .find(|(when, _)| when.admits(&call, draw))
+            .map_or_else(Reply::answer, |(_, reply)| reply.clone())
+            .with_category_or(category.as_deref())
+    }
+
+    fn rules(&self) -> impl Iterator<Item = &(When, Reply)> {
+        self.script.rules.iter().chain(&self.script.defaults)
+    }
+
+    /// The scripted reply to `turn` if it went to `model`; counts it in the
+    /// state. Also which request of the conversation it was, and which to
+    /// `model`.
+    fn scripted(&self, model: &str, turn: &Turn, category: Option<&str>) -> (Reply, u32, u32) {
+        let mut state = self.lock();
+        let (attempt, attempt_on_model) = state.attempt(turn.conversation, model);
+        let call = Call {
+            model,
+            prompt: &turn.prompt,
+            category,
+            attempt,
+            attempt_on_model,
+        };
+        let draw = self.draw(model, &turn.prompt, attempt_on_model);
+        let mut chosen = None;
+        for (index, (when, reply)) in self.rules().enumerate() {
+            if !when.admits(&call, draw) {
+                continue;
+            }
+            let n = state.rule_call(index);
+            if chosen.is_none() && when.call.map_or(true, |wanted| wanted == n) {
+                chosen = Some(reply.clone());
             }
         }
-        true
+        let reply = chosen
+            .unwrap_or_else(Reply::answer)
+            .with_category_or(category);
+        (reply, attempt, attempt_on_model)
     }
 
-    /// Answers one request whose body has been read.
+    /// The reply to `turn`, and the server-side fallback that served it, if
+    /// any: an empty refusal of an Anthropic request that names
+    /// `fallbacks` is passed to each model listed in turn, as the provider
+    /// does, until one does not refuse.
+    fn reply_to(
+        &self,
+        turn: &Turn,
+        request: &Value,
+        category: Option<&str>,
+        received: &mut Received,
+    ) -> (Reply, Option<Handoff>) {
+        let (reply, attempt, attempt_on_model) = self.scripted(&turn.model, turn, category);
+        (received.attempt, received.attempt_on_model) = (attempt, attempt_on_model);
+        if turn.wire != Wire::Anthropic || reply.kind() != ReplyKind::Refusal {
+            return (reply, None);
+        }
+        let listed = request["fallbacks"].as_array().into_iter().flatten();
+        let mut refused = vec![turn.model.clone()];
+        for model in listed.filter_map(|entry| entry["model"].as_str()) {
+            let (hop, ..) = self.scripted(model, turn, category);
+            if matches!(hop.kind(), ReplyKind::Answer | ReplyKind::Partial) {
+                let handoff = Handoff {
+                    refused,
+                    category: reply.category_named().map(str::to_owned),
+                    served: model.to_owned(),
+                };
+                received.served_model = Some(model.to_owned());
+                return (hop, Some(handoff));
+            }
+            refused.push(model.to_owned());
+        }
+        (reply, None)
+    }
+}
+
+/// Answering.
+impl Simulator {
+    /// Answers one request whose body has been read, and keeps it for
+    /// [`received`](Self::received).
+    ///
+    /// ```
+    /// use refusal_guard_testkit::Simulator;
+    ///
+    /// let (parts, ()) = http::Request::post("/v1/other").body(()).unwrap().into_parts();
+    /// assert_eq!(Simulator::new().respond(&parts, b"{}").status(), 404);
+    /// ```
     pub fn respond(&self, parts: &http::request::Parts, body: &[u8]) -> Response<SimulatedBody> {
+        let mut received = Received::new(parts, body);
+        let response = self.answer(parts, body, &mut received);
+        received.status = response.status();
+        self.lock().record(received, self.script.keep);
+        response
+    }
+
+    fn answer(
+        &self,
+        parts: &http::request::Parts,
+        body: &[u8],
+        received: &mut Received,
+    ) -> Response<SimulatedBody> {
         if let Some(broken) = self.broken(parts, body) {
-            return from_error(broken);
+            return replies::from_bytes(broken);
         }
         let path = parts.uri.path().trim_end_matches('/');
         let Some(wire) = Wire::recognise(&parts.uri) else {
@@ -216,65 +710,69 @@ impl Simulator {
                  …/v1/messages/count_tokens), …/chat/completions, …/responses and \
                  …/models/{model}:generateContent (or :streamGenerateContent)";
             let error = api_error(path, StatusCode::NOT_FOUND, "simulated_not_found", served);
-            return from_error(error);
+            return replies::from_bytes(error);
         };
+        let api = wire.api();
+        received.api = Some(api);
+        let own_error =
+            |status, code, message| replies::from_bytes(api_error_for(api, status, code, message));
         if parts.method != http::Method::POST {
-            let error = api_error_for(
-                wire.api(),
+            let message = "the simulated provider answers POST only";
+            return own_error(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "simulated_method_not_allowed",
-                "the simulated provider answers POST only",
+                message,
             );
-            return from_error(error);
         }
         let Ok(request @ Value::Object(_)) = serde_json::from_slice::<Value>(body) else {
-            let error = api_error_for(
-                wire.api(),
-                StatusCode::BAD_REQUEST,
-                "simulated_invalid_body",
-                "the body must be a JSON object",
-            );
-            return from_error(error);
+            let message = "the body must be a JSON object";
+            return own_error(StatusCode::BAD_REQUEST, "simulated_invalid_body", message);
         };
-        let model = match &wire {
-            Wire::Gemini { model, .. } => model.clone(),
-            _ => request["model"]
-                .as_str()
-                .unwrap_or("simulated-model")
-                .to_owned(),
-        };
-        let stream = request["stream"].as_bool().unwrap_or(false);
+        let turn = Turn::read(wire, &request);
+        received.model = Some(turn.model.clone());
+        received.prompt = Some(turn.prompt.clone());
         // Counting tokens is no attempt of a conversation: nothing to remember.
-        let counting = matches!(wire, Wire::AnthropicCountTokens);
-        let refuse = !counting && self.first_attempt(conversation_key(wire.api(), &request));
-        match (wire, stream, refuse) {
-            (Wire::AnthropicCountTokens, ..) => {
-                json_body(json!({"input_tokens": rough_token_count(&request)}))
-            }
-            (Wire::Anthropic, true, true) => sse(anthropic_refusal_stream(&model)),
-            (Wire::Anthropic, true, false) => sse(anthropic_text_stream(&model)),
-            (Wire::Anthropic, false, true) => json_body(anthropic_message(&model, None)),
-            (Wire::Anthropic, false, false) => json_body(anthropic_message(&model, Some(ANSWER))),
-            (Wire::OpenAiChat, true, refuse) => sse(openai_stream(&model, refuse)),
-            (Wire::OpenAiChat, false, refuse) => json_body(openai_completion(&model, refuse)),
-            (Wire::OpenAiResponses, true, refuse) => sse(responses_stream(&model, refuse)),
-            (Wire::OpenAiResponses, false, refuse) => json_body(responses_body(&model, refuse)),
-            (Wire::Gemini { sse: true, .. }, _, refuse) => sse(gemini_stream(&model, refuse)),
-            (Wire::Gemini { array, .. }, _, refuse) => {
-                let chunks = gemini_chunks(&model, refuse);
-                json_body(if array {
-                    Value::Array(chunks)
-                } else {
-                    gemini_whole(&model, refuse)
-                })
-            }
+        if turn.wire == Wire::AnthropicCountTokens {
+            return replies::render(&turn, &Reply::answer(), None);
+        }
+        let category = self.category_of(&turn.prompt);
+        let (reply, handoff) = self.reply_to(&turn, &request, category.as_deref(), received);
+        let response = replies::render(&turn, &reply, handoff.as_ref());
+        received.category = category;
+        received.reply = Some(reply);
+        response
+    }
+
+    /// Answers a request whose body was read (at most
+    /// [`MAX_REQUEST_BYTES`] of it): `Err` when reading it failed.
+    fn respond_read(
+        &self,
+        parts: &http::request::Parts,
+        read: Result<Bytes, BoxError>,
+    ) -> Result<Response<SimulatedBody>, BoxError> {
+        match read {
+            Ok(body) => Ok(self.respond(parts, &body)),
+            Err(error) if error.is::<LengthLimitError>() => Ok(self.too_large(parts)),
+            Err(error) => Err(error),
         }
     }
-}
 
-impl Simulator {
+    /// The answer to a request whose body is over [`MAX_REQUEST_BYTES`]: a
+    /// 413 in the API's shape, counted and kept (without its body).
+    fn too_large(&self, parts: &http::request::Parts) -> Response<SimulatedBody> {
+        let mut received = Received::new(parts, b"");
+        let path = parts.uri.path();
+        let message = format!("the request body is over {MAX_REQUEST_BYTES} bytes");
+        let status = StatusCode::PAYLOAD_TOO_LARGE;
+        let response =
+            replies::from_bytes(api_error(path, status, "simulated_too_large", &message));
+        received.status = response.status();
+        self.lock().record(received, self.script.keep);
+        response
+    }
+
     /// The provider's answer to a request that breaks the contract, when
-    /// strict; logged and counted.
+    /// strict; logged and kept.
     fn broken(&self, parts: &http::request::Parts, body: &[u8]) -> Option<Response<Bytes>> {
         let contract = self.contract.as_ref()?;
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -287,419 +785,43 @@ impl Simulator {
         );
         metrics::counter!(CONTRACT_VIOLATIONS).increment(1);
         let response = violation.response();
-        let mut seen = self.lock();
-        seen.requests += 1;
-        seen.violations += 1;
-        if seen.broken.len() == KEPT_VIOLATIONS {
-            seen.broken.pop_front();
-        }
-        seen.broken.push_back(violation);
+        self.lock().violated(violation);
         Some(response)
     }
 }
 
-/// The wire API a request speaks, told from its path.
-#[derive(Debug, Clone)]
-enum Wire {
-    Anthropic,
-    /// Anthropic's token counting, answered without a conversation.
-    AnthropicCountTokens,
-    OpenAiChat,
-    OpenAiResponses,
-    /// The model is in the path. `sse` for `streamGenerateContent?alt=sse`,
-    /// `array` for `streamGenerateContent` without it (one JSON array).
-    Gemini {
-        model: String,
-        sse: bool,
-        array: bool,
-    },
-}
-
-impl Wire {
-    fn recognise(uri: &http::Uri) -> Option<Wire> {
-        let path = uri.path().trim_end_matches('/');
-        if path.ends_with("/chat/completions") {
-            return Some(Wire::OpenAiChat);
-        }
-        if path.ends_with("/responses") {
-            return Some(Wire::OpenAiResponses);
-        }
-        if path.ends_with("/messages") {
-            return Some(Wire::Anthropic);
-        }
-        if path.ends_with("/messages/count_tokens") {
-            return Some(Wire::AnthropicCountTokens);
-        }
-        let last = path.rsplit('/').next()?;
-        let (model, method) = last.split_once(':')?;
-        let streaming = match method {
-            "generateContent" => false,
-            "streamGenerateContent" => true,
-            _ => return None,
-        };
-        let sse = streaming
-            && uri
-                .query()
-                .is_some_and(|q| q.split('&').any(|p| p.eq_ignore_ascii_case("alt=sse")));
-        Some(Wire::Gemini {
-            model: model.to_owned(),
-            sse,
-            array: streaming && !sse,
-        })
-    }
-
-    fn api(&self) -> WireApi {
-        match self {
-            Wire::Anthropic | Wire::AnthropicCountTokens => WireApi::AnthropicMessages,
-            Wire::OpenAiChat => WireApi::OpenAiChatCompletions,
-            Wire::OpenAiResponses => WireApi::OpenAiResponses,
-            Wire::Gemini { .. } => WireApi::GeminiGenerateContent,
-        }
-    }
-}
-
-/// A plausible `input_tokens` for a token-counting request: a token for
-/// every four bytes of its `system`, `messages` and `tools` as JSON, at
-/// least one.
-fn rough_token_count(request: &Value) -> u64 {
-    let bytes: usize = ["system", "messages", "tools"]
-        .iter()
-        .filter_map(|key| request.get(*key))
-        .map(|value| value.to_string().len())
-        .sum();
-    (bytes as u64).div_ceil(4).max(1)
-}
-
-/// The system prompt and the first message: the same for every attempt of a
-/// conversation, whatever the guard appends (in each API's fields).
-fn conversation_key(api: WireApi, request: &Value) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    // Each provider meets a conversation afresh.
-    api.to_string().hash(&mut hasher);
-    for system in [
-        "system",
-        "instructions",
-        "systemInstruction",
-        "system_instruction",
-    ] {
-        request.get(system).map(Value::to_string).hash(&mut hasher);
-    }
-    let first = ["messages", "contents"]
-        .iter()
-        .find_map(|key| request.get(*key)?.get(0))
-        .map(first_text)
-        .or_else(|| match request.get("input")? {
-            Value::String(text) => Some(text.clone()),
-            Value::Array(items) => items.first().map(first_text),
-            _ => None,
-        });
-    first.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// The text of a message, whether its content is a string or blocks (the
-/// guard may turn a string into blocks to append its note), or a Gemini
-/// content's parts.
-fn first_text(message: &Value) -> String {
-    let blocks = match (&message["content"], &message["parts"]) {
-        (Value::String(text), _) => return text.clone(),
-        (Value::Array(blocks), _) | (_, Value::Array(blocks)) => blocks,
-        (other, _) => return other.to_string(),
-    };
-    blocks
-        .iter()
-        .find_map(|b| b["text"].as_str())
-        .unwrap_or("")
-        .to_owned()
-}
-
-fn event(name: &str, data: &Value) -> Bytes {
-    Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
-}
-
-fn anthropic_start(model: &str) -> Bytes {
-    event(
-        "message_start",
-        &json!({"type":"message_start","message":{"id":"msg_simulated","type":"message",
-            "role":"assistant","content":[],"model":model,"stop_reason":null,
-            "stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}),
-    )
-}
-
-fn anthropic_refusal_stream(model: &str) -> Vec<Bytes> {
-    vec![
-        anthropic_start(model),
-        event(
-            "message_delta",
-            &json!({"type":"message_delta","delta":{"stop_reason":"refusal","stop_sequence":null,
-                "stop_details":{"type":"refusal","category":CATEGORY,"explanation":EXPLANATION}},
-                "usage":{"output_tokens":0}}),
-        ),
-        event("message_stop", &json!({"type":"message_stop"})),
-    ]
-}
-
-fn anthropic_text_stream(model: &str) -> Vec<Bytes> {
-    let mut chunks = vec![
-        anthropic_start(model),
-        event(
-            "content_block_start",
-            &json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        ),
-    ];
-    for piece in ANSWER.split_inclusive(' ') {
-        chunks.push(event(
-            "content_block_delta",
-            &json!({"type":"content_block_delta","index":0,
-                "delta":{"type":"text_delta","text":piece}}),
-        ));
-    }
-    chunks.push(event(
-        "content_block_stop",
-        &json!({"type":"content_block_stop","index":0}),
-    ));
-    chunks.push(event(
-        "message_delta",
-        &json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},
-            "usage":{"output_tokens":24}}),
-    ));
-    chunks.push(event("message_stop", &json!({"type":"message_stop"})));
-    chunks
-}
-
-fn anthropic_message(model: &str, answer: Option<&str>) -> Value {
-    match answer {
-        Some(text) => json!({"id":"msg_simulated","type":"message","role":"assistant",
-            "model":model,"content":[{"type":"text","text":text}],"stop_reason":"end_turn",
-            "stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":24}}),
-        None => json!({"id":"msg_simulated","type":"message","role":"assistant",
-            "model":model,"content":[],"stop_reason":"refusal","stop_sequence":null,
-            "stop_details":{"type":"refusal","category":CATEGORY,"explanation":EXPLANATION},
-            "usage":{"input_tokens":12,"output_tokens":0}}),
-    }
-}
-
-fn openai_chunk(model: &str, delta: Value, finish: Option<&str>) -> Bytes {
-    let chunk = json!({"id":"chatcmpl-simulated","object":"chat.completion.chunk","created":0,
-        "model":model,"choices":[{"index":0,"delta":delta,"finish_reason":finish}]});
-    Bytes::from(format!("data: {chunk}\n\n"))
-}
-
-fn openai_stream(model: &str, refuse: bool) -> Vec<Bytes> {
-    let mut chunks = vec![openai_chunk(
-        model,
-        json!({"role":"assistant","content":""}),
-        None,
-    )];
-    if refuse {
-        chunks.push(openai_chunk(model, json!({}), Some("content_filter")));
-    } else {
-        for piece in ANSWER.split_inclusive(' ') {
-            chunks.push(openai_chunk(model, json!({"content":piece}), None));
-        }
-        chunks.push(openai_chunk(model, json!({}), Some("stop")));
-    }
-    chunks.push(Bytes::from_static(b"data: [DONE]\n\n"));
-    chunks
-}
-
-fn openai_completion(model: &str, refuse: bool) -> Value {
-    let (content, finish) = if refuse {
-        (Value::Null, "content_filter")
-    } else {
-        (Value::from(ANSWER), "stop")
-    };
-    json!({"id":"chatcmpl-simulated","object":"chat.completion","created":0,"model":model,
-        "choices":[{"index":0,"message":{"role":"assistant","content":content,"refusal":null},
-            "finish_reason":finish}],
-        "usage":{"prompt_tokens":12,"completion_tokens":24,"total_tokens":36}})
-}
-
-/// A Responses `response` object: incomplete by the content filter with no
-/// output, or completed with the answer.
-fn responses_body(model: &str, refuse: bool) -> Value {
-    let (status, details, output) = if refuse {
-        ("incomplete", json!({"reason": "content_filter"}), json!([]))
-    } else {
-        (
-            "completed",
-            Value::Null,
-            json!([responses_message("completed", ANSWER)]),
-        )
-    };
-    json!({"id":"resp_simulated","object":"response","created_at":0,"status":status,
-        "error":null,"incomplete_details":details,"model":model,"output":output,
-        "usage":{"input_tokens":12,"output_tokens":24,"total_tokens":36}})
-}
-
-fn responses_message(status: &str, text: &str) -> Value {
-    json!({"id":"msg_simulated","type":"message","status":status,"role":"assistant",
-        "content":[{"type":"output_text","text":text,"annotations":[]}]})
-}
-
-fn responses_stream(model: &str, refuse: bool) -> Vec<Bytes> {
-    let mut started = responses_body(model, false);
-    started["status"] = json!("in_progress");
-    started["output"] = json!([]);
-    started["usage"] = Value::Null;
-    let mut events = vec![json!({"type":"response.created","response":started})];
-    if refuse {
-        events.push(json!({"type":"response.incomplete","response":responses_body(model, true)}));
-    } else {
-        let mut item = responses_message("in_progress", "");
-        item["content"] = json!([]);
-        events.push(json!({"type":"response.output_item.added","output_index":0,"item":item}));
-        events.push(
-            json!({"type":"response.content_part.added","item_id":"msg_simulated",
-            "output_index":0,"content_index":0,
-            "part":{"type":"output_text","text":"","annotations":[]}}),
-        );
-        for piece in ANSWER.split_inclusive(' ') {
-            events.push(
-                json!({"type":"response.output_text.delta","item_id":"msg_simulated",
-                "output_index":0,"content_index":0,"delta":piece}),
-            );
-        }
-        events.push(
-            json!({"type":"response.output_text.done","item_id":"msg_simulated",
-            "output_index":0,"content_index":0,"text":ANSWER}),
-        );
-        events.push(
-            json!({"type":"response.content_part.done","item_id":"msg_simulated",
-            "output_index":0,"content_index":0,
-            "part":{"type":"output_text","text":ANSWER,"annotations":[]}}),
-        );
-        events.push(json!({"type":"response.output_item.done","output_index":0,
-            "item":responses_message("completed", ANSWER)}));
-        events.push(json!({"type":"response.completed","response":responses_body(model, false)}));
-    }
-    events
-        .into_iter()
-        .enumerate()
-        .map(|(n, mut data)| {
-            data["sequence_number"] = json!(n);
-            let name = data["type"].as_str().unwrap_or("message").to_owned();
-            event(&name, &data)
-        })
-        .collect()
-}
-
-/// The chunks of a Gemini answer: an empty `SAFETY` stop, or the answer in
-/// pieces ending with `STOP`.
-fn gemini_chunks(model: &str, refuse: bool) -> Vec<Value> {
-    let chunk = |candidate: Value| {
-        json!({"candidates":[candidate],"modelVersion":model,
-            "usageMetadata":{"promptTokenCount":12,"candidatesTokenCount":24,"totalTokenCount":36}})
-    };
-    if refuse {
-        return vec![chunk(
-            json!({"finishReason":"SAFETY","index":0,"safetyRatings":[
-            {"category":"HARM_CATEGORY_DANGEROUS_CONTENT","probability":"HIGH","blocked":true}]}),
-        )];
-    }
-    let pieces: Vec<&str> = ANSWER.split_inclusive(". ").collect();
-    let last = pieces.len() - 1;
-    pieces
-        .iter()
-        .enumerate()
-        .map(|(n, piece)| {
-            let mut candidate =
-                json!({"content":{"role":"model","parts":[{"text":piece}]},"index":0});
-            if n == last {
-                candidate["finishReason"] = json!("STOP");
-            }
-            chunk(candidate)
-        })
-        .collect()
-}
-
-/// A whole `generateContent` answer.
-fn gemini_whole(model: &str, refuse: bool) -> Value {
-    let mut chunks = gemini_chunks(model, refuse);
-    let mut whole = chunks.remove(0);
-    if !refuse {
-        whole["candidates"][0] = json!({"content":{"role":"model","parts":[{"text":ANSWER}]},
-            "finishReason":"STOP","index":0});
-    }
-    whole
-}
-
-fn gemini_stream(model: &str, refuse: bool) -> Vec<Bytes> {
-    gemini_chunks(model, refuse)
-        .into_iter()
-        .map(|chunk| Bytes::from(format!("data: {chunk}\r\n\r\n")))
-        .collect()
-}
-
-fn sse(chunks: Vec<Bytes>) -> Response<SimulatedBody> {
-    respond(StatusCode::OK, "text/event-stream", chunks)
-}
-
-fn json_body(value: Value) -> Response<SimulatedBody> {
-    respond(
-        StatusCode::OK,
-        "application/json",
-        vec![Bytes::from(value.to_string())],
-    )
-}
-
-/// One of the guard's own error responses (the API's shape, the
-/// [`header::ERROR`](refusal_guard::header::ERROR) header), as a simulated body.
-fn from_error(error: Response<Bytes>) -> Response<SimulatedBody> {
-    let (parts, body) = error.into_parts();
-    Response::from_parts(
-        parts,
-        SimulatedBody {
-            chunks: VecDeque::from([body]),
-        },
-    )
-}
-
-fn respond(status: StatusCode, content_type: &str, chunks: Vec<Bytes>) -> Response<SimulatedBody> {
-    let mut response = Response::new(SimulatedBody {
-        chunks: chunks.into(),
-    });
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_str(content_type)
-            .unwrap_or(http::HeaderValue::from_static("application/octet-stream")),
-    );
-    response.headers_mut().insert(
-        http::HeaderName::from_static("request-id"),
-        http::HeaderValue::from_static("req_simulated"),
-    );
-    response
-}
-
-/// The response body of the [`Simulator`]: its chunks, one frame each, as a
-/// provider's stream would arrive.
+/// A handle to a [`Simulator`]: its clones share the simulator's script
+/// and state, as a tower service's clones do, and it reads the same state
+/// (it dereferences to the simulator). What a guard, or any layer that
+/// clones its inner service, is given.
+///
+/// ```
+/// use refusal_guard_testkit::Simulator;
+///
+/// let simulator = Simulator::new();
+/// let handle = simulator.shared();
+/// let (parts, ()) = http::Request::post("/v1/responses").body(()).unwrap().into_parts();
+/// handle.clone().respond(&parts, br#"{"model":"gpt-5","input":"hi"}"#);
+/// assert_eq!((simulator.requests(), handle.requests()), (1, 1));
+/// ```
 #[derive(Debug)]
-pub struct SimulatedBody {
-    chunks: VecDeque<Bytes>,
-}
+pub struct SharedSimulator(Simulator);
 
-impl Body for SimulatedBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.chunks.is_empty()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum())
+impl Clone for SharedSimulator {
+    fn clone(&self) -> Self {
+        SharedSimulator(self.0.handle())
     }
 }
 
-impl<B> Service<Request<B>> for Simulator
+impl Deref for SharedSimulator {
+    type Target = Simulator;
+
+    fn deref(&self) -> &Simulator {
+        &self.0
+    }
+}
+
+impl<B> Service<Request<B>> for SharedSimulator
 where
     B: Body + Send + 'static,
     B::Data: Send,
@@ -717,8 +839,8 @@ where
         let this = self.clone();
         Box::pin(async move {
             let (parts, body) = request.into_parts();
-            let body = body.collect().await.map_err(Into::into)?.to_bytes();
-            Ok(this.respond(&parts, &body))
+            let read = Limited::new(body, MAX_REQUEST_BYTES).collect().await;
+            this.respond_read(&parts, read.map(|body| body.to_bytes()))
         })
     }
 }
@@ -727,14 +849,12 @@ where
 mod tests {
     use super::*;
 
-    fn bytes(response: Response<SimulatedBody>) -> Vec<u8> {
-        response
-            .into_body()
-            .chunks
-            .iter()
-            .flatten()
-            .copied()
-            .collect()
+    fn bytes(response: Response<SimulatedBody>) -> String {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let body = runtime.block_on(response.into_body().collect()).unwrap();
+        String::from_utf8(body.to_bytes().to_vec()).unwrap()
     }
 
     fn parts(path: &str) -> http::request::Parts {
@@ -744,46 +864,35 @@ mod tests {
     #[test]
     fn first_attempt_refused_then_answered() {
         let sim = Simulator::new();
-        let body = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-        let first = sim.respond(&parts("/v1/messages"), body);
-        let text = bytes(first);
-        assert!(String::from_utf8_lossy(&text).contains("\"refusal\""));
+        let body = br#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}"#;
+        let first = bytes(sim.respond(&parts("/v1/messages"), body));
+        assert!(first.contains("\"refusal\"") && first.contains("\"cyber\""));
         // The guard's continuation turns the content into blocks.
-        let again = br#"{"model":"m","messages":[{"role":"user","content":[
+        let again = br#"{"model":"m","max_tokens":8,"messages":[{"role":"user","content":[
             {"type":"text","text":"hi"},{"type":"text","text":"note"}]}]}"#;
-        let second = sim.respond(&parts("/v1/messages"), again);
-        let text = bytes(second);
-        assert!(String::from_utf8_lossy(&text).contains("end_turn"));
+        let second = bytes(sim.respond(&parts("/v1/messages"), again));
+        assert!(second.contains("end_turn"));
         assert_eq!(sim.requests(), 2);
-    }
-
-    #[test]
-    fn openai_first_attempt_is_filtered() {
-        let sim = Simulator::new();
-        let body = br#"{"model":"gpt","stream":true,"messages":[{"role":"user","content":"x"}]}"#;
-        let first = sim.respond(&parts("/v1/chat/completions"), body);
-        let text = String::from_utf8(bytes(first)).unwrap();
-        assert!(text.contains("content_filter") && text.ends_with("data: [DONE]\n\n"));
     }
 
     #[test]
     fn unknown_path_is_a_404_of_its_api_with_the_error_header() {
         let response = Simulator::new().respond(&parts("/v2/other"), b"{}");
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let gemini = "/v1beta/models/gemini-2.5-pro:generateContent";
+        let response = Simulator::new().lenient().respond(&parts(gemini), b"[1]");
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
         assert_eq!(
             response.headers()[refusal_guard::header::ERROR],
-            "simulated_not_found"
+            "simulated_invalid_body"
         );
-        let gemini = "/v1beta/models/gemini-2.5-pro:generateContent";
-        let response = Simulator::new().respond(&parts(gemini), b"[1]");
-        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-        let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
+        let json: Value = serde_json::from_str(&bytes(response)).unwrap();
         assert_eq!(json["error"]["status"], "INVALID_ARGUMENT");
     }
 
     #[test]
     fn strict_answers_a_broken_request_as_its_provider_and_remembers_nothing() {
-        let sim = Simulator::new().strict();
+        let sim = Simulator::new();
         // A note before the tool results it follows: the API's 400.
         let broken = br#"{"model":"m","max_tokens":8,"messages":[
             {"role":"user","content":"x"},
@@ -796,10 +905,11 @@ mod tests {
             .headers()
             .get(refusal_guard::header::ERROR)
             .is_none());
-        let json: Value = serde_json::from_slice(&bytes(response)).unwrap();
+        let json: Value = serde_json::from_str(&bytes(response)).unwrap();
         assert_eq!(json["error"]["type"], "invalid_request_error");
         assert!(json["error"]["message"].as_str().unwrap().contains("A4"));
         assert_eq!((sim.requests(), sim.violations()), (1, 1));
+        assert_eq!(sim.received()[0].reply, None);
         assert_eq!(sim.take_violations()[0].rule, "A4");
         assert!(sim.take_violations().is_empty(), "taken");
         // The same conversation, kept to the rules: its first attempt yet.
@@ -808,29 +918,156 @@ mod tests {
             {"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]},
             {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r"},
                 {"type":"text","text":"note"}]}]}"#;
-        let first = bytes(sim.respond(&parts("/v1/messages"), kept));
-        assert!(String::from_utf8_lossy(&first).contains("\"refusal\""));
-        assert_eq!(sim.violations(), 1);
-        let lenient = Simulator::new().respond(&parts("/v1/messages"), broken);
+        assert!(bytes(sim.respond(&parts("/v1/messages"), kept)).contains("\"refusal\""));
+        let lenient = Simulator::new()
+            .lenient()
+            .respond(&parts("/v1/messages"), broken);
         assert_eq!(lenient.status(), StatusCode::OK);
     }
 
     #[test]
-    fn responses_and_gemini_refuse_first_then_answer() {
+    fn rules_come_first_in_order_and_calls_count_per_rule() {
+        let sim = Simulator::answering()
+            .keywords([("virus", "bio")])
+            .when(When::any().model("a").call(2), Reply::partial("Step 1: "))
+            .when(When::any().category("bio"), Reply::blocked());
+        let chat = |model: &str, text: &str| {
+            let body = serde_json::json!({"model": model,
+                "messages": [{"role": "user", "content": text}]});
+            let response = sim.respond(&parts("/v1/chat/completions"), body.to_string().as_bytes());
+            (response.status(), bytes(response))
+        };
+        assert!(chat("a", "hello").1.contains("\"stop\""));
+        let (_, partial) = chat("a", "hello again");
+        assert!(partial.contains("Step 1: ") && partial.contains("content_filter"));
+        let (status, blocked) = chat("b", "about a virus");
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(blocked.contains("invalid_prompt"), "{blocked}");
+        let replies: Vec<_> = sim
+            .received()
+            .iter()
+            .map(|r| r.reply.clone().unwrap())
+            .collect();
+        assert_eq!(replies[2].category_named(), Some("bio"));
+        assert_eq!(sim.received()[2].category.as_deref(), Some("bio"));
+    }
+
+    #[test]
+    fn rates_split_by_the_draw_and_plan_agrees() {
+        let sim = Simulator::answering()
+            .seed(3)
+            .when(When::any().rate(0.3), Reply::refusal())
+            .when(When::any().rate(0.5), Reply::blocked());
+        for n in 0..200 {
+            let prompt = format!("prompt {n}");
+            let draw = sim.draw("gpt-5", &prompt, 1);
+            let expected = match draw {
+                d if d < 0.3 => ReplyKind::Refusal,
+                d if d < 0.5 => ReplyKind::Blocked,
+                _ => ReplyKind::Answer,
+            };
+            assert_eq!(sim.plan(&Call::new("gpt-5", &prompt)).kind(), expected);
+            let body = serde_json::json!({"model": "gpt-5", "input": prompt});
+            sim.respond(&parts("/v1/responses"), body.to_string().as_bytes());
+            let served = sim.take_received().pop().unwrap().reply.unwrap();
+            assert_eq!(served.kind(), expected, "{prompt}");
+        }
+    }
+
+    #[test]
+    fn clones_are_apart_and_shared_handles_are_not() {
         let sim = Simulator::new();
-        let body = br#"{"model":"gpt-4o","stream":true,"input":"x"}"#;
-        let first = String::from_utf8(bytes(sim.respond(&parts("/v1/responses"), body))).unwrap();
-        assert!(first.contains("event: response.incomplete") && first.contains("content_filter"));
-        let again = br#"{"model":"gpt-4o","stream":true,"input":[{"role":"user","content":"x"},
-            {"role":"user","content":"note"}]}"#;
-        let second = String::from_utf8(bytes(sim.respond(&parts("/v1/responses"), again))).unwrap();
-        assert!(second.contains("response.output_text.delta"));
-        let path = "/v1beta/models/gemini-2.5-pro:streamGenerateContent";
-        let body = br#"{"contents":[{"role":"user","parts":[{"text":"y"}]}]}"#;
-        let array: Value = serde_json::from_slice(&bytes(sim.respond(&parts(path), body))).unwrap();
-        assert_eq!(array[0]["candidates"][0]["finishReason"], "SAFETY");
-        let sse = format!("{path}?alt=sse");
-        let answer = String::from_utf8(bytes(sim.respond(&parts(&sse), body))).unwrap();
-        assert!(answer.starts_with("data: ") && answer.contains("\"STOP\""));
+        let body = br#"{"model":"gpt-5","input":"hi"}"#;
+        sim.respond(&parts("/v1/responses"), body);
+        let apart = sim.clone();
+        let kind = |s: &Simulator| {
+            s.respond(&parts("/v1/responses"), body);
+            s.received().pop().unwrap().reply.unwrap().kind()
+        };
+        assert_eq!(kind(&apart), ReplyKind::Refusal, "a clone has seen nothing");
+        let handle = sim.shared();
+        assert_eq!(kind(&handle.clone()), ReplyKind::Answer, "a handle shares");
+        assert_eq!((sim.requests(), apart.requests()), (2, 1));
+    }
+
+    #[test]
+    fn a_server_side_fallback_hops_until_a_model_answers() {
+        let sim = Simulator::answering()
+            .when(When::any().model("a"), Reply::refusal().category("bio"))
+            .when(When::any().model("b"), Reply::refusal());
+        let request = |fallbacks: &str| {
+            let body = format!(
+                r#"{{"model":"a","max_tokens":8,"fallbacks":{fallbacks},
+                    "messages":[{{"role":"user","content":"hops {}"}}]}}"#,
+                fallbacks.len()
+            );
+            let parts = Request::post("/v1/messages")
+                .header("anthropic-beta", "server-side-fallback-2026-07-01")
+                .body(())
+                .unwrap()
+                .into_parts()
+                .0;
+            let json: Value =
+                serde_json::from_str(&bytes(sim.respond(&parts, body.as_bytes()))).unwrap();
+            (json, sim.take_received().pop().unwrap())
+        };
+        let (served, received) = request(r#"[{"model":"b"},{"model":"c"}]"#);
+        assert_eq!(served["model"], "c");
+        assert_eq!(served["stop_reason"], "end_turn");
+        let hops: Vec<_> = served["content"].as_array().unwrap()[..2]
+            .iter()
+            .map(|b| {
+                (
+                    b["from"]["model"].clone(),
+                    b["to"]["model"].clone(),
+                    b["trigger"]["category"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            hops,
+            [
+                ("a".into(), "b".into(), "bio".into()),
+                ("b".into(), "c".into(), "bio".into())
+            ]
+        );
+        let kinds: Vec<_> = served["usage"]["iterations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].clone())
+            .collect();
+        assert_eq!(kinds, ["message", "message", "fallback_message"]);
+        assert_eq!(received.served_model.as_deref(), Some("c"));
+        // Every model listed refuses: the requested model's refusal.
+        let (refused, received) = request(r#"[{"model":"b"}]"#);
+        assert_eq!(
+            (refused["model"].as_str(), refused["stop_reason"].as_str()),
+            (Some("a"), Some("refusal"))
+        );
+        assert_eq!(received.served_model, None);
+        sim.assert_no_violations();
+    }
+
+    #[test]
+    fn the_log_is_bounded() {
+        let sim = Simulator::new().keep_requests(2);
+        for n in 0..5 {
+            let body = format!(r#"{{"model":"gpt-5","input":"{n}"}}"#);
+            sim.respond(&parts("/v1/responses"), body.as_bytes());
+        }
+        let kept: Vec<_> = sim
+            .received()
+            .into_iter()
+            .map(|r| r.prompt.unwrap())
+            .collect();
+        assert_eq!(kept, ["3", "4"]);
+        assert_eq!(sim.requests(), 5);
     }
 }
+
+/// The README's examples, compiled as doc tests (its `#[tokio::test]`
+/// functions are run by the workspace's `testkit` test binary).
+#[cfg(all(doctest, feature = "serve"))]
+#[doc = include_str!("../README.md")]
+struct Readme;

@@ -11,6 +11,7 @@ mod cli;
 mod end_to_end;
 mod faults_server;
 mod faults_upstream;
+mod in_process;
 mod policy_flags;
 mod raw_upstream;
 mod routes;

@@ -38,7 +38,9 @@
 //! - [`binary`]: the `refusal-guard` binary run as a user runs it, a
 //!   scratch directory for its files, what it says on stderr;
 //! - [`bedrock`]: a scripted Bedrock runtime on loopback that verifies every
-//!   SigV4 signature and frames real event streams.
+//!   SigV4 signature and frames real event streams;
+//! - [`wire`]: a request of each of the four wire APIs, and what a client
+//!   reads out of a response (text, how it stopped, an error's code).
 
 pub mod anthropic;
 pub mod bedrock;
@@ -61,6 +63,7 @@ pub mod redis_server;
 pub mod requests;
 pub mod socket;
 mod violations;
+pub mod wire;
 
 /// The crate's request contract, and the test upstreams' recorder of its
 /// violations.

@@ -79,21 +79,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .handoff_marker(true)
             .rescue(false),
     )?;
-    // Installed first: the strict simulator registers its violations
-    // counter as it is made.
     let metrics = admin::install_recorder()?;
     // Strict: what the SDKs send it, and the guard's rescues, keep the
     // providers' rules; what breaks one is reported with the mock's own.
-    let simulator = Simulator::new().strict();
-    let reported = simulator.clone();
-    let counted = simulator.clone();
+    let simulator = Simulator::new();
+    let reported = simulator.shared();
+    let counted = simulator.shared();
     mock.report_also(move || {
         let taken = reported.take_violations();
         taken.iter().map(|v| format!("simulated: {v}")).collect()
     });
     let simulated = Proxy::with_service(
         Upstream::parse("http://simulated.invalid")?,
-        RefusalGuardLayer::new().layer(simulator),
+        RefusalGuardLayer::new().layer(simulator.shared()),
     );
 
     // A proxy whose upstream is a loopback port nothing listens on, held
