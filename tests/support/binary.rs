@@ -135,14 +135,19 @@ impl Running {
         format!("http://{}", addr.trim_end_matches(':'))
     }
 
+    /// Sends it the signal `name` (`HUP`, `TERM`), as `kill -NAME` does.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{name} failed");
+    }
+
     /// Sends it SIGTERM (a deploy's stop) and waits (at most `within`) for
     /// it to exit: its status code and all it wrote to stderr.
     pub fn terminated(self, within: Duration) -> (Option<i32>, String) {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill -TERM failed");
+        self.signal("TERM");
         self.exited(within)
     }
 

@@ -116,3 +116,51 @@ pub fn header_map(pairs: &[(String, String)]) -> http::HeaderMap {
         })
         .collect()
 }
+
+/// A recorder for a hand-written upstream service that the test builds
+/// and keeps: the copy made first ([`Checked::default`], [`Checked::keeping`])
+/// fails the test when dropped outside a panic if a violation is left; its
+/// clones, which the service hands the guard and the guard its tasks, only
+/// record. So the check runs where the test drops its upstream, never in a
+/// task the runtime drops later.
+#[derive(Debug)]
+pub struct Checked {
+    violations: Violations,
+    _tripwire: Option<Tripwire>,
+}
+
+impl Checked {
+    /// A checking recorder for an upstream keeping `contract`.
+    pub fn keeping(contract: Contract) -> Self {
+        let violations = Violations::keeping(contract);
+        Checked {
+            _tripwire: Some(Tripwire(violations.clone())),
+            violations,
+        }
+    }
+}
+
+impl Default for Checked {
+    /// A checking recorder for a first-party upstream ([`Contract::new`]).
+    fn default() -> Self {
+        Checked::keeping(Contract::new())
+    }
+}
+
+impl Clone for Checked {
+    /// A copy that records into the same list, without the check.
+    fn clone(&self) -> Self {
+        Checked {
+            violations: self.violations.clone(),
+            _tripwire: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Checked {
+    type Target = Violations;
+
+    fn deref(&self) -> &Violations {
+        &self.violations
+    }
+}
