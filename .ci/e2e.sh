@@ -120,7 +120,7 @@ start_simulated_proxy() {
     wait_listening "$err"
     SIM_URL=$LISTEN_URL
     for _ in $(seq 100); do
-        grep -o 'admin on http://[0-9.:]*' "$err" | head -1 | sed 's/admin on //' >"$WORK/admin-$name"
+        grep -oE 'admin on http://[0-9.]+:[0-9]+' "$err" | head -1 | sed 's/admin on //' >"$WORK/admin-$name"
         [ -s "$WORK/admin-$name" ] && return 0
         sleep 0.1
     done

@@ -144,8 +144,8 @@ class ProxyProcess:
         deadline = time.time() + 30
         while time.time() < deadline:
             text = self.stderr()
-            listening = re.search(r"listening on (http://[0-9.:]+)", text)
-            on_admin = re.search(r"admin on (http://[0-9.:]+)", text)
+            listening = re.search(r"listening on (http://[0-9.]+:[0-9]+)", text)
+            on_admin = re.search(r"admin on (http://[0-9.]+:[0-9]+)", text)
             if listening and (on_admin or not self.strict):
                 self.url = listening.group(1)
                 self.admin = on_admin.group(1) if on_admin else None
