@@ -65,9 +65,9 @@ cannot_run() {
 }
 
 for tool in podman runc debootstrap; do
-    command -v "$tool" >/dev/null 2>&1 || cannot_run "the image: $tool is missing (.ci/test installs podman, runc and debootstrap with apt-get)"
+    command -v "$tool" >/dev/null 2>&1 || cannot_run "$tool is missing (.ci/test installs podman, runc and debootstrap with apt-get)"
 done
-[ -d "$RUSTUP/toolchains" ] || cannot_run "the image: no Rust toolchain under $RUSTUP to mount into the build"
+[ -d "$RUSTUP/toolchains" ] || cannot_run "no Rust toolchain under $RUSTUP to mount into the build"
 
 # The limits podman may set: no more open files than this process may have
 # (raising it is not permitted), and a process limit below the hard one
