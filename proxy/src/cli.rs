@@ -16,6 +16,8 @@
 //! refusal-guard report --routing --log a.jsonl --log b.jsonl   # from every replica's log
 //! refusal-guard tenants hash-key < key.txt      # a client key's hash for the tenants file
 //! refusal-guard tenants check tenants.toml      # is this tenants file good?
+//! refusal-guard eval --simulate                 # which ladder recovers what, offline
+//! refusal-guard eval --variants v.toml          # the same against the providers
 //! refusal-guard --help                          # every flag and its variable
 //! ```
 //!
@@ -27,7 +29,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::{hash_key, run, Options, Tenants};
+use crate::eval::EvalArgs;
+use crate::{eval, hash_key, run, Options, Tenants};
 use crate::{Dashboard, Report};
 use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
 use refusal_guard::routing::{LearnedRouting, RouteTable};
@@ -104,6 +107,7 @@ pub fn main() -> ExitCode {
     let command = Options::command()
         .subcommand(report)
         .subcommand(tenants)
+        .subcommand(EvalArgs::command())
         .args_conflicts_with_subcommands(true);
     let vars = |key: &str| std::env::var(key).ok();
     let matches = match Options::matches_from(command, &args) {
@@ -117,6 +121,10 @@ pub fn main() -> ExitCode {
         },
         Some(("tenants", tenants)) => match TenantsCommand::from_arg_matches(tenants) {
             Ok(command) => tenants_command(command),
+            Err(error) => error.exit(),
+        },
+        Some(("eval", args)) => match EvalArgs::from_arg_matches(args) {
+            Ok(args) => eval::run(args),
             Err(error) => error.exit(),
         },
         _ => match Options::from_matches(&matches, vars) {

@@ -7,7 +7,9 @@
 //! `proxy/examples/proxy.rs` are the command line around it; this crate is the
 //! server, so that tests and other binaries can run it in-process, with the
 //! refusal report ([`Report`]) and dashboard ([`Dashboard`]) the binary and
-//! the admin listener serve.
+//! the admin listener serve, and [`eval`], the `refusal-guard eval`
+//! subcommand: a prompt set through this proxy once per variant of its
+//! options, measured.
 //!
 //! What it does with each request:
 //!
@@ -65,6 +67,7 @@ mod client;
 mod client_key;
 mod dashboard;
 mod errors;
+pub mod eval;
 mod export;
 mod headers;
 mod local;
@@ -534,6 +537,8 @@ mod pages {
     struct Readme;
     #[doc = include_str!("../../docs/deploy.md")]
     struct Deploy;
+    #[doc = include_str!("../../docs/eval.md")]
+    struct Eval;
     #[doc = include_str!("../../docs/operating.md")]
     struct Operating;
     #[doc = include_str!("../../docs/proxy.md")]

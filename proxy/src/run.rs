@@ -234,7 +234,7 @@ fn fit_connections(wanted: usize) -> usize {
 
 /// The layer the options describe; `Err` when the log cannot be opened or
 /// the `--state` URL is malformed.
-fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
+pub(crate) fn layer(options: &Options) -> Result<(RefusalGuardLayer, String), String> {
     let mut layer = RefusalGuardLayer::new()
         .rescue(options.rescue.unwrap_or(true))
         .retarget_fallbacks(options.retarget.clone().unwrap_or_default())
@@ -377,7 +377,7 @@ fn admits_only_clients(options: &Options) -> bool {
 }
 
 /// The tenants file, read and watched, when `--tenants` names one.
-fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
+pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String> {
     let Some(path) = &options.tenants else {
         return Ok(None);
     };
@@ -744,7 +744,7 @@ async fn start_admin(
     Ok(local)
 }
 
-fn configure<S>(
+pub(crate) fn configure<S>(
     proxy: Proxy<S>,
     options: &Options,
     limits: ServerLimits,
@@ -775,7 +775,7 @@ async fn shutdown() {
     });
 }
 
-async fn signal() {
+pub(crate) async fn signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -272,3 +272,53 @@ def no_contract_violations():
 @pytest.fixture
 def script_id() -> str:
     return f"py-{uuid.uuid4().hex[:12]}"
+
+
+# Pages in a real browser: Debian's chromium, driven by Playwright; never a
+# downloaded browser.
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+ARTEFACTS = TARGET / "e2e"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).exists():
+        # Skipped only where .ci/e2e.sh found it missing, and never in CI.
+        cannot = os.environ.get("REFUSAL_GUARD_E2E_NO_CHROMIUM")
+        if cannot and not in_ci():
+            pytest.skip(f"a page in a browser: {cannot}")
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/e2e.sh does)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        yield browser
+        browser.close()
+
+
+def open_page(browser, url: str, screenshot: str, ready: str = "#kpi-total"):
+    """The page at `url` once `ready` is drawn, its screenshot in
+    target/e2e/, and the console errors and requests it made (kept up to
+    date as the page goes on)."""
+    page = browser.new_page(viewport={"width": 1440, "height": 900})
+    page.set_default_timeout(10_000)
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # Anything fetched from the network would show here.
+    requests = []
+    page.on("request", lambda r: requests.append(r.url))
+    response = page.goto(url, wait_until="load")
+    assert response is not None and response.ok
+    page.wait_for_selector(ready)
+    ARTEFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTEFACTS / screenshot), full_page=True)
+    return page, errors, requests

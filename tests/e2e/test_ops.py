@@ -16,7 +16,6 @@ client-side fallback, a partial refusal and a dead one. Then:
 
 import collections
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -24,17 +23,16 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import (
-    ROOT,
+    ARTEFACTS,
     Harness,
     ProxyProcess,
     contract_violations,
-    in_ci,
+    open_page,
     refusal_guard_binary,
     running_harness,
 )
@@ -43,16 +41,6 @@ TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 TEXT_JSON = "e2e/message_text.json"
 EMPTY_REFUSAL = "anthropic/anthropic-sdk-python/refusal_response.txt"
 PARTIAL = "anthropic/anthropic-sdk-python/stream-a-refusal.sse"
-CHROMIUM = "/usr/bin/chromium"
-BROWSER_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-ARTEFACTS = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "e2e"
 
 # (script, model, stream, expected outcome or None for no refusal)
 RUN = [
@@ -252,39 +240,6 @@ def test_admin_listener_refuses_other_methods(ops):
 
 
 # The dashboard in a real browser.
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        # Skipped only where .ci/e2e.sh found it missing, and never in CI.
-        cannot = os.environ.get("REFUSAL_GUARD_E2E_NO_CHROMIUM")
-        if cannot and not in_ci():
-            pytest.skip(f"the dashboard in a browser: {cannot}")
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/e2e.sh does)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
-        yield browser
-        browser.close()
-
-
-def open_page(browser, url: str, screenshot: str):
-    page = browser.new_page(viewport={"width": 1440, "height": 900})
-    page.set_default_timeout(10_000)
-    errors = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    # Anything fetched from the network would show here.
-    requests = []
-    page.on("request", lambda r: requests.append(r.url))
-    response = page.goto(url, wait_until="load")
-    assert response is not None and response.ok
-    page.wait_for_selector("#kpi-total")
-    ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTEFACTS / screenshot), full_page=True)
-    return page, errors, requests
 
 
 def check_numbers(page, records: list):

@@ -284,7 +284,7 @@ async fn a_contract_violation_fails_the_run_though_the_log_says_only_errors() {
         "messages": [{"role": "user", "content": "Audit my SSH config"}]});
     // The control: a run whose requests keep the rules counts none and
     // stops with status 0.
-    let clean = Running::spawn_with(BIN, &args, &[("RUST_LOG", "error")]);
+    let clean = Running::spawn_env(BIN, &args, &[("RUST_LOG", "error")]);
     let (api, admin) = (
         clean.announced("listening on http://"),
         clean.announced("admin on http://"),
@@ -300,7 +300,7 @@ async fn a_contract_violation_fails_the_run_though_the_log_says_only_errors() {
     let (code, stderr) = clean.terminated(Duration::from_secs(20));
     assert_eq!(code, Some(0), "{stderr}");
 
-    let broken = Running::spawn_with(BIN, &args, &[("RUST_LOG", "error")]);
+    let broken = Running::spawn_env(BIN, &args, &[("RUST_LOG", "error")]);
     let (api, admin) = (
         broken.announced("listening on http://"),
         broken.announced("admin on http://"),

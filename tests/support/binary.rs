@@ -54,9 +54,15 @@ impl Drop for TempDir {
 /// Runs `bin` with `args` to its end (no input, no refusal log from the
 /// environment).
 pub fn run(bin: &str, args: &[&str]) -> Output {
+    run_env(bin, args, &[])
+}
+
+/// [`run`] with these variables set in its environment.
+pub fn run_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(bin)
         .args(args)
         .env_remove("REFUSAL_GUARD_LOG")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .unwrap()
@@ -77,13 +83,13 @@ pub struct Running {
 impl Running {
     /// Starts `bin` with `args`; its stderr is read line by line from now on.
     pub fn spawn(bin: &str, args: &[&str]) -> Running {
-        Running::spawn_with(bin, args, &[])
+        Running::spawn_env(bin, args, &[])
     }
 
-    /// [`spawn`](Self::spawn) with these environment variables set, and
+    /// [`Running::spawn`] with these variables set in its environment, and
     /// none of the providers' keys (`*_API_KEY`) or `RUST_LOG` of the
     /// test's own environment.
-    pub fn spawn_with(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
+    pub fn spawn_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut command = Command::new(bin);
         for (name, _) in std::env::vars_os() {
             let name = name.to_string_lossy();
@@ -93,8 +99,8 @@ impl Running {
         }
         let mut child = command
             .args(args)
-            .envs(env.iter().copied())
             .env_remove("REFUSAL_GUARD_LOG")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -109,6 +115,16 @@ impl Running {
             }
         });
         Running { child, lines }
+    }
+
+    /// Sends it the signal `name` (`INT`, `TERM`, `HUP`, `KILL`), as
+    /// `kill -s` from a shell does.
+    pub fn signal(&self, name: &str) {
+        let sent = Command::new("kill")
+            .args(["-s", name, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -s {name} failed");
     }
 
     /// What it has written to stderr so far, a line each.
@@ -133,15 +149,6 @@ impl Running {
         let rest = line.split(marker).nth(1).unwrap();
         let addr = rest.split_whitespace().next().unwrap();
         format!("http://{}", addr.trim_end_matches(':'))
-    }
-
-    /// Sends it the signal `name` (`HUP`, `TERM`), as `kill -NAME` does.
-    pub fn signal(&self, name: &str) {
-        let sent = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success(), "kill -{name} failed");
     }
 
     /// Sends it SIGTERM (a deploy's stop) and waits (at most `within`) for

@@ -75,7 +75,7 @@ async fn the_documented_tenants_example_sends_red_teams_openai_fallback_on_the_o
         .map(str::to_owned),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let running = Running::spawn_with(BIN, &args, &[("OPENAI_API_KEY", OPERATOR_KEY)]);
+    let running = Running::spawn_env(BIN, &args, &[("OPENAI_API_KEY", OPERATOR_KEY)]);
     let url = running.announced("listening on http://");
 
     // Opus refuses, red team's Sonnet refuses too (the scripts in the
@@ -226,7 +226,7 @@ fn a_tenant_allowed_the_operators_openai_key_when_none_was_given_is_warned_of_at
         .map(str::to_owned),
     );
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let running = Running::spawn_with(BIN, &args, &[]);
+    let running = Running::spawn_env(BIN, &args, &[]);
     running.announced("listening on http://");
     let warned = running.line_with("tenant `red-team`", Duration::from_secs(10));
     assert!(
