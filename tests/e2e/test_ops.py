@@ -16,6 +16,7 @@ client-side fallback, a partial refusal and a dead one. Then:
 
 import collections
 import json
+import os
 import re
 import shutil
 import subprocess
