@@ -77,11 +77,16 @@
 //!   report; [`api_error`]: errors the guard answers itself, in each API's
 //!   own shape; [`header`]: the names of the headers the crate reads and
 //!   writes.
-//! - [`sse`]: the incremental SSE framer; `text` (feature `text`): the
+//! - [`sse`]: the incremental SSE framer; [`stream_text`]: the answer's
+//!   text out of a guarded stream, per wire API; `text` (feature `text`): the
 //!   opt-in prose refusal detector; [`env`](mod@env): configuration from
 //!   environment variables.
 //! - `reqwest` (feature `reqwest`, off by default, as is `redis` for
-//!   [`store`]'s Redis store): the reqwest adapter.
+//!   [`store`]'s Redis store): the reqwest adapter; `client` (features
+//!   `async-openai`, `rig`, `reqwest-middleware`): the guard inside those
+//!   client crates; [`outcome`]: the [`CallHandle`] a caller attaches to a
+//!   request to learn what became of the call when a client crate keeps the
+//!   response to itself.
 //! - [`tenant`]: each client its own settings behind one guard (the
 //!   [`TenantResolver`](tenant::TenantResolver) names a request's tenant);
 //!   [`routing`]: in which order a refusal's fallback candidates are tried
@@ -143,10 +148,25 @@
 #![forbid(unsafe_code)]
 
 pub mod api_error;
+#[cfg(any(
+    feature = "async-openai",
+    feature = "rig",
+    feature = "reqwest-middleware"
+))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    )))
+)]
+pub mod client;
 mod dialect;
 pub mod env;
 mod guard;
 pub mod header;
+pub mod outcome;
 pub mod recovery;
 pub mod refusal;
 pub mod replay;
@@ -156,6 +176,7 @@ pub mod reqwest;
 pub mod routing;
 pub mod sse;
 pub mod store;
+pub mod stream_text;
 pub mod telemetry;
 pub mod tenant;
 #[cfg(feature = "text")]
@@ -173,6 +194,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub use body::GuardBody;
 pub use layer::RefusalGuardLayer;
+pub use outcome::{CallHandle, CallOutcome};
 pub use refusal::{Outcome, Refusal, RefusalHandle};
 pub use replay::ReplayBody;
 pub use service::RefusalGuard;
@@ -185,7 +207,12 @@ pub use service::RefusalGuard;
 /// every other block names its own (`sh`, `text`, `json`, `python`).
 #[cfg(doctest)]
 mod pages {
-    #[cfg(feature = "reqwest")]
+    #[cfg(all(
+        feature = "reqwest",
+        feature = "async-openai",
+        feature = "rig",
+        feature = "reqwest-middleware"
+    ))]
     #[doc = include_str!("../README.md")]
     struct Readme;
     #[doc = include_str!("../CHANGELOG.md")]

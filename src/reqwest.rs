@@ -1,5 +1,10 @@
 //! [`ReqwestService`]: a [`reqwest::Client`] as a tower service (feature
-//! `reqwest`, on by default).
+//! `reqwest`, off by default).
+//!
+//! The feature builds on reqwest 0.13 (rustls, HTTP/2), re-exported here as
+//! [`reqwest`](mod@reqwest): a client built with
+//! `refusal_guard::reqwest::reqwest::Client` is always the version the
+//! adapter takes, whatever else the application depends on.
 //!
 //! `reqwest::Client` already speaks HTTP; this adapter makes it speak
 //! `tower::Service<http::Request<B>>`, returning `http::Response<reqwest::Body>`
@@ -31,7 +36,13 @@
 //!
 //! The request body type is [`reqwest::Body`]: it implements
 //! [`ReplayBody`], so the guard can read it and send rebuilt copies. Any other
-//! `http_body::Body` can be turned into one with [`reqwest::Body::wrap`].
+//! `http_body::Body` can be turned into one with [`reqwest::Body::wrap`],
+//! the guard's own [`GuardBody`](crate::GuardBody) included (it is `Send +
+//! Sync` when the inner body is): a guarded response becomes a
+//! `reqwest::Response` with `reqwest::Response::from(response.map(reqwest::Body::wrap))`.
+
+/// The reqwest crate this adapter is built on (0.13).
+pub use ::reqwest;
 
 use std::future::Future;
 use std::pin::Pin;

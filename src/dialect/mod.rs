@@ -25,6 +25,7 @@ mod head;
 pub(crate) mod openai;
 mod seed;
 pub(crate) mod skim;
+pub(crate) mod text_delta;
 pub(crate) mod translate;
 
 /// What a request was recognised as, before its body was read.
@@ -123,7 +124,7 @@ pub(crate) struct Finding {
 }
 
 /// Per-response state for reading a stream event by event.
-pub(crate) trait EventJudge: Send {
+pub(crate) trait EventJudge: Send + Sync {
     /// Looks at one complete SSE frame. `committed` is true once the
     /// response is being let through: then only refusals (for a partial
     /// record) still matter, so an event judge may skip events that cannot
@@ -149,7 +150,7 @@ pub(crate) trait EventJudge: Send {
 }
 
 /// Rewrites a served stream frame by frame: the guard's splicing hook.
-pub(crate) trait FrameRewrite: Send {
+pub(crate) trait FrameRewrite: Send + Sync {
     /// The bytes to send instead of this frame, or `None` to send it as it is.
     fn rewrite(&mut self, frame: &Frame) -> Option<Bytes>;
 }

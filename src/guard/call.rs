@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use http::Response;
 
 use crate::dialect::{Dialect, RefusalInfo};
+use crate::guard::caller::Caller;
 use crate::guard::config::Config;
 use crate::guard::request::conversation::Conversation;
 use crate::guard::request::original::Original;
 use crate::guard::request::Incoming;
 use crate::guard::timeout::{TimeoutKind, UpstreamTimeout};
+use crate::outcome::CallOutcome;
 use crate::refusal::{
     Attempt, DeadReason, Outcome, Refusal, RefusalHandle, RefusalKind, RefusalSignal, StickyRoute,
 };
@@ -57,6 +59,8 @@ pub(crate) struct Call {
     pub(crate) conversation: Conversation,
     pub(crate) started: Instant,
     pub(crate) handle: RefusalHandle,
+    /// The handle the caller attached, filled when the call settles.
+    pub(crate) caller: Option<Arc<Caller>>,
 }
 
 impl Call {
@@ -67,6 +71,7 @@ impl Call {
             config,
             dialect,
             started,
+            caller,
             ..
         } = incoming;
         let handle = RefusalHandle::default();
@@ -87,6 +92,7 @@ impl Call {
             conversation: original.conversation.clone(),
             started,
             handle,
+            caller,
         }
     }
 
@@ -113,6 +119,7 @@ impl Call {
     /// Sends the record to the sink and settles the handle.
     pub(crate) fn emit(&self, refusal: &Refusal, attempts: Vec<Attempt>) {
         let latency_ms = millis(self.started.elapsed());
+        let attempts_sent = attempts.len();
         self.request.settled(refusal, attempts.len());
         tracing::info!(
             provider = %refusal.provider,
@@ -143,6 +150,35 @@ impl Call {
             tracing::warn!("routing source panicked on a record");
         }
         self.handle.settle(Some(refusal.clone()));
+        if let Some(caller) = &self.caller {
+            caller.settle(CallOutcome::refused(refusal.clone(), attempts_sent));
+        }
+    }
+
+    /// Settles a call whose response held no refusal, after `attempts`
+    /// requests upstream.
+    pub(crate) fn settle_answered(&self, attempts: usize) {
+        self.handle.settle(None);
+        if let Some(caller) = &self.caller {
+            let served = self
+                .route
+                .as_ref()
+                .map(|route| route.routed_to.clone())
+                .or_else(|| self.model.clone());
+            caller.settle(CallOutcome::answered(attempts, served));
+        }
+    }
+
+    /// Settles a call whose response the guard did not judge (an error
+    /// status, another content type, a timeout), saying why.
+    pub(crate) fn settle_unjudged(&self, why: &'static str) {
+        self.handle.settle(None);
+        if let Some(caller) = &self.caller {
+            caller.settle(CallOutcome {
+                attempts: 1,
+                ..CallOutcome::unguarded(why)
+            });
+        }
     }
 
     /// Puts what every guarded response carries in its extensions.

@@ -156,6 +156,26 @@ impl RefusalGuardLayer {
         self.config.clone()
     }
 
+    /// This layer answering only once a call is decided: no keep-alive
+    /// answer, live thinking or partial continuation, each of which may
+    /// send upstream after the response went out; and whether any was on.
+    /// For an inner service that can send only while its caller waits.
+    #[cfg(feature = "reqwest-middleware")]
+    pub(crate) fn decided_before_answering(self) -> (Self, bool) {
+        let config = &self.config;
+        let early =
+            config.keepalive_after.is_some() || config.live_thinking || config.continue_partial;
+        if !early {
+            return (self, false);
+        }
+        let layer = self.with(|config| {
+            config.keepalive_after = None;
+            config.live_thinking = false;
+            config.continue_partial = false;
+        });
+        (layer, true)
+    }
+
     fn with(mut self, change: impl FnOnce(&mut Config)) -> Self {
         match Arc::get_mut(&mut self.config) {
             Some(config) => change(config),

@@ -75,7 +75,8 @@
 //! to `run` already judged.
 //!
 //! Shared by the steps, calling none of them: `call` (the per-call context
-//! every step and record reads, [`call::Call`]), `findings` (what judging
+//! every step and record reads, [`call::Call`]), `caller` (the
+//! `CallHandle` a caller attached, filled once), `findings` (what judging
 //! found, and the stream judge), `upstream` (the one alias of the inner
 //! service, [`upstream::InnerService`], and its timeouts), `errors` (every
 //! error the guard answers itself, in the API's shape), `timeout` and
@@ -100,6 +101,7 @@
 pub(crate) mod answer;
 pub mod body;
 pub(crate) mod call;
+pub(crate) mod caller;
 pub(crate) mod config;
 pub(crate) mod decide;
 pub(crate) mod errors;

@@ -33,11 +33,13 @@ where
 {
     match decision {
         Decision::TimedOut(timeout) => {
-            call.handle.settle(None);
+            call.settle_unjudged("the upstream timed out before a response could be judged");
             timed_out(Shape::Api(call.dialect.wire_api()), timeout)
         }
         Decision::Unjudged(original) => {
-            call.handle.settle(None);
+            call.settle_unjudged(
+                "a response the guard does not judge (an error status, another type)",
+            );
             serve(original, call, None, None, None)
         }
         Decision::AsSent {
@@ -331,7 +333,7 @@ where
 {
     match &refusal {
         Some(refusal) => call.emit(refusal, attempts),
-        None => call.handle.settle(None),
+        None => call.settle_answered(attempts.len()),
     }
     let mut held = held;
     // The decision is made; nothing more to judge.

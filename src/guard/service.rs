@@ -25,6 +25,7 @@ use crate::guard::request::Incoming;
 use crate::guard::send::{send, Sent};
 use crate::guard::timeout::{IdleTimeout, TimeoutKind, UpstreamTimeout};
 use crate::guard::upstream::{Inner, InnerService, Timeouts};
+use crate::outcome::{CallHandle, CallOutcome};
 use crate::replay::ReplayBody;
 use crate::BoxError;
 
@@ -181,13 +182,15 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: Request<B>) -> Self::Future {
         // The clone-and-swap idiom: the service that was polled ready is the
         // one that serves this call.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let timeouts = Timeouts::of(&self.config);
-        match dialect::recognise(request.method(), request.uri()) {
+        let recognised = dialect::recognise(request.method(), request.uri());
+        attach_scoped_handle(&mut request);
+        match recognised {
             None => ResponseFuture {
                 kind: Kind::Passthrough {
                     path: request.uri().path().to_owned(),
@@ -236,10 +239,27 @@ async fn guard<U: InnerService>(
     }
 }
 
+/// The handle of the [`CallHandle::scope`] this call is made in, attached
+/// to the request unless it carries its own: from here on, the request's
+/// extensions are the one place the guard looks for it.
+fn attach_scoped_handle<B>(request: &mut Request<B>) {
+    if request.extensions().get::<CallHandle>().is_some() {
+        return;
+    }
+    if let Some(handle) = CallHandle::current() {
+        request.extensions_mut().insert(handle);
+    }
+}
+
 /// A request the guard does not judge (a token count, a listing, a GET),
 /// without the guard's own conversation header: it never goes upstream, on
-/// any path.
+/// any path. A handle the caller attached is settled at once.
 fn without_conversation_header<B>(config: &Config, mut request: Request<B>) -> Request<B> {
+    if let Some(handle) = request.extensions().get::<CallHandle>() {
+        handle.settle(CallOutcome::unguarded(
+            "not a request the guard judges (its method or path)",
+        ));
+    }
     if let Some(name) = &config.conversation_header {
         request.headers_mut().remove(name);
     }

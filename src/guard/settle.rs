@@ -118,7 +118,7 @@ impl Settlement {
         let attempts = std::mem::take(&mut self.attempts);
         match self.refusal(about, attempts, ending) {
             (Some(refusal), attempts) => self.call.emit(&refusal, attempts),
-            (None, _) => self.call.handle.settle(None),
+            (None, attempts) => self.call.settle_answered(attempts.len()),
         }
     }
 

@@ -268,7 +268,7 @@ pub(crate) enum Event {
 }
 
 /// Reads one API's streamed answer into events.
-pub(crate) trait ReadStream: Send {
+pub(crate) trait ReadStream: Send + Sync {
     /// The events of one frame.
     fn frame(&mut self, frame: &Frame, out: &mut Vec<Event>) -> Result<(), Untranslatable>;
     /// The events the end of the input implies (Gemini streams end without
@@ -277,7 +277,7 @@ pub(crate) trait ReadStream: Send {
 }
 
 /// Writes events as one API's streamed answer.
-pub(crate) trait WriteStream: Send {
+pub(crate) trait WriteStream: Send + Sync {
     /// Appends the SSE bytes of one event.
     fn event(&mut self, event: Event, out: &mut BytesMut) -> Result<(), Untranslatable>;
 }

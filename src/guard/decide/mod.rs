@@ -294,6 +294,7 @@ mod tests {
             conversation: crate::guard::request::conversation::Conversation::named(None),
             started: Instant::now(),
             handle: handle.clone(),
+            caller: None,
         };
         let (parts, ()) = Request::post(uri).body(()).unwrap().into_parts();
         let json = serde_json::json!({"model": MODEL, "max_tokens": 64,

@@ -17,6 +17,7 @@ use http::header::ACCEPT_ENCODING;
 use http::{HeaderMap, HeaderValue};
 
 use crate::dialect::Dialect;
+use crate::guard::caller::Caller;
 use crate::guard::config::Config;
 
 /// A guardable request as it arrived, before its body: what the call knows
@@ -31,6 +32,8 @@ pub(crate) struct Incoming {
     pub(crate) named: Option<String>,
     /// When it arrived.
     pub(crate) started: Instant,
+    /// The handle the caller attached to the request, if any.
+    pub(crate) caller: Option<Arc<Caller>>,
 }
 
 impl Incoming {
@@ -57,6 +60,7 @@ impl Incoming {
             path_model,
             named,
             started,
+            caller: Caller::of(parts),
         }
     }
 
