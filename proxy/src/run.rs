@@ -24,7 +24,7 @@ use refusal_guard::store::redis::RedisStore;
 use refusal_guard::telemetry::{JsonlSink, MetricsSink};
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
-use refusal_guard_testkit::Simulator;
+use refusal_guard_testkit::{Simulator, CONTRACT_VIOLATIONS};
 
 /// File descriptors kept for everything but client connections (the
 /// listener, the log, stdio, the runtime).
@@ -311,24 +311,32 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
     })
 }
 
-/// The operator's endpoints for the providers the chains name (`openai:gpt-5`)
-/// and a key was given for: the upstream's base URL, the operator's key.
-/// Keys for providers no chain names are not held. A proxy that holds any
-/// and listens beyond loopback must have a client key, since clients would
+/// The operator's endpoints for cross-provider fallbacks: the upstream's
+/// base URL and the operator's key for each provider the command line's
+/// chains name (`openai:gpt-5`) and a key was given for. With `--tenants`,
+/// for every provider a key was given for: a tenant's own chains may name
+/// any, in the file now or after a reload, and only the tenants whose
+/// `operator_keys` name a provider spend its key. Without tenants, keys
+/// for providers no chain names are not held. A proxy that holds any and
+/// listens beyond loopback must have a client key, since clients would
 /// otherwise spend them.
 fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Provider> = providers()
-        .filter(|provider| {
-            chains
-                .entries()
-                .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == *provider))
-        })
+    let named = |provider: Provider| {
+        chains
+            .entries()
+            .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == provider))
+    };
+    let held: Vec<Provider> = providers()
+        .filter(|provider| named(*provider) || options.tenants.is_some())
         .collect();
     let mut endpoints = Vec::new();
-    for provider in named {
+    for provider in held {
         let prefix = chain_prefix(provider);
         let Some(key) = options.api_key(provider) else {
+            if !named(provider) {
+                continue;
+            }
             say(
                 "WARN",
                 &format!(
@@ -341,9 +349,15 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
         // The provider's route when the proxy routes by API (its flag, else
         // the provider's public endpoint), else the one upstream.
         let route = super::Route::serving(fallback_api(provider));
-        let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
-            format!("the {provider} upstream URL cannot be a cross-provider endpoint")
-        })?;
+        let base = match options.routes().base_for(route).base_uri() {
+            Some(base) => base,
+            None if !named(provider) => continue,
+            None => {
+                return Err(format!(
+                    "the {provider} upstream URL cannot be a cross-provider endpoint"
+                ))
+            }
+        };
         endpoints.push((provider, Endpoint::new(base, key.clone())));
     }
     if !endpoints.is_empty() && !admits_only_clients(options) && !options.listen.ip().is_loopback()
@@ -369,6 +383,11 @@ pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String>
         return Ok(None);
     };
     let tenants = Tenants::load(path).map_err(|e| format!("--tenants: {e}"))?;
+    // With tenants, every key given is held (see `cross_providers`).
+    let keyed = providers().filter(|p| options.api_key(*p).is_some());
+    for unkeyed in tenants.holding_keys_for(keyed) {
+        say("WARN", &format!("proxy: {unkeyed}"));
+    }
     tenants.watch(options.tenants_poll);
     Ok(Some(tenants))
 }
@@ -453,15 +472,19 @@ async fn serve(
         );
         say("INFO", &line);
     }
-    let served = if options.simulate {
-        let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
-        // `--strict` checks requests against the contract; the simulator
-        // checks them unless told otherwise.
-        let simulator = if options.strict {
+    // `--strict` checks requests against the contract; the simulator checks
+    // them unless told otherwise. Kept to count, at the end, what it refused.
+    let simulator = options.simulate.then(|| {
+        if options.strict {
+            // At 0 from the start: a reader tells "none" from "not counted".
+            metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
             Simulator::new()
         } else {
             Simulator::new().lenient()
-        };
+        }
+    });
+    let served = if let Some(simulator) = &simulator {
+        let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
         configure(proxy, &options, limits, tenants)
             .serve(listener, draining.after(shutdown()))
@@ -494,16 +517,36 @@ async fn serve(
             }
         }
     };
-    match served {
-        Ok(()) => {
-            say("INFO", "proxy: stopped");
-            ExitCode::SUCCESS
-        }
-        Err(error) => {
-            say("ERROR", &format!("proxy: {error}"));
-            ExitCode::FAILURE
-        }
+    stopped(served, simulator.as_ref())
+}
+
+/// Status 3: a strict simulator answered requests that broke the
+/// providers' rules (contract violations), however the run was logged.
+const VIOLATED: u8 = 3;
+
+/// The proxy's status once it stopped serving: a failure to serve, else
+/// the contract violations a strict simulator answered (said whatever
+/// the level filter: a test bed that saw a broken request fails the run
+/// that made it), else success.
+fn stopped(served: std::io::Result<()>, simulator: Option<&Simulator>) -> ExitCode {
+    if let Err(error) = served {
+        say("ERROR", &format!("proxy: {error}"));
+        return ExitCode::FAILURE;
     }
+    let violations = simulator.map_or(0, Simulator::violations);
+    if violations > 0 {
+        say(
+            "ERROR",
+            &format!(
+                "proxy: stopped; the strict simulated provider answered {violations} \
+                 request(s) that break the providers' rules (contract violations): exit status \
+                 {VIOLATED}"
+            ),
+        );
+        return ExitCode::from(VIOLATED);
+    }
+    say("INFO", "proxy: stopped");
+    ExitCode::SUCCESS
 }
 
 /// The first line on stderr (scripts read the address from it), and a
@@ -788,6 +831,16 @@ mod tests {
             "{layer}"
         );
         assert!(layer_for(&chain).contains("cross_provider: {}"));
+        // With a tenants file, whose chains (now or after a reload) may name
+        // any provider: every key given, spent by the tenants allowed to.
+        let tenants = ["--tenants", "/nonexistent/tenants.toml"];
+        let layer = layer_for(&[&tenants[..], &keys[..]].concat());
+        assert!(layer.contains("OpenAi: Endpoint"), "{layer}");
+        assert!(layer.contains("Google: Endpoint"), "{layer}");
+        assert!(
+            !layer.contains("Anthropic: Endpoint"),
+            "no key given: {layer}"
+        );
     }
 
     #[test]

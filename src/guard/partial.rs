@@ -29,7 +29,9 @@ use crate::guard::respond::{
 };
 use crate::guard::settle::{refusal_of, About, Ending, Settlement};
 use crate::guard::upstream::{InnerBody, InnerService, UpstreamBody};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
+use crate::refusal::{
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalKind,
+};
 use crate::sse::SseFramer;
 use crate::BoxError;
 
@@ -270,6 +272,7 @@ impl<U: InnerService> Continuation<U> {
             usage: None,
             fallback_credit: None,
             rerouted_to: None,
+            reason: None,
         };
         let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
@@ -294,6 +297,7 @@ impl<U: InnerService> Continuation<U> {
             );
             crate::telemetry::metrics::recovery_capped(tenant.name());
             record.result = AttemptResult::Skipped;
+            record.reason = Some(DeadReason::Capped);
             return (record, None);
         }
         let request: Request<U::Body> = next.request(&next.json);
