@@ -392,39 +392,51 @@ pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String>
     Ok(Some(tenants))
 }
 
+/// What the proxy is built from, read from the options before it listens.
+struct Setup {
+    tenants: Option<Arc<Tenants>>,
+    layer: RefusalGuardLayer,
+    /// Where the refusal log goes, as the start line says it.
+    log_shown: String,
+    signer: Option<Signer>,
+    store: Option<RedisStoreProbe>,
+}
+
+/// The signing layer of gateway mode (none without the `bedrock` feature).
+#[cfg(feature = "bedrock")]
+type Signer = refusal_guard::aws::SigV4Layer;
+#[cfg(not(feature = "bedrock"))]
+type Signer = std::convert::Infallible;
+
+impl Setup {
+    /// Reads the tenants file, builds the layer, the gateway's signer and
+    /// the store's probe: what is wrong is said as a bad option would be.
+    fn read(options: &mut Options) -> Result<Setup, String> {
+        let tenants = tenants(options)?;
+        let (layer, log_shown) = layer(options)?;
+        let signer = gateway(options)?;
+        let store = store_probe(options)?;
+        Ok(Setup {
+            tenants,
+            layer,
+            log_shown,
+            signer,
+            store,
+        })
+    }
+}
+
 async fn serve(
     mut options: Options,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> ExitCode {
-    let tenants = match tenants(&options) {
-        Ok(tenants) => tenants,
+    let setup = match Setup::read(&mut options) {
+        Ok(setup) => setup,
         Err(message) => {
             say("ERROR", &format!("proxy: {message}"));
             return ExitCode::from(2);
         }
     };
-    let (layer, log_shown) = match layer(&options) {
-        Ok(built) => built,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let signer = match gateway(&mut options) {
-        Ok(signer) => signer,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let store = match store_probe(&options) {
-        Ok(store) => store,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let routes = options.routes();
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -439,7 +451,7 @@ async fn serve(
     let draining = Draining::new();
     let admin = match (options.admin, metrics) {
         (Some(addr), Some(metrics)) => {
-            let probes = (store.clone(), tenants.clone());
+            let probes = (setup.store.clone(), setup.tenants.clone());
             match start_admin(&options, addr, metrics, draining.clone(), probes).await {
                 Ok(local) => Some(local),
                 Err(message) => {
@@ -454,27 +466,43 @@ async fn serve(
     // seldom or never (no --admin, metrics over OTLP only), and a replica
     // its load balancer took out for failing readiness gets no requests
     // that would reach the store.
-    if let Some(store) = store {
+    if let Some(store) = setup.store.clone() {
         tokio::spawn(store.watch(STORE_CHECK_EVERY, STORE_CHECK_TIMEOUT));
     }
-    let limits = ServerLimits {
-        header_read_timeout: options.header_read_timeout,
-        idle_timeout: options.idle_timeout,
-        drain_timeout: options.drain_timeout,
-        max_connections: fit_connections(options.max_connections as usize),
-        max_head_bytes: options.max_head_bytes as usize,
-    };
+    let limits = server_limits(&options);
     let local = listener.local_addr().unwrap_or(options.listen);
-    announce(&options, local, &log_shown, &limits, tenants.as_deref());
+    let tenants = setup.tenants.as_deref();
+    announce(&options, local, &setup.log_shown, &limits, tenants);
     if let Some(admin) = admin {
         let line = format!(
             "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
         );
         say("INFO", &line);
     }
-    // `--strict` checks requests against the contract; the simulator checks
-    // them unless told otherwise. Kept to count, at the end, what it refused.
-    let simulator = options.simulate.then(|| {
+    let simulator = simulator(&options);
+    let served = match listen(&options, setup, limits, &simulator, listener, draining).await {
+        Some(served) => served,
+        None => return ExitCode::FAILURE,
+    };
+    stopped(served, simulator.as_ref())
+}
+
+/// The server's bounds, from the options.
+fn server_limits(options: &Options) -> ServerLimits {
+    ServerLimits {
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+        drain_timeout: options.drain_timeout,
+        max_connections: fit_connections(options.max_connections as usize),
+        max_head_bytes: options.max_head_bytes as usize,
+    }
+}
+
+/// The simulated providers of `--simulate`. `--strict` checks requests
+/// against the contract; the simulator checks them unless told otherwise.
+/// Kept to count, at the end, what it refused.
+fn simulator(options: &Options) -> Option<Simulator> {
+    options.simulate.then(|| {
         if options.strict {
             // At 0 from the start: a reader tells "none" from "not counted".
             metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
@@ -482,42 +510,58 @@ async fn serve(
         } else {
             Simulator::new().lenient()
         }
-    });
-    let served = if let Some(simulator) = &simulator {
+    })
+}
+
+/// Serves until the shutdown signal: in front of the simulator, signing
+/// for Bedrock (gateway mode), or in front of the routes' upstreams.
+/// `None` when it could not start (said).
+async fn listen(
+    options: &Options,
+    setup: Setup,
+    limits: ServerLimits,
+    simulator: &Option<Simulator>,
+    listener: tokio::net::TcpListener,
+    draining: Draining,
+) -> Option<std::io::Result<()>> {
+    let shutdown = draining.after(shutdown());
+    let Setup {
+        tenants,
+        layer,
+        signer,
+        ..
+    } = setup;
+    if let Some(simulator) = simulator {
         let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
-        configure(proxy, &options, limits, tenants)
-            .serve(listener, draining.after(shutdown()))
-            .await
-    } else if let Some(signer) = signer {
-        let shutdown = draining.after(shutdown());
+        return Some(
+            configure(proxy, options, limits, tenants)
+                .serve(listener, shutdown)
+                .await,
+        );
+    }
+    if let Some(signer) = signer {
         let upstream = options.upstream.clone();
         let admitted = (limits, tenants);
-        match serve_signed(
-            upstream, &layer, signer, &options, admitted, listener, shutdown,
+        return serve_signed(
+            upstream, &layer, signer, options, admitted, listener, shutdown,
         )
-        .await
-        {
-            Some(served) => served,
-            None => return ExitCode::FAILURE,
+        .await;
+    }
+    match Proxy::new(options.routes(), &layer) {
+        Ok(proxy) => Some(
+            configure(proxy, options, limits, tenants)
+                .serve(listener, shutdown)
+                .await,
+        ),
+        Err(error) => {
+            say(
+                "ERROR",
+                &format!("proxy: cannot build the HTTP client: {error}"),
+            );
+            None
         }
-    } else {
-        match Proxy::new(routes, &layer) {
-            Ok(proxy) => {
-                configure(proxy, &options, limits, tenants)
-                    .serve(listener, draining.after(shutdown()))
-                    .await
-            }
-            Err(error) => {
-                say(
-                    "ERROR",
-                    &format!("proxy: cannot build the HTTP client: {error}"),
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    stopped(served, simulator.as_ref())
+    }
 }
 
 /// Status 3: a strict simulator answered requests that broke the

@@ -262,18 +262,8 @@ impl<U: InnerService> Continuation<U> {
             ..
         } = &mut self.exchange;
         let streaming = &original.streaming;
-        let mut record = Attempt {
-            step: AttemptStep::Fallback,
-            model: Some(self.plan.model.clone()),
-            provider: None,
-            result: AttemptResult::TransportError,
-            status: None,
-            latency_ms: 0,
-            usage: None,
-            fallback_credit: None,
-            rerouted_to: None,
-            reason: None,
-        };
+        let mut record = Attempt::new(AttemptStep::Fallback, AttemptResult::TransportError)
+            .model(self.plan.model.clone());
         let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
             return (record, None);
