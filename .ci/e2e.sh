@@ -17,7 +17,10 @@
 #      simulator is logged under the first turn's conversation key;
 #      every simulator here is strict (--strict): it holds what it receives
 #      (the clients' requests, the guard's rescues) to the providers'
-#      documented rules, and a step fails if it logged a violation;
+#      documented rules, and a step fails if it counted a violation (its
+#      admin listener's refusal_guard_contract_violations_total, which no
+#      log filter hides; a control run first shows the check failing on a
+#      violation with RUST_LOG=error), and each must exit 0 when stopped;
 #   6. the Codex CLI (`codex exec`, installed from npm;
 #      REFUSAL_GUARD_E2E_SKIP_CODEX=1 skips it on purpose, outside CI)
 #      through the `refusal-guard` binary in front of the e2e harness's
@@ -43,9 +46,9 @@
 #      chromium (.ci/test installs it) through Playwright.
 # The programs: the `refusal-guard` binary, examples/ and tools/ (the
 # harness, the load check, the soak). Exits non-zero on any failure; pytest
-# finding no tests counts as a failure. Under CI=true a check that cannot
-# run (npm or chromium missing) fails the run; elsewhere it is skipped,
-# named, and listed again at the end.
+# finding no tests counts as a failure. Under CI (any value of CI but empty,
+# 0 or false) a check that cannot run (npm or chromium missing) fails the
+# run; elsewhere it is skipped, named, and listed again at the end.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -66,13 +69,22 @@ trap cleanup EXIT
 
 step() { printf '\n== %s\n' "$*"; }
 
-# A check that cannot run here: fails the run under CI=true (green means
-# every check ran); elsewhere it is skipped with the reason, and named again
-# at the end.
+# Whether this is CI: CI set to anything but empty, 0 or false (CI=true,
+# CI=1, CI=yes all count).
+in_ci() {
+    case "${CI:-}" in
+        "" | 0 | false) return 1 ;;
+        *) return 0 ;;
+    esac
+}
+
+# A check that cannot run here: fails the run under CI (green means every
+# check ran); elsewhere it is skipped with the reason, and named again at
+# the end.
 SKIPPED=()
 cannot_run() {
-    if [ "${CI:-}" = true ]; then
-        echo "FAILED (CI=true, so every check must run): $*"
+    if in_ci; then
+        echo "FAILED (CI=${CI}, so every check must run): $*"
         exit 1
     fi
     echo "SKIPPED: $*"
@@ -91,27 +103,60 @@ wait_listening() {
     echo "refusal-guard did not start:"; cat "$err"; return 1
 }
 
-# Starts `refusal-guard --simulate --strict [FLAGS]` on a free loopback port;
-# sets SIM_URL and SIM_PID. Its stderr goes to $WORK/proxy-NAME.err.
+# Starts `refusal-guard --simulate --strict [FLAGS]` NAME on a free loopback
+# port, with an admin listener; sets SIM_URL and SIM_PID. Its stderr goes to
+# $WORK/proxy-NAME.err, its admin URL to $WORK/admin-NAME, its pid to
+# $WORK/pid-NAME.
+STRICT=()
 start_simulated_proxy() {
     local err=$WORK/proxy-$1.err name=$1
     shift
-    "$BIN/refusal-guard" --simulate --strict --listen 127.0.0.1:0 --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
+    "$BIN/refusal-guard" --simulate --strict --listen 127.0.0.1:0 --admin 127.0.0.1:0 \
+        --log "$WORK/refusals-$name.jsonl" "$@" 2>"$err" &
     SIM_PID=$!
     PIDS+=("$SIM_PID")
+    STRICT+=("$name")
+    echo "$SIM_PID" >"$WORK/pid-$name"
     wait_listening "$err"
     SIM_URL=$LISTEN_URL
+    for _ in $(seq 100); do
+        grep -oE 'admin on http://[0-9.]+:[0-9]+' "$err" | head -1 | sed 's/admin on //' >"$WORK/admin-$name"
+        [ -s "$WORK/admin-$name" ] && return 0
+        sleep 0.1
+    done
+    echo "refusal-guard ($name) announced no admin listener:"; cat "$err"; return 1
 }
 
-# Fails the step if the strict simulator NAME answered a request with a
-# contract error: a client's request or the guard's rewrite broke a rule the
-# real provider keeps.
+# Fails (status 1) if the strict simulator NAME answered a request with a
+# contract error (a client's request or the guard's rewrite broke a rule the
+# real provider keeps), as its admin listener counts it: never a log line,
+# which RUST_LOG may filter. A counter that is not there fails too.
 no_violations() {
-    local err=$WORK/proxy-$1.err
-    if grep -q 'contract violation' "$err"; then
-        echo "the strict simulator ($1) received requests the real API rejects:"
-        grep 'contract violation' "$err"
-        exit 1
+    local admin counted
+    admin=$(cat "$WORK/admin-$1")
+    counted=$(curl -s --max-time 10 "$admin/metrics" \
+        | awk '$1 == "refusal_guard_contract_violations_total" { print $2 }')
+    if [ -z "$counted" ]; then
+        echo "the strict simulator ($1) has no refusal_guard_contract_violations_total at $admin/metrics"
+        return 1
+    fi
+    if [ "$counted" != 0 ]; then
+        echo "the strict simulator ($1) received $counted request(s) the real API rejects:"
+        cat "$WORK/proxy-$1.err"
+        return 1
+    fi
+}
+
+# Stops the strict simulator NAME (SIGTERM) and fails unless it exits 0: a
+# strict simulator that answered any request with a contract error exits 3.
+stop_simulated_proxy() {
+    local pid status=0
+    pid=$(cat "$WORK/pid-$1")
+    kill -TERM "$pid"
+    wait "$pid" || status=$?
+    if [ "$status" != 0 ]; then
+        echo "the strict simulator ($1) exited with status $status:"; cat "$WORK/proxy-$1.err"
+        return 1
     fi
 }
 
@@ -161,11 +206,31 @@ echo "status $status: $(cat "$WORK/silent.body")"
 [ "$status" = 504 ]
 grep -q '"timeout_error"' "$WORK/silent.body"
 
+step "the violation check itself: a strict simulator logging errors only still fails it"
+# The control of every check below: with RUST_LOG=error the simulator's
+# warning naming the rule is filtered out; the counter and the status are not.
+RUST_LOG=error start_simulated_proxy control
+status=$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 "$SIM_URL/v1/messages" \
+    -H 'content-type: application/json' \
+    -d '{"model":"claude-opus-4-7","messages":[{"role":"user","content":"no max_tokens"}]}')
+[ "$status" = 400 ] || { echo "a request without max_tokens got $status"; exit 1; }
+if no_violations control >/dev/null; then
+    echo "no_violations passed a simulator that answered a broken request"; exit 1
+fi
+if grep -q 'A2' "$WORK/proxy-control.err"; then
+    echo "RUST_LOG=error did not filter the warning: the control proves nothing"; exit 1
+fi
+control_status=0
+kill -TERM "$SIM_PID"; wait "$SIM_PID" || control_status=$?
+[ "$control_status" = 3 ] || { echo "the control exited $control_status, not 3"; exit 1; }
+echo "a violation with RUST_LOG=error: counted on /metrics, exit status 3"
+STRICT=()
+
 step "examples/agent through refusal-guard --simulate"
 start_simulated_proxy agent
 ANTHROPIC_API_KEY=dummy-key "$EXAMPLES/agent" --base-url "$SIM_URL" "Check my SSH config" | tee "$WORK/agent.out"
 grep -q 'Simulated answer' "$WORK/agent.out"
-no_violations agent
+no_violations agent || exit 1
 grep -q 'rescued(cyber)' "$WORK/proxy-agent.err"
 grep -q 'guarded request settled' "$WORK/proxy-agent.err"
 
@@ -180,7 +245,7 @@ for _ in $(seq 50); do [ -s "$WORK/refusals-quiet.jsonl" ] && break; sleep 0.1; 
 if grep -E 'settled|POST /v1/messages' "$WORK/proxy-quiet.err"; then
     echo "--quiet still wrote per-request lines"; exit 1
 fi
-no_violations quiet
+no_violations quiet || exit 1
 
 step "refusal-guard report: the agent's rescued refusal"
 "$BIN/refusal-guard" report --log "$WORK/refusals-agent.jsonl" | tee "$WORK/report.out"
@@ -236,7 +301,7 @@ print("Claude Code received the rescued answer:", out["result"][:60], "...")
 PY
     # First: a rewrite the real API rejects may still end in an answer (the
     # CLI asks again), so what the strict simulator logged decides.
-    no_violations claude
+    no_violations claude || exit 1
     grep -q 'rescued(cyber)' "$WORK/proxy-claude.err" || {
         echo "the first turn was not rescued:"; cat "$WORK/proxy-claude.err"; exit 1; }
     # The session's second turn (--continue replays it from its transcript
@@ -252,7 +317,7 @@ PY
         echo "the second turn was rescued again:"; cat "$WORK/proxy-claude.err"; exit 1; }
     [ "$(grep -c 'POST /v1/messages 200 ok' "$WORK/proxy-claude.err")" = 1 ]
     [ "$(wc -l <"$WORK/refusals-claude.jsonl")" = 1 ]
-    no_violations claude
+    no_violations claude || exit 1
     # The simulator names a conversation its own way; the guard's key is
     # seen in a refusal's record. A fresh simulator meets the session anew
     # and refuses its third turn once: the guard's key for it is the one it
@@ -270,7 +335,7 @@ assert len(first) == 1 and len(third) == 1, (first, third)
 assert first[0]["conversation"] == third[0]["conversation"], (first, third)
 print("one session, one conversation key over its turns:", first[0]["conversation"])
 PY
-    no_violations claude-3
+    no_violations claude-3 || exit 1
     cat "$WORK/proxy-claude.err"
 }
 if [ "${REFUSAL_GUARD_E2E_SKIP_CLAUDE:-0}" = 1 ]; then
@@ -280,6 +345,12 @@ elif ! command -v npm >/dev/null; then
 else
     run_claude_code
 fi
+
+step "every strict simulator stops with status 0 (non-zero: it answered a broken request)"
+for name in "${STRICT[@]}"; do
+    stop_simulated_proxy "$name" || exit 1
+    echo "$name: exit status 0"
+done
 
 step "Codex CLI headless through refusal-guard: a cyber_policy failure served by the fallback"
 # The scripted upstream is the e2e harness's mock, which checks every
@@ -445,12 +516,18 @@ assert out.get("is_error") is False, out
 assert out["result"].startswith("Bedrock answer via the fallback"), out["result"]
 print("Claude Code (Bedrock) received the fallback's answer:", out["result"])
 PY
-    if grep -q 'verified=False' "$WORK/bedrock.err"; then
-        echo "a request reached the mock Bedrock unsigned or badly signed:"; cat "$WORK/bedrock.err"; exit 1
-    fi
-    if grep -q '^rejected:' "$WORK/bedrock.err"; then
-        echo "the mock Bedrock rejected a request as Bedrock would:"; cat "$WORK/bedrock.err"; exit 1
-    fi
+    # What the mock refused (a bad signature, a request Bedrock rejects), as
+    # it lists it: none, and the list must be there.
+    curl -s --max-time 10 "http://127.0.0.1:$BEDROCK_PORT/__mock/violations" >"$WORK/bedrock-violations.json"
+    python3 - "$WORK/bedrock-violations.json" "$WORK/bedrock.err" <<'PY' || exit 1
+import json, sys
+failures = json.load(open(sys.argv[1]))
+if failures:
+    print("the mock Bedrock refused requests:\n  " + "\n  ".join(failures))
+    print(open(sys.argv[2]).read())
+    sys.exit(1)
+print("the mock Bedrock refused nothing: every request signed and keeping Bedrock's rules")
+PY
     grep -q '"outcome":"fallback"' "$WORK/refusals-bedrock.jsonl"
     cat "$WORK/bedrock.err"
 fi

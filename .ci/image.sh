@@ -13,8 +13,9 @@
 # time. podman runs with runc and explicit rlimits: crun refuses this
 # machine's hybrid cgroups, and raising RLIMIT_NOFILE is not permitted.
 #
-# Exits non-zero on any failure; prints SKIPPED (or, under CI=true, fails)
-# when podman cannot be had.
+# Exits non-zero on any failure; prints SKIPPED (or, under CI: any value of
+# CI but empty, 0 or false, fails) when podman cannot be had, and names the
+# checks that did not run again at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -25,25 +26,48 @@ RUSTUP=${RUSTUP_HOME:-$HOME/.rustup}
 CARGO=${CARGO_HOME:-$HOME/.cargo}
 WORK=$(mktemp -d)
 PID=""
+# Every check of the image, in order: what did not run is listed at the end.
+CHECKS=("the image's build (podman build)" "the image's user and flags" \
+    "refusal-guard --simulate --strict in the image")
+DONE=0
+SKIPPED=()
 cleanup() {
     [ -n "$PID" ] && kill "$PID" 2>/dev/null || true
     rm -rf "$WORK"
+    if [ "${#SKIPPED[@]}" -gt 0 ]; then
+        printf '\nThese checks did not run:\n'
+        printf '  - %s\n' "${SKIPPED[@]}"
+    fi
 }
 trap cleanup EXIT
 
+# Whether this is CI: CI set to anything but empty, 0 or false.
+in_ci() {
+    case "${CI:-}" in
+        "" | 0 | false) return 1 ;;
+        *) return 0 ;;
+    esac
+}
+
+# Nothing after this can run: fails under CI, else names each check left
+# (a line `SKIPPED: ...` each, which .ci/deploy.sh lists too) and stops.
 cannot_run() {
-    if [ "${CI:-}" = true ]; then
-        echo "FAILED (CI=true, so every check must run): $*"
+    if in_ci; then
+        echo "FAILED (CI=${CI}, so every check must run): $*"
         exit 1
     fi
-    echo "SKIPPED: $*"
+    local check
+    for check in "${CHECKS[@]:$DONE}"; do
+        echo "SKIPPED: $check: $*"
+        SKIPPED+=("$check: $*")
+    done
     exit 0
 }
 
 for tool in podman runc debootstrap; do
-    command -v "$tool" >/dev/null 2>&1 || cannot_run "the image: $tool is missing (.ci/test installs podman, runc and debootstrap with apt-get)"
+    command -v "$tool" >/dev/null 2>&1 || cannot_run "$tool is missing (.ci/test installs podman, runc and debootstrap with apt-get)"
 done
-[ -d "$RUSTUP/toolchains" ] || cannot_run "the image: no Rust toolchain under $RUSTUP to mount into the build"
+[ -d "$RUSTUP/toolchains" ] || cannot_run "no Rust toolchain under $RUSTUP to mount into the build"
 
 # The limits podman may set: no more open files than this process may have
 # (raising it is not permitted), and a process limit below the hard one
@@ -85,6 +109,7 @@ podman build "${RUN[@]}" --network none --layers=false \
     -t "$IMAGE" -f Dockerfile . >"$WORK/build.log" 2>&1 || {
     tail -40 "$WORK/build.log"; echo "podman build failed"; exit 1; }
 echo "built in $((SECONDS - started)) s"
+DONE=1
 # The image of the previous run, now untagged, goes.
 podman image prune -f >/dev/null 2>&1 || true
 
@@ -94,6 +119,7 @@ user=$(podman image inspect --format '{{.Config.User}}' "$IMAGE")
 podman run --rm "${RUN[@]}" --network none "$IMAGE" --help >"$WORK/help.txt"
 grep -q -- '--otlp' "$WORK/help.txt"
 grep -q -- '--bedrock-region' "$WORK/help.txt"
+DONE=2
 
 echo "== refusal-guard --simulate --strict in the image answers a request"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -111,8 +137,13 @@ status=$(curl -s -o "$WORK/answer.json" -w '%{http_code}' --max-time 20 "http://
     -H 'content-type: application/json' \
     -d '{"model":"claude-opus-4-7","max_tokens":64,"messages":[{"role":"user","content":"Check my SSH config"}]}') || true
 health=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN/healthz") || true
+# The strict simulator's count of requests that broke a rule, from its
+# admin listener (no log line: RUST_LOG cannot hide it).
+violations=$(curl -s --max-time 5 "http://127.0.0.1:$ADMIN/metrics" \
+    | awk '$1 == "refusal_guard_contract_violations_total" { print $2 }') || true
 podman stop -t 5 "refusal-guard-ci-$$" >/dev/null 2>&1 || true
-wait "$PID" 2>/dev/null || true
+exited=0
+wait "$PID" 2>/dev/null || exited=$?
 PID=""
 echo "status $status: $(head -c 300 "$WORK/answer.json")"
 [ "$status" = 200 ] || { cat "$WORK/run.err"; exit 1; }
@@ -126,3 +157,7 @@ PY
 grep -q 'rescued(cyber)' "$WORK/run.err" || { cat "$WORK/run.err"; exit 1; }
 [ "$health" = ok ] || { echo "/healthz answered '$health'"; exit 1; }
 echo "/healthz: ok"
+[ "$violations" = 0 ] || { echo "contract violations counted: '${violations}'"; cat "$WORK/run.err"; exit 1; }
+# Stopped by SIGTERM: 0, or 3 had the strict simulator answered a broken request.
+[ "$exited" = 0 ] || { echo "the image's proxy exited with status $exited"; cat "$WORK/run.err"; exit 1; }
+echo "no contract violation, exit status 0"

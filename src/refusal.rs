@@ -602,6 +602,15 @@ pub struct Attempt {
     /// rerouted the attempt ([`RefusalSignal::Rerouted`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerouted_to: Option<String>,
+    /// Why an attempt was never sent ([`AttemptResult::Skipped`]): a
+    /// fallback outside the tenant's allowlist (`not_allowed`), to a
+    /// provider with no endpoint (`no_endpoint`) or that cannot express the
+    /// request (`untranslatable`), or past the tenant's hourly cap
+    /// (`capped`). Set on every skipped attempt, whatever came after it:
+    /// the refusal's own [`Refusal::reason`] is only the last one's, and
+    /// only when nothing served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<DeadReason>,
 }
 
 /// Reads an attempt's credit outcome, turning one this version cannot read
@@ -643,6 +652,7 @@ impl Attempt {
             usage: None,
             fallback_credit: None,
             rerouted_to: None,
+            reason: None,
         }
     }
 
@@ -734,6 +744,20 @@ impl Attempt {
     /// ```
     pub fn rerouted_to(mut self, model: impl Into<String>) -> Self {
         self.rerouted_to = Some(model.into());
+        self
+    }
+
+    /// Never sent, for this reason.
+    ///
+    /// ```
+    /// use refusal_guard::refusal::*;
+    /// let attempt = Attempt::new(AttemptStep::Fallback, AttemptResult::Skipped)
+    ///     .model("claude-haiku-4-5")
+    ///     .reason(DeadReason::NotAllowed);
+    /// assert_eq!(attempt.reason, Some(DeadReason::NotAllowed));
+    /// ```
+    pub fn reason(mut self, reason: DeadReason) -> Self {
+        self.reason = Some(reason);
         self
     }
 }

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::eval::EvalArgs;
-use crate::{eval, hash_key, run, Options, TenantTable};
+use crate::{eval, hash_key, run, Options, Tenants};
 use crate::{Dashboard, Report};
 use clap::{Args, CommandFactory, FromArgMatches, Subcommand};
 use refusal_guard::routing::{LearnedRouting, RouteTable};
@@ -81,7 +81,7 @@ const TENANTS_ABOUT: &str = "The tenants file: a client key's hash for it, or a 
 enum TenantsCommand {
     /// Reads a client key on standard input (one line) and prints its SHA-256, for `key_sha256`
     HashKey,
-    /// Reads a tenants file and says whether the proxy would serve it
+    /// Reads a tenants file and says whether the proxy would serve it: status 0 and its tenants on stdout, or status 1 and the first error (naming the tenant) on stderr
     Check {
         /// The tenants file
         path: PathBuf,
@@ -199,11 +199,10 @@ fn tenants_command(command: TenantsCommand) -> ExitCode {
             ExitCode::SUCCESS
         }
         TenantsCommand::Check { path } => {
-            let read = std::fs::read_to_string(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| TenantTable::parse(&text, None));
-            match read {
-                Ok(table) => {
+            // Read as the proxy reads it at start (bounded, the same errors).
+            match Tenants::load(&path) {
+                Ok(tenants) => {
+                    let table = tenants.table();
                     let names = table.names();
                     println!(
                         "{}: {} tenants ({})",
@@ -214,7 +213,7 @@ fn tenants_command(command: TenantsCommand) -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(error) => {
-                    eprintln!("refusal-guard tenants: {}: {error}", path.display());
+                    eprintln!("refusal-guard tenants: {error}");
                     ExitCode::FAILURE
                 }
             }

@@ -193,6 +193,31 @@ enum Admission {
     Tenants(Arc<Tenants>),
 }
 
+impl Admission {
+    /// Why a request is refused before it goes anywhere (no client key the
+    /// proxy knows), else `None`; an admitted tenant goes into its
+    /// extensions, its key out of its headers.
+    fn refuses(&self, parts: &mut http::request::Parts) -> Option<&'static str> {
+        match self {
+            Admission::Open => None,
+            Admission::Key(key) => (!key.admits(&mut parts.headers)).then_some(
+                "refusal-guard: this proxy spends its own credentials; present its client key \
+                 (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
+            ),
+            Admission::Tenants(tenants) => match tenants.table().admit(&mut parts.headers) {
+                Some(tenant) => {
+                    parts.extensions.insert(tenant);
+                    None
+                }
+                None => Some(
+                    "refusal-guard: present a client key this proxy's tenants file lists \
+                     (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
+                ),
+            },
+        }
+    }
+}
+
 impl<S> Clone for Proxy<S> {
     fn clone(&self) -> Self {
         Proxy {
@@ -410,24 +435,7 @@ impl<S: UpstreamService> Proxy<S> {
         let shared = &self.inner;
         let mut line = self.log_line(&request);
         let (mut parts, body) = request.into_parts();
-        let refused = match &shared.admission {
-            Admission::Open => None,
-            Admission::Key(key) => (!key.admits(&mut parts.headers)).then_some(
-                "refusal-guard: this proxy spends its own credentials; present its client key \
-                 (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
-            ),
-            Admission::Tenants(tenants) => match tenants.table().admit(&mut parts.headers) {
-                Some(tenant) => {
-                    parts.extensions.insert(tenant);
-                    None
-                }
-                None => Some(
-                    "refusal-guard: present a client key this proxy's tenants file lists \
-                     (x-refusal-guard-key, x-api-key or Authorization: Bearer)",
-                ),
-            },
-        };
-        if let Some(message) = refused {
+        if let Some(message) = shared.admission.refuses(&mut parts) {
             line.write(401, "client_key_required", "");
             let status = StatusCode::UNAUTHORIZED;
             return error_response(line.path(), status, "client_key_required", message);

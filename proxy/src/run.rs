@@ -24,7 +24,7 @@ use refusal_guard::store::redis::RedisStore;
 use refusal_guard::telemetry::{JsonlSink, MetricsSink};
 use refusal_guard::tenant::FromExtensions;
 use refusal_guard::RefusalGuardLayer;
-use refusal_guard_testkit::Simulator;
+use refusal_guard_testkit::{Simulator, CONTRACT_VIOLATIONS};
 
 /// File descriptors kept for everything but client connections (the
 /// listener, the log, stdio, the runtime).
@@ -311,24 +311,32 @@ fn learned_routing(options: &Options) -> Result<LearnedRouting, String> {
     })
 }
 
-/// The operator's endpoints for the providers the chains name (`openai:gpt-5`)
-/// and a key was given for: the upstream's base URL, the operator's key.
-/// Keys for providers no chain names are not held. A proxy that holds any
-/// and listens beyond loopback must have a client key, since clients would
+/// The operator's endpoints for cross-provider fallbacks: the upstream's
+/// base URL and the operator's key for each provider the command line's
+/// chains name (`openai:gpt-5`) and a key was given for. With `--tenants`,
+/// for every provider a key was given for: a tenant's own chains may name
+/// any, in the file now or after a reload, and only the tenants whose
+/// `operator_keys` name a provider spend its key. Without tenants, keys
+/// for providers no chain names are not held. A proxy that holds any and
+/// listens beyond loopback must have a client key, since clients would
 /// otherwise spend them.
 fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, String> {
     let chains = options.fallback_chains();
-    let named: Vec<Provider> = providers()
-        .filter(|provider| {
-            chains
-                .entries()
-                .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == *provider))
-        })
+    let named = |provider: Provider| {
+        chains
+            .entries()
+            .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == provider))
+    };
+    let held: Vec<Provider> = providers()
+        .filter(|provider| named(*provider) || options.tenants.is_some())
         .collect();
     let mut endpoints = Vec::new();
-    for provider in named {
+    for provider in held {
         let prefix = chain_prefix(provider);
         let Some(key) = options.api_key(provider) else {
+            if !named(provider) {
+                continue;
+            }
             say(
                 "WARN",
                 &format!(
@@ -341,9 +349,15 @@ fn cross_providers(options: &Options) -> Result<Vec<(Provider, Endpoint)>, Strin
         // The provider's route when the proxy routes by API (its flag, else
         // the provider's public endpoint), else the one upstream.
         let route = super::Route::serving(fallback_api(provider));
-        let base = options.routes().base_for(route).base_uri().ok_or_else(|| {
-            format!("the {provider} upstream URL cannot be a cross-provider endpoint")
-        })?;
+        let base = match options.routes().base_for(route).base_uri() {
+            Some(base) => base,
+            None if !named(provider) => continue,
+            None => {
+                return Err(format!(
+                    "the {provider} upstream URL cannot be a cross-provider endpoint"
+                ))
+            }
+        };
         endpoints.push((provider, Endpoint::new(base, key.clone())));
     }
     if !endpoints.is_empty() && !admits_only_clients(options) && !options.listen.ip().is_loopback()
@@ -369,43 +383,60 @@ pub(crate) fn tenants(options: &Options) -> Result<Option<Arc<Tenants>>, String>
         return Ok(None);
     };
     let tenants = Tenants::load(path).map_err(|e| format!("--tenants: {e}"))?;
+    // With tenants, every key given is held (see `cross_providers`).
+    let keyed = providers().filter(|p| options.api_key(*p).is_some());
+    for unkeyed in tenants.holding_keys_for(keyed) {
+        say("WARN", &format!("proxy: {unkeyed}"));
+    }
     tenants.watch(options.tenants_poll);
     Ok(Some(tenants))
+}
+
+/// What the proxy is built from, read from the options before it listens.
+struct Setup {
+    tenants: Option<Arc<Tenants>>,
+    layer: RefusalGuardLayer,
+    /// Where the refusal log goes, as the start line says it.
+    log_shown: String,
+    signer: Option<Signer>,
+    store: Option<RedisStoreProbe>,
+}
+
+/// The signing layer of gateway mode (none without the `bedrock` feature).
+#[cfg(feature = "bedrock")]
+type Signer = refusal_guard::aws::SigV4Layer;
+#[cfg(not(feature = "bedrock"))]
+type Signer = std::convert::Infallible;
+
+impl Setup {
+    /// Reads the tenants file, builds the layer, the gateway's signer and
+    /// the store's probe: what is wrong is said as a bad option would be.
+    fn read(options: &mut Options) -> Result<Setup, String> {
+        let tenants = tenants(options)?;
+        let (layer, log_shown) = layer(options)?;
+        let signer = gateway(options)?;
+        let store = store_probe(options)?;
+        Ok(Setup {
+            tenants,
+            layer,
+            log_shown,
+            signer,
+            store,
+        })
+    }
 }
 
 async fn serve(
     mut options: Options,
     metrics: Option<metrics_exporter_prometheus::PrometheusHandle>,
 ) -> ExitCode {
-    let tenants = match tenants(&options) {
-        Ok(tenants) => tenants,
+    let setup = match Setup::read(&mut options) {
+        Ok(setup) => setup,
         Err(message) => {
             say("ERROR", &format!("proxy: {message}"));
             return ExitCode::from(2);
         }
     };
-    let (layer, log_shown) = match layer(&options) {
-        Ok(built) => built,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let signer = match gateway(&mut options) {
-        Ok(signer) => signer,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let store = match store_probe(&options) {
-        Ok(store) => store,
-        Err(message) => {
-            say("ERROR", &format!("proxy: {message}"));
-            return ExitCode::from(2);
-        }
-    };
-    let routes = options.routes();
     let listener = match tokio::net::TcpListener::bind(options.listen).await {
         Ok(listener) => listener,
         Err(error) => {
@@ -420,7 +451,7 @@ async fn serve(
     let draining = Draining::new();
     let admin = match (options.admin, metrics) {
         (Some(addr), Some(metrics)) => {
-            let probes = (store.clone(), tenants.clone());
+            let probes = (setup.store.clone(), setup.tenants.clone());
             match start_admin(&options, addr, metrics, draining.clone(), probes).await {
                 Ok(local) => Some(local),
                 Err(message) => {
@@ -435,75 +466,131 @@ async fn serve(
     // seldom or never (no --admin, metrics over OTLP only), and a replica
     // its load balancer took out for failing readiness gets no requests
     // that would reach the store.
-    if let Some(store) = store {
+    if let Some(store) = setup.store.clone() {
         tokio::spawn(store.watch(STORE_CHECK_EVERY, STORE_CHECK_TIMEOUT));
     }
-    let limits = ServerLimits {
-        header_read_timeout: options.header_read_timeout,
-        idle_timeout: options.idle_timeout,
-        drain_timeout: options.drain_timeout,
-        max_connections: fit_connections(options.max_connections as usize),
-        max_head_bytes: options.max_head_bytes as usize,
-    };
+    let limits = server_limits(&options);
     let local = listener.local_addr().unwrap_or(options.listen);
-    announce(&options, local, &log_shown, &limits, tenants.as_deref());
+    let tenants = setup.tenants.as_deref();
+    announce(&options, local, &setup.log_shown, &limits, tenants);
     if let Some(admin) = admin {
         let line = format!(
             "refusal-guard admin on http://{admin}: /metrics, /healthz, /readyz, / (dashboard)"
         );
         say("INFO", &line);
     }
-    let served = if options.simulate {
-        let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
-        // `--strict` checks requests against the contract; the simulator
-        // checks them unless told otherwise.
-        let simulator = if options.strict {
+    let simulator = simulator(&options);
+    let served = match listen(&options, setup, limits, &simulator, listener, draining).await {
+        Some(served) => served,
+        None => return ExitCode::FAILURE,
+    };
+    stopped(served, simulator.as_ref())
+}
+
+/// The server's bounds, from the options.
+fn server_limits(options: &Options) -> ServerLimits {
+    ServerLimits {
+        header_read_timeout: options.header_read_timeout,
+        idle_timeout: options.idle_timeout,
+        drain_timeout: options.drain_timeout,
+        max_connections: fit_connections(options.max_connections as usize),
+        max_head_bytes: options.max_head_bytes as usize,
+    }
+}
+
+/// The simulated providers of `--simulate`. `--strict` checks requests
+/// against the contract; the simulator checks them unless told otherwise.
+/// Kept to count, at the end, what it refused.
+fn simulator(options: &Options) -> Option<Simulator> {
+    options.simulate.then(|| {
+        if options.strict {
+            // At 0 from the start: a reader tells "none" from "not counted".
+            metrics::counter!(CONTRACT_VIOLATIONS).increment(0);
             Simulator::new()
         } else {
             Simulator::new().lenient()
-        };
+        }
+    })
+}
+
+/// Serves until the shutdown signal: in front of the simulator, signing
+/// for Bedrock (gateway mode), or in front of the routes' upstreams.
+/// `None` when it could not start (said).
+async fn listen(
+    options: &Options,
+    setup: Setup,
+    limits: ServerLimits,
+    simulator: &Option<Simulator>,
+    listener: tokio::net::TcpListener,
+    draining: Draining,
+) -> Option<std::io::Result<()>> {
+    let shutdown = draining.after(shutdown());
+    let Setup {
+        tenants,
+        layer,
+        signer,
+        ..
+    } = setup;
+    if let Some(simulator) = simulator {
+        let upstream = Upstream::parse("http://simulated.invalid").expect("a valid URL");
         let proxy = Proxy::with_service(upstream, layer.layer(simulator.shared()));
-        configure(proxy, &options, limits, tenants)
-            .serve(listener, draining.after(shutdown()))
-            .await
-    } else if let Some(signer) = signer {
-        let shutdown = draining.after(shutdown());
+        return Some(
+            configure(proxy, options, limits, tenants)
+                .serve(listener, shutdown)
+                .await,
+        );
+    }
+    if let Some(signer) = signer {
         let upstream = options.upstream.clone();
         let admitted = (limits, tenants);
-        match serve_signed(
-            upstream, &layer, signer, &options, admitted, listener, shutdown,
+        return serve_signed(
+            upstream, &layer, signer, options, admitted, listener, shutdown,
         )
-        .await
-        {
-            Some(served) => served,
-            None => return ExitCode::FAILURE,
-        }
-    } else {
-        match Proxy::new(routes, &layer) {
-            Ok(proxy) => {
-                configure(proxy, &options, limits, tenants)
-                    .serve(listener, draining.after(shutdown()))
-                    .await
-            }
-            Err(error) => {
-                say(
-                    "ERROR",
-                    &format!("proxy: cannot build the HTTP client: {error}"),
-                );
-                return ExitCode::FAILURE;
-            }
-        }
-    };
-    match served {
-        Ok(()) => {
-            say("INFO", "proxy: stopped");
-            ExitCode::SUCCESS
-        }
+        .await;
+    }
+    match Proxy::new(options.routes(), &layer) {
+        Ok(proxy) => Some(
+            configure(proxy, options, limits, tenants)
+                .serve(listener, shutdown)
+                .await,
+        ),
         Err(error) => {
-            say("ERROR", &format!("proxy: {error}"));
-            ExitCode::FAILURE
+            say(
+                "ERROR",
+                &format!("proxy: cannot build the HTTP client: {error}"),
+            );
+            None
         }
     }
+}
+
+/// Status 3: a strict simulator answered requests that broke the
+/// providers' rules (contract violations), however the run was logged.
+const VIOLATED: u8 = 3;
+
+/// The proxy's status once it stopped serving: a failure to serve, else
+/// the contract violations a strict simulator answered (said whatever
+/// the level filter: a test bed that saw a broken request fails the run
+/// that made it), else success.
+fn stopped(served: std::io::Result<()>, simulator: Option<&Simulator>) -> ExitCode {
+    if let Err(error) = served {
+        say("ERROR", &format!("proxy: {error}"));
+        return ExitCode::FAILURE;
+    }
+    let violations = simulator.map_or(0, Simulator::violations);
+    if violations > 0 {
+        say(
+            "ERROR",
+            &format!(
+                "proxy: stopped; the strict simulated provider answered {violations} \
+                 request(s) that break the providers' rules (contract violations): exit status \
+                 {VIOLATED}"
+            ),
+        );
+        return ExitCode::from(VIOLATED);
+    }
+    say("INFO", "proxy: stopped");
+    ExitCode::SUCCESS
 }
 
 /// The first line on stderr (scripts read the address from it), and a
@@ -788,6 +875,16 @@ mod tests {
             "{layer}"
         );
         assert!(layer_for(&chain).contains("cross_provider: {}"));
+        // With a tenants file, whose chains (now or after a reload) may name
+        // any provider: every key given, spent by the tenants allowed to.
+        let tenants = ["--tenants", "/nonexistent/tenants.toml"];
+        let layer = layer_for(&[&tenants[..], &keys[..]].concat());
+        assert!(layer.contains("OpenAi: Endpoint"), "{layer}");
+        assert!(layer.contains("Google: Endpoint"), "{layer}");
+        assert!(
+            !layer.contains("Anthropic: Endpoint"),
+            "no key given: {layer}"
+        );
     }
 
     #[test]

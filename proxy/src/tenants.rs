@@ -29,7 +29,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
@@ -40,7 +40,7 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 use super::admin::{Probe, ProbeResult};
 use super::client_key::presented;
 use refusal_guard::recovery::category::CategoryPolicy;
-use refusal_guard::recovery::FallbackChains;
+use refusal_guard::recovery::{chain_prefix, parse_entry, providers, FallbackChains};
 use refusal_guard::refusal::Provider;
 use refusal_guard::tenant::{FallbackAllowlist, Tenant};
 
@@ -58,7 +58,35 @@ const MAX_NAME: usize = 64;
 #[serde(deny_unknown_fields)]
 struct FileText {
     #[serde(default)]
-    tenant: Vec<Entry>,
+    tenant: Vec<toml::Spanned<Entry>>,
+}
+
+/// The file read first only for its tables: where each tenant's begins
+/// (its `[[tenant]]` line) and what it is named, so that an error the
+/// reading of the tenants finds names its tenant. Whatever is wrong here
+/// (not TOML, a table other than `[[tenant]]`) is outside any tenant.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantTables {
+    #[serde(default)]
+    tenant: Vec<toml::Spanned<toml::Table>>,
+}
+
+impl TenantTables {
+    /// The tenant whose table holds the byte at `offset` (the last to begin
+    /// before it: every table after a `[[tenant]]` line is its own, or an
+    /// error found before), by name, else by its place in the file.
+    fn named_at(&self, offset: usize) -> Option<String> {
+        let index = self
+            .tenant
+            .iter()
+            .rposition(|table| table.span().start <= offset)?;
+        let table = self.tenant[index].get_ref();
+        Some(match table.get("name").and_then(toml::Value::as_str) {
+            Some(name) => format!("tenant `{name}`"),
+            None => format!("tenant {} (no name)", index + 1),
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -111,17 +139,20 @@ impl TenantTable {
         if text.len() as u64 > MAX_FILE_BYTES {
             return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
         }
-        let file: FileText = toml::from_str(text).map_err(|e| e.to_string())?;
+        let tables: TenantTables = toml::from_str(text).map_err(|e| said(text, &e, None))?;
+        let file: FileText = toml::from_str(text).map_err(|e| said(text, &e, Some(&tables)))?;
         if file.tenant.len() > MAX_TENANTS {
             return Err(format!("more than {MAX_TENANTS} tenants"));
         }
         let mut table = TenantTable::default();
-        for entry in file.tenant {
+        for spanned in file.tenant {
+            let line = line_of(text, spanned.span().start);
+            let entry = spanned.into_inner();
             let name = entry.name.clone();
-            let (tenant, hashes) =
-                read_entry(entry).map_err(|e| format!("tenant `{name}`: {e}"))?;
-            if table.tenants.iter().any(|t| t.name() == tenant.name()) {
-                return Err(format!("tenant `{name}` given twice"));
+            let (tenant, hashes) = read_entry(entry)
+                .map_err(|e| format!("tenant `{name}`: {e} (the table from line {line})"))?;
+            if table.tenants.iter().any(|t| t.name() == name) {
+                return Err(format!("tenant `{name}`: given twice (line {line})"));
             }
             let tenant = match earlier.and_then(|e| e.named(&name)) {
                 Some(before) => tenant.counting_attempts_with(before),
@@ -129,8 +160,11 @@ impl TenantTable {
             };
             let index = table.tenants.len() as u32;
             for hash in hashes {
-                if table.keys.iter().any(|(known, _)| *known == hash) {
-                    return Err(format!("tenant `{name}`: a key hash another entry has too"));
+                if let Some((_, other)) = table.keys.iter().find(|(known, _)| *known == hash) {
+                    let other = table.tenants[*other as usize].name();
+                    return Err(format!(
+                        "tenant `{name}`: a key hash tenant `{other}` has too (line {line})"
+                    ));
                 }
                 table.keys.push((hash, index));
             }
@@ -147,6 +181,53 @@ impl TenantTable {
     /// The tenant named `name`.
     pub fn named(&self, name: &str) -> Option<&Tenant> {
         self.tenants.iter().find(|t| t.name() == name)
+    }
+
+    /// The fallbacks that read but can never be sent, one line each: a
+    /// tenant whose own chains name another provider's models
+    /// (`openai:gpt-5`) and whose `operator_keys` let it spend that
+    /// provider's key, when `held` (the providers the proxy holds a key
+    /// for) does not have it.
+    ///
+    /// ```
+    /// use refusal_guard::proxy::TenantTable;
+    /// use refusal_guard::refusal::Provider;
+    ///
+    /// let text = r#"
+    /// [[tenant]]
+    /// name = "red-team"
+    /// key_sha256 = ["2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"]
+    /// chains = { "claude-opus-4-7" = ["claude-sonnet-4-5", "openai:gpt-5"] }
+    /// operator_keys = ["openai"]
+    /// "#;
+    /// let table = TenantTable::parse(text, None)?;
+    /// assert!(table.unkeyed_fallbacks(&[Provider::OpenAi]).is_empty());
+    /// let unkeyed = table.unkeyed_fallbacks(&[]);
+    /// assert!(unkeyed[0].starts_with("tenant `red-team`: its chains name `openai:` models"));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn unkeyed_fallbacks(&self, held: &[Provider]) -> Vec<String> {
+        let mut unkeyed = Vec::new();
+        for tenant in &self.tenants {
+            let Some(chains) = tenant.chains_setting() else {
+                continue;
+            };
+            for provider in providers() {
+                let named = chains
+                    .entries()
+                    .any(|entry| parse_entry(entry).is_some_and(|(p, _)| p == provider));
+                if named && tenant.may_use_operator_key(provider) && !held.contains(&provider) {
+                    let prefix = chain_prefix(provider);
+                    unkeyed.push(format!(
+                        "tenant `{}`: its chains name `{prefix}:` models and its `operator_keys` \
+                         {provider}, but the proxy holds no {provider} key (--{prefix}-api-key): \
+                         those fallbacks will be skipped (no_endpoint)",
+                        tenant.name()
+                    ));
+                }
+            }
+        }
+        unkeyed
     }
 
     /// The tenant whose key `headers` present (`x-refusal-guard-key`,
@@ -168,6 +249,39 @@ impl TenantTable {
             found.conditional_assign(&(index + 1), equal);
         }
         found.checked_sub(1)
+    }
+}
+
+/// The line (from 1) of the byte at `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    1 + text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|b| **b == b'\n')
+        .count()
+}
+
+/// What a reading of the file found wrong, on one line: the tenant whose
+/// table it is in (when `tables` are known), what is wrong, and where.
+fn said(text: &str, error: &toml::de::Error, tables: Option<&TenantTables>) -> String {
+    let message = error.message().trim_end();
+    let Some(at) = error.span().map(|span| span.start.min(text.len())) else {
+        return message.to_owned();
+    };
+    let line_start = text[..at].rfind('\n').map_or(0, |newline| newline + 1);
+    let column = 1 + text[line_start..at].chars().count();
+    // The line itself, so that a type error says which field it is in.
+    let shown: String = text[line_start..]
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take(80)
+        .collect();
+    let place = format!("line {}, column {column}: `{shown}`", line_of(text, at));
+    match tables.and_then(|tables| tables.named_at(at)) {
+        Some(tenant) => format!("{tenant}: {message} ({place})"),
+        None => format!("{message} ({place})"),
     }
 }
 
@@ -350,6 +464,9 @@ pub struct Tenants {
     path: PathBuf,
     table: RwLock<Arc<TenantTable>>,
     status: Mutex<Status>,
+    /// The providers the proxy holds an operator key for, once told: a
+    /// reload then warns of the fallbacks its file names that no key serves.
+    held: OnceLock<Vec<Provider>>,
 }
 
 impl Tenants {
@@ -366,7 +483,17 @@ impl Tenants {
                 seen,
                 reloaded: 0,
             }),
+            held: OnceLock::new(),
         }))
+    }
+
+    /// Tells it which providers the proxy holds an operator key for (the
+    /// first call counts), and returns what the table in force cannot do
+    /// for want of one ([`TenantTable::unkeyed_fallbacks`]); every reload
+    /// after it logs the same for its file as warnings.
+    pub fn holding_keys_for(&self, providers: impl IntoIterator<Item = Provider>) -> Vec<String> {
+        let held = self.held.get_or_init(|| providers.into_iter().collect());
+        self.table().unkeyed_fallbacks(held)
     }
 
     /// The file's path.
@@ -394,6 +521,11 @@ impl Tenants {
                 status.failed = None;
                 status.reloaded += 1;
                 tracing::info!(path = %self.path.display(), tenants = count, "tenants file reloaded");
+                if let Some(held) = self.held.get() {
+                    for unkeyed in self.table().unkeyed_fallbacks(held) {
+                        tracing::warn!(path = %self.path.display(), "{unkeyed}");
+                    }
+                }
                 Ok(count)
             }
             Err(why) => {
@@ -538,30 +670,73 @@ mod tests {
     }
 
     #[test]
-    fn bad_files_say_what_is_wrong() {
+    fn every_error_in_a_tenants_table_names_the_tenant_and_its_line() {
         for (extra, says) in [
-            ("colour = \"red\"", "unknown field"),
-            ("policy = \"bio=explode\"", "tenant `a`: `policy`"),
+            ("colour = \"red\"", "unknown field `colour`"),
+            (
+                "policy = \"bio=explode\"",
+                "`policy`: unknown step `explode`",
+            ),
             ("allow_providers = [\"azure\"]", "unknown provider `azure`"),
             ("chains = { m = [] }", "lists 1 to 8 models"),
             (
                 "recovery_attempts_per_hour = -1",
                 "recovery_attempts_per_hour",
             ),
+            ("rescue = \"yes\"", "invalid type"),
         ] {
-            let error = one(extra).unwrap_err();
+            let text = format!(
+                "# two tenants\n[[tenant]]\nname = \"ok\"\nkey_sha256 = [\"{}\"]\n\n\
+                 [[tenant]]\nname = \"team-zed\"\nkey_sha256 = [\"{FOO}\"]\n{extra}\n",
+                hash_key("another")
+            );
+            let error = TenantTable::parse(&text, None).unwrap_err();
+            assert!(error.starts_with("tenant `team-zed`: "), "{extra}: {error}");
             assert!(error.contains(says), "{extra}: {error}");
+            assert!(
+                error.contains("line 6") || error.contains("line 9"),
+                "{extra}: {error}"
+            );
         }
+        let unnamed = format!("[[tenant]]\nkey_sha256 = [\"{FOO}\"]\n");
+        let error = TenantTable::parse(&unnamed, None).unwrap_err();
+        assert!(error.starts_with("tenant 1 (no name): "), "{error}");
+        assert!(
+            error.ends_with("(line 1, column 1: `[[tenant]]`)"),
+            "{error}"
+        );
+        assert!(error.contains("missing field `name`"), "{error}");
         let twice = format!("[[tenant]]\nname = \"a\"\nkey_sha256 = [\"{FOO}\"]\n[[tenant]]\nname = \"b\"\nkey_sha256 = [\"{FOO}\"]\n");
-        assert!(TenantTable::parse(&twice, None)
-            .unwrap_err()
-            .contains("another entry"));
+        assert_eq!(
+            TenantTable::parse(&twice, None).unwrap_err(),
+            "tenant `b`: a key hash tenant `a` has too (line 4)"
+        );
+        let same_name = format!("[[tenant]]\nname = \"a\"\nkey_sha256 = [\"{FOO}\"]\n[[tenant]]\nname = \"a\"\nkey_sha256 = [\"{}\"]\n", hash_key("b"));
+        assert_eq!(
+            TenantTable::parse(&same_name, None).unwrap_err(),
+            "tenant `a`: given twice (line 4)"
+        );
         let short = "[[tenant]]\nname = \"a\"\nkey_sha256 = [\"abc\"]\n";
-        assert!(TenantTable::parse(short, None)
-            .unwrap_err()
-            .contains("64 hex digits"));
+        let error = TenantTable::parse(short, None).unwrap_err();
+        assert!(error.starts_with("tenant `a`: "), "{error}");
+        assert!(error.contains("64 hex digits"), "{error}");
         let bad_name = format!("[[tenant]]\nname = \"a b\"\nkey_sha256 = [\"{FOO}\"]\n");
-        assert!(TenantTable::parse(&bad_name, None).is_err());
+        let error = TenantTable::parse(&bad_name, None).unwrap_err();
+        assert!(
+            error.starts_with("tenant `a b`: a name is 1 to 64"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn what_is_wrong_outside_any_tenant_is_said_with_its_line() {
+        let typo = format!("[[tenants]]\nname = \"a\"\nkey_sha256 = [\"{FOO}\"]\n");
+        let error = TenantTable::parse(&typo, None).unwrap_err();
+        assert!(error.contains("unknown field `tenants`"), "{error}");
+        assert!(error.contains("line 1"), "{error}");
+        let unclosed = "[[tenant]]\nname = \"a\n";
+        let error = TenantTable::parse(unclosed, None).unwrap_err();
+        assert!(error.contains("line 2"), "{error}");
         let big = "#".repeat(MAX_FILE_BYTES as usize + 1);
         assert!(TenantTable::parse(&big, None)
             .unwrap_err()

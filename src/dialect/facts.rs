@@ -60,6 +60,9 @@ pub(crate) struct Api {
     pub(crate) dialect: Option<&'static dyn Dialect>,
 }
 
+/// The header naming an error's type, and its value for a status.
+pub(crate) type TypeHeader = fn(StatusCode) -> (&'static str, &'static str);
+
 /// An API's error JSON, declared in its provider's `errors.rs` and named by
 /// its wire APIs in the registry.
 pub(crate) struct ErrorShape {
@@ -73,7 +76,7 @@ pub(crate) struct ErrorShape {
     pub(crate) provider_body: fn(StatusCode, &str) -> Value,
     /// The header naming the error's type, for the shapes that put it in
     /// one, with its value for a status.
-    pub(crate) type_header: Option<fn(StatusCode) -> (&'static str, &'static str)>,
+    pub(crate) type_header: Option<TypeHeader>,
     /// Whether a request path the guard may not recognise (a listing, a
     /// malformed path), lower-cased, looks like one of this shape's APIs.
     pub(crate) claims_path: fn(&str) -> bool,
@@ -127,11 +130,14 @@ pub(crate) struct ClientSide {
     pub(crate) stream_writer: fn(include_usage: bool) -> Box<dyn WriteStream>,
 }
 
+/// Writes a request of an API for a model: its path (and query) and body.
+pub(crate) type WriteRequest = fn(&Prompt, &str) -> Result<(String, Value), Untranslatable>;
+
 /// The API a fallback is sent in, in a translation.
 pub(crate) struct TargetSide {
     /// Writes a request of the API for a model: its path (and query) and
     /// body.
-    pub(crate) write_request: fn(&Prompt, &str) -> Result<(String, Value), Untranslatable>,
+    pub(crate) write_request: WriteRequest,
     /// Reads a whole answer of the API.
     pub(crate) read_reply: fn(&Value) -> Result<Reply, Untranslatable>,
     /// A reader of a streamed answer of the API.

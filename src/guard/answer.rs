@@ -170,10 +170,15 @@ where
     R: InnerBody,
 {
     let (sender, receiver) = tokio::sync::mpsc::channel(16);
+    let handle = call.handle.clone();
     tokio::spawn(async move {
         if let Some(served) = unless_gone(&sender, decision).await {
             pump(served, &sender, None).await;
         }
+        // The client holds the handle already: a client that left before
+        // anything was judged settles it too, with nothing recorded (the
+        // first settling wins).
+        handle.settle(None);
     });
     // The body that follows is not the one this length was for.
     head.headers.remove(CONTENT_LENGTH);
@@ -201,6 +206,7 @@ fn live_thinking<U: InnerService>(
     let mut client = Response::from_parts(parts.clone(), ());
     *client.headers_mut() = head;
     let keepalive = config.keepalive_after.map(|_| config.keepalive_interval);
+    let handle = call.handle.clone();
     tokio::spawn(async move {
         let mut forward = LiveForward::new(sender.clone(), splice, max_frame);
         let original = Response::from_parts(parts, body);
@@ -216,6 +222,8 @@ fn live_thinking<U: InnerService>(
         if let Some((served, continuation)) = unless_gone(&sender, work).await {
             pump(served, &sender, continuation).await;
         }
+        // As in keep-alive: settled even when the client left first.
+        handle.settle(None);
     });
     let (parts, ()) = client.into_parts();
     let mut response = Response::from_parts(parts, GuardBody::channel(receiver, keepalive));

@@ -73,6 +73,7 @@ impl<U> Exchange<U> {
             usage: None,
             fallback_credit: None,
             rerouted_to: None,
+            reason: None,
         }
     }
 

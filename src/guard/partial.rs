@@ -29,7 +29,9 @@ use crate::guard::respond::{
 };
 use crate::guard::settle::{refusal_of, About, Ending, Settlement};
 use crate::guard::upstream::{InnerBody, InnerService, UpstreamBody};
-use crate::refusal::{Attempt, AttemptResult, AttemptStep, Outcome, Refusal, RefusalKind};
+use crate::refusal::{
+    Attempt, AttemptResult, AttemptStep, DeadReason, Outcome, Refusal, RefusalKind,
+};
 use crate::sse::SseFramer;
 use crate::BoxError;
 
@@ -260,17 +262,8 @@ impl<U: InnerService> Continuation<U> {
             ..
         } = &mut self.exchange;
         let streaming = &original.streaming;
-        let mut record = Attempt {
-            step: AttemptStep::Fallback,
-            model: Some(self.plan.model.clone()),
-            provider: None,
-            result: AttemptResult::TransportError,
-            status: None,
-            latency_ms: 0,
-            usage: None,
-            fallback_credit: None,
-            rerouted_to: None,
-        };
+        let mut record = Attempt::new(AttemptStep::Fallback, AttemptResult::TransportError)
+            .model(self.plan.model.clone());
         let Some(mut next) = original.draft() else {
             tracing::warn!("the partial refusal could not be continued: the request is not JSON");
             return (record, None);
@@ -294,6 +287,7 @@ impl<U: InnerService> Continuation<U> {
             );
             crate::telemetry::metrics::recovery_capped(tenant.name());
             record.result = AttemptResult::Skipped;
+            record.reason = Some(DeadReason::Capped);
             return (record, None);
         }
         let request: Request<U::Body> = next.request(&next.json);

@@ -194,10 +194,24 @@
 //!   the field, the upper bound was not found in the docs searched);
 //! - `G4` `generationConfig.stopSequences` at most 5 strings,
 //!   `generationConfig.temperature` from 0 to 2, and each
-//!   `functionDeclarations` entry named (letters, digits, `_`, `.`, `:`,
-//!   `-`; at most 128, starting with a letter or `_`: Gemini API reference
-//!   and Vertex AI `FunctionDeclaration.name`, python-genai `types.py`
-//!   `FunctionDeclaration`).
+//!   `functionDeclarations` entry named as its API says. The Gemini API
+//!   (`generativelanguage`, paths `/v1beta/models/...`): 1 to 64 letters,
+//!   digits, `_`, `:`, `.` or `-` (Gemini API reference,
+//!   `google.ai.generativelanguage.v1beta` `FunctionDeclaration.name`:
+//!   "Must be a-z, A-Z, 0-9, or contain underscores, colons, dots, and
+//!   dashes, with a maximum length of 64"), starting with a letter or `_`
+//!   (the reference leaves the first character out; the API's own 400 says
+//!   it: "Invalid function name. Must start with a letter or an underscore.
+//!   Must be alphameric (a-z, A-Z, 0-9), underscores (_), dots (.), colons
+//!   (:), or dashes (-), with a maximum length of 64", as quoted in
+//!   google-gemini/gemini-cli and router-for-me/Cli-Proxy-API-Management-Center
+//!   issues). Vertex AI (paths under `/projects/` or `/publishers/`): 1 to
+//!   64 letters, digits, `_`, `.` or `-`, starting with a letter or `_`, no
+//!   colon (Vertex AI v1 reference, `google.cloud.aiplatform.v1`
+//!   `FunctionDeclaration.name`: "Must start with a letter or an
+//!   underscore. Must be a-z, A-Z, 0-9, or contain underscores, dots and
+//!   dashes, with a maximum length of 64"; the 128 characters with colons
+//!   of its earlier reference are no longer documented).
 //!
 //! Claude on Amazon Bedrock, answered as Bedrock does (`x-amzn-errortype`
 //! and `{"message": ...}`), for an upstream that is Bedrock
@@ -668,7 +682,7 @@ impl Contract {
             Api::AnthropicCountTokens => count_tokens(&body),
             Api::OpenAiChat | Api::AzureChat => chat(api, &body),
             Api::Responses => responses(path, &body),
-            Api::Gemini => gemini(&body),
+            Api::Gemini => gemini(path, &body),
             Api::BedrockInvoke => bedrock_anthropic(api, &betas, &body),
             Api::BedrockMessages => {
                 bedrock_header_betas(&betas).and_then(|()| bedrock_anthropic(api, &betas, &body))
@@ -1799,7 +1813,7 @@ fn responses(path: &str, body: &Value) -> Result<(), Broken> {
     Ok(())
 }
 
-fn gemini(body: &Value) -> Result<(), Broken> {
+fn gemini(path: &str, body: &Value) -> Result<(), Broken> {
     let contents = body
         .get("contents")
         .and_then(Value::as_array)
@@ -1843,7 +1857,7 @@ fn gemini(body: &Value) -> Result<(), Broken> {
             }
         }
     }
-    gemini_config_and_tools(body)?;
+    gemini_config_and_tools(GoogleApi::of(path), body)?;
     if let Some(count) = body.pointer("/generationConfig/candidateCount") {
         if !count.as_u64().is_some_and(|n| (1..=8).contains(&n)) {
             return Err((
@@ -1855,20 +1869,45 @@ fn gemini(body: &Value) -> Result<(), Broken> {
     Ok(())
 }
 
-/// A Gemini function name: letters, digits, `_`, `.`, `:`, `-`, at most
-/// 128, starting with a letter or `_`.
-fn gemini_function_name(name: Option<&str>) -> bool {
-    name.is_some_and(|name| {
-        let first = name.bytes().next();
-        (1..=128).contains(&name.len())
-            && first.is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b':' | b'-'))
-    })
+/// Which of Google's two APIs serving Gemini a request went to: they name
+/// functions by different rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GoogleApi {
+    /// The Gemini API (`generativelanguage.googleapis.com/v1beta/models/...`).
+    Gemini,
+    /// Vertex AI (`.../v1/projects/{p}/locations/{l}/publishers/google/models/...`,
+    /// or express mode's `.../v1/publishers/google/models/...`).
+    Vertex,
 }
 
-fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
+impl GoogleApi {
+    fn of(path: &str) -> GoogleApi {
+        if path.contains("/projects/") || path.contains("/publishers/") {
+            GoogleApi::Vertex
+        } else {
+            GoogleApi::Gemini
+        }
+    }
+
+    /// Whether `name` names a function in this API (`G4`): 1 to 64
+    /// characters, a letter or `_` first, then letters, digits, `_`, `.`,
+    /// `-`, and in the Gemini API `:` too.
+    fn names_function(self, name: Option<&str>) -> bool {
+        let Some(name) = name.filter(|name| (1..=64).contains(&name.len())) else {
+            return false;
+        };
+        let colons = self == GoogleApi::Gemini;
+        let first = name.as_bytes()[0];
+        (first.is_ascii_alphabetic() || first == b'_')
+            && name.bytes().all(|b| {
+                b.is_ascii_alphanumeric()
+                    || matches!(b, b'_' | b'.' | b'-')
+                    || (colons && b == b':')
+            })
+    }
+}
+
+fn gemini_config_and_tools(api: GoogleApi, body: &Value) -> Result<(), Broken> {
     if let Some(stops) = body.pointer("/generationConfig/stopSequences") {
         let valid = stops
             .as_array()
@@ -1886,7 +1925,7 @@ fn gemini_config_and_tools(body: &Value) -> Result<(), Broken> {
     for (i, tool) in tools.into_iter().flatten().enumerate() {
         let declarations = tool.get("functionDeclarations").and_then(Value::as_array);
         for (j, declaration) in declarations.into_iter().flatten().enumerate() {
-            if !gemini_function_name(declaration.get("name").and_then(Value::as_str)) {
+            if !api.names_function(declaration.get("name").and_then(Value::as_str)) {
                 return Err((
                     "G4",
                     format!("tools[{i}].function_declarations[{j}].name: Invalid function name"),

@@ -56,8 +56,9 @@
 //! **The contract.** Every request is first checked against the
 //! providers' documented request rules ([`contract`]), as the real APIs
 //! would: one that breaks a rule gets the provider's own 400 (404 for a
-//! path no API serves), is logged as one `warn` line naming the rule, and
-//! is kept for [`take_violations`](Simulator::take_violations).
+//! path no API serves), is counted where no log filter reaches (the
+//! [`CONTRACT_VIOLATIONS`] counter), is logged as one `warn` line naming
+//! the rule, and is kept for [`take_violations`](Simulator::take_violations).
 //! [`lenient`](Simulator::lenient) turns the check off. The simulator's
 //! own errors (another path or method, a body that is not a JSON object)
 //! come in the API's error shape with the
@@ -152,6 +153,19 @@ pub use server::SimulatedServer;
 /// # }
 /// ```
 pub const MAX_REQUEST_BYTES: usize = 32 * 1024 * 1024;
+
+/// The counter, through the [`metrics`] facade, of the requests a strict
+/// simulator answered with a contract error: a channel no log filter turns
+/// off (the proxy's `/metrics` with `--simulate --strict --admin`, where it
+/// is registered at 0 from the start, so that a reader tells "none" from
+/// "not counted"). [`Simulator::violations`] counts the same per simulator.
+///
+/// ```
+/// use refusal_guard_testkit::CONTRACT_VIOLATIONS;
+///
+/// assert_eq!(CONTRACT_VIOLATIONS, "refusal_guard_contract_violations_total");
+/// ```
+pub const CONTRACT_VIOLATIONS: &str = "refusal_guard_contract_violations_total";
 
 /// The hook that names a prompt's category.
 type Categorize = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -375,7 +389,9 @@ impl Simulator {
 
     /// Checks every request against the providers' documented rules
     /// ([`contract`]) first, answering one that breaks a rule the way the
-    /// provider does (its 400, in its shape) and logging it (`warn`, one
+    /// provider does (its 400, in its shape), counting it
+    /// ([`violations`](Self::violations), and the [`CONTRACT_VIOLATIONS`]
+    /// counter, which no log filter hides) and logging it (`warn`, one
     /// line: the request's method and path, the API, the rule and what is
     /// wrong). On unless [`lenient`](Self::lenient).
     ///
@@ -767,6 +783,7 @@ impl Simulator {
             rule = violation.rule,
             "simulated provider: contract violation: {violation}"
         );
+        metrics::counter!(CONTRACT_VIOLATIONS).increment(1);
         let response = violation.response();
         self.lock().violated(violation);
         Some(response)

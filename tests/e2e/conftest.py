@@ -2,12 +2,16 @@
 session, and fails each test whose requests broke the providers' request
 contract: the harness's mock and strict simulator report what they answered
 with a contract error (`GET /__mock/violations`), and every `refusal-guard
---simulate --strict` process started here logs it; both are read after each
-test."""
+--simulate --strict` process started here counts it on its admin listener
+(`refusal_guard_contract_violations_total` on `/metrics`); both are read
+after each test. Neither is a log line, so no `RUST_LOG` hides them. Every
+such process, and the harness, must also exit with status 0 when stopped:
+non-zero is what they say when any request broke a rule."""
 
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.request
@@ -18,6 +22,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+
+
+def in_ci() -> bool:
+    """Whether this is CI: CI set to anything but empty, 0 or false (as
+    .ci/e2e.sh reads it), where a check that cannot run fails."""
+    return os.environ.get("CI", "") not in ("", "0", "false")
 
 
 def harness_binary() -> Path:
@@ -38,8 +48,24 @@ def refusal_guard_binary() -> Path:
 # The note the guard adds to a rescue request.
 NOTE = "[refusal-guard]"
 
-# What a strict simulator logs for a request that broke a rule.
-VIOLATION = "contract violation"
+# The counter a strict simulator keeps of the requests that broke a rule.
+VIOLATIONS = "refusal_guard_contract_violations_total"
+
+
+def contract_violations(admin: str) -> float:
+    """The contract violations a strict simulator counted so far, read from
+    its admin listener's /metrics with the official Prometheus parser; fails
+    the test when the counter is not there (a check that read nothing would
+    pass anything)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{admin}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == VIOLATIONS:
+                return sample.value
+    pytest.fail(f"{admin}/metrics has no {VIOLATIONS}:\n{text}")
 
 
 def client_options(script: str, script_id: str) -> dict:
@@ -93,18 +119,23 @@ STARTED = []
 
 class ProxyProcess:
     """A `refusal-guard` process on a free loopback port, its stderr in a
-    file; `env` replaces the environment it inherits where given."""
+    file; `env` replaces the environment it inherits where given. A strict
+    simulator (`--strict`) gets an admin listener too, where it counts its
+    contract violations."""
 
     def __init__(self, name: str, args: list, tmp: Path, env: dict | None = None):
         binary = refusal_guard_binary()
         if not binary.exists():
             pytest.fail(f"{binary} is missing: run `cargo build --workspace --all-features --bins` first")
         self.name = name
-        self.reported = 0
+        self.strict = "--strict" in args
+        self.reported = 0.0
+        self.admin = None
         self.err = tmp / f"{name}.err"
+        admin = ["--admin", "127.0.0.1:0"] if self.strict else []
         STARTED.append(self)
         self.process = subprocess.Popen(
-            [str(binary), "--listen", "127.0.0.1:0", *args],
+            [str(binary), "--listen", "127.0.0.1:0", *admin, *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.err.open("w"),
@@ -112,12 +143,15 @@ class ProxyProcess:
         )
         deadline = time.time() + 30
         while time.time() < deadline:
-            for line in self.stderr().splitlines():
-                if "listening on http://" in line:
-                    self.url = line.split("listening on ")[1].split()[0]
-                    return
+            text = self.stderr()
+            listening = re.search(r"listening on (http://[0-9.]+:[0-9]+)", text)
+            on_admin = re.search(r"admin on (http://[0-9.]+:[0-9]+)", text)
+            if listening and (on_admin or not self.strict):
+                self.url = listening.group(1)
+                self.admin = on_admin.group(1) if on_admin else None
+                return
             if self.process.poll() is not None:
-                pytest.fail(f"{name} exited: {self.stderr()}")
+                pytest.fail(f"{name} exited: {text}")
             time.sleep(0.05)
         self.process.kill()
         pytest.fail(f"{name} did not start: {self.stderr()}")
@@ -126,15 +160,16 @@ class ProxyProcess:
         return self.err.read_text()
 
     def new_violations(self) -> list:
-        """The contract violations it logged (a strict simulator) since the
-        last call."""
-        try:
-            logged = self.stderr()
-        except FileNotFoundError:
+        """What a strict simulator counted since the last call: the count
+        on its /metrics (none for a proxy in front of the mock, whose
+        violations the mock reports), with its stderr for the details."""
+        if not self.strict or self.process.poll() is not None:
             return []
-        lines = [line for line in logged.splitlines() if VIOLATION in line]
-        new, self.reported = lines[self.reported:], len(lines)
-        return new
+        counted = contract_violations(self.admin)
+        new, self.reported = counted - self.reported, counted
+        if new == 0:
+            return []
+        return [f"{new:.0f} request(s) broke a rule; its stderr:\n{self.stderr()}"]
 
     def paths(self) -> list:
         """The paths of the requests it answered (its access lines)."""
@@ -146,11 +181,16 @@ class ProxyProcess:
         return paths
 
     def stop(self):
+        """Stops it (SIGTERM); a strict simulator that answered any request
+        with a contract error exits non-zero, and fails the test."""
         self.process.terminate()
         try:
-            self.process.wait(timeout=10)
+            code = self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+            raise
+        if code != 0:
+            pytest.fail(f"{self.name} exited with status {code}:\n{self.stderr()}")
 
 
 @contextlib.contextmanager
@@ -176,16 +216,18 @@ def running_harness(log: Path):
     binary = harness_binary()
     if not binary.exists():
         pytest.fail(f"{binary} is missing: run `cargo build -p refusal-guard-tools` first")
+    err = log.with_suffix(".harness.err")
     process = subprocess.Popen(
         [str(binary), "--log", str(log)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=err.open("w"),
         text=True,
     )
     line = process.stdout.readline()
     if not line:
         process.kill()
-        pytest.fail("the e2e harness exited before printing its addresses")
+        pytest.fail(f"the e2e harness exited before printing its addresses:\n{err.read_text()}")
     info = json.loads(line)
     MOCKS.append(info["mock"])
     try:
@@ -194,10 +236,13 @@ def running_harness(log: Path):
         MOCKS.remove(info["mock"])
     process.stdin.close()  # the harness stops when stdin closes
     try:
-        process.wait(timeout=15)
+        code = process.wait(timeout=15)
     except subprocess.TimeoutExpired:
         process.kill()
         raise
+    # Non-zero: a request broke the providers' rules (or the harness failed).
+    if code != 0:
+        pytest.fail(f"the e2e harness exited with status {code}:\n{err.read_text()}")
 
 
 @pytest.fixture(scope="session")
@@ -211,7 +256,8 @@ def no_contract_violations():
     """Fails the test (at its teardown) if a request it caused broke a
     rule of the providers' request contract: the harness's mock and strict
     simulator answered it with the provider's 400 (404, 501), or a strict
-    `refusal-guard --simulate` logged it. A tolerated 400 never stays green."""
+    `refusal-guard --simulate` counted it on its /metrics. A tolerated 400
+    never stays green."""
     yield
     found = []
     for mock in MOCKS:
@@ -247,7 +293,7 @@ def browser():
     if not Path(CHROMIUM).exists():
         # Skipped only where .ci/e2e.sh found it missing, and never in CI.
         cannot = os.environ.get("REFUSAL_GUARD_E2E_NO_CHROMIUM")
-        if cannot and os.environ.get("CI") != "true":
+        if cannot and not in_ci():
             pytest.skip(f"a page in a browser: {cannot}")
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/e2e.sh does)")
     from playwright.sync_api import sync_playwright

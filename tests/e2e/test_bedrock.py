@@ -309,19 +309,28 @@ def test_boto3_invoke_stream_and_converse_stream_through_the_gateway(gateway):
 def serve_for_claude_code():
     """`python test_bedrock.py`: the mock for .ci/e2e.sh's Claude Code step.
     Every call naming an Opus model is refused (a stream or a JSON body, as
-    asked); every other model answers. Prints its port, serves until killed."""
+    asked); every other model answers. Prints its port, serves until killed.
+    `GET /__mock/violations` lists, as lines of text, every request it
+    refused for a bad signature or for breaking Bedrock's rules (the
+    check .ci/e2e.sh reads; stderr logs each request too)."""
     import sys
+
+    failures = []
 
     class Scripted(Handler):
         def handle_request(self):
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length) if length else b""
+            if self.command == "GET" and self.path == "/__mock/violations":
+                return self.send(200, "application/json", [json.dumps(failures).encode()])
             headers = {k.lower(): v for k, v in self.headers.items()}
             ok = verify(self.command, self.path, headers, body)
             print(f"{self.command} {self.path} verified={ok}", file=sys.stderr, flush=True)
             if not ok:
+                failures.append(f"unsigned or badly signed: {self.command} {self.path}")
                 return self.send(403, "application/json", [b'{"message":"signature mismatch"}'])
             if (verdict := contract().check(self.command, self.path, headers, body)) is not None:
+                failures.append(f"rejected: {verdict['violation']}")
                 print(f"rejected: {verdict['violation']}", file=sys.stderr, flush=True)
                 return reject(self, verdict)
             if not self.path.startswith("/model/"):

@@ -16,6 +16,7 @@ client-side fallback, a partial refusal and a dead one. Then:
 
 import collections
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -27,7 +28,15 @@ import uuid
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import ARTEFACTS, VIOLATION, Harness, open_page, refusal_guard_binary, running_harness
+from conftest import (
+    ARTEFACTS,
+    Harness,
+    ProxyProcess,
+    contract_violations,
+    open_page,
+    refusal_guard_binary,
+    running_harness,
+)
 
 TEXT = "anthropic/anthropic-sdk-python/basic_response.txt"
 TEXT_JSON = "e2e/message_text.json"
@@ -356,13 +365,44 @@ def test_proxy_admin_flag_serves_metrics_of_its_own_log(tmp_path):
         assert get(f"{admin}/")[1].startswith("<!doctype html>")
         # The API port does not serve the admin routes.
         assert "refusal_guard_" not in get(f"{api}/metrics")[1]
+        # The strict simulator held the request and its rescue to the rules:
+        # it counted no violation (the counter is there, at 0).
+        assert contract_violations(admin) == 0
     finally:
         process.terminate()
         try:
-            process.wait(timeout=15)
+            code = process.wait(timeout=15)
         except subprocess.TimeoutExpired:
             process.kill()
             raise
-    # The strict simulator held the request and its rescue to the rules.
+    # A strict simulator that answered a broken request exits non-zero.
     logged = "".join(lines) + process.stderr.read()
-    assert VIOLATION not in logged, logged
+    assert code == 0, logged
+
+
+def test_the_checks_see_a_strict_simulators_violation_with_logging_at_errors_only(tmp_path):
+    """The channel every check here reads is no log line: with RUST_LOG=error
+    (the simulator's warning filtered out) a broken request still shows as
+    a new violation on /metrics, and the process still exits non-zero."""
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    env["RUST_LOG"] = "error"
+    proxy = ProxyProcess("strict-quiet", ["--simulate", "--strict", "--log", "off"], tmp_path, env=env)
+    try:
+        assert proxy.new_violations() == [], "none before a request"
+        # No max_tokens: the Messages API's 400.
+        request = urllib.request.Request(
+            f"{proxy.url}/v1/messages",
+            data=json.dumps({"model": "claude-opus-4-7",
+                             "messages": [{"role": "user", "content": "hi"}]}).encode(),
+            headers={"content-type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as answered:
+            urllib.request.urlopen(request, timeout=10)
+        assert answered.value.code == 400
+        found = proxy.new_violations()
+        assert len(found) == 1 and found[0].startswith("1 request(s) broke a rule"), found
+        assert "A2" not in proxy.stderr(), "the warning naming the rule was filtered out"
+    finally:
+        proxy.process.terminate()
+        code = proxy.process.wait(timeout=15)
+    assert code == 3, proxy.stderr()

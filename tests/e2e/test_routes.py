@@ -9,12 +9,13 @@ API, refuses each conversation's first attempt and answers later ones; with
 rescue off and no chain, their refusals reach the routed proxy exactly as
 sent. Strict, they hold what reaches them (Claude Code's, the openai SDK's
 and google-genai's requests, and the routed proxy's fallbacks) to the
-providers' rules, and a break fails the test (conftest reads their logs).
+providers' rules, and a break fails the test (conftest reads their
+counts on /metrics, and their exit status).
 A fourth one is the default upstream, so that nothing leaves loopback.
 
 Claude Code is the native CLI .ci/e2e.sh installs from npm, named by
 REFUSAL_GUARD_E2E_CLAUDE; without it the test is skipped outside CI and
-fails under CI=true."""
+fails under CI (any value of CI but empty, 0 or false)."""
 
 import json
 import os
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ProxyProcess as Proxy
+from conftest import in_ci
 
 CLAUDE_MODEL = "claude-opus-4-7"
 CHAINS = ";".join(
@@ -70,8 +72,8 @@ def routed(tmp_path):
 def claude_code(tmp: Path, base_url: str) -> subprocess.Popen:
     claude = os.environ.get("REFUSAL_GUARD_E2E_CLAUDE")
     if not claude:
-        if os.environ.get("CI") == "true":
-            pytest.fail("REFUSAL_GUARD_E2E_CLAUDE is unset under CI=true (.ci/e2e.sh sets it)")
+        if in_ci():
+            pytest.fail(f"REFUSAL_GUARD_E2E_CLAUDE is unset under CI={os.environ['CI']} (.ci/e2e.sh sets it)")
         pytest.skip("no Claude Code CLI (REFUSAL_GUARD_E2E_CLAUDE; .ci/e2e.sh installs it)")
     home = tmp / "claude-home"
     home.mkdir()

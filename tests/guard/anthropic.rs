@@ -263,21 +263,31 @@ async fn one_rescue_per_conversation_until_real_output() {
 }
 
 /// A guard recording into a fresh sink over [`judging_upstream`], with the
-/// count of the requests that upstream received.
+/// count of the requests that upstream received, and that upstream's
+/// check, which the test holds.
 fn judged_guard(
     continuation_answers: bool,
-) -> (Arc<AtomicUsize>, MemorySink, RefusalGuard<impl MockInner>) {
+) -> (
+    Arc<AtomicUsize>,
+    MemorySink,
+    RefusalGuard<impl MockInner>,
+    Answering<impl MockInner>,
+) {
     let requests = Arc::new(AtomicUsize::new(0));
     let sink = MemorySink::new();
+    let upstream = judging_upstream(continuation_answers, requests.clone());
     let guard = RefusalGuardLayer::new()
         .telemetry(sink.clone())
-        .layer(judging_upstream(continuation_answers, requests.clone()));
-    (requests, sink, guard)
+        .layer(upstream.service());
+    (requests, sink, guard, upstream)
 }
 
 /// An upstream that refuses originals and answers continuations, whatever
 /// order concurrent requests arrive in.
-fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> impl MockInner {
+fn judging_upstream(
+    continuation_answers: bool,
+    requests: Arc<AtomicUsize>,
+) -> Answering<impl MockInner> {
     answering(move |request: http::Request<Full<Bytes>>| {
         let requests = requests.clone();
         async move {
@@ -299,7 +309,7 @@ fn judging_upstream(continuation_answers: bool, requests: Arc<AtomicUsize>) -> i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_conversations_are_rescued_independently() {
-    let (requests, sink, guard) = judged_guard(true);
+    let (requests, sink, guard, _upstream) = judged_guard(true);
     let mut tasks = Vec::new();
     for i in 0..40 {
         let guard = guard.clone();
@@ -327,7 +337,7 @@ async fn concurrent_conversations_are_rescued_independently() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_refusals_in_one_conversation_get_one_rescue() {
-    let (requests, sink, guard) = judged_guard(false);
+    let (requests, sink, guard, _upstream) = judged_guard(false);
     let tasks: Vec<_> = (0..12)
         .map(|_| {
             let guard = guard.clone();

@@ -523,25 +523,44 @@ fn gemini_generation_config_and_function_names() {
         ),
         Some("G4")
     );
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare("2run")}))),
-        Some("G4")
-    );
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare("run it")}))),
-        Some("G4")
-    );
-    // Up to 128 characters.
-    let long = format!("mcp__{}", "x".repeat(123));
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare(&long)}))),
-        None
-    );
-    let too_long = format!("{long}x");
-    assert_eq!(
-        rule(GEMINI, "", &body(json!({"tools": declare(&too_long)}))),
-        Some("G4")
-    );
+    // Each API names functions as it says: 1 to 64 characters, a letter or
+    // `_` first, then letters, digits, `_`, `.`, `-`; the Gemini API takes
+    // `:` too, Vertex AI does not.
+    let vertex = "/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.5-pro:generateContent";
+    let express = "/v1/publishers/google/models/gemini-2.5-pro:generateContent";
+    let at_64 = format!("mcp__{}", "x".repeat(59));
+    let at_65 = format!("{at_64}x");
+    for (name, gemini, on_vertex) in [
+        ("tools.run_v2", true, true),
+        ("_private-run", true, true),
+        ("2run", false, false),
+        ("-run", false, false),
+        ("mcp:files.read", true, false),
+        ("mcp__files:read", true, false),
+        ("run it", false, false),
+        ("run/it", false, false),
+        ("", false, false),
+        (at_64.as_str(), true, true),
+        (at_65.as_str(), false, false),
+    ] {
+        let sent = body(json!({"tools": declare(name)}));
+        let says = |ok: bool| if ok { None } else { Some("G4") };
+        assert_eq!(
+            rule(GEMINI, "", &sent),
+            says(gemini),
+            "Gemini API: {name:?}"
+        );
+        assert_eq!(
+            rule(vertex, "", &sent),
+            says(on_vertex),
+            "Vertex AI: {name:?}"
+        );
+        assert_eq!(
+            rule(express, "", &sent),
+            says(on_vertex),
+            "Vertex AI express: {name:?}"
+        );
+    }
 }
 
 #[test]
@@ -744,4 +763,34 @@ fn fallback_entries_allowed_models_and_prefill_by_model() {
     let takes_it = claude(json!({"model": "claude-sonnet-4-5", "messages": prefill,
         "fallbacks": [{"model": "claude-haiku-4-5"}]}));
     assert_eq!(rule(MESSAGES, FALLBACK_BETA, &takes_it), None);
+}
+
+/// A request the Messages API rejects (no `max_tokens`) through an
+/// [`answering`](support::answering) upstream's service, from a task that
+/// keeps the service after the test has its answer, as a guard's keep-alive
+/// and live-thinking tasks keep theirs. The runtime drops that task after
+/// the test returns, where a panic fails nothing: the check the test holds
+/// is what fails it.
+#[tokio::test]
+#[should_panic(expected = "the upstream received requests the real API rejects")]
+async fn a_violation_fails_the_test_while_a_task_still_holds_the_upstreams_service() {
+    use tower::{Service, ServiceExt};
+
+    let upstream = support::answering(|_request| async {
+        support::sse_response(support::Chunked::chunks(Vec::new()))
+    });
+    let mut service = upstream.service();
+    let (answered, status) = tokio::sync::oneshot::channel();
+    let (_held, release) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let broken = json!({"model": "claude-opus-4-7",
+            "messages": [{"role": "user", "content": "hi"}]});
+        let request = support::post(MESSAGES, &broken);
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        let _ = answered.send(response.status());
+        // Held until the runtime drops this task, after the test.
+        let _ = release.await;
+        drop(service);
+    });
+    assert_eq!(status.await.unwrap(), 400, "the provider's 400");
 }

@@ -35,11 +35,12 @@ fn answer() -> Bytes {
 /// `refuse:`) unless the request carries the rescue note or asks another
 /// model than `claude-x`, and always after `refuse-always:`; everything
 /// else is answered. A request the real API rejects gets its error, and
-/// fails the test when the provider goes.
+/// fails the test when the provider the test made goes (its clones, the
+/// guard's, only record).
 #[derive(Clone, Default)]
 struct Provider {
     seen: Arc<std::sync::Mutex<Vec<Value>>>,
-    violations: support::contract::Violations,
+    violations: support::contract::Checked,
 }
 
 impl Provider {
@@ -133,15 +134,18 @@ where
     handle.settled().await
 }
 
-/// A memory store whose rescue reservations wait for a permit.
+/// A memory store whose rescue reservations wait for a permit, counting
+/// the reservations asked for.
 struct Gated {
     memory: MemoryStore,
     permits: Arc<Semaphore>,
+    asked: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl ConversationStore for Gated {
     fn reserve_rescue<'a>(&'a self, key: &'a ConversationKey, cap: u32) -> StoreFuture<'a, bool> {
         Box::pin(async move {
+            self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let _permit = self.permits.acquire().await.unwrap();
             self.memory.reserve_rescue(key, cap).await
         })
@@ -168,14 +172,26 @@ async fn a_store_that_has_not_answered_holds_up_only_its_own_request() {
     let store = Gated {
         memory: MemoryStore::new(),
         permits: permits.clone(),
+        asked: Arc::default(),
     };
+    let asked = store.asked.clone();
+    let provider = Provider::default();
     let guard = RefusalGuardLayer::new()
         .store(store)
-        .layer(Provider::default());
+        .layer(provider.clone());
 
     // One thread: had the store blocked it, nothing else could run.
     let waiting = tokio::spawn(outcome(guard.clone(), "refuse:cyber"));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The positive control: the refusal reached the store, which cannot
+    // answer without a permit; only then is "not finished" news.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while asked.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the store was never asked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(!waiting.is_finished(), "waiting on the store");
     for i in 0..5 {
         let other = outcome(guard.clone(), format!("hello {i}")).await;
@@ -225,11 +241,12 @@ impl ConversationStore for Slow {
 #[tokio::test(flavor = "current_thread")]
 async fn a_store_taking_50_ms_per_call_keeps_its_rules_and_lets_others_through() {
     let sink = MemorySink::new();
+    let provider = Provider::default();
     let guard = RefusalGuardLayer::new()
         .store(Slow(MemoryStore::new()))
         .sticky_fallback(Duration::from_secs(60))
         .telemetry(sink.clone())
-        .layer(Provider::default());
+        .layer(provider.clone());
 
     // Twenty conversations at once, each rescued once, on one thread.
     let calls: Vec<_> = (0..20)
@@ -250,13 +267,14 @@ async fn a_store_taking_50_ms_per_call_keeps_its_rules_and_lets_others_through()
 
 #[tokio::test]
 async fn rescue_off_on_a_clone_leaves_the_original_and_its_services_alone() {
+    let provider = Provider::default();
     let a = RefusalGuardLayer::new();
-    let built_from_a = a.layer(Provider::default());
+    let built_from_a = a.layer(provider.clone());
     let b = a.clone().rescue(false);
 
-    let from_b = outcome(b.layer(Provider::default()), "refuse:cyber b").await;
+    let from_b = outcome(b.layer(provider.clone()), "refuse:cyber b").await;
     assert_eq!(from_b.unwrap().reason, Some(DeadReason::RescueOff));
-    let from_a = outcome(a.layer(Provider::default()), "refuse:cyber a").await;
+    let from_a = outcome(a.layer(provider.clone()), "refuse:cyber a").await;
     assert_eq!(from_a.unwrap().outcome, Outcome::Rescued);
     let built = outcome(built_from_a, "refuse:cyber built").await;
     assert_eq!(built.unwrap().outcome, Outcome::Rescued);

@@ -98,7 +98,8 @@ use std::future::Future;
 
 /// A scripted upstream: answers in order, remembers each request's body, and
 /// counts the bodies dropped. A request the real API rejects gets its
-/// error, and fails the test when the script goes.
+/// error, and fails the test when the script the test made goes (its
+/// clones, the guard's, only record).
 #[derive(Clone, Default)]
 struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
@@ -106,7 +107,7 @@ struct Script {
     /// Requests whose head arrived, their bodies whole or not yet.
     called: Arc<AtomicUsize>,
     dropped: Arc<AtomicUsize>,
-    violations: support::contract::Violations,
+    violations: support::contract::Checked,
 }
 
 impl Script {
@@ -479,8 +480,9 @@ async fn client_leaves_during_the_rescue(mode: Mode) {
         script.dropped() == 2
     })
     .await;
+    // The positive control: the record is the ladder's last act (written as
+    // its work is dropped), so no rescue can follow it.
     eventually("the record was written", || sink.len() == 1).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         script.requests(),
         2,
@@ -520,18 +522,31 @@ async fn client_leaves_during_the_hold(mode: Mode) {
     let call = guard.oneshot(request("/v1/messages"));
     match mode {
         Mode::Default => {
+            // Dropped when the wait ends: the guard's work with it, at once.
             let pending = tokio::time::timeout(Duration::from_millis(100), call).await;
             assert!(pending.is_err());
         }
         Mode::KeepAlive | Mode::LiveThinking => {
             let response = call.await.unwrap();
+            let handle = response
+                .extensions()
+                .get::<RefusalHandle>()
+                .cloned()
+                .unwrap();
             let mut body = response.into_body();
             body.frame().await.unwrap().unwrap();
             drop(body);
+            // The positive control: the guard's task settled the call (its
+            // last act, as its work is dropped), finding nothing refused.
+            let settled = tokio::time::timeout(Duration::from_secs(10), handle.settled()).await;
+            assert_eq!(
+                settled.unwrap_or_else(|_| panic!("{mode:?}: never settled")),
+                None,
+                "{mode:?}"
+            );
         }
     }
     eventually("the upstream body was dropped", || script.dropped() == 1).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(script.requests(), 1, "{mode:?}");
     assert!(sink.records().is_empty(), "{mode:?}");
 }
@@ -808,8 +823,14 @@ async fn an_anthropic_request_with_a_retarget_list_is_read_whole_before_it_is_se
     let (request, pieces) = arriving("https://api.anthropic.com/v1/messages");
     let answered = tokio::spawn(guard.oneshot(request));
     pieces.send(first).await.unwrap();
-    // What a forwarded request's head takes to arrive, several times over.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The positive control: the first half was taken off the channel, so
+    // the request is being read. A forwarded request reaches the upstream
+    // before its body is read at all (the chat test above), so only now is
+    // "not called" news.
+    eventually("the first half was read", || {
+        pieces.capacity() == pieces.max_capacity()
+    })
+    .await;
     assert_eq!(script.called(), 0, "nothing sent before the body is whole");
     pieces.send(rest).await.unwrap();
     drop(pieces);

@@ -303,7 +303,7 @@ async fn the_deadline_abandons_a_slow_attempt() {
     let mut guard = RefusalGuardLayer::new()
         .recovery_deadline(Duration::from_millis(100))
         .telemetry(sink.clone())
-        .layer(slow);
+        .layer(slow.service());
     let (_, body) = call(&mut guard, messages(OPUS, true, "x")).await;
     assert_eq!(body, original);
     assert_eq!(sink.records()[0].reason, Some(DeadReason::BudgetExhausted));

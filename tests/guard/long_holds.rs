@@ -35,7 +35,12 @@ fn thinking_then_refusal() -> (Bytes, Bytes) {
 
 /// An upstream whose first answer thinks, waits for the gate, then ends with
 /// `tail`; later answers are `later`.
-fn upstream(head: Bytes, tail: Bytes, later: Bytes, gate: oneshot::Receiver<()>) -> impl MockInner {
+fn upstream(
+    head: Bytes,
+    tail: Bytes,
+    later: Bytes,
+    gate: oneshot::Receiver<()>,
+) -> Answering<impl MockInner> {
     let gate = Arc::new(Mutex::new(Some(gate)));
     answering(move |_req: http::Request<Full<Bytes>>| {
         let gate = gate.lock().unwrap().take();
@@ -76,10 +81,11 @@ async fn a_long_hold_sends_comments_then_the_rescued_stream_under_the_original_h
     let (head, tail) = thinking_then_refusal();
     let answer = fixture("anthropic/anthropic-sdk-python/basic_response.txt");
     let (open, gate) = oneshot::channel();
+    let scripted = upstream(head, tail, answer.clone(), gate);
     let guard = RefusalGuardLayer::new()
         .keepalive_after(Duration::from_millis(50))
         .keepalive_interval(Duration::from_millis(20))
-        .layer(upstream(head, tail, answer.clone(), gate));
+        .layer(scripted.service());
     let request = messages("m", true, "x");
     // The answer comes while upstream is still thinking (the gate is shut).
     let response = tokio::time::timeout(Duration::from_secs(5), guard.oneshot(request))
@@ -122,9 +128,10 @@ async fn a_long_hold_that_ends_in_output_is_the_original_after_the_comments() {
         message_stop(),
     ]);
     let (open, gate) = oneshot::channel();
+    let scripted = upstream(head.clone(), tail.clone(), Bytes::new(), gate);
     let guard = RefusalGuardLayer::new()
         .keepalive_after(Duration::from_millis(30))
-        .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
+        .layer(scripted.service());
     let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let mut body = response.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
@@ -253,10 +260,11 @@ async fn live_thinking_delivers_the_original_whole_when_nothing_recovers_or_it_a
 async fn live_thinking_streams_thinking_before_the_decision() {
     let (head, tail) = thinking_then_refusal();
     let (open, gate) = oneshot::channel();
+    let scripted = upstream(head.clone(), tail.clone(), Bytes::new(), gate);
     let guard = RefusalGuardLayer::new()
         .live_thinking(true)
         .rescue(false)
-        .layer(upstream(head.clone(), tail.clone(), Bytes::new(), gate));
+        .layer(scripted.service());
     let response = tokio::time::timeout(
         Duration::from_secs(5),
         guard.oneshot(messages("m", true, "x")),

@@ -420,7 +420,8 @@ async fn the_proxy_serves_the_original_when_the_prefill_is_rejected() {
 
 /// A guard over an inner service that answers the original with `original`
 /// and the continuation with a head whose body waits on a gate that never
-/// opens; the gate's sender tells when that body is dropped.
+/// opens; the gate's sender tells when that body is dropped. The last is
+/// the inner service's check, which the test holds.
 fn stalling_continuation(
     layer: RefusalGuardLayer,
     original: Bytes,
@@ -428,6 +429,7 @@ fn stalling_continuation(
     impl MockGuard,
     tokio::sync::oneshot::Sender<()>,
     Arc<AtomicUsize>,
+    Answering<impl MockInner>,
 ) {
     let (gate, stalled) = tokio::sync::oneshot::channel::<()>();
     let stalled = Arc::new(Mutex::new(Some(stalled)));
@@ -448,7 +450,7 @@ fn stalling_continuation(
             }
         }
     });
-    (layer.layer(inner), gate, counted)
+    (layer.layer(inner.service()), gate, counted, inner)
 }
 
 /// What [`stalling_continuation`] builds.
@@ -469,7 +471,7 @@ impl<S> MockGuard for S where
 async fn a_continuation_that_never_answers_ends_at_the_deadline_with_the_original() {
     let original = text_then_refusal(claim());
     let layer = layer().recovery_deadline(Duration::from_millis(300));
-    let (mut guard, mut gate, _) = stalling_continuation(layer, original.clone());
+    let (mut guard, mut gate, _, _upstream) = stalling_continuation(layer, original.clone());
     let request = messages("claude-opus-4-7", true, "x");
     let (parts, body) = tokio::time::timeout(Duration::from_secs(10), call(&mut guard, request))
         .await
@@ -485,7 +487,7 @@ async fn a_continuation_that_never_answers_ends_at_the_deadline_with_the_origina
 #[tokio::test]
 async fn a_client_that_leaves_during_the_continuation_stops_it() {
     let original = text_then_refusal(claim());
-    let (mut guard, mut gate, calls) = stalling_continuation(layer(), original.clone());
+    let (mut guard, mut gate, calls, _upstream) = stalling_continuation(layer(), original.clone());
     let request = messages("claude-opus-4-7", true, "x");
     let response = guard.ready().await.unwrap().call(request).await.unwrap();
     let mut body = response.into_body();

@@ -492,7 +492,7 @@ async fn an_anthropic_server_side_fallback_is_signalled_and_no_reroute() {
 fn gated_then(
     opening: Bytes,
     then: Vec<Bytes>,
-) -> (impl MockInner, tokio::sync::oneshot::Sender<()>) {
+) -> (Answering<impl MockInner>, tokio::sync::oneshot::Sender<()>) {
     let (open, gate) = tokio::sync::oneshot::channel();
     let gate = Arc::new(Mutex::new(Some(gate)));
     let then = Arc::new(Mutex::new(std::collections::VecDeque::from(then)));
@@ -524,7 +524,7 @@ async fn with_recovery_on_a_rerouted_stream_is_served_by_the_chain_before_any_ou
             .recover_reroutes(true)
             .fallback_chains(chains_to_itself(api, &[]))
             .telemetry(sink.clone())
-            .layer(inner);
+            .layer(inner.service());
         let request = api.request(api.asked(), true);
         // Bounded: the rest of the rerouted stream never comes.
         let (parts, body) =

@@ -129,7 +129,7 @@ async fn held_before_answer(stream: Bytes, chunk: usize, detection: bool) -> (us
     });
     let guard = RefusalGuardLayer::new()
         .detect_text_refusals(detection)
-        .layer(upstream);
+        .layer(upstream.service());
     let response = guard.oneshot(messages("m", true, "x")).await.unwrap();
     let held = pulled.load(Ordering::SeqCst);
     let body = response.into_body().collect().await.unwrap().to_bytes();

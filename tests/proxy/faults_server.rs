@@ -549,12 +549,18 @@ async fn a_client_that_leaves_mid_hold_gets_no_rescue_sent_upstream() {
     // The original is out and held (its refusal half sent) when the client
     // leaves: without the client the refusal's end would call for a rescue.
     leave_once_upstream_has_it(&proxy, &upstream).await;
+    // The positive control, waited for: the held original was cancelled,
+    // its refusal's end never read (the upstream saw the proxy close it
+    // while still sending). A rescue is decided on that end, by the work
+    // that held it: with the 499 line (the work dropped with its client)
+    // and the original closed, nothing is left that could send one.
     assert!(
-        upstream.wait_all_closed(GENEROUS).await,
+        upstream
+            .wait_until(GENEROUS, |u| u.closed_by_peer() == 1)
+            .await,
         "the held upstream request was not cancelled"
     );
-    // Past the moment the refusal would have ended (2 s): no rescue went out.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(upstream.wait_all_closed(GENEROUS).await);
     let seen = upstream.requests();
     assert_eq!(seen.len(), 1, "a rescue for a client that left: {seen:?}");
 }

@@ -6,10 +6,17 @@
 //! client's requests and the guard's rescues are held to the providers'
 //! rules, and a broken request gets the provider's own answer.
 
+use std::time::Duration;
+
 use refusal_guard::header;
-use refusal_guard_testkit::ANSWER;
+use refusal_guard_testkit::{ANSWER, CONTRACT_VIOLATIONS};
 use serde_json::{json, Value};
+use support::binary::Running;
+use support::prometheus::sample;
 use support::proxy::{client, run_proxy};
+
+/// The built binary, as users run it.
+const BIN: &str = env!("CARGO_BIN_EXE_refusal-guard");
 
 /// Posts `body` to `path` and returns the recovery header and the body.
 async fn post(base: &str, path: &str, body: &Value) -> (u16, Option<String>, String) {
@@ -245,4 +252,73 @@ async fn the_strict_simulator_counts_tokens_as_the_messages_api_does() {
         "{message}"
     );
     assert!(message.contains("A16"), "{message}");
+}
+
+/// `GET /metrics` of the admin listener at `admin`: the strict simulator's
+/// contract violations so far, `None` when the counter is not there.
+async fn violations_counted(admin: &str) -> Option<f64> {
+    let text = client()
+        .get(format!("{admin}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    sample(&text, CONTRACT_VIOLATIONS, &[])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_violation_fails_the_run_though_the_log_says_only_errors() {
+    let args = [
+        "--simulate",
+        "--strict",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--log",
+        "off",
+    ];
+    let good = json!({"model": "claude-opus-4-7", "max_tokens": 64,
+        "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+    // The control: a run whose requests keep the rules counts none and
+    // stops with status 0.
+    let clean = Running::spawn_env(BIN, &args, &[("RUST_LOG", "error")]);
+    let (api, admin) = (
+        clean.announced("listening on http://"),
+        clean.announced("admin on http://"),
+    );
+    assert_eq!(
+        violations_counted(&admin).await,
+        Some(0.0),
+        "counted from the start"
+    );
+    let (status, _, text) = post(&api, "/v1/messages", &good).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(violations_counted(&admin).await, Some(0.0));
+    let (code, stderr) = clean.terminated(Duration::from_secs(20));
+    assert_eq!(code, Some(0), "{stderr}");
+
+    let broken = Running::spawn_env(BIN, &args, &[("RUST_LOG", "error")]);
+    let (api, admin) = (
+        broken.announced("listening on http://"),
+        broken.announced("admin on http://"),
+    );
+    assert_eq!(violations_counted(&admin).await, Some(0.0));
+    // No `max_tokens`: the Messages API's 400.
+    let body = json!({"model": "claude-opus-4-7",
+        "messages": [{"role": "user", "content": "Audit my SSH config"}]});
+    let (status, _, text) = post(&api, "/v1/messages", &body).await;
+    assert_eq!(status, 400, "{text}");
+    assert_eq!(violations_counted(&admin).await, Some(1.0));
+    let (code, stderr) = broken.terminated(Duration::from_secs(20));
+    assert_eq!(code, Some(3), "{stderr}");
+    // The warning naming the rule was filtered out, as RUST_LOG asked; the
+    // counter and the status said it all the same.
+    assert!(!stderr.contains("A2"), "{stderr}");
+    assert!(
+        stderr.contains("answered 1 request(s) that break the providers' rules"),
+        "{stderr}"
+    );
 }

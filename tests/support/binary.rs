@@ -86,9 +86,18 @@ impl Running {
         Running::spawn_env(bin, args, &[])
     }
 
-    /// [`Running::spawn`] with these variables set in its environment.
+    /// [`Running::spawn`] with these variables set in its environment, and
+    /// none of the providers' keys (`*_API_KEY`) or `RUST_LOG` of the
+    /// test's own environment.
     pub fn spawn_env(bin: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if name.ends_with("_API_KEY") || name == "RUST_LOG" {
+                command.env_remove(&*name);
+            }
+        }
+        let mut child = command
             .args(args)
             .env_remove("REFUSAL_GUARD_LOG")
             .envs(env.iter().copied())
@@ -108,8 +117,8 @@ impl Running {
         Running { child, lines }
     }
 
-    /// Sends it the signal `name` (`INT`, `TERM`, `KILL`), as `kill -s`
-    /// from a shell does.
+    /// Sends it the signal `name` (`INT`, `TERM`, `HUP`, `KILL`), as
+    /// `kill -s` from a shell does.
     pub fn signal(&self, name: &str) {
         let sent = Command::new("kill")
             .args(["-s", name, &self.child.id().to_string()])
@@ -140,6 +149,13 @@ impl Running {
         let rest = line.split(marker).nth(1).unwrap();
         let addr = rest.split_whitespace().next().unwrap();
         format!("http://{}", addr.trim_end_matches(':'))
+    }
+
+    /// Sends it SIGTERM (a deploy's stop) and waits (at most `within`) for
+    /// it to exit: its status code and all it wrote to stderr.
+    pub fn terminated(self, within: Duration) -> (Option<i32>, String) {
+        self.signal("TERM");
+        self.exited(within)
     }
 
     /// Waits (at most `within`) for it to exit by itself: its status code

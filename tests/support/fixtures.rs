@@ -5,6 +5,31 @@ use serde_json::Value;
 
 pub use super::mock_upstream::{fixture, fixtures_dir};
 
+/// The text of `docs/NAME` (a test that runs a documented example reads it
+/// from the page, so that the page and the test cannot part).
+pub fn doc(name: &str) -> String {
+    let path = fixtures_dir().join("../../docs").join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The code blocks of a Markdown page fenced as `lang` (```` ```toml ````),
+/// in order, each without its fences.
+pub fn code_blocks(page: &str, lang: &str) -> Vec<String> {
+    let open = format!("```{lang}");
+    let mut blocks = Vec::new();
+    let mut lines = page.lines();
+    while let Some(line) = lines.next() {
+        if line.trim_end() == open {
+            let block: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
+            blocks.push(block.join("\n") + "\n");
+        }
+    }
+    blocks
+}
+
 /// How a recorded response is framed on the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Framing {

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use serde_json::Value;
 use tower::{BoxError, Service};
 
-pub use super::contract::{Contract, Violation, Violations};
+pub use super::contract::{Contract, Tripwire, Violation, Violations};
 pub use super::mock_upstream::{Drip, Step};
 
 /// A response body that yields the given chunks (or errors) one by one, at
@@ -97,21 +97,39 @@ impl Seen {
     }
 }
 
-#[derive(Clone, Default)]
+/// The scripted upstream as the test holds it: its script, what it saw,
+/// and the check of what it saw. Its clones are the test's; the service
+/// ([`Upstream::service`]) carries the script and the recorder, not the
+/// check, so that wherever a guard keeps the service (a task of its own),
+/// the test fails, when its last handle goes outside a panic, if the
+/// upstream received a request the real API rejects.
+#[derive(Clone)]
 pub struct Upstream {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     seen: Arc<Mutex<Vec<Seen>>>,
-    /// Fails the test, when the last clone of the upstream goes, if it
-    /// received a request the real API rejects (each was answered with the
-    /// provider's error already, and logged).
     violations: Violations,
+    /// The check, when the test's last handle goes.
+    _tripwire: Arc<Tripwire>,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Upstream::keeping(Contract::new(), Vec::new())
+    }
 }
 
 impl Upstream {
     pub fn new(replies: Vec<Reply>) -> Self {
+        Upstream::keeping(Contract::new(), replies)
+    }
+
+    fn keeping(contract: Contract, replies: Vec<Reply>) -> Self {
+        let violations = Violations::keeping(contract);
         Upstream {
             replies: Arc::new(Mutex::new(replies.into())),
-            ..Upstream::default()
+            seen: Arc::default(),
+            _tripwire: Arc::new(Tripwire(violations.clone())),
+            violations,
         }
     }
 
@@ -119,10 +137,8 @@ impl Upstream {
     /// contract answers other paths no API serves with a 404): for a test
     /// of what the guard passes through.
     pub fn serving(self, path: &str) -> Self {
-        Upstream {
-            violations: Violations::keeping(Contract::new().serving(path)),
-            ..self
-        }
+        let replies = std::mem::take(&mut *self.replies.lock().unwrap());
+        Upstream::keeping(Contract::new().serving(path), replies.into())
     }
 
     /// The requests this upstream answered with a contract error, cleared
@@ -139,9 +155,13 @@ impl Upstream {
         self.seen.lock().unwrap().clone()
     }
 
-    /// The mock as a tower service.
+    /// The mock as a tower service (without the check: see [`Upstream`]).
     pub fn service(&self) -> impl MockInner {
-        let this = self.clone();
+        let this = Served {
+            replies: self.replies.clone(),
+            seen: self.seen.clone(),
+            violations: self.violations.clone(),
+        };
         tower::service_fn(move |request: Request<Full<Bytes>>| {
             let this = this.clone();
             async move {
@@ -213,6 +233,14 @@ impl Upstream {
     }
 }
 
+/// What the service of an [`Upstream`] keeps: all but the check.
+#[derive(Clone)]
+struct Served {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    violations: Violations,
+}
+
 /// A trait alias: the trait, and its implementation for every type that
 /// meets its bounds.
 macro_rules! trait_alias {
@@ -248,16 +276,19 @@ pub fn violation_response(violation: &Violation) -> Response<Chunked> {
 
 /// A mock inner service answering every request with `answer(request)`,
 /// except one that breaks the provider's contract: that is answered with
-/// the provider's error and recorded, and the test fails when the service's
-/// last clone goes (outside a panic).
-pub fn answering<F, Fut>(answer: F) -> impl MockInner
+/// the provider's error and recorded. The test holds what this returns and
+/// hands the guard its [`service`](Answering::service): when the test lets
+/// go of it (outside a panic), it fails if a violation was recorded, even
+/// while a task the guard spawned still holds the service.
+pub fn answering<F, Fut>(answer: F) -> Answering<impl MockInner>
 where
     F: Fn(Request<Full<Bytes>>) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = Response<Chunked>> + Send + 'static,
 {
     let violations = Violations::default();
-    tower::service_fn(move |request: Request<Full<Bytes>>| {
-        let (answer, violations) = (answer.clone(), violations.clone());
+    let recorder = violations.clone();
+    let service = tower::service_fn(move |request: Request<Full<Bytes>>| {
+        let (answer, violations) = (answer.clone(), recorder.clone());
         async move {
             let (parts, body) = request.into_parts();
             let body = match body.collect().await {
@@ -273,5 +304,31 @@ where
             let request = Request::from_parts(parts, Full::new(body));
             Ok::<_, BoxError>(answer(request).await)
         }
-    })
+    });
+    Answering {
+        service,
+        tripwire: Tripwire(violations),
+    }
+}
+
+/// An [`answering`] service and the check of what it received, which the
+/// test holds: dropping it (outside a panic) fails the test if a request
+/// broke the provider's contract and the test did not take it.
+#[must_use = "the check runs when the test lets go of this: bind it for the whole test"]
+pub struct Answering<S> {
+    service: S,
+    tripwire: Tripwire,
+}
+
+impl<S: Clone> Answering<S> {
+    /// The service, for the guard.
+    pub fn service(&self) -> S {
+        self.service.clone()
+    }
+
+    /// The requests answered with a contract error, cleared (for a test
+    /// that sends a broken request on purpose).
+    pub fn take_violations(&self) -> Vec<Violation> {
+        self.tripwire.0.take()
+    }
 }

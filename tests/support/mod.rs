@@ -68,7 +68,7 @@ pub mod wire;
 /// The crate's request contract, and the test upstreams' recorder of its
 /// violations.
 pub mod contract {
-    pub use crate::violations::{header_map, Tripwire, Violations};
+    pub use crate::violations::{header_map, Checked, Tripwire, Violations};
     pub use refusal_guard_testkit::contract::*;
 }
 

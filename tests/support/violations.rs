@@ -1,10 +1,13 @@
 //! The recorder of the crate's request contract
 //! ([`refusal_guard_testkit::contract`]) for the test upstreams: each
-//! upstream checks every request through one, answers a broken request
-//! with the provider's error, and the test fails when the upstream goes
-//! (its last clone dropped, outside a panic) if any violation is left that
-//! the test did not take on purpose ([`Violations::take`]).
+//! upstream checks every request through one and answers a broken request
+//! with the provider's error. The test fails when the upstream's handle,
+//! which the test holds, goes (outside a panic) if any violation is left
+//! that the test did not take on purpose ([`Violations::take`]): never
+//! when the recorder's last clone goes, since that may be in a task a
+//! guard spawned, where a panic is lost.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use refusal_guard_testkit::contract::{Contract, Violation};
@@ -17,14 +20,8 @@ pub struct Violations(Arc<Recorded>);
 struct Recorded {
     contract: Contract,
     list: Mutex<Vec<Violation>>,
-}
-
-impl Drop for Recorded {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            assert_none(&self.list.lock().unwrap_or_else(|p| p.into_inner()));
-        }
-    }
+    /// Every violation recorded, taken or not.
+    count: AtomicUsize,
 }
 
 fn assert_none(list: &[Violation]) {
@@ -45,6 +42,7 @@ impl Violations {
         Violations(Arc::new(Recorded {
             contract,
             list: Mutex::default(),
+            count: AtomicUsize::new(0),
         }))
     }
 
@@ -62,6 +60,7 @@ impl Violations {
             .check(method, path, headers, body)
             .inspect_err(|violation| {
                 eprintln!("CONTRACT VIOLATION: {violation}");
+                self.0.count.fetch_add(1, Ordering::SeqCst);
                 self.0.list.lock().unwrap().push(violation.clone());
             })
     }
@@ -70,6 +69,12 @@ impl Violations {
     /// request on purpose).
     pub fn take(&self) -> Vec<Violation> {
         std::mem::take(&mut *self.0.list.lock().unwrap())
+    }
+
+    /// How many violations were recorded, those taken included: what a
+    /// harness's exit status says, however often it was asked for the list.
+    pub fn count(&self) -> usize {
+        self.0.count.load(Ordering::SeqCst)
     }
 
     /// The violations so far.
@@ -84,8 +89,9 @@ impl Violations {
 }
 
 /// Asserts, when dropped outside a panic, that its recorder holds no
-/// violation: for an upstream whose recorder lives on in tasks that may
-/// outlast the test (a panic in a task the runtime drops fails nothing).
+/// violation: the part of an upstream the test holds, while the recorder
+/// lives on in the service's clones, which tasks may keep past the test
+/// (a panic in a task the runtime drops fails nothing).
 #[derive(Debug)]
 pub struct Tripwire(pub Violations);
 
@@ -109,4 +115,52 @@ pub fn header_map(pairs: &[(String, String)]) -> http::HeaderMap {
             ))
         })
         .collect()
+}
+
+/// A recorder for a hand-written upstream service that the test builds
+/// and keeps: the copy made first ([`Checked::default`], [`Checked::keeping`])
+/// fails the test when dropped outside a panic if a violation is left; its
+/// clones, which the service hands the guard and the guard its tasks, only
+/// record. So the check runs where the test drops its upstream, never in a
+/// task the runtime drops later.
+#[derive(Debug)]
+pub struct Checked {
+    violations: Violations,
+    _tripwire: Option<Tripwire>,
+}
+
+impl Checked {
+    /// A checking recorder for an upstream keeping `contract`.
+    pub fn keeping(contract: Contract) -> Self {
+        let violations = Violations::keeping(contract);
+        Checked {
+            _tripwire: Some(Tripwire(violations.clone())),
+            violations,
+        }
+    }
+}
+
+impl Default for Checked {
+    /// A checking recorder for a first-party upstream ([`Contract::new`]).
+    fn default() -> Self {
+        Checked::keeping(Contract::new())
+    }
+}
+
+impl Clone for Checked {
+    /// A copy that records into the same list, without the check.
+    fn clone(&self) -> Self {
+        Checked {
+            violations: self.violations.clone(),
+            _tripwire: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Checked {
+    type Target = Violations;
+
+    fn deref(&self) -> &Violations {
+        &self.violations
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use support::binary::{arg, Running, TempDir};
+use support::binary::{arg, run, Running, TempDir};
 use support::proxy::{readyz, readyz_until};
 
 use super::{two_tenants, BIN};
@@ -92,4 +92,49 @@ fn a_file_that_does_not_read_at_start_is_an_error_before_it_listens() {
         assert!(stderr.contains(why), "`{why}` in {stderr}");
         assert!(!stderr.contains("listening on"), "{stderr}");
     }
+}
+
+#[test]
+fn tenants_check_exits_0_for_a_good_file_and_1_naming_the_tenant_for_an_unknown_field() {
+    let dir = TempDir::new("tenants-check");
+    let good = dir.write("good.toml", &two_tenants(""));
+    let checked = run(BIN, &["tenants", "check", arg(&good)]);
+    assert_eq!(checked.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert!(said.contains("2 tenants (red-team, blue-team)"), "{said}");
+
+    let zed = format!(
+        "{}\n[[tenant]]\nname = \"team-zed\"\nkey_sha256 = [\"{}\"]\ncolour = \"red\"\n",
+        two_tenants(""),
+        refusal_guard_proxy::hash_key("zed")
+    );
+    let bad = dir.write("bad.toml", &zed);
+    let checked = run(BIN, &["tenants", "check", arg(&bad)]);
+    assert_eq!(checked.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(
+        said.contains(&format!(
+            "{}: tenant `team-zed`: unknown field `colour`",
+            bad.display()
+        )),
+        "{said}"
+    );
+    let line = zed.lines().position(|l| l.starts_with("colour")).unwrap() + 1;
+    assert!(
+        said.contains(&format!("(line {line}, column 1: `colour = \"red\"`)")),
+        "{said}"
+    );
+    assert_eq!(said.lines().count(), 1, "one line: {said}");
+    assert!(checked.stdout.is_empty());
+
+    let missing = dir.path().join("missing.toml");
+    assert_eq!(
+        run(BIN, &["tenants", "check", arg(&missing)]).status.code(),
+        Some(1)
+    );
+    assert_eq!(
+        run(BIN, &["tenants", "check"]).status.code(),
+        Some(2),
+        "no path: a usage error"
+    );
 }

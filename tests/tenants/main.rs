@@ -5,6 +5,7 @@
 //! cap, the file reloaded under load, and fallbacks ordered by what served.
 
 mod binary;
+mod documented;
 mod reload;
 mod report;
 mod routing;
@@ -159,6 +160,15 @@ async fn the_same_refusal_is_recovered_for_one_tenant_and_passed_through_for_the
         (skipped.step, skipped.result, skipped.model.as_deref()),
         (AttemptStep::Fallback, AttemptResult::Skipped, Some(HAIKU))
     );
+    // Sonnet served after it: the skip still says why it was one.
+    assert_eq!(skipped.reason, Some(DeadReason::NotAllowed));
+    assert_eq!(red.reason, None, "a served refusal has no dead reason");
+    let line = serde_json::to_value(&red.attempts[1]).unwrap();
+    assert_eq!(line["reason"], "not_allowed", "{line}");
+    assert!(serde_json::to_value(&red.attempts[2])
+        .unwrap()
+        .get("reason")
+        .is_none());
     assert_eq!(red.attempts[2].model.as_deref(), Some(SONNET));
     let blue = records
         .iter()
@@ -186,6 +196,7 @@ async fn a_fallback_only_outside_the_allowlist_is_skipped_and_the_refusal_served
     let record = &sink.records()[0];
     assert_eq!(record.reason, Some(DeadReason::NotAllowed));
     assert_eq!(record.attempts[1].result, AttemptResult::Skipped);
+    assert_eq!(record.attempts[1].reason, Some(DeadReason::NotAllowed));
 }
 
 #[tokio::test]

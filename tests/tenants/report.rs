@@ -158,6 +158,20 @@ fn report_routing_reads_every_replicas_log_as_one_in_time_order() {
         serde_json::from_str(&stdout(&run(BIN, &[&args[..], &["--json"]].concat()))).unwrap();
     let rows = json.as_array().unwrap();
     assert_eq!(rows.len(), 1, "{json}");
+    // The layout docs/tenants.md shows, field for field.
+    let keys = |object: &Value| {
+        object
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(keys(&rows[0]), ["candidates", "category", "model"]);
+    assert_eq!(
+        keys(&rows[0]["candidates"][0]),
+        ["candidate", "refused", "score", "served"]
+    );
     assert_eq!(
         (&rows[0]["category"], &rows[0]["model"]),
         (&json!("cyber"), &json!(OPUS))

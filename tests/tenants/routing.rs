@@ -1,14 +1,16 @@
 //! Learned routing through the proxy: after a history in which Sonnet
 //! served `cyber` refusals of Opus and Haiku refused them, a `cyber`
 //! refusal tries Sonnet first, though the operator's chain names Haiku
-//! first; an exploration draw still tries another first.
+//! first; an exploration draw still tries another first. Two categories
+//! whose best fallbacks are opposite are each tried in their own order
+//! (a key that ignored the category would order both alike).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use refusal_guard::recovery::FallbackChains;
-use refusal_guard::routing::{LearnedRouting, MemoryRouteStats, RouteKey};
+use refusal_guard::routing::{LearnedRouting, MemoryRouteStats, RouteKey, RouteStats};
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::RefusalGuardLayer;
 use support::mock_upstream::MockUpstream;
@@ -16,6 +18,13 @@ use support::proxy::{bind_proxy, post_messages};
 use support::requests::messages_request;
 
 use super::{models_seen, HAIKU, OPUS, REFUSAL, SONNET, TEXT};
+
+/// Non-streaming fixtures: an empty refusal of category `cyber`, one of
+/// category `bio`, and a text answer.
+const CYBER_JSON: &str = "e2e/anthropic-refusal.json";
+const BIO_JSON: &str = "usage/anthropic-refusal.json";
+const TEXT_JSON: &str = "e2e/message_text.json";
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// A proxy whose layer routes Opus's refusals over Haiku then Sonnet by
 /// learned counts in `stats`, drawing exploration from `draws` (in
@@ -77,4 +86,39 @@ async fn a_cyber_refusal_tries_first_the_model_that_accepted_cyber() {
         .await
         .contains("end_turn"));
     assert_eq!(models_seen(&mock, "explored"), [OPUS, HAIKU]);
+}
+
+#[tokio::test]
+async fn two_categories_whose_best_fallbacks_are_opposite_are_each_tried_in_their_own_order() {
+    let mock = MockUpstream::start().await.unwrap();
+    let stats = MemoryRouteStats::new();
+    let now = UNIX_EPOCH + NOW;
+    // The history: Sonnet served `cyber` and Haiku refused it; for `bio`,
+    // the other way round, as often.
+    for (category, served, refused) in [("cyber", SONNET, HAIKU), ("bio", HAIKU, SONNET)] {
+        let key = RouteKey::new(Some(category), OPUS);
+        for _ in 0..3 {
+            stats.add(&key, served, true, now, DAY).await.unwrap();
+            stats.add(&key, refused, false, now, DAY).await.unwrap();
+        }
+    }
+    let url = learned(&mock, stats, Arc::new(AtomicU64::new(999))).await;
+
+    // A `cyber` refusal: Sonnet first (not the operator's Haiku), served.
+    let cyber = refused_as_json(&url, &format!("{CYBER_JSON},{TEXT_JSON}"), "cyber").await;
+    assert!(cyber.contains("end_turn"), "{cyber}");
+    assert_eq!(models_seen(&mock, "cyber"), [OPUS, SONNET]);
+    // A `bio` refusal of the same model: Haiku first, served.
+    let bio = refused_as_json(&url, &format!("{BIO_JSON},{TEXT_JSON}"), "bio").await;
+    assert!(bio.contains("end_turn"), "{bio}");
+    assert_eq!(models_seen(&mock, "bio"), [OPUS, HAIKU]);
+}
+
+/// A non-streaming Messages request on Opus that the mock answers with
+/// `script`; the body the client got.
+async fn refused_as_json(url: &str, script: &str, id: &str) -> String {
+    let body = messages_request(OPUS, false, &format!("audit host {id}"));
+    let response = post_messages(url, script, id, &body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.text().await.unwrap()
 }

@@ -567,7 +567,7 @@ mod tests {
             ("empty", "blocked_prompt", Shape::Error),
             ("empty", "model_refusal", Shape::Empty),
         ] {
-            let record = record(&line("dead", kind, signal, &[refused.clone()]));
+            let record = record(&line("dead", kind, signal, std::slice::from_ref(&refused)));
             assert_eq!(shape(&record), expected, "{kind} {signal}");
         }
     }

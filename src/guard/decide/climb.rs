@@ -248,6 +248,7 @@ impl Climb {
             usage: None,
             fallback_credit: None,
             rerouted_to: None,
+            reason: None,
         };
         let held = match attempt {
             Err(_elapsed) => {

@@ -170,6 +170,7 @@ impl Climb {
             usage: None,
             fallback_credit: None,
             rerouted_to: None,
+            reason: Some(reason),
         };
         self.fail(record, reason);
         Prep::Skip

@@ -21,6 +21,10 @@
 //! metrics, health and the dashboard: `admin` for the proxy in front of the
 //! mock (its log, its upstream), `admin_unreachable` for the one whose
 //! upstream is down.
+//!
+//! It exits with status 1 when the mock or the strict simulator answered
+//! any request with a contract error (a request the real API rejects),
+//! whether or not `/__mock/violations` was asked for them meanwhile.
 use support::mock_upstream as mock;
 
 use std::io::Write;
@@ -75,10 +79,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .handoff_marker(true)
             .rescue(false),
     )?;
+    let metrics = admin::install_recorder()?;
     // Strict: what the SDKs send it, and the guard's rescues, keep the
     // providers' rules; what breaks one is reported with the mock's own.
     let simulator = Simulator::new();
     let reported = simulator.shared();
+    let counted = simulator.shared();
     mock.report_also(move || {
         let taken = reported.take_violations();
         taken.iter().map(|v| format!("simulated: {v}")).collect()
@@ -93,7 +99,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let closed = support::socket::ClosedPort::new();
     let unreachable = Proxy::new(Upstream::parse(&closed.url())?, &RefusalGuardLayer::new())?;
 
-    let metrics = admin::install_recorder()?;
     let admin_state = AdminState::new()
         .metrics(metrics.clone())
         .log(&log)
@@ -161,6 +166,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let _ = stop.send(true);
     servers.await??;
+    // The status says whether any request broke the providers' rules,
+    // however often `/__mock/violations` was asked for (and emptied) meanwhile.
+    let broken = mock.violations().count() as u64 + counted.violations();
+    if broken > 0 {
+        eprintln!(
+            "e2e-harness: {broken} request(s) broke the providers' rules (contract violations): \
+             exit status 1"
+        );
+        std::process::exit(1);
+    }
     drop(mock);
     Ok(())
 }
