@@ -12,6 +12,8 @@
 
 use std::ops::Range;
 
+use serde_json::Value;
+
 use super::skim::{self, Located};
 
 /// What of a request a dialect's
@@ -217,4 +219,61 @@ mod tests {
             assert_eq!(String::from_utf8(cut).unwrap(), whole, "cut at {at}");
         }
     }
+}
+
+/// A conversation seed's bytes: `parts` as one JSON array, each object's
+/// members in the order of their names, whatever order the body gave them
+/// in. serde_json keeps a document's own order when a crate in the build
+/// turns its `preserve_order` feature on (rig-core does); a key must not
+/// depend on which crates an application links, or replicas built apart
+/// would name one conversation twice. The bytes are serde_json's compact
+/// output of the default build, so keys stay what they were.
+pub(crate) fn seed_bytes(parts: &[&Value]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.push(b'[');
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_sorted(part, &mut out);
+    }
+    out.push(b']');
+    out
+}
+
+/// `value` as compact JSON, object members sorted by name.
+fn write_sorted(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(members) => {
+            let mut names: Vec<&String> = members.keys().collect();
+            names.sort_unstable();
+            out.push(b'{');
+            for (i, name) in names.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                // A name is a string: writing it into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut *out, name.as_str());
+                out.push(b':');
+                write_sorted(&members[name.as_str()], out);
+            }
+            out.push(b'}');
+        }
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_sorted(item, out);
+            }
+            out.push(b']');
+        }
+        scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_scalar(value: &Value, out: &mut Vec<u8>) {
+    // Writing a string, number, bool or null into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
 }

@@ -122,7 +122,7 @@ impl Dialect for AnthropicMessages {
             without_cache_marks(system, CACHE_CONTROL),
             without_cache_marks(first_user, CACHE_CONTROL),
         );
-        serde_json::to_vec(&(system, first_user)).ok()
+        Some(crate::dialect::seed::seed_bytes(&[&system, &first_user]))
     }
 
     fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {

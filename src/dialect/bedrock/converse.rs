@@ -53,7 +53,7 @@ impl Dialect for BedrockConverse {
             without_cache_marks(system, CACHE_POINT),
             without_cache_marks(first_user, CACHE_POINT),
         );
-        serde_json::to_vec(&(system, first_user)).ok()
+        Some(crate::dialect::seed::seed_bytes(&[&system, &first_user]))
     }
 
     fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {

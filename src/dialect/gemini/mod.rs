@@ -463,7 +463,7 @@ impl Dialect for GeminiGenerateContent {
             .get("systemInstruction")
             .or_else(|| body.get("system_instruction"))
             .unwrap_or(&Value::Null);
-        serde_json::to_vec(&(system, first_user)).ok()
+        Some(crate::dialect::seed::seed_bytes(&[system, first_user]))
     }
 
     fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {

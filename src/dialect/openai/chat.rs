@@ -306,7 +306,11 @@ impl Dialect for OpenAiChat {
             .filter(|m| matches!(role(m).as_deref(), Some("system" | "developer")))
             .map(|message| without_cache_marks(message, CACHE_CONTROL))
             .collect();
-        serde_json::to_vec(&(system, without_cache_marks(first_user, CACHE_CONTROL))).ok()
+        let first_user = without_cache_marks(first_user, CACHE_CONTROL);
+        Some(crate::dialect::seed::seed_bytes(&[
+            &Value::Array(system),
+            &first_user,
+        ]))
     }
 
     fn event_judge(&self) -> Box<dyn EventJudge> {

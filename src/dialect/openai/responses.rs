@@ -213,7 +213,10 @@ impl Dialect for OpenAiResponses {
                 .find(|i| i.get("role").and_then(Value::as_str) == Some("user"))?,
             _ => return None,
         };
-        serde_json::to_vec(&(instructions, first_user)).ok()
+        Some(crate::dialect::seed::seed_bytes(&[
+            instructions,
+            first_user,
+        ]))
     }
 
     fn seed_reach(&self) -> Option<crate::dialect::SeedReach> {
