@@ -190,7 +190,7 @@ impl TenantTable {
     /// for) does not have it.
     ///
     /// ```
-    /// use refusal_guard::proxy::TenantTable;
+    /// use refusal_guard_proxy::TenantTable;
     /// use refusal_guard::refusal::Provider;
     ///
     /// let text = r#"
