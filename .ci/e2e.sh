@@ -432,7 +432,7 @@ assert len(records) == 1, records
 record = records[0]
 assert record["outcome"] == "fallback", record
 assert record["signal"] == "policy_error" and record["category"] == "cyber", record
-assert record["wire_api"] == "open_ai_responses", record
+assert record["wire_api"] == "openai_responses", record
 assert [a["model"] for a in record["attempts"]][1:] == ["gpt-5.4-mini"], record["attempts"]
 requests = [json.loads(r["body"]) for r in json.load(open(seen))]
 assert [r["model"] for r in requests] == ["gpt-5.5", "gpt-5.4-mini"], [r["model"] for r in requests]
