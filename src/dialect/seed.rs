@@ -170,57 +170,6 @@ fn skip_space(bytes: &[u8], mut at: usize) -> usize {
     at
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ANTHROPIC: SeedReach = SeedReach {
-        members: &["system"],
-        turns: "messages",
-        is_user: |role| role == Some("user"),
-    };
-
-    fn part(body: &str) -> Option<String> {
-        let members = skim::locate(&[body.as_bytes()])?;
-        let part = seed_part(&[body.as_bytes()], &members, &ANTHROPIC, usize::MAX)?;
-        Some(String::from_utf8(part).unwrap())
-    }
-
-    #[test]
-    fn the_part_is_the_seed_members_and_the_turns_through_the_first_users() {
-        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}],"system":"be brief","stream":true}"#;
-        assert_eq!(
-            part(body).unwrap(),
-            r#"{"messages":[{"role":"user","content":"hi"}],"system":"be brief"}"#
-        );
-    }
-
-    #[test]
-    fn turns_before_the_first_user_turn_are_kept_and_an_escaped_role_ends_the_search() {
-        let body = r#"{"messages": [ {"role":"assistant","content":"a"} , {"content":"b","role":"user"}, {"role":"user"} ]}"#;
-        assert_eq!(
-            part(body).unwrap(),
-            r#"{"messages":[ {"role":"assistant","content":"a"} , {"content":"b","role":"user"}]}"#
-        );
-        let escaped = r#"{"messages":[{"role":"us\u0065r"},{"role":"user"}]}"#;
-        assert_eq!(part(escaped).unwrap(), escaped, "kept whole");
-        let none = r#"{"messages":[{"role":"assistant"}],"system":[{"type":"text","text":"s"}]}"#;
-        assert_eq!(part(none).unwrap(), none, "no user turn: kept whole");
-    }
-
-    #[test]
-    fn a_body_in_pieces_gives_the_same_part() {
-        let body = r#"{"system":"s","messages":[{"role":"user","content":"x\"y\\"},{"role":"user"}],"max_tokens":9}"#;
-        let whole = part(body).unwrap();
-        for at in 1..body.len() {
-            let pieces = [&body.as_bytes()[..at], &body.as_bytes()[at..]];
-            let members = skim::locate(&pieces).unwrap();
-            let cut = seed_part(&pieces, &members, &ANTHROPIC, usize::MAX).unwrap();
-            assert_eq!(String::from_utf8(cut).unwrap(), whole, "cut at {at}");
-        }
-    }
-}
-
 /// A conversation seed's bytes: `parts` as one JSON array, each object's
 /// members in the order of their names, whatever order the body gave them
 /// in. serde_json keeps a document's own order when a crate in the build
@@ -276,4 +225,55 @@ fn write_sorted(value: &Value, out: &mut Vec<u8>) {
 fn write_scalar(value: &Value, out: &mut Vec<u8>) {
     // Writing a string, number, bool or null into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut *out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ANTHROPIC: SeedReach = SeedReach {
+        members: &["system"],
+        turns: "messages",
+        is_user: |role| role == Some("user"),
+    };
+
+    fn part(body: &str) -> Option<String> {
+        let members = skim::locate(&[body.as_bytes()])?;
+        let part = seed_part(&[body.as_bytes()], &members, &ANTHROPIC, usize::MAX)?;
+        Some(String::from_utf8(part).unwrap())
+    }
+
+    #[test]
+    fn the_part_is_the_seed_members_and_the_turns_through_the_first_users() {
+        let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"}],"system":"be brief","stream":true}"#;
+        assert_eq!(
+            part(body).unwrap(),
+            r#"{"messages":[{"role":"user","content":"hi"}],"system":"be brief"}"#
+        );
+    }
+
+    #[test]
+    fn turns_before_the_first_user_turn_are_kept_and_an_escaped_role_ends_the_search() {
+        let body = r#"{"messages": [ {"role":"assistant","content":"a"} , {"content":"b","role":"user"}, {"role":"user"} ]}"#;
+        assert_eq!(
+            part(body).unwrap(),
+            r#"{"messages":[ {"role":"assistant","content":"a"} , {"content":"b","role":"user"}]}"#
+        );
+        let escaped = r#"{"messages":[{"role":"us\u0065r"},{"role":"user"}]}"#;
+        assert_eq!(part(escaped).unwrap(), escaped, "kept whole");
+        let none = r#"{"messages":[{"role":"assistant"}],"system":[{"type":"text","text":"s"}]}"#;
+        assert_eq!(part(none).unwrap(), none, "no user turn: kept whole");
+    }
+
+    #[test]
+    fn a_body_in_pieces_gives_the_same_part() {
+        let body = r#"{"system":"s","messages":[{"role":"user","content":"x\"y\\"},{"role":"user"}],"max_tokens":9}"#;
+        let whole = part(body).unwrap();
+        for at in 1..body.len() {
+            let pieces = [&body.as_bytes()[..at], &body.as_bytes()[at..]];
+            let members = skim::locate(&pieces).unwrap();
+            let cut = seed_part(&pieces, &members, &ANTHROPIC, usize::MAX).unwrap();
+            assert_eq!(String::from_utf8(cut).unwrap(), whole, "cut at {at}");
+        }
+    }
 }
