@@ -4,7 +4,7 @@
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::BodyTranslation;
@@ -42,39 +42,35 @@ impl<B> Translated<B> {
     }
 }
 
-impl<B> Body for Translated<B>
+impl<B> Translated<B>
 where
-    B: Body,
-    B::Error: Into<BoxError>,
+    B: Body<Data = Bytes, Error = BoxError>,
 {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
+    /// The next frame through the translation. Out of line, so that the
+    /// untranslated poll stays a jump to the inner body's.
+    #[inline(never)]
+    fn poll_translated(
+        mut body: Pin<&mut B>,
+        slot: &mut Option<Box<BodyTranslation>>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let mut this = self.project();
         loop {
-            let frame = ready!(this.body.as_mut().poll_frame(cx));
-            let Some(translation) = this.translation.as_mut() else {
-                return Poll::Ready(frame.map(|r| {
-                    r.map(|f| f.map_data(|mut d| d.copy_to_bytes(d.remaining())))
-                        .map_err(Into::into)
-                }));
+            let frame = ready!(body.as_mut().poll_frame(cx));
+            let Some(translation) = slot.as_mut() else {
+                return Poll::Ready(frame);
             };
             let translated = match frame {
                 None => {
                     let rest = translation.finish();
-                    *this.translation = None;
+                    *slot = None;
                     match rest {
                         Ok(rest) if rest.is_empty() => return Poll::Ready(None),
                         other => other,
                     }
                 }
-                Some(Err(error)) => return Poll::Ready(Some(Err(error.into()))),
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(mut data) => translation.push(data.copy_to_bytes(data.remaining())),
+                    Ok(data) => translation.push(data),
                     // Trailers belong to the other provider's API.
                     Err(_trailers) => continue,
                 },
@@ -84,6 +80,29 @@ where
                 Ok(bytes) => return Poll::Ready(Some(Ok(Frame::data(bytes)))),
                 Err(error) => return Poll::Ready(Some(Err(Box::new(error)))),
             }
+        }
+    }
+}
+
+// Over a body that already yields `Bytes` and `BoxError` (the idle
+// timeout's), so that the untranslated path hands each frame on as it
+// came: this body is on every response's path and polled on every wake,
+// and a translation is rare.
+impl<B> Body for Translated<B>
+where
+    B: Body<Data = Bytes, Error = BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.project();
+        match this.translation {
+            None => this.body.poll_frame(cx),
+            Some(_) => Self::poll_translated(this.body, this.translation, cx),
         }
     }
 
