@@ -12,7 +12,7 @@ use refusal_guard::reqwest::reqwest;
 use refusal_guard::telemetry::MemorySink;
 use refusal_guard::{CallHandle, Refusal, RefusalGuardLayer};
 use refusal_guard_testkit::{Reply, Simulator, When, ANSWER};
-use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next};
+use reqwest_middleware::{ClientBuilder, ClientWithMiddleware, Middleware, Next, RequestBuilder};
 use serde_json::{json, Value};
 
 use crate::one_record;
@@ -42,6 +42,15 @@ fn client(layer: RefusalGuardLayer, counted: &Counted) -> ClientWithMiddleware {
         .build()
 }
 
+/// A Messages call to `upstream`, with the headers the API requires.
+fn messages_call(client: &ClientWithMiddleware, upstream: &str) -> RequestBuilder {
+    client
+        .post(format!("{upstream}/v1/messages"))
+        .header("x-api-key", "sk-ant-test")
+        .header("anthropic-version", "2023-06-01")
+        .header("content-type", "application/json")
+}
+
 fn messages(prompt: &str) -> Value {
     json!({"model": "claude-opus-4-7", "max_tokens": 256,
         "messages": [{"role": "user", "content": prompt}]})
@@ -54,11 +63,7 @@ async fn a_refused_call_is_rescued_down_the_chain() {
     let counted = Counted::default();
     let client = client(RefusalGuardLayer::new().telemetry(sink.clone()), &counted);
     let handle = CallHandle::new();
-    let response = client
-        .post(format!("{}/v1/messages", upstream.url()))
-        .header("x-api-key", "sk-ant-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
+    let response = messages_call(&client, &upstream.url())
         .body(messages("Audit my SSH config").to_string())
         .with_extension(handle.clone())
         .send()
@@ -86,11 +91,7 @@ async fn a_stream_body_goes_down_the_chain_unguarded_and_the_handle_says_so() {
     let client = client(RefusalGuardLayer::new().telemetry(sink.clone()), &counted);
     let handle = CallHandle::new();
     let body = Bytes::from(messages("Audit my SSH config").to_string());
-    let response = client
-        .post(format!("{}/v1/messages", upstream.url()))
-        .header("x-api-key", "sk-ant-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
+    let response = messages_call(&client, &upstream.url())
         .body(reqwest::Body::wrap(http_body_util::Full::new(body)))
         .with_extension(handle.clone())
         .send()
@@ -125,11 +126,7 @@ async fn answers_that_begin_before_the_decision_are_turned_off_so_the_rescue_sti
     let client = client(layer, &counted);
     let mut request = messages("Audit my SSH config");
     request["stream"] = json!(true);
-    let response = client
-        .post(format!("{}/v1/messages", upstream.url()))
-        .header("x-api-key", "sk-ant-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
+    let response = messages_call(&client, &upstream.url())
         .body(request.to_string())
         .send()
         .await
@@ -178,11 +175,7 @@ async fn a_response_the_guard_does_not_judge_says_so_in_the_handle() {
     let counted = Counted::default();
     let client = client(RefusalGuardLayer::new(), &counted);
     let handle = CallHandle::new();
-    let response = client
-        .post(format!("{}/v1/messages", upstream.url()))
-        .header("x-api-key", "sk-ant-test")
-        .header("anthropic-version", "2023-06-01")
-        .header("content-type", "application/json")
+    let response = messages_call(&client, &upstream.url())
         .body(messages("Audit my SSH config").to_string())
         .with_extension(handle.clone())
         .send()

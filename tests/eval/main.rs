@@ -48,6 +48,14 @@ impl Eval {
         arg(&self.dir.write(name, text)).to_owned()
     }
 
+    /// Writes `variants.toml` with one variant, `direct`, that sends to
+    /// `upstream`; its path.
+    pub fn direct_variant(&self, upstream: &str) -> String {
+        let variants =
+            format!("[[variant]]\nname = \"direct\"\nflags = [\"--upstream\", \"{upstream}\"]\n");
+        self.file("variants.toml", &variants)
+    }
+
     pub fn out(&self) -> PathBuf {
         self.dir.path().join("out")
     }

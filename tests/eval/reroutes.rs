@@ -26,11 +26,7 @@ async fn a_reroute_only_recorded_is_measured_as_answered() {
         "prompts.jsonl",
         r#"{"id":"r","api":"anthropic","body":{"model":"claude-opus-4-7","max_tokens":64,"messages":[{"role":"user","content":"Audit my SSH config"}]},"label":"cyber"}"#,
     );
-    let variants = format!(
-        "[[variant]]\nname = \"direct\"\nflags = [\"--upstream\", \"{}\"]\n",
-        upstream.url()
-    );
-    let variants = eval.file("variants.toml", &variants);
+    let variants = eval.direct_variant(&upstream.url());
     let ended = eval.run(
         &["--prompts", &prompts, "--variants", &variants],
         &[("ANTHROPIC_API_KEY", KEY)],

@@ -29,11 +29,7 @@ async fn stopped_then_resumed(signal: &str, status: Option<i32>, says: &str) {
     .await;
     let eval = Eval::new("resume");
     let prompts = eval.file("prompts.jsonl", &prompts(6, "cyber"));
-    let variants = format!(
-        "[[variant]]\nname = \"direct\"\nflags = [\"--upstream\", \"{}\"]\n",
-        upstream.url()
-    );
-    let variants = eval.file("variants.toml", &variants);
+    let variants = eval.direct_variant(&upstream.url());
     let args = [
         "--prompts",
         &prompts,

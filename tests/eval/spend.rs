@@ -152,11 +152,7 @@ async fn a_429_is_tried_again_after_its_retry_after_and_a_5xx_after_a_backoff() 
     .await;
     let eval = Eval::new("retry");
     let prompts = eval.file("prompts.jsonl", &prompts(1, "cyber"));
-    let variants = format!(
-        "[[variant]]\nname = \"direct\"\nflags = [\"--upstream\", \"{}\"]\n",
-        upstream.url()
-    );
-    let variants = eval.file("variants.toml", &variants);
+    let variants = eval.direct_variant(&upstream.url());
     let args = [
         "--prompts",
         &prompts,
@@ -193,11 +189,7 @@ async fn a_retry_after_longer_than_allowed_ends_the_call_and_the_run_says_so() {
         RawUpstream::start(|_, _| error(429, "rate_limit_error", &[("retry-after", "3600")])).await;
     let eval = Eval::new("retry-long");
     let prompts = eval.file("prompts.jsonl", &prompts(1, "cyber"));
-    let variants = format!(
-        "[[variant]]\nname = \"direct\"\nflags = [\"--upstream\", \"{}\"]\n",
-        upstream.url()
-    );
-    let variants = eval.file("variants.toml", &variants);
+    let variants = eval.direct_variant(&upstream.url());
     let args = [
         "--prompts",
         &prompts,
