@@ -8,7 +8,6 @@
 //! it calls none of them.
 
 use http::{HeaderValue, Uri};
-use serde_json::Value;
 
 use crate::dialect::{Dialect, RefusalInfo};
 use crate::refusal::{RefusalSignal, REROUTED_CATEGORY};
@@ -26,27 +25,20 @@ pub(crate) struct Asked {
 }
 
 impl Asked {
-    /// `model`, asked for by a request to `uri`; `early` unless a stream's
-    /// request carries server-side fallbacks. `None` without a model.
-    pub(crate) fn new(model: Option<&str>, uri: &Uri, early: bool) -> Option<Self> {
+    /// `model`, asked for by a request to `uri`. Its first event may decide
+    /// unless a stream's request carries server-side fallbacks (the
+    /// provider's own, or ones the guard wrote in). `None` without a model.
+    pub(crate) fn new(
+        model: Option<&str>,
+        uri: &Uri,
+        streaming: bool,
+        server_fallbacks: bool,
+    ) -> Option<Self> {
         Some(Asked {
             model: model?.to_owned(),
             uri: uri.clone(),
-            early,
+            early: !(streaming && server_fallbacks),
         })
-    }
-
-    /// What a request to `uri` for `model` with this body (its head will
-    /// do) asked for.
-    pub(crate) fn of_request(
-        dialect: &dyn Dialect,
-        uri: &Uri,
-        model: Option<&str>,
-        body: &Value,
-        streaming: bool,
-    ) -> Option<Self> {
-        let early = !(streaming && carries_server_fallbacks(dialect, body));
-        Self::new(model, uri, early)
     }
 
     /// The reroute a response that names `served` as its model is, if it
@@ -59,12 +51,6 @@ impl Asked {
                 served: served.to_owned(),
             })
     }
-}
-
-/// Whether a request with this body (its head will do) carries the
-/// provider's own server-side fallbacks.
-pub(crate) fn carries_server_fallbacks(dialect: &dyn Dialect, body: &Value) -> bool {
-    dialect.features().carries_server_fallbacks(body)
 }
 
 /// A reroute seen: the model asked for and the one the response named.

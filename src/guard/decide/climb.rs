@@ -217,7 +217,8 @@ impl Climb {
         let asked = step.fallback.is_none().then(|| {
             let draft = &step.draft;
             let model = step.model.as_deref();
-            Asked::of_request(dialect, &draft.parts.uri, model, &draft.json, streaming)
+            let fallbacks = dialect.features().carries_server_fallbacks(&draft.json);
+            Asked::new(model, &draft.parts.uri, streaming, fallbacks)
         });
         let asked = asked.flatten();
         let attempt = tokio::time::timeout(remaining, async {

@@ -118,7 +118,7 @@ impl Original {
         Original {
             model: dialect.request_model(incoming.path_model(), head),
             streaming: dialect.is_streaming(&parts.uri, head),
-            server_fallbacks: crate::guard::reroute::carries_server_fallbacks(*dialect, head),
+            server_fallbacks: dialect.features().carries_server_fallbacks(head),
             parts,
             body: json,
             rewritten: false,
@@ -231,8 +231,8 @@ impl Original {
     /// The model it asks for, which its response is held to.
     pub(crate) fn asked(&self) -> Option<Asked> {
         let server_fallbacks = self.server_fallbacks || self.composed.is_some();
-        let early = !(self.streaming && server_fallbacks);
-        Asked::new(self.model.as_deref(), &self.parts.uri, early)
+        let uri = &self.parts.uri;
+        Asked::new(self.model.as_deref(), uri, self.streaming, server_fallbacks)
     }
 
     /// A copy for a recovery step to rewrite; `None` when the body cannot
