@@ -1,12 +1,12 @@
 //! A standalone refusal-guard proxy of your own, over the library API: the
-//! `refusal-guard` binary (`cargo install --path . --features proxy`) is the
+//! `refusal-guard` binary (`cargo install --path proxy`) is the
 //! same `run`, plus its `report` subcommand.
 //!
 //! ```text
-//! cargo run --features proxy --example proxy -- --simulate   # no network, no key: see a rescue
-//! cargo run --features proxy --example proxy                 # in front of api.anthropic.com
-//! ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude            # Claude Code through it
-//! cargo run --features proxy --example proxy -- --help       # every flag and its variable
+//! cargo run -p refusal-guard-proxy --example proxy -- --simulate   # no network, no key: see a rescue
+//! cargo run -p refusal-guard-proxy --example proxy                 # in front of api.anthropic.com
+//! ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude                  # Claude Code through it
+//! cargo run -p refusal-guard-proxy --example proxy -- --help       # every flag and its variable
 //! ```
 //!
 //! Every flag can also be set in the environment as `REFUSAL_GUARD_<NAME>`;
