@@ -1,6 +1,6 @@
 //! Lays out the release binary's code: the functions the proxy's request
-//! path runs go first, together (`layout/hot.ld`, generated from a profile
-//! by `tools/code_layout.py`; docs/speed.md has the figures).
+//! path runs go first, together (`layout/hot.ld`, written from profiles by
+//! `tools/code_layout.sh`; docs/speed.md has the figures).
 //!
 //! A page fault on a binary's code maps the whole 64 KiB window around it,
 //! so a request path spread over the text keeps most of the text resident;
@@ -9,9 +9,9 @@
 //! binary's behaviour is the same without it.
 //!
 //! Passed only where it was tested: release builds for x86-64 Linux (glibc)
-//! with the toolchain's linker (rust-lld, or GNU ld, which read `INSERT`
-//! scripts), not when another linker is configured (mold and gold do not
-//! read them). `REFUSAL_GUARD_CODE_LAYOUT=off` turns it off.
+//! with the toolchain's linker (rust-lld, or GNU ld: both read `INSERT`
+//! scripts), not when another linker is configured.
+//! `REFUSAL_GUARD_CODE_LAYOUT=off` turns it off.
 
 use std::env;
 
@@ -29,15 +29,24 @@ fn main() {
 
 fn layout_applies() -> bool {
     let var = |name: &str| env::var(name).unwrap_or_default();
-    let turned_off = matches!(var("REFUSAL_GUARD_CODE_LAYOUT").as_str(), "off" | "0" | "false");
+    let turned_off = matches!(
+        var("REFUSAL_GUARD_CODE_LAYOUT").as_str(),
+        "off" | "0" | "false"
+    );
     let release = var("PROFILE") == "release";
     let target = var("CARGO_CFG_TARGET_ARCH") == "x86_64"
         && var("CARGO_CFG_TARGET_OS") == "linux"
         && var("CARGO_CFG_TARGET_ENV") == "gnu";
-    // A configured linker (`target.<triple>.linker`) may be anything; a
-    // linker chosen in the flags is one of those that cannot read it.
+    // A configured linker (`target.<triple>.linker`, `-C linker=`) may be
+    // anything; of the linkers chosen with `-fuse-ld`, lld and GNU ld read
+    // `INSERT` scripts, mold, gold and wild do not.
     let flags = var("CARGO_ENCODED_RUSTFLAGS");
-    let own_linker = env::var_os("RUSTC_LINKER").is_some()
-        || ["mold", "gold", "wild"].iter().any(|l| flags.contains(l));
+    let other_linker = flags.split('\x1f').any(|flag| {
+        let fuse_ld = flag.contains("fuse-ld=")
+            && !flag.ends_with("fuse-ld=lld")
+            && !flag.ends_with("fuse-ld=bfd");
+        fuse_ld || flag.starts_with("linker=") || flag.starts_with("-Clinker=")
+    });
+    let own_linker = env::var_os("RUSTC_LINKER").is_some() || other_linker;
     release && target && !turned_off && !own_linker
 }

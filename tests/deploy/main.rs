@@ -1,7 +1,8 @@
 //! The shipped operations material against the real binary: the OTLP
 //! export (`otlp`), the metric names the alert rules and the Grafana
-//! dashboard in deploy/ use (`names`), and the gauge the Redis alert reads
-//! against a real `redis-server` (`store_up`).
+//! dashboard in deploy/ use (`names`), the gauge the Redis alert reads
+//! against a real `redis-server` (`store_up`), and the code layout release
+//! builds link with (`layout`).
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+mod layout;
 mod names;
 mod otlp;
 mod store_up;
