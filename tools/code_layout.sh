@@ -14,7 +14,7 @@
 # path: a function the script no longer names is laid out as before.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${PERF_WORK:?PERF_WORK must name bench.sh's work folder (its target/release has mock_upstream and loadgen)}"
+: "${PERF_WORK:?PERF_WORK must name the work folder of bench.sh (its target/release has mock_upstream and loadgen)}"
 harness=$PERF_WORK/target/release
 command -v valgrind > /dev/null || { echo "valgrind is needed (apt-get install valgrind)" >&2; exit 2; }
 for tool in mock_upstream loadgen; do
@@ -25,8 +25,13 @@ work=$(mktemp -d)
 pids=()
 trap 'kill "${pids[@]}" 2> /dev/null || true; rm -rf "$work"' EXIT
 
-REFUSAL_GUARD_CODE_LAYOUT=off cargo build --release --quiet -p refusal-guard-proxy --bin refusal-guard --example proxy
+# One build each: built together, the binary would share the example's
+# dependency features (dev-dependencies turn more on), so its generic
+# instances would carry the example's hashes, not those of the binary
+# users build.
+REFUSAL_GUARD_CODE_LAYOUT=off cargo build --release --quiet -p refusal-guard-proxy --bin refusal-guard
 cp target/release/refusal-guard "$work/refusal-guard"
+REFUSAL_GUARD_CODE_LAYOUT=off cargo build --release --quiet -p refusal-guard-proxy --example proxy
 cp target/release/examples/proxy "$work/proxy"
 
 upstream_port=19301
@@ -57,5 +62,6 @@ profile refusal-guard 19302
 profile proxy 19303
 
 python3 tools/code_layout.py "$work/refusal-guard=$work/refusal-guard.out" "$work/proxy=$work/proxy.out" \
-  > proxy/layout/hot.ld
+  > "$work/hot.ld"
+mv "$work/hot.ld" proxy/layout/hot.ld
 echo "proxy/layout/hot.ld written; rebuild to apply it"
