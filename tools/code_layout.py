@@ -100,7 +100,8 @@ def stem(symbol):
 
 
 def ranked(binary, profiles):
-    """The binary's functions the profiles ran, most run first."""
+    """A pattern and the size of each function of the binary the profiles
+    ran, most run first."""
     syms = functions(binary)
     starts = [s[0] for s in syms]
     name = binary.rsplit("/", 1)[-1]
@@ -112,11 +113,12 @@ def ranked(binary, profiles):
                 cost[syms[i][2]] += c
     size = {s[2]: s[1] for s in syms}
     instances = collections.Counter(stem(s[2]) for s in syms)
-    return [(symbol, size[symbol], instances) for symbol, _ in cost.most_common()]
+    return [(pattern(symbol, instances), size[symbol]) for symbol, _ in cost.most_common()]
 
 
 def pattern(symbol, instances):
-    """A section-name pattern that matches this function and no other."""
+    """A section-name pattern that matches this function and no other of
+    the binary, given how many functions share each stem."""
     base = stem(symbol)
     if base == symbol:
         return symbol  # C, or a Rust symbol with an unmangled name
@@ -133,8 +135,7 @@ def main():
     # Each binary's functions in the order of its profile, the first
     # binary's first; a function already named keeps its place.
     for binary, profiles in pairs:
-        for symbol, size, instances in ranked(binary, profiles.split(",")):
-            pat = pattern(symbol, instances)
+        for pat, size in ranked(binary, profiles.split(",")):
             if pat not in seen:
                 seen.add(pat)
                 pats.append(pat)
